@@ -1,0 +1,1024 @@
+//! The plugin configuration: JSON model and validation.
+//!
+//! Validation is strict: unknown fields are errors (typo safety), every
+//! number is range-checked, and every error names the policy and the field,
+//! e.g. `policy "llm-policy": loop_detection.threshold_identical_requests
+//! must be >= 2 (got 1)`. An invalid configuration stops the plugin from
+//! starting; nothing here panics on any input.
+
+use serde_json::{Map, Value};
+use std::fmt;
+
+/// The most recent hits one fingerprint's record may keep.
+pub const MAX_HITS_PER_FINGERPRINT: u32 = 1024;
+/// Upper bound for `max_tracked_fingerprints`.
+pub const MAX_TRACKED_FINGERPRINTS: u64 = 4_194_304;
+/// Upper bound for `max_body_bytes`.
+pub const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
+/// Upper bound for `window_seconds` (one day).
+pub const MAX_WINDOW_SECONDS: u64 = 86_400;
+const MAX_POLICIES: usize = 256;
+const MAX_LIMIT_KEYS: usize = 16;
+const MAX_ID_LEN: usize = 64;
+
+/// A configuration error: which policy, which field, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The policy id, when the error is inside a policy with a usable id.
+    pub policy: Option<String>,
+    /// Dotted path of the field, relative to the policy's `spec` inside a
+    /// policy, or to the top-level object outside one.
+    pub field: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(policy) = &self.policy {
+            write!(f, "policy \"{policy}\": ")?;
+        }
+        write!(f, "{} {}", self.field, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The whole plugin configuration, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub max_tracked_fingerprints: u32,
+    pub max_body_bytes: u64,
+    pub policies: Vec<Policy>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Enforce,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub id: String,
+    pub mode: Mode,
+    pub selector: Selector,
+    /// Sorted by [`LimitKey::name`], so the fingerprint sees them in a
+    /// canonical order whatever order the configuration lists them in.
+    pub limit_keys: Vec<LimitKey>,
+    /// `None` when the policy is switched off (`enabled: false` or a
+    /// threshold of 0): it still claims the requests it matches and lets
+    /// them pass untouched.
+    pub detection: Option<Detection>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selector {
+    pub path: PathMatch,
+    /// Upper-case HTTP methods; empty matches every method.
+    pub methods: Vec<String>,
+    /// Lower-case host names without port; `*.example.com` matches any
+    /// subdomain. Empty matches every host.
+    pub hosts: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PathMatch {
+    #[default]
+    Any,
+    Exact(String),
+    Prefix(String),
+}
+
+/// Where one component of the caller's identity comes from.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LimitKey {
+    /// A request header (name lower-cased).
+    Header(String),
+    /// Every value of a query parameter, sorted.
+    Query(String),
+    /// A claim from the payload of a Bearer JWT, decoded without
+    /// verification.
+    Jwt(String),
+    /// The downstream address without its port.
+    IpAddress,
+}
+
+impl LimitKey {
+    /// The canonical `source:name` spelling, as written in configuration.
+    pub fn name(&self) -> String {
+        match self {
+            LimitKey::Header(n) => format!("header:{n}"),
+            LimitKey::Query(n) => format!("query:{n}"),
+            LimitKey::Jwt(n) => format!("jwt:{n}"),
+            LimitKey::IpAddress => "ip:address".to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Reject,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Reject => "reject",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Similarity {
+    Exact,
+}
+
+/// Active loop detection for one policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detection {
+    pub window_seconds: u64,
+    /// The Nth identical request within the window triggers the action.
+    pub threshold: u32,
+    pub action: Action,
+    pub similarity: Similarity,
+}
+
+impl Detection {
+    pub fn window_ms(&self) -> u64 {
+        self.window_seconds * 1000
+    }
+
+    /// How many recent hits a fingerprint's record must keep to decide for
+    /// this policy.
+    pub fn hits_to_keep(&self) -> u32 {
+        self.threshold.min(MAX_HITS_PER_FINGERPRINT)
+    }
+}
+
+impl Config {
+    /// Parse and validate the plugin configuration.
+    pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| ConfigError {
+            policy: None,
+            field: "configuration".to_string(),
+            reason: format!("is not valid JSON: {e}"),
+        })?;
+        Config::from_value(&value)
+    }
+
+    pub fn from_value(value: &Value) -> Result<Config, ConfigError> {
+        let top = Ctx { policy: None };
+        let obj = top.object(
+            value,
+            "",
+            &["max_tracked_fingerprints", "max_body_bytes", "policies"],
+        )?;
+        let max_tracked = top
+            .uint(
+                obj,
+                "",
+                "max_tracked_fingerprints",
+                1,
+                MAX_TRACKED_FINGERPRINTS,
+            )?
+            .unwrap_or(65_536);
+        let max_body_bytes = top
+            .uint(obj, "", "max_body_bytes", 1, MAX_BODY_BYTES)?
+            .unwrap_or(1_048_576);
+        let list = match obj.get("policies") {
+            None => return Err(top.err("policies", "is required")),
+            Some(Value::Array(list)) => list,
+            Some(other) => {
+                return Err(top.err("policies", format!("must be a list (got {})", show(other))))
+            }
+        };
+        if list.is_empty() {
+            return Err(top.err("policies", "must list at least one policy"));
+        }
+        if list.len() > MAX_POLICIES {
+            return Err(top.err(
+                "policies",
+                format!(
+                    "may list at most {MAX_POLICIES} policies (got {})",
+                    list.len()
+                ),
+            ));
+        }
+        let mut policies: Vec<Policy> = Vec::with_capacity(list.len());
+        for (i, item) in list.iter().enumerate() {
+            let policy = parse_policy(item, i)?;
+            if policies.iter().any(|p| p.id == policy.id) {
+                return Err(ConfigError {
+                    policy: Some(policy.id.clone()),
+                    field: "id".to_string(),
+                    reason: "is used by more than one policy; ids must be unique".to_string(),
+                });
+            }
+            policies.push(policy);
+        }
+        Ok(Config {
+            max_tracked_fingerprints: u32::try_from(max_tracked).unwrap_or(u32::MAX),
+            max_body_bytes,
+            policies,
+        })
+    }
+}
+
+fn parse_policy(item: &Value, index: usize) -> Result<Policy, ConfigError> {
+    let anon = Ctx { policy: None };
+    let at = format!("policies[{index}]");
+    let obj = anon.object(item, &at, &["id", "spec"])?;
+    let id = match obj.get("id") {
+        None => return Err(anon.err(&join(&at, "id"), "is required")),
+        Some(Value::String(id)) if valid_id(id) => id.clone(),
+        Some(other) => {
+            return Err(anon.err(
+                &join(&at, "id"),
+                format!("must match [A-Za-z0-9_-]{{1,64}} (got {})", show(other)),
+            ))
+        }
+    };
+    let ctx = Ctx {
+        policy: Some(id.clone()),
+    };
+    let spec = match obj.get("spec") {
+        None => return Err(ctx.err("spec", "is required")),
+        Some(spec) => ctx.object(
+            spec,
+            "spec",
+            &["mode", "selector", "limit_keys", "loop_detection"],
+        )?,
+    };
+    let mode = match ctx.string(spec, "", "mode")? {
+        None | Some("enforce") => Mode::Enforce,
+        Some("shadow") => {
+            return Err(ctx.err(
+                "mode",
+                "\"shadow\" is not supported yet (only \"enforce\" is available)",
+            ))
+        }
+        Some(other) => {
+            return Err(ctx.err(
+                "mode",
+                format!("must be \"enforce\" or \"shadow\" (got \"{other}\")"),
+            ))
+        }
+    };
+    let selector = match spec.get("selector") {
+        None => return Err(ctx.err("selector", "is required (use {} to match every request)")),
+        Some(v) => parse_selector(&ctx, v)?,
+    };
+    let limit_keys = parse_limit_keys(&ctx, spec.get("limit_keys"))?;
+    let detection = match spec.get("loop_detection") {
+        None => return Err(ctx.err("loop_detection", "is required")),
+        Some(v) => parse_detection(&ctx, v)?,
+    };
+    Ok(Policy {
+        id,
+        mode,
+        selector,
+        limit_keys,
+        detection,
+    })
+}
+
+fn parse_selector(ctx: &Ctx, value: &Value) -> Result<Selector, ConfigError> {
+    let obj = ctx.object(
+        value,
+        "selector",
+        &["pathExact", "pathPrefix", "methods", "hosts"],
+    )?;
+    let exact = ctx.string(obj, "selector", "pathExact")?;
+    let prefix = ctx.string(obj, "selector", "pathPrefix")?;
+    let path = match (exact, prefix) {
+        (Some(_), Some(_)) => {
+            return Err(ctx.err("selector", "may give pathExact or pathPrefix, not both"))
+        }
+        (Some(p), None) => PathMatch::Exact(check_path(ctx, "selector.pathExact", p)?),
+        (None, Some(p)) => PathMatch::Prefix(check_path(ctx, "selector.pathPrefix", p)?),
+        (None, None) => PathMatch::Any,
+    };
+    let mut methods = Vec::new();
+    if let Some(list) = ctx.string_list(obj, "selector", "methods")? {
+        for (i, m) in list.iter().enumerate() {
+            if m.is_empty() || !m.bytes().all(is_token_byte) {
+                return Err(ctx.err(
+                    &format!("selector.methods[{i}]"),
+                    format!("must be an HTTP method token (got \"{m}\")"),
+                ));
+            }
+            methods.push(m.to_ascii_uppercase());
+        }
+    }
+    let mut hosts = Vec::new();
+    if let Some(list) = ctx.string_list(obj, "selector", "hosts")? {
+        for (i, h) in list.iter().enumerate() {
+            let host = normalize_host(h);
+            let body = host.strip_prefix("*.").unwrap_or(&host);
+            let ok = !body.is_empty()
+                && body
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b));
+            if !ok {
+                return Err(ctx.err(
+                    &format!("selector.hosts[{i}]"),
+                    format!("must be a host name, optionally starting with \"*.\" (got \"{h}\")"),
+                ));
+            }
+            hosts.push(host);
+        }
+    }
+    Ok(Selector {
+        path,
+        methods,
+        hosts,
+    })
+}
+
+fn check_path(ctx: &Ctx, field: &str, p: &str) -> Result<String, ConfigError> {
+    if !p.starts_with('/') {
+        return Err(ctx.err(field, format!("must start with \"/\" (got \"{p}\")")));
+    }
+    if p.contains('?') || p.contains('#') {
+        return Err(ctx.err(
+            field,
+            format!("must not contain a query or fragment; matching ignores the query string (got \"{p}\")"),
+        ));
+    }
+    Ok(p.to_string())
+}
+
+/// Lower-case a host and drop its port (`API.example.com:443` ->
+/// `api.example.com`, `[::1]:8080` -> `[::1]`) and any trailing dot.
+pub fn normalize_host(raw: &str) -> String {
+    let lower = raw.trim().to_ascii_lowercase();
+    let without_port = if lower.starts_with('[') {
+        match lower.find(']') {
+            Some(end) => &lower[..=end],
+            None => lower.as_str(),
+        }
+    } else if lower.bytes().filter(|&b| b == b':').count() == 1 {
+        lower.split(':').next().unwrap_or("")
+    } else {
+        lower.as_str()
+    };
+    without_port.trim_end_matches('.').to_string()
+}
+
+fn parse_limit_keys(ctx: &Ctx, value: Option<&Value>) -> Result<Vec<LimitKey>, ConfigError> {
+    let list = match value {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            return Err(ctx.err(
+                "limit_keys",
+                format!("must be a list of strings (got {})", show(other)),
+            ))
+        }
+    };
+    if list.len() > MAX_LIMIT_KEYS {
+        return Err(ctx.err(
+            "limit_keys",
+            format!(
+                "may list at most {MAX_LIMIT_KEYS} keys (got {})",
+                list.len()
+            ),
+        ));
+    }
+    let mut keys: Vec<LimitKey> = Vec::with_capacity(list.len());
+    for (i, item) in list.iter().enumerate() {
+        let field = format!("limit_keys[{i}]");
+        let raw = match item {
+            Value::String(s) => s.as_str(),
+            other => return Err(ctx.err(&field, format!("must be a string (got {})", show(other)))),
+        };
+        let key = parse_limit_key(raw).map_err(|reason| ctx.err(&field, reason))?;
+        if keys.contains(&key) {
+            return Err(ctx.err(&field, format!("repeats \"{raw}\"")));
+        }
+        keys.push(key);
+    }
+    keys.sort_by_key(|k| k.name());
+    Ok(keys)
+}
+
+fn parse_limit_key(raw: &str) -> Result<LimitKey, String> {
+    let bad_source = || {
+        format!("must be header:<name>, query:<name>, jwt:<claim> or ip:address (got \"{raw}\")")
+    };
+    let (source, name) = raw.split_once(':').ok_or_else(bad_source)?;
+    if name.is_empty() {
+        return Err(format!(
+            "names no {source} after \"{source}:\" (got \"{raw}\")"
+        ));
+    }
+    match source {
+        "header" => {
+            if !name.bytes().all(is_token_byte) {
+                return Err(format!("has an invalid header name (got \"{raw}\")"));
+            }
+            Ok(LimitKey::Header(name.to_ascii_lowercase()))
+        }
+        "query" => Ok(LimitKey::Query(name.to_string())),
+        "jwt" => Ok(LimitKey::Jwt(name.to_string())),
+        "ip" if name == "address" => Ok(LimitKey::IpAddress),
+        "ip" => Err(format!("must be ip:address (got \"{raw}\")")),
+        _ => Err(bad_source()),
+    }
+}
+
+fn parse_detection(ctx: &Ctx, value: &Value) -> Result<Option<Detection>, ConfigError> {
+    const SECTION: &str = "loop_detection";
+    let obj = ctx.object(
+        value,
+        SECTION,
+        &[
+            "enabled",
+            "window_seconds",
+            "threshold_identical_requests",
+            "action",
+            "similarity",
+        ],
+    )?;
+    let enabled = match obj.get("enabled") {
+        None => return Err(ctx.err("loop_detection.enabled", "is required")),
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(ctx.err(
+                "loop_detection.enabled",
+                format!("must be true or false (got {})", show(other)),
+            ))
+        }
+    };
+    let window = ctx.uint(obj, SECTION, "window_seconds", 1, MAX_WINDOW_SECONDS)?;
+    let threshold = match ctx.uint(
+        obj,
+        SECTION,
+        "threshold_identical_requests",
+        0,
+        u64::from(MAX_HITS_PER_FINGERPRINT),
+    )? {
+        Some(1) => {
+            return Err(ctx.err(
+                "loop_detection.threshold_identical_requests",
+                "must be >= 2 (got 1); use 0 to switch the policy off",
+            ))
+        }
+        t => t,
+    };
+    let action = match ctx.string(obj, SECTION, "action")? {
+        None | Some("reject") => Action::Reject,
+        Some(a @ ("throttle" | "warn")) => {
+            return Err(ctx.err(
+                "loop_detection.action",
+                format!("\"{a}\" is not supported yet (only \"reject\" is available)"),
+            ))
+        }
+        Some(other) => {
+            return Err(ctx.err(
+                "loop_detection.action",
+                format!("must be \"reject\", \"throttle\" or \"warn\" (got \"{other}\")"),
+            ))
+        }
+    };
+    let similarity = match ctx.string(obj, SECTION, "similarity")? {
+        None | Some("exact") => Similarity::Exact,
+        Some(s @ ("llm_tail" | "session")) => {
+            return Err(ctx.err(
+                "loop_detection.similarity",
+                format!("\"{s}\" is not supported yet (only \"exact\" is available)"),
+            ))
+        }
+        Some(other) => {
+            return Err(ctx.err(
+                "loop_detection.similarity",
+                format!("must be \"exact\" (got \"{other}\")"),
+            ))
+        }
+    };
+    if !enabled {
+        return Ok(None);
+    }
+    let window_seconds = window
+        .ok_or_else(|| ctx.err("loop_detection.window_seconds", "is required when enabled"))?;
+    let threshold = threshold.ok_or_else(|| {
+        ctx.err(
+            "loop_detection.threshold_identical_requests",
+            "is required when enabled",
+        )
+    })?;
+    if threshold == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Detection {
+        window_seconds,
+        threshold: u32::try_from(threshold).unwrap_or(MAX_HITS_PER_FINGERPRINT),
+        action,
+        similarity,
+    }))
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// RFC 9110 token characters.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// A value as it appears in JSON, shortened for error messages.
+fn show(v: &Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 40 {
+        let cut: String = s.chars().take(40).collect();
+        format!("{cut}...")
+    } else {
+        s
+    }
+}
+
+/// Error construction and typed field access within one policy (or the
+/// top level).
+struct Ctx {
+    policy: Option<String>,
+}
+
+impl Ctx {
+    fn err(&self, field: &str, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            policy: self.policy.clone(),
+            field: field.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The value must be an object whose keys are all in `known`.
+    fn object<'v>(
+        &self,
+        value: &'v Value,
+        path: &str,
+        known: &[&str],
+    ) -> Result<&'v Map<String, Value>, ConfigError> {
+        let shown_path = if path.is_empty() {
+            "configuration"
+        } else {
+            path
+        };
+        let obj = value.as_object().ok_or_else(|| {
+            self.err(
+                shown_path,
+                format!("must be an object (got {})", show(value)),
+            )
+        })?;
+        // Inside a policy, paths are shown relative to its spec.
+        let rel = path.strip_prefix("spec").map(|p| p.trim_start_matches('.'));
+        let rel = rel.unwrap_or(path);
+        for key in obj.keys() {
+            if !known.contains(&key.as_str()) {
+                let mut reason = "is not a known field".to_string();
+                if let Some(near) = nearest(key, known) {
+                    reason.push_str(&format!(" (did you mean \"{near}\"?)"));
+                }
+                return Err(self.err(&join(rel, key), reason));
+            }
+        }
+        Ok(obj)
+    }
+
+    fn uint(
+        &self,
+        obj: &Map<String, Value>,
+        path: &str,
+        name: &str,
+        min: u64,
+        max: u64,
+    ) -> Result<Option<u64>, ConfigError> {
+        let field = join(path, name);
+        match obj.get(name) {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n < min => Err(self.err(&field, format!("must be >= {min} (got {n})"))),
+                Some(n) if n > max => Err(self.err(&field, format!("must be <= {max} (got {n})"))),
+                Some(n) => Ok(Some(n)),
+                None => Err(self.err(
+                    &field,
+                    format!("must be an integer from {min} to {max} (got {})", show(v)),
+                )),
+            },
+        }
+    }
+
+    fn string<'v>(
+        &self,
+        obj: &'v Map<String, Value>,
+        path: &str,
+        name: &str,
+    ) -> Result<Option<&'v str>, ConfigError> {
+        match obj.get(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.as_str())),
+            Some(other) => Err(self.err(
+                &join(path, name),
+                format!("must be a string (got {})", show(other)),
+            )),
+        }
+    }
+
+    fn string_list<'v>(
+        &self,
+        obj: &'v Map<String, Value>,
+        path: &str,
+        name: &str,
+    ) -> Result<Option<Vec<&'v str>>, ConfigError> {
+        let field = join(path, name);
+        let list = match obj.get(name) {
+            None => return Ok(None),
+            Some(Value::Array(list)) => list,
+            Some(other) => {
+                return Err(self.err(
+                    &field,
+                    format!("must be a list of strings (got {})", show(other)),
+                ))
+            }
+        };
+        if list.is_empty() {
+            return Err(self.err(
+                &field,
+                "must not be empty (leave the field out to match everything)",
+            ));
+        }
+        list.iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s.as_str()),
+                other => Err(self.err(
+                    &format!("{field}[{i}]"),
+                    format!("must be a string (got {})", show(other)),
+                )),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some)
+    }
+}
+
+/// The known field closest to a misspelt one, if any is close enough.
+fn nearest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    let lower = key.to_lowercase();
+    if let Some(k) = known
+        .iter()
+        .find(|k| lower.len() >= 4 && (k.starts_with(&lower) || lower.starts_with(**k)))
+    {
+        return Some(k);
+    }
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, k)| *d <= 3.max(k.len() / 4))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.to_lowercase().chars().collect();
+    let b: Vec<char> = b.to_lowercase().chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({
+            "max_tracked_fingerprints": 1024,
+            "max_body_bytes": 4096,
+            "policies": [{
+                "id": "llm-policy",
+                "spec": {
+                    "mode": "enforce",
+                    "selector": {"pathPrefix": "/v1/", "methods": ["post"], "hosts": ["API.example.com:443"]},
+                    "limit_keys": ["query:user", "header:X-Org-Id", "jwt:sub", "ip:address"],
+                    "loop_detection": {
+                        "enabled": true,
+                        "window_seconds": 60,
+                        "threshold_identical_requests": 5,
+                        "action": "reject",
+                        "similarity": "exact"
+                    }
+                }
+            }]
+        })
+    }
+
+    fn err_of(v: Value) -> String {
+        match Config::from_value(&v) {
+            Ok(_) => panic!("expected an error for {v}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn with(path: &[&str], value: Value) -> Value {
+        let mut v = base();
+        let mut cur = &mut v;
+        for (i, p) in path.iter().enumerate() {
+            if i + 1 == path.len() {
+                cur[*p] = value.clone();
+                break;
+            }
+            cur = if let Ok(idx) = p.parse::<usize>() {
+                &mut cur[idx]
+            } else {
+                &mut cur[*p]
+            };
+        }
+        v
+    }
+
+    fn without(path: &[&str]) -> Value {
+        let mut v = base();
+        let mut cur = &mut v;
+        for (i, p) in path.iter().enumerate() {
+            if i + 1 == path.len() {
+                if let Some(o) = cur.as_object_mut() {
+                    o.remove(*p);
+                }
+                break;
+            }
+            cur = if let Ok(idx) = p.parse::<usize>() {
+                &mut cur[idx]
+            } else {
+                &mut cur[*p]
+            };
+        }
+        v
+    }
+
+    const LD: [&str; 4] = ["policies", "0", "spec", "loop_detection"];
+
+    fn ld(field: &str) -> Vec<&str> {
+        let mut p = LD.to_vec();
+        p.push(field);
+        p
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let cfg = Config::from_value(&base()).unwrap();
+        assert_eq!(cfg.max_tracked_fingerprints, 1024);
+        assert_eq!(cfg.max_body_bytes, 4096);
+        let p = &cfg.policies[0];
+        assert_eq!(p.id, "llm-policy");
+        assert_eq!(p.selector.path, PathMatch::Prefix("/v1/".into()));
+        assert_eq!(p.selector.methods, vec!["POST"]);
+        assert_eq!(p.selector.hosts, vec!["api.example.com"]);
+        // Sorted by canonical name.
+        assert_eq!(
+            p.limit_keys.iter().map(|k| k.name()).collect::<Vec<_>>(),
+            vec!["header:x-org-id", "ip:address", "jwt:sub", "query:user"]
+        );
+        let d = p.detection.as_ref().unwrap();
+        assert_eq!(d.window_ms(), 60_000);
+        assert_eq!(d.threshold, 5);
+        assert_eq!(d.action, Action::Reject);
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let v = json!({"policies": [{"id": "p", "spec": {"selector": {},
+            "loop_detection": {"enabled": true, "window_seconds": 1, "threshold_identical_requests": 2}}}]});
+        let cfg = Config::from_value(&v).unwrap();
+        assert_eq!(cfg.max_tracked_fingerprints, 65_536);
+        assert_eq!(cfg.max_body_bytes, 1_048_576);
+        let p = &cfg.policies[0];
+        assert_eq!(p.mode, Mode::Enforce);
+        assert_eq!(p.selector, Selector::default());
+        assert!(p.limit_keys.is_empty());
+        let d = p.detection.as_ref().unwrap();
+        assert_eq!(d.action, Action::Reject);
+        assert_eq!(d.similarity, Similarity::Exact);
+    }
+
+    #[test]
+    fn threshold_one_names_policy_and_field() {
+        assert_eq!(
+            err_of(with(&ld("threshold_identical_requests"), json!(1))),
+            "policy \"llm-policy\": loop_detection.threshold_identical_requests must be >= 2 (got 1); use 0 to switch the policy off"
+        );
+    }
+
+    #[test]
+    fn threshold_bounds() {
+        assert!(
+            err_of(with(&ld("threshold_identical_requests"), json!(1025)))
+                .contains("must be <= 1024 (got 1025)")
+        );
+        assert!(err_of(with(&ld("threshold_identical_requests"), json!(-3)))
+            .contains("must be an integer"));
+        assert!(
+            err_of(with(&ld("threshold_identical_requests"), json!(2.5)))
+                .contains("must be an integer")
+        );
+        assert!(
+            err_of(with(&ld("threshold_identical_requests"), json!("5"))).contains("(got \"5\")")
+        );
+        let cfg =
+            Config::from_value(&with(&ld("threshold_identical_requests"), json!(1024))).unwrap();
+        assert_eq!(cfg.policies[0].detection.as_ref().unwrap().threshold, 1024);
+    }
+
+    #[test]
+    fn threshold_zero_and_disabled_switch_the_policy_off() {
+        let cfg = Config::from_value(&with(&ld("threshold_identical_requests"), json!(0))).unwrap();
+        assert!(cfg.policies[0].detection.is_none());
+        let cfg = Config::from_value(&with(&ld("enabled"), json!(false))).unwrap();
+        assert!(cfg.policies[0].detection.is_none());
+        // A disabled policy needs no window or threshold...
+        let v = json!({"policies": [{"id": "p", "spec": {"selector": {}, "loop_detection": {"enabled": false}}}]});
+        assert!(Config::from_value(&v).unwrap().policies[0]
+            .detection
+            .is_none());
+        // ...but what it gives is still checked.
+        let v = json!({"policies": [{"id": "p", "spec": {"selector": {}, "loop_detection": {"enabled": false, "window_seconds": 0}}}]});
+        assert!(err_of(v).contains("loop_detection.window_seconds must be >= 1 (got 0)"));
+    }
+
+    #[test]
+    fn window_bounds() {
+        assert_eq!(
+            err_of(with(&ld("window_seconds"), json!(0))),
+            "policy \"llm-policy\": loop_detection.window_seconds must be >= 1 (got 0)"
+        );
+        assert!(err_of(with(&ld("window_seconds"), json!(86_401))).contains("must be <= 86400"));
+        assert!(err_of(without(&ld("window_seconds")))
+            .contains("loop_detection.window_seconds is required when enabled"));
+        assert!(err_of(without(&ld("threshold_identical_requests")))
+            .contains("threshold_identical_requests is required when enabled"));
+        assert!(err_of(without(&ld("enabled"))).contains("loop_detection.enabled is required"));
+        assert!(err_of(with(&ld("enabled"), json!("yes"))).contains("must be true or false"));
+    }
+
+    #[test]
+    fn unsupported_actions_and_modes_are_refused_not_treated_as_reject() {
+        let e = err_of(with(&ld("action"), json!("throttle")));
+        assert_eq!(e, "policy \"llm-policy\": loop_detection.action \"throttle\" is not supported yet (only \"reject\" is available)");
+        assert!(
+            err_of(with(&ld("action"), json!("warn"))).contains("\"warn\" is not supported yet")
+        );
+        assert!(err_of(with(&ld("action"), json!("block")))
+            .contains("must be \"reject\", \"throttle\" or \"warn\" (got \"block\")"));
+        assert!(err_of(with(&ld("similarity"), json!("llm_tail")))
+            .contains("\"llm_tail\" is not supported yet"));
+        assert!(err_of(with(&ld("similarity"), json!("fuzzy")))
+            .contains("loop_detection.similarity must be \"exact\""));
+        assert!(
+            err_of(with(&["policies", "0", "spec", "mode"], json!("shadow")))
+                .contains("mode \"shadow\" is not supported yet")
+        );
+        assert!(
+            err_of(with(&["policies", "0", "spec", "mode"], json!("audit")))
+                .contains("mode must be")
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_errors_everywhere_with_a_suggestion() {
+        assert_eq!(
+            err_of(with(&ld("treshold_identical_requests"), json!(5))),
+            "policy \"llm-policy\": loop_detection.treshold_identical_requests is not a known field (did you mean \"threshold_identical_requests\"?)"
+        );
+        assert!(err_of(with(
+            &["policies", "0", "spec", "selector", "path"],
+            json!("/x")
+        ))
+        .starts_with("policy \"llm-policy\": selector.path is not a known field"));
+        assert!(err_of(with(&["policies", "0", "spec", "rules"], json!([])))
+            .starts_with("policy \"llm-policy\": rules is not a known field"));
+        assert!(err_of(with(&["policies", "0", "name"], json!("x")))
+            .starts_with("policies[0].name is not a known field"));
+        assert!(err_of(with(&["max_tracked"], json!(5))).starts_with(
+            "max_tracked is not a known field (did you mean \"max_tracked_fingerprints\"?)"
+        ));
+    }
+
+    #[test]
+    fn ids_are_checked_and_unique() {
+        assert!(err_of(with(&["policies", "0", "id"], json!("bad id")))
+            .starts_with("policies[0].id must match [A-Za-z0-9_-]{1,64} (got \"bad id\")"));
+        assert!(err_of(with(&["policies", "0", "id"], json!(""))).contains("must match"));
+        assert!(
+            err_of(with(&["policies", "0", "id"], json!("a".repeat(65)))).contains("must match")
+        );
+        assert!(err_of(without(&["policies", "0", "id"])).contains("policies[0].id is required"));
+        let mut v = base();
+        let p = v["policies"][0].clone();
+        v["policies"].as_array_mut().unwrap().push(p);
+        assert_eq!(
+            err_of(v),
+            "policy \"llm-policy\": id is used by more than one policy; ids must be unique"
+        );
+    }
+
+    #[test]
+    fn selector_validation() {
+        let sel = |s: Value| with(&["policies", "0", "spec", "selector"], s);
+        assert!(err_of(sel(json!({"pathExact": "/a", "pathPrefix": "/b"})))
+            .contains("selector may give pathExact or pathPrefix, not both"));
+        assert!(err_of(sel(json!({"pathPrefix": "v1"})))
+            .contains("selector.pathPrefix must start with \"/\""));
+        assert!(err_of(sel(json!({"pathExact": "/a?b=1"}))).contains("must not contain a query"));
+        assert!(err_of(sel(json!({"methods": []}))).contains("selector.methods must not be empty"));
+        assert!(err_of(sel(json!({"methods": ["GET", "P O"]})))
+            .contains("selector.methods[1] must be an HTTP method token"));
+        assert!(err_of(sel(json!({"methods": "GET"})))
+            .contains("selector.methods must be a list of strings"));
+        assert!(err_of(sel(json!({"hosts": ["a b"]})))
+            .contains("selector.hosts[0] must be a host name"));
+        assert!(err_of(sel(json!("x"))).contains("selector must be an object"));
+        assert!(err_of(without(&["policies", "0", "spec", "selector"]))
+            .contains("selector is required (use {} to match every request)"));
+        let cfg =
+            Config::from_value(&sel(json!({"hosts": ["*.Example.com", "[::1]:80"]}))).unwrap();
+        assert_eq!(
+            cfg.policies[0].selector.hosts,
+            vec!["*.example.com", "[::1]"]
+        );
+    }
+
+    #[test]
+    fn limit_key_validation() {
+        let lk = |s: Value| with(&["policies", "0", "spec", "limit_keys"], s);
+        assert!(err_of(lk(json!(["cookie:x"]))).contains("limit_keys[0] must be header:<name>, query:<name>, jwt:<claim> or ip:address (got \"cookie:x\")"));
+        assert!(err_of(lk(json!(["header:"]))).contains("limit_keys[0] names no header"));
+        assert!(err_of(lk(json!(["ip:port"]))).contains("must be ip:address"));
+        assert!(err_of(lk(json!(["header:a b"]))).contains("invalid header name"));
+        assert!(err_of(lk(json!(["header:X-A", "header:x-a"])))
+            .contains("limit_keys[1] repeats \"header:x-a\""));
+        assert!(err_of(lk(json!([3]))).contains("limit_keys[0] must be a string (got 3)"));
+        assert!(err_of(lk(json!("header:x"))).contains("limit_keys must be a list"));
+        assert!(err_of(lk(json!(["nocolon"]))).contains("limit_keys[0] must be"));
+    }
+
+    #[test]
+    fn top_level_validation() {
+        assert!(err_of(with(&["max_tracked_fingerprints"], json!(0)))
+            .starts_with("max_tracked_fingerprints must be >= 1 (got 0)"));
+        assert!(
+            err_of(with(&["max_tracked_fingerprints"], json!(4_194_305)))
+                .contains("must be <= 4194304")
+        );
+        assert!(
+            err_of(with(&["max_body_bytes"], json!(0))).starts_with("max_body_bytes must be >= 1")
+        );
+        assert!(err_of(json!({"policies": []})).contains("policies must list at least one policy"));
+        assert!(err_of(json!({})).contains("policies is required"));
+        assert!(err_of(json!([])).contains("configuration must be an object"));
+        assert!(Config::parse(b"{not json")
+            .unwrap_err()
+            .to_string()
+            .starts_with("configuration is not valid JSON"));
+        assert!(Config::parse(b"").is_err());
+    }
+
+    #[test]
+    fn normalize_host_cases() {
+        assert_eq!(normalize_host("API.Example.COM:8443"), "api.example.com");
+        assert_eq!(normalize_host("example.com."), "example.com");
+        assert_eq!(normalize_host("[::1]:10000"), "[::1]");
+        assert_eq!(normalize_host("::1"), "::1");
+        assert_eq!(normalize_host("localhost"), "localhost");
+    }
+
+    #[test]
+    fn never_panics_on_odd_json() {
+        for s in [
+            "null", "1", "\"x\"", "{\"policies\": [null]}", "{\"policies\": [{\"id\": 5}]}",
+            "{\"policies\": [{\"id\": \"a\", \"spec\": []}]}",
+            "{\"policies\": [{\"id\": \"a\", \"spec\": {\"selector\": {}, \"loop_detection\": []}}]}",
+            "{\"policies\": {}}", "{\"max_body_bytes\": 1e300, \"policies\": []}",
+        ] {
+            assert!(Config::parse(s.as_bytes()).is_err(), "{s}");
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! What the host hands the core about a request, and the parsing of the
+//! parts of it the core reads (query string, API keys, JWT claims,
+//! downstream address).
+
+use serde_json::Value;
+
+/// Facts about the request in flight. The host answers them from Envoy; the
+/// core asks only for what the matched policy needs, so a request costs only
+/// the host calls its policy requires.
+pub trait RequestFacts {
+    /// A request header's value (`name` is lower-case). Values need not be
+    /// UTF-8.
+    fn header(&self, name: &str) -> Option<Vec<u8>>;
+    /// The downstream peer address as Envoy reports it (`1.2.3.4:5678`,
+    /// `[::1]:5678`).
+    fn source_address(&self) -> Option<String>;
+}
+
+/// The request line as seen in the headers phase.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestHead<'a> {
+    pub method: &'a str,
+    /// The `:path` pseudo-header, query string included.
+    pub path: &'a str,
+    /// The `:authority` (or `host`) pseudo-header.
+    pub authority: &'a str,
+}
+
+impl<'a> RequestHead<'a> {
+    /// The path without query string or fragment.
+    pub fn path_only(&self) -> &'a str {
+        split_path(self.path).0
+    }
+
+    /// The raw query string (without `?`), empty when there is none.
+    pub fn query(&self) -> &'a str {
+        split_path(self.path).1
+    }
+}
+
+fn split_path(full: &str) -> (&str, &str) {
+    let without_fragment = full.split('#').next().unwrap_or("");
+    match without_fragment.split_once('?') {
+        Some((p, q)) => (p, q),
+        None => (without_fragment, ""),
+    }
+}
+
+/// Query parameters as decoded (key, value) byte pairs, sorted by key then
+/// value. `a` and `a=` both mean an empty value; empty segments are
+/// skipped; `+` means a space and `%XX` is decoded, as form-encoded query
+/// strings are read by servers.
+pub fn sorted_query_pairs(query: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = query
+        .split('&')
+        .filter(|seg| !seg.is_empty())
+        .map(|seg| {
+            let (k, v) = seg.split_once('=').unwrap_or((seg, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect();
+    pairs.sort();
+    pairs
+}
+
+/// Every value of one query parameter, sorted.
+pub fn query_values(query: &str, name: &str) -> Vec<Vec<u8>> {
+    let name = name.as_bytes();
+    let mut values: Vec<Vec<u8>> = query
+        .split('&')
+        .filter(|seg| !seg.is_empty())
+        .filter_map(|seg| {
+            let (k, v) = seg.split_once('=').unwrap_or((seg, ""));
+            (percent_decode(k) == name).then(|| percent_decode(v))
+        })
+        .collect();
+    values.sort();
+    values
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        match b {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hi = bytes.get(i + 1).and_then(|c| hex_val(*c));
+                let lo = bytes.get(i + 2).and_then(|c| hex_val(*c));
+                if let (Some(hi), Some(lo)) = (hi, lo) {
+                    out.push(hi << 4 | lo);
+                    i += 2;
+                } else {
+                    out.push(b'%');
+                }
+            }
+            other => out.push(other),
+        }
+        i += 1;
+    }
+    out
+}
+
+fn hex_val(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header value.
+pub fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
+    let trimmed = trim_ascii(authorization);
+    let scheme = trimmed.get(..7)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer ") {
+        return None;
+    }
+    let token = trim_ascii(trimmed.get(7..)?);
+    (!token.is_empty()).then_some(token)
+}
+
+/// The caller's API key, as the bytes to hash: the Bearer token, else the
+/// whole `Authorization` value (other schemes), else `x-api-key`, else
+/// `api-key` (Azure OpenAI).
+pub fn api_key(facts: &dyn RequestFacts) -> Option<Vec<u8>> {
+    if let Some(auth) = facts.header("authorization") {
+        if let Some(token) = bearer_token(&auth) {
+            return Some(token.to_vec());
+        }
+        let whole = trim_ascii(&auth);
+        if !whole.is_empty() {
+            return Some(whole.to_vec());
+        }
+    }
+    ["x-api-key", "api-key"].iter().find_map(|name| {
+        facts
+            .header(name)
+            .map(|v| trim_ascii(&v).to_vec())
+            .filter(|v| !v.is_empty())
+    })
+}
+
+/// A claim from the payload of a Bearer JWT, decoded WITHOUT verifying the
+/// signature. Strings give their text, other JSON values their compact
+/// JSON. `None` when there is no Bearer JWT or no such claim.
+pub fn jwt_claim(authorization: &[u8], claim: &str) -> Option<Vec<u8>> {
+    let token = bearer_token(authorization)?;
+    let mut parts = token.split(|&b| b == b'.');
+    let _header = parts.next()?;
+    let payload = parts.next()?;
+    parts.next()?; // a JWS has exactly three parts
+    let decoded = base64url_decode(payload)?;
+    let json: Value = serde_json::from_slice(&decoded).ok()?;
+    match json.get(claim)? {
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        other => Some(other.to_string().into_bytes()),
+    }
+}
+
+/// Base64url without padding (padding tolerated), as used by JWTs.
+pub fn base64url_decode(input: &[u8]) -> Option<Vec<u8>> {
+    let input = match input.iter().position(|&b| b == b'=') {
+        Some(pad) => input.get(..pad)?,
+        None => input,
+    };
+    let mut out = Vec::with_capacity(input.len() * 3 / 4);
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for &c in input {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' | b'+' => 62,
+            b'_' | b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    if bits >= 6 {
+        return None; // a lone trailing character encodes no whole byte
+    }
+    Some(out)
+}
+
+/// The address part of `ip:port` / `[v6]:port` (a bare address is returned
+/// as is).
+pub fn address_without_port(addr: &str) -> &str {
+    if let Some(rest) = addr.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            host
+        }
+        _ => addr,
+    }
+}
+
+fn trim_ascii(b: &[u8]) -> &[u8] {
+    let start = b
+        .iter()
+        .position(|c| !c.is_ascii_whitespace())
+        .unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    b.get(start..end).unwrap_or(&[])
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Request facts from a table, for tests.
+    #[derive(Default, Clone)]
+    pub struct FakeFacts {
+        pub headers: HashMap<String, Vec<u8>>,
+        pub source: Option<String>,
+    }
+
+    impl FakeFacts {
+        pub fn with(mut self, name: &str, value: &str) -> Self {
+            self.headers
+                .insert(name.to_string(), value.as_bytes().to_vec());
+            self
+        }
+    }
+
+    impl RequestFacts for FakeFacts {
+        fn header(&self, name: &str) -> Option<Vec<u8>> {
+            self.headers.get(name).cloned()
+        }
+        fn source_address(&self) -> Option<String> {
+            self.source.clone()
+        }
+    }
+
+    fn b(s: &str) -> Vec<u8> {
+        s.as_bytes().to_vec()
+    }
+
+    #[test]
+    fn splits_path_query_fragment() {
+        let h = RequestHead {
+            method: "GET",
+            path: "/a/b?x=1&y=2#frag",
+            authority: "h",
+        };
+        assert_eq!(h.path_only(), "/a/b");
+        assert_eq!(h.query(), "x=1&y=2");
+        let h = RequestHead {
+            method: "GET",
+            path: "/a",
+            authority: "h",
+        };
+        assert_eq!((h.path_only(), h.query()), ("/a", ""));
+    }
+
+    #[test]
+    fn query_pairs_sorted_and_decoded() {
+        assert_eq!(sorted_query_pairs("a=2&a=1"), sorted_query_pairs("a=1&a=2"));
+        assert_ne!(sorted_query_pairs("a=1"), sorted_query_pairs("a=1&a=2"));
+        assert_eq!(
+            sorted_query_pairs("b=%41+c&a&&a="),
+            vec![(b("a"), b("")), (b("a"), b("")), (b("b"), b("A c"))]
+        );
+        assert_eq!(sorted_query_pairs("x=%zz%4"), vec![(b("x"), b("%zz%4"))]);
+        assert!(sorted_query_pairs("").is_empty());
+    }
+
+    #[test]
+    fn query_values_for_one_key() {
+        assert_eq!(
+            query_values("user=b&x=1&user=a", "user"),
+            vec![b("a"), b("b")]
+        );
+        assert_eq!(query_values("user=", "user"), vec![b("")]);
+        assert!(query_values("x=1", "user").is_empty());
+    }
+
+    #[test]
+    fn bearer_and_api_keys() {
+        assert_eq!(bearer_token(b"Bearer sk-1"), Some(&b"sk-1"[..]));
+        assert_eq!(bearer_token(b"  bearer   sk-2 "), Some(&b"sk-2"[..]));
+        assert_eq!(bearer_token(b"Basic abc"), None);
+        assert_eq!(bearer_token(b"Bearer "), None);
+        let f = FakeFacts::default()
+            .with("authorization", "Bearer sk-1")
+            .with("x-api-key", "k");
+        assert_eq!(api_key(&f), Some(b("sk-1")));
+        let f = FakeFacts::default().with("x-api-key", " k2 ");
+        assert_eq!(api_key(&f), Some(b("k2")));
+        let f = FakeFacts::default().with("authorization", "Basic dTpw");
+        assert_eq!(api_key(&f), Some(b("Basic dTpw")));
+        let f = FakeFacts::default().with("api-key", "azure");
+        assert_eq!(api_key(&f), Some(b("azure")));
+        assert_eq!(api_key(&FakeFacts::default()), None);
+    }
+
+    #[test]
+    fn jwt_claims_without_verification() {
+        // {"alg":"none"} . {"sub":"user-1","org":{"id":7},"n":3}
+        let header = "eyJhbGciOiJub25lIn0";
+        let payload = "eyJzdWIiOiJ1c2VyLTEiLCJvcmciOnsiaWQiOjd9LCJuIjozfQ";
+        let auth = format!("Bearer {header}.{payload}.sig");
+        assert_eq!(jwt_claim(auth.as_bytes(), "sub"), Some(b("user-1")));
+        assert_eq!(jwt_claim(auth.as_bytes(), "org"), Some(b("{\"id\":7}")));
+        assert_eq!(jwt_claim(auth.as_bytes(), "n"), Some(b("3")));
+        assert_eq!(jwt_claim(auth.as_bytes(), "missing"), None);
+        assert_eq!(jwt_claim(b"Bearer not-a-jwt", "sub"), None);
+        assert_eq!(jwt_claim(b"Bearer a.!!!.c", "sub"), None);
+        assert_eq!(
+            jwt_claim(format!("Bearer {header}.{payload}").as_bytes(), "sub"),
+            None
+        );
+    }
+
+    #[test]
+    fn base64url() {
+        assert_eq!(base64url_decode(b"aGVsbG8"), Some(b("hello")));
+        assert_eq!(base64url_decode(b"aGVsbG8="), Some(b("hello")));
+        assert_eq!(base64url_decode(b"_-8"), Some(vec![0xff, 0xef]));
+        assert_eq!(base64url_decode(b"a"), None);
+        assert_eq!(base64url_decode(b"a*b"), None);
+        assert_eq!(base64url_decode(b""), Some(vec![]));
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(address_without_port("10.0.0.1:5555"), "10.0.0.1");
+        assert_eq!(address_without_port("[::1]:5555"), "::1");
+        assert_eq!(address_without_port("10.0.0.1"), "10.0.0.1");
+        assert_eq!(address_without_port("::1"), "::1");
+        assert_eq!(address_without_port("envoy://internal"), "envoy://internal");
+    }
+}

@@ -1,0 +1,357 @@
+//! The bounded fingerprint table: fixed buckets of a few entries each, every
+//! entry holding a full 128-bit fingerprint and its sliding log.
+//!
+//! The table has `ceil(max_tracked_fingerprints / 4)` buckets, created when
+//! the plugin starts and never more, so memory stays bounded however many
+//! distinct requests arrive. A fingerprint lives in the bucket its digest
+//! picks. Inside a bucket an entry is found by its full digest (two
+//! fingerprints never share a count); a new fingerprint takes a free entry,
+//! else an expired one, else evicts the least recently seen.
+//!
+//! This module is pure: it turns the old bucket bytes into the new ones. The
+//! host stores them (Envoy shared data, compare-and-swap).
+
+use super::fingerprint::Fingerprint;
+use super::window::{self, WindowQuery, WindowState};
+
+/// Entries per bucket.
+pub const BUCKET_ENTRIES: usize = 4;
+/// Bumped whenever the bucket encoding changes: it is part of the layout
+/// hash, so a new encoding never misreads old slots.
+const FORMAT_VERSION: u8 = 1;
+
+/// The shape of the table, fixed at configure time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableLayout {
+    pub buckets: u32,
+}
+
+impl TableLayout {
+    pub fn new(max_tracked_fingerprints: u32) -> Self {
+        let entries = max_tracked_fingerprints.max(1) as usize;
+        let buckets = entries.div_ceil(BUCKET_ENTRIES);
+        TableLayout {
+            buckets: u32::try_from(buckets).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Entries the table can hold.
+    pub fn capacity(&self) -> u64 {
+        u64::from(self.buckets) * BUCKET_ENTRIES as u64
+    }
+
+    pub fn bucket_of(&self, fp: &Fingerprint) -> u32 {
+        (fp.spread() % u64::from(self.buckets.max(1))) as u32
+    }
+
+    /// 8 hex characters naming this layout and encoding. Store keys carry
+    /// it, so a reload with another table size starts on fresh keys instead
+    /// of misreading old ones, and a reload with the same layout keeps its
+    /// counts.
+    pub fn tag(&self) -> String {
+        let mut h = crc32fast::Hasher::new();
+        h.update(b"loopguard-slot-table");
+        h.update(&[FORMAT_VERSION, BUCKET_ENTRIES as u8]);
+        h.update(&self.buckets.to_le_bytes());
+        format!("{:08x}", h.finalize())
+    }
+}
+
+/// One tracked fingerprint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub fingerprint: Fingerprint,
+    /// Time of the newest hit.
+    pub last_seen: u64,
+    /// When the entry stops mattering: newest hit + window. An expired entry
+    /// is reused before any live one is evicted.
+    pub expires_at: u64,
+    /// Hit times, oldest first.
+    pub hits: Vec<u64>,
+}
+
+/// A decoded bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Bucket {
+    pub entries: Vec<Entry>,
+}
+
+/// What recording a hit did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub state: WindowState,
+    /// A live fingerprint was pushed out to make room.
+    pub evicted: bool,
+    /// The new bucket bytes to store.
+    pub bucket: Vec<u8>,
+}
+
+/// Record a hit of `fp` at `now` into the bucket `old` (its stored bytes;
+/// empty or unreadable bytes are an empty bucket).
+pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Recorded {
+    let mut bucket = Bucket::decode(old).unwrap_or_default();
+    let mut evicted = false;
+    let idx = match bucket.entries.iter().position(|e| e.fingerprint == *fp) {
+        Some(i) => i,
+        None => {
+            let fresh = Entry {
+                fingerprint: *fp,
+                last_seen: now,
+                expires_at: now,
+                hits: Vec::new(),
+            };
+            if bucket.entries.len() < BUCKET_ENTRIES {
+                bucket.entries.push(fresh);
+                bucket.entries.len() - 1
+            } else {
+                let victim = match bucket.entries.iter().position(|e| e.expires_at <= now) {
+                    Some(i) => i,
+                    None => {
+                        evicted = true;
+                        bucket
+                            .entries
+                            .iter()
+                            .enumerate()
+                            .min_by_key(|(_, e)| e.last_seen)
+                            .map_or(0, |(i, _)| i)
+                    }
+                };
+                if let Some(slot) = bucket.entries.get_mut(victim) {
+                    *slot = fresh;
+                }
+                victim
+            }
+        }
+    };
+    let state = match bucket.entries.get_mut(idx) {
+        Some(entry) => {
+            let state = window::record_hit(&mut entry.hits, now, q);
+            entry.last_seen = now;
+            entry.expires_at = now.saturating_add(q.window_ms);
+            state
+        }
+        // Unreachable by construction; answer as a first hit.
+        None => WindowState {
+            count: 1,
+            previous_count: 0,
+            until_allowed_ms: 0,
+        },
+    };
+    Recorded {
+        state,
+        evicted,
+        bucket: bucket.encode(),
+    }
+}
+
+// Encoding (little-endian):
+//   bucket := version:u8 count:u8 entry*
+//   entry  := fingerprint:[16] last_seen:u64 expires_at:u64 n:u16 age:u32*n
+// Hit times are stored as ages in ms before `last_seen` (a window is at
+// most a day, so an age fits in 32 bits), oldest first.
+const ENTRY_FIXED: usize = 16 + 8 + 8 + 2;
+
+impl Bucket {
+    pub fn decode(bytes: &[u8]) -> Option<Bucket> {
+        let mut r = Reader(bytes);
+        if bytes.is_empty() {
+            return Some(Bucket::default());
+        }
+        if r.u8()? != FORMAT_VERSION {
+            return None;
+        }
+        let n = r.u8()? as usize;
+        if n > BUCKET_ENTRIES {
+            return None;
+        }
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut fingerprint = [0u8; 16];
+            fingerprint.copy_from_slice(r.take(16)?);
+            let last_seen = r.u64()?;
+            let expires_at = r.u64()?;
+            let hit_count = r.u16()? as usize;
+            let mut hits = Vec::with_capacity(hit_count);
+            for _ in 0..hit_count {
+                hits.push(last_seen.saturating_sub(u64::from(r.u32()?)));
+            }
+            entries.push(Entry {
+                fingerprint: Fingerprint(fingerprint),
+                last_seen,
+                expires_at,
+                hits,
+            });
+        }
+        if !r.0.is_empty() {
+            return None;
+        }
+        Some(Bucket { entries })
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let size = 2 + self
+            .entries
+            .iter()
+            .map(|e| ENTRY_FIXED + 4 * e.hits.len())
+            .sum::<usize>();
+        let mut out = Vec::with_capacity(size);
+        out.push(FORMAT_VERSION);
+        out.push(self.entries.len() as u8);
+        for e in &self.entries {
+            out.extend_from_slice(&e.fingerprint.0);
+            out.extend_from_slice(&e.last_seen.to_le_bytes());
+            out.extend_from_slice(&e.expires_at.to_le_bytes());
+            let n = e.hits.len().min(usize::from(u16::MAX));
+            out.extend_from_slice(&(n as u16).to_le_bytes());
+            for &t in e.hits.iter().skip(e.hits.len() - n) {
+                let age = e.last_seen.saturating_sub(t).min(u64::from(u32::MAX)) as u32;
+                out.extend_from_slice(&age.to_le_bytes());
+            }
+        }
+        out
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1)?.first().copied()
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn fp(n: u8) -> Fingerprint {
+        Fingerprint([n; 16])
+    }
+
+    fn q(window_ms: u64, trip_at: u32) -> WindowQuery {
+        WindowQuery {
+            window_ms,
+            capacity: trip_at,
+            trip_at,
+        }
+    }
+
+    #[test]
+    fn layout_rounds_up_and_tags_differ() {
+        assert_eq!(TableLayout::new(1).buckets, 1);
+        assert_eq!(TableLayout::new(4).buckets, 1);
+        assert_eq!(TableLayout::new(5).buckets, 2);
+        assert_eq!(TableLayout::new(65_536).buckets, 16_384);
+        assert_eq!(TableLayout::new(65_536).capacity(), 65_536);
+        assert_ne!(TableLayout::new(8).tag(), TableLayout::new(12).tag());
+        assert_eq!(TableLayout::new(8).tag(), TableLayout::new(8).tag());
+        assert_eq!(TableLayout::new(8).tag().len(), 8);
+    }
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let b = Bucket {
+            entries: vec![Entry {
+                fingerprint: fp(1),
+                last_seen: 5_000,
+                expires_at: 65_000,
+                hits: vec![1_000, 4_000, 5_000],
+            }],
+        };
+        assert_eq!(Bucket::decode(&b.encode()), Some(b));
+        assert_eq!(Bucket::decode(&[]), Some(Bucket::default()));
+        assert_eq!(Bucket::decode(&[9, 0]), None);
+        assert_eq!(Bucket::decode(&[FORMAT_VERSION, 1, 0]), None);
+        let mut trailing = Bucket::default().encode();
+        trailing.push(0);
+        assert_eq!(Bucket::decode(&trailing), None);
+    }
+
+    #[test]
+    fn unreadable_bucket_is_treated_as_empty() {
+        let r = record(&[0xff, 0xff, 0xff], &fp(1), 100, &q(1_000, 2));
+        assert_eq!(r.state.count, 1);
+        assert!(!r.evicted);
+        assert_eq!(Bucket::decode(&r.bucket).unwrap().entries.len(), 1);
+    }
+
+    #[test]
+    fn expired_entries_are_reused_before_live_ones_are_evicted() {
+        let mut bytes = Vec::new();
+        for i in 0..4u8 {
+            bytes = record(&bytes, &fp(i), 1_000 + u64::from(i), &q(1_000, 3)).bucket;
+        }
+        // fp(0) expired at 2000; at 2000 a new fingerprint reuses it.
+        let r = record(&bytes, &fp(9), 2_000, &q(1_000, 3));
+        assert!(!r.evicted);
+        let b = Bucket::decode(&r.bucket).unwrap();
+        assert!(b.entries.iter().any(|e| e.fingerprint == fp(9)));
+        assert!(!b.entries.iter().any(|e| e.fingerprint == fp(0)));
+        // All live now: the least recently seen (fp(1)) is evicted.
+        let r = record(&r.bucket, &fp(10), 2_000, &q(60_000, 3));
+        assert!(r.evicted);
+        let b = Bucket::decode(&r.bucket).unwrap();
+        assert!(!b.entries.iter().any(|e| e.fingerprint == fp(1)));
+        assert_eq!(b.entries.len(), BUCKET_ENTRIES);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Against a per-fingerprint reference log: a fingerprint's count
+        /// never exceeds its true count (no two fingerprints share one), and
+        /// equals it whenever the fingerprint was never evicted.
+        #[test]
+        fn counts_never_mix(
+            events in prop::collection::vec((0u8..12, 0u64..300), 1..200),
+            buckets in 1u32..4,
+        ) {
+            let layout = TableLayout { buckets };
+            let query = q(2_000, 6);
+            let mut table: HashMap<u32, Vec<u8>> = HashMap::new();
+            let mut truth: HashMap<u8, Vec<u64>> = HashMap::new();
+            let mut evicted_ever: std::collections::HashSet<u8> = Default::default();
+            let mut now = 0u64;
+            for (id, gap) in events {
+                now += gap;
+                let f = Fingerprint([id, id.wrapping_mul(37), 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, id]);
+                let b = layout.bucket_of(&f);
+                let before = Bucket::decode(table.get(&b).map(Vec::as_slice).unwrap_or(&[])).unwrap();
+                let present: Vec<Fingerprint> = before.entries.iter().map(|e| e.fingerprint).collect();
+                let r = record(table.get(&b).map(Vec::as_slice).unwrap_or(&[]), &f, now, &query);
+                let after = Bucket::decode(&r.bucket).unwrap();
+                for lost in present.iter().filter(|p| !after.entries.iter().any(|e| e.fingerprint == **p)) {
+                    evicted_ever.insert(lost.0[0]);
+                }
+                table.insert(b, r.bucket);
+                let log = truth.entry(id).or_default();
+                log.push(now);
+                let true_count = log.iter().filter(|&&t| now - t < query.window_ms).count() as u32;
+                prop_assert!(r.state.count <= true_count.min(query.capacity));
+                if !evicted_ever.contains(&id) {
+                    prop_assert_eq!(r.state.count, true_count.min(query.capacity));
+                }
+                prop_assert!(after.entries.len() <= BUCKET_ENTRIES);
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Where window state lives.
+//!
+//! A [`WindowStore`] records one hit and answers the window state. The
+//! local store ([`SlotStore`]) answers at once from the bounded slot table
+//! over any [`BucketBackend`] with compare-and-swap (Envoy shared data in
+//! the host, a map in tests). The answer type leaves room for a store that
+//! answers later, so callers always go: fingerprint, then the store's
+//! answer, then a pure decision.
+
+use super::fingerprint::Fingerprint;
+use super::slot_table::{self, TableLayout};
+use super::window::{WindowQuery, WindowState};
+
+/// CAS attempts before a hit is given up on (the request then passes).
+pub const MAX_CAS_ATTEMPTS: u32 = 32;
+
+/// The store's answer to one hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreAnswer {
+    /// Recorded; here is the window state.
+    Ready(StoreReceipt),
+    /// The hit could not be recorded; the request must pass (fail-open).
+    Failed(StoreFailure),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreReceipt {
+    pub state: WindowState,
+    /// A live fingerprint was evicted to make room for this one.
+    pub evicted: bool,
+    /// CAS attempts that lost a race before this one won.
+    pub cas_retries: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreFailure {
+    /// Every CAS attempt lost a race.
+    Contention,
+    /// The backend refused a read or write.
+    Backend,
+}
+
+impl StoreFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreFailure::Contention => "contention",
+            StoreFailure::Backend => "backend",
+        }
+    }
+}
+
+pub trait WindowStore {
+    fn record(&mut self, fp: &Fingerprint, now_ms: u64, q: &WindowQuery) -> StoreAnswer;
+}
+
+/// Outcome of a conditional write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CasWrite {
+    Written,
+    /// Someone else wrote the bucket since it was read.
+    Conflict,
+    Failed,
+}
+
+/// Bucket storage with compare-and-swap: the only thing a host must provide
+/// for the local store.
+pub trait BucketBackend {
+    /// The bucket's bytes and version (`None` on a backend error).
+    fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)>;
+    /// Write if the bucket is still at `version`.
+    fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite;
+}
+
+/// The local store: the slot table over a CAS backend.
+pub struct SlotStore<B> {
+    pub layout: TableLayout,
+    pub backend: B,
+}
+
+impl<B: BucketBackend> WindowStore for SlotStore<B> {
+    fn record(&mut self, fp: &Fingerprint, now_ms: u64, q: &WindowQuery) -> StoreAnswer {
+        let bucket = self.layout.bucket_of(fp);
+        for attempt in 0..MAX_CAS_ATTEMPTS {
+            let Some((old, version)) = self.backend.read(bucket) else {
+                return StoreAnswer::Failed(StoreFailure::Backend);
+            };
+            let rec = slot_table::record(&old, fp, now_ms, q);
+            match self.backend.write(bucket, &rec.bucket, version) {
+                CasWrite::Written => {
+                    return StoreAnswer::Ready(StoreReceipt {
+                        state: rec.state,
+                        evicted: rec.evicted,
+                        cas_retries: attempt,
+                    })
+                }
+                CasWrite::Conflict => continue,
+                CasWrite::Failed => return StoreAnswer::Failed(StoreFailure::Backend),
+            }
+        }
+        StoreAnswer::Failed(StoreFailure::Contention)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// An in-memory CAS backend that can be told to lose races.
+    #[derive(Default)]
+    pub struct MemoryBackend {
+        pub buckets: HashMap<u32, (Vec<u8>, u32)>,
+        /// The next N writes conflict (as if another worker won).
+        pub conflicts_ahead: u32,
+        pub fail_reads: bool,
+    }
+
+    impl BucketBackend for MemoryBackend {
+        fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)> {
+            if self.fail_reads {
+                return None;
+            }
+            Some(
+                self.buckets
+                    .get(&bucket)
+                    .cloned()
+                    .unwrap_or((Vec::new(), 0)),
+            )
+        }
+        fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {
+            let cur = self.buckets.get(&bucket).map_or(0, |b| b.1);
+            if self.conflicts_ahead > 0 {
+                self.conflicts_ahead -= 1;
+                // Another writer bumps the version.
+                let old = self
+                    .buckets
+                    .get(&bucket)
+                    .map(|b| b.0.clone())
+                    .unwrap_or_default();
+                self.buckets.insert(bucket, (old, cur + 1));
+                return CasWrite::Conflict;
+            }
+            if cur != version {
+                return CasWrite::Conflict;
+            }
+            self.buckets.insert(bucket, (bytes.to_vec(), cur + 1));
+            CasWrite::Written
+        }
+    }
+
+    fn q() -> WindowQuery {
+        WindowQuery {
+            window_ms: 1_000,
+            capacity: 3,
+            trip_at: 3,
+        }
+    }
+
+    #[test]
+    fn retries_lost_races_then_records_once() {
+        let mut s = SlotStore {
+            layout: TableLayout::new(16),
+            backend: MemoryBackend {
+                conflicts_ahead: 3,
+                ..Default::default()
+            },
+        };
+        let f = Fingerprint([7; 16]);
+        match s.record(&f, 100, &q()) {
+            StoreAnswer::Ready(r) => {
+                assert_eq!(r.state.count, 1);
+                assert_eq!(r.cas_retries, 3);
+            }
+            other => panic!("{other:?}"),
+        }
+        match s.record(&f, 200, &q()) {
+            StoreAnswer::Ready(r) => assert_eq!(r.state.count, 2),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn endless_contention_and_backend_errors_fail_open() {
+        let mut s = SlotStore {
+            layout: TableLayout::new(16),
+            backend: MemoryBackend {
+                conflicts_ahead: u32::MAX,
+                ..Default::default()
+            },
+        };
+        assert_eq!(
+            s.record(&Fingerprint([1; 16]), 1, &q()),
+            StoreAnswer::Failed(StoreFailure::Contention)
+        );
+        let mut s = SlotStore {
+            layout: TableLayout::new(16),
+            backend: MemoryBackend {
+                fail_reads: true,
+                ..Default::default()
+            },
+        };
+        assert_eq!(
+            s.record(&Fingerprint([1; 16]), 1, &q()),
+            StoreAnswer::Failed(StoreFailure::Backend)
+        );
+    }
+}

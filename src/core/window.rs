@@ -1,0 +1,221 @@
+//! Sliding-log window arithmetic.
+//!
+//! A hit at time `t` is inside the window at time `now` while
+//! `now - t < window` (milliseconds). The log keeps the newest hits only, up
+//! to a capacity the policy needs, oldest first.
+
+/// What a store needs to know to record a hit for a policy. It travels with
+/// every call, so a store needs no per-policy configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowQuery {
+    pub window_ms: u64,
+    /// Hits the record keeps (at most 1024).
+    pub capacity: u32,
+    /// The count at which the action triggers: `until_allowed_ms` is
+    /// measured against it.
+    pub trip_at: u32,
+}
+
+/// The answer of a store after recording a hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowState {
+    /// Identical hits inside the window, this one included (capped at the
+    /// record's capacity).
+    pub count: u32,
+    /// The same count just before this hit: `count >= trip_at` while
+    /// `previous_count < trip_at` marks the request that trips the action.
+    pub previous_count: u32,
+    /// Milliseconds until a further identical request would stay below
+    /// `trip_at` if the client stopped now; 0 when it already would.
+    pub until_allowed_ms: u64,
+}
+
+/// Drop hits that left the window and clamp hits from the future (the
+/// clock moved backwards) to `now`, so they expire one window from now at
+/// the latest.
+pub fn prune(log: &mut Vec<u64>, now: u64, window_ms: u64) {
+    for t in log.iter_mut() {
+        if *t > now {
+            *t = now;
+        }
+    }
+    log.retain(|&t| now - t < window_ms);
+}
+
+/// Record a hit at `now` and answer the window state.
+pub fn record_hit(log: &mut Vec<u64>, now: u64, q: &WindowQuery) -> WindowState {
+    prune(log, now, q.window_ms);
+    let previous_count = u32::try_from(log.len()).unwrap_or(u32::MAX);
+    log.push(now);
+    let capacity = q.capacity.max(1) as usize;
+    if log.len() > capacity {
+        let excess = log.len() - capacity;
+        log.drain(..excess);
+    }
+    WindowState {
+        count: u32::try_from(log.len()).unwrap_or(u32::MAX),
+        previous_count,
+        until_allowed_ms: until_allowed(log, now, q.window_ms, q.trip_at),
+    }
+}
+
+/// A new request at time T is allowed when fewer than `trip_at - 1` earlier
+/// hits lie in its window. That holds once the `(trip_at - 1)`th newest hit
+/// has left the window: at `t + window`.
+pub fn until_allowed(log: &[u64], now: u64, window_ms: u64, trip_at: u32) -> u64 {
+    let k = trip_at.saturating_sub(1) as usize;
+    if k == 0 || log.len() < k {
+        return 0;
+    }
+    match log.len().checked_sub(k).and_then(|i| log.get(i)) {
+        Some(&t) => (t + window_ms).saturating_sub(now),
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn q(window_ms: u64, trip_at: u32) -> WindowQuery {
+        WindowQuery {
+            window_ms,
+            capacity: trip_at,
+            trip_at,
+        }
+    }
+
+    #[test]
+    fn nth_hit_trips_and_retry_after_follows_the_n_minus_1th_newest() {
+        let mut log = Vec::new();
+        let q = q(10_000, 3);
+        assert_eq!(
+            record_hit(&mut log, 1_000, &q),
+            WindowState {
+                count: 1,
+                previous_count: 0,
+                until_allowed_ms: 0
+            }
+        );
+        assert_eq!(
+            record_hit(&mut log, 2_000, &q),
+            WindowState {
+                count: 2,
+                previous_count: 1,
+                until_allowed_ms: 9_000
+            }
+        );
+        // Third hit trips; allowed again once the 2nd newest (t=2000) leaves.
+        assert_eq!(
+            record_hit(&mut log, 3_000, &q),
+            WindowState {
+                count: 3,
+                previous_count: 2,
+                until_allowed_ms: 9_000
+            }
+        );
+        // The log is full: later hits still see the threshold reached.
+        assert_eq!(
+            record_hit(&mut log, 3_500, &q),
+            WindowState {
+                count: 3,
+                previous_count: 3,
+                until_allowed_ms: 9_500
+            }
+        );
+    }
+
+    #[test]
+    fn boundary_is_exclusive() {
+        let mut log = Vec::new();
+        let q = q(1_000, 2);
+        record_hit(&mut log, 0, &q);
+        assert_eq!(record_hit(&mut log, 999, &q).count, 2);
+        let mut log = Vec::new();
+        record_hit(&mut log, 0, &q);
+        assert_eq!(record_hit(&mut log, 1_000, &q).count, 1);
+    }
+
+    #[test]
+    fn clock_going_backwards_is_bounded() {
+        let mut log = vec![10_000_000];
+        let q = q(1_000, 5);
+        // Clock jumped back an hour: the future hit counts as now...
+        assert_eq!(record_hit(&mut log, 10_000_000 - 3_600_000, &q).count, 2);
+        // ...and is gone one window later.
+        assert_eq!(
+            record_hit(&mut log, 10_000_000 - 3_600_000 + 1_000, &q).count,
+            1
+        );
+    }
+
+    /// Brute force: the whole history, no capacity, straight from the
+    /// definition.
+    fn reference(history: &[u64], now: u64, window: u64, trip_at: u32) -> (u32, u64) {
+        let in_window: Vec<u64> = history
+            .iter()
+            .copied()
+            .filter(|&t| now - t < window)
+            .collect();
+        let count = in_window.len() as u32;
+        // Smallest T >= now at which fewer than trip_at-1 hits are in window.
+        let mut t = now;
+        loop {
+            let n = history
+                .iter()
+                .filter(|&&h| t >= h && t - h < window)
+                .count() as u32;
+            if n + 1 < trip_at || trip_at <= 1 {
+                return (count, t - now);
+            }
+            t += 1;
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// The capped sliding log agrees with the brute-force definition on
+        /// every decision: the count up to capacity, whether the threshold
+        /// is reached, and the exact time until allowed.
+        #[test]
+        fn sliding_log_matches_brute_force(
+            gaps in prop::collection::vec(0u64..400, 1..60),
+            window in 1u64..1_500,
+            trip_at in 2u32..8,
+            extra_capacity in 0u32..4,
+        ) {
+            let capacity = trip_at + extra_capacity;
+            let q = WindowQuery { window_ms: window, capacity, trip_at };
+            let mut log = Vec::new();
+            let mut history = Vec::new();
+            let mut now = 10_000u64;
+            for gap in gaps {
+                now += gap;
+                history.push(now);
+                let got = record_hit(&mut log, now, &q);
+                let (count, until) = reference(&history, now, window, trip_at);
+                prop_assert_eq!(got.count, count.min(capacity));
+                prop_assert_eq!(got.previous_count, (count - 1).min(capacity));
+                prop_assert_eq!(got.count >= trip_at, count >= trip_at);
+                prop_assert_eq!(got.until_allowed_ms, until);
+                prop_assert!(log.len() <= capacity as usize);
+            }
+        }
+
+        /// Not a fixed window and not a TTL refreshed on every hit: hits
+        /// spaced more than window/(N-1) apart never trip, however long the
+        /// loop runs.
+        #[test]
+        fn steady_slow_hits_never_trip(trip_at in 2u32..6, window in 100u64..2_000, n in 1usize..50) {
+            let spacing = window / u64::from(trip_at - 1) + 1;
+            let q = q(window, trip_at);
+            let mut log = Vec::new();
+            for i in 0..n {
+                let s = record_hit(&mut log, 1_000 + i as u64 * spacing, &q);
+                prop_assert!(s.count < trip_at);
+            }
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! Fallible wrappers over the proxy-wasm host ABI.
+//!
+//! The proxy-wasm 0.2 SDK's wrappers panic on statuses they do not expect
+//! (and on header values that are not UTF-8). A panic inside a wasm filter
+//! kills its VM, so every host call loopguard makes on the request path goes
+//! through these wrappers instead: each returns the host's status as an
+//! error value and never panics.
+
+use std::ptr::{null, null_mut};
+
+/// A proxy-wasm status code other than Ok.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostError(pub u32);
+
+pub const STATUS_OK: u32 = 0;
+pub const STATUS_NOT_FOUND: u32 = 1;
+pub const STATUS_CAS_MISMATCH: u32 = 8;
+
+pub type HostResult<T> = Result<T, HostError>;
+
+const MAP_REQUEST_HEADERS: u32 = 0;
+const BUFFER_REQUEST_BODY: u32 = 0;
+const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
+const METRIC_COUNTER: u32 = 0;
+
+#[link(wasm_import_module = "env")]
+extern "C" {
+    fn proxy_get_current_time_nanoseconds(return_time: *mut u64) -> u32;
+    fn proxy_get_buffer_bytes(
+        buffer_type: u32,
+        start: usize,
+        max_size: usize,
+        return_buffer_data: *mut *mut u8,
+        return_buffer_size: *mut usize,
+    ) -> u32;
+    fn proxy_get_header_map_value(
+        map_type: u32,
+        key_data: *const u8,
+        key_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+    ) -> u32;
+    fn proxy_get_property(
+        path_data: *const u8,
+        path_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+    ) -> u32;
+    fn proxy_get_shared_data(
+        key_data: *const u8,
+        key_size: usize,
+        return_value_data: *mut *mut u8,
+        return_value_size: *mut usize,
+        return_cas: *mut u32,
+    ) -> u32;
+    fn proxy_set_shared_data(
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+        cas: u32,
+    ) -> u32;
+    fn proxy_send_local_response(
+        status_code: u32,
+        status_code_details_data: *const u8,
+        status_code_details_size: usize,
+        body_data: *const u8,
+        body_size: usize,
+        headers_data: *const u8,
+        headers_size: usize,
+        grpc_status: i32,
+    ) -> u32;
+    fn proxy_define_metric(
+        metric_type: u32,
+        name_data: *const u8,
+        name_size: usize,
+        return_id: *mut u32,
+    ) -> u32;
+    fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
+    fn proxy_get_log_level(return_level: *mut u32) -> u32;
+}
+
+fn status(code: u32) -> HostResult<()> {
+    if code == STATUS_OK {
+        Ok(())
+    } else {
+        Err(HostError(code))
+    }
+}
+
+/// Take ownership of a buffer the host allocated through the module's
+/// `proxy_on_memory_allocate` (exported by the proxy-wasm crate, which
+/// allocates it as a `Vec<u8>` of exactly that size).
+///
+/// # Safety
+/// `data` must be null or come from the host with `size` bytes.
+unsafe fn owned(data: *mut u8, size: usize) -> Vec<u8> {
+    if data.is_null() {
+        Vec::new()
+    } else {
+        Vec::from_raw_parts(data, size, size)
+    }
+}
+
+/// Wall-clock milliseconds since the Unix epoch (0 if the host refuses).
+pub fn now_ms() -> u64 {
+    let mut nanos: u64 = 0;
+    // SAFETY: the host writes one u64 into `nanos`.
+    let code = unsafe { proxy_get_current_time_nanoseconds(&mut nanos) };
+    if code == STATUS_OK {
+        nanos / 1_000_000
+    } else {
+        0
+    }
+}
+
+/// A request header's value, raw bytes (not necessarily UTF-8).
+pub fn request_header(name: &str) -> HostResult<Option<Vec<u8>>> {
+    let mut data = null_mut();
+    let mut size = 0;
+    // SAFETY: out-pointers are valid; the returned buffer is ours.
+    let code = unsafe {
+        proxy_get_header_map_value(
+            MAP_REQUEST_HEADERS,
+            name.as_ptr(),
+            name.len(),
+            &mut data,
+            &mut size,
+        )
+    };
+    match code {
+        STATUS_OK => Ok(Some(unsafe { owned(data, size) })),
+        STATUS_NOT_FOUND => Ok(None),
+        other => Err(HostError(other)),
+    }
+}
+
+/// `len` bytes of the buffered request body from the start.
+pub fn request_body(len: usize) -> HostResult<Vec<u8>> {
+    buffer(BUFFER_REQUEST_BODY, len)
+}
+
+/// The plugin configuration bytes.
+pub fn plugin_configuration(len: usize) -> HostResult<Vec<u8>> {
+    buffer(BUFFER_PLUGIN_CONFIGURATION, len)
+}
+
+fn buffer(kind: u32, len: usize) -> HostResult<Vec<u8>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let mut data = null_mut();
+    let mut size = 0;
+    // SAFETY: out-pointers are valid; the returned buffer is ours.
+    let code = unsafe { proxy_get_buffer_bytes(kind, 0, len, &mut data, &mut size) };
+    match code {
+        STATUS_OK => Ok(unsafe { owned(data, size) }),
+        STATUS_NOT_FOUND => Ok(Vec::new()),
+        other => Err(HostError(other)),
+    }
+}
+
+/// An Envoy attribute (`["source", "address"]`, `["plugin_name"]`, ...).
+pub fn property(path: &[&str]) -> HostResult<Option<Vec<u8>>> {
+    let serialized = path.join("\0");
+    let mut data = null_mut();
+    let mut size = 0;
+    // SAFETY: out-pointers are valid; the returned buffer is ours.
+    let code =
+        unsafe { proxy_get_property(serialized.as_ptr(), serialized.len(), &mut data, &mut size) };
+    match code {
+        STATUS_OK if data.is_null() => Ok(None),
+        STATUS_OK => Ok(Some(unsafe { owned(data, size) })),
+        STATUS_NOT_FOUND => Ok(None),
+        other => Err(HostError(other)),
+    }
+}
+
+/// A shared-data value and its CAS version; `None` if the key is missing.
+pub fn shared_get(key: &str) -> HostResult<Option<(Vec<u8>, u32)>> {
+    let mut data = null_mut();
+    let mut size = 0;
+    let mut cas = 0;
+    // SAFETY: out-pointers are valid; the returned buffer is ours.
+    let code =
+        unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) };
+    match code {
+        STATUS_OK => Ok(Some((unsafe { owned(data, size) }, cas))),
+        STATUS_NOT_FOUND => Ok(None),
+        other => Err(HostError(other)),
+    }
+}
+
+/// Write a shared-data value if its version is still `cas` (0 writes
+/// unconditionally). `Err(HostError(STATUS_CAS_MISMATCH))` when another
+/// writer won.
+pub fn shared_set(key: &str, value: &[u8], cas: u32) -> HostResult<()> {
+    // SAFETY: pointers and lengths describe live slices.
+    status(unsafe {
+        proxy_set_shared_data(key.as_ptr(), key.len(), value.as_ptr(), value.len(), cas)
+    })
+}
+
+/// Answer the request locally. The caller must then return Pause.
+pub fn send_local_response(
+    status_code: u32,
+    details: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HostResult<()> {
+    let map = serialize_map(headers);
+    // SAFETY: pointers and lengths describe live buffers.
+    status(unsafe {
+        proxy_send_local_response(
+            status_code,
+            details.as_ptr(),
+            details.len(),
+            if body.is_empty() {
+                null()
+            } else {
+                body.as_ptr()
+            },
+            body.len(),
+            map.as_ptr(),
+            map.len(),
+            -1,
+        )
+    })
+}
+
+pub fn define_counter(name: &str) -> HostResult<u32> {
+    let mut id = 0;
+    // SAFETY: out-pointer is valid.
+    status(unsafe { proxy_define_metric(METRIC_COUNTER, name.as_ptr(), name.len(), &mut id) })?;
+    Ok(id)
+}
+
+pub fn increment(metric_id: u32, by: i64) -> HostResult<()> {
+    // SAFETY: plain values.
+    status(unsafe { proxy_increment_metric(metric_id, by) })
+}
+
+/// The proxy-wasm header map encoding: count, then (key length, value
+/// length) pairs, then each key and value followed by a NUL.
+fn serialize_map(pairs: &[(&str, &str)]) -> Vec<u8> {
+    let size = 4 + pairs
+        .iter()
+        .map(|(k, v)| 8 + k.len() + v.len() + 2)
+        .sum::<usize>();
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+    for (k, v) in pairs {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    }
+    for (k, v) in pairs {
+        out.extend_from_slice(k.as_bytes());
+        out.push(0);
+        out.extend_from_slice(v.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
+/// Envoy's log level for wasm (0 trace .. 5 critical), if it says.
+pub fn host_log_level() -> Option<u32> {
+    let mut level = 0;
+    // SAFETY: the host writes one u32 into `level`.
+    let code = unsafe { proxy_get_log_level(&mut level) };
+    (code == STATUS_OK).then_some(level)
+}

@@ -1,0 +1,74 @@
+//! The slot table in Envoy shared data.
+//!
+//! Shared data is process-wide (every worker's VM sees it) but has no TTL
+//! and no delete, so the table is a fixed set of keys created at configure
+//! time: `loopguard.<plugin>.<layout tag>.<bucket>`. Updates are
+//! compare-and-swap with bounded retries (see `core::store::SlotStore`).
+
+use super::abi::{self, STATUS_CAS_MISMATCH};
+use crate::core::slot_table::TableLayout;
+use crate::core::store::{BucketBackend, CasWrite, SlotStore};
+use std::fmt::Write;
+
+pub struct SharedData {
+    prefix: String,
+    /// Reused for every key, to avoid an allocation per request.
+    key: String,
+}
+
+impl SharedData {
+    fn key(&mut self, bucket: u32) -> &str {
+        self.key.clear();
+        self.key.push_str(&self.prefix);
+        let _ = write!(self.key, "{bucket}");
+        &self.key
+    }
+}
+
+impl BucketBackend for SharedData {
+    fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)> {
+        match abi::shared_get(self.key(bucket)) {
+            Ok(Some(found)) => Some(found),
+            // Created at configure time; if it is gone anyway, an
+            // unconditional first write recreates it.
+            Ok(None) => Some((Vec::new(), 0)),
+            Err(_) => None,
+        }
+    }
+
+    fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {
+        match abi::shared_set(self.key(bucket), bytes, version) {
+            Ok(()) => CasWrite::Written,
+            Err(e) if e.0 == STATUS_CAS_MISMATCH => CasWrite::Conflict,
+            Err(_) => CasWrite::Failed,
+        }
+    }
+}
+
+/// Open the table for `plugin`, creating any bucket key that does not exist
+/// yet. Existing keys (a reload with the same layout, or another worker
+/// that got here first) keep their contents.
+pub fn open(plugin: &str, layout: TableLayout) -> Result<SlotStore<SharedData>, String> {
+    let mut data = SharedData {
+        prefix: format!("loopguard.{plugin}.{}.", layout.tag()),
+        key: String::new(),
+    };
+    for bucket in 0..layout.buckets {
+        let key = data.key(bucket).to_string();
+        match abi::shared_get(&key) {
+            Ok(Some(_)) => {}
+            Ok(None) => abi::shared_set(&key, &[], 0)
+                .map_err(|e| format!("cannot create shared-data key {key}: host status {}", e.0))?,
+            Err(e) => {
+                return Err(format!(
+                    "cannot read shared-data key {key}: host status {}",
+                    e.0
+                ))
+            }
+        }
+    }
+    Ok(SlotStore {
+        layout,
+        backend: data,
+    })
+}

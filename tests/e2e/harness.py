@@ -1,0 +1,462 @@
+"""End-to-end harness: real Envoy processes, a recording upstream, helpers.
+
+Every process started here listens on loopback only, on free ports, and is
+stopped by PID when its test ends.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ENVOY = os.environ.get("LOOPGUARD_ENVOY", str(ROOT / ".venv" / "envoy"))
+WASM = os.environ.get(
+    "LOOPGUARD_WASM", str(ROOT / "target" / "wasm32-wasip1" / "release" / "loopguard.wasm")
+)
+
+COMPLETION = {
+    "id": "chatcmpl-e2e",
+    "object": "chat.completion",
+    "created": 1767225600,
+    "model": "e2e-model",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "ok"},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --- upstream ----------------------------------------------------------------
+
+
+class Upstream:
+    """A real HTTP server on loopback that records every request it gets and
+    answers like an OpenAI-compatible API."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with upstream.lock:
+                    upstream.requests.append(
+                        {
+                            "method": self.command,
+                            "path": self.path,
+                            "headers": {k.lower(): v for k, v in self.headers.items()},
+                            "body": body,
+                        }
+                    )
+                payload = json.dumps(COMPLETION).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def count(self) -> int:
+        with self.lock:
+            return len(self.requests)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+# --- Envoy configuration -----------------------------------------------------
+
+
+def wasm_filter(plugin_config: dict | str, name: str = "loopguard", vm_id: str = "loopguard") -> dict:
+    value = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
+    return {
+        "name": name,
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+            "config": {
+                "name": name,
+                "root_id": "loopguard",
+                "failure_policy": "FAIL_OPEN",
+                "vm_config": {
+                    "vm_id": vm_id,
+                    "runtime": "envoy.wasm.runtime.v8",
+                    "code": {"local": {"filename": WASM}},
+                },
+                "configuration": {
+                    "@type": "type.googleapis.com/google.protobuf.StringValue",
+                    "value": value,
+                },
+            },
+        },
+    }
+
+
+def buffer_filter(max_request_bytes: int = 1 << 20) -> dict:
+    return {
+        "name": "envoy.filters.http.buffer",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
+            "max_request_bytes": max_request_bytes,
+        },
+    }
+
+
+ROUTER = {
+    "name": "envoy.filters.http.router",
+    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+}
+
+
+def bootstrap(
+    plugin_config: dict | str | None,
+    upstream_port: int,
+    *,
+    buffer_bytes: int | None = 1 << 20,
+    http_filters: list[dict] | None = None,
+) -> dict:
+    """A bootstrap with one listener: loopguard -> buffer -> router -> upstream.
+    Ports for the listener and admin are filled in by Envoy.start()."""
+    if http_filters is None:
+        http_filters = []
+        if plugin_config is not None:
+            http_filters.append(wasm_filter(plugin_config))
+        if buffer_bytes is not None:
+            http_filters.append(buffer_filter(buffer_bytes))
+        http_filters.append(ROUTER)
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "static_resources": {
+            "listeners": [
+                {
+                    "name": "main",
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {
+                                    "name": "envoy.filters.network.http_connection_manager",
+                                    "typed_config": {
+                                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                                        "stat_prefix": "main",
+                                        "codec_type": "AUTO",
+                                        "route_config": {
+                                            "name": "main",
+                                            "virtual_hosts": [
+                                                {
+                                                    "name": "all",
+                                                    "domains": ["*"],
+                                                    "routes": [
+                                                        {
+                                                            "match": {"prefix": "/"},
+                                                            "route": {"cluster": "upstream", "timeout": "30s"},
+                                                        }
+                                                    ],
+                                                }
+                                            ],
+                                        },
+                                        "http_filters": http_filters,
+                                    },
+                                }
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": [
+                {
+                    "name": "upstream",
+                    "connect_timeout": "1s",
+                    "type": "STATIC",
+                    "load_assignment": {
+                        "cluster_name": "upstream",
+                        "endpoints": [
+                            {
+                                "lb_endpoints": [
+                                    {
+                                        "endpoint": {
+                                            "address": {
+                                                "socket_address": {
+                                                    "address": "127.0.0.1",
+                                                    "port_value": upstream_port,
+                                                }
+                                            }
+                                        }
+                                    }
+                                ]
+                            }
+                        ]
+                    },
+                }
+            ],
+        },
+    }
+
+
+def load_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text())
+
+
+def localize(config: dict, upstream_ports: dict[str, int] | None = None) -> dict:
+    """Make a shipped example runnable here: the wasm path becomes the built
+    module, every listener and the admin move to free loopback ports (a
+    listener that other clusters point at keeps that link), and the named
+    clusters are pointed at local upstreams without TLS."""
+    cfg = copy.deepcopy(config)
+    port_map: dict[int, int] = {}
+
+    def remap(sock: dict) -> None:
+        old = sock.get("port_value", 0)
+        if old not in port_map:
+            port_map[old] = free_port()
+        sock["port_value"] = port_map[old]
+        sock["address"] = "127.0.0.1"
+
+    remap(cfg["admin"]["address"]["socket_address"])
+    for listener in cfg["static_resources"].get("listeners", []):
+        remap(listener["address"]["socket_address"])
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "filename" in node and str(node["filename"]).endswith("loopguard.wasm"):
+                node["filename"] = WASM
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(cfg)
+    for cluster in cfg["static_resources"].get("clusters", []):
+        name = cluster["name"]
+        if upstream_ports and name in upstream_ports:
+            cluster.pop("transport_socket", None)
+            cluster["type"] = "STATIC"
+            cluster["load_assignment"] = {
+                "cluster_name": name,
+                "endpoints": [
+                    {
+                        "lb_endpoints": [
+                            {
+                                "endpoint": {
+                                    "address": {
+                                        "socket_address": {
+                                            "address": "127.0.0.1",
+                                            "port_value": upstream_ports[name],
+                                        }
+                                    }
+                                }
+                            }
+                        ]
+                    }
+                ],
+            }
+        else:
+            for ep in _endpoints(cluster):
+                sock = ep["endpoint"]["address"]["socket_address"]
+                if sock.get("port_value") in port_map:
+                    sock["port_value"] = port_map[sock["port_value"]]
+    return cfg
+
+
+def _endpoints(cluster: dict):
+    for group in cluster.get("load_assignment", {}).get("endpoints", []):
+        yield from group.get("lb_endpoints", [])
+
+
+# --- Envoy process -----------------------------------------------------------
+
+
+class EnvoyFailed(RuntimeError):
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(f"{message}\n--- envoy log ---\n{log}")
+        self.log = log
+
+
+class Envoy:
+    """One real Envoy process with a given bootstrap."""
+
+    def __init__(self, config: dict, concurrency: int = 2, name: str = "envoy") -> None:
+        self.config = copy.deepcopy(config)
+        self.concurrency = concurrency
+        self.name = name
+        self.dir = Path(tempfile.mkdtemp(prefix="loopguard-e2e-"))
+        self.proc: subprocess.Popen | None = None
+        admin = self.config["admin"]["address"]["socket_address"]
+        if not admin.get("port_value"):
+            admin["port_value"] = free_port()
+        self.admin_port = admin["port_value"]
+        self.listener_ports: list[int] = []
+        for listener in self.config["static_resources"].get("listeners", []):
+            sock = listener["address"]["socket_address"]
+            if not sock.get("port_value"):
+                sock["port_value"] = free_port()
+            self.listener_ports.append(sock["port_value"])
+        self.port = self.listener_ports[0] if self.listener_ports else 0
+        self.log_path = self.dir / "envoy.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def admin(self) -> str:
+        return f"http://127.0.0.1:{self.admin_port}"
+
+    def start(self, timeout: float = 30.0) -> "Envoy":
+        cfg_path = self.dir / "envoy.json"
+        cfg_path.write_text(json.dumps(self.config, indent=1))
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [
+                ENVOY,
+                "-c",
+                str(cfg_path),
+                "--concurrency",
+                str(self.concurrency),
+                "--disable-hot-restart",
+                "--log-level",
+                "warn",
+                "--component-log-level",
+                "wasm:debug",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EnvoyFailed(f"envoy exited with {self.proc.returncode} at startup", self.log())
+            try:
+                r = httpx.get(f"{self.admin}/ready", timeout=1.0)
+                if r.status_code == 200 and all(self._accepts(p) for p in self.listener_ports):
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise EnvoyFailed("envoy did not become ready", self.log())
+
+    @staticmethod
+    def _accepts(port: int) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def expect_startup_failure(self, timeout: float = 30.0) -> str:
+        """Start Envoy expecting it to refuse the configuration; return its log."""
+        try:
+            self.start(timeout)
+        except EnvoyFailed as e:
+            return e.log
+        self.stop()
+        raise AssertionError(f"envoy started although it should not have:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    # --- observation --------------------------------------------------------
+
+    def stats(self) -> dict[str, int]:
+        text = httpx.get(f"{self.admin}/stats", timeout=5).text
+        out: dict[str, int] = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(": ")
+            if value.strip().lstrip("-").isdigit():
+                out[name] = int(value)
+        return out
+
+    def counter(self, name: str) -> int:
+        return self.stats().get(f"wasmcustom.{name}", 0)
+
+    def rss_bytes(self) -> int:
+        assert self.proc is not None
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def memory_allocated(self) -> int:
+        return int(httpx.get(f"{self.admin}/memory", timeout=5).json()["allocated"])
+
+
+def plugin(policies: list[dict], **top) -> dict:
+    return {**top, "policies": policies}
+
+
+def policy(
+    pid: str = "p",
+    *,
+    threshold: int = 3,
+    window: int = 60,
+    selector: dict | None = None,
+    limit_keys: list[str] | None = None,
+    **detection,
+) -> dict:
+    spec: dict = {
+        "selector": selector if selector is not None else {},
+        "loop_detection": {
+            "enabled": True,
+            "window_seconds": window,
+            "threshold_identical_requests": threshold,
+            **detection,
+        },
+    }
+    if limit_keys is not None:
+        spec["limit_keys"] = limit_keys
+    return {"id": pid, "spec": spec}
