@@ -152,9 +152,15 @@ def bootstrap(
     *,
     buffer_bytes: int | None = 1 << 20,
     http_filters: list[dict] | None = None,
+    direct_response: bool = False,
 ) -> dict:
     """A bootstrap with one listener: loopguard -> buffer -> router -> upstream.
-    Ports for the listener and admin are filled in by Envoy.start()."""
+    With direct_response, Envoy itself answers 200 in place of the upstream
+    (the filter chain runs all the same): for floods where a Python upstream
+    would be the bottleneck. Ports for the listener and admin are filled in
+    by Envoy()."""
+    route: dict = {"cluster": "upstream", "timeout": "30s"}
+    action = {"direct_response": {"status": 200, "body": {"inline_string": "{}"}}} if direct_response else {"route": route}
     if http_filters is None:
         http_filters = []
         if plugin_config is not None:
@@ -185,10 +191,7 @@ def bootstrap(
                                                     "name": "all",
                                                     "domains": ["*"],
                                                     "routes": [
-                                                        {
-                                                            "match": {"prefix": "/"},
-                                                            "route": {"cluster": "upstream", "timeout": "30s"},
-                                                        }
+                                                        {"match": {"prefix": "/"}, **action}
                                                     ],
                                                 }
                                             ],

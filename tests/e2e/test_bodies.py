@@ -1,0 +1,94 @@
+"""Bodies: decided once complete (end of stream or HTTP/2 trailers); bodies
+above max_body_bytes are not fingerprinted, pass, and are counted."""
+
+import socket
+
+import h2.config
+import h2.connection
+import h2.events
+import httpx
+
+from harness import bootstrap, plugin, policy
+
+
+def test_body_less_requests_are_decided_in_the_headers_phase(upstream, start_envoy):
+    e = start_envoy(bootstrap(plugin([policy(threshold=2)]), upstream.port))
+    with httpx.Client(base_url=e.url) as c:
+        assert [c.get("/v1/status").status_code for _ in range(3)] == [200, 429, 429]
+    assert upstream.count == 1
+
+
+def test_declared_oversize_body_passes_unfingerprinted(upstream, start_envoy):
+    cfg = plugin([policy(threshold=2)], max_body_bytes=1024)
+    e = start_envoy(bootstrap(cfg, upstream.port, buffer_bytes=4 << 20))
+    big = b"x" * 4096
+    with httpx.Client(base_url=e.url) as c:
+        codes = [c.post("/v1/big", content=big).status_code for _ in range(3)]
+    assert codes == [200, 200, 200]
+    assert e.counter("loopguard.body_skipped_total") == 3
+    assert [len(r["body"]) for r in upstream.requests] == [4096] * 3
+
+
+def chunks(data: bytes, size: int):
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+def test_chunked_upload_crossing_the_limit_stops_buffering_and_passes(upstream, start_envoy):
+    cfg = plugin([policy(threshold=2)], max_body_bytes=1024)
+    e = start_envoy(bootstrap(cfg, upstream.port, buffer_bytes=4 << 20))
+    data = b"y" * 8192
+    with httpx.Client(base_url=e.url) as c:
+        codes = [c.post("/v1/chunked", content=chunks(data, 512)).status_code for _ in range(2)]
+    assert codes == [200, 200]
+    assert e.counter("loopguard.body_skipped_total") == 2
+    assert [r["body"] for r in upstream.requests] == [data, data]
+
+
+def test_chunked_upload_under_the_limit_is_fingerprinted_like_any_body(upstream, start_envoy):
+    e = start_envoy(bootstrap(plugin([policy(threshold=2)]), upstream.port))
+    data = b'{"model":"m","input":"' + b"z" * 3000 + b'"}'
+    with httpx.Client(base_url=e.url) as c:
+        first = c.post("/v1/c", content=chunks(data, 700))
+        # Same bytes with a content-length: the same request.
+        second = c.post("/v1/c", content=data)
+    assert (first.status_code, second.status_code) == (200, 429)
+    assert upstream.requests[0]["body"] == data
+
+
+def h2_post(port: int, path: str, body: bytes, trailers=None) -> int:
+    """POST over cleartext HTTP/2 (prior knowledge), optionally ending the
+    stream with trailers instead of with the last DATA frame."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        conn.initiate_connection()
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, [(":method", "POST"), (":path", path), (":scheme", "http"), (":authority", "localhost")])
+        conn.send_data(sid, body, end_stream=not trailers)
+        if trailers:
+            conn.send_headers(sid, trailers, end_stream=True)
+        s.sendall(conn.data_to_send())
+        status = None
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            for ev in conn.receive_data(data):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    status = int(dict(ev.headers)[b":status"])
+                elif isinstance(ev, h2.events.DataReceived):
+                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    return status
+            s.sendall(conn.data_to_send())
+    return status
+
+
+def test_http2_request_with_trailers_is_decided_in_the_trailers_phase(upstream, start_envoy):
+    e = start_envoy(bootstrap(plugin([policy(threshold=2)]), upstream.port))
+    codes = [h2_post(e.port, "/v1/h2", b'{"a":1}', trailers=[("x-checksum", "abc")]) for _ in range(3)]
+    assert codes == [200, 429, 429]
+    assert upstream.count == 1
+    assert upstream.requests[0]["body"] == b'{"a":1}'
+    # Plain HTTP/2 without trailers behaves the same.
+    assert [h2_post(e.port, "/v1/h2b", b"{}") for _ in range(2)] == [200, 429]

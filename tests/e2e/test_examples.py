@@ -1,0 +1,62 @@
+"""The shipped configurations work as their comments and the README say."""
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from harness import ROOT, localize, load_yaml
+
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is the build green?"}]}
+
+
+def test_make_run_config_answers_and_trips_at_the_fifth_identical_request(start_envoy):
+    """envoy/envoy.yaml, the `make run` config, with its built-in demo
+    upstream; this is the README's curl loop."""
+    e = start_envoy(localize(load_yaml(ROOT / "envoy" / "envoy.yaml")))
+    results = []
+    for _ in range(6):
+        r = httpx.post(f"{e.url}/v1/chat/completions", content=json.dumps(CHAT), headers={"content-type": "application/json"})
+        results.append(r)
+    assert [r.status_code for r in results] == [200, 200, 200, 200, 429, 429]
+    assert results[0].json()["choices"][0]["message"]["content"] == "Hello from the loopguard demo upstream."
+    assert results[0].json()["object"] == "chat.completion"
+    err = results[4].json()["error"]
+    assert err["code"] == "recursive_loop_detected"
+    assert err["policy"] == "llm-policy"
+    assert results[4].headers["retry-after"] in ("59", "60")
+    # The demo upstream answers only POST /v1/chat/completions.
+    assert httpx.get(f"{e.url}/v1/models").status_code == 404
+
+
+def test_minimal_reject_example_in_front_of_an_openai_style_upstream(upstream, start_envoy):
+    cfg = localize(load_yaml(ROOT / "examples" / "minimal-reject" / "envoy.yaml"), {"openai": upstream.port})
+    e = start_envoy(cfg)
+    client = openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-test-example", max_retries=0)
+    for _ in range(4):
+        assert client.chat.completions.create(**CHAT).choices[0].message.content == "ok"
+    with pytest.raises(openai.RateLimitError) as caught:
+        client.chat.completions.create(**CHAT)
+    err = caught.value
+    assert err.status_code == 429
+    assert err.code == "recursive_loop_detected"
+    assert "identical request sent 5 times in 60 seconds" in str(err)
+    assert upstream.count == 4
+    # Another API key is another caller with its own count.
+    other = openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-test-other", max_retries=0)
+    assert other.chat.completions.create(**CHAT).choices[0].message.content == "ok"
+
+
+def test_openai_sdk_does_not_retry_the_429_on_its_own(upstream, start_envoy):
+    """x-should-retry: false: even with its default retries on, the SDK
+    raises at once instead of hammering the gateway."""
+    cfg = localize(load_yaml(ROOT / "examples" / "minimal-reject" / "envoy.yaml"), {"openai": upstream.port})
+    e = start_envoy(cfg)
+    client = openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-test-retries", max_retries=2)
+    for _ in range(4):
+        client.chat.completions.create(**CHAT)
+    before = e.counter("loopguard.requests_total")
+    with pytest.raises(openai.RateLimitError):
+        client.chat.completions.create(**CHAT)
+    assert e.counter("loopguard.requests_total") == before + 1
