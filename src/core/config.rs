@@ -15,10 +15,14 @@ pub const MAX_HITS_PER_FINGERPRINT: u32 = 1024;
 pub const MAX_TRACKED_FINGERPRINTS: u64 = 4_194_304;
 /// Upper bound for `max_body_bytes`.
 pub const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
-/// Upper bound for `window_seconds` (one day).
+/// Upper bound for `window_seconds` and `cooldown_seconds` (one day).
 pub const MAX_WINDOW_SECONDS: u64 = 86_400;
+/// Upper bound for a throttle delay.
+pub const MAX_THROTTLE_DELAY_MS: u64 = 60_000;
 const MAX_POLICIES: usize = 256;
 const MAX_LIMIT_KEYS: usize = 16;
+const MAX_EXEMPTIONS: usize = 32;
+const MAX_ROUTES: usize = 256;
 const MAX_ID_LEN: usize = 64;
 
 /// A configuration error: which policy, which field, what is wrong.
@@ -48,22 +52,39 @@ impl std::error::Error for ConfigError {}
 pub struct Config {
     pub max_tracked_fingerprints: u32,
     pub max_body_bytes: u64,
+    /// The key under which Envoy's jwt_authn filter stores verified
+    /// payloads (its `payload_in_metadata`), read by `jwt_verified:` keys.
+    pub jwt_payload_in_metadata: String,
     pub policies: Vec<Policy>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Enforce,
+    /// Count and log what would happen; enforce nothing.
+    Shadow,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     pub id: String,
+    /// Already resolved against the top-level `shadow` switch.
     pub mode: Mode,
     pub selector: Selector,
     /// Sorted by [`LimitKey::name`], so the fingerprint sees them in a
     /// canonical order whatever order the configuration lists them in.
     pub limit_keys: Vec<LimitKey>,
+    /// Requests matching any of these are never counted.
+    pub exempt: Vec<Exemption>,
     /// `None` when the policy is switched off (`enabled: false` or a
     /// threshold of 0): it still claims the requests it matches and lets
     /// them pass untouched.
@@ -78,6 +99,8 @@ pub struct Selector {
     /// Lower-case host names without port; `*.example.com` matches any
     /// subdomain. Empty matches every host.
     pub hosts: Vec<String>,
+    /// Envoy route names (`xds.route_name`); empty matches every route.
+    pub routes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -98,6 +121,9 @@ pub enum LimitKey {
     /// A claim from the payload of a Bearer JWT, decoded without
     /// verification.
     Jwt(String),
+    /// A claim Envoy's jwt_authn filter verified and stored in dynamic
+    /// metadata (`payload_in_metadata`).
+    JwtVerified(String),
     /// The downstream address without its port.
     IpAddress,
 }
@@ -109,22 +135,59 @@ impl LimitKey {
             LimitKey::Header(n) => format!("header:{n}"),
             LimitKey::Query(n) => format!("query:{n}"),
             LimitKey::Jwt(n) => format!("jwt:{n}"),
+            LimitKey::JwtVerified(n) => format!("jwt_verified:{n}"),
             LimitKey::IpAddress => "ip:address".to_string(),
         }
     }
 }
 
+/// A request whose key matches is exempt from counting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exemption {
+    pub key: LimitKey,
+    pub matcher: ExemptMatch,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExemptMatch {
+    /// `present: true` matches when the key has a value, `false` when not.
+    Present(bool),
+    /// Matches when the key has one of these values.
+    Values(Vec<String>),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
+    Warn,
+    Throttle,
     Reject,
 }
 
 impl Action {
     pub fn as_str(self) -> &'static str {
         match self {
+            Action::Warn => "warn",
+            Action::Throttle => "throttle",
             Action::Reject => "reject",
         }
     }
+
+    fn parse(s: &str) -> Option<Action> {
+        match s {
+            "warn" => Some(Action::Warn),
+            "throttle" => Some(Action::Throttle),
+            "reject" => Some(Action::Reject),
+            _ => None,
+        }
+    }
+}
+
+/// From `at` identical requests in the window on, `action` applies (until
+/// a later step's `at`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub at: u32,
+    pub action: Action,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,9 +199,12 @@ pub enum Similarity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Detection {
     pub window_seconds: u64,
-    /// The Nth identical request within the window triggers the action.
-    pub threshold: u32,
-    pub action: Action,
+    /// Non-empty, `at` strictly increasing. A single `action` is one step
+    /// at the threshold; `escalation` gives several.
+    pub steps: Vec<Step>,
+    pub throttle_step_ms: u64,
+    pub throttle_max_delay_ms: u64,
+    pub cooldown_seconds: u64,
     pub similarity: Similarity,
 }
 
@@ -147,10 +213,43 @@ impl Detection {
         self.window_seconds * 1000
     }
 
+    /// The count at which the first step applies.
+    pub fn threshold(&self) -> u32 {
+        self.steps.first().map_or(u32::MAX, |s| s.at)
+    }
+
+    /// The count from which requests are rejected, if any step rejects.
+    pub fn reject_at(&self) -> Option<u32> {
+        self.steps
+            .iter()
+            .find(|s| s.action == Action::Reject)
+            .map(|s| s.at)
+    }
+
+    /// The step that applies at `count`, if any.
+    pub fn step_at(&self, count: u32) -> Option<Step> {
+        self.steps.iter().rev().find(|s| count >= s.at).copied()
+    }
+
+    /// Hits the throttle needs to reach its cap: `ceil(max / step)`.
+    pub fn throttle_hits_to_cap(&self) -> u64 {
+        self.throttle_max_delay_ms
+            .div_ceil(self.throttle_step_ms.max(1))
+    }
+
     /// How many recent hits a fingerprint's record must keep to decide for
-    /// this policy.
+    /// this policy: the last step's count, and when the last step throttles
+    /// (its delay grows with the count), the count that reaches the cap.
     pub fn hits_to_keep(&self) -> u32 {
-        self.threshold.min(MAX_HITS_PER_FINGERPRINT)
+        let last = self.steps.last().map_or(2, |s| s.at);
+        let throttle = match self.steps.last() {
+            Some(s) if s.action == Action::Throttle => self.throttle_hits_to_cap(),
+            _ => 0,
+        };
+        let need = u64::from(last).max(throttle);
+        u32::try_from(need)
+            .unwrap_or(MAX_HITS_PER_FINGERPRINT)
+            .min(MAX_HITS_PER_FINGERPRINT)
     }
 }
 
@@ -170,7 +269,13 @@ impl Config {
         let obj = top.object(
             value,
             "",
-            &["max_tracked_fingerprints", "max_body_bytes", "policies"],
+            &[
+                "max_tracked_fingerprints",
+                "max_body_bytes",
+                "shadow",
+                "jwt_payload_in_metadata",
+                "policies",
+            ],
         )?;
         let max_tracked = top
             .uint(
@@ -184,6 +289,12 @@ impl Config {
         let max_body_bytes = top
             .uint(obj, "", "max_body_bytes", 1, MAX_BODY_BYTES)?
             .unwrap_or(1_048_576);
+        let shadow_all = top.boolean(obj, "", "shadow")?.unwrap_or(false);
+        let jwt_payload_in_metadata = match top.string(obj, "", "jwt_payload_in_metadata")? {
+            None => "jwt_payload".to_string(),
+            Some("") => return Err(top.err("jwt_payload_in_metadata", "must not be empty")),
+            Some(k) => k.to_string(),
+        };
         let list = match obj.get("policies") {
             None => return Err(top.err("policies", "is required")),
             Some(Value::Array(list)) => list,
@@ -205,7 +316,7 @@ impl Config {
         }
         let mut policies: Vec<Policy> = Vec::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
-            let policy = parse_policy(item, i)?;
+            let mut policy = parse_policy(item, i)?;
             if policies.iter().any(|p| p.id == policy.id) {
                 return Err(ConfigError {
                     policy: Some(policy.id.clone()),
@@ -213,13 +324,26 @@ impl Config {
                     reason: "is used by more than one policy; ids must be unique".to_string(),
                 });
             }
+            if shadow_all {
+                policy.mode = Mode::Shadow;
+            }
             policies.push(policy);
         }
         Ok(Config {
             max_tracked_fingerprints: u32::try_from(max_tracked).unwrap_or(u32::MAX),
             max_body_bytes,
+            jwt_payload_in_metadata,
             policies,
         })
+    }
+
+    pub fn policy_index(&self, id: &str) -> Option<usize> {
+        self.policies.iter().position(|p| p.id == id)
+    }
+
+    /// Whether any policy selects by Envoy route name (so the host reads it).
+    pub fn uses_route_names(&self) -> bool {
+        self.policies.iter().any(|p| !p.selector.routes.is_empty())
     }
 }
 
@@ -245,17 +369,12 @@ fn parse_policy(item: &Value, index: usize) -> Result<Policy, ConfigError> {
         Some(spec) => ctx.object(
             spec,
             "spec",
-            &["mode", "selector", "limit_keys", "loop_detection"],
+            &["mode", "selector", "limit_keys", "exempt", "loop_detection"],
         )?,
     };
     let mode = match ctx.string(spec, "", "mode")? {
         None | Some("enforce") => Mode::Enforce,
-        Some("shadow") => {
-            return Err(ctx.err(
-                "mode",
-                "\"shadow\" is not supported yet (only \"enforce\" is available)",
-            ))
-        }
+        Some("shadow") => Mode::Shadow,
         Some(other) => {
             return Err(ctx.err(
                 "mode",
@@ -268,6 +387,7 @@ fn parse_policy(item: &Value, index: usize) -> Result<Policy, ConfigError> {
         Some(v) => parse_selector(&ctx, v)?,
     };
     let limit_keys = parse_limit_keys(&ctx, spec.get("limit_keys"))?;
+    let exempt = parse_exempt(&ctx, spec.get("exempt"))?;
     let detection = match spec.get("loop_detection") {
         None => return Err(ctx.err("loop_detection", "is required")),
         Some(v) => parse_detection(&ctx, v)?,
@@ -277,6 +397,7 @@ fn parse_policy(item: &Value, index: usize) -> Result<Policy, ConfigError> {
         mode,
         selector,
         limit_keys,
+        exempt,
         detection,
     })
 }
@@ -285,7 +406,7 @@ fn parse_selector(ctx: &Ctx, value: &Value) -> Result<Selector, ConfigError> {
     let obj = ctx.object(
         value,
         "selector",
-        &["pathExact", "pathPrefix", "methods", "hosts"],
+        &["pathExact", "pathPrefix", "methods", "hosts", "routes"],
     )?;
     let exact = ctx.string(obj, "selector", "pathExact")?;
     let prefix = ctx.string(obj, "selector", "pathPrefix")?;
@@ -327,10 +448,26 @@ fn parse_selector(ctx: &Ctx, value: &Value) -> Result<Selector, ConfigError> {
             hosts.push(host);
         }
     }
+    let mut routes = Vec::new();
+    if let Some(list) = ctx.string_list(obj, "selector", "routes")? {
+        if list.len() > MAX_ROUTES {
+            return Err(ctx.err(
+                "selector.routes",
+                format!("may list at most {MAX_ROUTES} routes (got {})", list.len()),
+            ));
+        }
+        for (i, r) in list.iter().enumerate() {
+            if r.is_empty() {
+                return Err(ctx.err(&format!("selector.routes[{i}]"), "must not be empty"));
+            }
+            routes.push(r.to_string());
+        }
+    }
     Ok(Selector {
         path,
         methods,
         hosts,
+        routes,
     })
 }
 
@@ -403,7 +540,9 @@ fn parse_limit_keys(ctx: &Ctx, value: Option<&Value>) -> Result<Vec<LimitKey>, C
 
 fn parse_limit_key(raw: &str) -> Result<LimitKey, String> {
     let bad_source = || {
-        format!("must be header:<name>, query:<name>, jwt:<claim> or ip:address (got \"{raw}\")")
+        format!(
+            "must be header:<name>, query:<name>, jwt:<claim>, jwt_verified:<claim> or ip:address (got \"{raw}\")"
+        )
     };
     let (source, name) = raw.split_once(':').ok_or_else(bad_source)?;
     if name.is_empty() {
@@ -420,14 +559,58 @@ fn parse_limit_key(raw: &str) -> Result<LimitKey, String> {
         }
         "query" => Ok(LimitKey::Query(name.to_string())),
         "jwt" => Ok(LimitKey::Jwt(name.to_string())),
+        "jwt_verified" => Ok(LimitKey::JwtVerified(name.to_string())),
         "ip" if name == "address" => Ok(LimitKey::IpAddress),
         "ip" => Err(format!("must be ip:address (got \"{raw}\")")),
         _ => Err(bad_source()),
     }
 }
 
+fn parse_exempt(ctx: &Ctx, value: Option<&Value>) -> Result<Vec<Exemption>, ConfigError> {
+    let list =
+        match value {
+            None => return Ok(Vec::new()),
+            Some(Value::Array(list)) => list,
+            Some(other) => return Err(ctx.err(
+                "exempt",
+                format!(
+                    "must be a list of {{\"key\": ..., \"present\" | \"values\": ...}} (got {})",
+                    show(other)
+                ),
+            )),
+        };
+    if list.len() > MAX_EXEMPTIONS {
+        return Err(ctx.err(
+            "exempt",
+            format!(
+                "may list at most {MAX_EXEMPTIONS} entries (got {})",
+                list.len()
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for (i, item) in list.iter().enumerate() {
+        let at = format!("exempt[{i}]");
+        let obj = ctx.object(item, &at, &["key", "present", "values"])?;
+        let key = match ctx.string(obj, &at, "key")? {
+            None => return Err(ctx.err(&join(&at, "key"), "is required")),
+            Some(raw) => parse_limit_key(raw).map_err(|r| ctx.err(&join(&at, "key"), r))?,
+        };
+        let present = ctx.boolean(obj, &at, "present")?;
+        let values = ctx.string_list(obj, &at, "values")?;
+        let matcher = match (present, values) {
+            (Some(p), None) => ExemptMatch::Present(p),
+            (None, Some(v)) => ExemptMatch::Values(v.iter().map(|s| s.to_string()).collect()),
+            _ => return Err(ctx.err(&at, "must give exactly one of \"present\" or \"values\"")),
+        };
+        out.push(Exemption { key, matcher });
+    }
+    Ok(out)
+}
+
 fn parse_detection(ctx: &Ctx, value: &Value) -> Result<Option<Detection>, ConfigError> {
     const SECTION: &str = "loop_detection";
+    let f = |name: &str| join(SECTION, name);
     let obj = ctx.object(
         value,
         SECTION,
@@ -436,18 +619,16 @@ fn parse_detection(ctx: &Ctx, value: &Value) -> Result<Option<Detection>, Config
             "window_seconds",
             "threshold_identical_requests",
             "action",
+            "escalation",
+            "throttle_step_ms",
+            "throttle_max_delay_ms",
+            "cooldown_seconds",
             "similarity",
         ],
     )?;
-    let enabled = match obj.get("enabled") {
-        None => return Err(ctx.err("loop_detection.enabled", "is required")),
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(ctx.err(
-                "loop_detection.enabled",
-                format!("must be true or false (got {})", show(other)),
-            ))
-        }
+    let enabled = match ctx.boolean(obj, SECTION, "enabled")? {
+        None => return Err(ctx.err(&f("enabled"), "is required")),
+        Some(b) => b,
     };
     let window = ctx.uint(obj, SECTION, "window_seconds", 1, MAX_WINDOW_SECONDS)?;
     let threshold = match ctx.uint(
@@ -459,38 +640,65 @@ fn parse_detection(ctx: &Ctx, value: &Value) -> Result<Option<Detection>, Config
     )? {
         Some(1) => {
             return Err(ctx.err(
-                "loop_detection.threshold_identical_requests",
+                &f("threshold_identical_requests"),
                 "must be >= 2 (got 1); use 0 to switch the policy off",
             ))
         }
         t => t,
     };
     let action = match ctx.string(obj, SECTION, "action")? {
-        None | Some("reject") => Action::Reject,
-        Some(a @ ("throttle" | "warn")) => {
-            return Err(ctx.err(
-                "loop_detection.action",
-                format!("\"{a}\" is not supported yet (only \"reject\" is available)"),
-            ))
-        }
-        Some(other) => {
-            return Err(ctx.err(
-                "loop_detection.action",
-                format!("must be \"reject\", \"throttle\" or \"warn\" (got \"{other}\")"),
-            ))
-        }
+        None => None,
+        Some(a) => Some(Action::parse(a).ok_or_else(|| {
+            ctx.err(
+                &f("action"),
+                format!("must be \"reject\", \"throttle\" or \"warn\" (got \"{a}\")"),
+            )
+        })?),
     };
+    let escalation = match obj.get("escalation") {
+        None => None,
+        Some(v) => Some(parse_escalation(ctx, v)?),
+    };
+    if escalation.is_some() {
+        if action.is_some() {
+            return Err(ctx.err(
+                &f("escalation"),
+                "replaces \"action\"; give one or the other",
+            ));
+        }
+        if threshold.is_some() {
+            return Err(ctx.err(
+                &f("escalation"),
+                "replaces \"threshold_identical_requests\" (the first step's \"at\" is the threshold); give one or the other",
+            ));
+        }
+    }
+    let throttle_step_ms = ctx
+        .uint(obj, SECTION, "throttle_step_ms", 1, MAX_THROTTLE_DELAY_MS)?
+        .unwrap_or(100);
+    let throttle_max_delay_ms = ctx
+        .uint(
+            obj,
+            SECTION,
+            "throttle_max_delay_ms",
+            1,
+            MAX_THROTTLE_DELAY_MS,
+        )?
+        .unwrap_or(10_000);
+    let cooldown_seconds = ctx
+        .uint(obj, SECTION, "cooldown_seconds", 0, MAX_WINDOW_SECONDS)?
+        .unwrap_or(0);
     let similarity = match ctx.string(obj, SECTION, "similarity")? {
         None | Some("exact") => Similarity::Exact,
         Some(s @ ("llm_tail" | "session")) => {
             return Err(ctx.err(
-                "loop_detection.similarity",
+                &f("similarity"),
                 format!("\"{s}\" is not supported yet (only \"exact\" is available)"),
             ))
         }
         Some(other) => {
             return Err(ctx.err(
-                "loop_detection.similarity",
+                &f("similarity"),
                 format!("must be \"exact\" (got \"{other}\")"),
             ))
         }
@@ -498,23 +706,114 @@ fn parse_detection(ctx: &Ctx, value: &Value) -> Result<Option<Detection>, Config
     if !enabled {
         return Ok(None);
     }
-    let window_seconds = window
-        .ok_or_else(|| ctx.err("loop_detection.window_seconds", "is required when enabled"))?;
-    let threshold = threshold.ok_or_else(|| {
-        ctx.err(
-            "loop_detection.threshold_identical_requests",
-            "is required when enabled",
-        )
-    })?;
-    if threshold == 0 {
-        return Ok(None);
-    }
-    Ok(Some(Detection {
+    let window_seconds =
+        window.ok_or_else(|| ctx.err(&f("window_seconds"), "is required when enabled"))?;
+    let steps = match (escalation, threshold) {
+        (Some(steps), _) => steps,
+        (None, None) => {
+            return Err(ctx.err(
+                &f("threshold_identical_requests"),
+                "is required when enabled (or give an \"escalation\" ladder)",
+            ))
+        }
+        (None, Some(0)) => return Ok(None),
+        (None, Some(t)) => vec![Step {
+            at: u32::try_from(t).unwrap_or(MAX_HITS_PER_FINGERPRINT),
+            action: action.unwrap_or(Action::Reject),
+        }],
+    };
+    let detection = Detection {
         window_seconds,
-        threshold: u32::try_from(threshold).unwrap_or(MAX_HITS_PER_FINGERPRINT),
-        action,
+        steps,
+        throttle_step_ms,
+        throttle_max_delay_ms,
+        cooldown_seconds,
         similarity,
-    }))
+    };
+    let throttles = detection.steps.iter().any(|s| s.action == Action::Throttle);
+    if throttles && detection.throttle_max_delay_ms < detection.throttle_step_ms {
+        return Err(ctx.err(
+            &f("throttle_max_delay_ms"),
+            format!(
+                "must be >= throttle_step_ms ({} < {})",
+                detection.throttle_max_delay_ms, detection.throttle_step_ms
+            ),
+        ));
+    }
+    let last_throttles = detection
+        .steps
+        .last()
+        .is_some_and(|s| s.action == Action::Throttle);
+    if last_throttles && detection.throttle_hits_to_cap() > u64::from(MAX_HITS_PER_FINGERPRINT) {
+        return Err(ctx.err(
+            &f("throttle_max_delay_ms"),
+            format!(
+                "needs {} identical hits to reach its cap at {} ms per hit, more than the {MAX_HITS_PER_FINGERPRINT} a fingerprint keeps; raise throttle_step_ms or lower the cap",
+                detection.throttle_hits_to_cap(),
+                detection.throttle_step_ms
+            ),
+        ));
+    }
+    if detection.cooldown_seconds > 0 && detection.reject_at().is_none() {
+        return Err(ctx.err(
+            &f("cooldown_seconds"),
+            "needs a reject action (the cooldown starts at the first reject)",
+        ));
+    }
+    Ok(Some(detection))
+}
+
+fn parse_escalation(ctx: &Ctx, value: &Value) -> Result<Vec<Step>, ConfigError> {
+    let field = "loop_detection.escalation";
+    let list = match value {
+        Value::Array(list) if !list.is_empty() => list,
+        other => {
+            return Err(ctx.err(
+                field,
+                format!(
+                    "must be a non-empty list of {{\"at\": <count>, \"action\": ...}} (got {})",
+                    show(other)
+                ),
+            ))
+        }
+    };
+    if list.len() > 16 {
+        return Err(ctx.err(
+            field,
+            format!("may list at most 16 steps (got {})", list.len()),
+        ));
+    }
+    let mut steps: Vec<Step> = Vec::with_capacity(list.len());
+    for (i, item) in list.iter().enumerate() {
+        let at_path = format!("{field}[{i}]");
+        let obj = ctx.object(item, &at_path, &["at", "action"])?;
+        let at = ctx
+            .uint(obj, &at_path, "at", 2, u64::from(MAX_HITS_PER_FINGERPRINT))?
+            .ok_or_else(|| ctx.err(&join(&at_path, "at"), "is required"))?;
+        let at = u32::try_from(at).unwrap_or(MAX_HITS_PER_FINGERPRINT);
+        let action = match ctx.string(obj, &at_path, "action")? {
+            None => return Err(ctx.err(&join(&at_path, "action"), "is required")),
+            Some(a) => Action::parse(a).ok_or_else(|| {
+                ctx.err(
+                    &join(&at_path, "action"),
+                    format!("must be \"reject\", \"throttle\" or \"warn\" (got \"{a}\")"),
+                )
+            })?,
+        };
+        if let Some(prev) = steps.last() {
+            if at <= prev.at {
+                return Err(ctx.err(
+                    &join(&at_path, "at"),
+                    format!(
+                        "must be greater than the previous step's ({at} <= {})",
+                        prev.at
+                    ),
+                ));
+            }
+        }
+        steps.push(Step { at, action });
+    }
+    Ok(steps)
 }
 
 fn valid_id(id: &str) -> bool {
@@ -571,20 +870,21 @@ impl Ctx {
         path: &str,
         known: &[&str],
     ) -> Result<&'v Map<String, Value>, ConfigError> {
-        let shown_path = if path.is_empty() {
-            "configuration"
-        } else {
-            path
-        };
-        let obj = value.as_object().ok_or_else(|| {
-            self.err(
-                shown_path,
-                format!("must be an object (got {})", show(value)),
-            )
-        })?;
         // Inside a policy, paths are shown relative to its spec.
         let rel = path.strip_prefix("spec").map(|p| p.trim_start_matches('.'));
         let rel = rel.unwrap_or(path);
+        let shown = if rel.is_empty() {
+            if path.is_empty() {
+                "configuration"
+            } else {
+                path
+            }
+        } else {
+            rel
+        };
+        let obj = value
+            .as_object()
+            .ok_or_else(|| self.err(shown, format!("must be an object (got {})", show(value))))?;
         for key in obj.keys() {
             if !known.contains(&key.as_str()) {
                 let mut reason = "is not a known field".to_string();
@@ -617,6 +917,22 @@ impl Ctx {
                     format!("must be an integer from {min} to {max} (got {})", show(v)),
                 )),
             },
+        }
+    }
+
+    fn boolean(
+        &self,
+        obj: &Map<String, Value>,
+        path: &str,
+        name: &str,
+    ) -> Result<Option<bool>, ConfigError> {
+        match obj.get(name) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(other) => Err(self.err(
+                &join(path, name),
+                format!("must be true or false (got {})", show(other)),
+            )),
         }
     }
 
@@ -800,8 +1116,15 @@ mod tests {
         );
         let d = p.detection.as_ref().unwrap();
         assert_eq!(d.window_ms(), 60_000);
-        assert_eq!(d.threshold, 5);
-        assert_eq!(d.action, Action::Reject);
+        assert_eq!(
+            d.steps,
+            vec![Step {
+                at: 5,
+                action: Action::Reject
+            }]
+        );
+        assert_eq!(d.hits_to_keep(), 5);
+        assert_eq!(d.cooldown_seconds, 0);
     }
 
     #[test]
@@ -816,8 +1139,15 @@ mod tests {
         assert_eq!(p.selector, Selector::default());
         assert!(p.limit_keys.is_empty());
         let d = p.detection.as_ref().unwrap();
-        assert_eq!(d.action, Action::Reject);
+        assert_eq!(
+            d.steps,
+            vec![Step {
+                at: 2,
+                action: Action::Reject
+            }]
+        );
         assert_eq!(d.similarity, Similarity::Exact);
+        assert!(p.exempt.is_empty());
     }
 
     #[test]
@@ -845,7 +1175,10 @@ mod tests {
         );
         let cfg =
             Config::from_value(&with(&ld("threshold_identical_requests"), json!(1024))).unwrap();
-        assert_eq!(cfg.policies[0].detection.as_ref().unwrap().threshold, 1024);
+        assert_eq!(
+            cfg.policies[0].detection.as_ref().unwrap().threshold(),
+            1024
+        );
     }
 
     #[test]
@@ -880,26 +1213,205 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_actions_and_modes_are_refused_not_treated_as_reject() {
-        let e = err_of(with(&ld("action"), json!("throttle")));
-        assert_eq!(e, "policy \"llm-policy\": loop_detection.action \"throttle\" is not supported yet (only \"reject\" is available)");
-        assert!(
-            err_of(with(&ld("action"), json!("warn"))).contains("\"warn\" is not supported yet")
-        );
+    fn actions_and_modes() {
+        for (a, want) in [
+            ("warn", Action::Warn),
+            ("throttle", Action::Throttle),
+            ("reject", Action::Reject),
+        ] {
+            let cfg = Config::from_value(&with(&ld("action"), json!(a))).unwrap();
+            let d = cfg.policies[0].detection.clone().unwrap();
+            assert_eq!(
+                d.steps,
+                vec![Step {
+                    at: 5,
+                    action: want
+                }]
+            );
+            assert_eq!(d.threshold(), 5);
+        }
         assert!(err_of(with(&ld("action"), json!("block")))
             .contains("must be \"reject\", \"throttle\" or \"warn\" (got \"block\")"));
         assert!(err_of(with(&ld("similarity"), json!("llm_tail")))
             .contains("\"llm_tail\" is not supported yet"));
         assert!(err_of(with(&ld("similarity"), json!("fuzzy")))
             .contains("loop_detection.similarity must be \"exact\""));
-        assert!(
-            err_of(with(&["policies", "0", "spec", "mode"], json!("shadow")))
-                .contains("mode \"shadow\" is not supported yet")
-        );
+        let cfg =
+            Config::from_value(&with(&["policies", "0", "spec", "mode"], json!("shadow"))).unwrap();
+        assert_eq!(cfg.policies[0].mode, Mode::Shadow);
         assert!(
             err_of(with(&["policies", "0", "spec", "mode"], json!("audit")))
                 .contains("mode must be")
         );
+        // The top-level switch overrides every policy's mode.
+        let cfg = Config::from_value(&with(&["shadow"], json!(true))).unwrap();
+        assert_eq!(cfg.policies[0].mode, Mode::Shadow);
+        assert!(err_of(with(&["shadow"], json!("yes"))).starts_with("shadow must be true or false"));
+    }
+
+    #[test]
+    fn throttle_settings() {
+        let mut v = with(&ld("action"), json!("throttle"));
+        let d = Config::from_value(&v).unwrap().policies[0]
+            .detection
+            .clone()
+            .unwrap();
+        assert_eq!((d.throttle_step_ms, d.throttle_max_delay_ms), (100, 10_000));
+        // The record keeps enough hits to reach the cap: 10000 / 100.
+        assert_eq!(d.hits_to_keep(), 100);
+        v["policies"][0]["spec"]["loop_detection"]["throttle_max_delay_ms"] = json!(60_001);
+        assert!(err_of(v.clone())
+            .contains("loop_detection.throttle_max_delay_ms must be <= 60000 (got 60001)"));
+        v["policies"][0]["spec"]["loop_detection"]["throttle_max_delay_ms"] = json!(60_000);
+        v["policies"][0]["spec"]["loop_detection"]["throttle_step_ms"] = json!(10);
+        assert!(err_of(v.clone()).contains("loop_detection.throttle_max_delay_ms needs 6000 identical hits to reach its cap at 10 ms per hit, more than the 1024 a fingerprint keeps"));
+        v["policies"][0]["spec"]["loop_detection"]["throttle_step_ms"] = json!(100);
+        v["policies"][0]["spec"]["loop_detection"]["throttle_max_delay_ms"] = json!(50);
+        assert!(err_of(v.clone())
+            .contains("throttle_max_delay_ms must be >= throttle_step_ms (50 < 100)"));
+        v["policies"][0]["spec"]["loop_detection"]["throttle_step_ms"] = json!(0);
+        assert!(err_of(v).contains("throttle_step_ms must be >= 1 (got 0)"));
+    }
+
+    #[test]
+    fn escalation_ladder() {
+        let mut v = without(&ld("threshold_identical_requests"));
+        v["policies"][0]["spec"]["loop_detection"]
+            .as_object_mut()
+            .unwrap()
+            .remove("action");
+        v["policies"][0]["spec"]["loop_detection"]["escalation"] = json!([
+            {"at": 3, "action": "warn"}, {"at": 5, "action": "throttle"}, {"at": 8, "action": "reject"}]);
+        let d = Config::from_value(&v).unwrap().policies[0]
+            .detection
+            .clone()
+            .unwrap();
+        assert_eq!(d.threshold(), 3);
+        assert_eq!(d.reject_at(), Some(8));
+        assert_eq!(d.step_at(2), None);
+        assert_eq!(d.step_at(4).map(|s| s.action), Some(Action::Warn));
+        assert_eq!(d.step_at(7).map(|s| s.action), Some(Action::Throttle));
+        assert_eq!(d.step_at(100).map(|s| s.action), Some(Action::Reject));
+        assert_eq!(d.hits_to_keep(), 8);
+        let esc = |steps: Value| {
+            let mut v = v.clone();
+            v["policies"][0]["spec"]["loop_detection"]["escalation"] = steps;
+            v
+        };
+        assert!(err_of(esc(
+            json!([{"at": 3, "action": "warn"}, {"at": 3, "action": "reject"}])
+        ))
+        .contains(
+            "loop_detection.escalation[1].at must be greater than the previous step's (3 <= 3)"
+        ));
+        assert!(err_of(esc(json!([{"at": 1, "action": "warn"}])))
+            .contains("escalation[0].at must be >= 2 (got 1)"));
+        assert!(err_of(esc(json!([{"at": 1025, "action": "warn"}])))
+            .contains("escalation[0].at must be <= 1024"));
+        assert!(err_of(esc(json!([{"at": 3, "action": "stop"}])))
+            .contains("escalation[0].action must be"));
+        assert!(err_of(esc(json!([{"at": 3}]))).contains("escalation[0].action is required"));
+        assert!(err_of(esc(json!([{"at": 3, "action": "warn", "x": 1}])))
+            .contains("escalation[0].x is not a known field"));
+        assert!(
+            err_of(esc(json!([]))).contains("loop_detection.escalation must be a non-empty list")
+        );
+        // Giving either of what the ladder replaces is an error.
+        let mut both = v.clone();
+        both["policies"][0]["spec"]["loop_detection"]["action"] = json!("reject");
+        assert!(err_of(both).contains("loop_detection.escalation replaces \"action\""));
+        let mut both = v.clone();
+        both["policies"][0]["spec"]["loop_detection"]["threshold_identical_requests"] = json!(3);
+        assert!(err_of(both).contains("replaces \"threshold_identical_requests\""));
+        // A ladder ending in throttle keeps enough hits for the cap.
+        let d = Config::from_value(&esc(
+            json!([{"at": 3, "action": "warn"}, {"at": 5, "action": "throttle"}]),
+        ))
+        .unwrap()
+        .policies[0]
+            .detection
+            .clone()
+            .unwrap();
+        assert_eq!(d.hits_to_keep(), 100);
+    }
+
+    #[test]
+    fn cooldown_needs_a_reject() {
+        let d = Config::from_value(&with(&ld("cooldown_seconds"), json!(30)))
+            .unwrap()
+            .policies[0]
+            .detection
+            .clone()
+            .unwrap();
+        assert_eq!(d.cooldown_seconds, 30);
+        assert!(err_of(with(&ld("cooldown_seconds"), json!(86_401)))
+            .contains("cooldown_seconds must be <= 86400"));
+        let mut v = with(&ld("action"), json!("warn"));
+        v["policies"][0]["spec"]["loop_detection"]["cooldown_seconds"] = json!(5);
+        assert!(err_of(v).contains("loop_detection.cooldown_seconds needs a reject action"));
+    }
+
+    #[test]
+    fn exemptions() {
+        let ex = |e: Value| with(&["policies", "0", "spec", "exempt"], e);
+        let cfg = Config::from_value(&ex(json!([
+            {"key": "header:X-Batch-Id", "present": true},
+            {"key": "header:x-api-key-id", "values": ["ci-runner"]}])))
+        .unwrap();
+        assert_eq!(
+            cfg.policies[0].exempt,
+            vec![
+                Exemption {
+                    key: LimitKey::Header("x-batch-id".into()),
+                    matcher: ExemptMatch::Present(true)
+                },
+                Exemption {
+                    key: LimitKey::Header("x-api-key-id".into()),
+                    matcher: ExemptMatch::Values(vec!["ci-runner".into()])
+                },
+            ]
+        );
+        assert!(err_of(ex(json!([{"key": "header:a"}])))
+            .contains("exempt[0] must give exactly one of \"present\" or \"values\""));
+        assert!(err_of(ex(
+            json!([{"key": "header:a", "present": true, "values": ["x"]}])
+        ))
+        .contains("exactly one of"));
+        assert!(err_of(ex(json!([{"present": true}]))).contains("exempt[0].key is required"));
+        assert!(err_of(ex(json!([{"key": "cookie:a", "present": true}])))
+            .contains("exempt[0].key must be header:<name>"));
+        assert!(err_of(ex(json!([{"key": "header:a", "value": "x"}])))
+            .contains("exempt[0].value is not a known field (did you mean \"values\"?)"));
+        assert!(err_of(ex(json!({"key": "header:a"}))).contains("exempt must be a list"));
+    }
+
+    #[test]
+    fn routes_and_verified_claims() {
+        let cfg = Config::from_value(&with(
+            &["policies", "0", "spec", "selector", "routes"],
+            json!(["chat", "tools"]),
+        ))
+        .unwrap();
+        assert_eq!(cfg.policies[0].selector.routes, vec!["chat", "tools"]);
+        assert!(cfg.uses_route_names());
+        assert!(!Config::from_value(&base()).unwrap().uses_route_names());
+        assert!(err_of(with(
+            &["policies", "0", "spec", "selector", "routes"],
+            json!([""])
+        ))
+        .contains("selector.routes[0] must not be empty"));
+        let cfg = Config::from_value(&with(
+            &["policies", "0", "spec", "limit_keys"],
+            json!(["jwt_verified:sub"]),
+        ))
+        .unwrap();
+        assert_eq!(
+            cfg.policies[0].limit_keys,
+            vec![LimitKey::JwtVerified("sub".into())]
+        );
+        assert_eq!(cfg.jwt_payload_in_metadata, "jwt_payload");
+        let cfg = Config::from_value(&with(&["jwt_payload_in_metadata"], json!("claims"))).unwrap();
+        assert_eq!(cfg.jwt_payload_in_metadata, "claims");
     }
 
     #[test]
@@ -969,7 +1481,7 @@ mod tests {
     #[test]
     fn limit_key_validation() {
         let lk = |s: Value| with(&["policies", "0", "spec", "limit_keys"], s);
-        assert!(err_of(lk(json!(["cookie:x"]))).contains("limit_keys[0] must be header:<name>, query:<name>, jwt:<claim> or ip:address (got \"cookie:x\")"));
+        assert!(err_of(lk(json!(["cookie:x"]))).contains("limit_keys[0] must be header:<name>, query:<name>, jwt:<claim>, jwt_verified:<claim> or ip:address (got \"cookie:x\")"));
         assert!(err_of(lk(json!(["header:"]))).contains("limit_keys[0] names no header"));
         assert!(err_of(lk(json!(["ip:port"]))).contains("must be ip:address"));
         assert!(err_of(lk(json!(["header:a b"]))).contains("invalid header name"));

@@ -1,29 +1,70 @@
 //! The verdict: pure, from the policy and the store's answer.
 
-use super::config::{Action, Detection, Policy};
+use super::config::{Action, Detection, Mode, Policy};
 use super::fingerprint::Fingerprint;
 use super::window::{WindowQuery, WindowState};
 
+/// What loopguard does with a request (or, in shadow mode, would do).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Forward the request.
-    Allow { count: u32 },
+    Allow,
+    /// Forward it, with warning headers to the upstream and the client.
+    Warn(Notice),
+    /// Hold it for `delay_ms`, then forward it.
+    Throttle { notice: Notice, delay_ms: u64 },
     /// Answer 429 without contacting the upstream.
     Reject(Rejection),
 }
 
+impl Verdict {
+    /// The action taken, if any.
+    pub fn action(&self) -> Option<Action> {
+        match self {
+            Verdict::Allow => None,
+            Verdict::Warn(_) => Some(Action::Warn),
+            Verdict::Throttle { .. } => Some(Action::Throttle),
+            Verdict::Reject(_) => Some(Action::Reject),
+        }
+    }
+
+    pub fn notice(&self) -> Option<&Notice> {
+        match self {
+            Verdict::Allow => None,
+            Verdict::Warn(n) | Verdict::Throttle { notice: n, .. } => Some(n),
+            Verdict::Reject(r) => Some(&r.notice),
+        }
+    }
+}
+
+/// The facts every action reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
+pub struct Notice {
     pub policy_id: String,
     pub fingerprint: Fingerprint,
     /// Identical requests inside the window, this one included.
-    pub hit_count: u32,
+    pub count: u32,
     pub window_seconds: u64,
-    /// Until this fingerprint would be allowed again if the client stopped.
-    pub retry_after_ms: u64,
-    /// This request tripped the action (the ones before it were allowed):
-    /// the moment worth logging.
+    /// This request is the first to reach its step (the moment worth
+    /// logging); later ones repeat it.
     pub first: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub notice: Notice,
+    /// Until this fingerprint would be allowed again if the client stopped:
+    /// the later of the window and the cooldown.
+    pub retry_after_ms: u64,
+    /// The policy's cooldown (0 for none).
+    pub cooldown_seconds: u64,
+}
+
+/// A verdict and whether it is only observed (shadow mode).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub verdict: Verdict,
+    pub shadow: bool,
 }
 
 /// What the store must record and measure for this policy.
@@ -31,25 +72,64 @@ pub fn window_query(d: &Detection) -> WindowQuery {
     WindowQuery {
         window_ms: d.window_ms(),
         capacity: d.hits_to_keep(),
-        trip_at: d.threshold,
+        trip_at: d.reject_at().unwrap_or_else(|| d.threshold()),
+        cooldown_ms: d.cooldown_seconds * 1000,
     }
 }
 
-pub fn decide(policy: &Policy, d: &Detection, fp: &Fingerprint, state: &WindowState) -> Verdict {
-    if state.count < d.threshold {
-        return Verdict::Allow { count: state.count };
+/// The key a policy counts a fingerprint under: shadow policies count in a
+/// key space of their own.
+pub fn store_key(policy: &Policy, fp: &Fingerprint) -> Fingerprint {
+    match policy.mode {
+        Mode::Enforce => *fp,
+        Mode::Shadow => fp.shadow_key(),
     }
-    match d.action {
-        Action::Reject => Verdict::Reject(Rejection {
-            policy_id: policy.id.clone(),
-            fingerprint: *fp,
-            hit_count: state.count,
-            window_seconds: d.window_seconds,
-            // The triggering hit itself is in the window, so this is > 0;
-            // keep it so even if a store rounds.
-            retry_after_ms: state.until_allowed_ms.max(1),
-            first: state.previous_count < d.threshold,
+}
+
+pub fn decide(policy: &Policy, d: &Detection, fp: &Fingerprint, state: &WindowState) -> Decision {
+    let notice = |first: bool| Notice {
+        policy_id: policy.id.clone(),
+        fingerprint: *fp,
+        count: state.count,
+        window_seconds: d.window_seconds,
+        first,
+    };
+    let step = d.step_at(state.count);
+    let in_cooldown = state.cooldown_remaining_ms > 0;
+    let verdict = match step {
+        _ if in_cooldown => Verdict::Reject(Rejection {
+            notice: notice(
+                step.is_some_and(|s| s.action == Action::Reject && state.previous_count < s.at),
+            ),
+            retry_after_ms: state
+                .cooldown_remaining_ms
+                .max(state.until_allowed_ms)
+                .max(1),
+            cooldown_seconds: d.cooldown_seconds,
         }),
+        None => Verdict::Allow,
+        Some(s) => {
+            let first = state.previous_count < s.at;
+            match s.action {
+                Action::Warn => Verdict::Warn(notice(first)),
+                Action::Throttle => Verdict::Throttle {
+                    notice: notice(first),
+                    delay_ms: (u64::from(state.count) * d.throttle_step_ms)
+                        .min(d.throttle_max_delay_ms),
+                },
+                Action::Reject => Verdict::Reject(Rejection {
+                    notice: notice(first),
+                    // The triggering hit itself is in the window, so this
+                    // is > 0; keep it so even if a store rounds.
+                    retry_after_ms: state.until_allowed_ms.max(1),
+                    cooldown_seconds: d.cooldown_seconds,
+                }),
+            }
+        }
+    };
+    Decision {
+        verdict,
+        shadow: policy.mode == Mode::Shadow,
     }
 }
 
@@ -57,60 +137,153 @@ pub fn decide(policy: &Policy, d: &Detection, fp: &Fingerprint, state: &WindowSt
 mod tests {
     use super::*;
     use crate::core::config::Config;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
-    fn policy() -> Policy {
-        Config::from_value(&json!({"policies": [{"id": "p", "spec": {"selector": {},
-            "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 5}}}]}))
+    fn policy(ld: Value) -> Policy {
+        Config::from_value(
+            &json!({"policies": [{"id": "p", "spec": {"selector": {}, "loop_detection": ld}}]}),
+        )
         .unwrap()
         .policies[0]
             .clone()
     }
 
+    fn st(
+        count: u32,
+        previous_count: u32,
+        until_allowed_ms: u64,
+        cooldown_remaining_ms: u64,
+    ) -> WindowState {
+        WindowState {
+            count,
+            previous_count,
+            until_allowed_ms,
+            cooldown_remaining_ms,
+        }
+    }
+
+    fn run(p: &Policy, s: WindowState) -> Verdict {
+        let d = p.detection.clone().unwrap();
+        decide(p, &d, &Fingerprint([3; 16]), &s).verdict
+    }
+
     #[test]
     fn below_threshold_allows_at_threshold_rejects() {
-        let p = policy();
-        let d = p.detection.clone().unwrap();
-        let fp = Fingerprint([3; 16]);
-        assert_eq!(
-            decide(
-                &p,
-                &d,
-                &fp,
-                &WindowState {
-                    count: 4,
-                    previous_count: 3,
-                    until_allowed_ms: 0
-                }
-            ),
-            Verdict::Allow { count: 4 }
+        let p = policy(
+            json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 5}),
         );
-        match decide(
-            &p,
-            &d,
-            &fp,
-            &WindowState {
-                count: 5,
-                previous_count: 4,
-                until_allowed_ms: 36_200,
-            },
-        ) {
+        assert_eq!(run(&p, st(4, 3, 0, 0)), Verdict::Allow);
+        match run(&p, st(5, 4, 36_200, 0)) {
             Verdict::Reject(r) => {
-                assert_eq!(r.hit_count, 5);
+                assert_eq!(r.notice.count, 5);
                 assert_eq!(r.retry_after_ms, 36_200);
-                assert_eq!(r.window_seconds, 60);
-                assert_eq!(r.policy_id, "p");
-                assert!(r.first);
+                assert_eq!(r.notice.window_seconds, 60);
+                assert_eq!(r.notice.policy_id, "p");
+                assert!(r.notice.first);
             }
             v => panic!("{v:?}"),
         }
+        match run(&p, st(5, 5, 1_000, 0)) {
+            Verdict::Reject(r) => assert!(!r.notice.first),
+            v => panic!("{v:?}"),
+        }
+        let d = p.detection.clone().unwrap();
         assert_eq!(
             window_query(&d),
             WindowQuery {
                 window_ms: 60_000,
                 capacity: 5,
-                trip_at: 5
+                trip_at: 5,
+                cooldown_ms: 0
             }
         );
+    }
+
+    #[test]
+    fn throttle_delay_escalates_with_the_count_up_to_the_cap() {
+        let p = policy(
+            json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3,
+            "action": "throttle", "throttle_step_ms": 100, "throttle_max_delay_ms": 450}),
+        );
+        assert_eq!(run(&p, st(2, 1, 0, 0)), Verdict::Allow);
+        let delay = |c| match run(&p, st(c, c - 1, 0, 0)) {
+            Verdict::Throttle { delay_ms, .. } => delay_ms,
+            v => panic!("{v:?}"),
+        };
+        assert_eq!(
+            (delay(3), delay(4), delay(5), delay(9)),
+            (300, 400, 450, 450)
+        );
+    }
+
+    #[test]
+    fn warn_forwards_with_a_notice() {
+        let p = policy(
+            json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 2, "action": "warn"}),
+        );
+        match run(&p, st(2, 1, 0, 0)) {
+            Verdict::Warn(n) => assert_eq!((n.count, n.first), (2, true)),
+            v => panic!("{v:?}"),
+        }
+    }
+
+    #[test]
+    fn ladder_picks_the_step_by_count() {
+        let p = policy(
+            json!({"enabled": true, "window_seconds": 60, "escalation": [
+            {"at": 3, "action": "warn"}, {"at": 5, "action": "throttle"}, {"at": 8, "action": "reject"}]}),
+        );
+        let d = p.detection.clone().unwrap();
+        assert_eq!(window_query(&d).trip_at, 8);
+        let action = |c: u32| run(&p, st(c, c - 1, 5_000, 0)).action();
+        assert_eq!(action(2), None);
+        assert_eq!(action(3), Some(Action::Warn));
+        assert_eq!(action(4), Some(Action::Warn));
+        assert_eq!(action(5), Some(Action::Throttle));
+        assert_eq!(action(7), Some(Action::Throttle));
+        assert_eq!(action(8), Some(Action::Reject));
+        match run(&p, st(8, 7, 5_000, 0)) {
+            Verdict::Reject(r) => assert_eq!(r.retry_after_ms, 5_000),
+            v => panic!("{v:?}"),
+        }
+    }
+
+    #[test]
+    fn cooldown_rejects_even_below_the_threshold() {
+        let p = policy(
+            json!({"enabled": true, "window_seconds": 10, "threshold_identical_requests": 3, "cooldown_seconds": 30}),
+        );
+        let d = p.detection.clone().unwrap();
+        assert_eq!(window_query(&d).cooldown_ms, 30_000);
+        match run(&p, st(1, 0, 0, 12_000)) {
+            Verdict::Reject(r) => {
+                assert_eq!(r.retry_after_ms, 12_000);
+                assert_eq!(r.cooldown_seconds, 30);
+                assert!(!r.notice.first);
+            }
+            v => panic!("{v:?}"),
+        }
+        // The larger of the cooldown and window remainders.
+        match run(&p, st(3, 2, 9_000, 4_000)) {
+            Verdict::Reject(r) => assert_eq!((r.retry_after_ms, r.notice.first), (9_000, true)),
+            v => panic!("{v:?}"),
+        }
+    }
+
+    #[test]
+    fn shadow_policies_observe_in_their_own_key_space() {
+        let mut p = policy(
+            json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 2}),
+        );
+        let fp = Fingerprint([9; 16]);
+        assert_eq!(store_key(&p, &fp), fp);
+        p.mode = Mode::Shadow;
+        assert_ne!(store_key(&p, &fp), fp);
+        let d = p.detection.clone().unwrap();
+        let decision = decide(&p, &d, &fp, &st(2, 1, 100, 0));
+        assert!(decision.shadow);
+        assert_eq!(decision.verdict.action(), Some(Action::Reject));
+        // The reported fingerprint is the request's, not the shadow key.
+        assert_eq!(decision.verdict.notice().unwrap().fingerprint, fp);
     }
 }

@@ -6,7 +6,7 @@
 //! equal `a` + `b|c`. The canonical bytes are streamed into SHA-256 and the
 //! digest is truncated to 128 bits, shown as 32 hex characters.
 
-use super::config::{LimitKey, Policy};
+use super::config::{Config, Policy};
 use super::request::{self, RequestFacts, RequestHead};
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -24,6 +24,15 @@ impl Fingerprint {
             s.push(HEX[usize::from(b & 15)]);
         }
         s
+    }
+
+    /// The key under which a shadow-mode policy counts this fingerprint: a
+    /// key space of its own, so shadow counts never touch enforce counts
+    /// and a policy switched to enforce starts from zero.
+    pub fn shadow_key(&self) -> Fingerprint {
+        let mut c = Canon::new(b"loopguard/shadow/v1");
+        c.field(&self.0);
+        c.finish()
     }
 
     /// 64 well-mixed bits, for choosing a slot-table bucket.
@@ -100,7 +109,12 @@ const TAG_API_KEY: u8 = 3;
 pub struct ExactBuilder(Canon);
 
 impl ExactBuilder {
-    pub fn start(policy: &Policy, head: &RequestHead<'_>, facts: &dyn RequestFacts) -> Self {
+    pub fn start(
+        config: &Config,
+        policy: &Policy,
+        head: &RequestHead<'_>,
+        facts: &dyn RequestFacts,
+    ) -> Self {
         let mut c = Canon::new(b"loopguard/exact/v1");
         c.field(policy.id.as_bytes());
         c.field(head.method.as_bytes());
@@ -111,7 +125,7 @@ impl ExactBuilder {
             c.field(k);
             c.field(v);
         }
-        write_identity(&mut c, policy, head, facts);
+        write_identity(&mut c, config, policy, head, facts);
         ExactBuilder(c)
     }
 
@@ -132,6 +146,7 @@ impl ExactBuilder {
 /// function.
 fn write_identity(
     c: &mut Canon,
+    config: &Config,
     policy: &Policy,
     head: &RequestHead<'_>,
     facts: &dyn RequestFacts,
@@ -146,30 +161,14 @@ fn write_identity(
     c.count(policy.limit_keys.len());
     for key in &policy.limit_keys {
         c.field(key.name().as_bytes());
-        match key {
-            LimitKey::Header(name) => c.optional(facts.header(name).as_deref()),
-            LimitKey::Query(name) => {
-                let values = request::query_values(head.query(), name);
-                if values.is_empty() {
-                    c.tag(TAG_ABSENT);
-                } else {
-                    c.tag(TAG_PRESENT);
-                    c.count(values.len());
-                    for v in &values {
-                        c.field(v);
-                    }
-                }
-            }
-            LimitKey::Jwt(claim) => {
-                let value = facts
-                    .header("authorization")
-                    .and_then(|auth| request::jwt_claim(&auth, claim));
-                c.optional(value.as_deref());
-            }
-            LimitKey::IpAddress => {
-                let addr = facts.source_address();
-                let ip = addr.as_deref().map(request::address_without_port);
-                c.optional(ip.map(str::as_bytes));
+        let values = request::limit_key_values(key, head, facts, &config.jwt_payload_in_metadata);
+        if values.is_empty() {
+            c.tag(TAG_ABSENT);
+        } else {
+            c.tag(TAG_PRESENT);
+            c.count(values.len());
+            for v in &values {
+                c.field(v);
             }
         }
     }
@@ -182,12 +181,15 @@ mod tests {
     use crate::core::request::tests::FakeFacts;
     use serde_json::json;
 
-    fn policy(id: &str, keys: &[&str]) -> Policy {
-        let cfg = Config::from_value(&json!({"policies": [{"id": id, "spec": {
+    fn config(id: &str, keys: &[&str]) -> Config {
+        Config::from_value(&json!({"policies": [{"id": id, "spec": {
             "selector": {}, "limit_keys": keys,
             "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 5}}}]}))
-        .unwrap();
-        cfg.policies[0].clone()
+        .unwrap()
+    }
+
+    fn policy(id: &str, keys: &[&str]) -> Policy {
+        config(id, keys).policies[0].clone()
     }
 
     fn fp(p: &Policy, method: &str, path: &str, facts: &FakeFacts, body: &str) -> Fingerprint {
@@ -196,7 +198,7 @@ mod tests {
             path,
             authority: "h",
         };
-        ExactBuilder::start(p, &head, facts).finish(body.as_bytes())
+        ExactBuilder::start(&config("x", &[]), p, &head, facts).finish(body.as_bytes())
     }
 
     #[test]
@@ -351,6 +353,22 @@ mod tests {
                 ""
             )
         );
+    }
+
+    #[test]
+    fn verified_claims_separate_callers_and_shadow_keys_differ() {
+        let p = policy("p", &["jwt_verified:sub"]);
+        let mut a = FakeFacts::default();
+        a.verified
+            .insert(("jwt_payload".into(), "sub".into()), b"alice".to_vec());
+        let mut b = FakeFacts::default();
+        b.verified
+            .insert(("jwt_payload".into(), "sub".into()), b"bob".to_vec());
+        let fa = fp(&p, "GET", "/", &a, "");
+        assert_ne!(fa, fp(&p, "GET", "/", &b, ""));
+        assert_ne!(fa, fp(&p, "GET", "/", &FakeFacts::default(), ""));
+        assert_ne!(fa.shadow_key(), fa);
+        assert_eq!(fa.shadow_key(), fa.shadow_key());
     }
 
     #[test]

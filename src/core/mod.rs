@@ -12,6 +12,7 @@
 
 pub mod config;
 pub mod decision;
+pub mod delay_queue;
 pub mod fingerprint;
 pub mod policy;
 pub mod reply;

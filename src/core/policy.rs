@@ -1,25 +1,76 @@
-//! Which policy applies to a request.
+//! Which policy applies to a request, and whether it is exempt.
 
-use super::config::{normalize_host, Config, PathMatch, Policy, Selector};
-use super::request::RequestHead;
+use super::config::{normalize_host, Config, ExemptMatch, PathMatch, Policy, Selector};
+use super::request::{limit_key_values, RequestFacts, RequestHead};
 
-/// The first policy whose selector matches, with its index; `None` lets the
-/// request pass untouched.
-pub fn select<'c>(config: &'c Config, head: &RequestHead<'_>) -> Option<(usize, &'c Policy)> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// The index of the policy that applies.
+    Policy(usize),
+    /// No policy applies: the request passes untouched.
+    None,
+    /// The route names a policy id this configuration does not have: the
+    /// request passes (the host logs it once).
+    UnknownRoutePolicy(String),
+}
+
+/// The policy for a request: the one its Envoy route names in metadata
+/// (`filter_metadata.loopguard.policy`), regardless of selectors; otherwise
+/// the first policy whose selector matches.
+pub fn select(config: &Config, head: &RequestHead<'_>, facts: &dyn RequestFacts) -> Selection {
+    if let Some(id) = facts.route_policy() {
+        return match config.policy_index(&id) {
+            Some(i) => Selection::Policy(i),
+            None => Selection::UnknownRoutePolicy(id),
+        };
+    }
     let path = head.path_only();
-    // Host normalisation allocates; do it once, and only if some policy
-    // filters on hosts.
+    // Host normalisation allocates and the route name is a host call: do
+    // each once, and only if some policy filters on it.
     let mut host: Option<String> = None;
-    config.policies.iter().enumerate().find(|(_, p)| {
+    let mut route: Option<Option<String>> = None;
+    let found = config.policies.iter().position(|p| {
         let sel = &p.selector;
         if !path_matches(&sel.path, path) || !method_matches(sel, head.method) {
             return false;
         }
-        if sel.hosts.is_empty() {
-            return true;
+        if !sel.hosts.is_empty() {
+            let host = host.get_or_insert_with(|| normalize_host(head.authority));
+            if !sel.hosts.iter().any(|h| host_matches(h, host)) {
+                return false;
+            }
         }
-        let host = host.get_or_insert_with(|| normalize_host(head.authority));
-        sel.hosts.iter().any(|h| host_matches(h, host))
+        if !sel.routes.is_empty() {
+            let route = route.get_or_insert_with(|| facts.route_name());
+            match route {
+                Some(name) if sel.routes.iter().any(|r| r == name) => {}
+                _ => return false,
+            }
+        }
+        true
+    });
+    match found {
+        Some(i) => Selection::Policy(i),
+        None => Selection::None,
+    }
+}
+
+/// Whether the request matches one of the policy's exemptions (such
+/// requests are never counted).
+pub fn is_exempt(
+    config: &Config,
+    policy: &Policy,
+    head: &RequestHead<'_>,
+    facts: &dyn RequestFacts,
+) -> bool {
+    policy.exempt.iter().any(|e| {
+        let values = limit_key_values(&e.key, head, facts, &config.jwt_payload_in_metadata);
+        match &e.matcher {
+            ExemptMatch::Present(want) => values.is_empty() != *want,
+            ExemptMatch::Values(allowed) => values
+                .iter()
+                .any(|v| allowed.iter().any(|a| a.as_bytes() == v.as_slice())),
+        }
     })
 }
 
@@ -55,6 +106,7 @@ fn host_matches(pattern: &str, host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::request::tests::FakeFacts;
     use serde_json::json;
 
     fn cfg(selectors: Vec<serde_json::Value>) -> Config {
@@ -67,16 +119,30 @@ mod tests {
         Config::from_value(&json!({ "policies": policies })).unwrap()
     }
 
-    fn pick(c: &Config, method: &str, path: &str, authority: &str) -> Option<String> {
-        select(
+    fn pick_with(
+        c: &Config,
+        method: &str,
+        path: &str,
+        authority: &str,
+        f: &FakeFacts,
+    ) -> Option<String> {
+        match select(
             c,
             &RequestHead {
                 method,
                 path,
                 authority,
             },
-        )
-        .map(|(_, p)| p.id.clone())
+            f,
+        ) {
+            Selection::Policy(i) => Some(c.policies[i].id.clone()),
+            Selection::None => None,
+            Selection::UnknownRoutePolicy(id) => Some(format!("unknown:{id}")),
+        }
+    }
+
+    fn pick(c: &Config, method: &str, path: &str, authority: &str) -> Option<String> {
+        pick_with(c, method, path, authority, &FakeFacts::default())
     }
 
     #[test]
@@ -133,5 +199,73 @@ mod tests {
         assert_eq!(pick(&c, "POST", "/v1/batch/jobs", "h"), Some("p0".into()));
         assert_eq!(pick(&c, "POST", "/v1/chat", "h"), Some("p1".into()));
         assert_eq!(pick(&c, "POST", "/v2/chat", "h"), None);
+    }
+
+    #[test]
+    fn route_names_and_route_metadata() {
+        let c = cfg(vec![
+            json!({"routes": ["chat"]}),
+            json!({"pathPrefix": "/v1"}),
+        ]);
+        let mut f = FakeFacts::default();
+        assert_eq!(pick_with(&c, "POST", "/v1/x", "h", &f), Some("p1".into()));
+        f.route_name = Some("chat".into());
+        assert_eq!(pick_with(&c, "POST", "/v1/x", "h", &f), Some("p0".into()));
+        // Route metadata wins over every selector.
+        f.route_policy = Some("p1".into());
+        assert_eq!(
+            pick_with(&c, "GET", "/elsewhere", "h", &f),
+            Some("p1".into())
+        );
+        f.route_policy = Some("nope".into());
+        assert_eq!(
+            pick_with(&c, "POST", "/v1/x", "h", &f),
+            Some("unknown:nope".into())
+        );
+    }
+
+    #[test]
+    fn exemptions_match_presence_or_values() {
+        let c = Config::from_value(&json!({"policies": [{"id": "p", "spec": {"selector": {},
+            "exempt": [{"key": "header:x-batch-id", "present": true},
+                       {"key": "header:x-api-key-id", "values": ["ci-runner", "evals"]},
+                       {"key": "query:mode", "values": ["batch"]}],
+            "loop_detection": {"enabled": true, "window_seconds": 1, "threshold_identical_requests": 2}}}]})).unwrap();
+        let p = &c.policies[0];
+        let head = RequestHead {
+            method: "POST",
+            path: "/v1/x",
+            authority: "h",
+        };
+        let ex = |f: &FakeFacts, path: &str| is_exempt(&c, p, &RequestHead { path, ..head }, f);
+        assert!(!ex(&FakeFacts::default(), "/v1/x"));
+        assert!(ex(&FakeFacts::default().with("x-batch-id", ""), "/v1/x"));
+        assert!(ex(
+            &FakeFacts::default().with("x-api-key-id", "evals"),
+            "/v1/x"
+        ));
+        assert!(!ex(
+            &FakeFacts::default().with("x-api-key-id", "prod"),
+            "/v1/x"
+        ));
+        assert!(ex(
+            &FakeFacts::default(),
+            "/v1/x?mode=interactive&mode=batch"
+        ));
+        let c2 = Config::from_value(&json!({"policies": [{"id": "p", "spec": {"selector": {},
+            "exempt": [{"key": "header:x-user", "present": false}],
+            "loop_detection": {"enabled": true, "window_seconds": 1, "threshold_identical_requests": 2}}}]})).unwrap();
+        assert!(is_exempt(
+            &c2,
+            &c2.policies[0],
+            &head,
+            &FakeFacts::default()
+        ));
+        assert!(!is_exempt(
+            &c2,
+            &c2.policies[0],
+            &head,
+            &FakeFacts::default().with("x-user", "u")
+        ));
     }
 }

@@ -2,6 +2,7 @@
 //! parts of it the core reads (query string, API keys, JWT claims,
 //! downstream address).
 
+use super::config::LimitKey;
 use serde_json::Value;
 
 /// Facts about the request in flight. The host answers them from Envoy; the
@@ -14,6 +15,36 @@ pub trait RequestFacts {
     /// The downstream peer address as Envoy reports it (`1.2.3.4:5678`,
     /// `[::1]:5678`).
     fn source_address(&self) -> Option<String>;
+    /// A claim of the JWT payload Envoy's jwt_authn filter verified and
+    /// stored under `payload_key` in its dynamic metadata.
+    fn verified_claim(&self, payload_key: &str, claim: &str) -> Option<Vec<u8>>;
+    /// The name of the Envoy route the request matched.
+    fn route_name(&self) -> Option<String>;
+    /// The policy id the matched route names in its metadata
+    /// (`filter_metadata.loopguard.policy`).
+    fn route_policy(&self) -> Option<String>;
+}
+
+/// The values a limit key has in a request: none (the key is absent), one,
+/// or several (a repeated query parameter, sorted).
+pub fn limit_key_values(
+    key: &LimitKey,
+    head: &RequestHead<'_>,
+    facts: &dyn RequestFacts,
+    jwt_payload_key: &str,
+) -> Vec<Vec<u8>> {
+    let one = |v: Option<Vec<u8>>| v.into_iter().collect();
+    match key {
+        LimitKey::Header(name) => one(facts.header(name)),
+        LimitKey::Query(name) => query_values(head.query(), name),
+        LimitKey::Jwt(claim) => one(facts
+            .header("authorization")
+            .and_then(|auth| jwt_claim(&auth, claim))),
+        LimitKey::JwtVerified(claim) => one(facts.verified_claim(jwt_payload_key, claim)),
+        LimitKey::IpAddress => one(facts
+            .source_address()
+            .map(|a| address_without_port(&a).as_bytes().to_vec())),
+    }
 }
 
 /// The request line as seen in the headers phase.
@@ -228,6 +259,10 @@ pub(crate) mod tests {
     pub struct FakeFacts {
         pub headers: HashMap<String, Vec<u8>>,
         pub source: Option<String>,
+        /// (payload key, claim) -> value
+        pub verified: HashMap<(String, String), Vec<u8>>,
+        pub route_name: Option<String>,
+        pub route_policy: Option<String>,
     }
 
     impl FakeFacts {
@@ -244,6 +279,17 @@ pub(crate) mod tests {
         }
         fn source_address(&self) -> Option<String> {
             self.source.clone()
+        }
+        fn verified_claim(&self, payload_key: &str, claim: &str) -> Option<Vec<u8>> {
+            self.verified
+                .get(&(payload_key.to_string(), claim.to_string()))
+                .cloned()
+        }
+        fn route_name(&self) -> Option<String> {
+            self.route_name.clone()
+        }
+        fn route_policy(&self) -> Option<String> {
+            self.route_policy.clone()
         }
     }
 
@@ -335,6 +381,31 @@ pub(crate) mod tests {
         assert_eq!(base64url_decode(b"a"), None);
         assert_eq!(base64url_decode(b"a*b"), None);
         assert_eq!(base64url_decode(b""), Some(vec![]));
+    }
+
+    #[test]
+    fn limit_key_values_per_source() {
+        let head = RequestHead {
+            method: "GET",
+            path: "/?u=b&u=a",
+            authority: "h",
+        };
+        let mut f = FakeFacts::default()
+            .with("x-org", "o1")
+            .with("authorization", "Bearer e30.eyJzdWIiOiJ1MSJ9.s");
+        f.source = Some("[::1]:80".into());
+        f.verified
+            .insert(("jwt_payload".into(), "sub".into()), b("alice"));
+        let v = |k: LimitKey| limit_key_values(&k, &head, &f, "jwt_payload");
+        assert_eq!(v(LimitKey::Header("x-org".into())), vec![b("o1")]);
+        assert!(v(LimitKey::Header("x-missing".into())).is_empty());
+        assert_eq!(v(LimitKey::Query("u".into())), vec![b("a"), b("b")]);
+        assert_eq!(v(LimitKey::Jwt("sub".into())), vec![b("u1")]);
+        assert_eq!(v(LimitKey::JwtVerified("sub".into())), vec![b("alice")]);
+        assert!(
+            limit_key_values(&LimitKey::JwtVerified("sub".into()), &head, &f, "other").is_empty()
+        );
+        assert_eq!(v(LimitKey::IpAddress), vec![b("::1")]);
     }
 
     #[test]

@@ -12,13 +12,13 @@
 //! host stores them (Envoy shared data, compare-and-swap).
 
 use super::fingerprint::Fingerprint;
-use super::window::{self, WindowQuery, WindowState};
+use super::window::{HitRecord, WindowQuery, WindowState};
 
 /// Entries per bucket.
 pub const BUCKET_ENTRIES: usize = 4;
 /// Bumped whenever the bucket encoding changes: it is part of the layout
 /// hash, so a new encoding never misreads old slots.
-const FORMAT_VERSION: u8 = 1;
+const FORMAT_VERSION: u8 = 2;
 
 /// The shape of the table, fixed at configure time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,11 +63,11 @@ pub struct Entry {
     pub fingerprint: Fingerprint,
     /// Time of the newest hit.
     pub last_seen: u64,
-    /// When the entry stops mattering: newest hit + window. An expired entry
-    /// is reused before any live one is evicted.
+    /// When the entry stops mattering: newest hit + window, or the end of
+    /// its cooldown if later. An expired entry is reused before any live one
+    /// is evicted.
     pub expires_at: u64,
-    /// Hit times, oldest first.
-    pub hits: Vec<u64>,
+    pub record: HitRecord,
 }
 
 /// A decoded bucket.
@@ -98,7 +98,7 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
                 fingerprint: *fp,
                 last_seen: now,
                 expires_at: now,
-                hits: Vec::new(),
+                record: HitRecord::default(),
             };
             if bucket.entries.len() < BUCKET_ENTRIES {
                 bucket.entries.push(fresh);
@@ -125,9 +125,9 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
     };
     let state = match bucket.entries.get_mut(idx) {
         Some(entry) => {
-            let state = window::record_hit(&mut entry.hits, now, q);
+            let state = entry.record.record(now, q);
             entry.last_seen = now;
-            entry.expires_at = now.saturating_add(q.window_ms);
+            entry.expires_at = entry.record.expires_at(q.window_ms);
             state
         }
         // Unreachable by construction; answer as a first hit.
@@ -135,6 +135,7 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
             count: 1,
             previous_count: 0,
             until_allowed_ms: 0,
+            cooldown_remaining_ms: 0,
         },
     };
     Recorded {
@@ -146,10 +147,11 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
 
 // Encoding (little-endian):
 //   bucket := version:u8 count:u8 entry*
-//   entry  := fingerprint:[16] last_seen:u64 expires_at:u64 n:u16 age:u32*n
+//   entry  := fingerprint:[16] last_seen:u64 expires_at:u64
+//             cooldown_until:u64 n:u16 age:u32*n
 // Hit times are stored as ages in ms before `last_seen` (a window is at
 // most a day, so an age fits in 32 bits), oldest first.
-const ENTRY_FIXED: usize = 16 + 8 + 8 + 2;
+const ENTRY_FIXED: usize = 16 + 8 + 8 + 8 + 2;
 
 impl Bucket {
     pub fn decode(bytes: &[u8]) -> Option<Bucket> {
@@ -170,6 +172,7 @@ impl Bucket {
             fingerprint.copy_from_slice(r.take(16)?);
             let last_seen = r.u64()?;
             let expires_at = r.u64()?;
+            let cooldown_until = r.u64()?;
             let hit_count = r.u16()? as usize;
             let mut hits = Vec::with_capacity(hit_count);
             for _ in 0..hit_count {
@@ -179,7 +182,10 @@ impl Bucket {
                 fingerprint: Fingerprint(fingerprint),
                 last_seen,
                 expires_at,
-                hits,
+                record: HitRecord {
+                    hits,
+                    cooldown_until,
+                },
             });
         }
         if !r.0.is_empty() {
@@ -192,7 +198,7 @@ impl Bucket {
         let size = 2 + self
             .entries
             .iter()
-            .map(|e| ENTRY_FIXED + 4 * e.hits.len())
+            .map(|e| ENTRY_FIXED + 4 * e.record.hits.len())
             .sum::<usize>();
         let mut out = Vec::with_capacity(size);
         out.push(FORMAT_VERSION);
@@ -201,9 +207,11 @@ impl Bucket {
             out.extend_from_slice(&e.fingerprint.0);
             out.extend_from_slice(&e.last_seen.to_le_bytes());
             out.extend_from_slice(&e.expires_at.to_le_bytes());
-            let n = e.hits.len().min(usize::from(u16::MAX));
+            out.extend_from_slice(&e.record.cooldown_until.to_le_bytes());
+            let hits = &e.record.hits;
+            let n = hits.len().min(usize::from(u16::MAX));
             out.extend_from_slice(&(n as u16).to_le_bytes());
-            for &t in e.hits.iter().skip(e.hits.len() - n) {
+            for &t in hits.iter().skip(hits.len() - n) {
                 let age = e.last_seen.saturating_sub(t).min(u64::from(u32::MAX)) as u32;
                 out.extend_from_slice(&age.to_le_bytes());
             }
@@ -252,6 +260,7 @@ mod tests {
             window_ms,
             capacity: trip_at,
             trip_at,
+            cooldown_ms: 0,
         }
     }
 
@@ -274,7 +283,10 @@ mod tests {
                 fingerprint: fp(1),
                 last_seen: 5_000,
                 expires_at: 65_000,
-                hits: vec![1_000, 4_000, 5_000],
+                record: HitRecord {
+                    hits: vec![1_000, 4_000, 5_000],
+                    cooldown_until: 9_000,
+                },
             }],
         };
         assert_eq!(Bucket::decode(&b.encode()), Some(b));
@@ -312,6 +324,30 @@ mod tests {
         let b = Bucket::decode(&r.bucket).unwrap();
         assert!(!b.entries.iter().any(|e| e.fingerprint == fp(1)));
         assert_eq!(b.entries.len(), BUCKET_ENTRIES);
+    }
+
+    #[test]
+    fn an_entry_in_cooldown_outlives_its_window() {
+        let q = WindowQuery {
+            window_ms: 1_000,
+            capacity: 2,
+            trip_at: 2,
+            cooldown_ms: 30_000,
+        };
+        let mut bytes = record(&[], &fp(1), 0, &q).bucket;
+        bytes = record(&bytes, &fp(1), 10, &q).bucket;
+        for i in 2..5u8 {
+            bytes = record(&bytes, &fp(i), 20, &q).bucket;
+        }
+        // At 5 s fp(1)'s hits are out of the window but its cooldown runs:
+        // the expired fp(2..4) entries are reused first.
+        for i in 5..8u8 {
+            let r = record(&bytes, &fp(i), 5_000, &q);
+            assert!(!r.evicted);
+            bytes = r.bucket;
+        }
+        let r = record(&bytes, &fp(1), 5_000, &q);
+        assert_eq!(r.state.cooldown_remaining_ms, 25_010);
     }
 
     proptest! {

@@ -153,6 +153,7 @@ pub(crate) mod tests {
             window_ms: 1_000,
             capacity: 3,
             trip_at: 3,
+            cooldown_ms: 0,
         }
     }
 

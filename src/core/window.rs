@@ -11,9 +11,11 @@ pub struct WindowQuery {
     pub window_ms: u64,
     /// Hits the record keeps (at most 1024).
     pub capacity: u32,
-    /// The count at which the action triggers: `until_allowed_ms` is
-    /// measured against it.
+    /// The count at which requests are rejected: `until_allowed_ms` is
+    /// measured against it, and reaching it starts the cooldown.
     pub trip_at: u32,
+    /// 0 for none.
+    pub cooldown_ms: u64,
 }
 
 /// The answer of a store after recording a hit.
@@ -22,12 +24,59 @@ pub struct WindowState {
     /// Identical hits inside the window, this one included (capped at the
     /// record's capacity).
     pub count: u32,
-    /// The same count just before this hit: `count >= trip_at` while
-    /// `previous_count < trip_at` marks the request that trips the action.
+    /// The same count just before this hit: `count >= n` while
+    /// `previous_count < n` marks the request that first reaches `n`.
     pub previous_count: u32,
     /// Milliseconds until a further identical request would stay below
     /// `trip_at` if the client stopped now; 0 when it already would.
     pub until_allowed_ms: u64,
+    /// Milliseconds of cooldown left (0 when none is running). A cooldown
+    /// starts when `trip_at` is reached and none is running; hits during it
+    /// do not extend it.
+    pub cooldown_remaining_ms: u64,
+}
+
+/// One fingerprint's sliding log and cooldown.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HitRecord {
+    /// Hit times, oldest first.
+    pub hits: Vec<u64>,
+    /// 0 when no cooldown was ever started.
+    pub cooldown_until: u64,
+}
+
+impl HitRecord {
+    /// Record a hit at `now` and answer the window state.
+    pub fn record(&mut self, now: u64, q: &WindowQuery) -> WindowState {
+        prune(&mut self.hits, now, q.window_ms);
+        let previous_count = u32::try_from(self.hits.len()).unwrap_or(u32::MAX);
+        self.hits.push(now);
+        let capacity = q.capacity.max(1) as usize;
+        if self.hits.len() > capacity {
+            let excess = self.hits.len() - capacity;
+            self.hits.drain(..excess);
+        }
+        let count = u32::try_from(self.hits.len()).unwrap_or(u32::MAX);
+        // A cooldown from the future (the clock moved back) lasts at most
+        // one cooldown from now.
+        self.cooldown_until = self.cooldown_until.min(now.saturating_add(q.cooldown_ms));
+        if self.cooldown_until <= now && q.cooldown_ms > 0 && count >= q.trip_at {
+            self.cooldown_until = now.saturating_add(q.cooldown_ms);
+        }
+        WindowState {
+            count,
+            previous_count,
+            until_allowed_ms: until_allowed(&self.hits, now, q.window_ms, q.trip_at),
+            cooldown_remaining_ms: self.cooldown_until.saturating_sub(now),
+        }
+    }
+
+    /// When this record stops mattering: its newest hit has left the window
+    /// and its cooldown is over.
+    pub fn expires_at(&self, window_ms: u64) -> u64 {
+        let newest = self.hits.last().map_or(0, |t| t.saturating_add(window_ms));
+        newest.max(self.cooldown_until)
+    }
 }
 
 /// Drop hits that left the window and clamp hits from the future (the
@@ -40,23 +89,6 @@ pub fn prune(log: &mut Vec<u64>, now: u64, window_ms: u64) {
         }
     }
     log.retain(|&t| now - t < window_ms);
-}
-
-/// Record a hit at `now` and answer the window state.
-pub fn record_hit(log: &mut Vec<u64>, now: u64, q: &WindowQuery) -> WindowState {
-    prune(log, now, q.window_ms);
-    let previous_count = u32::try_from(log.len()).unwrap_or(u32::MAX);
-    log.push(now);
-    let capacity = q.capacity.max(1) as usize;
-    if log.len() > capacity {
-        let excess = log.len() - capacity;
-        log.drain(..excess);
-    }
-    WindowState {
-        count: u32::try_from(log.len()).unwrap_or(u32::MAX),
-        previous_count,
-        until_allowed_ms: until_allowed(log, now, q.window_ms, q.trip_at),
-    }
 }
 
 /// A new request at time T is allowed when fewer than `trip_at - 1` earlier
@@ -83,6 +115,26 @@ mod tests {
             window_ms,
             capacity: trip_at,
             trip_at,
+            cooldown_ms: 0,
+        }
+    }
+
+    fn record_hit(log: &mut Vec<u64>, now: u64, q: &WindowQuery) -> WindowState {
+        let mut r = HitRecord {
+            hits: std::mem::take(log),
+            cooldown_until: 0,
+        };
+        let s = r.record(now, q);
+        *log = r.hits;
+        s
+    }
+
+    fn st(count: u32, previous_count: u32, until_allowed_ms: u64) -> WindowState {
+        WindowState {
+            count,
+            previous_count,
+            until_allowed_ms,
+            cooldown_remaining_ms: 0,
         }
     }
 
@@ -90,40 +142,12 @@ mod tests {
     fn nth_hit_trips_and_retry_after_follows_the_n_minus_1th_newest() {
         let mut log = Vec::new();
         let q = q(10_000, 3);
-        assert_eq!(
-            record_hit(&mut log, 1_000, &q),
-            WindowState {
-                count: 1,
-                previous_count: 0,
-                until_allowed_ms: 0
-            }
-        );
-        assert_eq!(
-            record_hit(&mut log, 2_000, &q),
-            WindowState {
-                count: 2,
-                previous_count: 1,
-                until_allowed_ms: 9_000
-            }
-        );
+        assert_eq!(record_hit(&mut log, 1_000, &q), st(1, 0, 0));
+        assert_eq!(record_hit(&mut log, 2_000, &q), st(2, 1, 9_000));
         // Third hit trips; allowed again once the 2nd newest (t=2000) leaves.
-        assert_eq!(
-            record_hit(&mut log, 3_000, &q),
-            WindowState {
-                count: 3,
-                previous_count: 2,
-                until_allowed_ms: 9_000
-            }
-        );
+        assert_eq!(record_hit(&mut log, 3_000, &q), st(3, 2, 9_000));
         // The log is full: later hits still see the threshold reached.
-        assert_eq!(
-            record_hit(&mut log, 3_500, &q),
-            WindowState {
-                count: 3,
-                previous_count: 3,
-                until_allowed_ms: 9_500
-            }
-        );
+        assert_eq!(record_hit(&mut log, 3_500, &q), st(3, 3, 9_500));
     }
 
     #[test]
@@ -150,15 +174,47 @@ mod tests {
         );
     }
 
+    #[test]
+    fn cooldown_starts_at_the_trip_and_is_not_extended() {
+        let q = WindowQuery {
+            window_ms: 1_000,
+            capacity: 2,
+            trip_at: 2,
+            cooldown_ms: 5_000,
+        };
+        let mut r = HitRecord::default();
+        assert_eq!(r.record(0, &q).cooldown_remaining_ms, 0);
+        let s = r.record(100, &q);
+        assert_eq!((s.count, s.cooldown_remaining_ms), (2, 5_000));
+        // Hits during the cooldown do not extend it, even when they trip.
+        assert_eq!(r.record(2_000, &q).cooldown_remaining_ms, 3_100);
+        let s = r.record(4_000, &q);
+        assert_eq!((s.count, s.cooldown_remaining_ms), (1, 1_100));
+        assert_eq!(r.expires_at(1_000), 5_100);
+        // Over: a calm request sees none; a new trip starts a new one.
+        assert_eq!(r.record(6_000, &q).cooldown_remaining_ms, 0);
+        assert_eq!(r.record(6_100, &q).cooldown_remaining_ms, 5_000);
+    }
+
+    #[test]
+    fn cooldown_from_a_clock_that_moved_back_is_bounded() {
+        let q = WindowQuery {
+            window_ms: 1_000,
+            capacity: 2,
+            trip_at: 2,
+            cooldown_ms: 5_000,
+        };
+        let mut r = HitRecord {
+            hits: vec![],
+            cooldown_until: 1_000_000,
+        };
+        assert_eq!(r.record(10, &q).cooldown_remaining_ms, 5_000);
+    }
+
     /// Brute force: the whole history, no capacity, straight from the
     /// definition.
     fn reference(history: &[u64], now: u64, window: u64, trip_at: u32) -> (u32, u64) {
-        let in_window: Vec<u64> = history
-            .iter()
-            .copied()
-            .filter(|&t| now - t < window)
-            .collect();
-        let count = in_window.len() as u32;
+        let count = history.iter().filter(|&&t| now - t < window).count() as u32;
         // Smallest T >= now at which fewer than trip_at-1 hits are in window.
         let mut t = now;
         loop {
@@ -187,7 +243,7 @@ mod tests {
             extra_capacity in 0u32..4,
         ) {
             let capacity = trip_at + extra_capacity;
-            let q = WindowQuery { window_ms: window, capacity, trip_at };
+            let q = WindowQuery { window_ms: window, capacity, trip_at, cooldown_ms: 0 };
             let mut log = Vec::new();
             let mut history = Vec::new();
             let mut now = 10_000u64;
@@ -201,6 +257,32 @@ mod tests {
                 prop_assert_eq!(got.count >= trip_at, count >= trip_at);
                 prop_assert_eq!(got.until_allowed_ms, until);
                 prop_assert!(log.len() <= capacity as usize);
+            }
+        }
+
+        /// Against a brute-force cooldown: rejected while the window holds
+        /// trip_at hits or a cooldown started by such a moment still runs.
+        #[test]
+        fn cooldown_matches_brute_force(
+            gaps in prop::collection::vec(0u64..700, 1..60),
+            window in 1u64..1_500,
+            cooldown in 1u64..3_000,
+            trip_at in 2u32..6,
+        ) {
+            let q = WindowQuery { window_ms: window, capacity: trip_at, trip_at, cooldown_ms: cooldown };
+            let mut r = HitRecord::default();
+            let mut history = Vec::new();
+            let mut cooldown_until = 0u64;
+            let mut now = 10_000u64;
+            for gap in gaps {
+                now += gap;
+                history.push(now);
+                let got = r.record(now, &q);
+                let (count, _) = reference(&history, now, window, trip_at);
+                if cooldown_until <= now && count >= trip_at {
+                    cooldown_until = now + cooldown;
+                }
+                prop_assert_eq!(got.cooldown_remaining_ms, cooldown_until.saturating_sub(now));
             }
         }
 

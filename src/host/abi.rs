@@ -19,6 +19,9 @@ pub const STATUS_CAS_MISMATCH: u32 = 8;
 pub type HostResult<T> = Result<T, HostError>;
 
 const MAP_REQUEST_HEADERS: u32 = 0;
+const MAP_RESPONSE_HEADERS: u32 = 2;
+const STREAM_HTTP_REQUEST: u32 = 0;
+const METRIC_GAUGE: u32 = 1;
 const BUFFER_REQUEST_BODY: u32 = 0;
 const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 const METRIC_COUNTER: u32 = 0;
@@ -78,6 +81,22 @@ extern "C" {
     ) -> u32;
     fn proxy_increment_metric(metric_id: u32, offset: i64) -> u32;
     fn proxy_get_log_level(return_level: *mut u32) -> u32;
+    fn proxy_add_header_map_value(
+        map_type: u32,
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> u32;
+    fn proxy_set_property(
+        path_data: *const u8,
+        path_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> u32;
+    fn proxy_continue_stream(stream_type: u32) -> u32;
+    fn proxy_set_effective_context(context_id: u32) -> u32;
+    fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
 }
 
 fn status(code: u32) -> HostResult<()> {
@@ -229,10 +248,61 @@ pub fn send_local_response(
 }
 
 pub fn define_counter(name: &str) -> HostResult<u32> {
+    define_metric(METRIC_COUNTER, name)
+}
+
+pub fn define_gauge(name: &str) -> HostResult<u32> {
+    define_metric(METRIC_GAUGE, name)
+}
+
+fn define_metric(kind: u32, name: &str) -> HostResult<u32> {
     let mut id = 0;
     // SAFETY: out-pointer is valid.
-    status(unsafe { proxy_define_metric(METRIC_COUNTER, name.as_ptr(), name.len(), &mut id) })?;
+    status(unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) })?;
     Ok(id)
+}
+
+/// Add a header to the request (only possible in the headers phase).
+pub fn add_request_header(name: &str, value: &str) -> HostResult<()> {
+    add_header(MAP_REQUEST_HEADERS, name, value)
+}
+
+/// Add a header to the response (in the response headers phase).
+pub fn add_response_header(name: &str, value: &str) -> HostResult<()> {
+    add_header(MAP_RESPONSE_HEADERS, name, value)
+}
+
+fn add_header(map: u32, name: &str, value: &str) -> HostResult<()> {
+    // SAFETY: pointers and lengths describe live strs.
+    status(unsafe {
+        proxy_add_header_map_value(map, name.as_ptr(), name.len(), value.as_ptr(), value.len())
+    })
+}
+
+/// Set a stream property; Envoy keeps it as filter state `wasm.<name>`,
+/// where later filters and access logs can read it.
+pub fn set_filter_state(name: &str, value: &[u8]) -> HostResult<()> {
+    // SAFETY: pointers and lengths describe live slices.
+    status(unsafe { proxy_set_property(name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
+}
+
+/// Make `context_id` the context later calls act on (from the root
+/// context's tick). Fails if the stream is gone.
+pub fn set_effective_context(context_id: u32) -> HostResult<()> {
+    // SAFETY: plain value.
+    status(unsafe { proxy_set_effective_context(context_id) })
+}
+
+/// Continue the paused request of the effective context.
+pub fn resume_request() -> HostResult<()> {
+    // SAFETY: plain value.
+    status(unsafe { proxy_continue_stream(STREAM_HTTP_REQUEST) })
+}
+
+/// The root context's tick period (0 stops the tick).
+pub fn set_tick_period_ms(period: u32) -> HostResult<()> {
+    // SAFETY: plain value.
+    status(unsafe { proxy_set_tick_period_milliseconds(period) })
 }
 
 pub fn increment(metric_id: u32, by: i64) -> HostResult<()> {

@@ -12,10 +12,10 @@ use super::abi;
 use super::root::Plugin;
 use crate::core::decision::{self, Verdict};
 use crate::core::fingerprint::{ExactBuilder, Fingerprint};
-use crate::core::policy;
-use crate::core::reply;
+use crate::core::policy::{self, Selection};
+use crate::core::reply::{self, Headers};
 use crate::core::request::{RequestFacts, RequestHead};
-use crate::core::store::{StoreAnswer, WindowStore};
+use crate::core::store::{StoreAnswer, StoreFailure, WindowStore};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -31,26 +31,47 @@ enum State {
         policy: usize,
         builder: ExactBuilder,
     },
+    /// Paused by a throttle until the root context's tick resumes it.
+    Held,
+}
+
+/// Which request phase a decision is made in: request headers can only be
+/// changed in the first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Headers,
+    Body,
 }
 
 pub struct Stream {
+    id: u32,
     plugin: Option<Rc<Plugin>>,
     state: State,
     /// Body bytes buffered so far.
     body_len: usize,
+    /// Headers for the client's response (warn, throttle).
+    response_headers: Headers,
 }
 
 impl Stream {
-    pub fn new(plugin: Option<Rc<Plugin>>) -> Self {
+    pub fn new(id: u32, plugin: Option<Rc<Plugin>>) -> Self {
         Stream {
+            id,
             plugin,
             state: State::Pass,
             body_len: 0,
+            response_headers: Vec::new(),
         }
     }
 
-    /// Record the hit, decide, and apply the verdict.
-    fn decide(&mut self, plugin: &Plugin, policy_index: usize, fp: Fingerprint) -> Action {
+    /// Record the hit, decide, and apply the decision.
+    fn decide(
+        &mut self,
+        plugin: &Plugin,
+        policy_index: usize,
+        fp: Fingerprint,
+        phase: Phase,
+    ) -> Action {
         self.state = State::Pass;
         let Some(policy) = plugin.config.policies.get(policy_index) else {
             return Action::Continue;
@@ -59,18 +80,18 @@ impl Stream {
             return Action::Continue;
         };
         let query = decision::window_query(detection);
+        let key = decision::store_key(policy, &fp);
         let now = abi::now_ms();
         let answer = match plugin.store.try_borrow_mut() {
-            Ok(mut store) => store.record(&fp, now, &query),
-            Err(_) => StoreAnswer::Failed(crate::core::store::StoreFailure::Backend),
+            Ok(mut store) => store.record(&key, now, &query),
+            Err(_) => StoreAnswer::Failed(StoreFailure::Backend),
         };
         let receipt = match answer {
             StoreAnswer::Ready(receipt) => receipt,
             StoreAnswer::Failed(failure) => {
                 plugin.metrics.store_fail_open.inc();
-                if now.saturating_sub(plugin.last_fail_open_log_ms.get())
-                    >= FAIL_OPEN_LOG_INTERVAL_MS
-                {
+                let last = plugin.last_fail_open_log_ms.get();
+                if now.saturating_sub(last) >= FAIL_OPEN_LOG_INTERVAL_MS {
                     plugin.last_fail_open_log_ms.set(now);
                     log::warn!(
                         "store {} for policy \"{}\"; request passed unchecked (fail-open)",
@@ -88,8 +109,38 @@ impl Stream {
         if receipt.evicted {
             plugin.metrics.evicted.inc();
         }
-        match decision::decide(policy, detection, &fp, &receipt.state) {
-            Verdict::Allow { .. } => Action::Continue,
+        let decided = decision::decide(policy, detection, &fp, &receipt.state);
+        if let Some(line) = reply::log_line(&decided) {
+            log::info!("{line}");
+        }
+        if decided.shadow {
+            if decided.verdict.action().is_some() {
+                plugin.metrics.shadow.inc();
+            }
+            return Action::Continue;
+        }
+        for (name, value) in reply::upstream_headers(&decided) {
+            // Later filters (header_mutation) copy this into the request
+            // once the body phase is over; in the headers phase loopguard
+            // can add the header itself.
+            let _ = abi::set_filter_state(&reply::filter_state_name(name), value.as_bytes());
+            if phase == Phase::Headers {
+                let _ = abi::add_request_header(name, &value);
+            }
+        }
+        self.response_headers = reply::response_headers(&decided);
+        match decided.verdict {
+            Verdict::Allow => Action::Continue,
+            Verdict::Warn(_) => {
+                plugin.metrics.warned.inc();
+                Action::Continue
+            }
+            Verdict::Throttle { delay_ms, .. } => {
+                plugin.metrics.throttled.inc();
+                plugin.hold(self.id, now.saturating_add(delay_ms));
+                self.state = State::Held;
+                Action::Pause
+            }
             Verdict::Reject(rejection) => {
                 let local = reply::rejection(&rejection);
                 let headers: Vec<(&str, &str)> = local
@@ -110,22 +161,6 @@ impl Stream {
                     return Action::Continue;
                 }
                 plugin.metrics.rejected.inc();
-                if rejection.first {
-                    log::info!(
-                        "loop detected: policy \"{}\" fingerprint {} sent {} times in {} s; rejecting",
-                        rejection.policy_id,
-                        rejection.fingerprint,
-                        rejection.hit_count,
-                        rejection.window_seconds
-                    );
-                } else {
-                    log::debug!(
-                        "rejected policy \"{}\" fingerprint {} (hit {})",
-                        rejection.policy_id,
-                        rejection.fingerprint,
-                        rejection.hit_count
-                    );
-                }
                 Action::Pause
             }
         }
@@ -140,7 +175,7 @@ impl Stream {
             return Action::Continue;
         };
         match abi::request_body(self.body_len) {
-            Ok(body) => self.decide(&plugin, policy, builder.finish(&body)),
+            Ok(body) => self.decide(&plugin, policy, builder.finish(&body), Phase::Body),
             Err(e) => {
                 log::debug!("body unreadable (host status {}); request passed", e.0);
                 plugin.metrics.body_skipped.inc();
@@ -165,9 +200,39 @@ impl RequestFacts for HostFacts {
     }
 
     fn source_address(&self) -> Option<String> {
-        let raw = abi::property(&["source", "address"]).ok().flatten()?;
-        String::from_utf8(raw).ok()
+        property_string(&["source", "address"])
     }
+
+    fn verified_claim(&self, payload_key: &str, claim: &str) -> Option<Vec<u8>> {
+        abi::property(&[
+            "metadata",
+            "filter_metadata",
+            "envoy.filters.http.jwt_authn",
+            payload_key,
+            claim,
+        ])
+        .ok()
+        .flatten()
+    }
+
+    fn route_name(&self) -> Option<String> {
+        property_string(&["xds", "route_name"])
+    }
+
+    fn route_policy(&self) -> Option<String> {
+        property_string(&[
+            "xds",
+            "route_metadata",
+            "filter_metadata",
+            "loopguard",
+            "policy",
+        ])
+    }
+}
+
+fn property_string(path: &[&str]) -> Option<String> {
+    let raw = abi::property(path).ok().flatten()?;
+    String::from_utf8(raw).ok().filter(|s| !s.is_empty())
 }
 
 fn header_string(name: &str) -> String {
@@ -178,7 +243,18 @@ fn header_string(name: &str) -> String {
     }
 }
 
-impl Context for Stream {}
+impl Context for Stream {
+    fn on_done(&mut self) -> bool {
+        // The client left while the request was held by a throttle.
+        if matches!(self.state, State::Held) {
+            if let Some(plugin) = &self.plugin {
+                plugin.release(self.id);
+            }
+            self.state = State::Pass;
+        }
+        true
+    }
+}
 
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
@@ -194,16 +270,28 @@ impl HttpContext for Stream {
             path: &path,
             authority: &authority,
         };
-        let Some((index, policy)) = policy::select(&plugin.config, &head) else {
+        let index = match policy::select(&plugin.config, &head, &HostFacts) {
+            Selection::Policy(i) => i,
+            Selection::None => return Action::Continue,
+            Selection::UnknownRoutePolicy(id) => {
+                plugin.note_unknown_route_policy(&id);
+                return Action::Continue;
+            }
+        };
+        let Some(policy) = plugin.config.policies.get(index) else {
             return Action::Continue;
         };
         plugin.metrics.matched.inc();
         if policy.detection.is_none() {
             return Action::Continue;
         }
-        let builder = ExactBuilder::start(policy, &head, &HostFacts);
+        if policy::is_exempt(&plugin.config, policy, &head, &HostFacts) {
+            plugin.metrics.exempted.inc();
+            return Action::Continue;
+        }
+        let builder = ExactBuilder::start(&plugin.config, policy, &head, &HostFacts);
         if end_of_stream {
-            return self.decide(&plugin, index, builder.finish(&[]));
+            return self.decide(&plugin, index, builder.finish(&[]), Phase::Headers);
         }
         let declared = abi::request_header("content-length")
             .ok()
@@ -241,5 +329,12 @@ impl HttpContext for Stream {
         // An HTTP/2 request with trailers never sees end of stream in the
         // body callback.
         self.decide_buffered()
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        for (name, value) in std::mem::take(&mut self.response_headers) {
+            let _ = abi::add_response_header(name, &value);
+        }
+        Action::Continue
     }
 }

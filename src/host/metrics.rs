@@ -1,19 +1,25 @@
-//! loopguard's counters in Envoy's stats (shown as `wasmcustom.loopguard.*`).
+//! loopguard's metrics in Envoy's stats (shown as `wasmcustom.loopguard.*`).
 
 use super::abi;
 
-/// Counter ids, defined once per plugin instance at configure time (Envoy
+/// Metric ids, defined once per plugin instance at configure time (Envoy
 /// returns the same id for the same name, so instances sharing a VM share
-/// counters).
+/// them).
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
     pub requests: Counter,
     pub matched: Counter,
+    pub exempted: Counter,
     pub rejected: Counter,
+    pub throttled: Counter,
+    pub warned: Counter,
+    pub shadow: Counter,
     pub body_skipped: Counter,
     pub store_fail_open: Counter,
     pub store_cas_retries: Counter,
     pub evicted: Counter,
+    /// Throttled requests waiting, across all workers.
+    pub throttle_pending: Gauge,
 }
 
 /// One counter; a failed definition leaves it inert rather than failing the
@@ -39,16 +45,40 @@ impl Counter {
     }
 }
 
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Gauge(Option<u32>);
+
+impl Gauge {
+    fn define(name: &str) -> Gauge {
+        Gauge(abi::define_gauge(name).ok())
+    }
+
+    /// Gauges are process-wide while each worker keeps its own part, so
+    /// they move by deltas rather than being set.
+    pub fn add(self, delta: i64) {
+        if let Some(id) = self.0 {
+            if delta != 0 {
+                let _ = abi::increment(id, delta);
+            }
+        }
+    }
+}
+
 impl Metrics {
     pub fn define() -> Metrics {
         Metrics {
             requests: Counter::define("loopguard.requests_total"),
             matched: Counter::define("loopguard.matched_total"),
+            exempted: Counter::define("loopguard.exempted_total"),
             rejected: Counter::define("loopguard.rejected_total"),
+            throttled: Counter::define("loopguard.throttled_total"),
+            warned: Counter::define("loopguard.warned_total"),
+            shadow: Counter::define("loopguard.shadow_total"),
             body_skipped: Counter::define("loopguard.body_skipped_total"),
             store_fail_open: Counter::define("loopguard.store_fail_open_total"),
             store_cas_retries: Counter::define("loopguard.store_cas_retries_total"),
             evicted: Counter::define("loopguard.fingerprints_evicted_total"),
+            throttle_pending: Gauge::define("loopguard.throttle_pending"),
         }
     }
 }

@@ -1,18 +1,26 @@
-//! The root context: configuration and the per-plugin state every stream
-//! shares. Each Envoy worker has its own VM and root context; the slot table
-//! in shared data is what they have in common.
+//! The root context: configuration, the per-plugin state every stream
+//! shares, and the tick that releases throttled requests. Each Envoy worker
+//! has its own VM and root context; the slot table in shared data is what
+//! they have in common.
 
 use super::abi;
 use super::http::Stream;
 use super::metrics::Metrics;
 use super::shared_store::{self, SharedData};
 use crate::core::config::Config;
+use crate::core::delay_queue::DelayQueue;
 use crate::core::slot_table::TableLayout;
 use crate::core::store::SlotStore;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
+
+/// How often the tick runs while a throttled request waits: the precision
+/// of throttle delays.
+pub const THROTTLE_TICK_MS: u32 = 5;
+/// Distinct unknown route-policy ids remembered (each is logged once).
+const MAX_UNKNOWN_ROUTE_POLICIES: usize = 64;
 
 /// Everything one configured plugin instance needs on the request path.
 /// Held by the root context and shared (by `Rc`) with its streams, never in
@@ -21,8 +29,45 @@ pub struct Plugin {
     pub config: Config,
     pub store: RefCell<SlotStore<SharedData>>,
     pub metrics: Metrics,
+    /// Throttled streams of this worker, released by the tick.
+    pub throttled: RefCell<DelayQueue>,
     /// Last time a fail-open warning was logged (rate limit).
     pub last_fail_open_log_ms: Cell<u64>,
+    unknown_route_policies: RefCell<Vec<String>>,
+}
+
+impl Plugin {
+    /// Hold a stream until `due_ms` and make sure the tick runs.
+    pub fn hold(&self, stream: u32, due_ms: u64) {
+        let mut q = self.throttled.borrow_mut();
+        let before = q.len();
+        q.push(stream, due_ms);
+        self.metrics
+            .throttle_pending
+            .add(q.len() as i64 - before as i64);
+        let _ = abi::set_tick_period_ms(THROTTLE_TICK_MS);
+    }
+
+    /// Forget a stream whose client left while it was held.
+    pub fn release(&self, stream: u32) {
+        if let Ok(mut q) = self.throttled.try_borrow_mut() {
+            if q.remove(stream) {
+                self.metrics.throttle_pending.add(-1);
+            }
+        }
+    }
+
+    /// Log an unknown route policy id the first time it is seen.
+    pub fn note_unknown_route_policy(&self, id: &str) {
+        let mut seen = self.unknown_route_policies.borrow_mut();
+        if seen.iter().any(|s| s == id) || seen.len() >= MAX_UNKNOWN_ROUTE_POLICIES {
+            return;
+        }
+        seen.push(id.to_string());
+        log::warn!(
+            "route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked"
+        );
+    }
 }
 
 #[derive(Default)]
@@ -59,8 +104,34 @@ impl RootContext for Root {
         }
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
-        Some(Box::new(Stream::new(self.plugin.clone())))
+    fn on_tick(&mut self) {
+        let Some(plugin) = &self.plugin else {
+            let _ = abi::set_tick_period_ms(0);
+            return;
+        };
+        let due = match plugin.throttled.try_borrow_mut() {
+            Ok(mut q) => q.take_due(abi::now_ms()),
+            Err(_) => return,
+        };
+        plugin.metrics.throttle_pending.add(-(due.len() as i64));
+        for stream in due {
+            // A stream whose client left is gone: nothing to resume.
+            if abi::set_effective_context(stream).is_ok() {
+                if let Err(e) = abi::resume_request() {
+                    log::debug!(
+                        "throttled stream {stream} could not resume (host status {})",
+                        e.0
+                    );
+                }
+            }
+        }
+        if plugin.throttled.borrow().is_empty() {
+            let _ = abi::set_tick_period_ms(0);
+        }
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
+        Some(Box::new(Stream::new(context_id, self.plugin.clone())))
     }
 
     fn get_type(&self) -> Option<ContextType> {
@@ -79,7 +150,9 @@ fn configure(size: usize) -> Result<Plugin, String> {
         config,
         store: RefCell::new(store),
         metrics: Metrics::define(),
+        throttled: RefCell::new(DelayQueue::default()),
         last_fail_open_log_ms: Cell::new(0),
+        unknown_route_policies: RefCell::new(Vec::new()),
     })
 }
 

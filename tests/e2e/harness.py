@@ -445,21 +445,47 @@ def plugin(policies: list[dict], **top) -> dict:
 def policy(
     pid: str = "p",
     *,
-    threshold: int = 3,
+    threshold: int | None = 3,
     window: int = 60,
     selector: dict | None = None,
     limit_keys: list[str] | None = None,
+    mode: str | None = None,
+    exempt: list[dict] | None = None,
     **detection,
 ) -> dict:
-    spec: dict = {
-        "selector": selector if selector is not None else {},
-        "loop_detection": {
-            "enabled": True,
-            "window_seconds": window,
-            "threshold_identical_requests": threshold,
-            **detection,
-        },
-    }
+    ld = {"enabled": True, "window_seconds": window, "threshold_identical_requests": threshold, **detection}
+    if threshold is None:
+        del ld["threshold_identical_requests"]
+    spec: dict = {"selector": selector if selector is not None else {}, "loop_detection": ld}
     if limit_keys is not None:
         spec["limit_keys"] = limit_keys
+    if mode is not None:
+        spec["mode"] = mode
+    if exempt is not None:
+        spec["exempt"] = exempt
     return {"id": pid, "spec": spec}
+
+
+def warn_header_mutation() -> dict:
+    """Envoy's header_mutation filter copying loopguard's published warn
+    decision (filter state) into the upstream request, after dropping any
+    x-loopguard-* header the client sent. Place it after the buffer filter."""
+    names = ["warning", "loop_count", "policy"]
+    ops: list[dict] = [{"remove": f"x-loopguard-{n.replace('_', '-')}"} for n in names]
+    ops += [
+        {
+            "append": {
+                "header": {"key": f"x-loopguard-{n.replace('_', '-')}", "value": f"%FILTER_STATE(wasm.loopguard_{n}:PLAIN)%"},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                "keep_empty_value": False,
+            }
+        }
+        for n in names
+    ]
+    return {
+        "name": "envoy.filters.http.header_mutation",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
+            "mutations": {"request_mutations": ops},
+        },
+    }

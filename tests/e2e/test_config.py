@@ -23,8 +23,16 @@ CASES = [
         'policy "typo": loop_detection.treshold is not a known field',
     ),
     (
-        plugin([policy("act", action="throttle")]),
-        'policy "act": loop_detection.action "throttle" is not supported yet',
+        plugin([policy("thr", action="throttle", throttle_step_ms=5, throttle_max_delay_ms=60000)]),
+        'policy "thr": loop_detection.throttle_max_delay_ms needs 12000 identical hits to reach its cap',
+    ),
+    (
+        plugin([policy("cd", action="warn", cooldown_seconds=30)]),
+        'policy "cd": loop_detection.cooldown_seconds needs a reject action',
+    ),
+    (
+        plugin([policy("esc", escalation=[{"at": 3, "action": "warn"}, {"at": 3, "action": "reject"}], threshold=None)]),
+        'policy "esc": loop_detection.escalation[1].at must be greater than the previous step\'s (3 <= 3)',
     ),
     (
         plugin([policy("act", action="block")]),
@@ -32,7 +40,7 @@ CASES = [
     ),
     (
         plugin([policy("keys", limit_keys=["cookie:session"])]),
-        'policy "keys": limit_keys[0] must be header:<name>, query:<name>, jwt:<claim> or ip:address',
+        'policy "keys": limit_keys[0] must be header:<name>, query:<name>, jwt:<claim>, jwt_verified:<claim> or ip:address',
     ),
     (
         plugin([policy("bad id")]),
