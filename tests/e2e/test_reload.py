@@ -66,3 +66,15 @@ def test_reload_with_same_layout_keeps_counts_and_new_layout_starts_clean(upstre
     publish(plugin([policy("p", threshold=3, window=120)], max_tracked_fingerprints=2048))
     wait_for_update(e, 3)
     assert [hit(e), hit(e), hit(e)] == [200, 200, 429]
+
+
+def test_switching_from_shadow_to_enforce_does_not_inherit_shadow_counts(upstream, start_envoy, tmp_path):
+    shadow = plugin([policy("p", threshold=2, window=60, mode="shadow")])
+    e, publish = lds_reload_envoy(start_envoy, upstream, tmp_path, shadow)
+    wait_for_update(e, 1)
+    assert [hit(e), hit(e), hit(e)] == [200, 200, 200]
+    assert e.counter("loopguard.shadow_total") == 2
+    publish(plugin([policy("p", threshold=2, window=60)]))
+    wait_for_update(e, 2)
+    # Enforce starts from zero: the shadow hits live in their own key space.
+    assert [hit(e), hit(e)] == [200, 429]
