@@ -567,18 +567,19 @@ fn parse_limit_key(raw: &str) -> Result<LimitKey, String> {
 }
 
 fn parse_exempt(ctx: &Ctx, value: Option<&Value>) -> Result<Vec<Exemption>, ConfigError> {
-    let list =
-        match value {
-            None => return Ok(Vec::new()),
-            Some(Value::Array(list)) => list,
-            Some(other) => return Err(ctx.err(
+    let list = match value {
+        None => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            return Err(ctx.err(
                 "exempt",
                 format!(
                     "must be a list of {{\"key\": ..., \"present\" | \"values\": ...}} (got {})",
                     show(other)
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if list.len() > MAX_EXEMPTIONS {
         return Err(ctx.err(
             "exempt",
