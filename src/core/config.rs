@@ -190,9 +190,30 @@ pub struct Step {
     pub action: Action,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What makes two requests "identical".
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Similarity {
+    /// Method, path, query, body bytes and caller.
     Exact,
+    /// Caller, model and the last `tail_messages` messages, normalised.
+    LlmTail { tail_messages: u32 },
+    /// Caller, session id, model and whether tools are offered. Requests
+    /// without a session id share one fingerprint per caller, judged
+    /// against `fallback_steps` (the ladder scaled to `fallback_threshold`).
+    Session {
+        header: String,
+        fallback_steps: Vec<Step>,
+    },
+}
+
+impl Similarity {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Similarity::Exact => "exact",
+            Similarity::LlmTail { .. } => "llm_tail",
+            Similarity::Session { .. } => "session",
+        }
+    }
 }
 
 /// Active loop detection for one policy.
@@ -213,6 +234,55 @@ impl Detection {
         self.window_seconds * 1000
     }
 
+    /// The steps that judge a fingerprint: the policy's own, or for a
+    /// session-mode request without a session id, the fallback ladder.
+    pub fn ladder(&self, fallback: bool) -> Ladder<'_> {
+        let steps = match &self.similarity {
+            Similarity::Session { fallback_steps, .. } if fallback => fallback_steps.as_slice(),
+            _ => self.steps.as_slice(),
+        };
+        Ladder {
+            steps,
+            throttle_step_ms: self.throttle_step_ms,
+            throttle_max_delay_ms: self.throttle_max_delay_ms,
+        }
+    }
+
+    /// The count at which the first step applies.
+    pub fn threshold(&self) -> u32 {
+        self.ladder(false).threshold()
+    }
+
+    /// The count from which requests are rejected, if any step rejects.
+    pub fn reject_at(&self) -> Option<u32> {
+        self.ladder(false).reject_at()
+    }
+
+    /// The step that applies at `count`, if any.
+    pub fn step_at(&self, count: u32) -> Option<Step> {
+        self.ladder(false).step_at(count)
+    }
+
+    /// Hits the throttle needs to reach its cap: `ceil(max / step)`.
+    pub fn throttle_hits_to_cap(&self) -> u64 {
+        self.ladder(false).throttle_hits_to_cap()
+    }
+
+    /// How many recent hits a fingerprint's record must keep to decide.
+    pub fn hits_to_keep(&self) -> u32 {
+        self.ladder(false).hits_to_keep()
+    }
+}
+
+/// A ladder of steps with the throttle settings that go with it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ladder<'a> {
+    pub steps: &'a [Step],
+    pub throttle_step_ms: u64,
+    pub throttle_max_delay_ms: u64,
+}
+
+impl Ladder<'_> {
     /// The count at which the first step applies.
     pub fn threshold(&self) -> u32 {
         self.steps.first().map_or(u32::MAX, |s| s.at)
@@ -237,9 +307,9 @@ impl Detection {
             .div_ceil(self.throttle_step_ms.max(1))
     }
 
-    /// How many recent hits a fingerprint's record must keep to decide for
-    /// this policy: the last step's count, and when the last step throttles
-    /// (its delay grows with the count), the count that reaches the cap.
+    /// How many recent hits a fingerprint's record must keep to decide:
+    /// the last step's count, and when the last step throttles (its delay
+    /// grows with the count), the count that reaches the cap.
     pub fn hits_to_keep(&self) -> u32 {
         let last = self.steps.last().map_or(2, |s| s.at);
         let throttle = match self.steps.last() {
@@ -251,6 +321,32 @@ impl Detection {
             .unwrap_or(MAX_HITS_PER_FINGERPRINT)
             .min(MAX_HITS_PER_FINGERPRINT)
     }
+}
+
+/// The ladder scaled so its first step sits at `fallback`: every `at`
+/// multiplied by `fallback / threshold` (rounded up, at most 1024); where
+/// two steps land on the same count, the later one wins.
+fn scale_steps(steps: &[Step], fallback: u32) -> Vec<Step> {
+    let threshold = u64::from(steps.first().map_or(1, |s| s.at).max(1));
+    let mut out: Vec<Step> = Vec::with_capacity(steps.len());
+    for s in steps {
+        let at = (u64::from(s.at) * u64::from(fallback))
+            .div_ceil(threshold)
+            .min(u64::from(MAX_HITS_PER_FINGERPRINT)) as u32;
+        match out.last_mut() {
+            Some(prev) if prev.at >= at => {
+                *prev = Step {
+                    at: prev.at,
+                    action: s.action,
+                }
+            }
+            _ => out.push(Step {
+                at,
+                action: s.action,
+            }),
+        }
+    }
+    out
 }
 
 impl Config {
@@ -625,6 +721,9 @@ fn parse_detection(ctx: &Ctx, value: &Value) -> Result<Option<Detection>, Config
             "throttle_max_delay_ms",
             "cooldown_seconds",
             "similarity",
+            "tail_messages",
+            "session_header",
+            "fallback_threshold",
         ],
     )?;
     let enabled = match ctx.boolean(obj, SECTION, "enabled")? {
@@ -689,21 +788,44 @@ fn parse_detection(ctx: &Ctx, value: &Value) -> Result<Option<Detection>, Config
     let cooldown_seconds = ctx
         .uint(obj, SECTION, "cooldown_seconds", 0, MAX_WINDOW_SECONDS)?
         .unwrap_or(0);
-    let similarity = match ctx.string(obj, SECTION, "similarity")? {
-        None | Some("exact") => Similarity::Exact,
-        Some(s @ ("llm_tail" | "session")) => {
-            return Err(ctx.err(
-                &f("similarity"),
-                format!("\"{s}\" is not supported yet (only \"exact\" is available)"),
-            ))
+    let similarity_name = ctx.string(obj, SECTION, "similarity")?.unwrap_or("exact");
+    if !matches!(similarity_name, "exact" | "llm_tail" | "session") {
+        return Err(ctx.err(
+            &f("similarity"),
+            format!("must be \"exact\", \"llm_tail\" or \"session\" (got \"{similarity_name}\")"),
+        ));
+    }
+    let tail_messages = ctx.uint(obj, SECTION, "tail_messages", 1, 64)?;
+    let session_header = ctx.string(obj, SECTION, "session_header")?;
+    let fallback_threshold = ctx.uint(
+        obj,
+        SECTION,
+        "fallback_threshold",
+        2,
+        u64::from(MAX_HITS_PER_FINGERPRINT),
+    )?;
+    if tail_messages.is_some() && similarity_name != "llm_tail" {
+        return Err(ctx.err(
+            &f("tail_messages"),
+            "applies only to similarity \"llm_tail\"",
+        ));
+    }
+    for (name, given) in [
+        ("session_header", session_header.is_some()),
+        ("fallback_threshold", fallback_threshold.is_some()),
+    ] {
+        if given && similarity_name != "session" {
+            return Err(ctx.err(&f(name), "applies only to similarity \"session\""));
         }
-        Some(other) => {
+    }
+    if let Some(h) = session_header {
+        if h.is_empty() || !h.bytes().all(is_token_byte) {
             return Err(ctx.err(
-                &f("similarity"),
-                format!("must be \"exact\" (got \"{other}\")"),
-            ))
+                &f("session_header"),
+                format!("must be a header name (got \"{h}\")"),
+            ));
         }
-    };
+    }
     if !enabled {
         return Ok(None);
     }
@@ -722,6 +844,31 @@ fn parse_detection(ctx: &Ctx, value: &Value) -> Result<Option<Detection>, Config
             at: u32::try_from(t).unwrap_or(MAX_HITS_PER_FINGERPRINT),
             action: action.unwrap_or(Action::Reject),
         }],
+    };
+    let threshold = steps.first().map_or(2, |s| s.at);
+    let similarity = match similarity_name {
+        "llm_tail" => Similarity::LlmTail {
+            tail_messages: tail_messages.map_or(3, |n| n as u32),
+        },
+        "session" => {
+            let fallback = match fallback_threshold {
+                Some(fb) if fb < u64::from(threshold) => {
+                    return Err(ctx.err(
+                        &f("fallback_threshold"),
+                        format!("must be >= the threshold ({fb} < {threshold})"),
+                    ))
+                }
+                Some(fb) => fb as u32,
+                None => (threshold * 5).min(MAX_HITS_PER_FINGERPRINT),
+            };
+            Similarity::Session {
+                header: session_header
+                    .unwrap_or("x-session-id")
+                    .to_ascii_lowercase(),
+                fallback_steps: scale_steps(&steps, fallback),
+            }
+        }
+        _ => Similarity::Exact,
     };
     let detection = Detection {
         window_seconds,
@@ -1233,10 +1380,8 @@ mod tests {
         }
         assert!(err_of(with(&ld("action"), json!("block")))
             .contains("must be \"reject\", \"throttle\" or \"warn\" (got \"block\")"));
-        assert!(err_of(with(&ld("similarity"), json!("llm_tail")))
-            .contains("\"llm_tail\" is not supported yet"));
         assert!(err_of(with(&ld("similarity"), json!("fuzzy")))
-            .contains("loop_detection.similarity must be \"exact\""));
+            .contains("loop_detection.similarity must be \"exact\", \"llm_tail\" or \"session\" (got \"fuzzy\")"));
         let cfg =
             Config::from_value(&with(&["policies", "0", "spec", "mode"], json!("shadow"))).unwrap();
         assert_eq!(cfg.policies[0].mode, Mode::Shadow);
@@ -1384,6 +1529,122 @@ mod tests {
         assert!(err_of(ex(json!([{"key": "header:a", "value": "x"}])))
             .contains("exempt[0].value is not a known field (did you mean \"values\"?)"));
         assert!(err_of(ex(json!({"key": "header:a"}))).contains("exempt must be a list"));
+    }
+
+    #[test]
+    fn llm_tail_and_session_modes() {
+        let mut v = with(&ld("similarity"), json!("llm_tail"));
+        let d = Config::from_value(&v).unwrap().policies[0]
+            .detection
+            .clone()
+            .unwrap();
+        assert_eq!(d.similarity, Similarity::LlmTail { tail_messages: 3 });
+        v["policies"][0]["spec"]["loop_detection"]["tail_messages"] = json!(6);
+        let d = Config::from_value(&v).unwrap().policies[0]
+            .detection
+            .clone()
+            .unwrap();
+        assert_eq!(d.similarity, Similarity::LlmTail { tail_messages: 6 });
+        v["policies"][0]["spec"]["loop_detection"]["tail_messages"] = json!(0);
+        assert!(err_of(v.clone()).contains("loop_detection.tail_messages must be >= 1 (got 0)"));
+        v["policies"][0]["spec"]["loop_detection"]["tail_messages"] = json!(65);
+        assert!(err_of(v).contains("must be <= 64"));
+        assert!(err_of(with(&ld("tail_messages"), json!(3)))
+            .contains("loop_detection.tail_messages applies only to similarity \"llm_tail\""));
+        assert!(err_of(with(&ld("session_header"), json!("x-s")))
+            .contains("session_header applies only to similarity \"session\""));
+        assert!(err_of(with(&ld("fallback_threshold"), json!(9)))
+            .contains("fallback_threshold applies only"));
+
+        let mut v = with(&ld("similarity"), json!("session"));
+        let d = Config::from_value(&v).unwrap().policies[0]
+            .detection
+            .clone()
+            .unwrap();
+        assert_eq!(
+            d.similarity,
+            Similarity::Session {
+                header: "x-session-id".into(),
+                fallback_steps: vec![Step {
+                    at: 25,
+                    action: Action::Reject
+                }]
+            }
+        );
+        assert_eq!(d.ladder(true).threshold(), 25);
+        assert_eq!(d.ladder(true).hits_to_keep(), 25);
+        assert_eq!(d.ladder(false).threshold(), 5);
+        v["policies"][0]["spec"]["loop_detection"]["session_header"] = json!("X-Agent-Session");
+        v["policies"][0]["spec"]["loop_detection"]["fallback_threshold"] = json!(12);
+        let d = Config::from_value(&v).unwrap().policies[0]
+            .detection
+            .clone()
+            .unwrap();
+        assert_eq!(
+            d.similarity,
+            Similarity::Session {
+                header: "x-agent-session".into(),
+                fallback_steps: vec![Step {
+                    at: 12,
+                    action: Action::Reject
+                }]
+            }
+        );
+        v["policies"][0]["spec"]["loop_detection"]["fallback_threshold"] = json!(4);
+        assert!(err_of(v.clone())
+            .contains("loop_detection.fallback_threshold must be >= the threshold (4 < 5)"));
+        v["policies"][0]["spec"]["loop_detection"]["fallback_threshold"] = json!(10);
+        v["policies"][0]["spec"]["loop_detection"]["session_header"] = json!("bad header");
+        assert!(err_of(v).contains("session_header must be a header name"));
+    }
+
+    #[test]
+    fn fallback_ladder_scales_every_step() {
+        let steps = [
+            Step {
+                at: 3,
+                action: Action::Warn,
+            },
+            Step {
+                at: 5,
+                action: Action::Throttle,
+            },
+            Step {
+                at: 8,
+                action: Action::Reject,
+            },
+        ];
+        assert_eq!(
+            scale_steps(&steps, 15),
+            vec![
+                Step {
+                    at: 15,
+                    action: Action::Warn
+                },
+                Step {
+                    at: 25,
+                    action: Action::Throttle
+                },
+                Step {
+                    at: 40,
+                    action: Action::Reject
+                }
+            ]
+        );
+        // Capped at 1024, where the later step wins.
+        assert_eq!(
+            scale_steps(&steps, 1000),
+            vec![
+                Step {
+                    at: 1000,
+                    action: Action::Warn
+                },
+                Step {
+                    at: 1024,
+                    action: Action::Reject
+                }
+            ]
+        );
     }
 
     #[test]

@@ -67,12 +67,15 @@ pub struct Decision {
     pub shadow: bool,
 }
 
-/// What the store must record and measure for this policy.
-pub fn window_query(d: &Detection) -> WindowQuery {
+/// What the store must record and measure for this policy (`fallback`: a
+/// session-mode request without a session id, judged by the fallback
+/// ladder).
+pub fn window_query(d: &Detection, fallback: bool) -> WindowQuery {
+    let ladder = d.ladder(fallback);
     WindowQuery {
         window_ms: d.window_ms(),
-        capacity: d.hits_to_keep(),
-        trip_at: d.reject_at().unwrap_or_else(|| d.threshold()),
+        capacity: ladder.hits_to_keep(),
+        trip_at: ladder.reject_at().unwrap_or_else(|| ladder.threshold()),
         cooldown_ms: d.cooldown_seconds * 1000,
     }
 }
@@ -86,7 +89,14 @@ pub fn store_key(policy: &Policy, fp: &Fingerprint) -> Fingerprint {
     }
 }
 
-pub fn decide(policy: &Policy, d: &Detection, fp: &Fingerprint, state: &WindowState) -> Decision {
+pub fn decide(
+    policy: &Policy,
+    d: &Detection,
+    fp: &Fingerprint,
+    fallback: bool,
+    state: &WindowState,
+) -> Decision {
+    let ladder = d.ladder(fallback);
     let notice = |first: bool| Notice {
         policy_id: policy.id.clone(),
         fingerprint: *fp,
@@ -94,7 +104,7 @@ pub fn decide(policy: &Policy, d: &Detection, fp: &Fingerprint, state: &WindowSt
         window_seconds: d.window_seconds,
         first,
     };
-    let step = d.step_at(state.count);
+    let step = ladder.step_at(state.count);
     let in_cooldown = state.cooldown_remaining_ms > 0;
     let verdict = match step {
         _ if in_cooldown => Verdict::Reject(Rejection {
@@ -114,8 +124,8 @@ pub fn decide(policy: &Policy, d: &Detection, fp: &Fingerprint, state: &WindowSt
                 Action::Warn => Verdict::Warn(notice(first)),
                 Action::Throttle => Verdict::Throttle {
                     notice: notice(first),
-                    delay_ms: (u64::from(state.count) * d.throttle_step_ms)
-                        .min(d.throttle_max_delay_ms),
+                    delay_ms: (u64::from(state.count) * ladder.throttle_step_ms)
+                        .min(ladder.throttle_max_delay_ms),
                 },
                 Action::Reject => Verdict::Reject(Rejection {
                     notice: notice(first),
@@ -164,7 +174,7 @@ mod tests {
 
     fn run(p: &Policy, s: WindowState) -> Verdict {
         let d = p.detection.clone().unwrap();
-        decide(p, &d, &Fingerprint([3; 16]), &s).verdict
+        decide(p, &d, &Fingerprint([3; 16]), false, &s).verdict
     }
 
     #[test]
@@ -189,7 +199,7 @@ mod tests {
         }
         let d = p.detection.clone().unwrap();
         assert_eq!(
-            window_query(&d),
+            window_query(&d, false),
             WindowQuery {
                 window_ms: 60_000,
                 capacity: 5,
@@ -234,7 +244,7 @@ mod tests {
             {"at": 3, "action": "warn"}, {"at": 5, "action": "throttle"}, {"at": 8, "action": "reject"}]}),
         );
         let d = p.detection.clone().unwrap();
-        assert_eq!(window_query(&d).trip_at, 8);
+        assert_eq!(window_query(&d, false).trip_at, 8);
         let action = |c: u32| run(&p, st(c, c - 1, 5_000, 0)).action();
         assert_eq!(action(2), None);
         assert_eq!(action(3), Some(Action::Warn));
@@ -254,7 +264,7 @@ mod tests {
             json!({"enabled": true, "window_seconds": 10, "threshold_identical_requests": 3, "cooldown_seconds": 30}),
         );
         let d = p.detection.clone().unwrap();
-        assert_eq!(window_query(&d).cooldown_ms, 30_000);
+        assert_eq!(window_query(&d, false).cooldown_ms, 30_000);
         match run(&p, st(1, 0, 0, 12_000)) {
             Verdict::Reject(r) => {
                 assert_eq!(r.retry_after_ms, 12_000);
@@ -271,6 +281,33 @@ mod tests {
     }
 
     #[test]
+    fn session_fallback_uses_the_scaled_ladder() {
+        let p = policy(
+            json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "session"}),
+        );
+        let d = p.detection.clone().unwrap();
+        assert_eq!(window_query(&d, true).trip_at, 15);
+        assert_eq!(window_query(&d, true).capacity, 15);
+        let fp = Fingerprint([1; 16]);
+        assert_eq!(
+            decide(&p, &d, &fp, true, &st(14, 13, 0, 0)).verdict,
+            Verdict::Allow
+        );
+        assert_eq!(
+            decide(&p, &d, &fp, true, &st(15, 14, 10, 0))
+                .verdict
+                .action(),
+            Some(Action::Reject)
+        );
+        assert_eq!(
+            decide(&p, &d, &fp, false, &st(3, 2, 10, 0))
+                .verdict
+                .action(),
+            Some(Action::Reject)
+        );
+    }
+
+    #[test]
     fn shadow_policies_observe_in_their_own_key_space() {
         let mut p = policy(
             json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 2}),
@@ -280,7 +317,7 @@ mod tests {
         p.mode = Mode::Shadow;
         assert_ne!(store_key(&p, &fp), fp);
         let d = p.detection.clone().unwrap();
-        let decision = decide(&p, &d, &fp, &st(2, 1, 100, 0));
+        let decision = decide(&p, &d, &fp, false, &st(2, 1, 100, 0));
         assert!(decision.shadow);
         assert_eq!(decision.verdict.action(), Some(Action::Reject));
         // The reported fingerprint is the request's, not the shadow key.

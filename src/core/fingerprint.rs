@@ -6,7 +6,8 @@
 //! equal `a` + `b|c`. The canonical bytes are streamed into SHA-256 and the
 //! digest is truncated to 128 bits, shown as 32 hex characters.
 
-use super::config::{Config, Policy};
+use super::config::{Config, Policy, Similarity};
+use super::llm::{self, Format, Message, Part};
 use super::request::{self, RequestFacts, RequestHead};
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -102,76 +103,222 @@ const TAG_PRESENT: u8 = 1;
 const TAG_LIMIT_KEYS: u8 = 2;
 const TAG_API_KEY: u8 = 3;
 
-/// The "exact" fingerprint, built in two steps: [`ExactBuilder::start`] in
-/// the headers phase (policy, method, path, sorted query, limit keys), then
-/// [`ExactBuilder::finish`] once the body is known (its CRC32).
+/// A fingerprint in the making: what the headers phase knows (policy,
+/// request line, caller identity, session id), waiting for the body.
 #[derive(Clone)]
-pub struct ExactBuilder(Canon);
+pub struct Pending {
+    /// The exact fingerprint's canonical form so far: every mode falls back
+    /// to it when the body is not an LLM request.
+    exact: Canon,
+    policy_id: String,
+    identity: [u8; 32],
+    path: String,
+    mode: PendingMode,
+}
 
-impl ExactBuilder {
+#[derive(Clone)]
+enum PendingMode {
+    Exact,
+    LlmTail { tail_messages: usize },
+    Session { session: Option<Vec<u8>> },
+}
+
+/// A finished fingerprint and what was learnt making it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fingerprinted {
+    pub fingerprint: Fingerprint,
+    /// A session-mode request without a session id: judged by the fallback
+    /// ladder.
+    pub fallback: bool,
+    /// An LLM mode could not read the body (not JSON, or not a format it
+    /// knows) and used the exact fingerprint instead.
+    pub unparsed: bool,
+    /// The LLM format and model, when the body was read as one.
+    pub format: Option<Format>,
+    pub model: Option<String>,
+    /// The session id (session mode), for events.
+    pub session: Option<String>,
+}
+
+impl Pending {
     pub fn start(
         config: &Config,
         policy: &Policy,
         head: &RequestHead<'_>,
         facts: &dyn RequestFacts,
     ) -> Self {
-        let mut c = Canon::new(b"loopguard/exact/v1");
-        c.field(policy.id.as_bytes());
-        c.field(head.method.as_bytes());
-        c.field(head.path_only().as_bytes());
+        let identity = identity(config, policy, head, facts);
+        let mut exact = Canon::new(b"loopguard/exact/v2");
+        exact.field(policy.id.as_bytes());
+        exact.field(head.method.as_bytes());
+        exact.field(head.path_only().as_bytes());
         let pairs = request::sorted_query_pairs(head.query());
-        c.count(pairs.len());
+        exact.count(pairs.len());
         for (k, v) in &pairs {
-            c.field(k);
-            c.field(v);
+            exact.field(k);
+            exact.field(v);
         }
-        write_identity(&mut c, config, policy, head, facts);
-        ExactBuilder(c)
+        exact.field(&identity);
+        let mode = match policy.detection.as_ref().map(|d| &d.similarity) {
+            Some(Similarity::LlmTail { tail_messages }) => PendingMode::LlmTail {
+                tail_messages: *tail_messages as usize,
+            },
+            Some(Similarity::Session { header, .. }) => PendingMode::Session {
+                session: facts.header(header).filter(|v| !v.is_empty()),
+            },
+            _ => PendingMode::Exact,
+        };
+        Pending {
+            exact,
+            policy_id: policy.id.clone(),
+            identity,
+            path: head.path_only().to_string(),
+            mode,
+        }
     }
 
     /// Finish with the whole request body (empty for a body-less request).
-    pub fn finish(self, body: &[u8]) -> Fingerprint {
-        self.finish_crc(crc32fast::hash(body))
+    pub fn finish(self, body: &[u8]) -> Fingerprinted {
+        let parsed = match self.mode {
+            PendingMode::Exact => None,
+            _ => llm::parse(body, &self.path),
+        };
+        let Some(req) = parsed else {
+            // A body-less request (a GET) is simply not an LLM call.
+            let unparsed = !matches!(self.mode, PendingMode::Exact) && !body.is_empty();
+            return Fingerprinted {
+                fingerprint: self.exact_with(body),
+                fallback: false,
+                unparsed,
+                format: None,
+                model: None,
+                session: None,
+            };
+        };
+        let mut session_shown = None;
+        let mut fallback = false;
+        let fingerprint = match &self.mode {
+            PendingMode::LlmTail { tail_messages } => {
+                let mut c = Canon::new(b"loopguard/llm_tail/v1");
+                c.field(self.policy_id.as_bytes());
+                c.field(&self.identity);
+                c.optional(req.model.as_deref().map(str::as_bytes));
+                let tail = req.tail(*tail_messages);
+                c.count(tail.len());
+                for m in &tail {
+                    write_message(&mut c, m);
+                }
+                c.finish()
+            }
+            PendingMode::Session { session } => {
+                let mut c = Canon::new(b"loopguard/session/v1");
+                c.field(self.policy_id.as_bytes());
+                c.field(&self.identity);
+                match session {
+                    Some(id) => {
+                        c.tag(TAG_PRESENT);
+                        c.field(id);
+                        c.optional(req.model.as_deref().map(str::as_bytes));
+                        c.tag(u8::from(req.offers_tools));
+                        session_shown =
+                            Some(String::from_utf8_lossy(id).chars().take(128).collect());
+                    }
+                    None => {
+                        // One fingerprint per caller, judged by the
+                        // fallback threshold.
+                        c.tag(TAG_ABSENT);
+                        fallback = true;
+                    }
+                }
+                c.finish()
+            }
+            PendingMode::Exact => self.exact_with(body),
+        };
+        Fingerprinted {
+            fingerprint,
+            fallback,
+            unparsed: false,
+            format: Some(req.format),
+            model: req.model,
+            session: session_shown,
+        }
     }
 
-    pub fn finish_crc(self, body_crc: u32) -> Fingerprint {
-        let mut c = self.0;
-        c.0.update(body_crc.to_le_bytes());
+    fn exact_with(&self, body: &[u8]) -> Fingerprint {
+        let mut c = self.exact.clone();
+        c.0.update(crc32fast::hash(body).to_le_bytes());
         c.finish()
     }
 }
 
-/// Who is calling: the policy's limit keys (sorted by key) or, when it has
-/// none, a SHA-256 of the caller's API key. The raw key never leaves this
-/// function.
-fn write_identity(
-    c: &mut Canon,
+fn write_message(c: &mut Canon, m: &Message) {
+    c.field(m.role.as_bytes());
+    write_parts(c, &m.parts);
+}
+
+fn write_parts(c: &mut Canon, parts: &[Part]) {
+    c.count(parts.len());
+    for p in parts {
+        match p {
+            Part::Text(t) => {
+                c.tag(1);
+                c.field(t.as_bytes());
+            }
+            Part::Media(h) => {
+                c.tag(2);
+                c.field(h);
+            }
+            Part::ToolCall { name, arguments } => {
+                c.tag(3);
+                c.field(name.as_bytes());
+                c.field(arguments.as_bytes());
+            }
+            Part::ToolResult { content, is_error } => {
+                c.tag(4);
+                c.tag(u8::from(*is_error));
+                write_parts(c, content);
+            }
+            Part::Other(kind) => {
+                c.tag(5);
+                c.field(kind.as_bytes());
+            }
+        }
+    }
+}
+
+/// Who is calling, as a 32-byte digest: the policy's limit keys (sorted by
+/// key) or, when it has none, a SHA-256 of the caller's API key. The raw
+/// key never leaves this function.
+fn identity(
     config: &Config,
     policy: &Policy,
     head: &RequestHead<'_>,
     facts: &dyn RequestFacts,
-) {
+) -> [u8; 32] {
+    let mut c = Canon::new(b"loopguard/identity/v1");
     if policy.limit_keys.is_empty() {
         c.tag(TAG_API_KEY);
         let hashed = request::api_key(facts).map(|key| Sha256::digest(&key));
         c.optional(hashed.as_ref().map(|h| h.as_slice()));
-        return;
-    }
-    c.tag(TAG_LIMIT_KEYS);
-    c.count(policy.limit_keys.len());
-    for key in &policy.limit_keys {
-        c.field(key.name().as_bytes());
-        let values = request::limit_key_values(key, head, facts, &config.jwt_payload_in_metadata);
-        if values.is_empty() {
-            c.tag(TAG_ABSENT);
-        } else {
-            c.tag(TAG_PRESENT);
-            c.count(values.len());
-            for v in &values {
-                c.field(v);
+    } else {
+        c.tag(TAG_LIMIT_KEYS);
+        c.count(policy.limit_keys.len());
+        for key in &policy.limit_keys {
+            c.field(key.name().as_bytes());
+            let values =
+                request::limit_key_values(key, head, facts, &config.jwt_payload_in_metadata);
+            if values.is_empty() {
+                c.tag(TAG_ABSENT);
+            } else {
+                c.tag(TAG_PRESENT);
+                c.count(values.len());
+                for v in &values {
+                    c.field(v);
+                }
             }
         }
     }
+    c.0.finalize().into()
 }
 
 #[cfg(test)]
@@ -198,7 +345,9 @@ mod tests {
             path,
             authority: "h",
         };
-        ExactBuilder::start(&config("x", &[]), p, &head, facts).finish(body.as_bytes())
+        Pending::start(&config("x", &[]), p, &head, facts)
+            .finish(body.as_bytes())
+            .fingerprint
     }
 
     #[test]
@@ -380,5 +529,270 @@ mod tests {
             fp(&a, "GET", "/?q=2", &f, ""),
             fp(&b, "GET", "/?q=2", &f, "")
         );
+    }
+
+    fn llm_policy(similarity: serde_json::Value) -> (Config, Policy) {
+        let mut ld =
+            json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3});
+        for (k, v) in similarity.as_object().unwrap() {
+            ld[k] = v.clone();
+        }
+        let cfg = Config::from_value(
+            &json!({"policies": [{"id": "llm", "spec": {"selector": {}, "loop_detection": ld}}]}),
+        )
+        .unwrap();
+        let p = cfg.policies[0].clone();
+        (cfg, p)
+    }
+
+    fn llm_fp(
+        cfg: &Config,
+        p: &Policy,
+        path: &str,
+        facts: &FakeFacts,
+        body: &serde_json::Value,
+    ) -> Fingerprinted {
+        let head = RequestHead {
+            method: "POST",
+            path,
+            authority: "h",
+        };
+        Pending::start(cfg, p, &head, facts).finish(body.to_string().as_bytes())
+    }
+
+    fn chat(model: &str, msgs: &[(&str, &str)], extra: serde_json::Value) -> serde_json::Value {
+        let mut b = json!({"model": model, "messages": msgs.iter().map(|(r, c)| json!({"role": r, "content": c})).collect::<Vec<_>>()});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    }
+
+    #[test]
+    fn llm_tail_ignores_history_case_spacing_and_sampling_fields() {
+        let (cfg, p) = llm_policy(json!({"similarity": "llm_tail", "tail_messages": 2}));
+        let key = FakeFacts::default().with("authorization", "Bearer sk-1");
+        let a = llm_fp(
+            &cfg,
+            &p,
+            "/v1/chat/completions",
+            &key,
+            &chat(
+                "gpt-4o",
+                &[("user", "old"), ("user", "Hi"), ("assistant", "Hello")],
+                json!({"stream": true}),
+            ),
+        );
+        let b = llm_fp(
+            &cfg,
+            &p,
+            "/v1/chat/completions",
+            &key,
+            &chat(
+                "gpt-4o",
+                &[
+                    ("user", "other history"),
+                    ("user", " hi "),
+                    ("assistant", "HELLO"),
+                ],
+                json!({"temperature": 1.5, "max_tokens": 9, "user": "x"}),
+            ),
+        );
+        assert_eq!(a.fingerprint, b.fingerprint);
+        assert_eq!(a.format, Some(llm::Format::OpenAiChat));
+        assert_eq!(a.model.as_deref(), Some("gpt-4o"));
+        assert!(!a.unparsed && !a.fallback);
+        // Model, caller and tail content each matter.
+        let other_model = llm_fp(
+            &cfg,
+            &p,
+            "/v1/chat/completions",
+            &key,
+            &chat(
+                "gpt-4o-mini",
+                &[("user", "hi"), ("assistant", "hello")],
+                json!({}),
+            ),
+        );
+        let other_key = llm_fp(
+            &cfg,
+            &p,
+            "/v1/chat/completions",
+            &FakeFacts::default().with("authorization", "Bearer sk-2"),
+            &chat(
+                "gpt-4o",
+                &[("user", "hi"), ("assistant", "hello")],
+                json!({}),
+            ),
+        );
+        let other_tail = llm_fp(
+            &cfg,
+            &p,
+            "/v1/chat/completions",
+            &key,
+            &chat(
+                "gpt-4o",
+                &[("user", "hi"), ("assistant", "hello!")],
+                json!({}),
+            ),
+        );
+        let other_role = llm_fp(
+            &cfg,
+            &p,
+            "/v1/chat/completions",
+            &key,
+            &chat("gpt-4o", &[("user", "hi"), ("user", "hello")], json!({})),
+        );
+        for other in [other_model, other_key, other_tail, other_role] {
+            assert_ne!(a.fingerprint, other.fingerprint);
+        }
+    }
+
+    #[test]
+    fn llm_modes_fall_back_to_exact_for_other_bodies() {
+        let (cfg, p) = llm_policy(json!({"similarity": "llm_tail"}));
+        let head = RequestHead {
+            method: "POST",
+            path: "/v1/x",
+            authority: "h",
+        };
+        let f = Pending::start(&cfg, &p, &head, &FakeFacts::default()).finish(b"not json");
+        assert!(f.unparsed);
+        assert_eq!(f.format, None);
+        let g = Pending::start(&cfg, &p, &head, &FakeFacts::default()).finish(b"not json");
+        assert_eq!(f.fingerprint, g.fingerprint);
+        let h = Pending::start(&cfg, &p, &head, &FakeFacts::default()).finish(b"not JSON");
+        assert_ne!(f.fingerprint, h.fingerprint);
+        assert!(
+            !Pending::start(&cfg, &p, &head, &FakeFacts::default())
+                .finish(b"")
+                .unparsed
+        );
+        // Exact mode never reports a body as unparsed.
+        let (cfg, p) = llm_policy(json!({}));
+        assert!(
+            !Pending::start(&cfg, &p, &head, &FakeFacts::default())
+                .finish(b"x")
+                .unparsed
+        );
+    }
+
+    #[test]
+    fn session_mode_counts_per_caller_session_model_and_tools() {
+        let (cfg, p) = llm_policy(json!({"similarity": "session"}));
+        let t1s1 = FakeFacts::default()
+            .with("authorization", "Bearer tenant-1")
+            .with("x-session-id", "session-1");
+        let t2s1 = FakeFacts::default()
+            .with("authorization", "Bearer tenant-2")
+            .with("x-session-id", "session-1");
+        let t1s2 = FakeFacts::default()
+            .with("authorization", "Bearer tenant-1")
+            .with("x-session-id", "session-2");
+        let body = |model: &str, content: &str, tools: bool| {
+            let mut b = chat(model, &[("user", content)], json!({}));
+            if tools {
+                b["tools"] = json!([{"type": "function", "function": {"name": "f"}}]);
+            }
+            b
+        };
+        let a = llm_fp(
+            &cfg,
+            &p,
+            "/v1/chat/completions",
+            &t1s1,
+            &body("m", "first", false),
+        );
+        // Every call of the session counts, whatever it says.
+        assert_eq!(
+            a.fingerprint,
+            llm_fp(
+                &cfg,
+                &p,
+                "/v1/chat/completions",
+                &t1s1,
+                &body("m", "second", false)
+            )
+            .fingerprint
+        );
+        assert_eq!(a.session.as_deref(), Some("session-1"));
+        assert!(!a.fallback);
+        for other in [
+            llm_fp(
+                &cfg,
+                &p,
+                "/v1/chat/completions",
+                &t2s1,
+                &body("m", "first", false),
+            ),
+            llm_fp(
+                &cfg,
+                &p,
+                "/v1/chat/completions",
+                &t1s2,
+                &body("m", "first", false),
+            ),
+            llm_fp(
+                &cfg,
+                &p,
+                "/v1/chat/completions",
+                &t1s1,
+                &body("m2", "first", false),
+            ),
+            llm_fp(
+                &cfg,
+                &p,
+                "/v1/chat/completions",
+                &t1s1,
+                &body("m", "first", true),
+            ),
+        ] {
+            assert_ne!(a.fingerprint, other.fingerprint);
+        }
+        // No session id: one fingerprint per caller, whatever the model.
+        let t1 = FakeFacts::default().with("authorization", "Bearer tenant-1");
+        let n1 = llm_fp(
+            &cfg,
+            &p,
+            "/v1/chat/completions",
+            &t1,
+            &body("m", "a", false),
+        );
+        let n2 = llm_fp(
+            &cfg,
+            &p,
+            "/v1/chat/completions",
+            &t1,
+            &body("other", "b", true),
+        );
+        assert!(n1.fallback && n2.fallback);
+        assert_eq!(n1.fingerprint, n2.fingerprint);
+        assert_ne!(
+            n1.fingerprint,
+            llm_fp(
+                &cfg,
+                &p,
+                "/v1/chat/completions",
+                &FakeFacts::default(),
+                &body("m", "a", false)
+            )
+            .fingerprint
+        );
+    }
+
+    #[test]
+    fn session_header_is_configurable() {
+        let (cfg, p) =
+            llm_policy(json!({"similarity": "session", "session_header": "X-Agent-Session"}));
+        let s = FakeFacts::default().with("x-agent-session", "run-42");
+        let f = llm_fp(
+            &cfg,
+            &p,
+            "/v1/messages",
+            &s,
+            &json!({"model": "claude", "max_tokens": 5, "messages": []}),
+        );
+        assert_eq!(f.session.as_deref(), Some("run-42"));
+        assert_eq!(f.format, Some(llm::Format::Anthropic));
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! One request flows through it in this order (the host drives the calls):
 //! 1. [`policy::select`] picks the first policy whose selector matches.
-//! 2. [`fingerprint::ExactBuilder`] starts the canonical form from the
-//!    request head and the policy's limit keys ([`request::RequestFacts`]);
-//!    the body's CRC finishes it.
+//! 2. [`fingerprint::Pending`] starts the fingerprint from the request head
+//!    and the caller's identity ([`request::RequestFacts`]); the body
+//!    finishes it: its CRC (exact) or its normalised conversation
+//!    ([`llm`]: conversation tail, or session).
 //! 3. A [`store::WindowStore`] records the hit and answers the window state
 //!    (the local slot table now, a remote store possibly later).
 //! 4. [`decision::decide`] turns policy + window state into a verdict, and
@@ -14,6 +15,7 @@ pub mod config;
 pub mod decision;
 pub mod delay_queue;
 pub mod fingerprint;
+pub mod llm;
 pub mod policy;
 pub mod reply;
 pub mod request;

@@ -2,7 +2,27 @@
 //! warning headers, the log lines.
 
 use super::decision::{Decision, Notice, Rejection, Verdict};
+use super::llm;
 use serde_json::json;
+
+/// Whose error shape a 429 takes: the API being called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI's (also what OpenAI-compatible gateways and SDKs expect).
+    OpenAi,
+    /// Anthropic's Messages API (`/v1/messages`).
+    Anthropic,
+}
+
+impl Api {
+    pub fn for_path(path: &str) -> Api {
+        if llm::is_anthropic_path(path) {
+            Api::Anthropic
+        } else {
+            Api::OpenAi
+        }
+    }
+}
 
 /// A local reply for the host to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,21 +39,22 @@ pub fn retry_after_seconds(ms: u64) -> u64 {
     ms.div_ceil(1000).max(1)
 }
 
-/// 429 in the OpenAI error shape, so OpenAI SDKs raise `RateLimitError`
-/// with a readable message. `x-should-retry: false` stops the OpenAI and
-/// Anthropic SDKs from retrying the 429 on their own: each blind retry would
-/// be one more hit of the loop.
-pub fn rejection(r: &Rejection) -> LocalReply {
+/// The 429 in the error shape of the API being called, so its SDK raises
+/// its own rate-limit error with a readable message: OpenAI's
+/// `{"error": {...}}` (`RateLimitError`, `code` = `recursive_loop_detected`)
+/// or Anthropic's `{"type": "error", "error": {"type": "rate_limit_error"}}`
+/// with loopguard's fields under `loopguard`. `x-should-retry: false` stops
+/// both SDKs from retrying the 429 on their own: each blind retry would be
+/// one more hit of the loop. `retry-after-ms` gives sub-second precision.
+pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
     let n = &r.notice;
-    let retry_after = retry_after_seconds(r.retry_after_ms);
-    let mut error = json!({
-        "message": format!(
-            "Blocked: identical request sent {} times in {} seconds. This usually indicates an agent retry loop.",
-            n.count, n.window_seconds
-        ),
-        "type": "loop_detected",
-        "code": "recursive_loop_detected",
-        "param": null,
+    let retry_after_ms = r.retry_after_ms.max(1);
+    let retry_after = retry_after_seconds(retry_after_ms);
+    let message = format!(
+        "Blocked: identical request sent {} times in {} seconds. This usually indicates an agent retry loop.",
+        n.count, n.window_seconds
+    );
+    let mut details = json!({
         "policy": n.policy_id,
         "fingerprint": n.fingerprint.hex(),
         "hit_count": n.count,
@@ -41,17 +62,40 @@ pub fn rejection(r: &Rejection) -> LocalReply {
         "retry_after_seconds": retry_after,
     });
     if r.cooldown_seconds > 0 {
-        error["cooldown_seconds"] = json!(r.cooldown_seconds);
+        details["cooldown_seconds"] = json!(r.cooldown_seconds);
     }
+    let body = match api {
+        Api::OpenAi => {
+            let mut error = json!({
+                "message": message,
+                "type": "loop_detected",
+                "code": "recursive_loop_detected",
+                "param": null,
+            });
+            if let (Some(e), Some(d)) = (error.as_object_mut(), details.as_object()) {
+                e.extend(d.clone());
+            }
+            json!({ "error": error })
+        }
+        Api::Anthropic => {
+            details["code"] = json!("recursive_loop_detected");
+            json!({
+                "type": "error",
+                "error": {"type": "rate_limit_error", "message": message},
+                "loopguard": details,
+            })
+        }
+    };
     LocalReply {
         status: 429,
         headers: vec![
             ("content-type", "application/json".to_string()),
             ("retry-after", retry_after.to_string()),
+            ("retry-after-ms", retry_after_ms.to_string()),
             ("x-should-retry", "false".to_string()),
             ("x-loopguard-policy", n.policy_id.clone()),
         ],
-        body: json!({ "error": error }).to_string(),
+        body: body.to_string(),
     }
 }
 
@@ -164,7 +208,7 @@ mod tests {
             retry_after_ms: 36_200,
             cooldown_seconds: 0,
         };
-        let reply = rejection(&r);
+        let reply = rejection(&r, Api::OpenAi);
         assert_eq!(reply.status, 429);
         let h = |k: &str| {
             reply
@@ -174,6 +218,7 @@ mod tests {
                 .map(|(_, v)| v.as_str())
         };
         assert_eq!(h("retry-after"), Some("37"));
+        assert_eq!(h("retry-after-ms"), Some("36200"));
         assert_eq!(h("x-should-retry"), Some("false"));
         assert_eq!(h("content-type"), Some("application/json"));
         let v: Value = serde_json::from_str(&reply.body).unwrap();
@@ -188,12 +233,54 @@ mod tests {
         assert_eq!(e["window_seconds"], 60);
         assert_eq!(e["retry_after_seconds"], 37);
         assert!(e.get("cooldown_seconds").is_none());
-        let with_cooldown = rejection(&Rejection {
-            cooldown_seconds: 30,
-            ..r
-        });
+        let with_cooldown = rejection(
+            &Rejection {
+                cooldown_seconds: 30,
+                ..r
+            },
+            Api::OpenAi,
+        );
         let v: Value = serde_json::from_str(&with_cooldown.body).unwrap();
         assert_eq!(v["error"]["cooldown_seconds"], 30);
+    }
+
+    #[test]
+    fn anthropic_shaped_429_on_the_messages_api() {
+        assert_eq!(Api::for_path("/v1/messages"), Api::Anthropic);
+        assert_eq!(
+            Api::for_path("/proxy/anthropic/v1/messages"),
+            Api::Anthropic
+        );
+        assert_eq!(Api::for_path("/v1/chat/completions"), Api::OpenAi);
+        assert_eq!(Api::for_path("/v1/messages/count_tokens"), Api::OpenAi);
+        let r = Rejection {
+            notice: notice(true),
+            retry_after_ms: 1_500,
+            cooldown_seconds: 30,
+        };
+        let reply = rejection(&r, Api::Anthropic);
+        let h = |k: &str| {
+            reply
+                .headers
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(h("retry-after").as_deref(), Some("2"));
+        assert_eq!(h("retry-after-ms").as_deref(), Some("1500"));
+        assert_eq!(h("x-should-retry").as_deref(), Some("false"));
+        let v: Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "rate_limit_error");
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Blocked: identical request sent 5 times"));
+        assert_eq!(v["loopguard"]["code"], "recursive_loop_detected");
+        assert_eq!(v["loopguard"]["policy"], "llm-policy");
+        assert_eq!(v["loopguard"]["hit_count"], 5);
+        assert_eq!(v["loopguard"]["retry_after_seconds"], 2);
+        assert_eq!(v["loopguard"]["cooldown_seconds"], 30);
     }
 
     #[test]

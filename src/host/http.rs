@@ -11,9 +11,9 @@
 use super::abi;
 use super::root::Plugin;
 use crate::core::decision::{self, Verdict};
-use crate::core::fingerprint::{ExactBuilder, Fingerprint};
+use crate::core::fingerprint::{Fingerprinted, Pending};
 use crate::core::policy::{self, Selection};
-use crate::core::reply::{self, Headers};
+use crate::core::reply::{self, Api, Headers};
 use crate::core::request::{RequestFacts, RequestHead};
 use crate::core::store::{StoreAnswer, StoreFailure, WindowStore};
 use proxy_wasm::traits::{Context, HttpContext};
@@ -27,10 +27,7 @@ enum State {
     /// Nothing (more) to do for this request.
     Pass,
     /// Waiting for the whole body.
-    Buffering {
-        policy: usize,
-        builder: ExactBuilder,
-    },
+    Buffering { policy: usize, pending: Pending },
     /// Paused by a throttle until the root context's tick resumes it.
     Held,
 }
@@ -51,6 +48,8 @@ pub struct Stream {
     body_len: usize,
     /// Headers for the client's response (warn, throttle).
     response_headers: Headers,
+    /// Whose error shape a 429 takes.
+    api: Api,
 }
 
 impl Stream {
@@ -61,6 +60,7 @@ impl Stream {
             state: State::Pass,
             body_len: 0,
             response_headers: Vec::new(),
+            api: Api::OpenAi,
         }
     }
 
@@ -69,7 +69,7 @@ impl Stream {
         &mut self,
         plugin: &Plugin,
         policy_index: usize,
-        fp: Fingerprint,
+        made: Fingerprinted,
         phase: Phase,
     ) -> Action {
         self.state = State::Pass;
@@ -79,7 +79,11 @@ impl Stream {
         let Some(detection) = &policy.detection else {
             return Action::Continue;
         };
-        let query = decision::window_query(detection);
+        if made.unparsed {
+            plugin.metrics.llm_unparsed.inc();
+        }
+        let fp = made.fingerprint;
+        let query = decision::window_query(detection, made.fallback);
         let key = decision::store_key(policy, &fp);
         let now = abi::now_ms();
         let answer = match plugin.store.try_borrow_mut() {
@@ -109,7 +113,7 @@ impl Stream {
         if receipt.evicted {
             plugin.metrics.evicted.inc();
         }
-        let decided = decision::decide(policy, detection, &fp, &receipt.state);
+        let decided = decision::decide(policy, detection, &fp, made.fallback, &receipt.state);
         if let Some(line) = reply::log_line(&decided) {
             log::info!("{line}");
         }
@@ -142,7 +146,7 @@ impl Stream {
                 Action::Pause
             }
             Verdict::Reject(rejection) => {
-                let local = reply::rejection(&rejection);
+                let local = reply::rejection(&rejection, self.api);
                 let headers: Vec<(&str, &str)> = local
                     .headers
                     .iter()
@@ -167,7 +171,7 @@ impl Stream {
     }
 
     fn decide_buffered(&mut self) -> Action {
-        let State::Buffering { policy, builder } = std::mem::replace(&mut self.state, State::Pass)
+        let State::Buffering { policy, pending } = std::mem::replace(&mut self.state, State::Pass)
         else {
             return Action::Continue;
         };
@@ -175,7 +179,7 @@ impl Stream {
             return Action::Continue;
         };
         match abi::request_body(self.body_len) {
-            Ok(body) => self.decide(&plugin, policy, builder.finish(&body), Phase::Body),
+            Ok(body) => self.decide(&plugin, policy, pending.finish(&body), Phase::Body),
             Err(e) => {
                 log::debug!("body unreadable (host status {}); request passed", e.0);
                 plugin.metrics.body_skipped.inc();
@@ -289,9 +293,10 @@ impl HttpContext for Stream {
             plugin.metrics.exempted.inc();
             return Action::Continue;
         }
-        let builder = ExactBuilder::start(&plugin.config, policy, &head, &HostFacts);
+        self.api = Api::for_path(head.path_only());
+        let pending = Pending::start(&plugin.config, policy, &head, &HostFacts);
         if end_of_stream {
-            return self.decide(&plugin, index, builder.finish(&[]), Phase::Headers);
+            return self.decide(&plugin, index, pending.finish(&[]), Phase::Headers);
         }
         let declared = abi::request_header("content-length")
             .ok()
@@ -302,7 +307,7 @@ impl HttpContext for Stream {
         }
         self.state = State::Buffering {
             policy: index,
-            builder,
+            pending,
         };
         Action::Continue
     }

@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -42,6 +43,51 @@ COMPLETION = {
 }
 
 
+def stuck_model(request: dict) -> tuple[int, dict]:
+    """A model stuck in a loop: whatever the conversation says, it calls the
+    same tool with the same arguments again (with a fresh call id, as real
+    models do). Speaks OpenAI Chat Completions and Anthropic Messages."""
+    call = uuid.uuid4().hex[:24]
+    if request["path"].endswith("/v1/messages"):
+        return 200, {
+            "id": f"msg_{call}",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-4-5",
+            "content": [
+                {"type": "text", "text": "Let me check the build status."},
+                {"type": "tool_use", "id": f"toolu_{call}", "name": "get_build_status", "input": {"branch": "main"}},
+            ],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 10},
+        }
+    return 200, {
+        "id": f"chatcmpl-{call}",
+        "object": "chat.completion",
+        "created": 1767225600,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{call}",
+                            "type": "function",
+                            "function": {"name": "get_build_status", "arguments": "{\"branch\": \"main\"}"},
+                        }
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+    }
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -53,9 +99,10 @@ def free_port() -> int:
 
 class Upstream:
     """A real HTTP server on loopback that records every request it gets and
-    answers like an OpenAI-compatible API."""
+    answers like an OpenAI-compatible API, or as `responder(request)` says
+    (returning a status and a JSON-able body)."""
 
-    def __init__(self) -> None:
+    def __init__(self, responder=None) -> None:
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         upstream = self
@@ -69,17 +116,17 @@ class Upstream:
             def _handle(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
+                request = {
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": {k.lower(): v for k, v in self.headers.items()},
+                    "body": body,
+                }
                 with upstream.lock:
-                    upstream.requests.append(
-                        {
-                            "method": self.command,
-                            "path": self.path,
-                            "headers": {k.lower(): v for k, v in self.headers.items()},
-                            "body": body,
-                        }
-                    )
-                payload = json.dumps(COMPLETION).encode()
-                self.send_response(200)
+                    upstream.requests.append(request)
+                status, answer = responder(request) if responder else (200, COMPLETION)
+                payload = json.dumps(answer).encode()
+                self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()

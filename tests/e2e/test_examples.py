@@ -1,6 +1,7 @@
 """The shipped configurations work as their comments and the README say."""
 
 import json
+import re
 
 import httpx
 import openai
@@ -60,3 +61,41 @@ def test_openai_sdk_does_not_retry_the_429_on_its_own(upstream, start_envoy):
     with pytest.raises(openai.RateLimitError):
         client.chat.completions.create(**CHAT)
     assert e.counter("loopguard.requests_total") == before + 1
+
+
+def test_llm_agents_example_and_its_python_agent(start_envoy):
+    """examples/llm-agents: the agent meets a model stuck on one tool call,
+    is told it loops, recovers once by changing the conversation, and gives
+    up cleanly when the loop comes back."""
+    import os
+    import subprocess
+    import sys
+
+    from harness import Upstream, stuck_model
+
+    stuck = Upstream(responder=stuck_model)
+    try:
+        cfg = localize(load_yaml(ROOT / "examples" / "llm-agents" / "envoy.yaml"), {"openai": stuck.port, "anthropic": stuck.port})
+        e = start_envoy(cfg)
+        env = {**os.environ, "OPENAI_BASE_URL": f"{e.url}/v1", "OPENAI_API_KEY": "sk-example-agent", "BACKOFF_CAP_SECONDS": "0.1"}
+        run = subprocess.run([sys.executable, str(ROOT / "examples" / "llm-agents" / "agent.py")], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        lines = run.stdout.splitlines()
+        detected = [line for line in lines if line.startswith("loop detected by the gateway")]
+        assert len(detected) == 2
+        for line in detected:
+            assert re.fullmatch(r"loop detected by the gateway: policy agents, 3 identical requests; retry after (59\.\d|60\.0)s", line), line
+        assert lines[-2:] == ["giving up: the agent is stuck in a loop", "no answer"]
+        # 2 + (3 - 1) calls before the first 429. The recovery message makes
+        # two new tails ([tool, assistant, user] and [user, assistant, tool]);
+        # the third call after it ends in the old [tool, call, tool] tail again,
+        # whose count is still in the window: rejected at once.
+        assert stuck.count == 4 + 2
+        # The Anthropic route answers in Anthropic's shape.
+        with httpx.Client(base_url=e.url, headers={"x-api-key": "sk-ant"}) as c:
+            body = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+            codes = [c.post("/v1/messages", json=body) for _ in range(3)]
+        assert [r.status_code for r in codes] == [200, 200, 429]
+        assert codes[2].json()["error"]["type"] == "rate_limit_error"
+    finally:
+        stuck.stop()

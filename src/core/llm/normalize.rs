@@ -1,0 +1,176 @@
+//! Normalisation: the same conversation written with other case, spacing,
+//! call ids or key order gives the same messages.
+
+use super::{sha256, text_parts, Message, Part};
+use serde_json::Value;
+
+/// Lower-case, whitespace runs collapsed to one space, trimmed.
+pub fn normalize_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for word in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        for c in word.chars() {
+            out.extend(c.to_lowercase());
+        }
+    }
+    out
+}
+
+/// JSON with object keys sorted and no insignificant whitespace.
+pub fn canonical_json(v: &Value) -> String {
+    // serde_json's map is ordered by key (no `preserve_order`), so its
+    // compact serialisation is canonical.
+    v.to_string()
+}
+
+/// Tool-call arguments, canonical: JSON (OpenAI sends a JSON string,
+/// Anthropic an object) parsed and re-serialised with sorted keys;
+/// arguments that are not JSON compare as trimmed strings.
+pub fn canonical_arguments(v: &Value) -> String {
+    match v {
+        Value::String(s) => match serde_json::from_str::<Value>(s) {
+            Ok(parsed) => canonical_json(&parsed),
+            Err(_) => s.trim().to_string(),
+        },
+        Value::Null => "{}".to_string(),
+        other => canonical_json(other),
+    }
+}
+
+fn str_of<'v>(v: &'v Value, key: &str) -> &'v str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// One conversation item (a chat message, an Anthropic message, or a
+/// Responses input item).
+pub(super) fn message(v: &Value) -> Message {
+    match v.get("type").and_then(Value::as_str) {
+        Some("function_call") | Some("custom_tool_call") => Message {
+            role: "assistant".to_string(),
+            parts: vec![Part::ToolCall {
+                name: str_of(v, "name").to_string(),
+                arguments: canonical_arguments(
+                    v.get("arguments")
+                        .or_else(|| v.get("input"))
+                        .unwrap_or(&Value::Null),
+                ),
+            }],
+        },
+        Some("function_call_output") | Some("custom_tool_call_output") => Message {
+            role: "tool".to_string(),
+            parts: vec![Part::ToolResult {
+                content: content(v.get("output").unwrap_or(&Value::Null)),
+                is_error: false,
+            }],
+        },
+        Some("reasoning") => Message {
+            role: "assistant".to_string(),
+            parts: Vec::new(),
+        },
+        Some(t) if t != "message" => Message {
+            role: String::new(),
+            parts: vec![Part::Other(t.to_string())],
+        },
+        _ => chat_message(v),
+    }
+}
+
+fn chat_message(v: &Value) -> Message {
+    let role = str_of(v, "role").to_ascii_lowercase();
+    let body = content(v.get("content").unwrap_or(&Value::Null));
+    let mut parts = if role == "tool" || role == "function" {
+        // An OpenAI tool result: keyed by its content, not tool_call_id.
+        vec![Part::ToolResult {
+            content: body,
+            is_error: false,
+        }]
+    } else {
+        body
+    };
+    if let Some(calls) = v.get("tool_calls").and_then(Value::as_array) {
+        for call in calls {
+            let f = call.get("function").unwrap_or(call);
+            parts.push(Part::ToolCall {
+                name: str_of(f, "name").to_string(),
+                arguments: canonical_arguments(f.get("arguments").unwrap_or(&Value::Null)),
+            });
+        }
+    }
+    if let Some(f) = v.get("function_call").filter(|f| f.is_object()) {
+        parts.push(Part::ToolCall {
+            name: str_of(f, "name").to_string(),
+            arguments: canonical_arguments(f.get("arguments").unwrap_or(&Value::Null)),
+        });
+    }
+    Message { role, parts }
+}
+
+/// Message content: a string, a list of blocks, or one block.
+pub(super) fn content(v: &Value) -> Vec<Part> {
+    match v {
+        Value::String(s) => text_parts(s),
+        Value::Array(blocks) => blocks.iter().flat_map(block).collect(),
+        Value::Object(_) => block(v),
+        _ => Vec::new(),
+    }
+}
+
+fn block(b: &Value) -> Vec<Part> {
+    let ty = match b {
+        Value::String(s) => return text_parts(s),
+        Value::Object(_) => b.get("type").and_then(Value::as_str).unwrap_or(""),
+        _ => return Vec::new(),
+    };
+    match ty {
+        "text" | "input_text" | "output_text" | "" => text_parts(str_of(b, "text")),
+        "refusal" => text_parts(str_of(b, "refusal")),
+        "image_url" => {
+            let url = b
+                .get("image_url")
+                .map(|u| {
+                    u.get("url")
+                        .and_then(Value::as_str)
+                        .or(u.as_str())
+                        .unwrap_or("")
+                })
+                .unwrap_or("");
+            vec![Part::Media(sha256(url.as_bytes()))]
+        }
+        "input_image" | "input_file" => {
+            let src = ["image_url", "file_id", "file_data", "file_url"]
+                .iter()
+                .find_map(|k| b.get(*k).and_then(Value::as_str))
+                .unwrap_or("");
+            vec![Part::Media(sha256(src.as_bytes()))]
+        }
+        "input_audio" => {
+            let data = b
+                .get("input_audio")
+                .map(|a| str_of(a, "data"))
+                .unwrap_or("");
+            vec![Part::Media(sha256(data.as_bytes()))]
+        }
+        "image" | "document" => {
+            let src = b.get("source").unwrap_or(&Value::Null);
+            let data = ["data", "url", "file_id"]
+                .iter()
+                .find_map(|k| src.get(*k).and_then(Value::as_str))
+                .unwrap_or("");
+            vec![Part::Media(sha256(data.as_bytes()))]
+        }
+        "tool_use" | "server_tool_use" => vec![Part::ToolCall {
+            name: str_of(b, "name").to_string(),
+            arguments: canonical_arguments(b.get("input").unwrap_or(&Value::Null)),
+        }],
+        "tool_result" => vec![Part::ToolResult {
+            content: content(b.get("content").unwrap_or(&Value::Null)),
+            is_error: b.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+        }],
+        // Model-internal reasoning differs every turn (and carries
+        // signatures); it says nothing about whether the agent loops.
+        "thinking" | "redacted_thinking" | "reasoning" => Vec::new(),
+        other => vec![Part::Other(other.to_string())],
+    }
+}

@@ -1,0 +1,339 @@
+use super::*;
+use serde_json::json;
+
+fn tail_of(body: &Value, path: &str, n: usize) -> Vec<Message> {
+    let bytes = body.to_string().into_bytes();
+    let req = parse(&bytes, path).expect("recognised");
+    req.tail(n)
+}
+
+fn text(s: &str) -> Part {
+    Part::Text(s.to_string())
+}
+
+/// An OpenAI Chat Completions agent turn: system, user, then the model's
+/// tool call and the tool's answer, `turns` times.
+fn openai_agent(turns: usize, call_id: &str, extra: Value) -> Value {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a release assistant."}),
+        json!({"role": "user", "content": "Is the build green?"}),
+    ];
+    for i in 0..turns {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": format!("{call_id}-{i}"), "type": "function",
+            "function": {"name": "get_build_status", "arguments": "{\"branch\": \"main\", \"verbose\": true}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("{call_id}-{i}"), "content": "ERROR: CI API timed out"}));
+    }
+    let mut body = json!({"model": "gpt-4o-mini", "messages": messages, "tools": [{"type": "function", "function": {"name": "get_build_status", "parameters": {"type": "object"}}}]});
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    body
+}
+
+#[test]
+fn normalize_text_collapses_case_and_space() {
+    assert_eq!(normalize_text("  Hello\t\n  WORLD  "), "hello world");
+    assert_eq!(normalize_text("ÄPFEL und Öl"), "äpfel und öl");
+    assert_eq!(normalize_text(" \n "), "");
+}
+
+#[test]
+fn canonical_arguments_sort_keys_and_drop_whitespace() {
+    assert_eq!(
+        normalize::canonical_arguments(&json!("{\"b\": 1,  \"a\": {\"y\":2,\"x\":1}}")),
+        "{\"a\":{\"x\":1,\"y\":2},\"b\":1}"
+    );
+    assert_eq!(
+        normalize::canonical_arguments(&json!({"b": 1, "a": 2})),
+        "{\"a\":2,\"b\":1}"
+    );
+    assert_eq!(
+        normalize::canonical_arguments(&json!("  not json ")),
+        "not json"
+    );
+}
+
+#[test]
+fn openai_chat_tail_with_tool_calls_and_results() {
+    let body = openai_agent(2, "call_a", json!({}));
+    let req_bytes = body.to_string().into_bytes();
+    let req = parse(&req_bytes, "/v1/chat/completions").unwrap();
+    assert_eq!(req.format, Format::OpenAiChat);
+    assert_eq!(req.model.as_deref(), Some("gpt-4o-mini"));
+    assert!(req.offers_tools);
+    assert_eq!(req.len(), 6);
+    let tail = req.tail(3);
+    let call = Part::ToolCall {
+        name: "get_build_status".into(),
+        arguments: "{\"branch\":\"main\",\"verbose\":true}".into(),
+    };
+    let result = Part::ToolResult {
+        content: vec![text("error: ci api timed out")],
+        is_error: false,
+    };
+    assert_eq!(
+        tail,
+        vec![
+            Message {
+                role: "tool".into(),
+                parts: vec![result.clone()]
+            },
+            Message {
+                role: "assistant".into(),
+                parts: vec![call]
+            },
+            Message {
+                role: "tool".into(),
+                parts: vec![result]
+            },
+        ]
+    );
+}
+
+#[test]
+fn call_ids_sampling_fields_and_earlier_history_do_not_matter() {
+    let a = openai_agent(
+        3,
+        "call_a",
+        json!({"stream": true, "temperature": 0.2, "max_tokens": 100, "user": "u1"}),
+    );
+    let mut b = openai_agent(
+        5,
+        "call_zz",
+        json!({"temperature": 0.9, "top_p": 0.5, "seed": 7}),
+    );
+    // Whitespace and case inside the arguments and texts differ too.
+    let last = b["messages"].as_array().unwrap().len() - 1;
+    b["messages"][last]["content"] = json!("error:   CI api TIMED out ");
+    b["messages"][last - 1]["tool_calls"][0]["function"]["arguments"] =
+        json!("{\"verbose\":true,\n \"branch\":\"main\"}");
+    assert_eq!(
+        tail_of(&a, "/v1/chat/completions", 3),
+        tail_of(&b, "/v1/chat/completions", 3)
+    );
+    // But a changed tail message is a change.
+    b["messages"][last]["content"] = json!("build is green");
+    assert_ne!(
+        tail_of(&a, "/v1/chat/completions", 3),
+        tail_of(&b, "/v1/chat/completions", 3)
+    );
+}
+
+#[test]
+fn multimodal_content_is_flattened_with_image_hashes() {
+    let body = |url: &str, txt: &str| {
+        json!({"model": "gpt-4o", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": txt}, {"type": "image_url", "image_url": {"url": url, "detail": "high"}}]}]})
+    };
+    let a = tail_of(
+        &body("https://x/cat.png", "What is  THIS?"),
+        "/v1/chat/completions",
+        3,
+    );
+    assert_eq!(a[0].parts[0], text("what is this?"));
+    assert_eq!(a[0].parts[1], Part::Media(sha256(b"https://x/cat.png")));
+    assert_eq!(
+        a,
+        tail_of(
+            &body("https://x/cat.png", "what is this?"),
+            "/v1/chat/completions",
+            3
+        )
+    );
+    assert_ne!(
+        a,
+        tail_of(
+            &body("https://x/dog.png", "what is this?"),
+            "/v1/chat/completions",
+            3
+        )
+    );
+}
+
+#[test]
+fn responses_api_items_and_instructions() {
+    let body = json!({
+        "model": "gpt-4.1", "instructions": "Be brief.", "tools": [{"type": "function", "name": "search"}],
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "Find the  Q3 report"}]},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "search", "arguments": "{\"q\":\"q3 report\"}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "No results"},
+        ]
+    });
+    let bytes = body.to_string().into_bytes();
+    let req = parse(&bytes, "/v1/responses").unwrap();
+    assert_eq!(req.format, Format::OpenAiResponses);
+    assert!(req.offers_tools);
+    assert_eq!(req.len(), 5);
+    let tail = req.tail(2);
+    assert_eq!(
+        tail[0].parts,
+        vec![Part::ToolCall {
+            name: "search".into(),
+            arguments: "{\"q\":\"q3 report\"}".into()
+        }]
+    );
+    assert_eq!(
+        tail[1].parts,
+        vec![Part::ToolResult {
+            content: vec![text("no results")],
+            is_error: false
+        }]
+    );
+    // The instructions count as the first message once the tail reaches them.
+    let all = req.tail(10);
+    assert_eq!(all.len(), 5);
+    assert_eq!(
+        all[0],
+        Message {
+            role: "system".into(),
+            parts: vec![text("be brief.")]
+        }
+    );
+    assert_eq!(all[1].parts, vec![text("find the q3 report")]);
+    assert!(all[2].parts.is_empty()); // reasoning
+}
+
+#[test]
+fn responses_api_string_input_and_previous_response_id() {
+    let body = json!({"model": "gpt-4.1", "input": "  Tell me a JOKE ", "previous_response_id": "resp_123"});
+    let bytes = body.to_string().into_bytes();
+    let req = parse(&bytes, "/v1/responses").unwrap();
+    assert!(!req.offers_tools);
+    // A continuation carries no history: its tail is what it sends.
+    assert_eq!(
+        req.tail(3),
+        vec![Message {
+            role: "user".into(),
+            parts: vec![text("tell me a joke")]
+        }]
+    );
+}
+
+#[test]
+fn anthropic_messages_with_blocks_tool_use_and_results() {
+    let body = |use_id: &str, input: Value| {
+        json!({
+            "model": "claude-sonnet-4-5", "max_tokens": 1024, "system": "You manage builds.",
+            "tools": [{"name": "get_build_status", "input_schema": {"type": "object"}}],
+            "messages": [
+                {"role": "user", "content": "Is the build green?"},
+                {"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": "Let me check.", "signature": format!("sig-{use_id}")},
+                    {"type": "text", "text": "Checking."},
+                    {"type": "tool_use", "id": use_id, "name": "get_build_status", "input": input}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use_id, "is_error": true,
+                    "content": [{"type": "text", "text": "CI API timed out"}]}]},
+            ]
+        })
+    };
+    let a = body("toolu_01", json!({"branch": "main", "verbose": true}));
+    let bytes = a.to_string().into_bytes();
+    let req = parse(&bytes, "/v1/messages").unwrap();
+    assert_eq!(req.format, Format::Anthropic);
+    assert_eq!(req.len(), 4);
+    let tail = req.tail(2);
+    assert_eq!(
+        tail[0].parts,
+        vec![
+            text("checking."),
+            Part::ToolCall {
+                name: "get_build_status".into(),
+                arguments: "{\"branch\":\"main\",\"verbose\":true}".into()
+            },
+        ]
+    );
+    assert_eq!(
+        tail[1].parts,
+        vec![Part::ToolResult {
+            content: vec![text("ci api timed out")],
+            is_error: true
+        }]
+    );
+    // New tool_use id, new thinking signature, keys in another order: same.
+    let b = body("toolu_99", json!({"verbose": true, "branch": "main"}));
+    assert_eq!(tail, tail_of(&b, "/v1/messages", 2));
+    assert_eq!(
+        req.tail(4)[0],
+        Message {
+            role: "system".into(),
+            parts: vec![text("you manage builds.")]
+        }
+    );
+}
+
+#[test]
+fn anthropic_recognised_by_path_without_system() {
+    let body = json!({"model": "claude-haiku-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+        {"type": "text", "text": "Describe"}]}]});
+    let bytes = body.to_string().into_bytes();
+    let req = parse(&bytes, "/anthropic/v1/messages").unwrap();
+    assert_eq!(req.format, Format::Anthropic);
+    assert_eq!(
+        req.tail(1)[0].parts,
+        vec![Part::Media(sha256(b"iVBORw0KGgo=")), text("describe")]
+    );
+    assert_eq!(
+        parse(&bytes, "/v1/chat/completions").unwrap().format,
+        Format::OpenAiChat
+    );
+}
+
+#[test]
+fn unrecognised_bodies() {
+    for body in [
+        &b"not json"[..],
+        b"",
+        b"[1,2]",
+        b"{\"prompt\": \"hi\"}",
+        b"{\"input\": 5}",
+        b"{\"messages\": 3}",
+        b"\xff\xfe",
+    ] {
+        assert!(
+            parse(body, "/v1/chat/completions").is_none(),
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    // A bad message inside a recognised envelope is kept as an opaque marker.
+    let req = parse(
+        b"{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}",
+        "/",
+    )
+    .unwrap();
+    assert_eq!(req.model, None);
+    assert!(!req.offers_tools);
+}
+
+#[test]
+fn legacy_function_calls_and_refusals() {
+    let body = json!({"model": "gpt-3.5-turbo", "functions": [{"name": "f"}], "messages": [
+        {"role": "assistant", "content": null, "function_call": {"name": "f", "arguments": "{\"a\": 1}"}},
+        {"role": "function", "name": "f", "content": "done"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't"}]}]});
+    let bytes = body.to_string().into_bytes();
+    let req = parse(&bytes, "/v1/chat/completions").unwrap();
+    assert!(req.offers_tools);
+    let t = req.tail(3);
+    assert_eq!(
+        t[0].parts,
+        vec![Part::ToolCall {
+            name: "f".into(),
+            arguments: "{\"a\":1}".into()
+        }]
+    );
+    assert_eq!(
+        t[1].parts,
+        vec![Part::ToolResult {
+            content: vec![text("done")],
+            is_error: false
+        }]
+    );
+    assert_eq!(t[2].parts, vec![text("i can't")]);
+}
