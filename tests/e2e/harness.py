@@ -53,7 +53,7 @@ def stuck_model(request: dict) -> tuple[int, dict]:
             "id": f"msg_{call}",
             "type": "message",
             "role": "assistant",
-            "model": "claude-sonnet-4-5",
+            "model": "claude-sonnet-5-5",
             "content": [
                 {"type": "text", "text": "Let me check the build status."},
                 {"type": "tool_use", "id": f"toolu_{call}", "name": "get_build_status", "input": {"branch": "main"}},

@@ -93,7 +93,7 @@ def test_llm_agents_example_and_its_python_agent(start_envoy):
         assert stuck.count == 4 + 2
         # The Anthropic route answers in Anthropic's shape.
         with httpx.Client(base_url=e.url, headers={"x-api-key": "sk-ant"}) as c:
-            body = {"model": "claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+            body = {"model": "claude-sonnet-5-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
             codes = [c.post("/v1/messages", json=body) for _ in range(3)]
         assert [r.status_code for r in codes] == [200, 200, 429]
         assert codes[2].json()["error"]["type"] == "rate_limit_error"

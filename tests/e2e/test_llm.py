@@ -76,7 +76,7 @@ def test_anthropic_sdk_agent_loop_is_stopped(stuck, start_envoy):
     messages = [{"role": "user", "content": "Is the build green?"}]
     with pytest.raises(anthropic.RateLimitError) as caught:
         for _ in range(20):
-            r = client.messages.create(model="claude-sonnet-4-5", max_tokens=256, system="You manage releases.", messages=messages, tools=tools)
+            r = client.messages.create(model="claude-sonnet-5-5", max_tokens=256, system="You manage releases.", messages=messages, tools=tools)
             messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r.content]})
             messages.append(
                 {

@@ -218,7 +218,7 @@ fn responses_api_string_input_and_previous_response_id() {
 fn anthropic_messages_with_blocks_tool_use_and_results() {
     let body = |use_id: &str, input: Value| {
         json!({
-            "model": "claude-sonnet-4-5", "max_tokens": 1024, "system": "You manage builds.",
+            "model": "claude-sonnet-5-5", "max_tokens": 1024, "system": "You manage builds.",
             "tools": [{"name": "get_build_status", "input_schema": {"type": "object"}}],
             "messages": [
                 {"role": "user", "content": "Is the build green?"},
