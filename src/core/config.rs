@@ -85,10 +85,67 @@ pub struct Policy {
     pub limit_keys: Vec<LimitKey>,
     /// Requests matching any of these are never counted.
     pub exempt: Vec<Exemption>,
-    /// `None` when the policy is switched off (`enabled: false` or a
-    /// threshold of 0): it still claims the requests it matches and lets
-    /// them pass untouched.
+    /// `None` when loop detection is switched off (`enabled: false` or a
+    /// threshold of 0).
     pub detection: Option<Detection>,
+    /// `None` when absent or switched off. A policy with neither still
+    /// claims the requests it matches and lets them pass untouched.
+    pub tool_loops: Option<ToolLoops>,
+}
+
+impl Policy {
+    /// Whether the policy does anything with the requests it claims.
+    pub fn is_active(&self) -> bool {
+        self.detection.is_some() || self.tool_loops.is_some()
+    }
+
+    /// Whether the policy may rewrite request bodies (tool-loop nudges and
+    /// directives), so the host must drop `content-length` up front.
+    pub fn may_rewrite_bodies(&self) -> bool {
+        self.mode == Mode::Enforce
+            && self.tool_loops.as_ref().is_some_and(|t| {
+                t.ladder
+                    .iter()
+                    .any(|s| matches!(s, ToolStep::Nudge | ToolStep::Directive))
+            })
+    }
+}
+
+/// Tool-call loop detection, read from the conversation itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolLoops {
+    /// How many of the most recent (non-exempt) tool calls are examined.
+    pub last_calls: usize,
+    /// Identical thrash: the same tool and arguments at least this often.
+    pub identical_min: u32,
+    /// Pattern thrash: the same tool with differing arguments at least this
+    /// often.
+    pub pattern_min: u32,
+    pub exempt_tools: Vec<String>,
+    /// The escalation ladder, in order.
+    pub ladder: Vec<ToolStep>,
+    /// A directive also sets `tool_choice` to none.
+    pub directive_disables_tools: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ToolStep {
+    /// Forward with a short note appended to the conversation.
+    Nudge,
+    /// Forward with a firm instruction to stop calling the tool.
+    Directive,
+    /// Answer 429.
+    Reject,
+}
+
+impl ToolStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStep::Nudge => "nudge",
+            ToolStep::Directive => "directive",
+            ToolStep::Reject => "reject",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -465,7 +522,14 @@ fn parse_policy(item: &Value, index: usize) -> Result<Policy, ConfigError> {
         Some(spec) => ctx.object(
             spec,
             "spec",
-            &["mode", "selector", "limit_keys", "exempt", "loop_detection"],
+            &[
+                "mode",
+                "selector",
+                "limit_keys",
+                "exempt",
+                "loop_detection",
+                "tool_loops",
+            ],
         )?,
     };
     let mode = match ctx.string(spec, "", "mode")? {
@@ -484,8 +548,13 @@ fn parse_policy(item: &Value, index: usize) -> Result<Policy, ConfigError> {
     };
     let limit_keys = parse_limit_keys(&ctx, spec.get("limit_keys"))?;
     let exempt = parse_exempt(&ctx, spec.get("exempt"))?;
+    let tool_loops = match spec.get("tool_loops") {
+        None => None,
+        Some(v) => parse_tool_loops(&ctx, v)?,
+    };
     let detection = match spec.get("loop_detection") {
-        None => return Err(ctx.err("loop_detection", "is required")),
+        None if spec.contains_key("tool_loops") => None,
+        None => return Err(ctx.err("loop_detection", "is required (or give tool_loops)")),
         Some(v) => parse_detection(&ctx, v)?,
     };
     Ok(Policy {
@@ -495,6 +564,7 @@ fn parse_policy(item: &Value, index: usize) -> Result<Policy, ConfigError> {
         limit_keys,
         exempt,
         detection,
+        tool_loops,
     })
 }
 
@@ -909,6 +979,96 @@ fn parse_detection(ctx: &Ctx, value: &Value) -> Result<Option<Detection>, Config
         ));
     }
     Ok(Some(detection))
+}
+
+fn parse_tool_loops(ctx: &Ctx, value: &Value) -> Result<Option<ToolLoops>, ConfigError> {
+    const SECTION: &str = "tool_loops";
+    let f = |name: &str| join(SECTION, name);
+    let obj = ctx.object(
+        value,
+        SECTION,
+        &[
+            "enabled",
+            "last_calls",
+            "identical_min",
+            "pattern_min",
+            "exempt_tools",
+            "ladder",
+            "directive_disables_tools",
+        ],
+    )?;
+    let enabled = ctx
+        .boolean(obj, SECTION, "enabled")?
+        .ok_or_else(|| ctx.err(&f("enabled"), "is required"))?;
+    let last_calls = ctx.uint(obj, SECTION, "last_calls", 1, 64)?.unwrap_or(6);
+    let identical_min = ctx.uint(obj, SECTION, "identical_min", 2, 64)?.unwrap_or(3);
+    let pattern_min = ctx.uint(obj, SECTION, "pattern_min", 2, 64)?.unwrap_or(4);
+    for (name, min) in [
+        ("identical_min", identical_min),
+        ("pattern_min", pattern_min),
+    ] {
+        if min > last_calls {
+            return Err(ctx.err(
+                &f(name),
+                format!("must be <= last_calls ({min} > {last_calls})"),
+            ));
+        }
+    }
+    let exempt_tools = ctx
+        .string_list(obj, SECTION, "exempt_tools")?
+        .unwrap_or_default()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let ladder = match ctx.string_list(obj, SECTION, "ladder")? {
+        None => vec![ToolStep::Nudge, ToolStep::Directive, ToolStep::Reject],
+        Some(list) => {
+            let mut steps: Vec<ToolStep> = Vec::with_capacity(list.len());
+            for (i, name) in list.iter().enumerate() {
+                let step = match *name {
+                    "nudge" => ToolStep::Nudge,
+                    "directive" => ToolStep::Directive,
+                    "reject" => ToolStep::Reject,
+                    other => {
+                        return Err(ctx.err(
+                            &format!("{}[{i}]", f("ladder")),
+                            format!(
+                                "must be \"nudge\", \"directive\" or \"reject\" (got \"{other}\")"
+                            ),
+                        ))
+                    }
+                };
+                if steps.last().is_some_and(|prev| *prev >= step) {
+                    return Err(ctx.err(
+                        &f("ladder"),
+                        "must list its steps in the order nudge, directive, reject, each at most once",
+                    ));
+                }
+                steps.push(step);
+            }
+            steps
+        }
+    };
+    let directive_disables_tools = ctx
+        .boolean(obj, SECTION, "directive_disables_tools")?
+        .unwrap_or(false);
+    if directive_disables_tools && !ladder.contains(&ToolStep::Directive) {
+        return Err(ctx.err(
+            &f("directive_disables_tools"),
+            "needs a \"directive\" step in the ladder",
+        ));
+    }
+    if !enabled {
+        return Ok(None);
+    }
+    Ok(Some(ToolLoops {
+        last_calls: last_calls as usize,
+        identical_min: identical_min as u32,
+        pattern_min: pattern_min as u32,
+        exempt_tools,
+        ladder,
+        directive_disables_tools,
+    }))
 }
 
 fn parse_escalation(ctx: &Ctx, value: &Value) -> Result<Vec<Step>, ConfigError> {
@@ -1644,6 +1804,72 @@ mod tests {
                     action: Action::Reject
                 }
             ]
+        );
+    }
+
+    #[test]
+    fn tool_loops_block() {
+        let tl = |v: Value| with(&["policies", "0", "spec", "tool_loops"], v);
+        let cfg = Config::from_value(&tl(json!({"enabled": true}))).unwrap();
+        let t = cfg.policies[0].tool_loops.clone().unwrap();
+        assert_eq!((t.last_calls, t.identical_min, t.pattern_min), (6, 3, 4));
+        assert_eq!(
+            t.ladder,
+            vec![ToolStep::Nudge, ToolStep::Directive, ToolStep::Reject]
+        );
+        assert!(!t.directive_disables_tools);
+        assert!(cfg.policies[0].may_rewrite_bodies());
+        let cfg = Config::from_value(&tl(
+            json!({"enabled": true, "ladder": ["reject"], "exempt_tools": ["poll"]}),
+        ))
+        .unwrap();
+        let t = cfg.policies[0].tool_loops.clone().unwrap();
+        assert_eq!(t.ladder, vec![ToolStep::Reject]);
+        assert_eq!(t.exempt_tools, vec!["poll"]);
+        assert!(!cfg.policies[0].may_rewrite_bodies());
+        assert!(Config::from_value(&tl(json!({"enabled": false})))
+            .unwrap()
+            .policies[0]
+            .tool_loops
+            .is_none());
+        assert!(err_of(tl(json!({}))).contains("tool_loops.enabled is required"));
+        assert!(err_of(tl(json!({"enabled": true, "last_calls": 65})))
+            .contains("tool_loops.last_calls must be <= 64"));
+        assert!(err_of(tl(
+            json!({"enabled": true, "last_calls": 4, "pattern_min": 5})
+        ))
+        .contains("tool_loops.pattern_min must be <= last_calls (5 > 4)"));
+        assert!(err_of(tl(json!({"enabled": true, "last_calls": 2})))
+            .contains("tool_loops.identical_min must be <= last_calls (3 > 2)"));
+        assert!(err_of(tl(json!({"enabled": true, "identical_min": 1})))
+            .contains("tool_loops.identical_min must be >= 2"));
+        assert!(
+            err_of(tl(json!({"enabled": true, "ladder": ["reject", "nudge"]})))
+                .contains("tool_loops.ladder must list its steps in the order")
+        );
+        assert!(
+            err_of(tl(json!({"enabled": true, "ladder": ["nudge", "nudge"]})))
+                .contains("each at most once")
+        );
+        assert!(err_of(tl(json!({"enabled": true, "ladder": ["poke"]})))
+            .contains("tool_loops.ladder[0] must be"));
+        assert!(err_of(tl(json!({"enabled": true, "ladder": []})))
+            .contains("tool_loops.ladder must not be empty"));
+        assert!(err_of(tl(
+            json!({"enabled": true, "ladder": ["reject"], "directive_disables_tools": true})
+        ))
+        .contains("directive_disables_tools needs a \"directive\" step"));
+        // tool_loops alone makes a policy.
+        let mut v = tl(json!({"enabled": true}));
+        v["policies"][0]["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("loop_detection");
+        let cfg = Config::from_value(&v).unwrap();
+        assert!(cfg.policies[0].detection.is_none() && cfg.policies[0].is_active());
+        assert!(
+            err_of(without(&["policies", "0", "spec", "loop_detection"]))
+                .contains("loop_detection is required (or give tool_loops)")
         );
     }
 

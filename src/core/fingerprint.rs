@@ -177,12 +177,35 @@ impl Pending {
         }
     }
 
+    /// Whether finishing reads the body as an LLM request.
+    pub fn reads_llm_body(&self) -> bool {
+        !matches!(self.mode, PendingMode::Exact)
+    }
+
+    /// The path, for recognising the body's format.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The caller's identity digest.
+    pub fn identity(&self) -> &[u8; 32] {
+        &self.identity
+    }
+
     /// Finish with the whole request body (empty for a body-less request).
     pub fn finish(self, body: &[u8]) -> Fingerprinted {
-        let parsed = match self.mode {
-            PendingMode::Exact => None,
-            _ => llm::parse(body, &self.path),
+        let parsed = if self.reads_llm_body() {
+            llm::parse(body, &self.path)
+        } else {
+            None
         };
+        self.finish_parsed(body, parsed.as_ref())
+    }
+
+    /// Finish with the body and what [`llm::parse`] made of it (parsed once
+    /// by the caller, who may need it too).
+    pub fn finish_parsed(self, body: &[u8], parsed: Option<&llm::Request<'_>>) -> Fingerprinted {
+        let parsed = if self.reads_llm_body() { parsed } else { None };
         let Some(req) = parsed else {
             // A body-less request (a GET) is simply not an LLM call.
             let unparsed = !matches!(self.mode, PendingMode::Exact) && !body.is_empty();
@@ -195,6 +218,7 @@ impl Pending {
                 session: None,
             };
         };
+        let model = req.model.clone();
         let mut session_shown = None;
         let mut fallback = false;
         let fingerprint = match &self.mode {
@@ -239,7 +263,7 @@ impl Pending {
             fallback,
             unparsed: false,
             format: Some(req.format),
-            model: req.model,
+            model,
             session: session_shown,
         }
     }
@@ -249,6 +273,33 @@ impl Pending {
         c.0.update(crc32fast::hash(body).to_le_bytes());
         c.finish()
     }
+}
+
+/// The key under which a tool-loop event is remembered, so it is logged
+/// once per conversation (the caller and the conversation's opening
+/// message) and level within a window, not once per request.
+pub fn tool_event_key(
+    policy_id: &str,
+    identity: &[u8; 32],
+    req: &llm::Request<'_>,
+    tier: &str,
+    tool: &str,
+    level: u32,
+) -> Fingerprint {
+    let mut c = Canon::new(b"loopguard/tool-event/v1");
+    c.field(policy_id.as_bytes());
+    c.field(identity);
+    match req.first_message() {
+        Some(m) => {
+            c.tag(TAG_PRESENT);
+            write_message(&mut c, &m);
+        }
+        None => c.tag(TAG_ABSENT),
+    }
+    c.field(tier.as_bytes());
+    c.field(tool.as_bytes());
+    c.count(level as usize);
+    c.finish()
 }
 
 fn write_message(c: &mut Canon, m: &Message) {

@@ -21,6 +21,7 @@ pub mod reply;
 pub mod request;
 pub mod slot_table;
 pub mod store;
+pub mod tool_loops;
 pub mod window;
 
 /// A source of wall-clock time in milliseconds since the Unix epoch.

@@ -3,6 +3,7 @@
 
 use super::decision::{Decision, Notice, Rejection, Verdict};
 use super::llm;
+use super::tool_loops::{self, ToolVerdict};
 use serde_json::json;
 
 /// Whose error shape a 429 takes: the API being called.
@@ -97,6 +98,79 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
         ],
         body: body.to_string(),
     }
+}
+
+/// The 429 of a tool loop that reached the ladder's reject step, in the
+/// error shape of the API being called, with `code: "tool_loop_detected"`.
+/// The same conversation is rejected again whenever it is sent, so it
+/// carries no `retry-after`: the agent has to change course.
+pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalReply {
+    let tool = tool_loops::safe_tool_name(&v.tool);
+    let message = match v.tier {
+        tool_loops::Tier::Identical => format!(
+            "Blocked: the agent called the tool `{tool}` {} times with the same arguments. This usually indicates an agent tool loop; change approach instead of retrying.",
+            v.occurrences
+        ),
+        tool_loops::Tier::Pattern => format!(
+            "Blocked: the agent called the tool `{tool}` {} times with varying arguments without progress. This usually indicates an agent tool loop; change approach instead of retrying.",
+            v.occurrences
+        ),
+    };
+    let details = json!({
+        "policy": policy_id,
+        "tool": tool,
+        "tier": v.tier.as_str(),
+        "level": v.level,
+        "occurrences": v.occurrences,
+    });
+    let body = match api {
+        Api::OpenAi => {
+            let mut error = json!({
+                "message": message,
+                "type": "loop_detected",
+                "code": "tool_loop_detected",
+                "param": null,
+            });
+            if let (Some(e), Some(d)) = (error.as_object_mut(), details.as_object()) {
+                e.extend(d.clone());
+            }
+            json!({ "error": error })
+        }
+        Api::Anthropic => {
+            let mut d = details;
+            d["code"] = json!("tool_loop_detected");
+            json!({
+                "type": "error",
+                "error": {"type": "rate_limit_error", "message": message},
+                "loopguard": d,
+            })
+        }
+    };
+    LocalReply {
+        status: 429,
+        headers: vec![
+            ("content-type", "application/json".to_string()),
+            ("x-should-retry", "false".to_string()),
+            ("x-loopguard-policy", policy_id.to_string()),
+            ("x-loopguard-tool-loop", tool_loops::header_value(v)),
+        ],
+        body: body.to_string(),
+    }
+}
+
+/// The structured event of a tool-loop detection (one JSON line).
+pub fn tool_event_line(policy_id: &str, v: &ToolVerdict, shadow: bool) -> String {
+    json!({
+        "event": "loop.tool.detected",
+        "tier": v.tier.as_str(),
+        "tool": tool_loops::safe_tool_name(&v.tool),
+        "level": v.level,
+        "step": v.step.as_str(),
+        "occurrences": v.occurrences,
+        "policy": policy_id,
+        "mode": if shadow { "shadow" } else { "enforce" },
+    })
+    .to_string()
 }
 
 /// The warning headers of a warn verdict, for the upstream request and the
@@ -322,6 +396,45 @@ mod tests {
             assert!(upstream_headers(&shadow).is_empty());
             assert!(response_headers(&shadow).is_empty());
         }
+    }
+
+    #[test]
+    fn tool_loop_429_and_event() {
+        use crate::core::config::ToolStep;
+        use crate::core::tool_loops::Tier;
+        let v = ToolVerdict {
+            tier: Tier::Identical,
+            tool: "read_file".into(),
+            arguments: Some("{}".into()),
+            occurrences: 5,
+            level: 3,
+            step: ToolStep::Reject,
+        };
+        let reply = tool_loop_rejection("agents", &v, Api::OpenAi);
+        assert_eq!(reply.status, 429);
+        assert!(reply.headers.contains(&(
+            "x-loopguard-tool-loop",
+            "identical;tool=read_file;level=3".to_string()
+        )));
+        assert!(reply
+            .headers
+            .contains(&("x-should-retry", "false".to_string())));
+        assert!(!reply.headers.iter().any(|(k, _)| *k == "retry-after"));
+        let b: Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(b["error"]["code"], "tool_loop_detected");
+        assert_eq!(b["error"]["tool"], "read_file");
+        assert_eq!(b["error"]["tier"], "identical");
+        assert_eq!(b["error"]["level"], 3);
+        let a: Value =
+            serde_json::from_str(&tool_loop_rejection("agents", &v, Api::Anthropic).body).unwrap();
+        assert_eq!(a["error"]["type"], "rate_limit_error");
+        assert_eq!(a["loopguard"]["code"], "tool_loop_detected");
+        let e: Value = serde_json::from_str(&tool_event_line("agents", &v, false)).unwrap();
+        assert_eq!(
+            e,
+            json!({"event": "loop.tool.detected", "tier": "identical", "tool": "read_file", "level": 3,
+            "step": "reject", "occurrences": 5, "policy": "agents", "mode": "enforce"})
+        );
     }
 
     #[test]

@@ -95,6 +95,14 @@ extern "C" {
         value_size: usize,
     ) -> u32;
     fn proxy_continue_stream(stream_type: u32) -> u32;
+    fn proxy_remove_header_map_value(map_type: u32, key_data: *const u8, key_size: usize) -> u32;
+    fn proxy_set_buffer_bytes(
+        buffer_type: u32,
+        start: usize,
+        size: usize,
+        buffer_data: *const u8,
+        buffer_size: usize,
+    ) -> u32;
     fn proxy_set_effective_context(context_id: u32) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
 }
@@ -265,6 +273,21 @@ fn define_metric(kind: u32, name: &str) -> HostResult<u32> {
 /// Add a header to the request (only possible in the headers phase).
 pub fn add_request_header(name: &str, value: &str) -> HostResult<()> {
     add_header(MAP_REQUEST_HEADERS, name, value)
+}
+
+/// Remove a request header (only possible in the headers phase).
+pub fn remove_request_header(name: &str) -> HostResult<()> {
+    // SAFETY: pointer and length describe a live str.
+    status(unsafe { proxy_remove_header_map_value(MAP_REQUEST_HEADERS, name.as_ptr(), name.len()) })
+}
+
+/// Replace the first `old_len` bytes of the buffered request body (all of
+/// it) with `body`.
+pub fn replace_request_body(old_len: usize, body: &[u8]) -> HostResult<()> {
+    // SAFETY: pointer and length describe a live slice.
+    status(unsafe {
+        proxy_set_buffer_bytes(BUFFER_REQUEST_BODY, 0, old_len, body.as_ptr(), body.len())
+    })
 }
 
 /// Add a header to the response (in the response headers phase).

@@ -10,18 +10,25 @@
 
 use super::abi;
 use super::root::Plugin;
+use crate::core::config::{Policy, ToolStep};
 use crate::core::decision::{self, Verdict};
-use crate::core::fingerprint::{Fingerprinted, Pending};
+use crate::core::fingerprint::{self, Fingerprinted, Pending};
+use crate::core::llm;
 use crate::core::policy::{self, Selection};
 use crate::core::reply::{self, Api, Headers};
 use crate::core::request::{RequestFacts, RequestHead};
 use crate::core::store::{StoreAnswer, StoreFailure, WindowStore};
+use crate::core::tool_loops::{self, ToolVerdict};
+use crate::core::window::WindowQuery;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
 
 /// Fail-open warnings are logged at most this often.
 const FAIL_OPEN_LOG_INTERVAL_MS: u64 = 10_000;
+/// A tool-loop event is logged once per conversation and level within this
+/// window.
+const TOOL_EVENT_WINDOW_MS: u64 = 60_000;
 
 enum State {
     /// Nothing (more) to do for this request.
@@ -132,7 +139,8 @@ impl Stream {
                 let _ = abi::add_request_header(name, &value);
             }
         }
-        self.response_headers = reply::response_headers(&decided);
+        self.response_headers
+            .extend(reply::response_headers(&decided));
         match decided.verdict {
             Verdict::Allow => Action::Continue,
             Verdict::Warn(_) => {
@@ -147,25 +155,7 @@ impl Stream {
             }
             Verdict::Reject(rejection) => {
                 let local = reply::rejection(&rejection, self.api);
-                let headers: Vec<(&str, &str)> = local
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (*k, v.as_str()))
-                    .collect();
-                if let Err(e) = abi::send_local_response(
-                    local.status,
-                    "loopguard_loop_detected",
-                    &headers,
-                    local.body.as_bytes(),
-                ) {
-                    log::warn!(
-                        "could not send the 429 (host status {}); request passed",
-                        e.0
-                    );
-                    return Action::Continue;
-                }
-                plugin.metrics.rejected.inc();
-                Action::Pause
+                send_reply(plugin, &local, "loopguard_loop_detected").unwrap_or(Action::Continue)
             }
         }
     }
@@ -178,13 +168,126 @@ impl Stream {
         let Some(plugin) = self.plugin.clone() else {
             return Action::Continue;
         };
-        match abi::request_body(self.body_len) {
-            Ok(body) => self.decide(&plugin, policy, pending.finish(&body), Phase::Body),
+        let body = match abi::request_body(self.body_len) {
+            Ok(body) => body,
             Err(e) => {
                 log::debug!("body unreadable (host status {}); request passed", e.0);
                 plugin.metrics.body_skipped.inc();
-                Action::Continue
+                return Action::Continue;
             }
+        };
+        let Some(p) = plugin.config.policies.get(policy) else {
+            return Action::Continue;
+        };
+        // Parse the body once, for the fingerprint and the tool-loop judge.
+        let parsed = if pending.reads_llm_body() || p.tool_loops.is_some() {
+            llm::parse(&body, pending.path())
+        } else {
+            None
+        };
+        if let (Some(cfg), Some(req)) = (&p.tool_loops, &parsed) {
+            if let Some(v) = tool_loops::judge(cfg, &req.tool_history()) {
+                if let Some(action) = self.apply_tool_loop(&plugin, p, &pending, req, &v) {
+                    return action;
+                }
+            }
+        }
+        if p.detection.is_none() {
+            return Action::Continue;
+        }
+        let made = pending.finish_parsed(&body, parsed.as_ref());
+        self.decide(&plugin, policy, made, Phase::Body)
+    }
+
+    /// Act on a tool-loop verdict. `Some` ends the request's processing (a
+    /// 429); `None` lets it go on (to loop detection, if the policy has it).
+    fn apply_tool_loop(
+        &mut self,
+        plugin: &Plugin,
+        policy: &Policy,
+        pending: &Pending,
+        req: &llm::Request<'_>,
+        v: &ToolVerdict,
+    ) -> Option<Action> {
+        plugin.metrics.tool_loop(v.tier, v.step).inc();
+        let shadow = policy.mode == crate::core::config::Mode::Shadow;
+        self.log_tool_event(plugin, policy, pending, req, v, shadow);
+        if shadow {
+            log::info!(
+                "shadow: would_{} tool loop policy=\"{}\" tier={} tool={} level={}",
+                v.step.as_str(),
+                policy.id,
+                v.tier.as_str(),
+                tool_loops::safe_tool_name(&v.tool),
+                v.level
+            );
+            plugin.metrics.shadow.inc();
+            return None;
+        }
+        let header = tool_loops::header_value(v);
+        let cfg = policy.tool_loops.as_ref()?;
+        if v.step == ToolStep::Reject {
+            let local = reply::tool_loop_rejection(&policy.id, v, self.api);
+            return send_reply(plugin, &local, "loopguard_tool_loop_detected");
+        }
+        // Forwarded: the upstream (through header_mutation) and the client
+        // see the verdict.
+        let _ = abi::set_filter_state("loopguard_tool_loop", header.as_bytes());
+        self.response_headers
+            .push(("x-loopguard-tool-loop", header));
+        match tool_loops::rewrite(cfg, req, v) {
+            Some(body) => {
+                if let Err(e) = abi::replace_request_body(self.body_len, &body) {
+                    log::warn!(
+                        "could not add the tool-loop {} (host status {})",
+                        v.step.as_str(),
+                        e.0
+                    );
+                }
+            }
+            None => log::debug!(
+                "no conversation to add the tool-loop {} to",
+                v.step.as_str()
+            ),
+        }
+        None
+    }
+
+    /// One event line per conversation and level within a window, however
+    /// fast the loop runs (remembered in the shared table, so across
+    /// workers too).
+    fn log_tool_event(
+        &self,
+        plugin: &Plugin,
+        policy: &Policy,
+        pending: &Pending,
+        req: &llm::Request<'_>,
+        v: &ToolVerdict,
+        shadow: bool,
+    ) {
+        let key = fingerprint::tool_event_key(
+            &policy.id,
+            pending.identity(),
+            req,
+            v.tier.as_str(),
+            &v.tool,
+            v.level,
+        );
+        let once = WindowQuery {
+            window_ms: TOOL_EVENT_WINDOW_MS,
+            capacity: 1,
+            trip_at: 2,
+            cooldown_ms: 0,
+        };
+        let first = match plugin.store.try_borrow_mut() {
+            Ok(mut store) => match store.record(&key, abi::now_ms(), &once) {
+                StoreAnswer::Ready(r) => r.state.previous_count == 0,
+                StoreAnswer::Failed(_) => true,
+            },
+            Err(_) => true,
+        };
+        if first {
+            log::info!("{}", reply::tool_event_line(&policy.id, v, shadow));
         }
     }
 
@@ -193,6 +296,27 @@ impl Stream {
         plugin.metrics.body_skipped.inc();
         Action::Continue
     }
+}
+
+/// Answer the request with `local` instead of forwarding it. `None` if
+/// Envoy refused (the request then passes).
+fn send_reply(plugin: &Plugin, local: &reply::LocalReply, details: &str) -> Option<Action> {
+    let headers: Vec<(&str, &str)> = local
+        .headers
+        .iter()
+        .map(|(k, v)| (*k, v.as_str()))
+        .collect();
+    if let Err(e) = abi::send_local_response(local.status, details, &headers, local.body.as_bytes())
+    {
+        log::warn!(
+            "could not send the {} (host status {}); request passed",
+            local.status,
+            e.0
+        );
+        return None;
+    }
+    plugin.metrics.rejected.inc();
+    Some(Action::Pause)
 }
 
 /// Request facts answered from Envoy on demand.
@@ -286,7 +410,7 @@ impl HttpContext for Stream {
             return Action::Continue;
         };
         plugin.metrics.matched.inc();
-        if policy.detection.is_none() {
+        if !policy.is_active() {
             return Action::Continue;
         }
         if policy::is_exempt(&plugin.config, policy, &head, &HostFacts) {
@@ -296,6 +420,10 @@ impl HttpContext for Stream {
         self.api = Api::for_path(head.path_only());
         let pending = Pending::start(&plugin.config, policy, &head, &HostFacts);
         if end_of_stream {
+            // No body: no conversation for tool loops to read.
+            if policy.detection.is_none() {
+                return Action::Continue;
+            }
             return self.decide(&plugin, index, pending.finish(&[]), Phase::Headers);
         }
         let declared = abi::request_header("content-length")
@@ -304,6 +432,11 @@ impl HttpContext for Stream {
             .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok());
         if declared.is_some_and(|len| len > plugin.config.max_body_bytes) {
             return self.skip_body(&plugin);
+        }
+        if policy.may_rewrite_bodies() {
+            // A nudge changes the body's length: the buffer filter after
+            // loopguard sets content-length again once the body is final.
+            let _ = abi::remove_request_header("content-length");
         }
         self.state = State::Buffering {
             policy: index,

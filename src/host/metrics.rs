@@ -1,6 +1,8 @@
 //! loopguard's metrics in Envoy's stats (shown as `wasmcustom.loopguard.*`).
 
 use super::abi;
+use crate::core::config::ToolStep;
+use crate::core::tool_loops::Tier;
 
 /// Metric ids, defined once per plugin instance at configure time (Envoy
 /// returns the same id for the same name, so instances sharing a VM share
@@ -21,6 +23,9 @@ pub struct Metrics {
     pub evicted: Counter,
     /// Throttled requests waiting, across all workers.
     pub throttle_pending: Gauge,
+    /// Tool-loop detections by tier (identical, pattern) and ladder step
+    /// (nudge, directive, reject).
+    pub tool_loops: [[Counter; 3]; 2],
 }
 
 /// One counter; a failed definition leaves it inert rather than failing the
@@ -66,6 +71,23 @@ impl Gauge {
 }
 
 impl Metrics {
+    pub fn tool_loop(&self, tier: Tier, step: ToolStep) -> Counter {
+        let t = match tier {
+            Tier::Identical => 0,
+            Tier::Pattern => 1,
+        };
+        let s = match step {
+            ToolStep::Nudge => 0,
+            ToolStep::Directive => 1,
+            ToolStep::Reject => 2,
+        };
+        self.tool_loops
+            .get(t)
+            .and_then(|row| row.get(s))
+            .copied()
+            .unwrap_or_default()
+    }
+
     pub fn define() -> Metrics {
         Metrics {
             requests: Counter::define("loopguard.requests_total"),
@@ -81,6 +103,11 @@ impl Metrics {
             store_cas_retries: Counter::define("loopguard.store_cas_retries_total"),
             evicted: Counter::define("loopguard.fingerprints_evicted_total"),
             throttle_pending: Gauge::define("loopguard.throttle_pending"),
+            tool_loops: ["identical", "pattern"].map(|tier| {
+                ["nudge", "directive", "reject"].map(|step| {
+                    Counter::define(&format!("loopguard.tool_loop.{tier}.{step}_total"))
+                })
+            }),
         }
     }
 }

@@ -517,7 +517,7 @@ def warn_header_mutation() -> dict:
     """Envoy's header_mutation filter copying loopguard's published warn
     decision (filter state) into the upstream request, after dropping any
     x-loopguard-* header the client sent. Place it after the buffer filter."""
-    names = ["warning", "loop_count", "policy"]
+    names = ["warning", "loop_count", "policy", "tool_loop"]
     ops: list[dict] = [{"remove": f"x-loopguard-{n.replace('_', '-')}"} for n in names]
     ops += [
         {

@@ -99,3 +99,36 @@ def test_llm_agents_example_and_its_python_agent(start_envoy):
         assert codes[2].json()["error"]["type"] == "rate_limit_error"
     finally:
         stuck.stop()
+
+
+def test_tool_loops_example(start_envoy):
+    """examples/tool-loops: nudge, directive without tools, reject; polling
+    the exempt tool is never a loop."""
+    from harness import Upstream, stuck_model
+
+    stuck = Upstream(responder=stuck_model)
+    try:
+        e = start_envoy(localize(load_yaml(ROOT / "examples" / "tool-loops" / "envoy.yaml"), {"api": stuck.port}))
+
+        def conversation(tool: str, n: int, args: str = '{"path": "/etc/app.conf"}') -> dict:
+            msgs = [{"role": "user", "content": f"work with {tool}"}]
+            for i in range(n):
+                msgs.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"c{i}", "type": "function", "function": {"name": tool, "arguments": args}}]})
+                msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "no change"})
+            return {"model": "gpt-4o-mini", "messages": msgs, "tools": [{"type": "function", "function": {"name": tool}}]}
+
+        with httpx.Client(base_url=e.url, headers={"authorization": "Bearer sk-example"}) as c:
+            steps = [c.post("/v1/chat/completions", json=conversation("read_file", n)) for n in (3, 4, 5)]
+            polls = [c.post("/v1/chat/completions", json=conversation("poll_job_status", n, '{"job": 7}')) for n in (6, 7)]
+        assert [r.status_code for r in steps] == [200, 200, 429]
+        assert steps[2].json()["error"]["code"] == "tool_loop_detected"
+        nudge, directive = (json.loads(r["body"]) for r in stuck.requests[:2])
+        assert "called the tool `read_file` 3 times" in nudge["messages"][-1]["content"]
+        assert "stop calling the tool `read_file`" in directive["messages"][-1]["content"]
+        assert directive["tool_choice"] == "none"
+        assert stuck.requests[0]["headers"]["x-loopguard-tool-loop"] == "identical;tool=read_file;level=1"
+        assert [r.status_code for r in polls] == [200, 200]
+        assert "x-loopguard-tool-loop" not in stuck.requests[2]["headers"]
+    finally:
+        stuck.stop()

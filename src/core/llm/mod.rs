@@ -13,8 +13,10 @@
 //! are parsed and normalised.
 
 mod normalize;
+mod tools;
 
 pub use normalize::{canonical_json, normalize_text};
+pub use tools::{ToolCall, ToolHistory};
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -44,7 +46,7 @@ struct Envelope<'a> {
     #[serde(default, borrow)]
     model: Option<&'a RawValue>,
     #[serde(default, borrow)]
-    messages: Option<Vec<&'a RawValue>>,
+    messages: Option<&'a RawValue>,
     #[serde(default, borrow)]
     input: Option<&'a RawValue>,
     #[serde(default, borrow)]
@@ -71,6 +73,10 @@ pub struct Request<'a> {
     system: Option<&'a RawValue>,
     /// The conversation in order (Responses: the input items).
     items: Items<'a>,
+    /// The raw conversation array (`messages` or `input`) and the whole
+    /// body, for edits at the end of the conversation.
+    array: Option<&'a RawValue>,
+    body: &'a [u8],
 }
 
 #[derive(Debug)]
@@ -118,6 +124,7 @@ pub fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {
         .flatten()
         .any(|t| !matches!(t.get().trim(), "null" | "[]" | "{}"));
     if let Some(messages) = env.messages {
+        let list: Vec<&'a RawValue> = serde_json::from_str(messages.get()).ok()?;
         let anthropic = env.system.is_some() || is_anthropic_path(path);
         return Some(Request {
             format: if anthropic {
@@ -128,16 +135,20 @@ pub fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {
             model,
             offers_tools,
             system: env.system,
-            items: Items::List(messages),
+            items: Items::List(list),
+            array: Some(messages),
+            body,
         });
     }
     let input = env.input?;
-    let items = match serde_json::from_str::<Value>(input.get()).ok()? {
-        Value::String(s) => Items::Text(s),
-        Value::Array(_) => {
-            Items::List(serde_json::from_str::<Vec<&'a RawValue>>(input.get()).ok()?)
-        }
-        _ => return None,
+    let (items, array) = if input.get().starts_with('"') {
+        (
+            Items::Text(serde_json::from_str::<String>(input.get()).ok()?),
+            None,
+        )
+    } else {
+        let list: Vec<&'a RawValue> = serde_json::from_str(input.get()).ok()?;
+        (Items::List(list), Some(input))
     };
     Some(Request {
         format: Format::OpenAiResponses,
@@ -145,6 +156,8 @@ pub fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {
         offers_tools,
         system: env.instructions,
         items,
+        array,
+        body,
     })
 }
 
@@ -167,6 +180,27 @@ impl<'a> Request<'a> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The conversation's first message, normalised (the out-of-band
+    /// system prompt if there is one): stable across the turns of one
+    /// conversation.
+    pub fn first_message(&self) -> Option<Message> {
+        if let Some(sys) = self.system {
+            return Some(system_message(sys));
+        }
+        match &self.items {
+            Items::Text(text) => Some(Message {
+                role: "user".to_string(),
+                parts: text_parts(text),
+            }),
+            Items::List(items) => {
+                let raw = items.first()?;
+                serde_json::from_str::<Value>(raw.get())
+                    .ok()
+                    .map(|v| normalize::message(&v))
+            }
+        }
     }
 
     /// The last `n` messages, normalised, oldest first. Messages that carry

@@ -1,0 +1,203 @@
+"""Tool-call loops read from the conversation, in real Envoy with the real
+SDKs: the ladder nudges (a note appended to the forwarded body), directs,
+then rejects; healthy agents are never touched."""
+
+import json
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from harness import ROUTER, Upstream, bootstrap, buffer_filter, plugin, policy, stuck_model, warn_header_mutation, wasm_filter
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": f"{name} tool",
+            "parameters": {"type": "object", "properties": {"branch": {"type": "string"}}},
+        },
+    }
+    for name in ["get_build_status", "list_jobs", "read_log", "rerun_job", "notify"]
+]
+
+
+@pytest.fixture
+def stuck():
+    u = Upstream(responder=stuck_model)
+    yield u
+    u.stop()
+
+
+def tool_policy(pid="agents", mode=None, **tool_loops):
+    p = {"id": pid, "spec": {"selector": {"pathPrefix": "/v1"}, "tool_loops": {"enabled": True, **tool_loops}}}
+    if mode:
+        p["spec"]["mode"] = mode
+    return p
+
+
+def guard(start_envoy, upstream, *policies):
+    filters = [wasm_filter(plugin(list(policies))), buffer_filter(), warn_header_mutation(), ROUTER]
+    return start_envoy(bootstrap(None, upstream.port, http_filters=filters))
+
+
+def recording_client(e, sent: list, **kw) -> openai.OpenAI:
+    def keep(request):
+        sent.append(request.read())
+
+    http = openai.DefaultHttpxClient(event_hooks={"request": [keep]})
+    return openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-tools", http_client=http, **kw)
+
+
+def test_openai_agent_is_nudged_then_directed_then_rejected(stuck, start_envoy):
+    e = guard(start_envoy, stuck, tool_policy())
+    sent: list[bytes] = []
+    client = recording_client(e, sent)
+    messages = [{"role": "user", "content": "Is the build green?"}]
+    responses = []
+    with pytest.raises(openai.RateLimitError) as caught:
+        for _ in range(10):
+            raw = client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=messages, tools=TOOLS[:1])
+            responses.append(raw)
+            msg = raw.parse().choices[0].message
+            messages.append(msg.model_dump(exclude_none=True))
+            for call in msg.tool_calls:
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": "ERROR: CI API timed out"})
+    # Requests 1-3 carry 0, 1, 2 calls; the 4th carries 3 identical calls
+    # (nudge), the 5th 4 (directive), the 6th 5 (reject).
+    assert stuck.count == 5
+    got = [r["body"] for r in stuck.requests]
+    assert got[:3] == sent[:3]
+    for i, kind in [(3, "nudge"), (4, "directive")]:
+        forwarded, original = got[i], sent[i]
+        # Appended at the end of the messages array: every earlier byte is
+        # unchanged, and the body is valid JSON with a right content-length.
+        cut = original.rindex(b"]", 0, original.index(b'"tools"')) if b'"tools"' in original[original.index(b'"messages"'):] else original.rindex(b"]")
+        assert forwarded.startswith(original[:cut])
+        assert forwarded.endswith(original[cut:])
+        assert int(stuck.requests[i]["headers"]["content-length"]) == len(forwarded)
+        note = json.loads(forwarded)["messages"][-1]
+        assert note["role"] == "system"
+        if kind == "nudge":
+            assert "called the tool `get_build_status` 3 times with the same arguments" in note["content"]
+        else:
+            assert "stop calling the tool `get_build_status`" in note["content"]
+            assert '{"branch":"main"}' in note["content"]
+        assert stuck.requests[i]["headers"]["x-loopguard-tool-loop"] == f"identical;tool=get_build_status;level={i - 2}"
+        assert responses[i].headers["x-loopguard-tool-loop"] == f"identical;tool=get_build_status;level={i - 2}"
+    assert "x-loopguard-tool-loop" not in stuck.requests[2]["headers"]
+    err = caught.value
+    assert err.status_code == 429
+    assert err.code == "tool_loop_detected"
+    assert err.body["tool"] == "get_build_status" and err.body["tier"] == "identical" and err.body["level"] == 3
+    assert err.response.headers["x-loopguard-tool-loop"] == "identical;tool=get_build_status;level=3"
+    assert e.counter("loopguard.tool_loop.identical.nudge_total") == 1
+    assert e.counter("loopguard.tool_loop.identical.directive_total") == 1
+    assert e.counter("loopguard.tool_loop.identical.reject_total") == 1
+
+
+def test_events_are_logged_once_per_conversation_and_level(stuck, start_envoy):
+    e = guard(start_envoy, stuck, tool_policy())
+    messages = [{"role": "user", "content": "Is the build green?"}]
+    call = {"id": "x", "type": "function", "function": {"name": "get_build_status", "arguments": "{\"branch\": \"main\"}"}}
+    for i in range(5):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [dict(call, id=f"call_{i}")]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": "timeout"})
+    with httpx.Client(base_url=e.url, headers={"authorization": "Bearer sk-events"}) as c:
+        codes = [c.post("/v1/chat/completions", json={"model": "m", "messages": messages}).status_code for _ in range(6)]
+    assert codes == [429] * 6
+    events = [json.loads(line[line.index("{"):]) for line in e.log().splitlines() if '"loop.tool.detected"' in line]
+    assert events == [{"event": "loop.tool.detected", "tier": "identical", "tool": "get_build_status", "level": 3,
+                       "step": "reject", "occurrences": 5, "policy": "agents", "mode": "enforce"}]
+    assert e.counter("loopguard.tool_loop.identical.reject_total") == 6
+
+
+def test_anthropic_agent_gets_a_text_block_then_a_rate_limit_error(stuck, start_envoy):
+    e = guard(start_envoy, stuck, tool_policy(ladder=["nudge", "reject"]))
+    client = anthropic.Anthropic(base_url=e.url, api_key="sk-ant-tools")
+    tools = [{"name": "get_build_status", "description": "CI status", "input_schema": {"type": "object"}}]
+    messages = [{"role": "user", "content": "Is the build green?"}]
+    with pytest.raises(anthropic.RateLimitError) as caught:
+        for _ in range(10):
+            r = client.messages.create(model="claude-sonnet-5-5", max_tokens=256, messages=messages, tools=tools)
+            messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r.content]})
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": b.id, "content": "ERROR: CI API timed out", "is_error": True}
+                for b in r.content if b.type == "tool_use"]})
+    assert stuck.count == 4
+    nudged = json.loads(stuck.requests[3]["body"])
+    last = nudged["messages"][-1]
+    assert last["role"] == "user"
+    assert [b["type"] for b in last["content"]] == ["tool_result", "text"]
+    assert "get_build_status" in last["content"][1]["text"]
+    assert caught.value.body["loopguard"]["code"] == "tool_loop_detected"
+    assert caught.value.body["loopguard"]["level"] == 2
+
+
+def test_directive_can_disable_tools(stuck, start_envoy):
+    e = guard(start_envoy, stuck, tool_policy(ladder=["directive"], directive_disables_tools=True))
+    messages = [{"role": "user", "content": "status?"}]
+    for i in range(3):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "get_build_status", "arguments": "{}"}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": "timeout"})
+    with httpx.Client(base_url=e.url) as c:
+        r = c.post("/v1/chat/completions", json={"model": "m", "messages": messages, "tools": TOOLS[:1], "tool_choice": "auto"})
+    assert r.status_code == 200
+    forwarded = json.loads(stuck.requests[0]["body"])
+    assert forwarded["tool_choice"] == "none"
+    assert forwarded["messages"][-1]["role"] == "system"
+
+
+def test_pattern_thrash_in_the_responses_format(stuck, start_envoy):
+    e = guard(start_envoy, stuck, tool_policy(ladder=["reject"]))
+    items = [{"role": "user", "content": "Find the Q3 report"}]
+    for i, q in enumerate(["q3", "q3 report", "report q3", "third quarter"]):
+        items.append({"type": "function_call", "call_id": f"c{i}", "name": "search", "arguments": json.dumps({"q": q})})
+        items.append({"type": "function_call_output", "call_id": f"c{i}", "output": "No results"})
+    with httpx.Client(base_url=e.url) as c:
+        r = c.post("/v1/responses", json={"model": "gpt-4.1", "input": items})
+    assert r.status_code == 429
+    err = r.json()["error"]
+    assert (err["code"], err["tier"], err["tool"], err["occurrences"]) == ("tool_loop_detected", "pattern", "search", 4)
+    assert e.counter("loopguard.tool_loop.pattern.reject_total") == 1
+
+
+def test_a_healthy_agent_using_five_tools_is_never_touched(start_envoy):
+    plain = Upstream()
+    try:
+        e = guard(start_envoy, plain, tool_policy())
+        sent: list[bytes] = []
+        client = recording_client(e, sent, max_retries=0)
+        messages = [{"role": "user", "content": "Ship the release"}]
+        for i, t in enumerate(TOOLS):
+            name = t["function"]["name"]
+            messages.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": "{\"branch\": \"main\"}"}}]})
+            messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"{name} ok"})
+            raw = client.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=messages, tools=TOOLS)
+            assert "x-loopguard-tool-loop" not in raw.headers
+        assert [r["body"] for r in plain.requests] == sent
+        assert not any("x-loopguard-tool-loop" in r["headers"] for r in plain.requests)
+    finally:
+        plain.stop()
+
+
+def test_shadow_mode_reports_tool_loops_without_acting(stuck, start_envoy):
+    e = guard(start_envoy, stuck, tool_policy(mode="shadow", ladder=["reject"]))
+    messages = [{"role": "user", "content": "status?"}]
+    for i in range(3):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "get_build_status", "arguments": "{}"}}]})
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": "timeout"})
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    with httpx.Client(base_url=e.url) as c:
+        r = c.post("/v1/chat/completions", content=body)
+    assert r.status_code == 200
+    assert not any(k.startswith("x-loopguard") for k in r.headers)
+    assert stuck.requests[0]["body"] == body
+    log = e.log()
+    assert 'shadow: would_reject tool loop policy="agents" tier=identical tool=get_build_status level=1' in log
+    assert '"mode":"shadow"' in log
