@@ -56,6 +56,21 @@ pub struct Config {
     /// payloads (its `payload_in_metadata`), read by `jwt_verified:` keys.
     pub jwt_payload_in_metadata: String,
     pub policies: Vec<Policy>,
+    /// Where detections are sent (`alerts.webhook`).
+    pub webhook: Option<Webhook>,
+}
+
+/// A webhook receiving signed `loop.detected` alerts through an Envoy
+/// cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Webhook {
+    pub cluster: String,
+    pub authority: String,
+    pub path: String,
+    pub timeout_ms: u64,
+    /// The VM environment variable holding the HMAC secret (Envoy's
+    /// `vm_config.environment_variables`), if the alerts are signed.
+    pub hmac_secret_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -427,6 +442,7 @@ impl Config {
                 "max_body_bytes",
                 "shadow",
                 "jwt_payload_in_metadata",
+                "alerts",
                 "policies",
             ],
         )?;
@@ -447,6 +463,10 @@ impl Config {
             None => "jwt_payload".to_string(),
             Some("") => return Err(top.err("jwt_payload_in_metadata", "must not be empty")),
             Some(k) => k.to_string(),
+        };
+        let webhook = match obj.get("alerts") {
+            None => None,
+            Some(v) => parse_alerts(&top, v)?,
         };
         let list = match obj.get("policies") {
             None => return Err(top.err("policies", "is required")),
@@ -487,6 +507,7 @@ impl Config {
             max_body_bytes,
             jwt_payload_in_metadata,
             policies,
+            webhook,
         })
     }
 
@@ -498,6 +519,65 @@ impl Config {
     pub fn uses_route_names(&self) -> bool {
         self.policies.iter().any(|p| !p.selector.routes.is_empty())
     }
+}
+
+fn parse_alerts(ctx: &Ctx, value: &Value) -> Result<Option<Webhook>, ConfigError> {
+    let obj = ctx.object(value, "alerts", &["webhook"])?;
+    let Some(w) = obj.get("webhook") else {
+        return Ok(None);
+    };
+    const SECTION: &str = "alerts.webhook";
+    let w = ctx.object(
+        w,
+        SECTION,
+        &[
+            "cluster",
+            "authority",
+            "path",
+            "timeout_ms",
+            "hmac_secret_env",
+        ],
+    )?;
+    let required = |name: &str| -> Result<String, ConfigError> {
+        match ctx.string(w, SECTION, name)? {
+            Some(s) if !s.is_empty() => Ok(s.to_string()),
+            Some(_) => Err(ctx.err(&join(SECTION, name), "must not be empty")),
+            None => Err(ctx.err(&join(SECTION, name), "is required")),
+        }
+    };
+    let cluster = required("cluster")?;
+    let authority = required("authority")?;
+    let path = ctx.string(w, SECTION, "path")?.unwrap_or("/").to_string();
+    if !path.starts_with('/') {
+        return Err(ctx.err(
+            &join(SECTION, "path"),
+            format!("must start with \"/\" (got \"{path}\")"),
+        ));
+    }
+    let timeout_ms = ctx
+        .uint(w, SECTION, "timeout_ms", 1, 60_000)?
+        .unwrap_or(2_000);
+    let hmac_secret_env = match ctx.string(w, SECTION, "hmac_secret_env")? {
+        None => None,
+        Some(name)
+            if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+        {
+            Some(name.to_string())
+        }
+        Some(other) => {
+            return Err(ctx.err(
+                &join(SECTION, "hmac_secret_env"),
+                format!("must be an environment variable name (got \"{other}\")"),
+            ))
+        }
+    };
+    Ok(Some(Webhook {
+        cluster,
+        authority,
+        path,
+        timeout_ms,
+        hmac_secret_env,
+    }))
 }
 
 fn parse_policy(item: &Value, index: usize) -> Result<Policy, ConfigError> {
@@ -1871,6 +1951,54 @@ mod tests {
             err_of(without(&["policies", "0", "spec", "loop_detection"]))
                 .contains("loop_detection is required (or give tool_loops)")
         );
+    }
+
+    #[test]
+    fn webhook_alerts() {
+        let cfg = Config::from_value(&with(&["alerts"], json!({"webhook": {"cluster": "alerts", "authority": "hooks.example.com",
+            "path": "/loopguard", "timeout_ms": 500, "hmac_secret_env": "LOOPGUARD_WEBHOOK_SECRET"}}))).unwrap();
+        assert_eq!(
+            cfg.webhook,
+            Some(Webhook {
+                cluster: "alerts".into(),
+                authority: "hooks.example.com".into(),
+                path: "/loopguard".into(),
+                timeout_ms: 500,
+                hmac_secret_env: Some("LOOPGUARD_WEBHOOK_SECRET".into())
+            })
+        );
+        let cfg = Config::from_value(&with(
+            &["alerts"],
+            json!({"webhook": {"cluster": "a", "authority": "h"}}),
+        ))
+        .unwrap();
+        let w = cfg.webhook.unwrap();
+        assert_eq!(
+            (w.path.as_str(), w.timeout_ms, w.hmac_secret_env),
+            ("/", 2_000, None)
+        );
+        assert!(Config::from_value(&base()).unwrap().webhook.is_none());
+        assert!(
+            err_of(with(&["alerts"], json!({"webhook": {"authority": "h"}})))
+                .starts_with("alerts.webhook.cluster is required")
+        );
+        assert!(err_of(with(
+            &["alerts"],
+            json!({"webhook": {"cluster": "a", "authority": "h", "path": "x"}})
+        ))
+        .contains("alerts.webhook.path must start with"));
+        assert!(err_of(with(
+            &["alerts"],
+            json!({"webhook": {"cluster": "a", "authority": "h", "timeout_ms": 0}})
+        ))
+        .contains("alerts.webhook.timeout_ms must be >= 1"));
+        assert!(err_of(with(
+            &["alerts"],
+            json!({"webhook": {"cluster": "a", "authority": "h", "hmac_secret_env": "A B"}})
+        ))
+        .contains("hmac_secret_env must be an environment variable name"));
+        assert!(err_of(with(&["alerts"], json!({"slack": {}})))
+            .starts_with("alerts.slack is not a known field"));
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub fn window_query(d: &Detection, fallback: bool) -> WindowQuery {
         capacity: ladder.hits_to_keep(),
         trip_at: ladder.reject_at().unwrap_or_else(|| ladder.threshold()),
         cooldown_ms: d.cooldown_seconds * 1000,
+        detect_at: ladder.threshold(),
+        event_every_ms: d.window_ms().max(d.cooldown_seconds * 1000),
     }
 }
 
@@ -169,6 +171,7 @@ mod tests {
             previous_count,
             until_allowed_ms,
             cooldown_remaining_ms,
+            event: None,
         }
     }
 
@@ -204,7 +207,9 @@ mod tests {
                 window_ms: 60_000,
                 capacity: 5,
                 trip_at: 5,
-                cooldown_ms: 0
+                cooldown_ms: 0,
+                detect_at: 5,
+                event_every_ms: 60_000,
             }
         );
     }

@@ -14,6 +14,7 @@
 pub mod config;
 pub mod decision;
 pub mod delay_queue;
+pub mod events;
 pub mod fingerprint;
 pub mod llm;
 pub mod policy;

@@ -158,21 +158,6 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
     }
 }
 
-/// The structured event of a tool-loop detection (one JSON line).
-pub fn tool_event_line(policy_id: &str, v: &ToolVerdict, shadow: bool) -> String {
-    json!({
-        "event": "loop.tool.detected",
-        "tier": v.tier.as_str(),
-        "tool": tool_loops::safe_tool_name(&v.tool),
-        "level": v.level,
-        "step": v.step.as_str(),
-        "occurrences": v.occurrences,
-        "policy": policy_id,
-        "mode": if shadow { "shadow" } else { "enforce" },
-    })
-    .to_string()
-}
-
 /// The warning headers of a warn verdict, for the upstream request and the
 /// client's response alike.
 pub fn warning_headers(n: &Notice) -> Headers {
@@ -220,33 +205,20 @@ pub fn response_headers(d: &Decision) -> Headers {
     }
 }
 
-/// The log line of a decision, if it deserves one: shadow mode logs every
-/// would-be action; enforce mode logs the first request of each step (later
-/// repeats of a running loop are counted in metrics, not logged).
-pub fn log_line(d: &Decision) -> Option<String> {
-    let n = d.verdict.notice()?;
-    let action = d.verdict.action()?.as_str();
-    if d.shadow {
-        let detail = match &d.verdict {
-            Verdict::Throttle { delay_ms, .. } => format!(" delay_ms={delay_ms}"),
-            _ => String::new(),
-        };
-        return Some(format!(
-            "shadow: would_{action} policy=\"{}\" fingerprint={} count={}{detail}",
-            n.policy_id, n.fingerprint, n.count
-        ));
-    }
-    if !n.first {
+/// The line a shadow-mode decision logs for each would-be action.
+pub fn shadow_line(d: &Decision) -> Option<String> {
+    if !d.shadow {
         return None;
     }
-    let what = match &d.verdict {
-        Verdict::Warn(_) => "warning".to_string(),
-        Verdict::Throttle { delay_ms, .. } => format!("throttling ({delay_ms} ms)"),
-        _ => "rejecting".to_string(),
+    let n = d.verdict.notice()?;
+    let action = d.verdict.action()?.as_str();
+    let detail = match &d.verdict {
+        Verdict::Throttle { delay_ms, .. } => format!(" delay_ms={delay_ms}"),
+        _ => String::new(),
     };
     Some(format!(
-        "loop detected: policy \"{}\" fingerprint {} sent {} times in {} s; {what}",
-        n.policy_id, n.fingerprint, n.count, n.window_seconds
+        "shadow: would_{action} policy=\"{}\" fingerprint={} count={}{detail}",
+        n.policy_id, n.fingerprint, n.count
     ))
 }
 
@@ -429,12 +401,6 @@ mod tests {
             serde_json::from_str(&tool_loop_rejection("agents", &v, Api::Anthropic).body).unwrap();
         assert_eq!(a["error"]["type"], "rate_limit_error");
         assert_eq!(a["loopguard"]["code"], "tool_loop_detected");
-        let e: Value = serde_json::from_str(&tool_event_line("agents", &v, false)).unwrap();
-        assert_eq!(
-            e,
-            json!({"event": "loop.tool.detected", "tier": "identical", "tool": "read_file", "level": 3,
-            "step": "reject", "occurrences": 5, "policy": "agents", "mode": "enforce"})
-        );
     }
 
     #[test]
@@ -450,21 +416,24 @@ mod tests {
     }
 
     #[test]
-    fn log_lines() {
-        let reject = |first| Decision {
+    fn shadow_lines() {
+        let reject = |shadow| Decision {
             verdict: Verdict::Reject(Rejection {
-                notice: notice(first),
+                notice: notice(false),
                 retry_after_ms: 1,
                 cooldown_seconds: 0,
             }),
-            shadow: false,
+            shadow,
         };
+        assert_eq!(shadow_line(&reject(false)), None);
         assert_eq!(
-            log_line(&reject(true)).unwrap(),
-            format!("loop detected: policy \"llm-policy\" fingerprint {} sent 5 times in 60 s; rejecting", "9f".repeat(16))
+            shadow_line(&reject(true)).unwrap(),
+            format!(
+                "shadow: would_reject policy=\"llm-policy\" fingerprint={} count=5",
+                "9f".repeat(16)
+            )
         );
-        assert_eq!(log_line(&reject(false)), None);
-        let shadow = Decision {
+        let throttle = Decision {
             verdict: Verdict::Throttle {
                 notice: notice(false),
                 delay_ms: 300,
@@ -472,14 +441,14 @@ mod tests {
             shadow: true,
         };
         assert_eq!(
-            log_line(&shadow).unwrap(),
+            shadow_line(&throttle).unwrap(),
             format!(
                 "shadow: would_throttle policy=\"llm-policy\" fingerprint={} count=5 delay_ms=300",
                 "9f".repeat(16)
             )
         );
         assert_eq!(
-            log_line(&Decision {
+            shadow_line(&Decision {
                 verdict: Verdict::Allow,
                 shadow: true
             }),

@@ -18,7 +18,7 @@ use super::window::{HitRecord, WindowQuery, WindowState};
 pub const BUCKET_ENTRIES: usize = 4;
 /// Bumped whenever the bucket encoding changes: it is part of the layout
 /// hash, so a new encoding never misreads old slots.
-const FORMAT_VERSION: u8 = 2;
+const FORMAT_VERSION: u8 = 3;
 
 /// The shape of the table, fixed at configure time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +82,9 @@ pub struct Recorded {
     pub state: WindowState,
     /// A live fingerprint was pushed out to make room.
     pub evicted: bool,
+    /// The fingerprint took an entry never used before (the table holds
+    /// one more).
+    pub added: bool,
     /// The new bucket bytes to store.
     pub bucket: Vec<u8>,
 }
@@ -91,6 +94,7 @@ pub struct Recorded {
 pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Recorded {
     let mut bucket = Bucket::decode(old).unwrap_or_default();
     let mut evicted = false;
+    let mut added = false;
     let idx = match bucket.entries.iter().position(|e| e.fingerprint == *fp) {
         Some(i) => i,
         None => {
@@ -101,6 +105,7 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
                 record: HitRecord::default(),
             };
             if bucket.entries.len() < BUCKET_ENTRIES {
+                added = true;
                 bucket.entries.push(fresh);
                 bucket.entries.len() - 1
             } else {
@@ -136,11 +141,13 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
             previous_count: 0,
             until_allowed_ms: 0,
             cooldown_remaining_ms: 0,
+            event: None,
         },
     };
     Recorded {
         state,
         evicted,
+        added,
         bucket: bucket.encode(),
     }
 }
@@ -148,10 +155,10 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
 // Encoding (little-endian):
 //   bucket := version:u8 count:u8 entry*
 //   entry  := fingerprint:[16] last_seen:u64 expires_at:u64
-//             cooldown_until:u64 n:u16 age:u32*n
+//             cooldown_until:u64 last_event:u64 suppressed:u32 n:u16 age:u32*n
 // Hit times are stored as ages in ms before `last_seen` (a window is at
 // most a day, so an age fits in 32 bits), oldest first.
-const ENTRY_FIXED: usize = 16 + 8 + 8 + 8 + 2;
+const ENTRY_FIXED: usize = 16 + 8 + 8 + 8 + 8 + 4 + 2;
 
 impl Bucket {
     pub fn decode(bytes: &[u8]) -> Option<Bucket> {
@@ -173,6 +180,8 @@ impl Bucket {
             let last_seen = r.u64()?;
             let expires_at = r.u64()?;
             let cooldown_until = r.u64()?;
+            let last_event = r.u64()?;
+            let suppressed = r.u32()?;
             let hit_count = r.u16()? as usize;
             let mut hits = Vec::with_capacity(hit_count);
             for _ in 0..hit_count {
@@ -185,6 +194,8 @@ impl Bucket {
                 record: HitRecord {
                     hits,
                     cooldown_until,
+                    last_event,
+                    suppressed,
                 },
             });
         }
@@ -208,6 +219,8 @@ impl Bucket {
             out.extend_from_slice(&e.last_seen.to_le_bytes());
             out.extend_from_slice(&e.expires_at.to_le_bytes());
             out.extend_from_slice(&e.record.cooldown_until.to_le_bytes());
+            out.extend_from_slice(&e.record.last_event.to_le_bytes());
+            out.extend_from_slice(&e.record.suppressed.to_le_bytes());
             let hits = &e.record.hits;
             let n = hits.len().min(usize::from(u16::MAX));
             out.extend_from_slice(&(n as u16).to_le_bytes());
@@ -261,6 +274,8 @@ mod tests {
             capacity: trip_at,
             trip_at,
             cooldown_ms: 0,
+            detect_at: trip_at,
+            event_every_ms: window_ms,
         }
     }
 
@@ -286,6 +301,8 @@ mod tests {
                 record: HitRecord {
                     hits: vec![1_000, 4_000, 5_000],
                     cooldown_until: 9_000,
+                    last_event: 4_000,
+                    suppressed: 7,
                 },
             }],
         };
@@ -333,6 +350,8 @@ mod tests {
             capacity: 2,
             trip_at: 2,
             cooldown_ms: 30_000,
+            detect_at: 2,
+            event_every_ms: 30_000,
         };
         let mut bytes = record(&[], &fp(1), 0, &q).bucket;
         bytes = record(&bytes, &fp(1), 10, &q).bucket;

@@ -28,6 +28,8 @@ pub struct StoreReceipt {
     pub state: WindowState,
     /// A live fingerprint was evicted to make room for this one.
     pub evicted: bool,
+    /// The fingerprint took a table entry never used before.
+    pub added: bool,
     /// CAS attempts that lost a race before this one won.
     pub cas_retries: u32,
 }
@@ -90,6 +92,7 @@ impl<B: BucketBackend> WindowStore for SlotStore<B> {
                     return StoreAnswer::Ready(StoreReceipt {
                         state: rec.state,
                         evicted: rec.evicted,
+                        added: rec.added,
                         cas_retries: attempt,
                     })
                 }
@@ -154,6 +157,8 @@ pub(crate) mod tests {
             capacity: 3,
             trip_at: 3,
             cooldown_ms: 0,
+            detect_at: 3,
+            event_every_ms: 1_000,
         }
     }
 

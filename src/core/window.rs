@@ -16,6 +16,11 @@ pub struct WindowQuery {
     pub trip_at: u32,
     /// 0 for none.
     pub cooldown_ms: u64,
+    /// The count from which a hit is a detection (the first step).
+    pub detect_at: u32,
+    /// A detection is reported (logged, alerted) at most once per this
+    /// interval per fingerprint; detections in between are counted.
+    pub event_every_ms: u64,
 }
 
 /// The answer of a store after recording a hit.
@@ -34,6 +39,10 @@ pub struct WindowState {
     /// starts when `trip_at` is reached and none is running; hits during it
     /// do not extend it.
     pub cooldown_remaining_ms: u64,
+    /// `Some(n)` when this hit is a detection to report: the first of the
+    /// fingerprint in `event_every_ms`, `n` being the detections since the
+    /// last report that were not reported.
+    pub event: Option<u32>,
 }
 
 /// One fingerprint's sliding log and cooldown.
@@ -43,6 +52,10 @@ pub struct HitRecord {
     pub hits: Vec<u64>,
     /// 0 when no cooldown was ever started.
     pub cooldown_until: u64,
+    /// When a detection of this fingerprint was last reported (0: never).
+    pub last_event: u64,
+    /// Detections since then that were not reported.
+    pub suppressed: u32,
 }
 
 impl HitRecord {
@@ -63,11 +76,25 @@ impl HitRecord {
         if self.cooldown_until <= now && q.cooldown_ms > 0 && count >= q.trip_at {
             self.cooldown_until = now.saturating_add(q.cooldown_ms);
         }
+        let cooldown_remaining_ms = self.cooldown_until.saturating_sub(now);
+        let detected = count >= q.detect_at || cooldown_remaining_ms > 0;
+        let event = if !detected {
+            None
+        } else if self.last_event == 0
+            || now.saturating_sub(self.last_event.min(now)) >= q.event_every_ms
+        {
+            self.last_event = now;
+            Some(std::mem::take(&mut self.suppressed))
+        } else {
+            self.suppressed = self.suppressed.saturating_add(1);
+            None
+        };
         WindowState {
             count,
             previous_count,
             until_allowed_ms: until_allowed(&self.hits, now, q.window_ms, q.trip_at),
-            cooldown_remaining_ms: self.cooldown_until.saturating_sub(now),
+            cooldown_remaining_ms,
+            event,
         }
     }
 
@@ -116,13 +143,16 @@ mod tests {
             capacity: trip_at,
             trip_at,
             cooldown_ms: 0,
+            detect_at: trip_at,
+            event_every_ms: window_ms,
         }
     }
 
     fn record_hit(log: &mut Vec<u64>, now: u64, q: &WindowQuery) -> WindowState {
+        // A fresh record around the log: every detection is reported.
         let mut r = HitRecord {
             hits: std::mem::take(log),
-            cooldown_until: 0,
+            ..HitRecord::default()
         };
         let s = r.record(now, q);
         *log = r.hits;
@@ -135,6 +165,7 @@ mod tests {
             previous_count,
             until_allowed_ms,
             cooldown_remaining_ms: 0,
+            event: (count >= 3).then_some(0),
         }
     }
 
@@ -181,6 +212,8 @@ mod tests {
             capacity: 2,
             trip_at: 2,
             cooldown_ms: 5_000,
+            detect_at: 2,
+            event_every_ms: 5_000,
         };
         let mut r = HitRecord::default();
         assert_eq!(r.record(0, &q).cooldown_remaining_ms, 0);
@@ -203,12 +236,48 @@ mod tests {
             capacity: 2,
             trip_at: 2,
             cooldown_ms: 5_000,
+            detect_at: 2,
+            event_every_ms: 5_000,
         };
         let mut r = HitRecord {
-            hits: vec![],
             cooldown_until: 1_000_000,
+            ..HitRecord::default()
         };
         assert_eq!(r.record(10, &q).cooldown_remaining_ms, 5_000);
+    }
+
+    #[test]
+    fn detections_are_reported_once_per_interval_and_the_rest_counted() {
+        let q = WindowQuery {
+            window_ms: 1_000,
+            capacity: 2,
+            trip_at: 2,
+            cooldown_ms: 0,
+            detect_at: 2,
+            event_every_ms: 1_000,
+        };
+        let mut r = HitRecord::default();
+        let events: Vec<Option<u32>> = [0, 10, 20, 30, 500, 1_015, 1_020, 5_000, 5_010]
+            .iter()
+            .map(|&t| r.record(t, &q).event)
+            .collect();
+        // 0: not a detection. 10: first detection, reported. 20..500 counted
+        // (3). 1015: an interval later, reported with those 3. 5000 is calm,
+        // 5010 a new detection.
+        assert_eq!(
+            events,
+            vec![
+                None,
+                Some(0),
+                None,
+                None,
+                None,
+                Some(3),
+                None,
+                None,
+                Some(1)
+            ]
+        );
     }
 
     /// Brute force: the whole history, no capacity, straight from the
@@ -243,7 +312,7 @@ mod tests {
             extra_capacity in 0u32..4,
         ) {
             let capacity = trip_at + extra_capacity;
-            let q = WindowQuery { window_ms: window, capacity, trip_at, cooldown_ms: 0 };
+            let q = WindowQuery { window_ms: window, capacity, trip_at, cooldown_ms: 0, detect_at: trip_at, event_every_ms: window };
             let mut log = Vec::new();
             let mut history = Vec::new();
             let mut now = 10_000u64;
@@ -269,7 +338,7 @@ mod tests {
             cooldown in 1u64..3_000,
             trip_at in 2u32..6,
         ) {
-            let q = WindowQuery { window_ms: window, capacity: trip_at, trip_at, cooldown_ms: cooldown };
+            let q = WindowQuery { window_ms: window, capacity: trip_at, trip_at, cooldown_ms: cooldown, detect_at: trip_at, event_every_ms: window.max(cooldown) };
             let mut r = HitRecord::default();
             let mut history = Vec::new();
             let mut cooldown_until = 0u64;

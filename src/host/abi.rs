@@ -20,8 +20,10 @@ pub type HostResult<T> = Result<T, HostError>;
 
 const MAP_REQUEST_HEADERS: u32 = 0;
 const MAP_RESPONSE_HEADERS: u32 = 2;
+const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
 const STREAM_HTTP_REQUEST: u32 = 0;
 const METRIC_GAUGE: u32 = 1;
+const METRIC_HISTOGRAM: u32 = 2;
 const BUFFER_REQUEST_BODY: u32 = 0;
 const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 const METRIC_COUNTER: u32 = 0;
@@ -95,6 +97,7 @@ extern "C" {
         value_size: usize,
     ) -> u32;
     fn proxy_continue_stream(stream_type: u32) -> u32;
+    fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
     fn proxy_remove_header_map_value(map_type: u32, key_data: *const u8, key_size: usize) -> u32;
     fn proxy_set_buffer_bytes(
         buffer_type: u32,
@@ -143,18 +146,20 @@ pub fn now_ms() -> u64 {
 
 /// A request header's value, raw bytes (not necessarily UTF-8).
 pub fn request_header(name: &str) -> HostResult<Option<Vec<u8>>> {
+    map_value(MAP_REQUEST_HEADERS, name)
+}
+
+/// A header of the response to an HTTP call (in its callback).
+pub fn http_call_response_header(name: &str) -> HostResult<Option<Vec<u8>>> {
+    map_value(MAP_HTTP_CALL_RESPONSE_HEADERS, name)
+}
+
+fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {
     let mut data = null_mut();
     let mut size = 0;
     // SAFETY: out-pointers are valid; the returned buffer is ours.
-    let code = unsafe {
-        proxy_get_header_map_value(
-            MAP_REQUEST_HEADERS,
-            name.as_ptr(),
-            name.len(),
-            &mut data,
-            &mut size,
-        )
-    };
+    let code =
+        unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), &mut data, &mut size) };
     match code {
         STATUS_OK => Ok(Some(unsafe { owned(data, size) })),
         STATUS_NOT_FOUND => Ok(None),
@@ -261,6 +266,16 @@ pub fn define_counter(name: &str) -> HostResult<u32> {
 
 pub fn define_gauge(name: &str) -> HostResult<u32> {
     define_metric(METRIC_GAUGE, name)
+}
+
+pub fn define_histogram(name: &str) -> HostResult<u32> {
+    define_metric(METRIC_HISTOGRAM, name)
+}
+
+/// Record a value into a histogram.
+pub fn record(metric_id: u32, value: u64) -> HostResult<()> {
+    // SAFETY: plain values.
+    status(unsafe { proxy_record_metric(metric_id, value) })
 }
 
 fn define_metric(kind: u32, name: &str) -> HostResult<u32> {

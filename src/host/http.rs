@@ -9,9 +9,11 @@
 //! upstream never sees a request loopguard then rejects.
 
 use super::abi;
+use super::metrics::{PolicyMetrics, WouldBe};
 use super::root::Plugin;
-use crate::core::config::{Policy, ToolStep};
+use crate::core::config::{Action as LoopAction, Mode, Policy, ToolStep};
 use crate::core::decision::{self, Verdict};
+use crate::core::events;
 use crate::core::fingerprint::{self, Fingerprinted, Pending};
 use crate::core::llm;
 use crate::core::policy::{self, Selection};
@@ -86,8 +88,9 @@ impl Stream {
         let Some(detection) = &policy.detection else {
             return Action::Continue;
         };
+        let pm = plugin.metrics.policy(policy_index);
         if made.unparsed {
-            plugin.metrics.llm_unparsed.inc();
+            plugin.metrics.skipped_unparsed.inc();
         }
         let fp = made.fingerprint;
         let query = decision::window_query(detection, made.fallback);
@@ -120,13 +123,39 @@ impl Stream {
         if receipt.evicted {
             plugin.metrics.evicted.inc();
         }
-        let decided = decision::decide(policy, detection, &fp, made.fallback, &receipt.state);
-        if let Some(line) = reply::log_line(&decided) {
-            log::info!("{line}");
+        if receipt.added {
+            plugin.metrics.tracked.add(1);
         }
+        let decided = decision::decide(policy, detection, &fp, made.fallback, &receipt.state);
+        // One event per fingerprint and window (the store counts the rest).
+        if let Some(suppressed) = receipt.state.event {
+            if let Some(event) = events::loop_detected(&decided, &made, suppressed) {
+                log::info!("{event}");
+                pm.detected(decided.shadow).inc();
+                plugin.queue_alert(&event);
+            }
+        }
+        let action = decided.verdict.action();
+        let _ = abi::set_filter_state(
+            "loopguard",
+            events::access_log(
+                &policy.id,
+                policy.mode,
+                action.map_or("allow", |a| a.as_str()),
+                Some(&fp),
+                Some(receipt.state.count),
+            )
+            .as_bytes(),
+        );
         if decided.shadow {
-            if decided.verdict.action().is_some() {
-                plugin.metrics.shadow.inc();
+            if let Some(line) = reply::shadow_line(&decided) {
+                log::info!("{line}");
+            }
+            match action {
+                Some(LoopAction::Warn) => pm.shadow(WouldBe::Warn).inc(),
+                Some(LoopAction::Throttle) => pm.shadow(WouldBe::Throttle).inc(),
+                Some(LoopAction::Reject) => pm.shadow(WouldBe::Reject).inc(),
+                None => {}
             }
             return Action::Continue;
         }
@@ -144,18 +173,19 @@ impl Stream {
         match decided.verdict {
             Verdict::Allow => Action::Continue,
             Verdict::Warn(_) => {
-                plugin.metrics.warned.inc();
+                pm.warned.inc();
                 Action::Continue
             }
             Verdict::Throttle { delay_ms, .. } => {
-                plugin.metrics.throttled.inc();
+                pm.throttled.inc();
+                pm.throttle_delay_ms.record(delay_ms);
                 plugin.hold(self.id, now.saturating_add(delay_ms));
                 self.state = State::Held;
                 Action::Pause
             }
             Verdict::Reject(rejection) => {
                 let local = reply::rejection(&rejection, self.api);
-                send_reply(plugin, &local, "loopguard_loop_detected").unwrap_or(Action::Continue)
+                send_reply(&pm, &local, "loopguard_loop_detected").unwrap_or(Action::Continue)
             }
         }
     }
@@ -172,7 +202,7 @@ impl Stream {
             Ok(body) => body,
             Err(e) => {
                 log::debug!("body unreadable (host status {}); request passed", e.0);
-                plugin.metrics.body_skipped.inc();
+                plugin.metrics.skipped_unreadable.inc();
                 return Action::Continue;
             }
         };
@@ -187,7 +217,7 @@ impl Stream {
         };
         if let (Some(cfg), Some(req)) = (&p.tool_loops, &parsed) {
             if let Some(v) = tool_loops::judge(cfg, &req.tool_history()) {
-                if let Some(action) = self.apply_tool_loop(&plugin, p, &pending, req, &v) {
+                if let Some(action) = self.apply_tool_loop(&plugin, policy, p, &pending, req, &v) {
                     return action;
                 }
             }
@@ -204,14 +234,22 @@ impl Stream {
     fn apply_tool_loop(
         &mut self,
         plugin: &Plugin,
+        index: usize,
         policy: &Policy,
         pending: &Pending,
         req: &llm::Request<'_>,
         v: &ToolVerdict,
     ) -> Option<Action> {
-        plugin.metrics.tool_loop(v.tier, v.step).inc();
-        let shadow = policy.mode == crate::core::config::Mode::Shadow;
+        let pm = plugin.metrics.policy(index);
+        pm.tool_loop(v.tier, v.step).inc();
+        let shadow = policy.mode == Mode::Shadow;
         self.log_tool_event(plugin, policy, pending, req, v, shadow);
+        let header = tool_loops::header_value(v);
+        let _ = abi::set_filter_state(
+            "loopguard",
+            events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
+                .as_bytes(),
+        );
         if shadow {
             log::info!(
                 "shadow: would_{} tool loop policy=\"{}\" tier={} tool={} level={}",
@@ -221,14 +259,18 @@ impl Stream {
                 tool_loops::safe_tool_name(&v.tool),
                 v.level
             );
-            plugin.metrics.shadow.inc();
+            pm.shadow(match v.step {
+                ToolStep::Nudge => WouldBe::Nudge,
+                ToolStep::Directive => WouldBe::Directive,
+                ToolStep::Reject => WouldBe::Reject,
+            })
+            .inc();
             return None;
         }
-        let header = tool_loops::header_value(v);
         let cfg = policy.tool_loops.as_ref()?;
         if v.step == ToolStep::Reject {
             let local = reply::tool_loop_rejection(&policy.id, v, self.api);
-            return send_reply(plugin, &local, "loopguard_tool_loop_detected");
+            return send_reply(&pm, &local, "loopguard_tool_loop_detected");
         }
         // Forwarded: the upstream (through header_mutation) and the client
         // see the verdict.
@@ -273,34 +315,40 @@ impl Stream {
             &v.tool,
             v.level,
         );
+        // Every hit of this key is a detection; the store reports the
+        // first in each window.
         let once = WindowQuery {
             window_ms: TOOL_EVENT_WINDOW_MS,
             capacity: 1,
             trip_at: 2,
             cooldown_ms: 0,
+            detect_at: 1,
+            event_every_ms: TOOL_EVENT_WINDOW_MS,
         };
         let first = match plugin.store.try_borrow_mut() {
             Ok(mut store) => match store.record(&key, abi::now_ms(), &once) {
-                StoreAnswer::Ready(r) => r.state.previous_count == 0,
+                StoreAnswer::Ready(r) => r.state.event.is_some(),
                 StoreAnswer::Failed(_) => true,
             },
             Err(_) => true,
         };
         if first {
-            log::info!("{}", reply::tool_event_line(&policy.id, v, shadow));
+            let event = events::tool_loop_detected(&policy.id, v, shadow);
+            log::info!("{event}");
+            plugin.queue_alert(&event);
         }
     }
 
     fn skip_body(&mut self, plugin: &Plugin) -> Action {
         self.state = State::Pass;
-        plugin.metrics.body_skipped.inc();
+        plugin.metrics.skipped_too_large.inc();
         Action::Continue
     }
 }
 
 /// Answer the request with `local` instead of forwarding it. `None` if
 /// Envoy refused (the request then passes).
-fn send_reply(plugin: &Plugin, local: &reply::LocalReply, details: &str) -> Option<Action> {
+fn send_reply(pm: &PolicyMetrics, local: &reply::LocalReply, details: &str) -> Option<Action> {
     let headers: Vec<(&str, &str)> = local
         .headers
         .iter()
@@ -315,7 +363,7 @@ fn send_reply(plugin: &Plugin, local: &reply::LocalReply, details: &str) -> Opti
         );
         return None;
     }
-    plugin.metrics.rejected.inc();
+    pm.rejected.inc();
     Some(Action::Pause)
 }
 
@@ -409,12 +457,17 @@ impl HttpContext for Stream {
         let Some(policy) = plugin.config.policies.get(index) else {
             return Action::Continue;
         };
-        plugin.metrics.matched.inc();
+        let pm = plugin.metrics.policy(index);
+        pm.matched.inc();
         if !policy.is_active() {
             return Action::Continue;
         }
         if policy::is_exempt(&plugin.config, policy, &head, &HostFacts) {
-            plugin.metrics.exempted.inc();
+            pm.exempted.inc();
+            let _ = abi::set_filter_state(
+                "loopguard",
+                events::access_log(&policy.id, policy.mode, "exempt", None, None).as_bytes(),
+            );
             return Action::Continue;
         }
         self.api = Api::for_path(head.path_only());

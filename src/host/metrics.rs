@@ -1,31 +1,65 @@
-//! loopguard's metrics in Envoy's stats (shown as `wasmcustom.loopguard.*`).
+//! loopguard's metrics in Envoy's stats.
+//!
+//! Envoy shows them under `wasmcustom.` with their labels written into the
+//! name (`loopguard.rejected_total.policy.llm-policy`); the
+//! `stats_config.stats_tags` of the example configs turn those into real
+//! labels, so `/stats/prometheus` shows
+//! `loopguard_rejected_total{policy="llm-policy"}`. Label values are
+//! bounded: policy ids, actions, modes, tiers, steps, reasons, results;
+//! never fingerprints, paths or users.
 
 use super::abi;
-use crate::core::config::ToolStep;
+use crate::core::config::{Config, ToolStep};
 use crate::core::tool_loops::Tier;
 
-/// Metric ids, defined once per plugin instance at configure time (Envoy
+/// Every metric, defined once per plugin instance at configure time (Envoy
 /// returns the same id for the same name, so instances sharing a VM share
 /// them).
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
     pub requests: Counter,
+    pub evicted: Counter,
+    pub store_cas_retries: Counter,
+    pub store_fail_open: Counter,
+    pub skipped_too_large: Counter,
+    pub skipped_unreadable: Counter,
+    pub skipped_unparsed: Counter,
+    pub webhook_sent: Counter,
+    pub webhook_failed: Counter,
+    pub webhook_dropped: Counter,
+    /// Entries in use in the fingerprint table (process-wide).
+    pub tracked: Gauge,
+    /// Throttled requests waiting, across all workers.
+    pub throttle_pending: Gauge,
+    /// Per policy, in configuration order.
+    pub policies: Vec<PolicyMetrics>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct PolicyMetrics {
     pub matched: Counter,
     pub exempted: Counter,
+    /// Loops detected (reported detections), by mode: enforce, shadow.
+    pub detected: [Counter; 2],
     pub rejected: Counter,
     pub throttled: Counter,
     pub warned: Counter,
-    pub shadow: Counter,
-    pub body_skipped: Counter,
-    pub llm_unparsed: Counter,
-    pub store_fail_open: Counter,
-    pub store_cas_retries: Counter,
-    pub evicted: Counter,
-    /// Throttled requests waiting, across all workers.
-    pub throttle_pending: Gauge,
-    /// Tool-loop detections by tier (identical, pattern) and ladder step
-    /// (nudge, directive, reject).
+    /// Shadow would-be actions: warn, throttle, reject, nudge, directive.
+    pub shadow: [Counter; 5],
+    /// Tool-loop detections by tier (identical, pattern) and step (nudge,
+    /// directive, reject).
     pub tool_loops: [[Counter; 3]; 2],
+    pub throttle_delay_ms: Histogram,
+}
+
+/// What a shadow-mode policy would have done.
+#[derive(Debug, Clone, Copy)]
+pub enum WouldBe {
+    Warn,
+    Throttle,
+    Reject,
+    Nudge,
+    Directive,
 }
 
 /// One counter; a failed definition leaves it inert rather than failing the
@@ -70,7 +104,85 @@ impl Gauge {
     }
 }
 
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Histogram(Option<u32>);
+
+impl Histogram {
+    fn define(name: &str) -> Histogram {
+        Histogram(abi::define_histogram(name).ok())
+    }
+
+    pub fn record(self, value: u64) {
+        if let Some(id) = self.0 {
+            let _ = abi::record(id, value);
+        }
+    }
+}
+
+const TIERS: [&str; 2] = ["identical", "pattern"];
+const STEPS: [&str; 3] = ["nudge", "directive", "reject"];
+const WOULD_BE: [&str; 5] = ["warn", "throttle", "reject", "nudge", "directive"];
+
 impl Metrics {
+    pub fn define(config: &Config) -> Metrics {
+        let c = |name: &str| Counter::define(&format!("loopguard.{name}"));
+        Metrics {
+            requests: c("requests_total"),
+            evicted: c("fingerprints_evicted_total"),
+            store_cas_retries: c("store_cas_retries_total"),
+            store_fail_open: c("store_fail_open_total"),
+            skipped_too_large: c("bodies_skipped_total.reason.too_large"),
+            skipped_unreadable: c("bodies_skipped_total.reason.unreadable"),
+            skipped_unparsed: c("bodies_skipped_total.reason.unparsed"),
+            webhook_sent: c("webhook_total.result.sent"),
+            webhook_failed: c("webhook_total.result.failed"),
+            webhook_dropped: c("webhook_total.result.dropped"),
+            tracked: Gauge::define("loopguard.tracked_fingerprints"),
+            throttle_pending: Gauge::define("loopguard.throttle_pending"),
+            policies: config
+                .policies
+                .iter()
+                .map(|p| PolicyMetrics::define(&p.id))
+                .collect(),
+        }
+    }
+
+    /// The metrics of the policy at `index` (inert ones if out of range).
+    pub fn policy(&self, index: usize) -> PolicyMetrics {
+        self.policies.get(index).cloned().unwrap_or_default()
+    }
+}
+
+impl PolicyMetrics {
+    fn define(id: &str) -> PolicyMetrics {
+        let c = |name: &str, tags: &str| {
+            Counter::define(&format!("loopguard.{name}.policy.{id}{tags}"))
+        };
+        PolicyMetrics {
+            matched: c("matched_total", ""),
+            exempted: c("exempted_total", ""),
+            detected: ["enforce", "shadow"].map(|m| c("detected_total", &format!(".mode.{m}"))),
+            rejected: c("rejected_total", ""),
+            throttled: c("throttled_total", ""),
+            warned: c("warned_total", ""),
+            shadow: WOULD_BE.map(|a| c("shadow_total", &format!(".action.{a}"))),
+            tool_loops: TIERS.map(|t| {
+                STEPS.map(|s| c("tool_loop_detected_total", &format!(".tier.{t}.step.{s}")))
+            }),
+            throttle_delay_ms: Histogram::define(&format!(
+                "loopguard.throttle_delay_ms.policy.{id}"
+            )),
+        }
+    }
+
+    pub fn detected(&self, shadow: bool) -> Counter {
+        self.detected[usize::from(shadow)]
+    }
+
+    pub fn shadow(&self, would: WouldBe) -> Counter {
+        self.shadow[would as usize]
+    }
+
     pub fn tool_loop(&self, tier: Tier, step: ToolStep) -> Counter {
         let t = match tier {
             Tier::Identical => 0,
@@ -81,33 +193,6 @@ impl Metrics {
             ToolStep::Directive => 1,
             ToolStep::Reject => 2,
         };
-        self.tool_loops
-            .get(t)
-            .and_then(|row| row.get(s))
-            .copied()
-            .unwrap_or_default()
-    }
-
-    pub fn define() -> Metrics {
-        Metrics {
-            requests: Counter::define("loopguard.requests_total"),
-            matched: Counter::define("loopguard.matched_total"),
-            exempted: Counter::define("loopguard.exempted_total"),
-            rejected: Counter::define("loopguard.rejected_total"),
-            throttled: Counter::define("loopguard.throttled_total"),
-            warned: Counter::define("loopguard.warned_total"),
-            shadow: Counter::define("loopguard.shadow_total"),
-            body_skipped: Counter::define("loopguard.body_skipped_total"),
-            llm_unparsed: Counter::define("loopguard.llm_unparsed_total"),
-            store_fail_open: Counter::define("loopguard.store_fail_open_total"),
-            store_cas_retries: Counter::define("loopguard.store_cas_retries_total"),
-            evicted: Counter::define("loopguard.fingerprints_evicted_total"),
-            throttle_pending: Gauge::define("loopguard.throttle_pending"),
-            tool_loops: ["identical", "pattern"].map(|tier| {
-                ["nudge", "directive", "reject"].map(|step| {
-                    Counter::define(&format!("loopguard.tool_loop.{tier}.{step}_total"))
-                })
-            }),
-        }
+        self.tool_loops[t][s]
     }
 }

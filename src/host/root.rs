@@ -7,20 +7,30 @@ use super::abi;
 use super::http::Stream;
 use super::metrics::Metrics;
 use super::shared_store::{self, SharedData};
-use crate::core::config::Config;
+use crate::core::config::{Config, Webhook};
 use crate::core::delay_queue::DelayQueue;
+use crate::core::events::{self, Alert};
 use crate::core::slot_table::TableLayout;
 use crate::core::store::SlotStore;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
+use serde_json::Value;
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
+use std::time::Duration;
 
 /// How often the tick runs while a throttled request waits: the precision
 /// of throttle delays.
 pub const THROTTLE_TICK_MS: u32 = 5;
 /// Distinct unknown route-policy ids remembered (each is logged once).
 const MAX_UNKNOWN_ROUTE_POLICIES: usize = 64;
+/// Alerts waiting to be sent, per worker; more are dropped and counted.
+pub const MAX_QUEUED_ALERTS: usize = 256;
+/// Alerts dispatched per tick.
+const ALERTS_PER_TICK: usize = 32;
+/// Webhook failures are logged at most this often.
+const WEBHOOK_FAIL_LOG_INTERVAL_MS: u64 = 10_000;
 
 /// Everything one configured plugin instance needs on the request path.
 /// Held by the root context and shared (by `Rc`) with its streams, never in
@@ -34,6 +44,11 @@ pub struct Plugin {
     /// Last time a fail-open warning was logged (rate limit).
     pub last_fail_open_log_ms: Cell<u64>,
     unknown_route_policies: RefCell<Vec<String>>,
+    /// The webhook and its HMAC secret (read from the VM environment).
+    webhook: Option<(Webhook, Option<Vec<u8>>)>,
+    /// Alerts waiting for the tick to send them.
+    alerts: RefCell<VecDeque<Alert>>,
+    last_webhook_fail_log_ms: Cell<u64>,
 }
 
 impl Plugin {
@@ -46,6 +61,58 @@ impl Plugin {
             .throttle_pending
             .add(q.len() as i64 - before as i64);
         let _ = abi::set_tick_period_ms(THROTTLE_TICK_MS);
+    }
+
+    /// Queue a webhook alert for an event (if a webhook is configured). The
+    /// tick sends it: a finished stream cannot wait for the call's answer.
+    pub fn queue_alert(&self, event: &Value) {
+        let Some((_, secret)) = &self.webhook else {
+            return;
+        };
+        let Ok(mut q) = self.alerts.try_borrow_mut() else {
+            return;
+        };
+        if q.len() >= MAX_QUEUED_ALERTS {
+            self.metrics.webhook_dropped.inc();
+            return;
+        }
+        q.push_back(events::alert(event, abi::now_ms(), secret.as_deref()));
+        let _ = abi::set_tick_period_ms(THROTTLE_TICK_MS);
+    }
+
+    /// Send queued alerts (a few per tick).
+    fn send_alerts(&self) {
+        let Some((webhook, _)) = &self.webhook else {
+            return;
+        };
+        for _ in 0..ALERTS_PER_TICK {
+            let Some(alert) = self.alerts.borrow_mut().pop_front() else {
+                return;
+            };
+            let headers = events::alert_headers(webhook, &alert);
+            let sent = proxy_wasm::hostcalls::dispatch_http_call(
+                &webhook.cluster,
+                headers,
+                Some(alert.body.as_bytes()),
+                vec![],
+                Duration::from_millis(webhook.timeout_ms),
+            );
+            if let Err(status) = sent {
+                self.webhook_failed(&format!(
+                    "cannot call cluster \"{}\" ({status:?})",
+                    webhook.cluster
+                ));
+            }
+        }
+    }
+
+    fn webhook_failed(&self, why: &str) {
+        self.metrics.webhook_failed.inc();
+        let now = abi::now_ms();
+        if now.saturating_sub(self.last_webhook_fail_log_ms.get()) >= WEBHOOK_FAIL_LOG_INTERVAL_MS {
+            self.last_webhook_fail_log_ms.set(now);
+            log::warn!("webhook alert failed: {why}");
+        }
     }
 
     /// Forget a stream whose client left while it was held.
@@ -70,12 +137,44 @@ impl Plugin {
     }
 }
 
-#[derive(Default)]
 pub struct Root {
+    id: u32,
     plugin: Option<Rc<Plugin>>,
 }
 
-impl Context for Root {}
+impl Root {
+    pub fn new(id: u32) -> Root {
+        Root { id, plugin: None }
+    }
+}
+
+impl Context for Root {
+    fn on_http_call_response(
+        &mut self,
+        _token: u32,
+        num_headers: usize,
+        _body: usize,
+        _trailers: usize,
+    ) {
+        let Some(plugin) = &self.plugin else {
+            return;
+        };
+        if num_headers == 0 {
+            plugin.webhook_failed("no response (timeout, reset or no healthy host)");
+            return;
+        }
+        let status = abi::http_call_response_header(":status")
+            .ok()
+            .flatten()
+            .and_then(|v| String::from_utf8(v).ok())
+            .unwrap_or_default();
+        if status.starts_with('2') {
+            plugin.metrics.webhook_sent.inc();
+        } else {
+            plugin.webhook_failed(&format!("receiver answered {status}"));
+        }
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
@@ -109,6 +208,9 @@ impl RootContext for Root {
             let _ = abi::set_tick_period_ms(0);
             return;
         };
+        // Alerts first, from the root context itself.
+        let _ = abi::set_effective_context(self.id);
+        plugin.send_alerts();
         let due = match plugin.throttled.try_borrow_mut() {
             Ok(mut q) => q.take_due(abi::now_ms()),
             Err(_) => return,
@@ -125,7 +227,8 @@ impl RootContext for Root {
                 }
             }
         }
-        if plugin.throttled.borrow().is_empty() {
+        let _ = abi::set_effective_context(self.id);
+        if plugin.throttled.borrow().is_empty() && plugin.alerts.borrow().is_empty() {
             let _ = abi::set_tick_period_ms(0);
         }
     }
@@ -144,15 +247,36 @@ fn configure(size: usize) -> Result<Plugin, String> {
         .map_err(|e| format!("cannot read the plugin configuration (host status {})", e.0))?;
     let config = Config::parse(&bytes).map_err(|e| e.to_string())?;
     let name = plugin_name();
+    let webhook = match &config.webhook {
+        None => None,
+        Some(w) => {
+            let secret = match &w.hmac_secret_env {
+                None => None,
+                Some(var) => match std::env::var(var) {
+                    Ok(v) if !v.is_empty() => Some(v.into_bytes()),
+                    _ => {
+                        return Err(format!(
+                            "alerts.webhook.hmac_secret_env names {var}, which is not set in the VM environment (add it to vm_config.environment_variables.host_env_keys)"
+                        ))
+                    }
+                },
+            };
+            Some((w.clone(), secret))
+        }
+    };
     let layout = TableLayout::new(config.max_tracked_fingerprints);
     let store = shared_store::open(&name, layout)?;
+    let metrics = Metrics::define(&config);
     Ok(Plugin {
         config,
         store: RefCell::new(store),
-        metrics: Metrics::define(),
+        metrics,
         throttled: RefCell::new(DelayQueue::default()),
         last_fail_open_log_ms: Cell::new(0),
         unknown_route_policies: RefCell::new(Vec::new()),
+        webhook,
+        alerts: RefCell::new(VecDeque::new()),
+        last_webhook_fail_log_ms: Cell::new(0),
     })
 }
 

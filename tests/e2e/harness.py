@@ -472,7 +472,11 @@ class Envoy:
         return out
 
     def counter(self, name: str) -> int:
-        return self.stats().get(f"wasmcustom.{name}", 0)
+        """A loopguard metric summed over its labels (which Envoy writes into
+        the stat name: `loopguard.rejected_total.policy.p` counts in
+        `loopguard.rejected_total`)."""
+        full = f"wasmcustom.{name}"
+        return sum(v for k, v in self.stats().items() if k == full or k.startswith(full + "."))
 
     def rss_bytes(self) -> int:
         assert self.proc is not None

@@ -25,7 +25,7 @@ def test_declared_oversize_body_passes_unfingerprinted(upstream, start_envoy):
     with httpx.Client(base_url=e.url) as c:
         codes = [c.post("/v1/big", content=big).status_code for _ in range(3)]
     assert codes == [200, 200, 200]
-    assert e.counter("loopguard.body_skipped_total") == 3
+    assert e.counter("loopguard.bodies_skipped_total.reason.too_large") == 3
     assert [len(r["body"]) for r in upstream.requests] == [4096] * 3
 
 
@@ -41,7 +41,7 @@ def test_chunked_upload_crossing_the_limit_stops_buffering_and_passes(upstream, 
     with httpx.Client(base_url=e.url) as c:
         codes = [c.post("/v1/chunked", content=chunks(data, 512)).status_code for _ in range(2)]
     assert codes == [200, 200]
-    assert e.counter("loopguard.body_skipped_total") == 2
+    assert e.counter("loopguard.bodies_skipped_total.reason.too_large") == 2
     assert [r["body"] for r in upstream.requests] == [data, data]
 
 

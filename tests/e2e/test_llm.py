@@ -165,7 +165,7 @@ def test_normal_traffic_is_never_flagged(start_envoy):
             c.chat.completions.create(model="gpt-4o-mini", messages=same)
         assert plain.count == 70
         assert e.counter("loopguard.rejected_total") == 0
-        assert e.counter("loopguard.llm_unparsed_total") == 0
+        assert e.counter("loopguard.bodies_skipped_total.reason.unparsed") == 0
     finally:
         plain.stop()
 
@@ -177,7 +177,7 @@ def test_bodies_that_are_not_llm_requests_fall_back_to_exact_and_are_counted(ups
         other = c.post("/v1/upload", content=b"\x00other\xff").status_code
     assert codes == [200, 200, 429]
     assert other == 200
-    assert e.counter("loopguard.llm_unparsed_total") == 4
+    assert e.counter("loopguard.bodies_skipped_total.reason.unparsed") == 4
 
 
 def session_guard(start_envoy, upstream, **detection):

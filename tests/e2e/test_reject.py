@@ -63,8 +63,8 @@ def test_rejected_requests_keep_counting(upstream, start_envoy):
     # threshold (the record keeps the hits the decision needs).
     assert counts == [2, 2, 2]
     assert envoy.counter("loopguard.rejected_total") == 3
-    # One "loop detected" line for the loop, not one per rejected retry.
-    assert envoy.log().count("loop detected") == 1
+    # One event for the loop, not one per rejected retry.
+    assert envoy.log().count('"event":"loop.detected"') == 1
 
 
 def test_fingerprint_is_stable_across_rejections(upstream, start_envoy):

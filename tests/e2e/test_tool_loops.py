@@ -93,9 +93,9 @@ def test_openai_agent_is_nudged_then_directed_then_rejected(stuck, start_envoy):
     assert err.code == "tool_loop_detected"
     assert err.body["tool"] == "get_build_status" and err.body["tier"] == "identical" and err.body["level"] == 3
     assert err.response.headers["x-loopguard-tool-loop"] == "identical;tool=get_build_status;level=3"
-    assert e.counter("loopguard.tool_loop.identical.nudge_total") == 1
-    assert e.counter("loopguard.tool_loop.identical.directive_total") == 1
-    assert e.counter("loopguard.tool_loop.identical.reject_total") == 1
+    assert e.counter("loopguard.tool_loop_detected_total.policy.agents.tier.identical.step.nudge") == 1
+    assert e.counter("loopguard.tool_loop_detected_total.policy.agents.tier.identical.step.directive") == 1
+    assert e.counter("loopguard.tool_loop_detected_total.policy.agents.tier.identical.step.reject") == 1
 
 
 def test_events_are_logged_once_per_conversation_and_level(stuck, start_envoy):
@@ -111,7 +111,7 @@ def test_events_are_logged_once_per_conversation_and_level(stuck, start_envoy):
     events = [json.loads(line[line.index("{"):]) for line in e.log().splitlines() if '"loop.tool.detected"' in line]
     assert events == [{"event": "loop.tool.detected", "tier": "identical", "tool": "get_build_status", "level": 3,
                        "step": "reject", "occurrences": 5, "policy": "agents", "mode": "enforce"}]
-    assert e.counter("loopguard.tool_loop.identical.reject_total") == 6
+    assert e.counter("loopguard.tool_loop_detected_total.policy.agents.tier.identical.step.reject") == 6
 
 
 def test_anthropic_agent_gets_a_text_block_then_a_rate_limit_error(stuck, start_envoy):
@@ -162,7 +162,7 @@ def test_pattern_thrash_in_the_responses_format(stuck, start_envoy):
     assert r.status_code == 429
     err = r.json()["error"]
     assert (err["code"], err["tier"], err["tool"], err["occurrences"]) == ("tool_loop_detected", "pattern", "search", 4)
-    assert e.counter("loopguard.tool_loop.pattern.reject_total") == 1
+    assert e.counter("loopguard.tool_loop_detected_total.policy.agents.tier.pattern.step.reject") == 1
 
 
 def test_a_healthy_agent_using_five_tools_is_never_touched(start_envoy):

@@ -1,0 +1,300 @@
+//! What operators get about detections: the structured event logged once
+//! per fingerprint and window, and the signed webhook alert built from it.
+
+use super::config::{Mode, Webhook};
+use super::decision::Decision;
+use super::fingerprint::{Fingerprint, Fingerprinted};
+use super::tool_loops::{self, ToolVerdict};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// The `loop.detected` event of a decision (for a detection the store chose
+/// to report: `suppressed` are the detections of the same fingerprint since
+/// its last event that were counted but not logged). Never raw keys or
+/// message text: the caller appears only inside the fingerprint digest.
+pub fn loop_detected(d: &Decision, made: &Fingerprinted, suppressed: u32) -> Option<Value> {
+    let action = d.verdict.action()?;
+    let n = d.verdict.notice()?;
+    let cooldown = match &d.verdict {
+        super::decision::Verdict::Reject(r) => r.cooldown_seconds,
+        _ => 0,
+    };
+    Some(json!({
+        "event": "loop.detected",
+        "policy": n.policy_id,
+        "fingerprint": n.fingerprint.hex(),
+        "hit_count": n.count,
+        "window_seconds": n.window_seconds,
+        "action": action.as_str(),
+        "mode": if d.shadow { "shadow" } else { "enforce" },
+        "session": made.session,
+        "model": made.model,
+        "cooldown_seconds": cooldown,
+        "suppressed": suppressed,
+    }))
+}
+
+/// The `loop.tool.detected` event of a tool-loop verdict.
+pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Value {
+    json!({
+        "event": "loop.tool.detected",
+        "tier": v.tier.as_str(),
+        "tool": tool_loops::safe_tool_name(&v.tool),
+        "level": v.level,
+        "step": v.step.as_str(),
+        "occurrences": v.occurrences,
+        "policy": policy_id,
+        "mode": if shadow { "shadow" } else { "enforce" },
+    })
+}
+
+/// The decision as Envoy's access log can print it (filter state
+/// `wasm.loopguard`, `%FILTER_STATE(wasm.loopguard:PLAIN)%`): a compact JSON
+/// object with the policy, mode, action (`allow`, `warn`, `throttle`,
+/// `reject`, `exempt`), fingerprint and count.
+pub fn access_log(
+    policy_id: &str,
+    mode: Mode,
+    action: &str,
+    fingerprint: Option<&Fingerprint>,
+    count: Option<u32>,
+) -> String {
+    json!({
+        "policy": policy_id,
+        "mode": mode.as_str(),
+        "action": action,
+        "fingerprint": fingerprint.map(Fingerprint::hex),
+        "count": count,
+    })
+    .to_string()
+}
+
+/// The same for a tool-loop verdict (`action`: its ladder step).
+pub fn access_log_tool_loop(policy_id: &str, mode: Mode, step: &str, tool_loop: &str) -> String {
+    json!({
+        "policy": policy_id,
+        "mode": mode.as_str(),
+        "action": step,
+        "tool_loop": tool_loop,
+    })
+    .to_string()
+}
+
+/// A webhook request, ready to dispatch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alert {
+    pub body: String,
+    /// `sha256=<hex HMAC of the body>`, when a secret is configured.
+    pub signature: Option<String>,
+}
+
+/// The webhook payload: the event with a timestamp, signed with the
+/// secret (HMAC-SHA256 of the exact body bytes).
+pub fn alert(event: &Value, now_ms: u64, secret: Option<&[u8]>) -> Alert {
+    let mut payload = event.clone();
+    if let Some(obj) = payload.as_object_mut() {
+        obj.insert("timestamp".to_string(), json!(rfc3339(now_ms)));
+    }
+    let body = payload.to_string();
+    let signature = secret.map(|key| format!("sha256={}", hex(&hmac_sha256(key, body.as_bytes()))));
+    Alert { body, signature }
+}
+
+/// The headers of a webhook call.
+pub fn alert_headers<'a>(w: &'a Webhook, a: &'a Alert) -> Vec<(&'a str, &'a str)> {
+    let mut h = vec![
+        (":method", "POST"),
+        (":path", w.path.as_str()),
+        (":authority", w.authority.as_str()),
+        ("content-type", "application/json"),
+        ("user-agent", "loopguard"),
+    ];
+    if let Some(sig) = &a.signature {
+        h.push(("x-loopguard-signature", sig.as_str()));
+    }
+    h
+}
+
+/// HMAC-SHA256 (RFC 2104).
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    const BLOCK: usize = 64;
+    let mut k = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        k[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let mut inner = Sha256::new();
+    inner.update(k.map(|b| b ^ 0x36));
+    inner.update(message);
+    let inner = inner.finalize();
+    let mut outer = Sha256::new();
+    outer.update(k.map(|b| b ^ 0x5c));
+    outer.update(inner);
+    outer.finalize().into()
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Milliseconds since the Unix epoch as RFC 3339 UTC
+/// (`2026-11-22T01:02:03.456Z`).
+pub fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::config::{Action, Config};
+    use crate::core::decision::{Notice, Rejection, Verdict};
+    use crate::core::fingerprint::Fingerprint;
+
+    #[test]
+    fn hmac_matches_rfc_4231() {
+        // Test case 2.
+        assert_eq!(
+            hex(&hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+        // Test case 6: a key longer than the block.
+        assert_eq!(
+            hex(&hmac_sha256(
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First"
+            )),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_309_323_456), "2026-11-22T01:02:03.456Z");
+        assert_eq!(rfc3339(4_102_444_799_999), "2099-12-31T23:59:59.999Z");
+    }
+
+    fn decision(shadow: bool) -> Decision {
+        Decision {
+            verdict: Verdict::Reject(Rejection {
+                notice: Notice {
+                    policy_id: "p".into(),
+                    fingerprint: Fingerprint([1; 16]),
+                    count: 5,
+                    window_seconds: 60,
+                    first: true,
+                },
+                retry_after_ms: 1000,
+                cooldown_seconds: 30,
+            }),
+            shadow,
+        }
+    }
+
+    #[test]
+    fn loop_detected_event_and_signed_alert() {
+        let made = Fingerprinted {
+            fingerprint: Fingerprint([1; 16]),
+            fallback: false,
+            unparsed: false,
+            format: None,
+            model: Some("gpt-4o".into()),
+            session: Some("s-1".into()),
+        };
+        let e = loop_detected(&decision(false), &made, 4).unwrap();
+        assert_eq!(
+            e,
+            json!({"event": "loop.detected", "policy": "p", "fingerprint": "01".repeat(16), "hit_count": 5,
+            "window_seconds": 60, "action": "reject", "mode": "enforce", "session": "s-1", "model": "gpt-4o",
+            "cooldown_seconds": 30, "suppressed": 4})
+        );
+        assert_eq!(
+            loop_detected(&decision(true), &made, 0).unwrap()["mode"],
+            "shadow"
+        );
+        let a = alert(&e, 1_795_309_323_456, Some(b"secret"));
+        let body: Value = serde_json::from_str(&a.body).unwrap();
+        assert_eq!(body["timestamp"], "2026-11-22T01:02:03.456Z");
+        assert_eq!(body["fingerprint"], "01".repeat(16));
+        assert_eq!(
+            a.signature,
+            Some(format!(
+                "sha256={}",
+                hex(&hmac_sha256(b"secret", a.body.as_bytes()))
+            ))
+        );
+        assert_eq!(alert(&e, 0, None).signature, None);
+        let allow = Decision {
+            verdict: Verdict::Allow,
+            shadow: false,
+        };
+        assert_eq!(loop_detected(&allow, &made, 0), None);
+        let _ = Action::Reject;
+    }
+
+    #[test]
+    fn access_log_records() {
+        let v: Value = serde_json::from_str(&access_log(
+            "p",
+            Mode::Enforce,
+            "allow",
+            Some(&Fingerprint([2; 16])),
+            Some(1),
+        ))
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"policy": "p", "mode": "enforce", "action": "allow", "fingerprint": "02".repeat(16), "count": 1})
+        );
+        let v: Value =
+            serde_json::from_str(&access_log("p", Mode::Shadow, "exempt", None, None)).unwrap();
+        assert_eq!(
+            v,
+            json!({"policy": "p", "mode": "shadow", "action": "exempt", "fingerprint": null, "count": null})
+        );
+        let v: Value = serde_json::from_str(&access_log_tool_loop(
+            "p",
+            Mode::Enforce,
+            "nudge",
+            "identical;tool=t;level=1",
+        ))
+        .unwrap();
+        assert_eq!(v["tool_loop"], "identical;tool=t;level=1");
+    }
+
+    #[test]
+    fn alert_headers_name_the_receiver() {
+        let cfg = Config::from_value(&json!({"alerts": {"webhook": {"cluster": "alerts", "authority": "hooks.example.com", "path": "/lg"}},
+            "policies": [{"id": "p", "spec": {"selector": {}, "loop_detection": {"enabled": false}}}]})).unwrap();
+        let w = cfg.webhook.unwrap();
+        let a = Alert {
+            body: "{}".into(),
+            signature: Some("sha256=ab".into()),
+        };
+        let h = alert_headers(&w, &a);
+        assert!(h.contains(&(":authority", "hooks.example.com")));
+        assert!(h.contains(&(":path", "/lg")));
+        assert!(h.contains(&("x-loopguard-signature", "sha256=ab")));
+    }
+}
