@@ -54,7 +54,7 @@ envoy: $(VENV_STAMP)
 
 run: build $(VENV_STAMP)
 	@echo "Envoy with loopguard on http://127.0.0.1:10000 (admin http://127.0.0.1:9901); Ctrl-C stops it"
-	exec $(ENVOY) -c envoy/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level wasm:info
+	exec $(ENVOY) -c envoy/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level wasm:info --file-flush-interval-msec 500
 
 test: unit lint e2e
 

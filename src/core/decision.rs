@@ -45,9 +45,6 @@ pub struct Notice {
     /// Identical requests inside the window, this one included.
     pub count: u32,
     pub window_seconds: u64,
-    /// This request is the first to reach its step (the moment worth
-    /// logging); later ones repeat it.
-    pub first: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,20 +96,17 @@ pub fn decide(
     state: &WindowState,
 ) -> Decision {
     let ladder = d.ladder(fallback);
-    let notice = |first: bool| Notice {
+    let notice = || Notice {
         policy_id: policy.id.clone(),
         fingerprint: *fp,
         count: state.count,
         window_seconds: d.window_seconds,
-        first,
     };
     let step = ladder.step_at(state.count);
     let in_cooldown = state.cooldown_remaining_ms > 0;
     let verdict = match step {
         _ if in_cooldown => Verdict::Reject(Rejection {
-            notice: notice(
-                step.is_some_and(|s| s.action == Action::Reject && state.previous_count < s.at),
-            ),
+            notice: notice(),
             retry_after_ms: state
                 .cooldown_remaining_ms
                 .max(state.until_allowed_ms)
@@ -121,16 +115,15 @@ pub fn decide(
         }),
         None => Verdict::Allow,
         Some(s) => {
-            let first = state.previous_count < s.at;
             match s.action {
-                Action::Warn => Verdict::Warn(notice(first)),
+                Action::Warn => Verdict::Warn(notice()),
                 Action::Throttle => Verdict::Throttle {
-                    notice: notice(first),
+                    notice: notice(),
                     delay_ms: (u64::from(state.count) * ladder.throttle_step_ms)
                         .min(ladder.throttle_max_delay_ms),
                 },
                 Action::Reject => Verdict::Reject(Rejection {
-                    notice: notice(first),
+                    notice: notice(),
                     // The triggering hit itself is in the window, so this
                     // is > 0; keep it so even if a store rounds.
                     retry_after_ms: state.until_allowed_ms.max(1),
@@ -160,15 +153,9 @@ mod tests {
             .clone()
     }
 
-    fn st(
-        count: u32,
-        previous_count: u32,
-        until_allowed_ms: u64,
-        cooldown_remaining_ms: u64,
-    ) -> WindowState {
+    fn st(count: u32, until_allowed_ms: u64, cooldown_remaining_ms: u64) -> WindowState {
         WindowState {
             count,
-            previous_count,
             until_allowed_ms,
             cooldown_remaining_ms,
             event: None,
@@ -185,19 +172,14 @@ mod tests {
         let p = policy(
             json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 5}),
         );
-        assert_eq!(run(&p, st(4, 3, 0, 0)), Verdict::Allow);
-        match run(&p, st(5, 4, 36_200, 0)) {
+        assert_eq!(run(&p, st(4, 0, 0)), Verdict::Allow);
+        match run(&p, st(5, 36_200, 0)) {
             Verdict::Reject(r) => {
                 assert_eq!(r.notice.count, 5);
                 assert_eq!(r.retry_after_ms, 36_200);
                 assert_eq!(r.notice.window_seconds, 60);
                 assert_eq!(r.notice.policy_id, "p");
-                assert!(r.notice.first);
             }
-            v => panic!("{v:?}"),
-        }
-        match run(&p, st(5, 5, 1_000, 0)) {
-            Verdict::Reject(r) => assert!(!r.notice.first),
             v => panic!("{v:?}"),
         }
         let d = p.detection.clone().unwrap();
@@ -220,8 +202,8 @@ mod tests {
             json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3,
             "action": "throttle", "throttle_step_ms": 100, "throttle_max_delay_ms": 450}),
         );
-        assert_eq!(run(&p, st(2, 1, 0, 0)), Verdict::Allow);
-        let delay = |c| match run(&p, st(c, c - 1, 0, 0)) {
+        assert_eq!(run(&p, st(2, 0, 0)), Verdict::Allow);
+        let delay = |c| match run(&p, st(c, 0, 0)) {
             Verdict::Throttle { delay_ms, .. } => delay_ms,
             v => panic!("{v:?}"),
         };
@@ -236,8 +218,8 @@ mod tests {
         let p = policy(
             json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 2, "action": "warn"}),
         );
-        match run(&p, st(2, 1, 0, 0)) {
-            Verdict::Warn(n) => assert_eq!((n.count, n.first), (2, true)),
+        match run(&p, st(2, 0, 0)) {
+            Verdict::Warn(n) => assert_eq!(n.count, 2),
             v => panic!("{v:?}"),
         }
     }
@@ -250,14 +232,14 @@ mod tests {
         );
         let d = p.detection.clone().unwrap();
         assert_eq!(window_query(&d, false).trip_at, 8);
-        let action = |c: u32| run(&p, st(c, c - 1, 5_000, 0)).action();
+        let action = |c: u32| run(&p, st(c, 5_000, 0)).action();
         assert_eq!(action(2), None);
         assert_eq!(action(3), Some(Action::Warn));
         assert_eq!(action(4), Some(Action::Warn));
         assert_eq!(action(5), Some(Action::Throttle));
         assert_eq!(action(7), Some(Action::Throttle));
         assert_eq!(action(8), Some(Action::Reject));
-        match run(&p, st(8, 7, 5_000, 0)) {
+        match run(&p, st(8, 5_000, 0)) {
             Verdict::Reject(r) => assert_eq!(r.retry_after_ms, 5_000),
             v => panic!("{v:?}"),
         }
@@ -270,17 +252,16 @@ mod tests {
         );
         let d = p.detection.clone().unwrap();
         assert_eq!(window_query(&d, false).cooldown_ms, 30_000);
-        match run(&p, st(1, 0, 0, 12_000)) {
+        match run(&p, st(1, 0, 12_000)) {
             Verdict::Reject(r) => {
                 assert_eq!(r.retry_after_ms, 12_000);
                 assert_eq!(r.cooldown_seconds, 30);
-                assert!(!r.notice.first);
             }
             v => panic!("{v:?}"),
         }
         // The larger of the cooldown and window remainders.
-        match run(&p, st(3, 2, 9_000, 4_000)) {
-            Verdict::Reject(r) => assert_eq!((r.retry_after_ms, r.notice.first), (9_000, true)),
+        match run(&p, st(3, 9_000, 4_000)) {
+            Verdict::Reject(r) => assert_eq!(r.retry_after_ms, 9_000),
             v => panic!("{v:?}"),
         }
     }
@@ -295,19 +276,15 @@ mod tests {
         assert_eq!(window_query(&d, true).capacity, 15);
         let fp = Fingerprint([1; 16]);
         assert_eq!(
-            decide(&p, &d, &fp, true, &st(14, 13, 0, 0)).verdict,
+            decide(&p, &d, &fp, true, &st(14, 0, 0)).verdict,
             Verdict::Allow
         );
         assert_eq!(
-            decide(&p, &d, &fp, true, &st(15, 14, 10, 0))
-                .verdict
-                .action(),
+            decide(&p, &d, &fp, true, &st(15, 10, 0)).verdict.action(),
             Some(Action::Reject)
         );
         assert_eq!(
-            decide(&p, &d, &fp, false, &st(3, 2, 10, 0))
-                .verdict
-                .action(),
+            decide(&p, &d, &fp, false, &st(3, 10, 0)).verdict.action(),
             Some(Action::Reject)
         );
     }
@@ -322,7 +299,7 @@ mod tests {
         p.mode = Mode::Shadow;
         assert_ne!(store_key(&p, &fp), fp);
         let d = p.detection.clone().unwrap();
-        let decision = decide(&p, &d, &fp, false, &st(2, 1, 100, 0));
+        let decision = decide(&p, &d, &fp, false, &st(2, 100, 0));
         assert!(decision.shadow);
         assert_eq!(decision.verdict.action(), Some(Action::Reject));
         // The reported fingerprint is the request's, not the shadow key.

@@ -203,7 +203,6 @@ mod tests {
                     fingerprint: Fingerprint([1; 16]),
                     count: 5,
                     window_seconds: 60,
-                    first: true,
                 },
                 retry_after_ms: 1000,
                 cooldown_seconds: 30,

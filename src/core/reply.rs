@@ -228,13 +228,12 @@ mod tests {
     use crate::core::fingerprint::Fingerprint;
     use serde_json::Value;
 
-    fn notice(first: bool) -> Notice {
+    fn notice() -> Notice {
         Notice {
             policy_id: "llm-policy".into(),
             fingerprint: Fingerprint([0x9f; 16]),
             count: 5,
             window_seconds: 60,
-            first,
         }
     }
 
@@ -250,7 +249,7 @@ mod tests {
     #[test]
     fn openai_shaped_429() {
         let r = Rejection {
-            notice: notice(true),
+            notice: notice(),
             retry_after_ms: 36_200,
             cooldown_seconds: 0,
         };
@@ -300,7 +299,7 @@ mod tests {
         assert_eq!(Api::for_path("/v1/chat/completions"), Api::OpenAi);
         assert_eq!(Api::for_path("/v1/messages/count_tokens"), Api::OpenAi);
         let r = Rejection {
-            notice: notice(true),
+            notice: notice(),
             retry_after_ms: 1_500,
             cooldown_seconds: 30,
         };
@@ -332,7 +331,7 @@ mod tests {
     #[test]
     fn headers_per_verdict_and_none_in_shadow() {
         let warn = Decision {
-            verdict: Verdict::Warn(notice(true)),
+            verdict: Verdict::Warn(notice()),
             shadow: false,
         };
         let expected = vec![
@@ -344,7 +343,7 @@ mod tests {
         assert_eq!(response_headers(&warn), expected);
         let throttle = Decision {
             verdict: Verdict::Throttle {
-                notice: notice(true),
+                notice: notice(),
                 delay_ms: 500,
             },
             shadow: false,
@@ -355,9 +354,9 @@ mod tests {
             ("x-loopguard-delay-ms", "500".to_string())
         );
         for v in [
-            Verdict::Warn(notice(true)),
+            Verdict::Warn(notice()),
             Verdict::Throttle {
-                notice: notice(true),
+                notice: notice(),
                 delay_ms: 1,
             },
         ] {
@@ -419,7 +418,7 @@ mod tests {
     fn shadow_lines() {
         let reject = |shadow| Decision {
             verdict: Verdict::Reject(Rejection {
-                notice: notice(false),
+                notice: notice(),
                 retry_after_ms: 1,
                 cooldown_seconds: 0,
             }),
@@ -435,7 +434,7 @@ mod tests {
         );
         let throttle = Decision {
             verdict: Verdict::Throttle {
-                notice: notice(false),
+                notice: notice(),
                 delay_ms: 300,
             },
             shadow: true,

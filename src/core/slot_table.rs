@@ -138,7 +138,6 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
         // Unreachable by construction; answer as a first hit.
         None => WindowState {
             count: 1,
-            previous_count: 0,
             until_allowed_ms: 0,
             cooldown_remaining_ms: 0,
             event: None,

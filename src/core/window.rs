@@ -29,9 +29,6 @@ pub struct WindowState {
     /// Identical hits inside the window, this one included (capped at the
     /// record's capacity).
     pub count: u32,
-    /// The same count just before this hit: `count >= n` while
-    /// `previous_count < n` marks the request that first reaches `n`.
-    pub previous_count: u32,
     /// Milliseconds until a further identical request would stay below
     /// `trip_at` if the client stopped now; 0 when it already would.
     pub until_allowed_ms: u64,
@@ -62,7 +59,6 @@ impl HitRecord {
     /// Record a hit at `now` and answer the window state.
     pub fn record(&mut self, now: u64, q: &WindowQuery) -> WindowState {
         prune(&mut self.hits, now, q.window_ms);
-        let previous_count = u32::try_from(self.hits.len()).unwrap_or(u32::MAX);
         self.hits.push(now);
         let capacity = q.capacity.max(1) as usize;
         if self.hits.len() > capacity {
@@ -91,7 +87,6 @@ impl HitRecord {
         };
         WindowState {
             count,
-            previous_count,
             until_allowed_ms: until_allowed(&self.hits, now, q.window_ms, q.trip_at),
             cooldown_remaining_ms,
             event,
@@ -159,10 +154,9 @@ mod tests {
         s
     }
 
-    fn st(count: u32, previous_count: u32, until_allowed_ms: u64) -> WindowState {
+    fn st(count: u32, until_allowed_ms: u64) -> WindowState {
         WindowState {
             count,
-            previous_count,
             until_allowed_ms,
             cooldown_remaining_ms: 0,
             event: (count >= 3).then_some(0),
@@ -173,12 +167,12 @@ mod tests {
     fn nth_hit_trips_and_retry_after_follows_the_n_minus_1th_newest() {
         let mut log = Vec::new();
         let q = q(10_000, 3);
-        assert_eq!(record_hit(&mut log, 1_000, &q), st(1, 0, 0));
-        assert_eq!(record_hit(&mut log, 2_000, &q), st(2, 1, 9_000));
+        assert_eq!(record_hit(&mut log, 1_000, &q), st(1, 0));
+        assert_eq!(record_hit(&mut log, 2_000, &q), st(2, 9_000));
         // Third hit trips; allowed again once the 2nd newest (t=2000) leaves.
-        assert_eq!(record_hit(&mut log, 3_000, &q), st(3, 2, 9_000));
+        assert_eq!(record_hit(&mut log, 3_000, &q), st(3, 9_000));
         // The log is full: later hits still see the threshold reached.
-        assert_eq!(record_hit(&mut log, 3_500, &q), st(3, 3, 9_500));
+        assert_eq!(record_hit(&mut log, 3_500, &q), st(3, 9_500));
     }
 
     #[test]
@@ -322,7 +316,6 @@ mod tests {
                 let got = record_hit(&mut log, now, &q);
                 let (count, until) = reference(&history, now, window, trip_at);
                 prop_assert_eq!(got.count, count.min(capacity));
-                prop_assert_eq!(got.previous_count, (count - 1).min(capacity));
                 prop_assert_eq!(got.count >= trip_at, count >= trip_at);
                 prop_assert_eq!(got.until_allowed_ms, until);
                 prop_assert!(log.len() <= capacity as usize);

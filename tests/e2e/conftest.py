@@ -40,7 +40,7 @@ def start_envoy(request):
     the test; its log is printed if the test failed."""
     started: list[Envoy] = []
 
-    def start(config: dict, concurrency: int = 2, **kw) -> Envoy:
+    def start(config: dict, concurrency: int = 2, **kw) -> Envoy:  # kw: name, env
         e = Envoy(config, concurrency=concurrency, **kw)
         started.append(e)
         return e.start()

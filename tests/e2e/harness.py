@@ -364,8 +364,9 @@ class EnvoyFailed(RuntimeError):
 class Envoy:
     """One real Envoy process with a given bootstrap."""
 
-    def __init__(self, config: dict, concurrency: int = 2, name: str = "envoy") -> None:
+    def __init__(self, config: dict, concurrency: int = 2, name: str = "envoy", env: dict | None = None) -> None:
         self.config = copy.deepcopy(config)
+        self.env = env or {}
         self.concurrency = concurrency
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix="loopguard-e2e-"))
@@ -407,10 +408,14 @@ class Envoy:
                 "warn",
                 "--component-log-level",
                 "wasm:debug",
+                # Access logs are written within 0.2 s, not Envoy's default 10 s.
+                "--file-flush-interval-msec",
+                "200",
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=ROOT,
+            env={**os.environ, **self.env},
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -484,6 +489,16 @@ class Envoy:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         return 0
+
+    def prometheus(self) -> dict[str, float]:
+        """`/stats/prometheus` as {'name{labels}': value}."""
+        text = httpx.get(f"{self.admin}/stats/prometheus", timeout=5).text
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, _, value = line.rpartition(" ")
+                out[key] = float(value)
+        return out
 
     def memory_allocated(self) -> int:
         return int(httpx.get(f"{self.admin}/memory", timeout=5).json()["allocated"])

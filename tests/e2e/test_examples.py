@@ -1,6 +1,7 @@
 """The shipped configurations work as their comments and the README say."""
 
 import json
+import time
 import re
 
 import httpx
@@ -29,6 +30,14 @@ def test_make_run_config_answers_and_trips_at_the_fifth_identical_request(start_
     assert results[4].headers["retry-after"] in ("59", "60")
     # The demo upstream answers only POST /v1/chat/completions.
     assert httpx.get(f"{e.url}/v1/models").status_code == 404
+    # Labelled metrics and the decision in the access log.
+    prom = e.prometheus()
+    assert prom['loopguard_rejected_total{policy="llm-policy"}'] == 2
+    assert prom['loopguard_detected_total{policy="llm-policy",mode="enforce"}'] == 1
+    deadline = time.monotonic() + 5
+    while '" 429 loopguard={"action":"reject"' not in e.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert '" 429 loopguard={"action":"reject","count":5,' in e.log()
 
 
 def test_minimal_reject_example_in_front_of_an_openai_style_upstream(upstream, start_envoy):
