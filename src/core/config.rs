@@ -58,6 +58,23 @@ pub struct Config {
     pub policies: Vec<Policy>,
     /// Where detections are sent (`alerts.webhook`).
     pub webhook: Option<Webhook>,
+    /// Routes may name their policy in metadata
+    /// (`filter_metadata.loopguard.policy`); costs one attribute lookup
+    /// per request, so it is opt-in.
+    pub route_metadata: bool,
+    /// Which decisions are published for Envoy's access log.
+    pub access_log: AccessLog,
+}
+
+/// Which decisions loopguard publishes as filter state `wasm.loopguard`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessLog {
+    /// Only when loopguard acted (warn, throttle, reject, exempt, tool
+    /// loops, shadow would-be actions).
+    Actions,
+    /// Every request a policy judged, allowed ones too.
+    All,
+    Off,
 }
 
 /// A webhook receiving signed `loop.detected` alerts through an Envoy
@@ -443,6 +460,8 @@ impl Config {
                 "shadow",
                 "jwt_payload_in_metadata",
                 "alerts",
+                "route_metadata",
+                "access_log",
                 "policies",
             ],
         )?;
@@ -463,6 +482,18 @@ impl Config {
             None => "jwt_payload".to_string(),
             Some("") => return Err(top.err("jwt_payload_in_metadata", "must not be empty")),
             Some(k) => k.to_string(),
+        };
+        let route_metadata = top.boolean(obj, "", "route_metadata")?.unwrap_or(false);
+        let access_log = match top.string(obj, "", "access_log")? {
+            None | Some("actions") => AccessLog::Actions,
+            Some("all") => AccessLog::All,
+            Some("off") => AccessLog::Off,
+            Some(other) => {
+                return Err(top.err(
+                    "access_log",
+                    format!("must be \"actions\", \"all\" or \"off\" (got \"{other}\")"),
+                ))
+            }
         };
         let webhook = match obj.get("alerts") {
             None => None,
@@ -508,6 +539,8 @@ impl Config {
             jwt_payload_in_metadata,
             policies,
             webhook,
+            route_metadata,
+            access_log,
         })
     }
 
@@ -1951,6 +1984,31 @@ mod tests {
             err_of(without(&["policies", "0", "spec", "loop_detection"]))
                 .contains("loop_detection is required (or give tool_loops)")
         );
+    }
+
+    #[test]
+    fn route_metadata_and_access_log_switches() {
+        let cfg = Config::from_value(&base()).unwrap();
+        assert!(!cfg.route_metadata);
+        assert_eq!(cfg.access_log, AccessLog::Actions);
+        let cfg = Config::from_value(&with(&["route_metadata"], json!(true))).unwrap();
+        assert!(cfg.route_metadata);
+        assert_eq!(
+            Config::from_value(&with(&["access_log"], json!("all")))
+                .unwrap()
+                .access_log,
+            AccessLog::All
+        );
+        assert_eq!(
+            Config::from_value(&with(&["access_log"], json!("off")))
+                .unwrap()
+                .access_log,
+            AccessLog::Off
+        );
+        assert!(err_of(with(&["access_log"], json!("some")))
+            .starts_with("access_log must be \"actions\", \"all\" or \"off\""));
+        assert!(err_of(with(&["route_metadata"], json!(1)))
+            .starts_with("route_metadata must be true or false"));
     }
 
     #[test]

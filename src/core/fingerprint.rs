@@ -31,7 +31,7 @@ impl Fingerprint {
     /// key space of its own, so shadow counts never touch enforce counts
     /// and a policy switched to enforce starts from zero.
     pub fn shadow_key(&self) -> Fingerprint {
-        let mut c = Canon::new(b"loopguard/shadow/v1");
+        let mut c = Canon::new(b"lg/shadow/1");
         c.field(&self.0);
         c.finish()
     }
@@ -60,26 +60,55 @@ impl fmt::Display for Fingerprint {
     }
 }
 
-/// Writes framed components into a SHA-256 stream.
-#[derive(Clone)]
-struct Canon(Sha256);
+/// Where framed components go: a SHA-256 stream, or a buffer that is
+/// absorbed into one later.
+trait Sink {
+    fn put(&mut self, b: &[u8]);
+}
 
-impl Canon {
+impl Sink for Sha256 {
+    fn put(&mut self, b: &[u8]) {
+        self.update(b);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn put(&mut self, b: &[u8]) {
+        self.extend_from_slice(b);
+    }
+}
+
+/// Writes framed components: every field is length-prefixed and every
+/// optional or variant value tagged, so the encoding is unambiguous.
+#[derive(Clone)]
+struct Canon<S = Sha256>(S);
+
+impl Canon<Sha256> {
     fn new(domain: &[u8]) -> Self {
         let mut c = Canon(Sha256::new());
         c.field(domain);
         c
     }
+
+    fn finish(self) -> Fingerprint {
+        let full = self.0.finalize();
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&full[..16]);
+        Fingerprint(out)
+    }
+}
+
+impl<S: Sink> Canon<S> {
     fn tag(&mut self, t: u8) {
-        self.0.update([t]);
+        self.0.put(&[t]);
     }
     fn count(&mut self, n: usize) {
-        self.0.update((n as u64).to_le_bytes());
+        self.0.put(&(n as u32).to_le_bytes());
     }
     /// A length-prefixed byte string.
     fn field(&mut self, b: &[u8]) {
         self.count(b.len());
-        self.0.update(b);
+        self.0.put(b);
     }
     fn optional(&mut self, v: Option<&[u8]>) {
         match v {
@@ -89,12 +118,6 @@ impl Canon {
                 self.field(b);
             }
         }
-    }
-    fn finish(self) -> Fingerprint {
-        let full = self.0.finalize();
-        let mut out = [0u8; 16];
-        out.copy_from_slice(&full[..16]);
-        Fingerprint(out)
     }
 }
 
@@ -111,7 +134,9 @@ pub struct Pending {
     /// to it when the body is not an LLM request.
     exact: Canon,
     policy_id: String,
-    identity: [u8; 32],
+    /// The caller's identity, framed: limit-key values, or a SHA-256 of the
+    /// API key. Absorbed into every digest made for this request.
+    identity: Vec<u8>,
     path: String,
     mode: PendingMode,
 }
@@ -148,7 +173,7 @@ impl Pending {
         facts: &dyn RequestFacts,
     ) -> Self {
         let identity = identity(config, policy, head, facts);
-        let mut exact = Canon::new(b"loopguard/exact/v2");
+        let mut exact = Canon::new(b"lg/exact/3");
         exact.field(policy.id.as_bytes());
         exact.field(head.method.as_bytes());
         exact.field(head.path_only().as_bytes());
@@ -187,8 +212,8 @@ impl Pending {
         &self.path
     }
 
-    /// The caller's identity digest.
-    pub fn identity(&self) -> &[u8; 32] {
+    /// The caller's identity, framed (never logged or stored).
+    pub fn identity(&self) -> &[u8] {
         &self.identity
     }
 
@@ -223,7 +248,7 @@ impl Pending {
         let mut fallback = false;
         let fingerprint = match &self.mode {
             PendingMode::LlmTail { tail_messages } => {
-                let mut c = Canon::new(b"loopguard/llm_tail/v1");
+                let mut c = Canon::new(b"lg/llm_tail/2");
                 c.field(self.policy_id.as_bytes());
                 c.field(&self.identity);
                 c.optional(req.model.as_deref().map(str::as_bytes));
@@ -235,7 +260,7 @@ impl Pending {
                 c.finish()
             }
             PendingMode::Session { session } => {
-                let mut c = Canon::new(b"loopguard/session/v1");
+                let mut c = Canon::new(b"lg/session/2");
                 c.field(self.policy_id.as_bytes());
                 c.field(&self.identity);
                 match session {
@@ -270,7 +295,7 @@ impl Pending {
 
     fn exact_with(&self, body: &[u8]) -> Fingerprint {
         let mut c = self.exact.clone();
-        c.0.update(crc32fast::hash(body).to_le_bytes());
+        c.0.put(&crc32fast::hash(body).to_le_bytes());
         c.finish()
     }
 }
@@ -280,13 +305,13 @@ impl Pending {
 /// message) and level within a window, not once per request.
 pub fn tool_event_key(
     policy_id: &str,
-    identity: &[u8; 32],
+    identity: &[u8],
     req: &llm::Request<'_>,
     tier: &str,
     tool: &str,
     level: u32,
 ) -> Fingerprint {
-    let mut c = Canon::new(b"loopguard/tool-event/v1");
+    let mut c = Canon::new(b"lg/tool-event/2");
     c.field(policy_id.as_bytes());
     c.field(identity);
     match req.first_message() {
@@ -337,20 +362,20 @@ fn write_parts(c: &mut Canon, parts: &[Part]) {
     }
 }
 
-/// Who is calling, as a 32-byte digest: the policy's limit keys (sorted by
-/// key) or, when it has none, a SHA-256 of the caller's API key. The raw
-/// key never leaves this function.
+/// Who is calling, framed: the policy's limit keys (sorted by key) or, when
+/// it has none, the caller's API key. These bytes only ever enter a
+/// SHA-256 (the fingerprint's, or an event key's): the key itself is never
+/// stored, logged or returned, and two keys never share a fingerprint.
 fn identity(
     config: &Config,
     policy: &Policy,
     head: &RequestHead<'_>,
     facts: &dyn RequestFacts,
-) -> [u8; 32] {
-    let mut c = Canon::new(b"loopguard/identity/v1");
+) -> Vec<u8> {
+    let mut c = Canon(Vec::with_capacity(48));
     if policy.limit_keys.is_empty() {
         c.tag(TAG_API_KEY);
-        let hashed = request::api_key(facts).map(|key| Sha256::digest(&key));
-        c.optional(hashed.as_ref().map(|h| h.as_slice()));
+        c.optional(request::api_key(facts).as_deref());
     } else {
         c.tag(TAG_LIMIT_KEYS);
         c.count(policy.limit_keys.len());
@@ -369,7 +394,7 @@ fn identity(
             }
         }
     }
-    c.0.finalize().into()
+    c.0
 }
 
 #[cfg(test)]

@@ -14,15 +14,17 @@ pub enum Selection {
     UnknownRoutePolicy(String),
 }
 
-/// The policy for a request: the one its Envoy route names in metadata
-/// (`filter_metadata.loopguard.policy`), regardless of selectors; otherwise
-/// the first policy whose selector matches.
+/// The policy for a request: with `route_metadata` on, the one its Envoy
+/// route names in metadata (`filter_metadata.loopguard.policy`), regardless
+/// of selectors; otherwise the first policy whose selector matches.
 pub fn select(config: &Config, head: &RequestHead<'_>, facts: &dyn RequestFacts) -> Selection {
-    if let Some(id) = facts.route_policy() {
-        return match config.policy_index(&id) {
-            Some(i) => Selection::Policy(i),
-            None => Selection::UnknownRoutePolicy(id),
-        };
+    if config.route_metadata {
+        if let Some(id) = facts.route_policy() {
+            return match config.policy_index(&id) {
+                Some(i) => Selection::Policy(i),
+                None => Selection::UnknownRoutePolicy(id),
+            };
+        }
     }
     let path = head.path_only();
     // Host normalisation allocates and the route name is a host call: do
@@ -203,10 +205,11 @@ mod tests {
 
     #[test]
     fn route_names_and_route_metadata() {
-        let c = cfg(vec![
+        let mut c = cfg(vec![
             json!({"routes": ["chat"]}),
             json!({"pathPrefix": "/v1"}),
         ]);
+        c.route_metadata = true;
         let mut f = FakeFacts::default();
         assert_eq!(pick_with(&c, "POST", "/v1/x", "h", &f), Some("p1".into()));
         f.route_name = Some("chat".into());
@@ -222,6 +225,11 @@ mod tests {
             pick_with(&c, "POST", "/v1/x", "h", &f),
             Some("unknown:nope".into())
         );
+        // Off (the default): route metadata is not even read.
+        c.route_metadata = false;
+        f.route_policy = Some("p1".into());
+        f.route_name = None;
+        assert_eq!(pick_with(&c, "GET", "/elsewhere", "h", &f), None);
     }
 
     #[test]

@@ -47,6 +47,61 @@ pub fn limit_key_values(
     }
 }
 
+/// Request headers as the host serialises them in one piece (proxy-wasm's
+/// map encoding: count, then key and value lengths, then each key and value
+/// followed by a NUL). Reading them all at once costs one host call instead
+/// of one per header.
+#[derive(Debug, Default)]
+pub struct HeaderBlock {
+    buf: Vec<u8>,
+    /// (key start, key len, value start, value len)
+    spans: Vec<(usize, usize, usize, usize)>,
+}
+
+impl HeaderBlock {
+    /// Parse the host's encoding; `None` if it is malformed.
+    pub fn parse(buf: Vec<u8>) -> Option<HeaderBlock> {
+        if buf.is_empty() {
+            return Some(HeaderBlock::default());
+        }
+        let word = |at: usize| -> Option<usize> {
+            let b: [u8; 4] = buf.get(at..at + 4)?.try_into().ok()?;
+            Some(u32::from_le_bytes(b) as usize)
+        };
+        let n = word(0)?;
+        let mut data = n.checked_mul(8)?.checked_add(4)?;
+        if data > buf.len() {
+            return None;
+        }
+        let mut spans = Vec::with_capacity(n);
+        for i in 0..n {
+            let klen = word(4 + i * 8)?;
+            let vlen = word(8 + i * 8)?;
+            let kstart = data;
+            let vstart = kstart.checked_add(klen)?.checked_add(1)?;
+            data = vstart.checked_add(vlen)?.checked_add(1)?;
+            if data > buf.len() {
+                return None;
+            }
+            spans.push((kstart, klen, vstart, vlen));
+        }
+        Some(HeaderBlock { buf, spans })
+    }
+
+    /// The first value of a header (`name` lower-case, as Envoy keeps
+    /// them).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.spans.iter().find_map(|&(ks, kl, vs, vl)| {
+            (self.buf.get(ks..ks + kl)? == name.as_bytes()).then(|| self.buf.get(vs..vs + vl))?
+        })
+    }
+
+    /// A header as text (invalid UTF-8 replaced), empty when absent.
+    pub fn text(&self, name: &str) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(self.get(name).unwrap_or_default())
+    }
+}
+
 /// The request line as seen in the headers phase.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestHead<'a> {
@@ -295,6 +350,44 @@ pub(crate) mod tests {
 
     fn b(s: &str) -> Vec<u8> {
         s.as_bytes().to_vec()
+    }
+
+    fn serialized(pairs: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut out = (pairs.len() as u32).to_le_bytes().to_vec();
+        for (k, v) in pairs {
+            out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        }
+        for (k, v) in pairs {
+            out.extend_from_slice(k.as_bytes());
+            out.push(0);
+            out.extend_from_slice(v);
+            out.push(0);
+        }
+        out
+    }
+
+    #[test]
+    fn header_block_parses_the_host_encoding() {
+        let h = HeaderBlock::parse(serialized(&[
+            (":method", b"POST"),
+            (":path", b"/v1/x?a=1"),
+            ("x-bin", b"\xff\x00z"),
+            ("empty", b""),
+        ]))
+        .unwrap();
+        assert_eq!(h.get(":method"), Some(&b"POST"[..]));
+        assert_eq!(h.get("x-bin"), Some(&b"\xff\x00z"[..]));
+        assert_eq!(h.get("empty"), Some(&b""[..]));
+        assert_eq!(h.get("missing"), None);
+        assert_eq!(h.text(":path"), "/v1/x?a=1");
+        assert_eq!(h.text("x-bin"), "\u{fffd}\u{0}z");
+        assert!(HeaderBlock::parse(Vec::new()).unwrap().get("a").is_none());
+        // Truncated or lying buffers are refused, never read past.
+        let good = serialized(&[("a", b"b")]);
+        assert!(HeaderBlock::parse(good[..good.len() - 1].to_vec()).is_none());
+        assert!(HeaderBlock::parse(vec![255, 255, 255, 255]).is_none());
+        assert!(HeaderBlock::parse(vec![1, 0]).is_none());
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub fn judge(cfg: &ToolLoops, history: &ToolHistory) -> Option<ToolVerdict> {
     let calls: Vec<_> = history
         .calls
         .iter()
-        .filter(|c| !cfg.exempt_tools.contains(&c.name))
+        .filter(|c| !cfg.exempt_tools.iter().any(|t| **t == *c.name))
         .collect();
     let recent = calls.get(calls.len().saturating_sub(cfg.last_calls)..)?;
 

@@ -45,6 +45,11 @@ extern "C" {
         return_value_data: *mut *mut u8,
         return_value_size: *mut usize,
     ) -> u32;
+    fn proxy_get_header_map_pairs(
+        map_type: u32,
+        return_map_data: *mut *mut u8,
+        return_map_size: *mut usize,
+    ) -> u32;
     fn proxy_get_property(
         path_data: *const u8,
         path_size: usize,
@@ -144,9 +149,18 @@ pub fn now_ms() -> u64 {
     }
 }
 
-/// A request header's value, raw bytes (not necessarily UTF-8).
-pub fn request_header(name: &str) -> HostResult<Option<Vec<u8>>> {
-    map_value(MAP_REQUEST_HEADERS, name)
+/// All request headers in one piece (proxy-wasm's map encoding), for
+/// [`crate::core::request::HeaderBlock`].
+pub fn request_headers() -> HostResult<Vec<u8>> {
+    let mut data = null_mut();
+    let mut size = 0;
+    // SAFETY: out-pointers are valid; the returned buffer is ours.
+    let code = unsafe { proxy_get_header_map_pairs(MAP_REQUEST_HEADERS, &mut data, &mut size) };
+    match code {
+        STATUS_OK => Ok(unsafe { owned(data, size) }),
+        STATUS_NOT_FOUND => Ok(Vec::new()),
+        other => Err(HostError(other)),
+    }
 }
 
 /// A header of the response to an HTTP call (in its callback).

@@ -11,14 +11,14 @@
 use super::abi;
 use super::metrics::{PolicyMetrics, WouldBe};
 use super::root::Plugin;
-use crate::core::config::{Action as LoopAction, Mode, Policy, ToolStep};
+use crate::core::config::{AccessLog, Action as LoopAction, Mode, Policy, ToolStep};
 use crate::core::decision::{self, Verdict};
 use crate::core::events;
 use crate::core::fingerprint::{self, Fingerprinted, Pending};
 use crate::core::llm;
 use crate::core::policy::{self, Selection};
 use crate::core::reply::{self, Api, Headers};
-use crate::core::request::{RequestFacts, RequestHead};
+use crate::core::request::{HeaderBlock, RequestFacts, RequestHead};
 use crate::core::store::{StoreAnswer, StoreFailure, WindowStore};
 use crate::core::tool_loops::{self, ToolVerdict};
 use crate::core::window::WindowQuery;
@@ -136,8 +136,7 @@ impl Stream {
             }
         }
         let action = decided.verdict.action();
-        let _ = abi::set_filter_state(
-            "loopguard",
+        publish_decision(plugin, action.is_some(), || {
             events::access_log(
                 &policy.id,
                 policy.mode,
@@ -145,8 +144,7 @@ impl Stream {
                 Some(&fp),
                 Some(receipt.state.count),
             )
-            .as_bytes(),
-        );
+        });
         if decided.shadow {
             if let Some(line) = reply::shadow_line(&decided) {
                 log::info!("{line}");
@@ -216,7 +214,11 @@ impl Stream {
             None
         };
         if let (Some(cfg), Some(req)) = (&p.tool_loops, &parsed) {
-            if let Some(v) = tool_loops::judge(cfg, &req.tool_history()) {
+            let history = {
+                let mut cache = plugin.call_cache.try_borrow_mut().ok();
+                req.tool_history(cache.as_deref_mut())
+            };
+            if let Some(v) = tool_loops::judge(cfg, &history) {
                 if let Some(action) = self.apply_tool_loop(&plugin, policy, p, &pending, req, &v) {
                     return action;
                 }
@@ -346,6 +348,20 @@ impl Stream {
     }
 }
 
+/// Publish a decision for Envoy's access log (filter state
+/// `wasm.loopguard`) as the configuration asks: `acted` says loopguard did
+/// something beyond allowing the request.
+fn publish_decision(plugin: &Plugin, acted: bool, record: impl FnOnce() -> String) {
+    let publish = match plugin.config.access_log {
+        AccessLog::All => true,
+        AccessLog::Actions => acted,
+        AccessLog::Off => false,
+    };
+    if publish {
+        let _ = abi::set_filter_state("loopguard", record().as_bytes());
+    }
+}
+
 /// Answer the request with `local` instead of forwarding it. `None` if
 /// Envoy refused (the request then passes).
 fn send_reply(pm: &PolicyMetrics, local: &reply::LocalReply, details: &str) -> Option<Action> {
@@ -367,12 +383,15 @@ fn send_reply(pm: &PolicyMetrics, local: &reply::LocalReply, details: &str) -> O
     Some(Action::Pause)
 }
 
-/// Request facts answered from Envoy on demand.
-struct HostFacts;
+/// Request facts: headers from the block read once, the rest answered from
+/// Envoy on demand.
+struct HostFacts<'a> {
+    headers: &'a HeaderBlock,
+}
 
-impl RequestFacts for HostFacts {
+impl RequestFacts for HostFacts<'_> {
     fn header(&self, name: &str) -> Option<Vec<u8>> {
-        abi::request_header(name).ok().flatten()
+        self.headers.get(name).map(<[u8]>::to_vec)
     }
 
     fn source_address(&self) -> Option<String> {
@@ -411,14 +430,6 @@ fn property_string(path: &[&str]) -> Option<String> {
     String::from_utf8(raw).ok().filter(|s| !s.is_empty())
 }
 
-fn header_string(name: &str) -> String {
-    match abi::request_header(name) {
-        Ok(Some(v)) => String::from_utf8(v)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-        _ => String::new(),
-    }
-}
-
 impl Context for Stream {
     fn on_done(&mut self) -> bool {
         // The client left while the request was held by a throttle.
@@ -438,15 +449,22 @@ impl HttpContext for Stream {
             return Action::Continue;
         };
         plugin.metrics.requests.inc();
-        let method = header_string(":method");
-        let path = header_string(":path");
-        let authority = header_string(":authority");
+        // All headers in one host call; everything below reads this block.
+        let Some(headers) = abi::request_headers().ok().and_then(HeaderBlock::parse) else {
+            return Action::Continue;
+        };
+        let facts = HostFacts { headers: &headers };
+        let (method, path, authority) = (
+            headers.text(":method"),
+            headers.text(":path"),
+            headers.text(":authority"),
+        );
         let head = RequestHead {
             method: &method,
             path: &path,
             authority: &authority,
         };
-        let index = match policy::select(&plugin.config, &head, &HostFacts) {
+        let index = match policy::select(&plugin.config, &head, &facts) {
             Selection::Policy(i) => i,
             Selection::None => return Action::Continue,
             Selection::UnknownRoutePolicy(id) => {
@@ -462,16 +480,15 @@ impl HttpContext for Stream {
         if !policy.is_active() {
             return Action::Continue;
         }
-        if policy::is_exempt(&plugin.config, policy, &head, &HostFacts) {
+        if policy::is_exempt(&plugin.config, policy, &head, &facts) {
             pm.exempted.inc();
-            let _ = abi::set_filter_state(
-                "loopguard",
-                events::access_log(&policy.id, policy.mode, "exempt", None, None).as_bytes(),
-            );
+            publish_decision(&plugin, true, || {
+                events::access_log(&policy.id, policy.mode, "exempt", None, None)
+            });
             return Action::Continue;
         }
         self.api = Api::for_path(head.path_only());
-        let pending = Pending::start(&plugin.config, policy, &head, &HostFacts);
+        let pending = Pending::start(&plugin.config, policy, &head, &facts);
         if end_of_stream {
             // No body: no conversation for tool loops to read.
             if policy.detection.is_none() {
@@ -479,10 +496,9 @@ impl HttpContext for Stream {
             }
             return self.decide(&plugin, index, pending.finish(&[]), Phase::Headers);
         }
-        let declared = abi::request_header("content-length")
-            .ok()
-            .flatten()
-            .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok());
+        let declared = headers
+            .get("content-length")
+            .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok());
         if declared.is_some_and(|len| len > plugin.config.max_body_bytes) {
             return self.skip_body(&plugin);
         }

@@ -10,6 +10,7 @@ use super::shared_store::{self, SharedData};
 use crate::core::config::{Config, Webhook};
 use crate::core::delay_queue::DelayQueue;
 use crate::core::events::{self, Alert};
+use crate::core::llm::CallCache;
 use crate::core::slot_table::TableLayout;
 use crate::core::store::SlotStore;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -41,6 +42,8 @@ pub struct Plugin {
     pub metrics: Metrics,
     /// Throttled streams of this worker, released by the tick.
     pub throttled: RefCell<DelayQueue>,
+    /// Tool calls of conversation items this worker has parsed before.
+    pub call_cache: RefCell<CallCache>,
     /// Last time a fail-open warning was logged (rate limit).
     pub last_fail_open_log_ms: Cell<u64>,
     unknown_route_policies: RefCell<Vec<String>>,
@@ -272,6 +275,7 @@ fn configure(size: usize) -> Result<Plugin, String> {
         store: RefCell::new(store),
         metrics,
         throttled: RefCell::new(DelayQueue::default()),
+        call_cache: RefCell::new(CallCache::default()),
         last_fail_open_log_ms: Cell::new(0),
         unknown_route_policies: RefCell::new(Vec::new()),
         webhook,

@@ -45,7 +45,7 @@ def test_per_route_example_selectors_metadata_and_off_switch(upstream, start_env
 
 
 def test_unknown_route_policy_is_logged_once_and_passes(upstream, start_envoy):
-    cfg = bootstrap(plugin([policy("known", threshold=2)]), upstream.port)
+    cfg = bootstrap(plugin([policy("known", threshold=2)], route_metadata=True), upstream.port)
     vh = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]
     vh["routes"].insert(0, {"name": "typo", "match": {"prefix": "/typo"}, "route": {"cluster": "upstream"},
                             "metadata": {"filter_metadata": {"loopguard": {"policy": "knwon"}}}})

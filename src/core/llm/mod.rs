@@ -8,18 +8,19 @@
 //! - Anthropic Messages: `model`, `system`, `messages` of content blocks,
 //!   `tools`.
 //!
-//! Parsing is lazy: the envelope is read once, borrowing each message as raw
-//! JSON, and only the messages a caller asks for (the conversation's tail)
-//! are parsed and normalised.
+//! Parsing is lazy: one structural pass ([`scan`]) finds the envelope's
+//! fields and the conversation's items without building them; only the
+//! values loopguard needs (the model, the conversation's tail, the model's
+//! tool calls) are parsed for real.
 
 mod normalize;
+pub mod scan;
 mod tools;
 
 pub use normalize::{canonical_json, normalize_text};
-pub use tools::{ToolCall, ToolHistory};
+pub use tools::{CallCache, ToolCall, ToolHistory};
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use scan::Span;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -40,25 +41,6 @@ impl Format {
     }
 }
 
-/// The fields loopguard reads; everything else is skipped unparsed.
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(default, borrow)]
-    model: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    messages: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    input: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    system: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    instructions: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    tools: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    functions: Option<&'a RawValue>,
-}
-
 /// A recognised LLM request, its messages still raw.
 #[derive(Debug)]
 pub struct Request<'a> {
@@ -70,18 +52,22 @@ pub struct Request<'a> {
     /// The system prompt given outside the messages (Anthropic `system`,
     /// Responses `instructions`), counted as the conversation's first
     /// message.
-    system: Option<&'a RawValue>,
+    system: Option<Span>,
     /// The conversation in order (Responses: the input items).
-    items: Items<'a>,
-    /// The raw conversation array (`messages` or `input`) and the whole
-    /// body, for edits at the end of the conversation.
-    array: Option<&'a RawValue>,
+    items: Items,
+    /// Each item's members, read while splitting the conversation (`None`
+    /// for an item that is not an object).
+    item_keys: Vec<Option<scan::Picked>>,
+    /// The conversation array (`messages` or `input`) and `tool_choice`,
+    /// for edits.
+    array: Option<Span>,
+    tool_choice: Option<Span>,
     body: &'a [u8],
 }
 
 #[derive(Debug)]
-enum Items<'a> {
-    List(Vec<&'a RawValue>),
+enum Items {
+    List(Vec<Span>),
     /// Responses `input` given as one string: a single user message.
     Text(String),
 }
@@ -112,20 +98,33 @@ pub enum Part {
 /// the understood formats. `path` helps tell Anthropic from OpenAI chat when
 /// the body alone cannot.
 pub fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {
-    let env: Envelope<'a> = serde_json::from_slice(body).ok()?;
-    let model = env
-        .model
-        .and_then(|m| match serde_json::from_str(m.get()).ok()? {
-            Value::String(s) => Some(s),
-            _ => None,
-        });
-    let offers_tools = [env.tools, env.functions]
-        .into_iter()
-        .flatten()
-        .any(|t| !matches!(t.get().trim(), "null" | "[]" | "{}"));
-    if let Some(messages) = env.messages {
-        let list: Vec<&'a RawValue> = serde_json::from_str(messages.get()).ok()?;
-        let anthropic = env.system.is_some() || is_anthropic_path(path);
+    let start = scan::skip_ws(body, 0);
+    let (top, arrays) = scan::members_split(body, (start, body.len()), &["messages", "input"])?;
+    let mut arrays = arrays;
+    let mut split = |key: &str| {
+        let at = arrays.iter().position(|(k, _)| *k == key.as_bytes())?;
+        Some(arrays.swap_remove(at).1)
+    };
+    // One object and only whitespace after it.
+    let end = top.last().map_or(start, |(_, v)| v.1);
+    let close = body.get(scan::skip_ws(body, end)..)?;
+    if scan::skip_ws(close, 1) != close.len() || close.first() != Some(&b'}') {
+        return None;
+    }
+    let field = |name: &str| scan::get(&top, name);
+    let slice = |s: Span| body.get(s.0..s.1);
+    let model = field("model")
+        .and_then(slice)
+        .and_then(|raw| serde_json::from_slice::<String>(raw).ok());
+    let offers_tools = ["tools", "functions"]
+        .iter()
+        .filter_map(|k| field(k).and_then(slice))
+        .any(|raw| !matches!(raw, b"null" | b"[]" | b"{}"));
+    let tool_choice = field("tool_choice");
+    if let Some(messages) = field("messages") {
+        let list = split("messages")?;
+        let system = field("system");
+        let anthropic = system.is_some() || is_anthropic_path(path);
         return Some(Request {
             format: if anthropic {
                 Format::Anthropic
@@ -134,29 +133,36 @@ pub fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {
             },
             model,
             offers_tools,
-            system: env.system,
-            items: Items::List(list),
+            system,
+            items: Items::List(list.spans),
+            item_keys: list.picked,
             array: Some(messages),
+            tool_choice,
             body,
         });
     }
-    let input = env.input?;
-    let (items, array) = if input.get().starts_with('"') {
-        (
-            Items::Text(serde_json::from_str::<String>(input.get()).ok()?),
+    let input = field("input")?;
+    let (items, item_keys, array) = match body.get(input.0)? {
+        b'"' => (
+            Items::Text(serde_json::from_slice::<String>(slice(input)?).ok()?),
+            Vec::new(),
             None,
-        )
-    } else {
-        let list: Vec<&'a RawValue> = serde_json::from_str(input.get()).ok()?;
-        (Items::List(list), Some(input))
+        ),
+        b'[' => {
+            let list = split("input")?;
+            (Items::List(list.spans), list.picked, Some(input))
+        }
+        _ => return None,
     };
     Some(Request {
         format: Format::OpenAiResponses,
         model,
         offers_tools,
-        system: env.instructions,
+        system: field("instructions"),
         items,
+        item_keys,
         array,
+        tool_choice,
         body,
     })
 }
@@ -187,20 +193,74 @@ impl<'a> Request<'a> {
     /// conversation.
     pub fn first_message(&self) -> Option<Message> {
         if let Some(sys) = self.system {
-            return Some(system_message(sys));
+            return Some(self.system_message(sys));
         }
         match &self.items {
             Items::Text(text) => Some(Message {
                 role: "user".to_string(),
                 parts: text_parts(text),
             }),
-            Items::List(items) => {
-                let raw = items.first()?;
-                serde_json::from_str::<Value>(raw.get())
-                    .ok()
-                    .map(|v| normalize::message(&v))
-            }
+            Items::List(items) => Some(self.item(0, *items.first()?)),
         }
+    }
+
+    /// One conversation item, normalised (an unreadable one becomes an
+    /// opaque marker, so it still counts and still differs from real ones).
+    fn item(&self, index: usize, span: Span) -> Message {
+        if let Some(m) = self.plain_item(index) {
+            return m;
+        }
+        match self.slice(span).map(serde_json::from_slice::<Value>) {
+            Some(Ok(v)) => normalize::message(&v),
+            _ => Message {
+                role: String::new(),
+                parts: vec![Part::Other("invalid".to_string())],
+            },
+        }
+    }
+
+    /// The common message, `{"role": ..., "content": "<text>"}` (plus fields
+    /// that do not matter, like `name` or `tool_call_id`), read straight
+    /// from the bytes; `None` sends anything richer to the full parser.
+    fn plain_item(&self, index: usize) -> Option<Message> {
+        let keys = self.item_keys.get(index)?.as_ref()?;
+        let rich = ["type", "tool_calls", "function_call", "arguments", "input"];
+        if keys.others || rich.iter().any(|k| keys.get(k).is_some()) {
+            return None;
+        }
+        let role = scan::plain_str(self.body, keys.get("role")?)?;
+        let role = std::str::from_utf8(role).ok()?.to_ascii_lowercase();
+        let raw = self.slice(keys.get("content")?)?;
+        let text = match raw.first()? {
+            b'"' => serde_json::from_slice::<std::borrow::Cow<'_, str>>(raw).ok()?,
+            b'n' if raw == b"null" => std::borrow::Cow::Borrowed(""),
+            _ => return None,
+        };
+        let body = text_parts(&text);
+        let parts = if role == "tool" || role == "function" {
+            vec![Part::ToolResult {
+                content: body,
+                is_error: false,
+            }]
+        } else {
+            body
+        };
+        Some(Message { role, parts })
+    }
+
+    fn system_message(&self, span: Span) -> Message {
+        let parts = match self.slice(span).map(serde_json::from_slice::<Value>) {
+            Some(Ok(v)) => normalize::content(&v),
+            _ => Vec::new(),
+        };
+        Message {
+            role: "system".to_string(),
+            parts,
+        }
+    }
+
+    fn slice(&self, span: Span) -> Option<&'_ [u8]> {
+        self.body.get(span.0..span.1)
     }
 
     /// The last `n` messages, normalised, oldest first. Messages that carry
@@ -211,7 +271,7 @@ impl<'a> Request<'a> {
             Items::Text(text) => {
                 if n >= 2 {
                     if let Some(sys) = self.system {
-                        out.push(system_message(sys));
+                        out.push(self.system_message(sys));
                     }
                 }
                 if n >= 1 {
@@ -224,33 +284,16 @@ impl<'a> Request<'a> {
             Items::List(items) => {
                 if n > items.len() {
                     if let Some(sys) = self.system {
-                        out.push(system_message(sys));
+                        out.push(self.system_message(sys));
                     }
                 }
                 let start = items.len().saturating_sub(n);
-                for raw in items.iter().skip(start) {
-                    out.push(match serde_json::from_str::<Value>(raw.get()) {
-                        Ok(v) => normalize::message(&v),
-                        Err(_) => Message {
-                            role: String::new(),
-                            parts: vec![Part::Other("invalid".to_string())],
-                        },
-                    });
+                for (i, span) in items.iter().enumerate().skip(start) {
+                    out.push(self.item(i, *span));
                 }
             }
         }
         out
-    }
-}
-
-fn system_message(raw: &RawValue) -> Message {
-    let parts = match serde_json::from_str::<Value>(raw.get()) {
-        Ok(v) => normalize::content(&v),
-        Err(_) => Vec::new(),
-    };
-    Message {
-        role: "system".to_string(),
-        parts,
     }
 }
 

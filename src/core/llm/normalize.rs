@@ -1,17 +1,36 @@
 //! Normalisation: the same conversation written with other case, spacing,
 //! call ids or key order gives the same messages.
 
-use super::{sha256, text_parts, Message, Part};
+use super::{scan, sha256, text_parts, Message, Part};
 use serde_json::Value;
 
 /// Lower-case, whitespace runs collapsed to one space, trimmed.
 pub fn normalize_text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for word in s.split_whitespace() {
-        if !out.is_empty() {
-            out.push(' ');
+    let mut pending_space = false;
+    if s.is_ascii() {
+        // The common case, a byte at a time.
+        for &b in s.as_bytes() {
+            if b.is_ascii_whitespace() || b == 0x0b {
+                pending_space = !out.is_empty();
+            } else {
+                if pending_space {
+                    out.push(' ');
+                    pending_space = false;
+                }
+                out.push(char::from(b.to_ascii_lowercase()));
+            }
         }
-        for c in word.chars() {
+        return out;
+    }
+    for c in s.chars() {
+        if c.is_whitespace() {
+            pending_space = !out.is_empty();
+        } else {
+            if pending_space {
+                out.push(' ');
+                pending_space = false;
+            }
             out.extend(c.to_lowercase());
         }
     }
@@ -30,12 +49,19 @@ pub fn canonical_json(v: &Value) -> String {
 /// arguments that are not JSON compare as trimmed strings.
 pub fn canonical_arguments(v: &Value) -> String {
     match v {
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(parsed) => canonical_json(&parsed),
-            Err(_) => s.trim().to_string(),
-        },
+        Value::String(s) => canonical_text(s),
         Value::Null => "{}".to_string(),
         other => canonical_json(other),
+    }
+}
+
+/// Arguments given as JSON text (OpenAI's `arguments` string), canonical;
+/// text that is not JSON compares as trimmed text.
+pub fn canonical_text(s: &str) -> String {
+    let b = s.as_bytes();
+    match scan::document(b).and_then(|span| scan::canonical(b, span)) {
+        Some(c) => c,
+        None => s.trim().to_string(),
     }
 }
 

@@ -38,6 +38,20 @@ fn normalize_text_collapses_case_and_space() {
     assert_eq!(normalize_text("  Hello\t\n  WORLD  "), "hello world");
     assert_eq!(normalize_text("ÄPFEL und Öl"), "äpfel und öl");
     assert_eq!(normalize_text(" \n "), "");
+    // The ASCII fast path and the Unicode path agree.
+    for t in [
+        "A\tb\x0bC  d",
+        "Ünïcode\u{2003}SPACE  x",
+        "MiXeD \r\n case",
+        "",
+    ] {
+        let slow: String = t
+            .split_whitespace()
+            .map(|w| w.to_lowercase())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert_eq!(normalize_text(t), slow, "{t:?}");
+    }
 }
 
 #[test]
@@ -336,4 +350,122 @@ fn legacy_function_calls_and_refusals() {
         }]
     );
     assert_eq!(t[2].parts, vec![text("i can't")]);
+}
+
+#[test]
+#[ignore]
+fn microbench_parse() {
+    let body = std::fs::read("/tmp/mb/chat16k.json").unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..2000 {
+        let r = parse(&body, "/v1/chat/completions").unwrap();
+        std::hint::black_box(r.tail(3));
+    }
+    eprintln!("parse+tail: {:?}/iter", t.elapsed() / 2000);
+    let t = std::time::Instant::now();
+    for _ in 0..2000 {
+        let d = scan::document(&body).unwrap();
+        std::hint::black_box(d);
+    }
+    eprintln!("document: {:?}/iter", t.elapsed() / 2000);
+    let t = std::time::Instant::now();
+    for _ in 0..2000 {
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        std::hint::black_box(v);
+    }
+    eprintln!("serde Value: {:?}/iter", t.elapsed() / 2000);
+    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
+    let t = std::time::Instant::now();
+    for _ in 0..2000 {
+        let r = parse(&tb, "/v1/chat/completions").unwrap();
+        std::hint::black_box(r.tool_history(None));
+    }
+    eprintln!("parse+tool_history: {:?}/iter", t.elapsed() / 2000);
+}
+
+#[test]
+#[ignore]
+fn microbench_tools() {
+    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
+    let r = parse(&tb, "/v1/chat/completions").unwrap();
+    let Items::List(items) = &r.items else {
+        panic!()
+    };
+    eprintln!("items: {}", items.len());
+    let t = std::time::Instant::now();
+    for _ in 0..2000 {
+        for s in items {
+            std::hint::black_box(scan::members(&tb, *s));
+        }
+    }
+    eprintln!("members of all items: {:?}/iter", t.elapsed() / 2000);
+    let t = std::time::Instant::now();
+    for _ in 0..2000 {
+        std::hint::black_box(r.tool_history(None));
+    }
+    eprintln!("tool_history: {:?}/iter", t.elapsed() / 2000);
+    let call = br#"{"id": "call_3", "type": "function", "function": {"name": "tool_3", "arguments": "{\"step\": 3, \"path\": \"/srv/app/3\"}"}}"#;
+    let t = std::time::Instant::now();
+    for _ in 0..20000 {
+        let v: Value = serde_json::from_slice(call).unwrap();
+        std::hint::black_box(normalize::canonical_arguments(
+            v["function"].get("arguments").unwrap(),
+        ));
+    }
+    eprintln!("one call parse+canon: {:?}", t.elapsed() / 20000);
+}
+
+#[test]
+#[ignore]
+fn microbench_tool_history_only() {
+    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
+    for _ in 0..500 {
+        let r = parse(&tb, "/v1/chat/completions").unwrap();
+        std::hint::black_box(r.tool_history(None));
+    }
+}
+
+#[test]
+fn plain_message_fast_path_agrees_with_the_full_parser() {
+    let cases = [
+        json!({"role": "user", "content": "  Hello\tWORLD \u{e9}t\u{c9} "}),
+        json!({"role": "Tool", "tool_call_id": "c1", "content": "Result \"quoted\" \\ back"}),
+        json!({"role": "assistant", "content": null, "refusal": null, "annotations": []}),
+        json!({"role": "function", "name": "f", "content": ""}),
+        json!({"content": "no role first", "role": "system"}),
+    ];
+    for v in cases {
+        let body = json!({"model": "m", "messages": [v.clone()]})
+            .to_string()
+            .into_bytes();
+        let req = parse(&body, "/v1/chat/completions").unwrap();
+        let fast = req.plain_item(0).expect("fast path taken");
+        assert_eq!(fast, normalize::message(&v), "{v}");
+    }
+    // Richer messages take the full parser.
+    let body = json!({"model": "m", "messages": [{"role": "assistant", "content": "x", "tool_calls": []}]}).to_string().into_bytes();
+    let req = parse(&body, "/").unwrap();
+    assert!(req.plain_item(0).is_none());
+}
+
+#[test]
+#[ignore]
+fn microbench_tool_history_cached() {
+    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
+    let mut cache = CallCache::default();
+    let t = std::time::Instant::now();
+    for _ in 0..2000 {
+        let r = parse(&tb, "/v1/chat/completions").unwrap();
+        std::hint::black_box(r.tool_history(Some(&mut cache)));
+    }
+    eprintln!("parse+cached tool_history: {:?}/iter", t.elapsed() / 2000);
+}
+
+#[test]
+#[ignore]
+fn microbench_parse_only() {
+    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
+    for _ in 0..500 {
+        std::hint::black_box(parse(&tb, "/v1/chat/completions").unwrap());
+    }
 }

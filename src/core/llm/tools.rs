@@ -6,18 +6,65 @@
 //! end of the conversation (and at `tool_choice`), so every earlier byte
 //! stays identical and provider prompt caches keyed on the prefix still hit.
 
-use super::{normalize, Format, Items, Part, Request};
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use super::scan::{self, Span};
+use super::{normalize, Format, Items, Request};
 use serde_json::Value;
-use std::borrow::Cow;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Tool calls of model items already parsed, keyed by the item's exact
+/// bytes (looked up by CRC, confirmed by comparison). Bounded: it starts
+/// over when it holds more than 2 MB of items.
+#[derive(Debug, Default)]
+pub struct CallCache {
+    entries: HashMap<u32, Vec<CachedItem>>,
+    bytes: usize,
+}
+
+/// An item's call-holding bytes and the calls parsed from them.
+type CachedItem = (Vec<u8>, Vec<(Rc<str>, Rc<str>)>);
+
+const CALL_CACHE_BYTES: usize = 2 << 20;
+
+impl CallCache {
+    fn get(&self, raw: &[u8]) -> Option<&[(Rc<str>, Rc<str>)]> {
+        self.entries
+            .get(&crc32fast::hash(raw))?
+            .iter()
+            .find(|(r, _)| r.as_slice() == raw)
+            .map(|(_, calls)| calls.as_slice())
+    }
+
+    fn put(&mut self, raw: &[u8], calls: Vec<(Rc<str>, Rc<str>)>) {
+        if self.bytes + raw.len() > CALL_CACHE_BYTES {
+            self.entries.clear();
+            self.bytes = 0;
+        }
+        if raw.len() <= CALL_CACHE_BYTES {
+            self.bytes += raw.len();
+            self.entries
+                .entry(crc32fast::hash(raw))
+                .or_default()
+                .push((raw.to_vec(), calls));
+        }
+    }
+
+    /// Items held.
+    pub fn len(&self) -> usize {
+        self.entries.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
 
 /// One tool call the model made, in conversation order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolCall {
-    pub name: String,
+    pub name: Rc<str>,
     /// Canonical arguments (sorted keys, no whitespace).
-    pub arguments: String,
+    pub arguments: Rc<str>,
     /// The assistant turn it belongs to (0-based, in order).
     pub turn: usize,
 }
@@ -30,51 +77,24 @@ pub struct ToolHistory {
     pub newest_turn: Option<usize>,
 }
 
-/// Just enough of an item to know who wrote it.
-#[derive(Deserialize)]
-struct Probe<'a> {
-    #[serde(default, borrow)]
-    role: Option<Cow<'a, str>>,
-    #[serde(default, borrow, rename = "type")]
-    kind: Option<Cow<'a, str>>,
-}
-
-/// The parts of a message loopguard may edit, borrowed with their
-/// positions.
-#[derive(Deserialize)]
-struct LastMessage<'a> {
-    #[serde(default, borrow)]
-    role: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    content: Option<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct ToolChoice<'a> {
-    #[serde(default, borrow)]
-    tool_choice: Option<&'a RawValue>,
-}
-
 impl Request<'_> {
     /// Every tool call in the history, in order, with the assistant turn it
-    /// belongs to. Only the model's own items are parsed fully.
-    pub fn tool_history(&self) -> ToolHistory {
+    /// belongs to. Only the model's tool calls are parsed; texts are
+    /// skipped unread. With a cache, model items seen before (a
+    /// conversation resends its history every turn) are not parsed again.
+    pub fn tool_history(&self, mut cache: Option<&mut CallCache>) -> ToolHistory {
         let Items::List(items) = &self.items else {
             return ToolHistory::default();
         };
         let mut out = ToolHistory::default();
         let mut turn: Option<usize> = None;
         let mut previous_was_model = false;
-        for raw in items {
-            let Ok(probe) = serde_json::from_str::<Probe>(raw.get()) else {
+        for index in 0..items.len() {
+            let Some(keys) = self.item_keys.get(index).and_then(Option::as_ref) else {
                 previous_was_model = false;
                 continue;
             };
-            let kind = probe.kind.as_deref().unwrap_or("");
-            let role = probe.role.as_deref().unwrap_or("");
-            let from_model = role.eq_ignore_ascii_case("assistant")
-                || matches!(kind, "function_call" | "custom_tool_call" | "reasoning");
-            if !from_model {
+            if !self.written_by_model(keys) {
                 previous_was_model = false;
                 continue;
             }
@@ -88,21 +108,152 @@ impl Request<'_> {
             };
             turn = Some(t);
             previous_was_model = true;
-            let Ok(v) = serde_json::from_str::<Value>(raw.get()) else {
-                continue;
+            let kind = self.word(keys, "type");
+            let Some(key) = self.call_bytes(keys, kind) else {
+                continue; // nothing here can hold a call (a text answer)
             };
-            for part in normalize::message(&v).parts {
-                if let Part::ToolCall { name, arguments } = part {
-                    out.calls.push(ToolCall {
-                        name,
-                        arguments,
-                        turn: t,
-                    });
+            let cached = cache
+                .as_deref()
+                .and_then(|c| c.get(&key))
+                .map(<[_]>::to_vec);
+            let calls = match cached {
+                Some(calls) => calls,
+                None => {
+                    let calls: Vec<(Rc<str>, Rc<str>)> = self
+                        .calls_of(&keys.members(), kind)
+                        .into_iter()
+                        .map(|(n, a)| (Rc::from(n), Rc::from(a)))
+                        .collect();
+                    if let Some(c) = cache.as_deref_mut() {
+                        c.put(&key, calls.clone());
+                    }
+                    calls
                 }
+            };
+            for (name, arguments) in calls {
+                out.calls.push(ToolCall {
+                    name,
+                    arguments,
+                    turn: t,
+                });
             }
         }
         out.newest_turn = turn;
         out
+    }
+
+    /// Whether the model wrote this item, by its `role` or `type`.
+    fn written_by_model(&self, keys: &scan::Picked) -> bool {
+        let role = self.word(keys, "role");
+        role.eq_ignore_ascii_case(b"assistant")
+            || matches!(
+                self.word(keys, "type"),
+                b"function_call" | b"custom_tool_call" | b"reasoning"
+            )
+    }
+
+    /// A key that is a plain word (`role`, `type`), or empty.
+    fn word(&self, keys: &scan::Picked, key: &str) -> &[u8] {
+        keys.get(key)
+            .and_then(|s| scan::plain_str(self.body, s))
+            .unwrap_or_default()
+    }
+
+    /// The parts of a model item that can hold tool calls, as one key for
+    /// the call cache: a function-call item's name and arguments, a chat
+    /// message's `tool_calls` and `function_call`, an Anthropic message's
+    /// content blocks (a plain text content holds no calls).
+    fn call_bytes(&self, keys: &scan::Picked, kind: &[u8]) -> Option<Vec<u8>> {
+        let names: &[&str] = if matches!(kind, b"function_call" | b"custom_tool_call") {
+            &["name", "arguments", "input"]
+        } else {
+            &["tool_calls", "function_call", "content"]
+        };
+        let mut out = Vec::new();
+        for key in names {
+            if let Some((start, end)) = keys.get(key) {
+                let raw = self.body.get(start..end).unwrap_or_default();
+                if *key == "content" && raw.first() != Some(&b'[') || raw == b"null" {
+                    continue;
+                }
+                out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+                out.extend_from_slice(raw);
+            }
+        }
+        if out.is_empty() {
+            return None;
+        }
+        out.push(kind.len() as u8);
+        out.extend_from_slice(kind);
+        Some(out)
+    }
+
+    /// The tool calls of one model item: Responses `function_call` items,
+    /// chat `tool_calls` (and the legacy `function_call`), Anthropic
+    /// `tool_use` blocks in the content. Only names and arguments are
+    /// parsed.
+    fn calls_of(&self, members: &[(&[u8], Span)], kind: &[u8]) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        if matches!(kind, b"function_call" | b"custom_tool_call") {
+            let args = scan::get(members, "arguments").or_else(|| scan::get(members, "input"));
+            out.push(self.call(members, args));
+            return out;
+        }
+        let object = |s: Span| scan::members(self.body, s);
+        if let Some(calls) =
+            scan::get(members, "tool_calls").and_then(|s| scan::elements(self.body, s))
+        {
+            for c in calls {
+                let Some(call) = object(c) else { continue };
+                // {"id", "type", "function": {"name", "arguments"}}
+                let function = scan::get(&call, "function").and_then(object);
+                let f = function.as_deref().unwrap_or(&call);
+                out.push(self.call(f, scan::get(f, "arguments")));
+            }
+        }
+        if let Some(f) = scan::get(members, "function_call").and_then(object) {
+            out.push(self.call(&f, scan::get(&f, "arguments")));
+        }
+        if let Some(blocks) =
+            scan::get(members, "content").and_then(|s| scan::elements(self.body, s))
+        {
+            for b in blocks {
+                let Some(block) = object(b) else { continue };
+                let is_call = scan::get(&block, "type")
+                    .and_then(|s| scan::plain_str(self.body, s))
+                    .is_some_and(|t| t == b"tool_use" || t == b"server_tool_use");
+                if is_call {
+                    out.push(self.call(&block, scan::get(&block, "input")));
+                }
+            }
+        }
+        out
+    }
+
+    /// A call's name and canonical arguments, from the members of the object
+    /// holding `name`, and the arguments' span.
+    fn call(&self, members: &[(&[u8], Span)], args: Option<Span>) -> (String, String) {
+        let text = |s: Span| self.body.get(s.0..s.1);
+        let name = scan::get(members, "name")
+            .and_then(|s| match scan::plain_str(self.body, s) {
+                Some(plain) => std::str::from_utf8(plain).ok().map(str::to_string),
+                None => serde_json::from_slice::<String>(text(s)?).ok(),
+            })
+            .unwrap_or_default();
+        let arguments = match args.and_then(text) {
+            None => normalize::canonical_arguments(&Value::Null),
+            Some(raw) if raw.first() == Some(&b'"') => {
+                match serde_json::from_slice::<String>(raw) {
+                    Ok(inner) => normalize::canonical_text(&inner),
+                    Err(_) => String::new(),
+                }
+            }
+            Some(raw) => match args.and_then(|s| scan::canonical(self.body, s)) {
+                Some(c) => c,
+                None => String::from_utf8_lossy(raw).trim().to_string(),
+            },
+        };
+        (name, arguments)
     }
 
     /// The body with `note` appended as the conversation's last word, in
@@ -122,11 +273,10 @@ impl Request<'_> {
             Format::Anthropic => "{\"type\":\"none\"}",
             _ => "\"none\"",
         };
-        let choice = serde_json::from_slice::<ToolChoice>(self.body).ok()?;
-        let choice_edit = match choice.tool_choice {
-            Some(raw) => Edit {
-                at: self.offset(raw.get())?,
-                remove: raw.get().len(),
+        let choice_edit = match self.tool_choice {
+            Some((start, end)) => Edit {
+                at: start,
+                remove: end - start,
                 insert: none.to_string(),
             },
             None => Edit {
@@ -153,9 +303,8 @@ impl Request<'_> {
 
     /// Insert one item at the end of the conversation array.
     fn append_item(&self, item: &str) -> Option<Edit> {
-        let array = self.array?;
-        let start = self.offset(array.get())?;
-        let close = start + array.get().len().checked_sub(1)?;
+        let (_, end) = self.array?;
+        let close = end.checked_sub(1)?;
         let empty = match &self.items {
             Items::List(l) => l.is_empty(),
             Items::Text(_) => return None,
@@ -182,37 +331,29 @@ impl Request<'_> {
         let Some(last) = last else {
             return self.append_item(&format!("{{\"role\":\"user\",\"content\":[{block}]}}"));
         };
-        let msg: LastMessage = serde_json::from_str(last.get()).ok()?;
-        let is_user = msg
-            .role
-            .as_deref()
-            .is_some_and(|r| r.eq_ignore_ascii_case("user"));
-        match msg.content {
-            Some(content) if is_user && content.get().starts_with('[') => {
-                let start = self.offset(content.get())?;
-                let close = start + content.get().len().checked_sub(1)?;
-                let inner = content.get().get(1..content.get().len() - 1).unwrap_or("");
-                let empty = inner.trim().is_empty();
+        let members = scan::members(self.body, last)?;
+        let is_user = scan::get(&members, "role")
+            .and_then(|s| scan::plain_str(self.body, s))
+            .is_some_and(|r| r.eq_ignore_ascii_case(b"user"));
+        match scan::get(&members, "content") {
+            Some(content) if is_user && self.body.get(content.0) == Some(&b'[') => {
+                let empty = scan::elements(self.body, content)?.is_empty();
                 Some(Edit {
-                    at: close,
+                    at: content.1.checked_sub(1)?,
                     remove: 0,
                     insert: if empty { block } else { format!(",{block}") },
                 })
             }
-            Some(content) if is_user && content.get().starts_with('"') => Some(Edit {
-                at: self.offset(content.get())?,
-                remove: content.get().len(),
-                insert: format!("[{{\"type\":\"text\",\"text\":{}}},{block}]", content.get()),
-            }),
+            Some(content) if is_user && self.body.get(content.0) == Some(&b'"') => {
+                let original = std::str::from_utf8(self.body.get(content.0..content.1)?).ok()?;
+                Some(Edit {
+                    at: content.0,
+                    remove: content.1 - content.0,
+                    insert: format!("[{{\"type\":\"text\",\"text\":{original}}},{block}]"),
+                })
+            }
             _ => self.append_item(&format!("{{\"role\":\"user\",\"content\":[{block}]}}")),
         }
-    }
-
-    /// Where a borrowed piece of the body starts in it.
-    fn offset(&self, piece: &str) -> Option<usize> {
-        let base = self.body.as_ptr() as usize;
-        let at = (piece.as_ptr() as usize).checked_sub(base)?;
-        (at + piece.len() <= self.body.len()).then_some(at)
     }
 }
 

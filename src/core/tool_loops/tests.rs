@@ -39,7 +39,7 @@ fn chat(turns: &[&[(&str, &str)]]) -> Value {
 fn judge_body(c: &ToolLoops, body: &Value, path: &str) -> Option<ToolVerdict> {
     let bytes = body.to_string().into_bytes();
     let req = llm::parse(&bytes, path).unwrap();
-    judge(c, &req.tool_history())
+    judge(c, &req.tool_history(None))
 }
 
 const READ: (&str, &str) = ("read_file", "{\"path\": \"/etc/app.conf\"}");
@@ -253,7 +253,7 @@ fn responses_and_anthropic_histories() {
 fn rewritten(c: &ToolLoops, body: &Value, path: &str) -> (Vec<u8>, Vec<u8>, Value) {
     let original = body.to_string().into_bytes();
     let req = llm::parse(&original, path).unwrap();
-    let v = judge(c, &req.tool_history()).unwrap();
+    let v = judge(c, &req.tool_history(None)).unwrap();
     let out = rewrite(c, &req, &v).unwrap();
     let parsed: Value = serde_json::from_slice(&out).unwrap();
     (original, out, parsed)
@@ -369,7 +369,7 @@ fn odd_json_layouts_are_edited_correctly() {
         serde_json::to_string_pretty(&chat(&[&[READ], &[READ], &[READ]])).unwrap() + "\n\n";
     let req = llm::parse(pretty.as_bytes(), "/v1/chat/completions").unwrap();
     assert_eq!(req.format, Format::OpenAiChat);
-    let v = judge(&c, &req.tool_history()).unwrap();
+    let v = judge(&c, &req.tool_history(None)).unwrap();
     let out = rewrite(&c, &req, &v).unwrap();
     let parsed: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(
@@ -391,4 +391,33 @@ fn header_values_are_safe_tokens() {
     assert_eq!(header_value(&v), "pattern;tool=weird_tool__X__y__;level=2");
     assert_eq!(safe_tool_name(&"a".repeat(100)).len(), 64);
     assert_eq!(safe_tool_name(""), "_");
+}
+
+#[test]
+fn the_call_cache_gives_the_same_history_and_is_reused() {
+    let mut cache = llm::CallCache::default();
+    let first = chat(&[&[READ], &[("search", "{\"q\": 1}")]])
+        .to_string()
+        .into_bytes();
+    let second = chat(&[&[READ], &[("search", "{\"q\": 1}")], &[READ, READ]])
+        .to_string()
+        .into_bytes();
+    for body in [&first, &second, &second] {
+        let req = llm::parse(body, "/v1/chat/completions").unwrap();
+        assert_eq!(req.tool_history(Some(&mut cache)), req.tool_history(None));
+    }
+    // Two model items, then one more (the repeated request added nothing).
+    assert_eq!(cache.len(), 3);
+    // Anthropic and Responses items too.
+    for (body, path) in [
+        (anthropic_body(3, false), "/v1/messages"),
+        (responses_body(3), "/v1/responses"),
+    ] {
+        let bytes = body.to_string().into_bytes();
+        let req = llm::parse(&bytes, path).unwrap();
+        let cold = req.tool_history(Some(&mut cache));
+        assert_eq!(cold, req.tool_history(Some(&mut cache)));
+        assert_eq!(cold, req.tool_history(None));
+        assert_eq!(cold.calls.len(), 3);
+    }
 }

@@ -1,0 +1,233 @@
+"""`make bench`: what loopguard costs, measured against the floor of any wasm
+filter in the same run.
+
+Envoy runs with --concurrency 1 (one core), wrk with one thread on the other
+core, over loopback. Envoy answers itself (direct_response) so no upstream
+is measured; the filter chain runs all the same. Configurations alternate,
+each round runs every one, and the table shows medians over the rounds:
+requests/s, p50/p99 latency, Envoy CPU time per request (user + system from
+/proc over the measured run), and the CPU added over the matching no-op
+baseline. Then a flood of 1,000,000 unique fingerprints checks that memory
+stays bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+
+import httpx  # noqa: E402
+
+from harness import ROOT, ROUTER, Envoy, bootstrap, buffer_filter, wasm_filter  # noqa: E402
+
+NOOP = str(ROOT / "bench" / "noop" / "target" / "wasm32-wasip1" / "release" / "noop.wasm")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def noop_filter() -> dict:
+    f = wasm_filter("{}", name="noop", vm_id="noop")
+    f["typed_config"]["config"]["vm_config"]["code"]["local"]["filename"] = NOOP
+    f["typed_config"]["config"]["root_id"] = ""
+    return f
+
+
+def loopguard(policy_spec: dict, **top) -> dict:
+    return wasm_filter({**top, "policies": [{"id": "bench", "spec": policy_spec}]})
+
+
+NO_TRIP = {"enabled": True, "window_seconds": 1, "threshold_identical_requests": 1024}
+
+
+def chat_body(kib: int, tool_calls: int = 0) -> bytes:
+    """An OpenAI chat body of about `kib` KiB; with `tool_calls` distinct
+    earlier tool calls (no loop in them)."""
+    messages = [{"role": "system", "content": "You are a careful release assistant."}]
+    for i in range(tool_calls):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": f"tool_{i % 7}", "arguments": json.dumps({"step": i, "path": f"/srv/app/{i}"})}}]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i}: ok"})
+    filler = "The quick brown fox jumps over the lazy dog. "
+    i = 0
+    while len(json.dumps({"model": "gpt-4o-mini", "messages": messages})) < kib * 1024 - 200:
+        messages.insert(1 + i % 3, {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + filler * 8})
+        i += 1
+    messages.append({"role": "user", "content": "Is the build on main green?"})
+    return json.dumps({"model": "gpt-4o-mini", "messages": messages, "tools": [{"type": "function", "function": {"name": f"tool_{t}"}} for t in range(7)]}).encode()
+
+
+# name, filters, request kind, baseline name
+def configurations(tmp: Path) -> list[dict]:
+    body_1k = json.dumps({"model": "gpt-4o-mini", "input": "x" * 950}).encode()
+    chat_16k = chat_body(16)
+    tools_16k = chat_body(16, tool_calls=20)
+    for name, data in [("post1k", body_1k), ("chat16k", chat_16k), ("tools16k", tools_16k)]:
+        (tmp / f"{name}.json").write_bytes(data)
+    exact_keys = {"selector": {}, "loop_detection": NO_TRIP}
+    llm = {"selector": {}, "loop_detection": {**NO_TRIP, "similarity": "llm_tail"}}
+    tools = {"selector": {}, "tool_loops": {"enabled": True}}
+    buf = buffer_filter(1 << 20)
+    return [
+        {"name": "no wasm filter, GET", "filters": [ROUTER], "req": "get", "base": None},
+        {"name": "no-op wasm, GET", "filters": [noop_filter(), ROUTER], "req": "get", "base": None},
+        {"name": "loopguard exact, GET", "filters": [loopguard(exact_keys), ROUTER], "req": "get", "base": "no-op wasm, GET", "target": 3.0},
+        {"name": "no-op wasm + buffer, 1 KB POST", "filters": [noop_filter(), buf, ROUTER], "req": "post1k", "base": None},
+        {"name": "loopguard exact, 1 KB POST", "filters": [loopguard(exact_keys), buf, ROUTER], "req": "post1k", "base": "no-op wasm + buffer, 1 KB POST", "target": 6.0},
+        {"name": "no-op wasm + buffer, 16 KB chat", "filters": [noop_filter(), buf, ROUTER], "req": "chat16k", "base": None},
+        {"name": "loopguard llm_tail, 16 KB chat", "filters": [loopguard(llm), buf, ROUTER], "req": "chat16k", "base": "no-op wasm + buffer, 16 KB chat", "target": 30.0},
+        {"name": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "filters": [noop_filter(), buf, ROUTER], "req": "tools16k", "base": None},
+        {"name": "loopguard tool_loops, 16 KB chat, 20 tool calls", "filters": [loopguard(tools), buf, ROUTER], "req": "tools16k", "base": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "target": 30.0},
+        {"name": "loopguard exact, GET, unique fingerprints", "filters": [loopguard(exact_keys), ROUTER], "req": "flood", "base": "no-op wasm, GET"},
+    ]
+
+
+def wrk_script(tmp: Path, kind: str) -> Path:
+    """Requests rotate over 1000 callers (query id and API key), so the
+    policies see a realistic mix of fingerprints and never trip; `flood`
+    makes every fingerprint new."""
+    body = "nil" if kind in ("get", "flood") else f'io.open("{tmp / (kind + ".json")}"):read("*a")'
+    method = "GET" if kind in ("get", "flood") else "POST"
+    ident = "counter" if kind == "flood" else "counter % 1000"
+    script = tmp / f"{kind}.lua"
+    script.write_text(f"""
+counter = 0
+local body = {body}
+request = function()
+  counter = counter + 1
+  local id = {ident}
+  return wrk.format("{method}", "/v1/bench?id=" .. id, {{["authorization"] = "Bearer sk-bench-" .. id, ["content-type"] = "application/json"}}, body)
+end
+""")
+    return script
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def run_wrk(url: str, script: Path, seconds: float, connections: int) -> dict:
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{int(round(seconds))}s", "--latency", "-s", str(script), url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    def latency(pct: str) -> float:
+        m = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
+        if not m:
+            return float("nan")
+        value, unit = float(m.group(1)), m.group(2)
+        return value * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    requests = int(re.search(r"(\d+) requests in", out).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"requests": requests, "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
+            "p50": latency("50"), "p99": latency("99"), "errors": int(non2xx.group(1)) if non2xx else 0}
+
+
+def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
+    envoy = Envoy(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), concurrency=1, name=cfg["name"])
+    envoy.start()
+    try:
+        script = wrk_script(tmp, cfg["req"])
+        run_wrk(envoy.url, script, 1, connections)  # warm-up
+        rss_before = envoy.rss_bytes()
+        cpu0 = cpu_seconds(envoy.proc.pid)
+        res = run_wrk(envoy.url, script, seconds, connections)
+        cpu = cpu_seconds(envoy.proc.pid) - cpu0
+        res["cpu_us"] = cpu / max(res["requests"], 1) * 1e6
+        res["rss_before"], res["rss_after"] = rss_before, envoy.rss_bytes()
+        if res["errors"]:
+            raise RuntimeError(f"{cfg['name']}: {res['errors']} non-2xx responses")
+        return res
+    finally:
+        envoy.stop()
+
+
+def memory_flood(tmp: Path, total: int, table: int) -> dict:
+    """1,000,000 unique fingerprints through a table of `table` entries:
+    RSS may grow by no more than the table plus 16 MB."""
+    cfg = {"name": "flood", "filters": [loopguard({"selector": {}, "loop_detection": NO_TRIP}, max_tracked_fingerprints=table), ROUTER]}
+    envoy = Envoy(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), concurrency=1)
+    envoy.start()
+    try:
+        script = wrk_script(tmp, "flood")
+        run_wrk(envoy.url, script, 1, 16)
+        before = envoy.rss_bytes()
+        sent = 0
+        while sent < total:
+            sent += run_wrk(envoy.url, script, 10, 16)["requests"]
+        after = envoy.rss_bytes()
+        stats = httpx.get(f"{envoy.admin}/stats", timeout=5).text
+        evicted = int(re.search(r"wasmcustom\.loopguard\.fingerprints_evicted_total: (\d+)", stats).group(1))
+        tracked = int(re.search(r"wasmcustom\.loopguard\.tracked_fingerprints: (\d+)", stats).group(1))
+        # Bytes a full table holds: per bucket of 4 entries, 2 bytes of header,
+        # per entry 54 fixed bytes + 4 per kept hit (1024 hits here), plus
+        # Envoy's per-key overhead (~150 bytes).
+        table_bytes = (table // 4) * (2 + 4 * (54 + 4 * 1024) + 150)
+        return {"sent": sent, "before": before, "after": after, "evicted": evicted, "tracked": tracked, "table_bytes": table_bytes}
+    finally:
+        envoy.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--flood", type=int, default=1_000_000)
+    ap.add_argument("--table", type=int, default=65_536)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
+    configs = configurations(tmp)
+    results: dict[str, list[dict]] = {c["name"]: [] for c in configs}
+    for r in range(args.rounds):
+        for cfg in configs:
+            res = measure(cfg, tmp, args.seconds, args.connections)
+            results[cfg["name"]].append(res)
+            print(f"round {r + 1}/{args.rounds}: {cfg['name']}: {res['rps']:.0f} req/s, {res['cpu_us']:.1f} us CPU/req", file=sys.stderr)
+    med = {name: {k: statistics.median(x[k] for x in runs) for k in runs[0]} for name, runs in results.items()}
+    width = max(len(c["name"]) for c in configs)
+    print(f"\nloopguard bench: Envoy --concurrency 1, wrk -t1 -c{args.connections}, {args.seconds:.0f} s x {args.rounds} rounds (medians)")
+    print(f"machine: {os.cpu_count()} CPUs, {open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}\n")
+    header = f"| {'configuration'.ljust(width)} | req/s | p50 ms | p99 ms | CPU us/req | vs baseline | RSS MB before -> after |"
+    print(header)
+    print("|" + "|".join("-" * (len(h)) for h in header.split("|")[1:-1]) + "|")
+    failures = []
+    for cfg in configs:
+        m = med[cfg["name"]]
+        vs = ""
+        if cfg.get("base"):
+            b = med[cfg["base"]]
+            added = m["cpu_us"] - b["cpu_us"]
+            vs = f"+{added:.1f} us ({m['cpu_us'] / b['cpu_us']:.2f}x)"
+            if "target" in cfg:
+                ok = added <= cfg["target"]
+                vs += f" {'ok' if ok else 'OVER'} <= {cfg['target']:.0f}"
+                if not ok:
+                    failures.append(f"{cfg['name']}: +{added:.1f} us > {cfg['target']} us")
+        print(f"| {cfg['name'].ljust(width)} | {m['rps']:.0f} | {m['p50']:.2f} | {m['p99']:.2f} | {m['cpu_us']:.1f} | {vs} | {m['rss_before'] / 1e6:.0f} -> {m['rss_after'] / 1e6:.0f} |")
+    if args.flood:
+        f = memory_flood(tmp, args.flood, args.table)
+        grown = f["after"] - f["before"]
+        limit = f["table_bytes"] + 16 * 1024 * 1024
+        print(f"\nflood: {f['sent']} unique fingerprints through a table of {args.table}: RSS {f['before'] / 1e6:.0f} -> {f['after'] / 1e6:.0f} MB "
+              f"(+{grown / 1e6:.1f} MB, limit table {f['table_bytes'] / 1e6:.1f} MB + 16 MB), evictions {f['evicted']}, table entries in use {f['tracked']}")
+        if grown > limit:
+            failures.append(f"flood: RSS grew {grown / 1e6:.1f} MB > {limit / 1e6:.1f} MB")
+        if f["evicted"] < f["sent"] - 2 * args.table:
+            failures.append(f"flood: only {f['evicted']} evictions for {f['sent']} unique fingerprints")
+    for line in failures:
+        print(f"target missed: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
