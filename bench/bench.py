@@ -31,14 +31,19 @@ import httpx  # noqa: E402
 from harness import ROOT, ROUTER, Envoy, bootstrap, buffer_filter, wasm_filter  # noqa: E402
 
 NOOP = str(ROOT / "bench" / "noop" / "target" / "wasm32-wasip1" / "release" / "noop.wasm")
+BARE = str(ROOT / "bench" / "bare" / "target" / "wasm32-wasip1" / "release" / "bare.wasm")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def noop_filter() -> dict:
-    f = wasm_filter("{}", name="noop", vm_id="noop")
-    f["typed_config"]["config"]["vm_config"]["code"]["local"]["filename"] = NOOP
+def module_filter(path: str, name: str) -> dict:
+    f = wasm_filter("{}", name=name, vm_id=name)
+    f["typed_config"]["config"]["vm_config"]["code"]["local"]["filename"] = path
     f["typed_config"]["config"]["root_id"] = ""
     return f
+
+
+def noop_filter() -> dict:
+    return module_filter(NOOP, "noop")
 
 
 def loopguard(policy_spec: dict, **top) -> dict:
@@ -79,6 +84,7 @@ def configurations(tmp: Path) -> list[dict]:
     return [
         {"name": "no wasm filter, GET", "filters": [ROUTER], "req": "get", "base": None},
         {"name": "no-op wasm, GET", "filters": [noop_filter(), ROUTER], "req": "get", "base": None},
+        {"name": "bare SHA-256 + shared-data CAS detector, GET", "filters": [module_filter(BARE, "bare"), ROUTER], "req": "get", "base": "no-op wasm, GET"},
         {"name": "loopguard exact, GET", "filters": [loopguard(exact_keys), ROUTER], "req": "get", "base": "no-op wasm, GET", "target": 3.0},
         {"name": "no-op wasm + buffer, 1 KB POST", "filters": [noop_filter(), buf, ROUTER], "req": "post1k", "base": None},
         {"name": "loopguard exact, 1 KB POST", "filters": [loopguard(exact_keys), buf, ROUTER], "req": "post1k", "base": "no-op wasm + buffer, 1 KB POST", "target": 6.0},
@@ -151,10 +157,61 @@ def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
         envoy.stop()
 
 
+def callgrind_instructions(cfg: dict, tmp: Path, requests: int = 300) -> int:
+    """Envoy instructions per request, counted by valgrind's callgrind over
+    `requests` sequential requests after a warm-up: unlike CPU time, the same
+    on every run, whatever else the machine does."""
+    envoy = Envoy(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), concurrency=1)
+    cfg_path = envoy.dir / "envoy.json"
+    cfg_path.write_text(json.dumps(envoy.config))
+    out = tmp / f"callgrind.{abs(hash(cfg['name']))}"
+    proc = subprocess.Popen(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}", "--smc-check=all-non-file",
+         os.environ.get("LOOPGUARD_ENVOY", str(ROOT / ".venv" / "envoy")), "-c", str(cfg_path), "--concurrency", "1",
+         "--disable-hot-restart", "-l", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                if httpx.get(f"{envoy.admin}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"envoy under valgrind did not start for {cfg['name']}")
+            time.sleep(1)
+        body = None if cfg["req"] in ("get", "flood") else (tmp / f"{cfg['req']}.json").read_bytes()
+        with httpx.Client(base_url=envoy.url, timeout=60) as c:
+            def burst(n: int, offset: int) -> None:
+                for i in range(offset, offset + n):
+                    ident = i if cfg["req"] == "flood" else i % 1000
+                    c.request("GET" if body is None else "POST", f"/v1/bench?id={ident}",
+                              headers={"authorization": f"Bearer sk-bench-{ident}", "content-type": "application/json"}, content=body)
+            burst(200, 0)
+            subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=True)
+            burst(requests, 200)
+            subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], capture_output=True, check=True)
+            subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
+            time.sleep(1)
+    finally:
+        proc.terminate()
+        proc.wait(120)
+    total = 0
+    for f in tmp.glob(out.name + "*"):
+        for line in f.read_text(errors="replace").splitlines():
+            if line.startswith(("totals:", "summary:")):
+                total = max(total, int(line.split()[1]))
+    return total // requests
+
+
 def memory_flood(tmp: Path, total: int, table: int) -> dict:
     """1,000,000 unique fingerprints through a table of `table` entries:
     RSS may grow by no more than the table plus 16 MB."""
-    cfg = {"name": "flood", "filters": [loopguard({"selector": {}, "loop_detection": NO_TRIP}, max_tracked_fingerprints=table), ROUTER]}
+    # A long window keeps every fingerprint live, so the table must evict.
+    live = {"enabled": True, "window_seconds": 600, "threshold_identical_requests": 2}
+    cfg = {"name": "flood", "filters": [loopguard({"selector": {}, "loop_detection": live}, max_tracked_fingerprints=table), ROUTER]}
     envoy = Envoy(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), concurrency=1)
     envoy.start()
     try:
@@ -169,9 +226,9 @@ def memory_flood(tmp: Path, total: int, table: int) -> dict:
         evicted = int(re.search(r"wasmcustom\.loopguard\.fingerprints_evicted_total: (\d+)", stats).group(1))
         tracked = int(re.search(r"wasmcustom\.loopguard\.tracked_fingerprints: (\d+)", stats).group(1))
         # Bytes a full table holds: per bucket of 4 entries, 2 bytes of header,
-        # per entry 54 fixed bytes + 4 per kept hit (1024 hits here), plus
-        # Envoy's per-key overhead (~150 bytes).
-        table_bytes = (table // 4) * (2 + 4 * (54 + 4 * 1024) + 150)
+        # per entry 54 fixed bytes + 4 per kept hit (2 here), plus Envoy's
+        # per-key overhead (~150 bytes).
+        table_bytes = (table // 4) * (2 + 4 * (54 + 4 * 2) + 150)
         return {"sent": sent, "before": before, "after": after, "evicted": evicted, "tracked": tracked, "table_bytes": table_bytes}
     finally:
         envoy.stop()
@@ -184,6 +241,7 @@ def main() -> int:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--flood", type=int, default=1_000_000)
     ap.add_argument("--table", type=int, default=65_536)
+    ap.add_argument("--callgrind", action="store_true", help="also count instructions per request (slow)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
     configs = configurations(tmp)
@@ -194,10 +252,15 @@ def main() -> int:
             results[cfg["name"]].append(res)
             print(f"round {r + 1}/{args.rounds}: {cfg['name']}: {res['rps']:.0f} req/s, {res['cpu_us']:.1f} us CPU/req", file=sys.stderr)
     med = {name: {k: statistics.median(x[k] for x in runs) for k in runs[0]} for name, runs in results.items()}
+    if args.callgrind:
+        for cfg in configs:
+            med[cfg["name"]]["instr"] = callgrind_instructions(cfg, tmp)
+            print(f"callgrind: {cfg['name']}: {med[cfg['name']]['instr']} instructions/request", file=sys.stderr)
     width = max(len(c["name"]) for c in configs)
     print(f"\nloopguard bench: Envoy --concurrency 1, wrk -t1 -c{args.connections}, {args.seconds:.0f} s x {args.rounds} rounds (medians)")
     print(f"machine: {os.cpu_count()} CPUs, {open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}\n")
-    header = f"| {'configuration'.ljust(width)} | req/s | p50 ms | p99 ms | CPU us/req | vs baseline | RSS MB before -> after |"
+    instr_col = " instructions/req (vs baseline) |" if args.callgrind else ""
+    header = f"| {'configuration'.ljust(width)} | req/s | p50 ms | p99 ms | CPU us/req | vs baseline | RSS MB before -> after |{instr_col}"
     print(header)
     print("|" + "|".join("-" * (len(h)) for h in header.split("|")[1:-1]) + "|")
     failures = []
@@ -213,7 +276,13 @@ def main() -> int:
                 vs += f" {'ok' if ok else 'OVER'} <= {cfg['target']:.0f}"
                 if not ok:
                     failures.append(f"{cfg['name']}: +{added:.1f} us > {cfg['target']} us")
-        print(f"| {cfg['name'].ljust(width)} | {m['rps']:.0f} | {m['p50']:.2f} | {m['p99']:.2f} | {m['cpu_us']:.1f} | {vs} | {m['rss_before'] / 1e6:.0f} -> {m['rss_after'] / 1e6:.0f} |")
+        instr = ""
+        if args.callgrind:
+            instr = f" {m['instr']:,}"
+            if cfg.get("base"):
+                instr += f" (+{m['instr'] - med[cfg['base']]['instr']:,})"
+            instr += " |"
+        print(f"| {cfg['name'].ljust(width)} | {m['rps']:.0f} | {m['p50']:.2f} | {m['p99']:.2f} | {m['cpu_us']:.1f} | {vs} | {m['rss_before'] / 1e6:.0f} -> {m['rss_after'] / 1e6:.0f} |{instr}")
     if args.flood:
         f = memory_flood(tmp, args.flood, args.table)
         grown = f["after"] - f["before"]

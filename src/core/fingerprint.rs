@@ -252,7 +252,9 @@ impl Pending {
                 c.field(self.policy_id.as_bytes());
                 c.field(&self.identity);
                 c.optional(req.model.as_deref().map(str::as_bytes));
-                let tail = req.tail(*tail_messages);
+                let Some(tail) = req.tail(*tail_messages) else {
+                    return self.unparsed(body);
+                };
                 c.count(tail.len());
                 for m in &tail {
                     write_message(&mut c, m);
@@ -290,6 +292,18 @@ impl Pending {
             format: Some(req.format),
             model,
             session: session_shown,
+        }
+    }
+
+    /// The exact fingerprint of a body an LLM mode could not read.
+    fn unparsed(&self, body: &[u8]) -> Fingerprinted {
+        Fingerprinted {
+            fingerprint: self.exact_with(body),
+            fallback: false,
+            unparsed: !body.is_empty(),
+            format: None,
+            model: None,
+            session: None,
         }
     }
 

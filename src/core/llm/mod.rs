@@ -193,30 +193,25 @@ impl<'a> Request<'a> {
     /// conversation.
     pub fn first_message(&self) -> Option<Message> {
         if let Some(sys) = self.system {
-            return Some(self.system_message(sys));
+            return self.system_message(sys);
         }
         match &self.items {
             Items::Text(text) => Some(Message {
                 role: "user".to_string(),
                 parts: text_parts(text),
             }),
-            Items::List(items) => Some(self.item(0, *items.first()?)),
+            Items::List(items) => self.item(0, *items.first()?),
         }
     }
 
     /// One conversation item, normalised (an unreadable one becomes an
     /// opaque marker, so it still counts and still differs from real ones).
-    fn item(&self, index: usize, span: Span) -> Message {
+    fn item(&self, index: usize, span: Span) -> Option<Message> {
         if let Some(m) = self.plain_item(index) {
-            return m;
+            return Some(m);
         }
-        match self.slice(span).map(serde_json::from_slice::<Value>) {
-            Some(Ok(v)) => normalize::message(&v),
-            _ => Message {
-                role: String::new(),
-                parts: vec![Part::Other("invalid".to_string())],
-            },
-        }
+        let v = serde_json::from_slice::<Value>(self.slice(span)?).ok()?;
+        Some(normalize::message(&v))
     }
 
     /// The common message, `{"role": ..., "content": "<text>"}` (plus fields
@@ -248,30 +243,29 @@ impl<'a> Request<'a> {
         Some(Message { role, parts })
     }
 
-    fn system_message(&self, span: Span) -> Message {
-        let parts = match self.slice(span).map(serde_json::from_slice::<Value>) {
-            Some(Ok(v)) => normalize::content(&v),
-            _ => Vec::new(),
-        };
-        Message {
+    fn system_message(&self, span: Span) -> Option<Message> {
+        let v = serde_json::from_slice::<Value>(self.slice(span)?).ok()?;
+        Some(Message {
             role: "system".to_string(),
-            parts,
-        }
+            parts: normalize::content(&v),
+        })
     }
 
     fn slice(&self, span: Span) -> Option<&'_ [u8]> {
         self.body.get(span.0..span.1)
     }
 
-    /// The last `n` messages, normalised, oldest first. Messages that carry
-    /// nothing comparable (e.g. only reasoning) still count as messages.
-    pub fn tail(&self, n: usize) -> Vec<Message> {
+    /// The last `n` messages, normalised, oldest first (messages that
+    /// carry nothing comparable, like reasoning, still count). `None` when
+    /// one of them cannot be read (not JSON inside, invalid UTF-8): the
+    /// request is then not treated as an LLM call.
+    pub fn tail(&self, n: usize) -> Option<Vec<Message>> {
         let mut out = Vec::with_capacity(n.min(self.len()));
         match &self.items {
             Items::Text(text) => {
                 if n >= 2 {
                     if let Some(sys) = self.system {
-                        out.push(self.system_message(sys));
+                        out.push(self.system_message(sys)?);
                     }
                 }
                 if n >= 1 {
@@ -284,16 +278,16 @@ impl<'a> Request<'a> {
             Items::List(items) => {
                 if n > items.len() {
                     if let Some(sys) = self.system {
-                        out.push(self.system_message(sys));
+                        out.push(self.system_message(sys)?);
                     }
                 }
                 let start = items.len().saturating_sub(n);
                 for (i, span) in items.iter().enumerate().skip(start) {
-                    out.push(self.item(i, *span));
+                    out.push(self.item(i, *span)?);
                 }
             }
         }
-        out
+        Some(out)
     }
 }
 

@@ -4,7 +4,7 @@ use serde_json::json;
 fn tail_of(body: &Value, path: &str, n: usize) -> Vec<Message> {
     let bytes = body.to_string().into_bytes();
     let req = parse(&bytes, path).expect("recognised");
-    req.tail(n)
+    req.tail(n).expect("readable tail")
 }
 
 fn text(s: &str) -> Part {
@@ -79,7 +79,7 @@ fn openai_chat_tail_with_tool_calls_and_results() {
     assert_eq!(req.model.as_deref(), Some("gpt-4o-mini"));
     assert!(req.offers_tools);
     assert_eq!(req.len(), 6);
-    let tail = req.tail(3);
+    let tail = req.tail(3).unwrap();
     let call = Part::ToolCall {
         name: "get_build_status".into(),
         arguments: "{\"branch\":\"main\",\"verbose\":true}".into(),
@@ -183,7 +183,7 @@ fn responses_api_items_and_instructions() {
     assert_eq!(req.format, Format::OpenAiResponses);
     assert!(req.offers_tools);
     assert_eq!(req.len(), 5);
-    let tail = req.tail(2);
+    let tail = req.tail(2).unwrap();
     assert_eq!(
         tail[0].parts,
         vec![Part::ToolCall {
@@ -199,7 +199,7 @@ fn responses_api_items_and_instructions() {
         }]
     );
     // The instructions count as the first message once the tail reaches them.
-    let all = req.tail(10);
+    let all = req.tail(10).unwrap();
     assert_eq!(all.len(), 5);
     assert_eq!(
         all[0],
@@ -220,7 +220,7 @@ fn responses_api_string_input_and_previous_response_id() {
     assert!(!req.offers_tools);
     // A continuation carries no history: its tail is what it sends.
     assert_eq!(
-        req.tail(3),
+        req.tail(3).unwrap(),
         vec![Message {
             role: "user".into(),
             parts: vec![text("tell me a joke")]
@@ -250,7 +250,7 @@ fn anthropic_messages_with_blocks_tool_use_and_results() {
     let req = parse(&bytes, "/v1/messages").unwrap();
     assert_eq!(req.format, Format::Anthropic);
     assert_eq!(req.len(), 4);
-    let tail = req.tail(2);
+    let tail = req.tail(2).unwrap();
     assert_eq!(
         tail[0].parts,
         vec![
@@ -272,7 +272,7 @@ fn anthropic_messages_with_blocks_tool_use_and_results() {
     let b = body("toolu_99", json!({"verbose": true, "branch": "main"}));
     assert_eq!(tail, tail_of(&b, "/v1/messages", 2));
     assert_eq!(
-        req.tail(4)[0],
+        req.tail(4).unwrap()[0],
         Message {
             role: "system".into(),
             parts: vec![text("you manage builds.")]
@@ -289,7 +289,7 @@ fn anthropic_recognised_by_path_without_system() {
     let req = parse(&bytes, "/anthropic/v1/messages").unwrap();
     assert_eq!(req.format, Format::Anthropic);
     assert_eq!(
-        req.tail(1)[0].parts,
+        req.tail(1).unwrap()[0].parts,
         vec![Part::Media(sha256(b"iVBORw0KGgo=")), text("describe")]
     );
     assert_eq!(
@@ -334,7 +334,7 @@ fn legacy_function_calls_and_refusals() {
     let bytes = body.to_string().into_bytes();
     let req = parse(&bytes, "/v1/chat/completions").unwrap();
     assert!(req.offers_tools);
-    let t = req.tail(3);
+    let t = req.tail(3).unwrap();
     assert_eq!(
         t[0].parts,
         vec![Part::ToolCall {
@@ -359,7 +359,7 @@ fn microbench_parse() {
     let t = std::time::Instant::now();
     for _ in 0..2000 {
         let r = parse(&body, "/v1/chat/completions").unwrap();
-        std::hint::black_box(r.tail(3));
+        std::hint::black_box(r.tail(3).unwrap());
     }
     eprintln!("parse+tail: {:?}/iter", t.elapsed() / 2000);
     let t = std::time::Instant::now();
@@ -468,4 +468,15 @@ fn microbench_parse_only() {
     for _ in 0..500 {
         std::hint::black_box(parse(&tb, "/v1/chat/completions").unwrap());
     }
+}
+
+#[test]
+fn an_unreadable_tail_message_makes_the_body_unreadable() {
+    // Structure is fine, but the last message holds invalid UTF-8.
+    let mut body = br#"{"model": "m", "messages": [{"role": "user", "content": "ok"}, {"role": "user", "content": "bad "#.to_vec();
+    body.extend_from_slice(b"\xff\xfe\"}]}");
+    let req = parse(&body, "/v1/chat/completions").unwrap();
+    assert_eq!(req.tail(1), None);
+    // Earlier, unread messages are not checked.
+    assert!(req.first_message().is_some());
 }

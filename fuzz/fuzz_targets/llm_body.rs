@@ -1,0 +1,39 @@
+//! Any bytes as an LLM request body, for every format: recognition, the
+//! tail, tool calls (with and without the cache, which must agree), the
+//! tool-loop judge and the byte-level edits. An edit of a body that is valid
+//! JSON must leave valid JSON.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use loopguard::core::config::Config;
+use loopguard::core::llm::{self, CallCache};
+use loopguard::core::tool_loops;
+
+const PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses"];
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, body)) = data.split_first() else { return };
+    let path = PATHS[usize::from(sel) % PATHS.len()];
+    let Some(req) = llm::parse(body, path) else { return };
+    let _ = req.tail(usize::from(sel % 8));
+    let _ = req.first_message();
+    let plain = req.tool_history(None);
+    let mut cache = CallCache::default();
+    assert_eq!(req.tool_history(Some(&mut cache)), plain);
+    assert_eq!(req.tool_history(Some(&mut cache)), plain);
+    let cfg = Config::parse(br#"{"policies": [{"id": "p", "spec": {"selector": {},
+        "tool_loops": {"enabled": true, "identical_min": 2, "pattern_min": 2, "directive_disables_tools": true}}}]}"#)
+        .ok()
+        .and_then(|c| c.policies.into_iter().next())
+        .and_then(|p| p.tool_loops);
+    if let Some(cfg) = cfg {
+        if let Some(v) = tool_loops::judge(&cfg, &plain) {
+            let _ = tool_loops::rewrite(&cfg, &req, &v);
+        }
+    }
+    let valid = serde_json::from_slice::<serde_json::Value>(body).is_ok();
+    for edited in [req.with_note("note \"quoted\""), req.with_note_and_no_tools("n")].into_iter().flatten() {
+        if valid {
+            assert!(serde_json::from_slice::<serde_json::Value>(&edited).is_ok(), "an edit broke valid JSON");
+        }
+    }
+});
