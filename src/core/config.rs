@@ -64,6 +64,37 @@ pub struct Config {
     pub route_metadata: bool,
     /// Which decisions are published for Envoy's access log.
     pub access_log: AccessLog,
+    /// Where window state lives.
+    pub store: StoreConfig,
+}
+
+/// Where window state lives.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum StoreConfig {
+    /// Envoy shared data: exact across one Envoy's workers.
+    #[default]
+    Local,
+    /// Redis, through webdis, through an Envoy cluster: shared by every
+    /// Envoy replica.
+    RedisWebdis(RedisStore),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisStore {
+    pub cluster: String,
+    pub authority: String,
+    pub path: String,
+    pub timeout_ms: u64,
+    pub on_error: OnStoreError,
+}
+
+/// What a request does when the shared store fails it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreError {
+    /// Count it in the local table instead.
+    Local,
+    /// Let it pass unchecked.
+    Allow,
 }
 
 /// Which decisions loopguard publishes as filter state `wasm.loopguard`.
@@ -462,6 +493,7 @@ impl Config {
                 "alerts",
                 "route_metadata",
                 "access_log",
+                "store",
                 "policies",
             ],
         )?;
@@ -494,6 +526,10 @@ impl Config {
                     format!("must be \"actions\", \"all\" or \"off\" (got \"{other}\")"),
                 ))
             }
+        };
+        let store = match obj.get("store") {
+            None => StoreConfig::Local,
+            Some(v) => parse_store(&top, v)?,
         };
         let webhook = match obj.get("alerts") {
             None => None,
@@ -541,6 +577,7 @@ impl Config {
             webhook,
             route_metadata,
             access_log,
+            store,
         })
     }
 
@@ -551,6 +588,77 @@ impl Config {
     /// Whether any policy selects by Envoy route name (so the host reads it).
     pub fn uses_route_names(&self) -> bool {
         self.policies.iter().any(|p| !p.selector.routes.is_empty())
+    }
+}
+
+fn parse_store(ctx: &Ctx, value: &Value) -> Result<StoreConfig, ConfigError> {
+    const SECTION: &str = "store";
+    let f = |name: &str| join(SECTION, name);
+    let obj = ctx.object(
+        value,
+        SECTION,
+        &[
+            "type",
+            "cluster",
+            "authority",
+            "path",
+            "timeout_ms",
+            "on_error",
+        ],
+    )?;
+    match ctx.string(obj, SECTION, "type")? {
+        None | Some("local") => {
+            if let Some(extra) = ["cluster", "authority", "path", "timeout_ms", "on_error"]
+                .iter()
+                .find(|k| obj.contains_key(**k))
+            {
+                return Err(ctx.err(&f(extra), "applies only to the \"redis_webdis\" store"));
+            }
+            Ok(StoreConfig::Local)
+        }
+        Some("redis_webdis") => {
+            let cluster = match ctx.string(obj, SECTION, "cluster")? {
+                Some(c) if !c.is_empty() => c.to_string(),
+                _ => {
+                    return Err(ctx.err(&f("cluster"), "is required (the Envoy cluster of webdis)"))
+                }
+            };
+            let authority = ctx.string(obj, SECTION, "authority")?.unwrap_or("webdis");
+            if authority.is_empty() {
+                return Err(ctx.err(&f("authority"), "must not be empty"));
+            }
+            let path = ctx.string(obj, SECTION, "path")?.unwrap_or("/");
+            if !path.starts_with('/') {
+                return Err(ctx.err(
+                    &f("path"),
+                    format!("must start with \"/\" (got \"{path}\")"),
+                ));
+            }
+            let timeout_ms = ctx
+                .uint(obj, SECTION, "timeout_ms", 1, 5_000)?
+                .unwrap_or(25);
+            let on_error = match ctx.string(obj, SECTION, "on_error")? {
+                None | Some("local") => OnStoreError::Local,
+                Some("allow") => OnStoreError::Allow,
+                Some(other) => {
+                    return Err(ctx.err(
+                        &f("on_error"),
+                        format!("must be \"local\" or \"allow\" (got \"{other}\")"),
+                    ))
+                }
+            };
+            Ok(StoreConfig::RedisWebdis(RedisStore {
+                cluster,
+                authority: authority.to_string(),
+                path: path.to_string(),
+                timeout_ms,
+                on_error,
+            }))
+        }
+        Some(other) => Err(ctx.err(
+            &f("type"),
+            format!("must be \"local\" or \"redis_webdis\" (got \"{other}\")"),
+        )),
     }
 }
 
@@ -2009,6 +2117,71 @@ mod tests {
             .starts_with("access_log must be \"actions\", \"all\" or \"off\""));
         assert!(err_of(with(&["route_metadata"], json!(1)))
             .starts_with("route_metadata must be true or false"));
+    }
+
+    #[test]
+    fn store_block() {
+        assert_eq!(
+            Config::from_value(&base()).unwrap().store,
+            StoreConfig::Local
+        );
+        assert_eq!(
+            Config::from_value(&with(&["store"], json!({"type": "local"})))
+                .unwrap()
+                .store,
+            StoreConfig::Local
+        );
+        let cfg = Config::from_value(&with(
+            &["store"],
+            json!({"type": "redis_webdis", "cluster": "loopguard_redis",
+            "authority": "webdis", "timeout_ms": 25, "on_error": "local"}),
+        ))
+        .unwrap();
+        assert_eq!(
+            cfg.store,
+            StoreConfig::RedisWebdis(RedisStore {
+                cluster: "loopguard_redis".into(),
+                authority: "webdis".into(),
+                path: "/".into(),
+                timeout_ms: 25,
+                on_error: OnStoreError::Local
+            })
+        );
+        let cfg = Config::from_value(&with(
+            &["store"],
+            json!({"type": "redis_webdis", "cluster": "r", "on_error": "allow"}),
+        ))
+        .unwrap();
+        assert!(matches!(
+            cfg.store,
+            StoreConfig::RedisWebdis(RedisStore {
+                on_error: OnStoreError::Allow,
+                ..
+            })
+        ));
+        assert!(err_of(with(&["store"], json!({"type": "redis_webdis"})))
+            .starts_with("store.cluster is required"));
+        assert!(err_of(with(&["store"], json!({"type": "redis"})))
+            .starts_with("store.type must be \"local\" or \"redis_webdis\""));
+        assert!(err_of(with(
+            &["store"],
+            json!({"type": "redis_webdis", "cluster": "r", "timeout_ms": 0})
+        ))
+        .contains("store.timeout_ms must be >= 1"));
+        assert!(err_of(with(
+            &["store"],
+            json!({"type": "redis_webdis", "cluster": "r", "on_error": "deny"})
+        ))
+        .contains("store.on_error must be"));
+        assert!(
+            err_of(with(&["store"], json!({"type": "local", "cluster": "r"})))
+                .contains("store.cluster applies only to the \"redis_webdis\" store")
+        );
+        assert!(err_of(with(
+            &["store"],
+            json!({"type": "redis_webdis", "cluster": "r", "host": "x"})
+        ))
+        .contains("store.host is not a known field"));
     }
 
     #[test]

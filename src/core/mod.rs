@@ -18,6 +18,7 @@ pub mod events;
 pub mod fingerprint;
 pub mod llm;
 pub mod policy;
+pub mod redis;
 pub mod reply;
 pub mod request;
 pub mod slot_table;

@@ -25,6 +25,7 @@ const STREAM_HTTP_REQUEST: u32 = 0;
 const METRIC_GAUGE: u32 = 1;
 const METRIC_HISTOGRAM: u32 = 2;
 const BUFFER_REQUEST_BODY: u32 = 0;
+const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
 const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 const METRIC_COUNTER: u32 = 0;
 
@@ -184,6 +185,11 @@ fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {
 /// `len` bytes of the buffered request body from the start.
 pub fn request_body(len: usize) -> HostResult<Vec<u8>> {
     buffer(BUFFER_REQUEST_BODY, len)
+}
+
+/// The body of the response to an HTTP call (in its callback).
+pub fn http_call_response_body(len: usize) -> HostResult<Vec<u8>> {
+    buffer(BUFFER_HTTP_CALL_RESPONSE_BODY, len)
 }
 
 /// The plugin configuration bytes.

@@ -10,16 +10,20 @@
 
 use super::abi;
 use super::metrics::{PolicyMetrics, WouldBe};
+use super::redis_store;
 use super::root::Plugin;
-use crate::core::config::{AccessLog, Action as LoopAction, Mode, Policy, ToolStep};
+use crate::core::config::{
+    AccessLog, Action as LoopAction, Mode, OnStoreError, Policy, StoreConfig, ToolStep,
+};
 use crate::core::decision::{self, Verdict};
 use crate::core::events;
-use crate::core::fingerprint::{self, Fingerprinted, Pending};
+use crate::core::fingerprint::{self, Fingerprint, Fingerprinted, Pending};
 use crate::core::llm;
 use crate::core::policy::{self, Selection};
+use crate::core::redis::RedisError;
 use crate::core::reply::{self, Api, Headers};
 use crate::core::request::{HeaderBlock, RequestFacts, RequestHead};
-use crate::core::store::{StoreAnswer, StoreFailure, WindowStore};
+use crate::core::store::{StoreAnswer, StoreFailure, StoreReceipt, WindowStore};
 use crate::core::tool_loops::{self, ToolVerdict};
 use crate::core::window::WindowQuery;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -39,6 +43,18 @@ enum State {
     Buffering { policy: usize, pending: Pending },
     /// Paused by a throttle until the root context's tick resumes it.
     Held,
+    /// Paused until Redis answers.
+    Waiting(Box<Waiting>),
+}
+
+/// A request waiting for the shared store's answer.
+struct Waiting {
+    token: u32,
+    policy: usize,
+    made: Fingerprinted,
+    phase: Phase,
+    key: Fingerprint,
+    query: WindowQuery,
 }
 
 /// Which request phase a decision is made in: request headers can only be
@@ -73,7 +89,9 @@ impl Stream {
         }
     }
 
-    /// Record the hit, decide, and apply the decision.
+    /// Record the hit in the store, then decide and apply the decision: at
+    /// once with the local table, or when Redis answers (the request waits,
+    /// paused, at most the store's timeout).
     fn decide(
         &mut self,
         plugin: &Plugin,
@@ -88,18 +106,82 @@ impl Stream {
         let Some(detection) = &policy.detection else {
             return Action::Continue;
         };
-        let pm = plugin.metrics.policy(policy_index);
         if made.unparsed {
             plugin.metrics.skipped_unparsed.inc();
         }
-        let fp = made.fingerprint;
         let query = decision::window_query(detection, made.fallback);
-        let key = decision::store_key(policy, &fp);
+        let key = decision::store_key(policy, &made.fingerprint);
+        if let StoreConfig::RedisWebdis(redis) = &plugin.config.store {
+            match redis_store::dispatch(plugin, redis, &key, &query) {
+                Ok(token) => {
+                    self.state = State::Waiting(Box::new(Waiting {
+                        token,
+                        policy: policy_index,
+                        made,
+                        phase,
+                        key,
+                        query,
+                    }));
+                    return Action::Pause;
+                }
+                Err(error) => {
+                    let answer = self.store_failed(plugin, redis.on_error, &key, &query, &error);
+                    return self.apply(plugin, policy_index, made, phase, answer);
+                }
+            }
+        }
+        let answer = record_locally(plugin, &key, &query);
+        self.apply(plugin, policy_index, made, phase, answer)
+    }
+
+    /// The shared store failed this request: count it in the local table
+    /// or let it pass, as configured; counted, logged at most every 10 s.
+    fn store_failed(
+        &self,
+        plugin: &Plugin,
+        on_error: OnStoreError,
+        key: &Fingerprint,
+        query: &WindowQuery,
+        error: &RedisError,
+    ) -> StoreAnswer {
+        plugin.metrics.redis_error(error).inc();
         let now = abi::now_ms();
-        let answer = match plugin.store.try_borrow_mut() {
-            Ok(mut store) => store.record(&key, now, &query),
-            Err(_) => StoreAnswer::Failed(StoreFailure::Backend),
+        let (answer, fallback) = match on_error {
+            OnStoreError::Local => (record_locally(plugin, key, query), "counted locally"),
+            OnStoreError::Allow => (
+                StoreAnswer::Failed(StoreFailure::Backend),
+                "passed unchecked",
+            ),
         };
+        plugin.metrics.store_fallback(on_error).inc();
+        if now.saturating_sub(plugin.last_store_error_log_ms.get()) >= FAIL_OPEN_LOG_INTERVAL_MS {
+            plugin.last_store_error_log_ms.set(now);
+            log::warn!(
+                "redis store {}: {error:?}; requests are {fallback}",
+                error.as_str()
+            );
+        }
+        answer
+    }
+
+    /// Decide from the store's answer and apply the decision.
+    fn apply(
+        &mut self,
+        plugin: &Plugin,
+        policy_index: usize,
+        made: Fingerprinted,
+        phase: Phase,
+        answer: StoreAnswer,
+    ) -> Action {
+        let Some(policy) = plugin.config.policies.get(policy_index) else {
+            return Action::Continue;
+        };
+        let Some(detection) = &policy.detection else {
+            return Action::Continue;
+        };
+        let pm = plugin.metrics.policy(policy_index);
+        let fp = made.fingerprint;
+        let now = abi::now_ms();
         let receipt = match answer {
             StoreAnswer::Ready(receipt) => receipt,
             StoreAnswer::Failed(failure) => {
@@ -362,6 +444,14 @@ fn publish_decision(plugin: &Plugin, acted: bool, record: impl FnOnce() -> Strin
     }
 }
 
+/// Record a hit in this Envoy's table (shared data).
+fn record_locally(plugin: &Plugin, key: &Fingerprint, query: &WindowQuery) -> StoreAnswer {
+    match plugin.store.try_borrow_mut() {
+        Ok(mut store) => store.record(key, abi::now_ms(), query),
+        Err(_) => StoreAnswer::Failed(StoreFailure::Backend),
+    }
+}
+
 /// Answer the request with `local` instead of forwarding it. `None` if
 /// Envoy refused (the request then passes).
 fn send_reply(pm: &PolicyMetrics, local: &reply::LocalReply, details: &str) -> Option<Action> {
@@ -431,6 +521,58 @@ fn property_string(path: &[&str]) -> Option<String> {
 }
 
 impl Context for Stream {
+    fn on_http_call_response(
+        &mut self,
+        token: u32,
+        num_headers: usize,
+        body_size: usize,
+        _trailers: usize,
+    ) {
+        let State::Waiting(waiting) = std::mem::replace(&mut self.state, State::Pass) else {
+            return;
+        };
+        let Some(plugin) = self.plugin.clone() else {
+            return;
+        };
+        let Waiting {
+            token: expected,
+            policy,
+            made,
+            phase,
+            key,
+            query,
+        } = *waiting;
+        if token != expected {
+            return;
+        }
+        let reply = redis_store::read_reply(num_headers, body_size);
+        plugin.metrics.redis_call(&reply).inc();
+        let answer = match reply {
+            Ok(state) => StoreAnswer::Ready(StoreReceipt {
+                state,
+                evicted: false,
+                added: false,
+                cas_retries: 0,
+            }),
+            Err(error) => match &plugin.config.store {
+                StoreConfig::RedisWebdis(redis) => {
+                    self.store_failed(&plugin, redis.on_error, &key, &query, &error)
+                }
+                StoreConfig::Local => record_locally(&plugin, &key, &query),
+            },
+        };
+        // The request was paused for this answer: go on unless the decision
+        // holds it (throttle) or answered it (429).
+        if self.apply(&plugin, policy, made, phase, answer) == Action::Continue {
+            if let Err(e) = abi::resume_request() {
+                log::debug!(
+                    "request could not resume after the store answered (host status {})",
+                    e.0
+                );
+            }
+        }
+    }
+
     fn on_done(&mut self) -> bool {
         // The client left while the request was held by a throttle.
         if matches!(self.state, State::Held) {

@@ -9,8 +9,10 @@
 //! never fingerprints, paths or users.
 
 use super::abi;
-use crate::core::config::{Config, ToolStep};
+use crate::core::config::{Config, OnStoreError, ToolStep};
+use crate::core::redis::RedisError;
 use crate::core::tool_loops::Tier;
+use crate::core::window::WindowState;
 
 /// Every metric, defined once per plugin instance at configure time (Envoy
 /// returns the same id for the same name, so instances sharing a VM share
@@ -27,6 +29,10 @@ pub struct Metrics {
     pub webhook_sent: Counter,
     pub webhook_failed: Counter,
     pub webhook_dropped: Counter,
+    /// Redis store calls by result: ok, unavailable, status, reply.
+    pub store_calls: [Counter; 4],
+    /// Requests the Redis store failed, by fallback: local, allow.
+    pub store_fallbacks: [Counter; 2],
     /// Entries in use in the fingerprint table (process-wide).
     pub tracked: Gauge,
     /// Throttled requests waiting, across all workers.
@@ -137,6 +143,10 @@ impl Metrics {
             webhook_sent: c("webhook_total.result.sent"),
             webhook_failed: c("webhook_total.result.failed"),
             webhook_dropped: c("webhook_total.result.dropped"),
+            store_calls: ["ok", "unavailable", "status", "reply"]
+                .map(|r| c(&format!("store_calls_total.result.{r}"))),
+            store_fallbacks: ["local", "allow"]
+                .map(|a| c(&format!("store_fallback_total.action.{a}"))),
             tracked: Gauge::define("loopguard.tracked_fingerprints"),
             throttle_pending: Gauge::define("loopguard.throttle_pending"),
             policies: config
@@ -145,6 +155,29 @@ impl Metrics {
                 .map(|p| PolicyMetrics::define(&p.id))
                 .collect(),
         }
+    }
+
+    /// The Redis store call counter for a result.
+    pub fn redis_call(&self, result: &Result<WindowState, RedisError>) -> Counter {
+        self.store_calls[match result {
+            Ok(_) => 0,
+            Err(RedisError::Unavailable) => 1,
+            Err(RedisError::Status(_)) => 2,
+            Err(RedisError::Reply(_)) => 3,
+        }]
+    }
+
+    /// Failed store calls are counted as calls too (dispatch failures
+    /// included).
+    pub fn redis_error(&self, error: &RedisError) -> Counter {
+        self.redis_call(&Err(error.clone()))
+    }
+
+    pub fn store_fallback(&self, on_error: OnStoreError) -> Counter {
+        self.store_fallbacks[match on_error {
+            OnStoreError::Local => 0,
+            OnStoreError::Allow => 1,
+        }]
     }
 
     /// The metrics of the policy at `index` (inert ones if out of range).

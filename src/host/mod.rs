@@ -4,6 +4,7 @@
 mod abi;
 mod http;
 mod metrics;
+mod redis_store;
 mod root;
 mod shared_store;
 

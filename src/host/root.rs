@@ -46,6 +46,12 @@ pub struct Plugin {
     pub call_cache: RefCell<CallCache>,
     /// Last time a fail-open warning was logged (rate limit).
     pub last_fail_open_log_ms: Cell<u64>,
+    /// Last time a Redis store error was logged (rate limit).
+    pub last_store_error_log_ms: Cell<u64>,
+    /// Makes each Redis hit's log member unique: a random seed per plugin
+    /// instance and a counter.
+    nonce_seed: u64,
+    nonce_counter: Cell<u64>,
     unknown_route_policies: RefCell<Vec<String>>,
     /// The webhook and its HMAC secret (read from the VM environment).
     webhook: Option<(Webhook, Option<Vec<u8>>)>,
@@ -64,6 +70,13 @@ impl Plugin {
             .throttle_pending
             .add(q.len() as i64 - before as i64);
         let _ = abi::set_tick_period_ms(THROTTLE_TICK_MS);
+    }
+
+    /// A value unique to this hit among every Envoy sharing the store.
+    pub fn next_nonce(&self) -> String {
+        let n = self.nonce_counter.get().wrapping_add(1);
+        self.nonce_counter.set(n);
+        format!("{:x}-{n:x}", self.nonce_seed)
     }
 
     /// Queue a webhook alert for an event (if a webhook is configured). The
@@ -277,11 +290,23 @@ fn configure(size: usize) -> Result<Plugin, String> {
         throttled: RefCell::new(DelayQueue::default()),
         call_cache: RefCell::new(CallCache::default()),
         last_fail_open_log_ms: Cell::new(0),
+        last_store_error_log_ms: Cell::new(0),
+        nonce_seed: random_seed(),
+        nonce_counter: Cell::new(0),
         unknown_route_policies: RefCell::new(Vec::new()),
         webhook,
         alerts: RefCell::new(VecDeque::new()),
         last_webhook_fail_log_ms: Cell::new(0),
     })
+}
+
+/// 64 random bits from the VM (WASI's random source, through the standard
+/// library's hash keys).
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(abi::now_ms());
+    h.finish()
 }
 
 /// The plugin's name from Envoy, reduced to a safe key component.

@@ -1,0 +1,200 @@
+//! The shared store's wire format: one Redis Function call per hit, sent to
+//! webdis as `FCALL/loopguard_hit/3/<keys>/<args>` in a POST body, answered
+//! as JSON. The function itself is `envoy/redis/loopguard.lua`.
+
+use super::fingerprint::Fingerprint;
+use super::window::{WindowQuery, WindowState};
+use serde_json::Value;
+
+/// Why a Redis answer could not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisError {
+    /// No response: timeout, reset, no healthy webdis.
+    Unavailable,
+    /// webdis answered with a non-2xx status.
+    Status(String),
+    /// Redis answered with an error (webdis `[false, "message"]`), or the
+    /// body is not the function's answer.
+    Reply(String),
+}
+
+impl RedisError {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RedisError::Unavailable => "unavailable",
+            RedisError::Status(_) => "status",
+            RedisError::Reply(_) => "reply",
+        }
+    }
+}
+
+/// The store keys of a fingerprint: the sliding log, the cooldown and the
+/// event state, under one hash tag so a Redis Cluster keeps them on one
+/// shard. Keys hold digests only, never request content or API keys.
+pub fn keys(fp: &Fingerprint) -> [String; 3] {
+    let hex = fp.hex();
+    [
+        format!("lg:{{{hex}}}:w"),
+        format!("lg:{{{hex}}}:cd"),
+        format!("lg:{{{hex}}}:ev"),
+    ]
+}
+
+/// The webdis request body recording one hit. `nonce` makes the hit's log
+/// member unique among concurrent callers.
+pub fn call_body(fp: &Fingerprint, q: &WindowQuery, nonce: &str) -> String {
+    let [w, cd, ev] = keys(fp);
+    let args = [
+        q.window_ms.to_string(),
+        q.capacity.to_string(),
+        q.trip_at.to_string(),
+        q.cooldown_ms.to_string(),
+        q.detect_at.to_string(),
+        q.event_every_ms.to_string(),
+        nonce.to_string(),
+    ];
+    let mut out = String::from("FCALL/loopguard_hit/3");
+    for part in [w, cd, ev].iter().chain(args.iter()) {
+        out.push('/');
+        out.push_str(&encode_arg(part));
+    }
+    out
+}
+
+/// Percent-encode an argument for webdis: `/` separates arguments, `?`
+/// starts a query, `.` can start an output-format extension and `+` may
+/// read as a space; anything but unreserved characters and `:{}` is
+/// encoded.
+pub fn encode_arg(arg: &str) -> String {
+    let mut out = String::with_capacity(arg.len());
+    for b in arg.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~' | b':' | b'{' | b'}') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Read webdis's answer to [`call_body`]: `{"FCALL": [count, until_allowed_ms,
+/// cooldown_remaining_ms, event]}`.
+pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, RedisError> {
+    if !status.starts_with('2') {
+        return Err(RedisError::Status(status.to_string()));
+    }
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|_| RedisError::Reply("the answer is not JSON".to_string()))?;
+    let reply = v
+        .get("FCALL")
+        .ok_or_else(|| RedisError::Reply("the answer has no FCALL result".to_string()))?;
+    let items = reply
+        .as_array()
+        .ok_or_else(|| RedisError::Reply("the FCALL result is not a list".to_string()))?;
+    if items.first() == Some(&Value::Bool(false)) {
+        let msg = items.get(1).and_then(Value::as_str).unwrap_or("error");
+        return Err(RedisError::Reply(msg.chars().take(200).collect()));
+    }
+    let num = |i: usize| -> Result<i64, RedisError> {
+        items.get(i).and_then(Value::as_i64).ok_or_else(|| {
+            RedisError::Reply(format!("element {i} of the FCALL result is not a number"))
+        })
+    };
+    let count = num(0)?;
+    let until = num(1)?;
+    let remaining = num(2)?;
+    let event = num(3)?;
+    Ok(WindowState {
+        count: u32::try_from(count.max(0)).unwrap_or(u32::MAX),
+        until_allowed_ms: u64::try_from(until.max(0)).unwrap_or(0),
+        cooldown_remaining_ms: u64::try_from(remaining.max(0)).unwrap_or(0),
+        event: u32::try_from(event).ok(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q() -> WindowQuery {
+        WindowQuery {
+            window_ms: 60_000,
+            capacity: 5,
+            trip_at: 5,
+            cooldown_ms: 30_000,
+            detect_at: 3,
+            event_every_ms: 60_000,
+        }
+    }
+
+    #[test]
+    fn encodes_separators_and_extensions() {
+        assert_eq!(encode_arg("a/b+c?d.e"), "a%2Fb%2Bc%3Fd%2Ee");
+        assert_eq!(encode_arg("lg:{ab12}:w"), "lg:{ab12}:w");
+        assert_eq!(encode_arg("100%"), "100%25");
+        assert_eq!(encode_arg("x y\u{e9}"), "x%20y%C3%A9");
+    }
+
+    #[test]
+    fn call_body_carries_keys_and_policy_numbers() {
+        let fp = Fingerprint([0xab; 16]);
+        let body = call_body(&fp, &q(), "7f.3/x");
+        let hex = "ab".repeat(16);
+        assert_eq!(
+            body,
+            format!("FCALL/loopguard_hit/3/lg:{{{hex}}}:w/lg:{{{hex}}}:cd/lg:{{{hex}}}:ev/60000/5/5/30000/3/60000/7f%2E3%2Fx")
+        );
+        // Exactly 3 + 3 keys + 7 arguments, slash-separated.
+        assert_eq!(body.split('/').count(), 3 + 3 + 7);
+    }
+
+    #[test]
+    fn parses_answers_and_errors() {
+        assert_eq!(
+            parse_reply("200", br#"{"FCALL":[5,59955,30000,0]}"#),
+            Ok(WindowState {
+                count: 5,
+                until_allowed_ms: 59_955,
+                cooldown_remaining_ms: 30_000,
+                event: Some(0)
+            })
+        );
+        assert_eq!(
+            parse_reply("200", br#"{"FCALL":[1,0,0,-1]}"#)
+                .unwrap()
+                .event,
+            None
+        );
+        assert_eq!(
+            parse_reply(
+                "200",
+                br#"{"FCALL":[false,"NOPERM this user has no permissions"]}"#
+            ),
+            Err(RedisError::Reply(
+                "NOPERM this user has no permissions".into()
+            ))
+        );
+        assert_eq!(
+            parse_reply("503", b"upstream connect error"),
+            Err(RedisError::Status("503".into()))
+        );
+        assert_eq!(
+            parse_reply("403", b""),
+            Err(RedisError::Status("403".into()))
+        );
+        for bad in [
+            &b""[..],
+            b"{}",
+            br#"{"FCALL": 3}"#,
+            br#"{"FCALL": [1, "x", 0, 0]}"#,
+            br#"{"FCALL": [1, 0]}"#,
+            b"\xff",
+        ] {
+            assert!(
+                matches!(parse_reply("200", bad), Err(RedisError::Reply(_))),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+}
