@@ -71,7 +71,14 @@ lint: wasm-target
 	$(CARGO) clippy --quiet --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -- -D warnings
 
-e2e: build $(VENV_STAMP)
+# Servers and load tools the end-to-end tests start on loopback (Debian).
+.PHONY: test-tools
+test-tools:
+	@command -v wrk >/dev/null || $(call apt_install,wrk)
+	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || $(call apt_install,redis-server redis-tools)
+	@command -v webdis >/dev/null || $(call apt_install,webdis)
+
+e2e: build $(VENV_STAMP) test-tools
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
 	  $(VENV_PY) -m pytest -q -ra -p no:cacheprovider tests/e2e $(E2E_ARGS)
 
@@ -88,8 +95,7 @@ $(BARE_WASM): bench/bare/src/lib.rs bench/bare/Cargo.toml
 	$(CARGO) build --quiet --release --target $(WASM_TARGET) --manifest-path bench/bare/Cargo.toml
 
 .PHONY: bench-tools
-bench-tools:
-	@command -v wrk >/dev/null || $(call apt_install,wrk)
+bench-tools: test-tools
 	@if echo "$(BENCH_ARGS)" | grep -q callgrind; then command -v valgrind >/dev/null || $(call apt_install,valgrind); fi
 
 bench: build $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) bench-tools

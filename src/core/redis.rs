@@ -9,8 +9,9 @@ use serde_json::Value;
 /// Why a Redis answer could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RedisError {
-    /// No response: timeout, reset, no healthy webdis.
-    Unavailable,
+    /// No response: timeout, reset, no healthy webdis, or Envoy refused
+    /// the call (unknown cluster); the reason says which.
+    Unavailable(String),
     /// webdis answered with a non-2xx status.
     Status(String),
     /// Redis answered with an error (webdis `[false, "message"]`), or the
@@ -18,12 +19,12 @@ pub enum RedisError {
     Reply(String),
 }
 
-impl RedisError {
-    pub fn as_str(&self) -> &'static str {
+impl std::fmt::Display for RedisError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RedisError::Unavailable => "unavailable",
-            RedisError::Status(_) => "status",
-            RedisError::Reply(_) => "reply",
+            RedisError::Unavailable(why) => write!(f, "unavailable: {why}"),
+            RedisError::Status(status) => write!(f, "webdis answered HTTP {status}"),
+            RedisError::Reply(msg) => write!(f, "unusable answer: {msg}"),
         }
     }
 }
@@ -80,6 +81,13 @@ pub fn encode_arg(arg: &str) -> String {
 /// Read webdis's answer to [`call_body`]: `{"FCALL": [count, until_allowed_ms,
 /// cooldown_remaining_ms, event]}`.
 pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, RedisError> {
+    if matches!(status, "502" | "503" | "504") {
+        // Envoy's own answers (connect failure, timeout) or webdis without
+        // its Redis: no usable answer, as with no answer at all.
+        return Err(RedisError::Unavailable(format!(
+            "HTTP {status} (webdis unreachable or too slow, or its Redis is down)"
+        )));
+    }
     if !status.starts_with('2') {
         return Err(RedisError::Status(status.to_string()));
     }
@@ -174,9 +182,15 @@ mod tests {
                 "NOPERM this user has no permissions".into()
             ))
         );
+        for gone in ["502", "503", "504"] {
+            assert!(matches!(
+                parse_reply(gone, b"upstream connect error"),
+                Err(RedisError::Unavailable(_))
+            ));
+        }
         assert_eq!(
-            parse_reply("503", b"upstream connect error"),
-            Err(RedisError::Status("503".into()))
+            parse_reply("500", b""),
+            Err(RedisError::Status("500".into()))
         );
         assert_eq!(
             parse_reply("403", b""),

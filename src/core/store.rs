@@ -40,6 +40,9 @@ pub enum StoreFailure {
     Contention,
     /// The backend refused a read or write.
     Backend,
+    /// The shared store failed and the request is to pass unchecked
+    /// (already counted and logged as a store fallback).
+    Remote,
 }
 
 impl StoreFailure {
@@ -47,6 +50,7 @@ impl StoreFailure {
         match self {
             StoreFailure::Contention => "contention",
             StoreFailure::Backend => "backend",
+            StoreFailure::Remote => "remote",
         }
     }
 }

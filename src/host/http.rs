@@ -55,6 +55,9 @@ struct Waiting {
     phase: Phase,
     key: Fingerprint,
     query: WindowQuery,
+    /// When the request was paused for the store: a throttle's delay
+    /// counts from here, so the store's latency is part of it.
+    since_ms: u64,
 }
 
 /// Which request phase a decision is made in: request headers can only be
@@ -121,17 +124,19 @@ impl Stream {
                         phase,
                         key,
                         query,
+                        since_ms: abi::now_ms(),
                     }));
                     return Action::Pause;
                 }
                 Err(error) => {
+                    plugin.metrics.redis_error(&error).inc();
                     let answer = self.store_failed(plugin, redis.on_error, &key, &query, &error);
-                    return self.apply(plugin, policy_index, made, phase, answer);
+                    return self.apply(plugin, policy_index, made, phase, answer, abi::now_ms());
                 }
             }
         }
         let answer = record_locally(plugin, &key, &query);
-        self.apply(plugin, policy_index, made, phase, answer)
+        self.apply(plugin, policy_index, made, phase, answer, abi::now_ms())
     }
 
     /// The shared store failed this request: count it in the local table
@@ -144,27 +149,24 @@ impl Stream {
         query: &WindowQuery,
         error: &RedisError,
     ) -> StoreAnswer {
-        plugin.metrics.redis_error(error).inc();
         let now = abi::now_ms();
         let (answer, fallback) = match on_error {
             OnStoreError::Local => (record_locally(plugin, key, query), "counted locally"),
             OnStoreError::Allow => (
-                StoreAnswer::Failed(StoreFailure::Backend),
+                StoreAnswer::Failed(StoreFailure::Remote),
                 "passed unchecked",
             ),
         };
         plugin.metrics.store_fallback(on_error).inc();
         if now.saturating_sub(plugin.last_store_error_log_ms.get()) >= FAIL_OPEN_LOG_INTERVAL_MS {
             plugin.last_store_error_log_ms.set(now);
-            log::warn!(
-                "redis store {}: {error:?}; requests are {fallback}",
-                error.as_str()
-            );
+            log::warn!("redis store {error}; requests are {fallback}");
         }
         answer
     }
 
-    /// Decide from the store's answer and apply the decision.
+    /// Decide from the store's answer and apply the decision (`since_ms`:
+    /// when the request started waiting for the store).
     fn apply(
         &mut self,
         plugin: &Plugin,
@@ -172,6 +174,7 @@ impl Stream {
         made: Fingerprinted,
         phase: Phase,
         answer: StoreAnswer,
+        since_ms: u64,
     ) -> Action {
         let Some(policy) = plugin.config.policies.get(policy_index) else {
             return Action::Continue;
@@ -184,6 +187,7 @@ impl Stream {
         let now = abi::now_ms();
         let receipt = match answer {
             StoreAnswer::Ready(receipt) => receipt,
+            StoreAnswer::Failed(StoreFailure::Remote) => return Action::Continue,
             StoreAnswer::Failed(failure) => {
                 plugin.metrics.store_fail_open.inc();
                 let last = plugin.last_fail_open_log_ms.get();
@@ -259,7 +263,7 @@ impl Stream {
             Verdict::Throttle { delay_ms, .. } => {
                 pm.throttled.inc();
                 pm.throttle_delay_ms.record(delay_ms);
-                plugin.hold(self.id, now.saturating_add(delay_ms));
+                plugin.hold(self.id, since_ms.saturating_add(delay_ms));
                 self.state = State::Held;
                 Action::Pause
             }
@@ -541,6 +545,7 @@ impl Context for Stream {
             phase,
             key,
             query,
+            since_ms,
         } = *waiting;
         if token != expected {
             return;
@@ -563,7 +568,7 @@ impl Context for Stream {
         };
         // The request was paused for this answer: go on unless the decision
         // holds it (throttle) or answered it (429).
-        if self.apply(&plugin, policy, made, phase, answer) == Action::Continue {
+        if self.apply(&plugin, policy, made, phase, answer, since_ms) == Action::Continue {
             if let Err(e) = abi::resume_request() {
                 log::debug!(
                     "request could not resume after the store answered (host status {})",

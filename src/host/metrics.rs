@@ -159,18 +159,20 @@ impl Metrics {
 
     /// The Redis store call counter for a result.
     pub fn redis_call(&self, result: &Result<WindowState, RedisError>) -> Counter {
-        self.store_calls[match result {
-            Ok(_) => 0,
-            Err(RedisError::Unavailable) => 1,
-            Err(RedisError::Status(_)) => 2,
-            Err(RedisError::Reply(_)) => 3,
-        }]
+        match result {
+            Ok(_) => self.store_calls[0],
+            Err(error) => self.redis_error(error),
+        }
     }
 
-    /// Failed store calls are counted as calls too (dispatch failures
-    /// included).
+    /// The counter of a failed store call (a call Envoy refused to
+    /// dispatch included).
     pub fn redis_error(&self, error: &RedisError) -> Counter {
-        self.redis_call(&Err(error.clone()))
+        self.store_calls[match error {
+            RedisError::Unavailable(_) => 1,
+            RedisError::Status(_) => 2,
+            RedisError::Reply(_) => 3,
+        }]
     }
 
     pub fn store_fallback(&self, on_error: OnStoreError) -> Counter {

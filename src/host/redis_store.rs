@@ -32,20 +32,32 @@ pub fn dispatch(
         vec![],
         Duration::from_millis(store.timeout_ms),
     )
-    .map_err(|_| RedisError::Unavailable)
+    .map_err(|status| {
+        RedisError::Unavailable(format!(
+            "Envoy refused the call ({status:?}): is \"{}\" a cluster in the bootstrap?",
+            store.cluster
+        ))
+    })
 }
 
 /// The answer to a call, in its callback. No headers means no response
 /// (timeout, reset, no healthy webdis).
 pub fn read_reply(num_headers: usize, body_size: usize) -> Result<WindowState, RedisError> {
     if num_headers == 0 {
-        return Err(RedisError::Unavailable);
+        return Err(RedisError::Unavailable(
+            "no answer within the timeout, or the connection failed".to_string(),
+        ));
     }
     let status = abi::http_call_response_header(":status")
         .ok()
         .flatten()
         .map(|v| String::from_utf8_lossy(&v).into_owned())
         .unwrap_or_default();
-    let body = abi::http_call_response_body(body_size).map_err(|_| RedisError::Unavailable)?;
+    let body = abi::http_call_response_body(body_size).map_err(|e| {
+        RedisError::Unavailable(format!(
+            "the answer's body is unreadable (host status {})",
+            e.0
+        ))
+    })?;
     redis::parse_reply(&status, &body)
 }

@@ -4,6 +4,7 @@ factory of real Envoy processes whose logs are printed when a test fails."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -58,3 +59,4 @@ def start_envoy(request):
         if failed:
             log = e.log()
             print(f"\n--- log of {e.name} (admin {e.admin}) ---\n{log[-20000:]}", file=sys.stderr)
+        shutil.rmtree(e.dir, ignore_errors=True)

@@ -1,0 +1,217 @@
+"""Redis and webdis for the shared-store tests: started on free loopback
+ports with the shipped function and the locked-down users, stopped by PID.
+
+The configuration written here is the one the README recommends: the
+default user (the one webdis uses) may only call functions and PING on
+`lg:*` keys; a separate admin user loads the function; webdis enables only
+FCALL and PING.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from harness import ROOT, free_port
+
+FUNCTION = ROOT / "envoy" / "redis" / "loopguard.lua"
+ADMIN_USER = "loopguard-admin"
+ADMIN_PASSWORD = "e2e-admin-secret"
+# webdis authenticates as the default user with this password.
+WEBDIS_PASSWORD = "e2e-webdis-secret"
+# The commands loopguard_hit runs, which the default user must be allowed too
+# (FCALL checks the function's inner calls against the caller's ACL).
+DEFAULT_USER_COMMANDS = (
+    "+fcall +ping +time +zadd +zremrangebyscore +zremrangebyrank +zcard +zrange +pexpire +get +set"
+)
+
+
+def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} at startup")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port}")
+
+
+def _stop(proc: subprocess.Popen | None) -> None:
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+class Redis:
+    """A redis-server with loopguard's function loaded."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="loopguard-redis-"))
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        (self.dir / "redis.conf").write_text(
+            "\n".join(
+                [
+                    "bind 127.0.0.1",
+                    f"port {self.port}",
+                    f"dir {self.dir}",
+                    'save ""',
+                    "appendonly no",
+                    "daemonize no",
+                    f"logfile {self.dir / 'redis.log'}",
+                    f"user default on >{WEBDIS_PASSWORD} ~lg:* resetchannels -@all {DEFAULT_USER_COMMANDS}",
+                    f"user {ADMIN_USER} on >{ADMIN_PASSWORD} ~* &* +@all",
+                    "",
+                ]
+            )
+        )
+
+    def start(self) -> "Redis":
+        self.proc = subprocess.Popen(
+            ["redis-server", str(self.dir / "redis.conf")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+        _wait_port(self.port, self.proc, "redis-server")
+        # Functions are not persisted (save ""): load on every start.
+        out = self.admin("FUNCTION", "LOAD", "REPLACE", stdin=FUNCTION.read_text())
+        if out.strip() != "loopguard":
+            raise RuntimeError(f"FUNCTION LOAD answered {out!r}")
+        return self
+
+    def admin(self, *args: str, stdin: str | None = None) -> str:
+        """Run a command as the admin user (stdin, if given, is the last
+        argument, as with `redis-cli -x`)."""
+        cmd = ["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), "--user", ADMIN_USER]
+        cmd += ["--pass", ADMIN_PASSWORD, "--no-auth-warning"]
+        if stdin is not None:
+            cmd.append("-x")
+        r = subprocess.run(cmd + list(args), input=stdin, capture_output=True, text=True, timeout=30)
+        if r.returncode != 0:
+            raise RuntimeError(f"redis-cli {args[:2]} failed: {r.stderr}")
+        return r.stdout
+
+    def pipe(self, commands) -> list[str]:
+        """Run many admin commands in one redis-cli; one answer per line."""
+        cmd = ["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), "--user", ADMIN_USER]
+        cmd += ["--pass", ADMIN_PASSWORD, "--no-auth-warning"]
+        r = subprocess.run(cmd, input="\n".join(commands) + "\n", capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise RuntimeError(f"redis-cli failed: {r.stderr}")
+        return r.stdout.split("\n")[:-1]
+
+    def as_default_user(self, *args: str, password: str | None = WEBDIS_PASSWORD) -> str:
+        auth = ["--pass", password, "--no-auth-warning"] if password else []
+        r = subprocess.run(
+            ["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), *auth, *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return r.stdout + r.stderr
+
+    def keys(self, pattern: str = "*") -> list[str]:
+        # SCAN, not KEYS: the test may hold many keys.
+        found: list[str] = []
+        cursor = "0"
+        while True:
+            lines = self.admin("SCAN", cursor, "MATCH", pattern, "COUNT", "10000").splitlines()
+            cursor, found = lines[0], found + [k for k in lines[1:] if k]
+            if cursor == "0":
+                return found
+
+    def dbsize(self) -> int:
+        return int(self.admin("DBSIZE").strip())
+
+    def flush(self) -> None:
+        self.admin("FLUSHALL")
+
+    def stop(self) -> None:
+        _stop(self.proc)
+        self.proc = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Webdis:
+    """webdis in front of a Redis, enabling only FCALL and PING."""
+
+    def __init__(self, redis_port: int) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="loopguard-webdis-"))
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        (self.dir / "webdis.json").write_text(
+            json.dumps(
+                {
+                    "redis_host": "127.0.0.1",
+                    "redis_port": redis_port,
+                    "redis_auth": WEBDIS_PASSWORD,
+                    "http_host": "127.0.0.1",
+                    "http_port": self.port,
+                    "threads": 2,
+                    "pool_size": 4,
+                    "daemonize": False,
+                    "database": 0,
+                    "acl": [{"disabled": ["*"]}, {"enabled": ["FCALL", "PING"]}],
+                    "verbosity": 1,
+                    "logfile": str(self.dir / "webdis.log"),
+                },
+                indent=1,
+            )
+        )
+
+    def start(self) -> "Webdis":
+        self.proc = subprocess.Popen(
+            ["webdis", str(self.dir / "webdis.json")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            cwd=self.dir,
+        )
+        _wait_port(self.port, self.proc, "webdis")
+        return self
+
+    def stop(self) -> None:
+        _stop(self.proc)
+        self.proc = None
+
+    def cleanup(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def webdis_cluster(port: int, name: str = "loopguard_redis") -> dict:
+    """The Envoy cluster loopguard calls webdis through."""
+    return {
+        "name": name,
+        "connect_timeout": "0.25s",
+        "type": "STATIC",
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [
+                {
+                    "lb_endpoints": [
+                        {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": port}}}}
+                    ]
+                }
+            ],
+        },
+    }
+
+
+def with_store_cluster(config: dict, port: int, name: str = "loopguard_redis") -> dict:
+    config["static_resources"]["clusters"].append(webdis_cluster(port, name))
+    return config

@@ -1,0 +1,455 @@
+"""The shared store: several real Envoys counting in one real Redis through
+real webdis; faults (Redis or webdis down, webdis slow) fail open."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from harness import bootstrap, plugin, policy
+from shared_store import Redis, Webdis, with_store_cluster
+from test_window import Clock
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("redis-server") is None or shutil.which("webdis") is None,
+    reason="redis-server and webdis are installed by make test",
+)
+
+# Generous for correctness tests on a busy 2-core machine: the point there is
+# the shared count, and a timeout would silently count locally instead.
+STORE = {"type": "redis_webdis", "cluster": "loopguard_redis", "timeout_ms": 1000}
+FP_KEY = re.compile(r"^lg:\{[0-9a-f]{32}\}:(w|cd|ev)$")
+
+
+@pytest.fixture(scope="module")
+def backend():
+    redis = Redis().start()
+    webdis = Webdis(redis.port).start()
+    yield redis, webdis
+    webdis.cleanup()
+    redis.cleanup()
+
+
+@pytest.fixture
+def shared(backend):
+    """A flushed Redis (the function stays loaded) and its webdis."""
+    redis, webdis = backend
+    redis.flush()
+    return redis, webdis
+
+
+@pytest.fixture
+def own_backend():
+    """A Redis and webdis of this test's own, for tests that stop them."""
+    redis = Redis().start()
+    webdis = Webdis(redis.port).start()
+    yield redis, webdis
+    webdis.cleanup()
+    redis.cleanup()
+
+
+def replicas(start_envoy, upstream, webdis_port, cfg, n=2, concurrency=2, **kw):
+    return [
+        start_envoy(with_store_cluster(bootstrap(cfg, upstream.port, **kw), webdis_port), concurrency=concurrency, name=f"replica-{i}")
+        for i in range(n)
+    ]
+
+
+def no_fallback(envoys) -> None:
+    for e in envoys:
+        assert e.counter("loopguard.store_fallback_total") == 0, e.name
+        assert e.counter("loopguard.store_calls_total.result.unavailable") == 0, e.name
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_loop_alternating_across_replicas_trips_at_the_global_nth(shared, upstream, start_envoy, n):
+    redis, webdis = shared
+    cfg = plugin([policy("spread", threshold=5)], store=STORE)
+    envoys = replicas(start_envoy, upstream, webdis.port, cfg, n=n)
+    secret = "sk-live-do-not-store-me"
+    codes = []
+    clients = [httpx.Client(base_url=e.url, headers={"authorization": f"Bearer {secret}"}) for e in envoys]
+    try:
+        for i in range(8):
+            r = clients[i % n].post("/v1/chat/completions", content=b'{"prompt": "same body"}')
+            codes.append(r.status_code)
+            if r.status_code == 429:
+                assert r.headers["retry-after"]
+                assert r.json()["error"]["type"]
+    finally:
+        for c in clients:
+            c.close()
+    # Each replica alone saw at most 3 of the first 4 hits: only the shared
+    # count can reject the 5th.
+    assert codes == [200] * 4 + [429] * 4
+    assert upstream.count == 4
+    # Every hit went to Redis and was answered there.
+    assert sum(e.counter("loopguard.store_calls_total.result.ok") for e in envoys) == 8
+    assert sum(e.counter("loopguard.rejected_total") for e in envoys) == 4
+    no_fallback(envoys)
+    # Keys hold digests only: no path, body or API key.
+    keys = redis.keys()
+    assert keys and all(FP_KEY.match(k) for k in keys), keys
+    dump = " ".join(keys) + redis.admin("ZRANGE", next(k for k in keys if k.endswith(":w")), "0", "-1")
+    for leaked in (secret, "same body", "chat", "completions"):
+        assert leaked not in dump
+
+
+def test_sliding_window_boundary_holds_across_replicas(shared, upstream, start_envoy):
+    """The core issue's boundary case (N=3, W=2 s), each hit on the other
+    replica: a fixed window would allow the hit at 2.2 s; the sliding log
+    still holds the hits at 1.2 and 1.6 s."""
+    _, webdis = shared
+    envoys = replicas(start_envoy, upstream, webdis.port, plugin([policy(threshold=3, window=2)], store=STORE))
+    cs = [httpx.Client(base_url=e.url) for e in envoys]
+    try:
+        hit = lambda i: cs[i % 2].post("/v1/w", content=b"same")  # noqa: E731
+        clock = Clock()
+        clock.at(0.0)
+        assert hit(0).status_code == 200
+        clock.at(1.2)
+        assert hit(1).status_code == 200
+        clock.at(1.6)
+        assert hit(2).status_code == 429
+        clock.at(2.2)
+        r = hit(3)
+        assert r.status_code == 429
+        assert r.headers["retry-after"] == "2"  # until the hit at 1.6 leaves (3.6)
+        clock.at(3.9)
+        assert hit(4).status_code == 200
+    finally:
+        for c in cs:
+            c.close()
+    assert upstream.count == 3
+    no_fallback(envoys)
+
+
+def test_cooldown_holds_across_replicas(shared, upstream, start_envoy):
+    redis, webdis = shared
+    cfg = plugin([policy("cool", threshold=2, window=1, cooldown_seconds=3)], store=STORE)
+    a, b = replicas(start_envoy, upstream, webdis.port, cfg)
+    with httpx.Client(base_url=a.url) as ca, httpx.Client(base_url=b.url) as cb:
+        t0 = time.monotonic()
+        assert ca.get("/v1/c").status_code == 200
+        r = cb.get("/v1/c")  # trips on B: the cooldown starts in Redis
+        assert r.status_code == 429
+        assert r.headers["retry-after"] == "3"
+        assert r.json()["error"]["cooldown_seconds"] == 3
+        assert any(k.endswith(":cd") for k in redis.keys())
+        time.sleep(1.6)  # the window is clear, the cooldown is not
+        r = ca.get("/v1/c")  # A never tripped itself
+        assert r.status_code == 429
+        assert r.headers["retry-after"] == "2"
+        time.sleep(max(0, t0 + 3.3 - time.monotonic()))
+        assert cb.get("/v1/c").status_code == 200
+    no_fallback([a, b])
+
+
+def test_no_hit_is_lost_with_four_clients_across_two_replicas(shared, upstream, start_envoy):
+    """Two Envoys with two workers each; four clients hammer one fingerprint
+    with a threshold just above the request count: all pass, the next one is
+    rejected."""
+    redis, webdis = shared
+    per_client, clients = 60, 4
+    total = per_client * clients
+    cfg = plugin([policy("hot", threshold=total + 1, window=120)], store=STORE)
+    envoys = replicas(start_envoy, upstream, webdis.port, cfg, direct_response=True)
+
+    def hammer(i):
+        with httpx.Client(base_url=envoys[i % 2].url, timeout=30) as c:
+            return [c.get("/v1/hot").status_code for _ in range(per_client)]
+
+    with ThreadPoolExecutor(clients) as pool:
+        codes = [code for got in pool.map(hammer, range(clients)) for code in got]
+    assert codes == [200] * total
+    with httpx.Client(base_url=envoys[1].url) as c:
+        r = c.get("/v1/hot")
+        assert r.status_code == 429
+    no_fallback(envoys)
+    (w,) = [k for k in redis.keys() if k.endswith(":w")]
+    assert int(redis.admin("ZCARD", w)) == total + 1
+
+
+def test_warn_from_the_headers_phase_reaches_client_and_upstream(shared, upstream, start_envoy):
+    """A body-less request waits for Redis in the headers phase; the warn
+    headers are still added to the request it then forwards."""
+    _, webdis = shared
+    cfg = plugin([policy("w", threshold=2, action="warn")], store=STORE)
+    a, b = replicas(start_envoy, upstream, webdis.port, cfg)
+    assert httpx.get(f"{a.url}/v1/models").status_code == 200
+    r = httpx.get(f"{b.url}/v1/models")
+    assert r.status_code == 200
+    assert r.headers["x-loopguard-warning"] == "loop_warn"
+    assert r.headers["x-loopguard-loop-count"] == "2"
+    assert upstream.requests[-1]["headers"]["x-loopguard-warning"] == "loop_warn"
+    assert upstream.requests[-1]["headers"]["x-loopguard-policy"] == "w"
+    assert "x-loopguard-warning" not in upstream.requests[0]["headers"]
+    no_fallback([a, b])
+
+
+def test_throttle_delay_from_the_shared_count(shared, upstream, start_envoy):
+    _, webdis = shared
+    cfg = plugin([policy(threshold=2, action="throttle", throttle_step_ms=250, throttle_max_delay_ms=5000)], store=STORE)
+    a, b = replicas(start_envoy, upstream, webdis.port, cfg)
+    assert httpx.post(f"{a.url}/v1/t", content=b"x").status_code == 200
+    with httpx.Client(base_url=b.url, timeout=10) as c:
+        t = time.monotonic()
+        assert c.post("/v1/t", content=b"baseline").status_code == 200
+        base = time.monotonic() - t
+        t = time.monotonic()
+        r = c.post("/v1/t", content=b"x")  # the 2nd hit of "x", seen by A first
+        took = time.monotonic() - t
+    assert r.status_code == 200
+    assert r.headers["x-loopguard-delay-ms"] == "500"  # count 2 x 250 ms
+    assert abs((took - base) - 0.5) <= 0.025, (took, base)
+    assert b.counter("loopguard.throttled_total") == 1
+    no_fallback([a, b])
+
+
+def test_shadow_counts_apart_from_enforcing_policies(shared, upstream, start_envoy):
+    """A shadow policy and an enforcing one see the same requests; the
+    shadow one's hits are kept under other keys and never enforce."""
+    redis, webdis = shared
+    cfg = plugin(
+        [policy("watch", threshold=2, mode="shadow", selector={"pathPrefix": "/s"}), policy("enforce", threshold=3)],
+        store=STORE,
+    )
+    a, b = replicas(start_envoy, upstream, webdis.port, cfg)
+    codes = [httpx.post(f"{(a, b)[i % 2].url}/s/x", content=b"q").status_code for i in range(3)]
+    assert codes == [200, 200, 200]
+    assert sum(e.counter("loopguard.shadow_total") for e in (a, b)) == 2
+    codes = [httpx.post(f"{(a, b)[i % 2].url}/v1/x", content=b"q").status_code for i in range(3)]
+    assert codes == [200, 200, 429]
+    assert len([k for k in redis.keys() if k.endswith(":w")]) == 2
+
+
+def test_a_hundred_thousand_fingerprints_are_bounded_and_expire(shared, start_envoy, upstream, tmp_path):
+    """100k distinct fingerprints plus one hammered ~3000 times (threshold 5,
+    window 60 s, longer than the flood): each log holds at most the 5 hits
+    the policy needs, every key carries an expiry within the window, and
+    every key is gone once the window has passed."""
+    redis, webdis = shared
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is installed by make test")
+    cfg = plugin([policy("flood", threshold=5, window=60)], store={**STORE, "timeout_ms": 2000})
+    (e,) = replicas(start_envoy, upstream, webdis.port, cfg, n=1, direct_response=True)
+    script = tmp_path / "unique.lua"
+    script.write_text(
+        "local n = 0\n"
+        "request = function()\n"
+        "  n = n + 1\n"
+        '  if n % 34 == 0 then return wrk.format("GET", "/v1/hot") end\n'
+        '  return wrk.format("GET", "/v1/u?id=" .. n .. "&run=" .. run)\n'
+        "end\n"
+    )
+    # wrk cannot stop after N requests: run it in bounded slices, each with
+    # its own id space.
+    sent, run = 0, 0
+    started = time.monotonic()
+    deadline = started + 55
+    while sent < 103_000 and time.monotonic() < deadline:
+        run += 1
+        script_run = tmp_path / f"unique-{run}.lua"
+        script_run.write_text(f"run = {run}\n" + script.read_text())
+        out = subprocess.run(
+            ["wrk", "-t1", "-c16", "-d4s", "-s", str(script_run), e.url],
+            capture_output=True, text=True, timeout=60,
+        ).stdout
+        sent += int(out.split(" requests in")[0].split()[-1])
+    flood_s = time.monotonic() - started
+    print(f"{sent} requests in {flood_s:.1f} s through the Redis store")
+    assert sent >= 103_000, f"only {sent} requests in {flood_s:.0f} s"
+    # Every request was recorded in Redis (wrk counts only answered ones).
+    assert e.counter("loopguard.store_calls_total.result.ok") >= sent
+    assert e.counter("loopguard.store_fallback_total") == 0
+    # Every log holds at most the 5 hits the policy needs.
+    logs = subprocess.run(
+        ["redis-cli", "-p", str(redis.port), "--user", "loopguard-admin", "--pass", "e2e-admin-secret",
+         "--no-auth-warning", "--scan", "--pattern", "lg:*:w"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.split()
+    assert len(logs) >= 100_000
+    sizes = [int(n) for n in redis.pipe(f"ZCARD {k}" for k in logs)]
+    assert max(sizes) == 5
+    assert sorted(sizes)[-2] == 1  # only the hot fingerprint repeated
+    ttls = [int(t) for t in redis.pipe(f"PTTL {k}" for k in redis.keys())]
+    assert all(0 < t <= 60_000 for t in ttls), min(ttls)
+    # Everything expires with the window; Redis deletes expired keys
+    # actively, within seconds.
+    deadline = started + 60 + 40
+    while redis.dbsize() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert redis.dbsize() == 0
+
+
+def test_webdis_and_redis_refuse_everything_but_the_function(shared):
+    """The shipped security setup: webdis serves FCALL and PING only; the
+    default user (webdis's) cannot read other keys, run scripts or flush."""
+    redis, webdis = shared
+    base = f"http://127.0.0.1:{webdis.port}"
+    assert httpx.get(f"{base}/PING").json() == {"PING": [True, "PONG"]}
+    for cmd in ("EVAL/return%201/0", "GET/lg:x", "KEYS/*", "FLUSHALL", "CONFIG/GET/*", "FUNCTION/LIST"):
+        r = httpx.get(f"{base}/{cmd}")
+        assert r.status_code == 403, (cmd, r.status_code, r.text)
+        assert httpx.post(base, content=cmd.encode()).status_code == 403, cmd
+    # Without the password Redis answers nothing at all.
+    assert "NOAUTH" in redis.as_default_user("PING", password=None)
+    for args in (["EVAL", "return 1", "0"], ["GET", "other"], ["SET", "other", "1"], ["FLUSHALL"],
+                 ["KEYS", "*"], ["CONFIG", "GET", "*"], ["FUNCTION", "DELETE", "loopguard"], ["DEL", "lg:x"]):
+        assert "NOPERM" in redis.as_default_user(*args), args
+    # The function itself refuses keys outside lg:* for the default user.
+    out = redis.as_default_user("FCALL", "loopguard_hit", "3", "a", "b", "c", "1000", "5", "5", "0", "3", "1000", "n")
+    assert "NOPERM" in out or "No permissions" in out, out
+
+
+class SlowStore:
+    """An HTTP server standing in for a webdis that answers after `delay`."""
+
+    def __init__(self, delay: float) -> None:
+        delay_s = delay
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                time.sleep(delay_s)
+                body = b'{"FCALL":[1,0,0,-1]}'
+                try:
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except OSError:
+                    pass
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 256  # Envoy opens one connection per waiting call
+
+        self.server = Server(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_slow_webdis_adds_at_most_the_timeout(upstream, start_envoy):
+    slow = SlowStore(delay=1.5)
+    try:
+        cfg = plugin([policy(threshold=3)], store={**STORE, "timeout_ms": 100})
+        e = start_envoy(with_store_cluster(bootstrap(cfg, upstream.port), slow.port))
+        times, codes = [], []
+        with httpx.Client(base_url=e.url, timeout=10) as c:
+            for _ in range(5):
+                t = time.monotonic()
+                codes.append(c.post("/v1/slow", content=b"same").status_code)
+                times.append(time.monotonic() - t)
+        # Counted locally instead: the loop is still caught.
+        assert codes == [200, 200, 429, 429, 429]
+        assert max(times) < 0.1 + 0.08, times
+        assert min(times) >= 0.1 - 0.005, times  # it did wait for the store
+        assert e.counter("loopguard.store_calls_total.result.unavailable") == 5
+        assert e.counter("loopguard.store_fallback_total.action.local") == 5
+        assert "redis store unavailable" in e.log()
+    finally:
+        slow.stop()
+
+
+def test_clients_leaving_while_waiting_for_the_store(upstream, start_envoy):
+    """Requests whose clients hang up while paused for the store are
+    dropped cleanly; Envoy keeps serving."""
+    slow = SlowStore(delay=0.6)
+    try:
+        cfg = plugin([policy(threshold=1000)], store={**STORE, "timeout_ms": 1000})
+        e = start_envoy(with_store_cluster(bootstrap(cfg, upstream.port), slow.port))
+
+        def leave(i):
+            try:
+                httpx.post(f"{e.url}/v1/leave/{i % 3}", content=b"x", timeout=0.1)
+            except httpx.TimeoutException:
+                return True
+            return False
+
+        with ThreadPoolExecutor(20) as pool:
+            assert all(pool.map(leave, range(60)))
+        time.sleep(1.2)  # every store answer has arrived or timed out
+        assert e.proc.poll() is None
+        r = httpx.post(f"{e.url}/v1/after", content=b"x", timeout=5)
+        assert r.status_code == 200
+        assert "panicked" not in e.log()
+        assert [r["path"] for r in upstream.requests] == ["/v1/after"]
+    finally:
+        slow.stop()
+
+
+def test_redis_down_counts_locally_then_shared_counting_resumes(own_backend, upstream, start_envoy):
+    redis, webdis = own_backend
+    cfg = plugin([policy(threshold=3)], store={**STORE, "timeout_ms": 200})
+    a, b = replicas(start_envoy, upstream, webdis.port, cfg)
+    with httpx.Client(base_url=a.url) as ca, httpx.Client(base_url=b.url) as cb:
+        assert ca.post("/v1/one", content=b"1").status_code == 200
+        redis.stop()
+        # Redis is gone: A counts locally. It has seen "two" twice, B never.
+        codes = [ca.post("/v1/two", content=b"2").status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+        assert cb.post("/v1/two", content=b"2").status_code == 200
+        fell_back = a.counter("loopguard.store_fallback_total.action.local")
+        assert fell_back == 3
+        assert b.counter("loopguard.store_fallback_total.action.local") == 1
+        assert "redis store" in a.log()
+        # Redis is back (same port, function reloaded): webdis reconnects and
+        # the count is shared again, without restarting Envoy.
+        redis.start()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            before = a.counter("loopguard.store_calls_total.result.ok")
+            ca.post("/v1/probe", content=str(time.monotonic()).encode())
+            if a.counter("loopguard.store_calls_total.result.ok") > before:
+                break
+            time.sleep(0.5)
+        else:
+            pytest.fail("shared counting did not resume")
+        fallbacks = [e.counter("loopguard.store_fallback_total") for e in (a, b)]
+        codes = [(ca, cb)[i % 2].post("/v1/three", content=b"3").status_code for i in range(3)]
+        assert codes == [200, 200, 429]
+        assert [e.counter("loopguard.store_fallback_total") for e in (a, b)] == fallbacks
+
+
+def test_webdis_down_with_on_error_allow_lets_requests_pass(own_backend, upstream, start_envoy):
+    redis, webdis = own_backend
+    cfg = plugin([policy(threshold=2)], store={**STORE, "timeout_ms": 200, "on_error": "allow"})
+    e = start_envoy(with_store_cluster(bootstrap(cfg, upstream.port), webdis.port))
+    with httpx.Client(base_url=e.url) as c:
+        assert [c.post("/v1/a", content=b"a").status_code for _ in range(2)] == [200, 429]
+        webdis.stop()
+        assert [c.post("/v1/b", content=b"b").status_code for _ in range(4)] == [200] * 4
+    assert e.counter("loopguard.store_fallback_total.action.allow") == 4
+    assert e.counter("loopguard.store_calls_total.result.unavailable") + e.counter(
+        "loopguard.store_calls_total.result.status"
+    ) == 4
+    assert "requests are passed unchecked" in e.log()
+
+
+def test_an_unknown_store_cluster_counts_locally_and_says_why(upstream, start_envoy):
+    cfg = plugin([policy(threshold=2)], store={**STORE, "cluster": "no_such_cluster"})
+    e = start_envoy(bootstrap(cfg, upstream.port))
+    with httpx.Client(base_url=e.url) as c:
+        assert [c.post("/v1/a", content=b"a").status_code for _ in range(2)] == [200, 429]
+    assert e.counter("loopguard.store_fallback_total.action.local") == 2
+    assert '"no_such_cluster" a cluster in the bootstrap' in e.log()
