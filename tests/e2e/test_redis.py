@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import openai
 import pytest
 
-from harness import bootstrap, plugin, policy
+from harness import ROOT, bootstrap, load_yaml, localize, plugin, policy
 from shared_store import Redis, Webdis, with_store_cluster
 from test_window import Clock
 
@@ -101,6 +102,24 @@ def test_a_loop_alternating_across_replicas_trips_at_the_global_nth(shared, upst
     dump = " ".join(keys) + redis.admin("ZRANGE", next(k for k in keys if k.endswith(":w")), "0", "-1")
     for leaked in (secret, "same body", "chat", "completions"):
         assert leaked not in dump
+
+
+def test_cluster_example_two_replicas_and_the_openai_sdk(shared, start_envoy):
+    """examples/cluster as shipped (ports moved): an agent whose identical
+    call alternates between two replicas gets the SDK's RateLimitError on
+    the 5th call overall."""
+    _, webdis = shared
+    example = load_yaml(ROOT / "examples" / "cluster" / "envoy.yaml")
+    envoys = [start_envoy(localize(example, {"loopguard_redis": webdis.port}), name=f"replica-{i}") for i in range(2)]
+    clients = [openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-test-cluster", max_retries=0) for e in envoys]
+    call = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "same question"}]}
+    for i in range(4):
+        assert clients[i % 2].chat.completions.create(**call).choices[0].message.content
+    with pytest.raises(openai.RateLimitError) as caught:
+        clients[0].chat.completions.create(**call)
+    assert caught.value.code == "recursive_loop_detected"
+    assert sum(e.counter("loopguard.store_calls_total.result.ok") for e in envoys) == 5
+    no_fallback(envoys)
 
 
 def test_sliding_window_boundary_holds_across_replicas(shared, upstream, start_envoy):
@@ -271,11 +290,7 @@ def test_a_hundred_thousand_fingerprints_are_bounded_and_expire(shared, start_en
     assert e.counter("loopguard.store_calls_total.result.ok") >= sent
     assert e.counter("loopguard.store_fallback_total") == 0
     # Every log holds at most the 5 hits the policy needs.
-    logs = subprocess.run(
-        ["redis-cli", "-p", str(redis.port), "--user", "loopguard-admin", "--pass", "e2e-admin-secret",
-         "--no-auth-warning", "--scan", "--pattern", "lg:*:w"],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout.split()
+    logs = redis.keys("lg:*:w")
     assert len(logs) >= 100_000
     sizes = [int(n) for n in redis.pipe(f"ZCARD {k}" for k in logs)]
     assert max(sizes) == 5
