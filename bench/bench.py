@@ -7,8 +7,9 @@ is measured; the filter chain runs all the same. Configurations alternate,
 each round runs every one, and the table shows medians over the rounds:
 requests/s, p50/p99 latency, Envoy CPU time per request (user + system from
 /proc over the measured run), and the CPU added over the matching no-op
-baseline. Then a flood of 1,000,000 unique fingerprints checks that memory
-stays bounded.
+baseline. The distributed rows put the Redis store (Redis + webdis on
+loopback, as in examples/cluster) against the local store. Then a flood of
+1,000,000 unique fingerprints checks that memory stays bounded.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 import httpx  # noqa: E402
 
 from harness import ROOT, ROUTER, Envoy, bootstrap, buffer_filter, wasm_filter  # noqa: E402
+from shared_store import Redis, Webdis, webdis_cluster  # noqa: E402
 
 NOOP = str(ROOT / "bench" / "noop" / "target" / "wasm32-wasip1" / "release" / "noop.wasm")
 BARE = str(ROOT / "bench" / "bare" / "target" / "wasm32-wasip1" / "release" / "bare.wasm")
@@ -50,6 +53,7 @@ def loopguard(policy_spec: dict, **top) -> dict:
     return wasm_filter({**top, "policies": [{"id": "bench", "spec": policy_spec}]})
 
 
+REDIS_STORE = {"type": "redis_webdis", "cluster": "loopguard_redis", "timeout_ms": 1000}
 NO_TRIP = {"enabled": True, "window_seconds": 1, "threshold_identical_requests": 1024}
 
 
@@ -71,7 +75,7 @@ def chat_body(kib: int, tool_calls: int = 0) -> bytes:
 
 
 # name, filters, request kind, baseline name
-def configurations(tmp: Path) -> list[dict]:
+def configurations(tmp: Path, webdis_port: int | None) -> list[dict]:
     body_1k = json.dumps({"model": "gpt-4o-mini", "input": "x" * 950}).encode()
     chat_16k = chat_body(16)
     tools_16k = chat_body(16, tool_calls=20)
@@ -93,7 +97,12 @@ def configurations(tmp: Path) -> list[dict]:
         {"name": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "filters": [noop_filter(), buf, ROUTER], "req": "tools16k", "base": None},
         {"name": "loopguard tool_loops, 16 KB chat, 20 tool calls", "filters": [loopguard(tools), buf, ROUTER], "req": "tools16k", "base": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "target": 30.0},
         {"name": "loopguard exact, GET, unique fingerprints", "filters": [loopguard(exact_keys), ROUTER], "req": "flood", "base": "no-op wasm, GET"},
-    ]
+    ] + ([] if webdis_port is None else [
+        {"name": "loopguard exact, 1 KB POST, Redis store", "filters": [loopguard(exact_keys, store=REDIS_STORE), buf, ROUTER], "req": "post1k",
+         "base": "loopguard exact, 1 KB POST", "clusters": [webdis_cluster(webdis_port)], "distributed": True},
+        {"name": "loopguard exact, GET, Redis store", "filters": [loopguard(exact_keys, store=REDIS_STORE), ROUTER], "req": "get",
+         "base": "loopguard exact, GET", "clusters": [webdis_cluster(webdis_port)], "distributed": True},
+    ])
 
 
 def wrk_script(tmp: Path, kind: str) -> Path:
@@ -139,7 +148,9 @@ def run_wrk(url: str, script: Path, seconds: float, connections: int) -> dict:
 
 
 def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
-    envoy = Envoy(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), concurrency=1, name=cfg["name"])
+    config = bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True)
+    config["static_resources"]["clusters"] += cfg.get("clusters", [])
+    envoy = Envoy(config, concurrency=1, name=cfg["name"])
     envoy.start()
     try:
         script = wrk_script(tmp, cfg["req"])
@@ -152,16 +163,20 @@ def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
         res["rss_before"], res["rss_after"] = rss_before, envoy.rss_bytes()
         if res["errors"]:
             raise RuntimeError(f"{cfg['name']}: {res['errors']} non-2xx responses")
+        res["fallbacks"] = envoy.counter("loopguard.store_fallback_total")
         return res
     finally:
         envoy.stop()
+        shutil.rmtree(envoy.dir, ignore_errors=True)
 
 
 def callgrind_instructions(cfg: dict, tmp: Path, requests: int = 300) -> int:
     """Envoy instructions per request, counted by valgrind's callgrind over
     `requests` sequential requests after a warm-up: unlike CPU time, the same
     on every run, whatever else the machine does."""
-    envoy = Envoy(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), concurrency=1)
+    config = bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True)
+    config["static_resources"]["clusters"] += cfg.get("clusters", [])
+    envoy = Envoy(config, concurrency=1)
     cfg_path = envoy.dir / "envoy.json"
     cfg_path.write_text(json.dumps(envoy.config))
     out = tmp / f"callgrind.{abs(hash(cfg['name']))}"
@@ -242,9 +257,25 @@ def main() -> int:
     ap.add_argument("--flood", type=int, default=1_000_000)
     ap.add_argument("--table", type=int, default=65_536)
     ap.add_argument("--callgrind", action="store_true", help="also count instructions per request (slow)")
+    ap.add_argument("--no-redis", action="store_true", help="skip the distributed rows (Redis store)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
-    configs = configurations(tmp)
+    redis = webdis = None
+    if not args.no_redis:
+        redis = Redis().start()
+        webdis = Webdis(redis.port).start()
+    try:
+        return run(args, tmp, webdis)
+    finally:
+        if webdis:
+            webdis.cleanup()
+        if redis:
+            redis.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args, tmp: Path, webdis: Webdis | None) -> int:
+    configs = configurations(tmp, webdis.port if webdis else None)
     results: dict[str, list[dict]] = {c["name"]: [] for c in configs}
     for r in range(args.rounds):
         for cfg in configs:
@@ -283,6 +314,21 @@ def main() -> int:
                 instr += f" (+{m['instr'] - med[cfg['base']]['instr']:,})"
             instr += " |"
         print(f"| {cfg['name'].ljust(width)} | {m['rps']:.0f} | {m['p50']:.2f} | {m['p99']:.2f} | {m['cpu_us']:.1f} | {vs} | {m['rss_before'] / 1e6:.0f} -> {m['rss_after'] / 1e6:.0f} |{instr}")
+    distributed = [c for c in configs if c.get("distributed")]
+    if distributed:
+        print("\ndistributed: the Redis store (one FCALL through webdis per request; Redis, webdis, Envoy and wrk share the 2 CPUs) against the local store")
+        by_name = {c["name"]: c for c in configs}
+        for cfg in distributed:
+            m, b = med[cfg["name"]], med[cfg["base"]]
+            # One connection: the latency a single agent sees, no queueing.
+            one = measure(cfg, tmp, args.seconds, 1)
+            one_base = measure(by_name[cfg["base"]], tmp, args.seconds, 1)
+            print(f"  {cfg['name']}: {m['rps']:.0f} req/s ({m['rps'] / b['rps']:.2f}x local) at {args.connections} connections, "
+                  f"p50 +{m['p50'] - b['p50']:.2f} ms, p99 +{m['p99'] - b['p99']:.2f} ms; at 1 connection p50 {one['p50']:.2f} ms "
+                  f"(+{one['p50'] - one_base['p50']:.2f}), p99 {one['p99']:.2f} ms (+{one['p99'] - one_base['p99']:.2f}); "
+                  f"fallbacks to local {m['fallbacks'] + one['fallbacks']:.0f}")
+            if m["fallbacks"]:
+                failures.append(f"{cfg['name']}: {m['fallbacks']:.0f} requests fell back to local counting")
     if args.flood:
         f = memory_flood(tmp, args.flood, args.table)
         grown = f["after"] - f["before"]
