@@ -29,8 +29,14 @@ local function hit(keys, args)
   local detect_at = tonumber(args[5])
   local event_every_ms = tonumber(args[6])
   local nonce = args[7]
+  -- The same bounds as loopguard's configuration validation: whoever can
+  -- reach webdis cannot make a log longer or a key live longer than a
+  -- policy could.
+  local day_ms = 86400000
   if not (window_ms and capacity and trip_at and cooldown_ms and detect_at and event_every_ms and nonce)
-      or window_ms < 1 or capacity < 1 then
+      or window_ms < 1 or window_ms > day_ms or capacity < 1 or capacity > 1024
+      or trip_at < 1 or trip_at > 1025 or cooldown_ms < 0 or cooldown_ms > day_ms
+      or detect_at < 1 or event_every_ms < 0 or event_every_ms > day_ms or #nonce > 64 then
     return redis.error_reply('loopguard: bad arguments')
   end
 

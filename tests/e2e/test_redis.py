@@ -320,6 +320,15 @@ def test_webdis_and_redis_refuse_everything_but_the_function(shared):
     for args in (["EVAL", "return 1", "0"], ["GET", "other"], ["SET", "other", "1"], ["FLUSHALL"],
                  ["KEYS", "*"], ["CONFIG", "GET", "*"], ["FUNCTION", "DELETE", "loopguard"], ["DEL", "lg:x"]):
         assert "NOPERM" in redis.as_default_user(*args), args
+    # The function accepts no more than a policy could ask for (a caller
+    # that reaches webdis cannot grow a log or a key's life beyond that).
+    base_args = {"window": "1000", "capacity": "5", "trip": "5", "cooldown": "0", "detect": "3", "every": "1000"}
+    ok = httpx.get(f"{base}/FCALL/loopguard_hit/3/lg:{{t}}:w/lg:{{t}}:cd/lg:{{t}}:ev/" + "/".join(base_args.values()) + "/n").json()
+    assert ok == {"FCALL": [1, 0, 0, -1]}, ok
+    for field, bad in [("window", "86400001"), ("capacity", "100000"), ("capacity", "0"), ("cooldown", "-1"), ("trip", "x")]:
+        args = "/".join({**base_args, field: bad}.values())
+        r = httpx.get(f"{base}/FCALL/loopguard_hit/3/lg:{{t}}:w/lg:{{t}}:cd/lg:{{t}}:ev/{args}/n").json()
+        assert r["FCALL"][0] is False and "bad arguments" in r["FCALL"][1], (field, r)
     # The function itself refuses keys outside lg:* for the default user.
     out = redis.as_default_user("FCALL", "loopguard_hit", "3", "a", "b", "c", "1000", "5", "5", "0", "3", "1000", "n")
     assert "NOPERM" in out or "No permissions" in out, out
