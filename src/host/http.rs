@@ -532,14 +532,20 @@ impl Context for Stream {
         body_size: usize,
         _trailers: usize,
     ) {
+        if !matches!(&self.state, State::Waiting(w) if w.token == token) {
+            return;
+        }
         let State::Waiting(waiting) = std::mem::replace(&mut self.state, State::Pass) else {
             return;
         };
         let Some(plugin) = self.plugin.clone() else {
+            // Not reachable (a waiting stream has a plugin), but never
+            // leave a request paused.
+            let _ = abi::resume_request();
             return;
         };
         let Waiting {
-            token: expected,
+            token: _,
             policy,
             made,
             phase,
@@ -547,9 +553,6 @@ impl Context for Stream {
             query,
             since_ms,
         } = *waiting;
-        if token != expected {
-            return;
-        }
         let reply = redis_store::read_reply(num_headers, body_size);
         plugin.metrics.redis_call(&reply).inc();
         let answer = match reply {
