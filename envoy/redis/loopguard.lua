@@ -5,8 +5,8 @@ loopguard's shared window state in Redis, as one atomic call per request.
   FCALL loopguard_hit 3 <window key> <cooldown key> <event key>
         <window_ms> <capacity> <trip_at> <cooldown_ms> <detect_at> <event_every_ms> <nonce>
 
-Keys share a hash tag (lg:{<fingerprint>}:w / :cd / :ev), so they live on
-one shard. The sliding log is a sorted set of hits scored by Redis's own
+Keys share a hash tag (lg:<plugin name>:{<fingerprint>}:w / :cd / :ev), so
+they live on one shard. The sliding log is a sorted set of hits scored by Redis's own
 clock (replica clocks do not matter), trimmed to the window and to the
 newest <capacity> hits, expiring with the window. Policy numbers travel with
 every call: Redis needs no configuration of its own.
@@ -58,7 +58,9 @@ local function hit(keys, args)
   local k = trip_at - 1
   if k > 0 and count >= k then
     local nth = redis.call('ZRANGE', window_key, count - k, count - k, 'WITHSCORES')
-    until_allowed = math.max(0, tonumber(nth[2]) + window_ms - now)
+    -- A hit stamped in the future (a failover to a server whose clock is
+    -- behind) counts as now, as in loopguard's local table.
+    until_allowed = math.max(0, math.min(tonumber(nth[2]), now) + window_ms - now)
   end
 
   -- The cooldown starts when trip_at is reached and none is running; hits
@@ -77,9 +79,9 @@ local function hit(keys, args)
   if count >= detect_at or remaining > 0 then
     local state = redis.call('GET', event_key)
     local last, suppressed = 0, 0
-    if state then
-      local sep = string.find(state, ':', 1, true)
-      last = tonumber(string.sub(state, 1, sep - 1)) or 0
+    local sep = state and string.find(state, ':', 1, true)
+    if sep then
+      last = math.min(tonumber(string.sub(state, 1, sep - 1)) or 0, now)
       suppressed = tonumber(string.sub(state, sep + 1)) or 0
     end
     local keep = math.max(event_every_ms, window_ms)

@@ -31,20 +31,22 @@ impl std::fmt::Display for RedisError {
 
 /// The store keys of a fingerprint: the sliding log, the cooldown and the
 /// event state, under one hash tag so a Redis Cluster keeps them on one
-/// shard. Keys hold digests only, never request content or API keys.
-pub fn keys(fp: &Fingerprint) -> [String; 3] {
+/// shard. `namespace` (the plugin's name) keeps deployments sharing one
+/// Redis apart, as the plugin name does in shared data. Keys hold digests
+/// and the plugin name only, never request content or API keys.
+pub fn keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
     let hex = fp.hex();
     [
-        format!("lg:{{{hex}}}:w"),
-        format!("lg:{{{hex}}}:cd"),
-        format!("lg:{{{hex}}}:ev"),
+        format!("lg:{namespace}:{{{hex}}}:w"),
+        format!("lg:{namespace}:{{{hex}}}:cd"),
+        format!("lg:{namespace}:{{{hex}}}:ev"),
     ]
 }
 
 /// The webdis request body recording one hit. `nonce` makes the hit's log
 /// member unique among concurrent callers.
-pub fn call_body(fp: &Fingerprint, q: &WindowQuery, nonce: &str) -> String {
-    let [w, cd, ev] = keys(fp);
+pub fn call_body(namespace: &str, fp: &Fingerprint, q: &WindowQuery, nonce: &str) -> String {
+    let [w, cd, ev] = keys(namespace, fp);
     let args = [
         q.window_ms.to_string(),
         q.capacity.to_string(),
@@ -146,11 +148,11 @@ mod tests {
     #[test]
     fn call_body_carries_keys_and_policy_numbers() {
         let fp = Fingerprint([0xab; 16]);
-        let body = call_body(&fp, &q(), "7f.3/x");
+        let body = call_body("edge-1", &fp, &q(), "7f.3/x");
         let hex = "ab".repeat(16);
         assert_eq!(
             body,
-            format!("FCALL/loopguard_hit/3/lg:{{{hex}}}:w/lg:{{{hex}}}:cd/lg:{{{hex}}}:ev/60000/5/5/30000/3/60000/7f%2E3%2Fx")
+            format!("FCALL/loopguard_hit/3/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:cd/lg:edge-1:{{{hex}}}:ev/60000/5/5/30000/3/60000/7f%2E3%2Fx")
         );
         // Exactly 3 + 3 keys + 7 arguments, slash-separated.
         assert_eq!(body.split('/').count(), 3 + 3 + 7);

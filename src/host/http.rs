@@ -115,7 +115,7 @@ impl Stream {
         let query = decision::window_query(detection, made.fallback);
         let key = decision::store_key(policy, &made.fingerprint);
         if let StoreConfig::RedisWebdis(redis) = &plugin.config.store {
-            match redis_store::dispatch(plugin, redis, &key, &query) {
+            match redis_store::dispatch(plugin, self.id, redis, &key, &query) {
                 Ok(token) => {
                     self.state = State::Waiting(Box::new(Waiting {
                         token,

@@ -1,6 +1,13 @@
 //! The shared store: Redis, through webdis, through an Envoy cluster. One
 //! call per hit; the request waits paused for the answer (at most the
 //! store's timeout) and resumes in the call's callback.
+//!
+//! Calls are made on behalf of the root context, not the stream: Envoy
+//! cancels a stream's own calls when its client leaves, and then never
+//! answers them, which would leave the SDK's token-to-context entry behind
+//! for good (and, once Envoy's call ids wrap, a duplicate-token panic). A
+//! root-owned call is always answered (or timed out); the SDK then routes
+//! the answer to the stream, or drops it if the stream is gone.
 
 use super::abi;
 use super::root::Plugin;
@@ -14,25 +21,34 @@ use std::time::Duration;
 /// `on_http_call_response`.
 pub fn dispatch(
     plugin: &Plugin,
+    stream_id: u32,
     store: &RedisStore,
     key: &Fingerprint,
     query: &WindowQuery,
 ) -> Result<u32, RedisError> {
-    let body = redis::call_body(key, query, &plugin.next_nonce());
+    let body = redis::call_body(&plugin.name, key, query, &plugin.next_nonce());
     let headers = vec![
         (":method", "POST"),
         (":path", store.path.as_str()),
         (":authority", store.authority.as_str()),
         ("content-type", "text/plain"),
     ];
-    proxy_wasm::hostcalls::dispatch_http_call(
+    abi::set_effective_context(plugin.root_id).map_err(|e| {
+        RedisError::Unavailable(format!(
+            "cannot act as the root context (host status {})",
+            e.0
+        ))
+    })?;
+    let sent = proxy_wasm::hostcalls::dispatch_http_call(
         &store.cluster,
         headers,
         Some(body.as_bytes()),
         vec![],
         Duration::from_millis(store.timeout_ms),
-    )
-    .map_err(|status| {
+    );
+    // Back to the stream for the rest of its callback.
+    let _ = abi::set_effective_context(stream_id);
+    sent.map_err(|status| {
         RedisError::Unavailable(format!(
             "Envoy refused the call ({status:?}): is \"{}\" a cluster in the bootstrap?",
             store.cluster

@@ -46,6 +46,11 @@ pub struct Plugin {
     pub call_cache: RefCell<CallCache>,
     /// Last time a fail-open warning was logged (rate limit).
     pub last_fail_open_log_ms: Cell<u64>,
+    /// The root context's id: shared-store calls are made on its behalf.
+    pub root_id: u32,
+    /// The plugin's name: it keeps deployments apart in the table keys and
+    /// in Redis.
+    pub name: String,
     /// Last time a Redis store error was logged (rate limit).
     pub last_store_error_log_ms: Cell<u64>,
     /// Makes each Redis hit's log member unique: a random seed per plugin
@@ -195,7 +200,7 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
         sync_log_level();
-        match configure(plugin_configuration_size) {
+        match configure(plugin_configuration_size, self.id) {
             Ok(plugin) => {
                 let cfg = &plugin.config;
                 log::info!(
@@ -258,7 +263,7 @@ impl RootContext for Root {
     }
 }
 
-fn configure(size: usize) -> Result<Plugin, String> {
+fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
     let bytes = abi::plugin_configuration(size)
         .map_err(|e| format!("cannot read the plugin configuration (host status {})", e.0))?;
     let config = Config::parse(&bytes).map_err(|e| e.to_string())?;
@@ -290,6 +295,8 @@ fn configure(size: usize) -> Result<Plugin, String> {
         throttled: RefCell::new(DelayQueue::default()),
         call_cache: RefCell::new(CallCache::default()),
         last_fail_open_log_ms: Cell::new(0),
+        root_id,
+        name,
         last_store_error_log_ms: Cell::new(0),
         nonce_seed: random_seed(),
         nonce_counter: Cell::new(0),

@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from harness import ROOT, bootstrap, load_yaml, localize, plugin, policy
+from harness import ROOT, ROUTER, bootstrap, buffer_filter, load_yaml, localize, plugin, policy, wasm_filter
 from shared_store import Redis, Webdis, with_store_cluster
 from test_window import Clock
 
@@ -27,7 +27,8 @@ pytestmark = pytest.mark.skipif(
 # Generous for correctness tests on a busy 2-core machine: the point there is
 # the shared count, and a timeout would silently count locally instead.
 STORE = {"type": "redis_webdis", "cluster": "loopguard_redis", "timeout_ms": 1000}
-FP_KEY = re.compile(r"^lg:\{[0-9a-f]{32}\}:(w|cd|ev)$")
+# lg:<plugin name>:{<fingerprint digest>}:<w|cd|ev>
+FP_KEY = re.compile(r"^lg:loopguard:\{[0-9a-f]{32}\}:(w|cd|ev)$")
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +65,13 @@ def replicas(start_envoy, upstream, webdis_port, cfg, n=2, concurrency=2, **kw):
     ]
 
 
+def named_replica(start_envoy, upstream, webdis_port, cfg, plugin_name):
+    """A replica whose loopguard plugin has another name (another deployment)."""
+    filters = [wasm_filter(cfg, name=plugin_name), buffer_filter(), ROUTER]
+    config = with_store_cluster(bootstrap(None, upstream.port, http_filters=filters), webdis_port)
+    return start_envoy(config, name=plugin_name)
+
+
 def no_fallback(envoys) -> None:
     for e in envoys:
         assert e.counter("loopguard.store_fallback_total") == 0, e.name
@@ -95,6 +103,9 @@ def test_a_loop_alternating_across_replicas_trips_at_the_global_nth(shared, upst
     # Every hit went to Redis and was answered there.
     assert sum(e.counter("loopguard.store_calls_total.result.ok") for e in envoys) == 8
     assert sum(e.counter("loopguard.rejected_total") for e in envoys) == 4
+    # One loop, one event, whichever replica saw it first.
+    assert sum(e.counter("loopguard.detected_total") for e in envoys) == 1
+    assert sum(e.log().count('"event":"loop.detected"') for e in envoys) == 1
     no_fallback(envoys)
     # Keys hold digests only: no path, body or API key.
     keys = redis.keys()
@@ -233,21 +244,33 @@ def test_throttle_delay_from_the_shared_count(shared, upstream, start_envoy):
     no_fallback([a, b])
 
 
-def test_shadow_counts_apart_from_enforcing_policies(shared, upstream, start_envoy):
-    """A shadow policy and an enforcing one see the same requests; the
-    shadow one's hits are kept under other keys and never enforce."""
+def test_shadow_hits_never_count_toward_enforcement(shared, upstream, start_envoy):
+    """The same policy enforcing on A and in shadow mode on B (a canary):
+    B's hits are kept under other keys. Were they shared, A's first request
+    would already be the 3rd hit and rejected."""
     redis, webdis = shared
-    cfg = plugin(
-        [policy("watch", threshold=2, mode="shadow", selector={"pathPrefix": "/s"}), policy("enforce", threshold=3)],
-        store=STORE,
-    )
-    a, b = replicas(start_envoy, upstream, webdis.port, cfg)
-    codes = [httpx.post(f"{(a, b)[i % 2].url}/s/x", content=b"q").status_code for i in range(3)]
-    assert codes == [200, 200, 200]
-    assert sum(e.counter("loopguard.shadow_total") for e in (a, b)) == 2
-    codes = [httpx.post(f"{(a, b)[i % 2].url}/v1/x", content=b"q").status_code for i in range(3)]
-    assert codes == [200, 200, 429]
-    assert len([k for k in redis.keys() if k.endswith(":w")]) == 2
+    (a,) = replicas(start_envoy, upstream, webdis.port, plugin([policy("p", threshold=3)], store=STORE), n=1)
+    (b,) = replicas(start_envoy, upstream, webdis.port, plugin([policy("p", threshold=3, mode="shadow")], store=STORE), n=1)
+    assert [httpx.post(f"{b.url}/v1/x", content=b"q").status_code for _ in range(3)] == [200] * 3
+    assert b.counter("loopguard.shadow_total") == 1  # B's 3rd: would reject, counted in Redis
+    assert [httpx.post(f"{a.url}/v1/x", content=b"q").status_code for _ in range(3)] == [200, 200, 429]
+    assert len(redis.keys("lg:*:w")) == 2
+    no_fallback([a, b])
+
+
+def test_deployments_with_other_plugin_names_count_apart(shared, upstream, start_envoy):
+    """Two deployments sharing one Redis, same policy id, same requests:
+    the plugin name keeps their counts apart, as it does in shared data."""
+    redis, webdis = shared
+    cfg = plugin([policy("p", threshold=3)], store=STORE)
+    a = named_replica(start_envoy, upstream, webdis.port, cfg, "team-a")
+    b = named_replica(start_envoy, upstream, webdis.port, cfg, "team-b")
+    codes = [httpx.post(f"{(a, b)[i % 2].url}/v1/x", content=b"q").status_code for i in range(4)]
+    assert codes == [200] * 4
+    assert httpx.post(f"{a.url}/v1/x", content=b"q").status_code == 429
+    keys = redis.keys("lg:*:w")
+    assert sorted(k.split(":")[1] for k in keys) == ["team-a", "team-b"], keys
+    no_fallback([a, b])
 
 
 def test_a_hundred_thousand_fingerprints_are_bounded_and_expire(shared, start_envoy, upstream, tmp_path):
@@ -292,6 +315,8 @@ def test_a_hundred_thousand_fingerprints_are_bounded_and_expire(shared, start_en
     # Every log holds at most the 5 hits the policy needs.
     logs = redis.keys("lg:*:w")
     assert len(logs) >= 100_000
+    used = int(re.search(r"used_memory:(\d+)", redis.admin("INFO", "memory")).group(1))
+    print(f"Redis memory: {used / len(logs):.0f} bytes per fingerprint seen")
     sizes = [int(n) for n in redis.pipe(f"ZCARD {k}" for k in logs)]
     assert max(sizes) == 5
     assert sorted(sizes)[-2] == 1  # only the hot fingerprint repeated
@@ -325,9 +350,12 @@ def test_webdis_and_redis_refuse_everything_but_the_function(shared):
     base_args = {"window": "1000", "capacity": "5", "trip": "5", "cooldown": "0", "detect": "3", "every": "1000"}
     ok = httpx.get(f"{base}/FCALL/loopguard_hit/3/lg:{{t}}:w/lg:{{t}}:cd/lg:{{t}}:ev/" + "/".join(base_args.values()) + "/n").json()
     assert ok == {"FCALL": [1, 0, 0, -1]}, ok
-    for field, bad in [("window", "86400001"), ("capacity", "100000"), ("capacity", "0"), ("cooldown", "-1"), ("trip", "x")]:
-        args = "/".join({**base_args, field: bad}.values())
-        r = httpx.get(f"{base}/FCALL/loopguard_hit/3/lg:{{t}}:w/lg:{{t}}:cd/lg:{{t}}:ev/{args}/n").json()
+    bad_args = [("window", "86400001"), ("capacity", "100000"), ("capacity", "0"), ("cooldown", "-1"), ("trip", "x"),
+                ("detect", "0"), ("every", "86400001")]
+    for field, bad in bad_args + [("nonce", "n" * 65)]:
+        args = "/".join({**base_args, field: bad}.values()) if field != "nonce" else "/".join(base_args.values())
+        nonce = bad if field == "nonce" else "n"
+        r = httpx.get(f"{base}/FCALL/loopguard_hit/3/lg:{{t}}:w/lg:{{t}}:cd/lg:{{t}}:ev/{args}/{nonce}").json()
         assert r["FCALL"][0] is False and "bad arguments" in r["FCALL"][1], (field, r)
     # The function itself refuses keys outside lg:* for the default user.
     out = redis.as_default_user("FCALL", "loopguard_hit", "3", "a", "b", "c", "1000", "5", "5", "0", "3", "1000", "n")
