@@ -3,8 +3,11 @@ real webdis; faults (Redis or webdis down, webdis slow) fail open."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import threading
 import time
@@ -15,7 +18,7 @@ import httpx
 import openai
 import pytest
 
-from harness import ROOT, ROUTER, bootstrap, buffer_filter, load_yaml, localize, plugin, policy, wasm_filter
+from harness import ENVOY, ROOT, ROUTER, bootstrap, buffer_filter, load_yaml, localize, plugin, policy, wasm_filter
 from shared_store import Redis, Webdis, with_store_cluster
 from test_window import Clock
 
@@ -505,3 +508,56 @@ def test_an_unknown_store_cluster_counts_locally_and_says_why(upstream, start_en
         assert [c.post("/v1/a", content=b"a").status_code for _ in range(2)] == [200, 429]
     assert e.counter("loopguard.store_fallback_total.action.local") == 2
     assert '"no_such_cluster" a cluster in the bootstrap' in e.log()
+
+
+CLUSTER_PORTS = [6390, 7390, 10010, 10011, 10020, 10021, 9910, 9920]
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        # SO_REUSEADDR: connections in TIME_WAIT do not count, a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def test_make_run_cluster_script_catches_a_loop_spread_over_two_replicas():
+    """examples/cluster/run.sh (what `make run-cluster` runs) on its fixed
+    ports, with the README's curl loop; stopped with SIGTERM, it stops
+    everything it started."""
+    if not all(_port_free(p) for p in CLUSTER_PORTS):
+        pytest.skip("the example's fixed ports are in use here")
+    proc = subprocess.Popen(
+        [str(ROOT / "examples" / "cluster" / "run.sh")],
+        env={**os.environ, "ENVOY": ENVOY},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if "Two loopguard replicas share one Redis" in line:
+                ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert ready.wait(60), "".join(lines[-50:])
+        call = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "same question"}]}
+        codes = [
+            httpx.post(f"http://127.0.0.1:{10010 if i % 2 else 10020}/v1/chat/completions", json=call,
+                       headers={"authorization": "Bearer sk-demo"}).status_code
+            for i in range(1, 7)
+        ]
+        assert codes == [200, 200, 200, 200, 429, 429]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) is not None
+        assert all(_port_free(p) for p in CLUSTER_PORTS), "run.sh left a server running"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
