@@ -1366,6 +1366,31 @@ fn join(path: &str, name: &str) -> String {
     }
 }
 
+/// A JSON number as an unsigned integer. Control planes that carry the
+/// configuration as a protobuf `Struct` (Istio's `pluginConfig`) pass every
+/// number through a double, and some print `5` as `5.0`: an integral value
+/// is accepted in either spelling. `None` if `v` is not a number;
+/// `Some(Err)` for a fractional one; `None` for anything else (a negative
+/// number included), which the caller reports as not an integer in range.
+fn whole_number(v: &Value) -> Option<Result<u64, ()>> {
+    if let Some(n) = v.as_u64() {
+        return Some(Ok(n));
+    }
+    let f = v.as_f64()?;
+    if f < 0.0 {
+        return None;
+    }
+    if f.fract() != 0.0 || !f.is_finite() {
+        return Some(Err(()));
+    }
+    // 2^64 and above cannot be represented; they fail every range check.
+    Some(Ok(if f >= 18_446_744_073_709_551_616.0 {
+        u64::MAX
+    } else {
+        f as u64
+    }))
+}
+
 /// A value as it appears in JSON, shortened for error messages.
 fn show(v: &Value) -> String {
     let s = v.to_string();
@@ -1435,17 +1460,21 @@ impl Ctx {
         max: u64,
     ) -> Result<Option<u64>, ConfigError> {
         let field = join(path, name);
-        match obj.get(name) {
-            None => Ok(None),
-            Some(v) => match v.as_u64() {
-                Some(n) if n < min => Err(self.err(&field, format!("must be >= {min} (got {n})"))),
-                Some(n) if n > max => Err(self.err(&field, format!("must be <= {max} (got {n})"))),
-                Some(n) => Ok(Some(n)),
-                None => Err(self.err(
-                    &field,
-                    format!("must be an integer from {min} to {max} (got {})", show(v)),
-                )),
-            },
+        let Some(v) = obj.get(name) else {
+            return Ok(None);
+        };
+        match whole_number(v) {
+            Some(Ok(n)) if n < min => Err(self.err(&field, format!("must be >= {min} (got {})", show(v)))),
+            Some(Ok(n)) if n > max => Err(self.err(&field, format!("must be <= {max} (got {})", show(v)))),
+            Some(Ok(n)) => Ok(Some(n)),
+            Some(Err(())) => Err(self.err(
+                &field,
+                format!("must be a whole number from {min} to {max} (got {})", show(v)),
+            )),
+            None => Err(self.err(
+                &field,
+                format!("must be an integer from {min} to {max} (got {})", show(v)),
+            )),
         }
     }
 
@@ -1679,6 +1708,48 @@ mod tests {
         assert!(p.exempt.is_empty());
     }
 
+    /// Every number as a double, the way a protobuf `Struct` carries it
+    /// (and Python's or Java's JSON printers write it: `5.0`).
+    fn as_doubles(v: &Value) -> Value {
+        match v {
+            Value::Number(n) => json!(n.as_f64().unwrap()),
+            Value::Array(a) => Value::Array(a.iter().map(as_doubles).collect()),
+            Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), as_doubles(v))).collect()),
+            other => other.clone(),
+        }
+    }
+
+    #[test]
+    fn integral_doubles_are_integers_and_fractions_are_refused() {
+        let mut full = base();
+        full["policies"][0]["spec"]["loop_detection"] = json!({"enabled": true, "window_seconds": 60,
+            "escalation": [{"at": 3, "action": "warn"}, {"at": 5, "action": "throttle"}, {"at": 8, "action": "reject"}],
+            "throttle_step_ms": 200, "throttle_max_delay_ms": 3000, "cooldown_seconds": 120});
+        full["policies"][0]["spec"]["tool_loops"] = json!({"enabled": true, "last_calls": 6, "identical_min": 3});
+        full["store"] = json!({"type": "redis_webdis", "cluster": "r", "timeout_ms": 25});
+        let doubles = as_doubles(&full);
+        assert!(serde_json::to_string(&doubles).unwrap().contains("\"window_seconds\":60.0"));
+        assert_eq!(Config::from_value(&doubles).unwrap(), Config::from_value(&full).unwrap());
+        // Parsed from text too (serde_json reads `5.0` as a float).
+        let text = br#"{"max_body_bytes": 2048.0, "policies": [{"id": "p", "spec": {"selector": {},
+            "loop_detection": {"enabled": true, "window_seconds": 1e1, "threshold_identical_requests": 2.0}}}]}"#;
+        let cfg = Config::parse(text).unwrap();
+        assert_eq!(cfg.max_body_bytes, 2048);
+        assert_eq!(cfg.policies[0].detection.as_ref().unwrap().window_ms(), 10_000);
+        assert_eq!(
+            err_of(with(&ld("window_seconds"), json!(2.5))),
+            "policy \"llm-policy\": loop_detection.window_seconds must be a whole number from 1 to 86400 (got 2.5)"
+        );
+        assert_eq!(
+            err_of(with(&ld("threshold_identical_requests"), json!(1.0))),
+            "policy \"llm-policy\": loop_detection.threshold_identical_requests must be >= 2 (got 1); use 0 to switch the policy off"
+        );
+        assert!(err_of(with(&["max_body_bytes"], json!(-1.0)))
+            .starts_with("max_body_bytes must be an integer from 1 to 67108864 (got -1.0)"));
+        assert!(err_of(with(&["max_body_bytes"], json!(1e300)))
+            .starts_with("max_body_bytes must be <= 67108864 (got 1"));
+    }
+
     #[test]
     fn threshold_one_names_policy_and_field() {
         assert_eq!(
@@ -1697,7 +1768,7 @@ mod tests {
             .contains("must be an integer"));
         assert!(
             err_of(with(&ld("threshold_identical_requests"), json!(2.5)))
-                .contains("must be an integer")
+                .contains("must be a whole number from 0 to 1024 (got 2.5)")
         );
         assert!(
             err_of(with(&ld("threshold_identical_requests"), json!("5"))).contains("(got \"5\")")
