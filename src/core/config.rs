@@ -66,6 +66,11 @@ pub struct Config {
     pub access_log: AccessLog,
     /// Where window state lives.
     pub store: StoreConfig,
+    /// Hold a request's headers until its body is judged (the Wasm filter's
+    /// `allow_on_headers_stop_iteration` must be set): no buffer or
+    /// header_mutation filter is needed, and warn headers reach the
+    /// upstream directly.
+    pub hold_request_headers: bool,
 }
 
 /// Where window state lives.
@@ -494,6 +499,7 @@ impl Config {
                 "route_metadata",
                 "access_log",
                 "store",
+                "hold_request_headers",
                 "policies",
             ],
         )?;
@@ -516,6 +522,9 @@ impl Config {
             Some(k) => k.to_string(),
         };
         let route_metadata = top.boolean(obj, "", "route_metadata")?.unwrap_or(false);
+        let hold_request_headers = top
+            .boolean(obj, "", "hold_request_headers")?
+            .unwrap_or(false);
         let access_log = match top.string(obj, "", "access_log")? {
             None | Some("actions") => AccessLog::Actions,
             Some("all") => AccessLog::All,
@@ -578,6 +587,7 @@ impl Config {
             route_metadata,
             access_log,
             store,
+            hold_request_headers,
         })
     }
 
@@ -1464,12 +1474,19 @@ impl Ctx {
             return Ok(None);
         };
         match whole_number(v) {
-            Some(Ok(n)) if n < min => Err(self.err(&field, format!("must be >= {min} (got {})", show(v)))),
-            Some(Ok(n)) if n > max => Err(self.err(&field, format!("must be <= {max} (got {})", show(v)))),
+            Some(Ok(n)) if n < min => {
+                Err(self.err(&field, format!("must be >= {min} (got {})", show(v))))
+            }
+            Some(Ok(n)) if n > max => {
+                Err(self.err(&field, format!("must be <= {max} (got {})", show(v))))
+            }
             Some(Ok(n)) => Ok(Some(n)),
             Some(Err(())) => Err(self.err(
                 &field,
-                format!("must be a whole number from {min} to {max} (got {})", show(v)),
+                format!(
+                    "must be a whole number from {min} to {max} (got {})",
+                    show(v)
+                ),
             )),
             None => Err(self.err(
                 &field,
@@ -1714,7 +1731,9 @@ mod tests {
         match v {
             Value::Number(n) => json!(n.as_f64().unwrap()),
             Value::Array(a) => Value::Array(a.iter().map(as_doubles).collect()),
-            Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), as_doubles(v))).collect()),
+            Value::Object(o) => {
+                Value::Object(o.iter().map(|(k, v)| (k.clone(), as_doubles(v))).collect())
+            }
             other => other.clone(),
         }
     }
@@ -1725,17 +1744,26 @@ mod tests {
         full["policies"][0]["spec"]["loop_detection"] = json!({"enabled": true, "window_seconds": 60,
             "escalation": [{"at": 3, "action": "warn"}, {"at": 5, "action": "throttle"}, {"at": 8, "action": "reject"}],
             "throttle_step_ms": 200, "throttle_max_delay_ms": 3000, "cooldown_seconds": 120});
-        full["policies"][0]["spec"]["tool_loops"] = json!({"enabled": true, "last_calls": 6, "identical_min": 3});
+        full["policies"][0]["spec"]["tool_loops"] =
+            json!({"enabled": true, "last_calls": 6, "identical_min": 3});
         full["store"] = json!({"type": "redis_webdis", "cluster": "r", "timeout_ms": 25});
         let doubles = as_doubles(&full);
-        assert!(serde_json::to_string(&doubles).unwrap().contains("\"window_seconds\":60.0"));
-        assert_eq!(Config::from_value(&doubles).unwrap(), Config::from_value(&full).unwrap());
+        assert!(serde_json::to_string(&doubles)
+            .unwrap()
+            .contains("\"window_seconds\":60.0"));
+        assert_eq!(
+            Config::from_value(&doubles).unwrap(),
+            Config::from_value(&full).unwrap()
+        );
         // Parsed from text too (serde_json reads `5.0` as a float).
         let text = br#"{"max_body_bytes": 2048.0, "policies": [{"id": "p", "spec": {"selector": {},
             "loop_detection": {"enabled": true, "window_seconds": 1e1, "threshold_identical_requests": 2.0}}}]}"#;
         let cfg = Config::parse(text).unwrap();
         assert_eq!(cfg.max_body_bytes, 2048);
-        assert_eq!(cfg.policies[0].detection.as_ref().unwrap().window_ms(), 10_000);
+        assert_eq!(
+            cfg.policies[0].detection.as_ref().unwrap().window_ms(),
+            10_000
+        );
         assert_eq!(
             err_of(with(&ld("window_seconds"), json!(2.5))),
             "policy \"llm-policy\": loop_detection.window_seconds must be a whole number from 1 to 86400 (got 2.5)"
@@ -2188,6 +2216,15 @@ mod tests {
             .starts_with("access_log must be \"actions\", \"all\" or \"off\""));
         assert!(err_of(with(&["route_metadata"], json!(1)))
             .starts_with("route_metadata must be true or false"));
+        assert!(!cfg.hold_request_headers);
+        let cfg = Config::from_value(&with(&["hold_request_headers"], json!(true))).unwrap();
+        assert!(cfg.hold_request_headers);
+        assert!(err_of(with(&["hold_request_headers"], json!("yes")))
+            .starts_with("hold_request_headers must be true or false"));
+        assert_eq!(
+            err_of(with(&["hold_request_header"], json!(true))),
+            "hold_request_header is not a known field (did you mean \"hold_request_headers\"?)"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod decision;
 pub mod delay_queue;
 pub mod events;
 pub mod fingerprint;
+pub mod hold;
 pub mod llm;
 pub mod policy;
 pub mod redis;

@@ -158,6 +158,15 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
     }
 }
 
+/// Every header loopguard may add to a request for the upstream. The
+/// upstream trusts them, so loopguard removes any a client sent.
+pub const REQUEST_HEADERS: [&str; 4] = [
+    "x-loopguard-warning",
+    "x-loopguard-loop-count",
+    "x-loopguard-policy",
+    "x-loopguard-tool-loop",
+];
+
 /// The warning headers of a warn verdict, for the upstream request and the
 /// client's response alike.
 pub fn warning_headers(n: &Notice) -> Headers {

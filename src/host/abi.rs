@@ -105,6 +105,13 @@ extern "C" {
     fn proxy_continue_stream(stream_type: u32) -> u32;
     fn proxy_record_metric(metric_id: u32, value: u64) -> u32;
     fn proxy_remove_header_map_value(map_type: u32, key_data: *const u8, key_size: usize) -> u32;
+    fn proxy_replace_header_map_value(
+        map_type: u32,
+        key_data: *const u8,
+        key_size: usize,
+        value_data: *const u8,
+        value_size: usize,
+    ) -> u32;
     fn proxy_set_buffer_bytes(
         buffer_type: u32,
         start: usize,
@@ -305,15 +312,31 @@ fn define_metric(kind: u32, name: &str) -> HostResult<u32> {
     Ok(id)
 }
 
-/// Add a header to the request (only possible in the headers phase).
+/// Add a header to the request (only while the request headers are held:
+/// in the headers phase, or later with `hold_request_headers`).
 pub fn add_request_header(name: &str, value: &str) -> HostResult<()> {
     add_header(MAP_REQUEST_HEADERS, name, value)
 }
 
-/// Remove a request header (only possible in the headers phase).
+/// Remove a request header (only while the request headers are held).
 pub fn remove_request_header(name: &str) -> HostResult<()> {
     // SAFETY: pointer and length describe a live str.
     status(unsafe { proxy_remove_header_map_value(MAP_REQUEST_HEADERS, name.as_ptr(), name.len()) })
+}
+
+/// Set a request header, replacing any value it had (only while the
+/// request headers are held).
+pub fn replace_request_header(name: &str, value: &str) -> HostResult<()> {
+    // SAFETY: pointers and lengths describe live strs.
+    status(unsafe {
+        proxy_replace_header_map_value(
+            MAP_REQUEST_HEADERS,
+            name.as_ptr(),
+            name.len(),
+            value.as_ptr(),
+            value.len(),
+        )
+    })
 }
 
 /// Replace the first `old_len` bytes of the buffered request body (all of

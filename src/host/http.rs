@@ -2,11 +2,17 @@
 //! decision.
 //!
 //! Requests without a body are decided in the headers phase. Requests with
-//! a body return Continue from headers (Pause there would stop Envoy from
-//! calling the body callbacks), buffer the body, and are decided when it is
-//! complete (end of stream, or the trailers of an HTTP/2 request). Envoy's
-//! buffer filter placed after loopguard holds the headers back, so the
-//! upstream never sees a request loopguard then rejects.
+//! a body are decided when it is complete (end of stream, or the trailers
+//! of an HTTP/2 request), in one of two setups:
+//! - `hold_request_headers` (Envoy's `allow_on_headers_stop_iteration`):
+//!   loopguard pauses in the headers phase and Envoy still delivers the
+//!   body; the headers go upstream only when loopguard continues, so it can
+//!   still add headers to the request ([`crate::core::hold`] checks that
+//!   Envoy really does this).
+//! - otherwise headers return Continue (a Pause there would stop Envoy from
+//!   calling the body callbacks), and Envoy's buffer filter placed after
+//!   loopguard holds them back, so the upstream never sees a request
+//!   loopguard then rejects.
 
 use super::abi;
 use super::metrics::{PolicyMetrics, WouldBe};
@@ -60,12 +66,12 @@ struct Waiting {
     since_ms: u64,
 }
 
-/// Which request phase a decision is made in: request headers can only be
-/// changed in the first.
+/// Whether a decision can still change the request headers: in the
+/// headers phase, or in the body phase while loopguard holds them.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    Headers,
-    Body,
+    HeadersHeld,
+    HeadersSent,
 }
 
 pub struct Stream {
@@ -78,6 +84,14 @@ pub struct Stream {
     response_headers: Headers,
     /// Whose error shape a 429 takes.
     api: Api,
+    /// loopguard holds the request headers (`hold_request_headers`) until
+    /// it has judged the body.
+    headers_held: bool,
+    /// The headers phase dropped `content-length` so the body may change
+    /// size (the buffer filter sets it again).
+    length_dropped: bool,
+    /// A body callback has come.
+    body_seen: bool,
 }
 
 impl Stream {
@@ -89,6 +103,9 @@ impl Stream {
             body_len: 0,
             response_headers: Vec::new(),
             api: Api::OpenAi,
+            headers_held: false,
+            length_dropped: false,
+            body_seen: false,
         }
     }
 
@@ -248,7 +265,7 @@ impl Stream {
             // once the body phase is over; in the headers phase loopguard
             // can add the header itself.
             let _ = abi::set_filter_state(&reply::filter_state_name(name), value.as_bytes());
-            if phase == Phase::Headers {
+            if phase == Phase::HeadersHeld {
                 let _ = abi::add_request_header(name, &value);
             }
         }
@@ -314,7 +331,12 @@ impl Stream {
             return Action::Continue;
         }
         let made = pending.finish_parsed(&body, parsed.as_ref());
-        self.decide(&plugin, policy, made, Phase::Body)
+        let phase = if self.headers_held {
+            Phase::HeadersHeld
+        } else {
+            Phase::HeadersSent
+        };
+        self.decide(&plugin, policy, made, phase)
     }
 
     /// Act on a tool-loop verdict. `Some` ends the request's processing (a
@@ -360,21 +382,36 @@ impl Stream {
             let local = reply::tool_loop_rejection(&policy.id, v, self.api);
             return send_reply(&pm, &local, "loopguard_tool_loop_detected");
         }
-        // Forwarded: the upstream (through header_mutation) and the client
-        // see the verdict.
+        // Forwarded: the upstream (directly while loopguard holds the
+        // headers, else through header_mutation) and the client see the
+        // verdict.
         let _ = abi::set_filter_state("loopguard_tool_loop", header.as_bytes());
+        if self.headers_held {
+            let _ = abi::add_request_header("x-loopguard-tool-loop", &header);
+        }
         self.response_headers
             .push(("x-loopguard-tool-loop", header));
+        // A note changes the body's length: only possible while the headers
+        // can still say so (held), or when they carry no length.
+        if !self.headers_held && !self.length_dropped {
+            log::warn!(
+                "tool-loop {} not added: the request headers already went upstream with their content-length",
+                v.step.as_str()
+            );
+            return None;
+        }
         match tool_loops::rewrite(cfg, req, v) {
-            Some(body) => {
-                if let Err(e) = abi::replace_request_body(self.body_len, &body) {
-                    log::warn!(
-                        "could not add the tool-loop {} (host status {})",
-                        v.step.as_str(),
-                        e.0
-                    );
+            Some(body) => match abi::replace_request_body(self.body_len, &body) {
+                Ok(()) if self.headers_held => {
+                    let _ = abi::replace_request_header("content-length", &body.len().to_string());
                 }
-            }
+                Ok(()) => {}
+                Err(e) => log::warn!(
+                    "could not add the tool-loop {} (host status {})",
+                    v.step.as_str(),
+                    e.0
+                ),
+            },
             None => log::debug!(
                 "no conversation to add the tool-loop {} to",
                 v.step.as_str()
@@ -589,6 +626,11 @@ impl Context for Stream {
             }
             self.state = State::Pass;
         }
+        if self.headers_held {
+            if let Some(plugin) = &self.plugin {
+                plugin.forget_held(self.id);
+            }
+        }
         true
     }
 }
@@ -603,6 +645,13 @@ impl HttpContext for Stream {
         let Some(headers) = abi::request_headers().ok().and_then(HeaderBlock::parse) else {
             return Action::Continue;
         };
+        // The upstream trusts x-loopguard-* request headers: only loopguard
+        // sets them.
+        for name in reply::REQUEST_HEADERS {
+            if headers.get(name).is_some() {
+                let _ = abi::remove_request_header(name);
+            }
+        }
         let facts = HostFacts { headers: &headers };
         let (method, path, authority) = (
             headers.text(":method"),
@@ -644,7 +693,7 @@ impl HttpContext for Stream {
             if policy.detection.is_none() {
                 return Action::Continue;
             }
-            return self.decide(&plugin, index, pending.finish(&[]), Phase::Headers);
+            return self.decide(&plugin, index, pending.finish(&[]), Phase::HeadersHeld);
         }
         let declared = headers
             .get("content-length")
@@ -652,15 +701,23 @@ impl HttpContext for Stream {
         if declared.is_some_and(|len| len > plugin.config.max_body_bytes) {
             return self.skip_body(&plugin);
         }
-        if policy.may_rewrite_bodies() {
-            // A nudge changes the body's length: the buffer filter after
-            // loopguard sets content-length again once the body is final.
-            let _ = abi::remove_request_header("content-length");
-        }
         self.state = State::Buffering {
             policy: index,
             pending,
         };
+        if plugin.holds_headers() {
+            // The headers wait for the body's verdict; loopguard sets
+            // content-length itself if a note changes the body.
+            self.headers_held = true;
+            plugin.watch_held(self.id);
+            return Action::Pause;
+        }
+        if policy.may_rewrite_bodies() {
+            // A nudge changes the body's length: the buffer filter after
+            // loopguard sets content-length again once the body is final.
+            let _ = abi::remove_request_header("content-length");
+            self.length_dropped = true;
+        }
         Action::Continue
     }
 
@@ -671,6 +728,12 @@ impl HttpContext for Stream {
         let Some(plugin) = self.plugin.clone() else {
             return Action::Continue;
         };
+        if self.headers_held && !self.body_seen {
+            // The first body callback: Envoy delivers bodies of held
+            // requests (or the probe released this one's headers).
+            self.body_seen = true;
+            self.headers_held = plugin.body_arrived(self.id);
+        }
         self.body_len = body_size;
         if body_size as u64 > plugin.config.max_body_bytes {
             // Stop buffering; what is held so far flows on.

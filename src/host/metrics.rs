@@ -29,6 +29,9 @@ pub struct Metrics {
     pub webhook_sent: Counter,
     pub webhook_failed: Counter,
     pub webhook_dropped: Counter,
+    /// Held requests released because Envoy delivered no body
+    /// (`hold_request_headers` without `allow_on_headers_stop_iteration`).
+    pub hold_released: Counter,
     /// Redis store calls by result: ok, unavailable, status, reply.
     pub store_calls: [Counter; 4],
     /// Requests the Redis store failed, by fallback: local, allow.
@@ -143,6 +146,7 @@ impl Metrics {
             webhook_sent: c("webhook_total.result.sent"),
             webhook_failed: c("webhook_total.result.failed"),
             webhook_dropped: c("webhook_total.result.dropped"),
+            hold_released: c("hold_released_total"),
             store_calls: ["ok", "unavailable", "status", "reply"]
                 .map(|r| c(&format!("store_calls_total.result.{r}"))),
             store_fallbacks: ["local", "allow"]

@@ -10,6 +10,7 @@ use super::shared_store::{self, SharedData};
 use crate::core::config::{Config, Webhook};
 use crate::core::delay_queue::DelayQueue;
 use crate::core::events::{self, Alert};
+use crate::core::hold::HeaderHold;
 use crate::core::llm::CallCache;
 use crate::core::slot_table::TableLayout;
 use crate::core::store::SlotStore;
@@ -42,6 +43,9 @@ pub struct Plugin {
     pub metrics: Metrics,
     /// Throttled streams of this worker, released by the tick.
     pub throttled: RefCell<DelayQueue>,
+    /// Requests whose headers wait for their body's verdict, and whether
+    /// Envoy supports that (`hold_request_headers`).
+    hold: RefCell<HeaderHold>,
     /// Tool calls of conversation items this worker has parsed before.
     pub call_cache: RefCell<CallCache>,
     /// Last time a fail-open warning was logged (rate limit).
@@ -133,6 +137,59 @@ impl Plugin {
         if now.saturating_sub(self.last_webhook_fail_log_ms.get()) >= WEBHOOK_FAIL_LOG_INTERVAL_MS {
             self.last_webhook_fail_log_ms.set(now);
             log::warn!("webhook alert failed: {why}");
+        }
+    }
+
+    /// Whether requests with a body are held in the headers phase.
+    pub fn holds_headers(&self) -> bool {
+        self.hold.try_borrow().is_ok_and(|h| h.holds())
+    }
+
+    /// A request was held in the headers phase: watch it until Envoy is
+    /// known to deliver bodies of held requests.
+    pub fn watch_held(&self, stream: u32) {
+        let watch = match self.hold.try_borrow_mut() {
+            Ok(mut h) => h.held(stream, abi::now_ms()),
+            Err(_) => false,
+        };
+        if watch {
+            let _ = abi::set_tick_period_ms(THROTTLE_TICK_MS);
+        }
+    }
+
+    /// A held request's first body callback; true if its headers are
+    /// still held.
+    pub fn body_arrived(&self, stream: u32) -> bool {
+        self.hold
+            .try_borrow_mut()
+            .is_ok_and(|mut h| h.body_arrived(stream))
+    }
+
+    pub fn forget_held(&self, stream: u32) {
+        if let Ok(mut h) = self.hold.try_borrow_mut() {
+            h.forget(stream);
+        }
+    }
+
+    /// Release held requests that got no body in time (Envoy does not
+    /// deliver bodies of held requests: `allow_on_headers_stop_iteration`
+    /// is not set) and stop holding.
+    fn release_unheld(&self, now: u64) {
+        let released = match self.hold.try_borrow_mut() {
+            Ok(mut h) => h.due(now),
+            Err(_) => return,
+        };
+        if released.turned_off {
+            log::error!(
+                "hold_request_headers is set, but Envoy delivered no body to a request held in the headers phase within {} ms: set allow_on_headers_stop_iteration: true in the Wasm filter's config (Envoy 1.35+), or remove hold_request_headers and place the buffer filter after loopguard. Until this configuration is replaced, requests are judged after their headers went upstream.",
+                crate::core::hold::HOLD_PROBE_MS
+            );
+        }
+        for stream in released.streams {
+            self.metrics.hold_released.inc();
+            if abi::set_effective_context(stream).is_ok() {
+                let _ = abi::resume_request();
+            }
         }
     }
 
@@ -232,6 +289,8 @@ impl RootContext for Root {
         // Alerts first, from the root context itself.
         let _ = abi::set_effective_context(self.id);
         plugin.send_alerts();
+        plugin.release_unheld(abi::now_ms());
+        let _ = abi::set_effective_context(self.id);
         let due = match plugin.throttled.try_borrow_mut() {
             Ok(mut q) => q.take_due(abi::now_ms()),
             Err(_) => return,
@@ -249,7 +308,10 @@ impl RootContext for Root {
             }
         }
         let _ = abi::set_effective_context(self.id);
-        if plugin.throttled.borrow().is_empty() && plugin.alerts.borrow().is_empty() {
+        if plugin.throttled.borrow().is_empty()
+            && plugin.alerts.borrow().is_empty()
+            && !plugin.hold.borrow().watching()
+        {
             let _ = abi::set_tick_period_ms(0);
         }
     }
@@ -288,11 +350,13 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
     let layout = TableLayout::new(config.max_tracked_fingerprints);
     let store = shared_store::open(&name, layout)?;
     let metrics = Metrics::define(&config);
+    let hold = RefCell::new(HeaderHold::new(config.hold_request_headers));
     Ok(Plugin {
         config,
         store: RefCell::new(store),
         metrics,
         throttled: RefCell::new(DelayQueue::default()),
+        hold,
         call_cache: RefCell::new(CallCache::default()),
         last_fail_open_log_ms: Cell::new(0),
         root_id,

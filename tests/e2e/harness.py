@@ -114,8 +114,11 @@ class Upstream:
                 pass
 
             def _handle(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
+                if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
+                    body = self._read_chunked()
+                else:
+                    length = int(self.headers.get("content-length") or 0)
+                    body = self.rfile.read(length) if length else b""
                 request = {
                     "method": self.command,
                     "path": self.path,
@@ -131,6 +134,17 @@ class Upstream:
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
+
+            def _read_chunked(self) -> bytes:
+                body = b""
+                while True:
+                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                            pass  # trailers
+                        return body
+                    body += self.rfile.read(size)
+                    self.rfile.readline()
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
 
@@ -153,9 +167,14 @@ class Upstream:
 # --- Envoy configuration -----------------------------------------------------
 
 
-def wasm_filter(plugin_config: dict | str, name: str = "loopguard", vm_id: str = "loopguard") -> dict:
+def wasm_filter(plugin_config: dict | str, name: str = "loopguard", vm_id: str = "loopguard", hold: bool = False) -> dict:
+    """The loopguard Wasm filter. With hold, the one-filter setup: Envoy lets
+    the filter hold the request headers until it has judged the body
+    (allow_on_headers_stop_iteration) and the configuration says so."""
+    if hold and isinstance(plugin_config, dict):
+        plugin_config = {**plugin_config, "hold_request_headers": True}
     value = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
-    return {
+    f = {
         "name": name,
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
@@ -175,6 +194,9 @@ def wasm_filter(plugin_config: dict | str, name: str = "loopguard", vm_id: str =
             },
         },
     }
+    if hold:
+        f["typed_config"]["config"]["allow_on_headers_stop_iteration"] = True
+    return f
 
 
 def buffer_filter(max_request_bytes: int = 1 << 20) -> dict:
@@ -200,19 +222,23 @@ def bootstrap(
     buffer_bytes: int | None = 1 << 20,
     http_filters: list[dict] | None = None,
     direct_response: bool = False,
+    hold: bool = False,
+    buffer_limit: int | None = None,
 ) -> dict:
     """A bootstrap with one listener: loopguard -> buffer -> router -> upstream.
     With direct_response, Envoy itself answers 200 in place of the upstream
     (the filter chain runs all the same): for floods where a Python upstream
     would be the bottleneck. Ports for the listener and admin are filled in
-    by Envoy()."""
+    by Envoy(). With hold, the one-filter setup (no buffer filter);
+    buffer_limit sets the listener's per_connection_buffer_limit_bytes, which
+    bounds the body Envoy buffers for a held request."""
     route: dict = {"cluster": "upstream", "timeout": "30s"}
     action = {"direct_response": {"status": 200, "body": {"inline_string": "{}"}}} if direct_response else {"route": route}
     if http_filters is None:
         http_filters = []
         if plugin_config is not None:
-            http_filters.append(wasm_filter(plugin_config))
-        if buffer_bytes is not None:
+            http_filters.append(wasm_filter(plugin_config, hold=hold))
+        if buffer_bytes is not None and not hold:
             http_filters.append(buffer_filter(buffer_bytes))
         http_filters.append(ROUTER)
     return {
@@ -222,6 +248,7 @@ def bootstrap(
                 {
                     "name": "main",
                     "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                    **({"per_connection_buffer_limit_bytes": buffer_limit} if buffer_limit else {}),
                     "filter_chains": [
                         {
                             "filters": [
