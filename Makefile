@@ -77,6 +77,7 @@ lint: wasm-target
 	$(CARGO) fmt --check
 	$(CARGO) clippy --quiet --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -- -D warnings
+	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) --features fault-injection -- -D warnings
 
 # Servers and load tools the end-to-end tests start on loopback (Debian).
 .PHONY: test-tools
@@ -87,8 +88,17 @@ test-tools:
 	@command -v skopeo >/dev/null || $(call apt_install,skopeo)
 	@command -v docker-registry >/dev/null || $(call apt_install,docker-registry)
 
-e2e: build $(VENV_STAMP) test-tools
-	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
+# A test build of the module with fault injection (crashes on request),
+# for the failure_policy tests; never shipped.
+FAULT_DIR  := target/fault-injection
+FAULT_WASM := $(FAULT_DIR)/$(WASM_TARGET)/release/loopguard.wasm
+
+.PHONY: fault-build
+fault-build: wasm-target
+	$(CARGO) build --quiet --release --target $(WASM_TARGET) --features fault-injection --target-dir $(FAULT_DIR)
+
+e2e: build fault-build $(VENV_STAMP) test-tools
+	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) \
 	  $(VENV_PY) -m pytest -q -ra -p no:cacheprovider tests/e2e $(E2E_ARGS)
 
 # --- OCI image ---------------------------------------------------------------

@@ -645,6 +645,8 @@ impl HttpContext for Stream {
         let Some(headers) = abi::request_headers().ok().and_then(HeaderBlock::parse) else {
             return Action::Continue;
         };
+        #[cfg(feature = "fault-injection")]
+        super::faults::on_request(&headers);
         // The upstream trusts x-loopguard-* request headers: only loopguard
         // sets them.
         for name in reply::REQUEST_HEADERS {

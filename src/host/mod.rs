@@ -2,6 +2,8 @@
 //! Nothing here decides; an `if` about policy belongs in `core`.
 
 mod abi;
+#[cfg(feature = "fault-injection")]
+mod faults;
 mod http;
 mod metrics;
 mod redis_store;

@@ -257,6 +257,11 @@ impl Context for Root {
 impl RootContext for Root {
     fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
         sync_log_level();
+        #[cfg(feature = "fault-injection")]
+        if super::faults::configure_fails() {
+            log::error!("injected configuration failure");
+            return false;
+        }
         match configure(plugin_configuration_size, self.id) {
             Ok(plugin) => {
                 let cfg = &plugin.config;
