@@ -2,9 +2,14 @@
 //! requests "identical" under a policy, digested to 128 bits.
 //!
 //! Every component is framed (a tag byte or a length prefix comes first), so
-//! no two different requests share a canonical form: `a|b` + `c` can never
-//! equal `a` + `b|c`. The canonical bytes are streamed into SHA-256 and the
-//! digest is truncated to 128 bits, shown as 32 hex characters.
+//! the encoding is unambiguous: `a|b` + `c` can never equal `a` + `b|c`. The
+//! canonical bytes are streamed into SHA-256 and the digest is truncated to
+//! 128 bits, shown as 32 hex characters.
+//!
+//! The same code can also record what it writes ([`Trace`]): `loopguard
+//! explain` shows a request's components in order and its digest, computed
+//! by exactly the path the filter takes (the filter's hashing sink ignores
+//! the notes, so it pays nothing for them).
 
 use super::config::{Config, Policy, Similarity};
 use super::llm::{self, Format, Message, Part};
@@ -31,9 +36,9 @@ impl Fingerprint {
     /// key space of its own, so shadow counts never touch enforce counts
     /// and a policy switched to enforce starts from zero.
     pub fn shadow_key(&self) -> Fingerprint {
-        let mut c = Canon::new(b"lg/shadow/1");
+        let mut c = Canon::<Sha256>::new(b"lg/shadow/1");
         c.field(&self.0);
-        c.finish()
+        c.finish().0
     }
 
     /// 64 well-mixed bits, for choosing a slot-table bucket.
@@ -60,41 +65,175 @@ impl fmt::Display for Fingerprint {
     }
 }
 
-/// Where framed components go: a SHA-256 stream, or a buffer that is
-/// absorbed into one later.
-trait Sink {
+/// One component of a fingerprint as `explain` shows it: what it is and
+/// its value (text quoted, other bytes in hex, secrets redacted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Component {
+    pub name: String,
+    pub value: String,
+}
+
+impl Component {
+    fn new(name: impl Into<String>, value: impl Into<String>) -> Self {
+        Component {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// Where framed components go: a SHA-256 stream, a plain buffer, or a
+/// [`Trace`] that also notes what each component is.
+pub trait Sink: Clone {
     fn put(&mut self, b: &[u8]);
+    /// Note what the next bytes are (only a trace keeps it).
+    #[inline]
+    fn note(&mut self, _c: impl FnOnce() -> Component) {}
+    /// Note components described elsewhere (a framed identity).
+    #[inline]
+    fn note_all(&mut self, _c: &[Component]) {}
+}
+
+/// A sink whose bytes are read back (the caller's identity is framed once
+/// and absorbed into several digests).
+pub trait Buffer: Sink + Default {
+    fn bytes(&self) -> &[u8];
+    fn components(&self) -> &[Component] {
+        &[]
+    }
+}
+
+/// A sink that ends in a digest: the filter's SHA-256 stream, or a trace.
+pub trait Hashing: Sink + Default {
+    /// Where the caller's identity is framed.
+    type Buffer: Buffer;
+    /// What is left besides the digest (a trace's components).
+    type Residue;
+    fn finish_digest(self) -> (Fingerprint, Self::Residue);
 }
 
 impl Sink for Sha256 {
+    #[inline]
     fn put(&mut self, b: &[u8]) {
         self.update(b);
     }
 }
 
+impl Hashing for Sha256 {
+    type Buffer = Vec<u8>;
+    type Residue = ();
+    fn finish_digest(self) -> (Fingerprint, ()) {
+        (truncate(&self.finalize()), ())
+    }
+}
+
 impl Sink for Vec<u8> {
+    #[inline]
     fn put(&mut self, b: &[u8]) {
         self.extend_from_slice(b);
     }
 }
 
+impl Buffer for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
+/// The canonical bytes of a fingerprint and what each component is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Trace {
+    pub bytes: Vec<u8>,
+    pub components: Vec<Component>,
+}
+
+impl Sink for Trace {
+    fn put(&mut self, b: &[u8]) {
+        self.bytes.extend_from_slice(b);
+    }
+    fn note(&mut self, c: impl FnOnce() -> Component) {
+        self.components.push(c());
+    }
+    fn note_all(&mut self, c: &[Component]) {
+        self.components.extend_from_slice(c);
+    }
+}
+
+impl Buffer for Trace {
+    fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    fn components(&self) -> &[Component] {
+        &self.components
+    }
+}
+
+impl Hashing for Trace {
+    type Buffer = Trace;
+    type Residue = Trace;
+    fn finish_digest(self) -> (Fingerprint, Trace) {
+        (truncate(&<Sha256 as Digest>::digest(&self.bytes)), self)
+    }
+}
+
+fn truncate(full: &[u8]) -> Fingerprint {
+    let mut out = [0u8; 16];
+    if let Some(head) = full.get(..16) {
+        out.copy_from_slice(head);
+    }
+    Fingerprint(out)
+}
+
+/// Bytes as `explain` shows them: quoted text if printable UTF-8, else
+/// hex; long values shortened.
+pub fn show_bytes(b: &[u8]) -> String {
+    const MAX: usize = 160;
+    match std::str::from_utf8(b) {
+        Ok(s) if !s.chars().any(char::is_control) => {
+            if s.chars().count() > MAX {
+                let cut: String = s.chars().take(MAX).collect();
+                format!("{}... ({} bytes)", quoted(&cut), b.len())
+            } else {
+                quoted(s)
+            }
+        }
+        _ => {
+            let shown: String = b.iter().take(MAX / 2).map(|x| format!("{x:02x}")).collect();
+            if b.len() > MAX / 2 {
+                format!("0x{shown}... ({} bytes)", b.len())
+            } else {
+                format!("0x{shown}")
+            }
+        }
+    }
+}
+
+fn quoted(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// A secret (an API key) as `explain` shows it: never the value.
+fn show_secret(b: &[u8]) -> String {
+    let h = <Sha256 as Digest>::digest(b);
+    let prefix: String = h.iter().take(4).map(|x| format!("{x:02x}")).collect();
+    format!("<redacted: {} bytes, sha256 {prefix}...>", b.len())
+}
+
 /// Writes framed components: every field is length-prefixed and every
 /// optional or variant value tagged, so the encoding is unambiguous.
 #[derive(Clone)]
-struct Canon<S = Sha256>(S);
+struct Canon<S>(S);
 
-impl Canon<Sha256> {
+impl<S: Hashing> Canon<S> {
     fn new(domain: &[u8]) -> Self {
-        let mut c = Canon(Sha256::new());
+        let mut c = Canon(S::default());
+        c.0.note(|| Component::new("domain", show_bytes(domain)));
         c.field(domain);
         c
     }
 
-    fn finish(self) -> Fingerprint {
-        let full = self.0.finalize();
-        let mut out = [0u8; 16];
-        out.copy_from_slice(&full[..16]);
-        Fingerprint(out)
+    fn finish(self) -> (Fingerprint, S::Residue) {
+        self.0.finish_digest()
     }
 }
 
@@ -110,6 +249,11 @@ impl<S: Sink> Canon<S> {
         self.count(b.len());
         self.0.put(b);
     }
+    /// A length-prefixed byte string, noted under `name`.
+    fn named(&mut self, name: &str, b: &[u8]) {
+        self.0.note(|| Component::new(name, show_bytes(b)));
+        self.field(b);
+    }
     fn optional(&mut self, v: Option<&[u8]>) {
         match v {
             None => self.tag(TAG_ABSENT),
@@ -119,6 +263,18 @@ impl<S: Sink> Canon<S> {
             }
         }
     }
+    /// An optional value, noted under `name`.
+    fn named_optional(&mut self, name: &str, v: Option<&[u8]>) {
+        self.0
+            .note(|| Component::new(name, v.map_or_else(|| "(absent)".to_string(), show_bytes)));
+        self.optional(v);
+    }
+    /// The caller's identity, framed elsewhere: its components, then its
+    /// bytes as one field.
+    fn identity<B: Buffer>(&mut self, id: &B) {
+        self.0.note_all(id.components());
+        self.field(id.bytes());
+    }
 }
 
 const TAG_ABSENT: u8 = 0;
@@ -127,16 +283,17 @@ const TAG_LIMIT_KEYS: u8 = 2;
 const TAG_API_KEY: u8 = 3;
 
 /// A fingerprint in the making: what the headers phase knows (policy,
-/// request line, caller identity, session id), waiting for the body.
+/// request line, caller identity, session id), waiting for the body. The
+/// filter uses the SHA-256 form; `explain` the [`Trace`] form.
 #[derive(Clone)]
-pub struct Pending {
+pub struct Pending<S: Hashing = Sha256> {
     /// The exact fingerprint's canonical form so far: every mode falls back
     /// to it when the body is not an LLM request.
-    exact: Canon,
+    exact: Canon<S>,
     policy_id: String,
-    /// The caller's identity, framed: limit-key values, or a SHA-256 of the
-    /// API key. Absorbed into every digest made for this request.
-    identity: Vec<u8>,
+    /// The caller's identity, framed: limit-key values, or the API key.
+    /// Absorbed into every digest made for this request.
+    identity: S::Buffer,
     path: String,
     mode: PendingMode,
 }
@@ -165,25 +322,98 @@ pub struct Fingerprinted {
     pub session: Option<String>,
 }
 
-impl Pending {
+impl Pending<Sha256> {
     pub fn start(
         config: &Config,
         policy: &Policy,
         head: &RequestHead<'_>,
         facts: &dyn RequestFacts,
     ) -> Self {
-        let identity = identity(config, policy, head, facts);
-        let mut exact = Canon::new(b"lg/exact/3");
-        exact.field(policy.id.as_bytes());
-        exact.field(head.method.as_bytes());
-        exact.field(head.path_only().as_bytes());
+        Self::begin(config, policy, head, facts)
+    }
+
+    /// Finish with the whole request body (empty for a body-less request).
+    pub fn finish(self, body: &[u8]) -> Fingerprinted {
+        let parsed = if self.reads_llm_body() {
+            llm::parse(body, &self.path)
+        } else {
+            None
+        };
+        self.finish_parsed(body, parsed.as_ref())
+    }
+
+    /// Finish with the body and what [`llm::parse`] made of it (parsed once
+    /// by the caller, who may need it too).
+    pub fn finish_parsed(self, body: &[u8], parsed: Option<&llm::Request<'_>>) -> Fingerprinted {
+        self.complete(body, parsed).0
+    }
+
+    /// The caller's identity, framed (never logged or stored).
+    pub fn identity(&self) -> &[u8] {
+        &self.identity
+    }
+}
+
+/// A request's fingerprint with the components that made it, in order.
+#[derive(Debug, Clone)]
+pub struct Explained {
+    pub made: Fingerprinted,
+    pub components: Vec<Component>,
+    /// The canonical bytes that were hashed.
+    pub canonical: Vec<u8>,
+}
+
+/// Fingerprint a request the way the filter does, noting every component
+/// (`loopguard explain`).
+pub fn explain(
+    config: &Config,
+    policy: &Policy,
+    head: &RequestHead<'_>,
+    facts: &dyn RequestFacts,
+    body: &[u8],
+) -> Explained {
+    let pending = Pending::<Trace>::begin(config, policy, head, facts);
+    let parsed = if pending.reads_llm_body() {
+        llm::parse(body, &pending.path)
+    } else {
+        None
+    };
+    let (made, trace) = pending.complete(body, parsed.as_ref());
+    Explained {
+        made,
+        components: trace.components,
+        canonical: trace.bytes,
+    }
+}
+
+impl<S: Hashing> Pending<S> {
+    fn begin(
+        config: &Config,
+        policy: &Policy,
+        head: &RequestHead<'_>,
+        facts: &dyn RequestFacts,
+    ) -> Self {
+        let identity: S::Buffer = identity(config, policy, head, facts);
+        let mut exact = Canon::<S>::new(b"lg/exact/3");
+        exact.named("policy", policy.id.as_bytes());
+        exact.named("method", head.method.as_bytes());
+        exact.named("path", head.path_only().as_bytes());
         let pairs = request::sorted_query_pairs(head.query());
+        exact
+            .0
+            .note(|| Component::new("query parameters", pairs.len().to_string()));
         exact.count(pairs.len());
         for (k, v) in &pairs {
+            exact.0.note(|| {
+                Component::new(
+                    format!("query {}", String::from_utf8_lossy(k)),
+                    show_bytes(v),
+                )
+            });
             exact.field(k);
             exact.field(v);
         }
-        exact.field(&identity);
+        exact.identity(&identity);
         let mode = match policy.detection.as_ref().map(|d| &d.similarity) {
             Some(Similarity::LlmTail { tail_messages }) => PendingMode::LlmTail {
                 tail_messages: *tail_messages as usize,
@@ -212,64 +442,62 @@ impl Pending {
         &self.path
     }
 
-    /// The caller's identity, framed (never logged or stored).
-    pub fn identity(&self) -> &[u8] {
-        &self.identity
-    }
-
-    /// Finish with the whole request body (empty for a body-less request).
-    pub fn finish(self, body: &[u8]) -> Fingerprinted {
-        let parsed = if self.reads_llm_body() {
-            llm::parse(body, &self.path)
-        } else {
-            None
-        };
-        self.finish_parsed(body, parsed.as_ref())
-    }
-
-    /// Finish with the body and what [`llm::parse`] made of it (parsed once
-    /// by the caller, who may need it too).
-    pub fn finish_parsed(self, body: &[u8], parsed: Option<&llm::Request<'_>>) -> Fingerprinted {
+    fn complete(
+        self,
+        body: &[u8],
+        parsed: Option<&llm::Request<'_>>,
+    ) -> (Fingerprinted, S::Residue) {
         let parsed = if self.reads_llm_body() { parsed } else { None };
         let Some(req) = parsed else {
             // A body-less request (a GET) is simply not an LLM call.
             let unparsed = !matches!(self.mode, PendingMode::Exact) && !body.is_empty();
-            return Fingerprinted {
-                fingerprint: self.exact_with(body),
-                fallback: false,
-                unparsed,
-                format: None,
-                model: None,
-                session: None,
-            };
+            let (fingerprint, residue) = self.exact_with(body);
+            return (
+                Fingerprinted {
+                    fingerprint,
+                    fallback: false,
+                    unparsed,
+                    format: None,
+                    model: None,
+                    session: None,
+                },
+                residue,
+            );
         };
         let model = req.model.clone();
         let mut session_shown = None;
         let mut fallback = false;
-        let fingerprint = match &self.mode {
+        let (fingerprint, residue) = match &self.mode {
             PendingMode::LlmTail { tail_messages } => {
-                let mut c = Canon::new(b"lg/llm_tail/2");
-                c.field(self.policy_id.as_bytes());
-                c.field(&self.identity);
-                c.optional(req.model.as_deref().map(str::as_bytes));
+                let mut c = Canon::<S>::new(b"lg/llm_tail/2");
+                c.named("policy", self.policy_id.as_bytes());
+                c.identity(&self.identity);
+                c.named_optional("model", req.model.as_deref().map(str::as_bytes));
                 let Some(tail) = req.tail(*tail_messages) else {
                     return self.unparsed(body);
                 };
+                c.0.note(|| Component::new("tail messages", tail.len().to_string()));
                 c.count(tail.len());
-                for m in &tail {
-                    write_message(&mut c, m);
+                for (i, m) in tail.iter().enumerate() {
+                    write_message(&mut c, m, i);
                 }
                 c.finish()
             }
             PendingMode::Session { session } => {
-                let mut c = Canon::new(b"lg/session/2");
-                c.field(self.policy_id.as_bytes());
-                c.field(&self.identity);
+                let mut c = Canon::<S>::new(b"lg/session/2");
+                c.named("policy", self.policy_id.as_bytes());
+                c.identity(&self.identity);
                 match session {
                     Some(id) => {
                         c.tag(TAG_PRESENT);
-                        c.field(id);
-                        c.optional(req.model.as_deref().map(str::as_bytes));
+                        c.named("session", id);
+                        c.named_optional("model", req.model.as_deref().map(str::as_bytes));
+                        c.0.note(|| {
+                            Component::new(
+                                "offers tools",
+                                if req.offers_tools { "yes" } else { "no" },
+                            )
+                        });
                         c.tag(u8::from(req.offers_tools));
                         session_shown =
                             Some(String::from_utf8_lossy(id).chars().take(128).collect());
@@ -277,6 +505,9 @@ impl Pending {
                     None => {
                         // One fingerprint per caller, judged by the
                         // fallback threshold.
+                        c.0.note(|| {
+                            Component::new("session", "(absent: judged by fallback_threshold)")
+                        });
                         c.tag(TAG_ABSENT);
                         fallback = true;
                     }
@@ -285,31 +516,40 @@ impl Pending {
             }
             PendingMode::Exact => self.exact_with(body),
         };
-        Fingerprinted {
-            fingerprint,
-            fallback,
-            unparsed: false,
-            format: Some(req.format),
-            model,
-            session: session_shown,
-        }
+        (
+            Fingerprinted {
+                fingerprint,
+                fallback,
+                unparsed: false,
+                format: Some(req.format),
+                model,
+                session: session_shown,
+            },
+            residue,
+        )
     }
 
     /// The exact fingerprint of a body an LLM mode could not read.
-    fn unparsed(&self, body: &[u8]) -> Fingerprinted {
-        Fingerprinted {
-            fingerprint: self.exact_with(body),
-            fallback: false,
-            unparsed: !body.is_empty(),
-            format: None,
-            model: None,
-            session: None,
-        }
+    fn unparsed(&self, body: &[u8]) -> (Fingerprinted, S::Residue) {
+        let (fingerprint, residue) = self.exact_with(body);
+        (
+            Fingerprinted {
+                fingerprint,
+                fallback: false,
+                unparsed: !body.is_empty(),
+                format: None,
+                model: None,
+                session: None,
+            },
+            residue,
+        )
     }
 
-    fn exact_with(&self, body: &[u8]) -> Fingerprint {
+    fn exact_with(&self, body: &[u8]) -> (Fingerprint, S::Residue) {
         let mut c = self.exact.clone();
-        c.0.put(&crc32fast::hash(body).to_le_bytes());
+        let crc = crc32fast::hash(body);
+        c.0.note(|| Component::new("body crc32", format!("{crc:08x} ({} bytes)", body.len())));
+        c.0.put(&crc.to_le_bytes());
         c.finish()
     }
 }
@@ -325,51 +565,89 @@ pub fn tool_event_key(
     tool: &str,
     level: u32,
 ) -> Fingerprint {
-    let mut c = Canon::new(b"lg/tool-event/2");
+    let mut c = Canon::<Sha256>::new(b"lg/tool-event/2");
     c.field(policy_id.as_bytes());
     c.field(identity);
     match req.first_message() {
         Some(m) => {
             c.tag(TAG_PRESENT);
-            write_message(&mut c, &m);
+            write_message(&mut c, &m, 0);
         }
         None => c.tag(TAG_ABSENT),
     }
     c.field(tier.as_bytes());
     c.field(tool.as_bytes());
     c.count(level as usize);
-    c.finish()
+    c.finish().0
 }
 
-fn write_message(c: &mut Canon, m: &Message) {
+fn write_message<S: Sink>(c: &mut Canon<S>, m: &Message, index: usize) {
+    c.0.note(|| {
+        Component::new(
+            format_args_lazy(index, "role"),
+            show_bytes(m.role.as_bytes()),
+        )
+    });
     c.field(m.role.as_bytes());
-    write_parts(c, &m.parts);
+    write_parts(c, &m.parts, index);
 }
 
-fn write_parts(c: &mut Canon, parts: &[Part]) {
+/// A component name for message `index` (built only when tracing: the
+/// hashing sinks never call the closures that use it).
+fn format_args_lazy(index: usize, what: &str) -> String {
+    format!("message[{index}] {what}")
+}
+
+fn write_parts<S: Sink>(c: &mut Canon<S>, parts: &[Part], index: usize) {
     c.count(parts.len());
     for p in parts {
         match p {
             Part::Text(t) => {
                 c.tag(1);
+                c.0.note(|| {
+                    Component::new(format_args_lazy(index, "text"), show_bytes(t.as_bytes()))
+                });
                 c.field(t.as_bytes());
             }
             Part::Media(h) => {
                 c.tag(2);
+                c.0.note(|| Component::new(format_args_lazy(index, "media sha256"), show_bytes(h)));
                 c.field(h);
             }
             Part::ToolCall { name, arguments } => {
                 c.tag(3);
+                c.0.note(|| {
+                    Component::new(
+                        format_args_lazy(index, "tool call"),
+                        format!(
+                            "{} {}",
+                            show_bytes(name.as_bytes()),
+                            show_bytes(arguments.as_bytes())
+                        ),
+                    )
+                });
                 c.field(name.as_bytes());
                 c.field(arguments.as_bytes());
             }
             Part::ToolResult { content, is_error } => {
                 c.tag(4);
+                c.0.note(|| {
+                    Component::new(
+                        format_args_lazy(index, "tool result"),
+                        if *is_error { "(error)" } else { "(ok)" },
+                    )
+                });
                 c.tag(u8::from(*is_error));
-                write_parts(c, content);
+                write_parts(c, content, index);
             }
             Part::Other(kind) => {
                 c.tag(5);
+                c.0.note(|| {
+                    Component::new(
+                        format_args_lazy(index, "other block"),
+                        show_bytes(kind.as_bytes()),
+                    )
+                });
                 c.field(kind.as_bytes());
             }
         }
@@ -379,24 +657,46 @@ fn write_parts(c: &mut Canon, parts: &[Part]) {
 /// Who is calling, framed: the policy's limit keys (sorted by key) or, when
 /// it has none, the caller's API key. These bytes only ever enter a
 /// SHA-256 (the fingerprint's, or an event key's): the key itself is never
-/// stored, logged or returned, and two keys never share a fingerprint.
-fn identity(
+/// stored, logged or returned (a trace shows it redacted), and two keys
+/// never share a fingerprint.
+fn identity<B: Buffer>(
     config: &Config,
     policy: &Policy,
     head: &RequestHead<'_>,
     facts: &dyn RequestFacts,
-) -> Vec<u8> {
-    let mut c = Canon(Vec::with_capacity(48));
+) -> B {
+    let mut c = Canon(B::default());
     if policy.limit_keys.is_empty() {
         c.tag(TAG_API_KEY);
-        c.optional(request::api_key(facts).as_deref());
+        let key = request::api_key(facts);
+        c.0.note(|| {
+            Component::new(
+                "caller: API key",
+                key.as_deref()
+                    .map_or_else(|| "(absent)".to_string(), show_secret),
+            )
+        });
+        c.optional(key.as_deref());
     } else {
         c.tag(TAG_LIMIT_KEYS);
         c.count(policy.limit_keys.len());
         for key in &policy.limit_keys {
-            c.field(key.name().as_bytes());
+            let name = key.name();
+            c.field(name.as_bytes());
             let values =
                 request::limit_key_values(key, head, facts, &config.jwt_payload_in_metadata);
+            c.0.note(|| {
+                let shown = if values.is_empty() {
+                    "(absent)".to_string()
+                } else {
+                    values
+                        .iter()
+                        .map(|v| show_bytes(v))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                Component::new(format!("caller: {name}"), shown)
+            });
             if values.is_empty() {
                 c.tag(TAG_ABSENT);
             } else {
@@ -417,6 +717,7 @@ mod tests {
     use crate::core::config::Config;
     use crate::core::request::tests::FakeFacts;
     use serde_json::json;
+    use serde_json::Value;
 
     fn config(id: &str, keys: &[&str]) -> Config {
         Config::from_value(&json!({"policies": [{"id": id, "spec": {
@@ -884,5 +1185,159 @@ mod tests {
         );
         assert_eq!(f.session.as_deref(), Some("run-42"));
         assert_eq!(f.format, Some(llm::Format::Anthropic));
+    }
+
+    fn pin_config(similarity: Value, keys: Value) -> Config {
+        let mut ld =
+            json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 5});
+        for (k, v) in similarity.as_object().unwrap() {
+            ld[k] = v.clone();
+        }
+        Config::from_value(&json!({"policies": [{"id": "pin", "spec": {"selector": {}, "limit_keys": keys, "loop_detection": ld}}]}))
+            .unwrap()
+    }
+
+    const PIN_BODY: &[u8] = br#"{"model":"gpt-4o","messages":[{"role":"system","content":"Be brief"},{"role":"user","content":[{"type":"text","text":"Hi  THERE"},{"type":"image_url","image_url":{"url":"http://x/y.png"}}]},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"get","arguments":"{\"b\":1,\"a\":2}"}}]},{"role":"tool","tool_call_id":"c1","content":"result"}],"tools":[{"type":"function","function":{"name":"get"}}]}"#;
+
+    fn pin_cases() -> Vec<(&'static str, Config, &'static str, &'static str)> {
+        vec![
+            (
+                "exact",
+                pin_config(json!({"similarity": "exact"}), json!([])),
+                "891f9682e8ae0c00b8f969c1b5846309",
+                "cb929674ba75966c26e00e2781a4be55",
+            ),
+            (
+                "llm_tail",
+                pin_config(
+                    json!({"similarity": "llm_tail", "tail_messages": 3}),
+                    json!(["header:x-org", "query:u"]),
+                ),
+                "7b76cea6e2dfea9da17a691cb839f113",
+                "29ff9474a8d7525b7505735abcb9a793",
+            ),
+            (
+                "session",
+                pin_config(json!({"similarity": "session"}), json!([])),
+                "a3e61a8bbedc098280b68ec728c0f948",
+                "cb929674ba75966c26e00e2781a4be55",
+            ),
+        ]
+    }
+
+    fn pin_facts() -> FakeFacts {
+        FakeFacts::default()
+            .with("authorization", "Bearer sk-pin")
+            .with("x-org", "acme")
+            .with("x-session-id", "s1")
+    }
+
+    const PIN_HEAD: RequestHead<'static> = RequestHead {
+        method: "POST",
+        path: "/v1/chat/completions?u=1&b=2",
+        authority: "h",
+    };
+
+    /// Digests are stored (shared data, Redis) across upgrades and shown
+    /// to users: a change to the encoding must be deliberate (bump the
+    /// domain tag) and show up here.
+    #[test]
+    fn digests_are_stable() {
+        for (mode, cfg, llm, not_json) in pin_cases() {
+            let p = &cfg.policies[0];
+            let f = Pending::start(&cfg, p, &PIN_HEAD, &pin_facts()).finish(PIN_BODY);
+            assert_eq!(f.fingerprint.hex(), llm, "{mode}");
+            let g = Pending::start(&cfg, p, &PIN_HEAD, &pin_facts()).finish(b"not json");
+            assert_eq!(g.fingerprint.hex(), not_json, "{mode}");
+        }
+    }
+
+    #[test]
+    fn explain_computes_the_filters_digest_and_names_every_component() {
+        for (mode, cfg, _, _) in pin_cases() {
+            let p = &cfg.policies[0];
+            for body in [PIN_BODY, b"not json".as_slice(), b"".as_slice()] {
+                let filter = Pending::start(&cfg, p, &PIN_HEAD, &pin_facts()).finish(body);
+                let e = explain(&cfg, p, &PIN_HEAD, &pin_facts(), body);
+                assert_eq!(e.made, filter, "{mode}");
+                // The digest is the SHA-256 of the canonical bytes shown.
+                assert_eq!(
+                    truncate(&<Sha256 as Digest>::digest(&e.canonical)),
+                    filter.fingerprint
+                );
+            }
+        }
+        let (_, exact, _, _) = pin_cases().remove(0);
+        let e = explain(&exact, &exact.policies[0], &PIN_HEAD, &pin_facts(), b"{}");
+        let names: Vec<&str> = e.components.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "domain",
+                "policy",
+                "method",
+                "path",
+                "query parameters",
+                "query b",
+                "query u",
+                "caller: API key",
+                "body crc32"
+            ]
+        );
+        let shown: Vec<&str> = e.components.iter().map(|c| c.value.as_str()).collect();
+        assert_eq!(
+            shown[1..5],
+            ["\"pin\"", "\"POST\"", "\"/v1/chat/completions\"", "2"]
+        );
+        assert_eq!(
+            shown[8],
+            "4b8b7d2b (2 bytes)".replace("4b8b7d2b", &format!("{:08x}", crc32fast::hash(b"{}")))
+        );
+        // The API key itself is never shown.
+        assert!(
+            shown[7].starts_with("<redacted: 6 bytes, sha256 "),
+            "{}",
+            shown[7]
+        );
+        assert!(!shown.iter().any(|v| v.contains("sk-pin")));
+
+        let (_, tail, _, _) = pin_cases().remove(1);
+        let e = explain(&tail, &tail.policies[0], &PIN_HEAD, &pin_facts(), PIN_BODY);
+        let lines: Vec<String> = e
+            .components
+            .iter()
+            .map(|c| format!("{}={}", c.name, c.value))
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "domain=\"lg/llm_tail/2\"",
+                "policy=\"pin\"",
+                "caller: header:x-org=\"acme\"",
+                "caller: query:u=\"1\"",
+                "model=\"gpt-4o\"",
+                "tail messages=3",
+                "message[0] role=\"user\"",
+                "message[0] text=\"hi there\"",
+                &format!(
+                    "message[0] media sha256={}",
+                    show_bytes(&<Sha256 as Digest>::digest(b"http://x/y.png"))
+                ),
+                "message[1] role=\"assistant\"",
+                "message[1] tool call=\"get\" \"{\\\"a\\\":2,\\\"b\\\":1}\"",
+                "message[2] role=\"tool\"",
+                "message[2] tool result=(ok)",
+                "message[2] text=\"result\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn show_bytes_quotes_text_and_hexes_the_rest() {
+        assert_eq!(show_bytes(b"a\"b"), "\"a\\\"b\"");
+        assert_eq!(show_bytes(&[0, 255]), "0x00ff");
+        assert_eq!(show_bytes(b"line\nbreak"), "0x6c696e650a627265616b");
+        let long = "x".repeat(200);
+        assert!(show_bytes(long.as_bytes()).ends_with("... (200 bytes)"));
     }
 }
