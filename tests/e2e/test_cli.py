@@ -1,0 +1,122 @@
+"""The loopguard CLI (`make cli`): `check` accepts every shipped
+configuration and refuses a bad one with the filter's own message, and
+`explain` computes the digest the filter puts in its 429."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from harness import ROOT, bootstrap, plugin, policy, wasm_filter, ROUTER, buffer_filter
+
+CLI = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopguard"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    if not Path(CLI).exists():
+        pytest.fail(f"{CLI} is missing: run the tests through `make test`, which builds it (make cli)")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+def shipped_envoy_configs() -> list[Path]:
+    return [ROOT / "envoy" / "envoy.yaml", *sorted(ROOT.glob("examples/*/envoy.yaml"))]
+
+
+@pytest.mark.parametrize("path", shipped_envoy_configs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_shipped_envoy_config_checks_clean(path):
+    r = cli("check", "--strict", str(path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().endswith(": 0 errors, 0 warnings"), r.stdout
+
+
+@pytest.mark.parametrize("folder", ["istio", "envoy-gateway"])
+def test_the_mesh_examples_check_clean_together(folder):
+    files = sorted(str(p) for p in (ROOT / "examples" / folder).glob("*.yaml"))
+    assert files, folder
+    r = cli("check", "--strict", *files)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 errors, 0 warnings" in r.stdout
+
+
+def test_a_bad_configuration_is_refused_with_the_filters_own_message(tmp_path, start_envoy, upstream):
+    bad = plugin([policy("agents", threshold=3, window=0)])
+    cfg = bootstrap(bad, upstream.port)
+    path = tmp_path / "envoy.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = cli("check", str(path))
+    assert r.returncode == 1
+    expected = 'policy "agents": loop_detection.window_seconds must be >= 1 (got 0)'
+    assert f'{path} filter "loopguard": error: {expected}' in r.stdout, r.stdout
+    # The filter refuses the same configuration with the same words.
+    log = start_envoy.make(cfg).expect_startup_failure()
+    assert f"invalid configuration: {expected}" in log
+
+
+def test_check_warns_about_setups_that_silently_do_nothing(tmp_path, upstream):
+    cfg = bootstrap(None, upstream.port, http_filters=[buffer_filter(), wasm_filter(plugin([policy(threshold=3, selector={"routes": ["chat"]})])), ROUTER])
+    route = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]
+    route["name"] = "completions"
+    route["metadata"] = {"filter_metadata": {"loopguard": {"policy": "p"}}}
+    path = tmp_path / "envoy.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = cli("check", str(path))
+    assert r.returncode == 0, "warnings alone do not fail"
+    assert "the buffer filter runs before loopguard" in r.stdout
+    assert 'route "completions" names policy "p" in filter_metadata.loopguard, but the configuration lacks "route_metadata": true' in r.stdout
+    assert 'policy "p": selector.routes lists "chat", but no route where loopguard runs has such a name' in r.stdout
+    assert cli("check", "--strict", str(path)).returncode == 1
+
+
+def request_file(tmp_path, name: str, path: str, headers: dict, body: bytes) -> Path:
+    """The request as raw HTTP/1.1, exactly the bytes the test sends."""
+    lines = [f"POST {path} HTTP/1.1", "Host: gateway.example"] + [f"{k}: {v}" for k, v in headers.items()]
+    lines.append(f"Content-Length: {len(body)}")
+    f = tmp_path / name
+    f.write_bytes(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+    return f
+
+
+@pytest.mark.parametrize(
+    "similarity,path,body",
+    [
+        ("exact", "/v1/embeddings?user=u1&a=2", b'{"model":"text-embedding-3-small","input":"hello"}'),
+        ("llm_tail", "/v1/chat/completions", json.dumps({"model": "gpt-4o-mini", "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Is the   BUILD green?"}]}).encode()),
+        ("llm_tail", "/v1/messages", json.dumps({"model": "claude-sonnet-5-5", "max_tokens": 10, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}).encode()),
+    ],
+    ids=["exact", "openai-chat", "anthropic"],
+)
+def test_explain_digest_equals_the_fingerprint_in_the_filters_429(tmp_path, start_envoy, upstream, similarity, path, body):
+    cfg = plugin([policy("agents", threshold=2, similarity=similarity, selector={"pathPrefix": "/v1/"})])
+    envoy_cfg = bootstrap(cfg, upstream.port)
+    config_file = tmp_path / "envoy.yaml"
+    config_file.write_text(yaml.safe_dump(envoy_cfg))
+    headers = {"authorization": "Bearer sk-explain", "content-type": "application/json"}
+    req = request_file(tmp_path, "request.http", path, headers, body)
+    r = cli("explain", "--config", str(config_file), "--request", str(req), "--json")
+    assert r.returncode == 0, r.stderr
+    explained = json.loads(r.stdout)
+    assert explained["policy"]["id"] == "agents"
+    assert explained["detection"]["similarity"] == similarity
+    assert "sk-explain" not in r.stdout
+    e = start_envoy(envoy_cfg)
+    with httpx.Client(base_url=e.url, headers={"host": "gateway.example"}) as c:
+        codes = [c.post(path, content=body, headers=headers) for _ in range(2)]
+    assert [x.status_code for x in codes] == [200, 429]
+    rejected = codes[1].json()
+    fingerprint = rejected["error"]["fingerprint"] if "fingerprint" in rejected.get("error", {}) else rejected["loopguard"]["fingerprint"]
+    assert explained["fingerprint"] == fingerprint
+    # The text form shows the same digest and the components in order.
+    text = cli("explain", "--config", str(config_file), "--request", str(req)).stdout
+    assert f"fingerprint: {fingerprint}" in text
+    assert "fingerprint components, in order:" in text and " 1. domain" in text
