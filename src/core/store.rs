@@ -14,6 +14,37 @@ use super::window::{WindowQuery, WindowState};
 /// CAS attempts before a hit is given up on (the request then passes).
 pub const MAX_CAS_ATTEMPTS: u32 = 32;
 
+/// The suffix istiod 1.30+ adds to a WasmPlugin's name (the plugin is then
+/// `<ns>.<name>~istio-translated-wasmplugin`, where 1.26-1.29 named it
+/// `<ns>.<name>`).
+const ISTIO_TRANSLATED_SUFFIX: &str = "~istio-translated-wasmplugin";
+
+/// The namespace a plugin's counts live under (shared-data keys, Redis
+/// keys), from the name Envoy gives the plugin: reduced to
+/// `[A-Za-z0-9_-]`, at most 64 characters, `default` when empty. Istio's
+/// 1.30 suffix is dropped, so a WasmPlugin keeps its counts across the
+/// Istio upgrade that renames it.
+pub fn plugin_namespace(raw: &[u8]) -> String {
+    let name = String::from_utf8_lossy(raw);
+    let name = name.strip_suffix(ISTIO_TRANSLATED_SUFFIX).unwrap_or(&name);
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if safe.is_empty() {
+        "default".to_string()
+    } else {
+        safe
+    }
+}
+
 /// The store's answer to one hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StoreAnswer {
@@ -111,6 +142,24 @@ impl<B: BucketBackend> WindowStore for SlotStore<B> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn plugin_namespaces() {
+        assert_eq!(plugin_namespace(b"loopguard"), "loopguard");
+        assert_eq!(plugin_namespace(b""), "default");
+        assert_eq!(plugin_namespace("a.b/c \u{e9}".as_bytes()), "a_b_c__");
+        assert_eq!(plugin_namespace(&[b'x'; 100]).len(), 64);
+        // Istio 1.29 and 1.30 name the same WasmPlugin differently; its
+        // counts stay in one namespace.
+        assert_eq!(
+            plugin_namespace(b"istio-system.loopguard-gateway~istio-translated-wasmplugin"),
+            plugin_namespace(b"istio-system.loopguard-gateway")
+        );
+        assert_eq!(
+            plugin_namespace(b"istio-system.loopguard-gateway"),
+            "istio-system_loopguard-gateway"
+        );
+    }
     use std::collections::HashMap;
 
     /// An in-memory CAS backend that can be told to lose races.

@@ -385,28 +385,13 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
-/// The plugin's name from Envoy, reduced to a safe key component.
+/// The plugin's name from Envoy, as the namespace of its counts.
 fn plugin_name() -> String {
     let raw = abi::property(&["plugin_name"])
         .ok()
         .flatten()
         .unwrap_or_default();
-    let name: String = String::from_utf8_lossy(&raw)
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
-    if name.is_empty() {
-        "default".to_string()
-    } else {
-        name
-    }
+    crate::core::store::plugin_namespace(&raw)
 }
 
 /// Follow Envoy's wasm log level, so messages Envoy would drop are not even

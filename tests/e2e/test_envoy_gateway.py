@@ -1,0 +1,284 @@
+"""examples/envoy-gateway: the Envoy configuration Envoy Gateway (and the
+Envoy AI Gateway) build from the example files (mesh.py), run in real Envoy.
+
+The module reaches Envoy as Envoy Gateway serves it: a remote source on
+`wasm_cluster` with the module's sha256. A loopback HTTP server stands in
+for Envoy Gateway's module server (and for its download of the HTTP URL or
+the OCI image: it serves the built module)."""
+
+import copy
+import hashlib
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+import mesh
+from harness import WASM, EnvoyFailed
+from mesh import ModuleServer, Unhandled, envoy_gateway_config
+
+BASE = ("httproute.yaml", "envoyproxy.yaml", "request-buffer.yaml")
+POLICIES = ("extension-policy.yaml", "extension-policy-http.yaml")
+MODULE = Path(WASM).read_bytes()
+MODULE_SHA256 = hashlib.sha256(MODULE).hexdigest()
+CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is the build green?"}]}
+MESSAGES = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "Is the build green?"}]}
+WASM_FILTER = "envoy.filters.http.wasm/envoyextensionpolicy/agents/loopguard/wasm/0"
+AI_WASM_FILTER = "envoy.filters.http.wasm/envoyextensionpolicy/agents/loopguard-ai/wasm/0"
+
+
+def docs(*files: str) -> list[dict]:
+    return mesh.load_docs(*(mesh.EG_EXAMPLES / f for f in files))
+
+
+def default_order(d: list[dict]) -> list[dict]:
+    """The documents with envoyproxy.yaml's filterOrder taken out."""
+    d = copy.deepcopy(d)
+    next(x for x in d if x["kind"] == "EnvoyProxy")["spec"].pop("filterOrder")
+    return d
+
+
+@pytest.fixture
+def module_server():
+    server = ModuleServer(MODULE)
+    yield server
+    server.stop()
+
+
+def loop(e, host: str, path: str, body: dict, n: int, key: str = "sk-eg-agent", **headers) -> list[httpx.Response]:
+    with httpx.Client(base_url=e.url, headers={"host": host, "authorization": f"Bearer {key}", **headers}) as c:
+        return [c.post(path, json=body) for _ in range(n)]
+
+
+def codes(responses) -> list[int]:
+    return [r.status_code for r in responses]
+
+
+def example_config(d: list[dict], policy: str) -> dict:
+    eep = next(x for x in d if x["kind"] == "EnvoyExtensionPolicy" and x["metadata"]["name"] == policy)
+    return eep["spec"]["wasm"][0]["config"]
+
+
+# --- translation ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy_file", POLICIES)
+def test_translation_orders_filters_and_enables_loopguard_on_the_targeted_route_only(policy_file):
+    d = docs(*BASE, policy_file)
+    eg = envoy_gateway_config(d, module_sha256=MODULE_SHA256)
+    # envoyproxy.yaml's filterOrder puts the buffer after loopguard...
+    assert eg.filter_names == [WASM_FILTER, "envoy.filters.http.buffer", "envoy.filters.http.router"]
+    # ...which Envoy Gateway otherwise runs first.
+    assert envoy_gateway_config(default_order(d), module_sha256=MODULE_SHA256).filter_names == [
+        "envoy.filters.http.buffer", WASM_FILTER, "envoy.filters.http.router"]
+    assert all(f.get("disabled") for f in eg.http_filters[:2])
+    # request-buffer.yaml also names the AI Gateway's route, absent here.
+    assert eg.unresolved_targets == ["BackendTrafficPolicy/llm-request-buffer -> HTTPRoute/llm-ai"]
+
+    # Enabled (empty FilterConfig) and buffered on every llm-api route,
+    # untouched on internal-api.
+    llm = [r for r in eg.routes if r["name"].startswith("httproute/agents/llm-api/")]
+    internal = [r for r in eg.routes if r["name"].startswith("httproute/agents/internal-api/")]
+    assert [r["name"] for r in llm] == [
+        "httproute/agents/llm-api/rule/0/match/0/llm_example_com",
+        "httproute/agents/llm-api/rule/0/match/1/llm_example_com",
+        "httproute/agents/llm-api/rule/1/match/0/llm_example_com",
+    ]
+    for r in llm:
+        assert r["typed_per_filter_config"][WASM_FILTER] == {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "config": {}}
+        assert r["typed_per_filter_config"]["envoy.filters.http.buffer"]["buffer"] == {"max_request_bytes": 1 << 20}
+    assert llm[0]["metadata"]["filter_metadata"]["envoy-gateway"]["resources"][0]["sectionName"] == "llm-calls"
+    assert [r["match"] for r in internal] == [{"path_separated_prefix": "/v1"}]
+    assert "typed_per_filter_config" not in internal[0]
+
+    # The filter Envoy gets: the module from Envoy Gateway's server, checked
+    # against the module's own sha256 (not the digest the policy carries).
+    (w,) = eg.wasms
+    cfg = w.filter["typed_config"]["config"]
+    assert cfg["name"] == "loopguard" and cfg["root_id"] == "loopguard"
+    assert cfg["vm_config"]["vm_id"] == "envoyextensionpolicy/agents/loopguard/wasm/0"
+    remote = cfg["vm_config"]["code"]["remote"]
+    assert remote["sha256"] == MODULE_SHA256
+    assert remote["http_uri"]["cluster"] == "wasm_cluster" and remote["http_uri"]["timeout"] == "10s"
+    assert remote["http_uri"]["uri"].startswith(mesh.EG_WASM_SERVICE + "/") and remote["http_uri"]["uri"].endswith(".wasm")
+    assert cfg["fail_open"] is True
+    assert json.loads(cfg["configuration"]["value"]) == example_config(d, "loopguard")
+    assert mesh.is_sha256_hex(w.declared_sha256) and w.declared_sha256 != MODULE_SHA256
+    if policy_file == "extension-policy.yaml":
+        # Image: the digest is the image's manifest digest (what `make image`
+        # prints); Envoy Gateway extracts the module and computes its sha256.
+        assert w.code_type == "Image" and w.original_url == "oci://ghcr.io/loopguard/loopguard:0.1.0"
+    else:
+        assert w.code_type == "HTTP" and w.original_url.startswith("https://") and w.original_url.endswith("/loopguard.wasm")
+
+
+def test_translation_refuses_fields_it_does_not_handle():
+    def translate(edit, kind, name):
+        d = docs(*BASE, "extension-policy.yaml", "ai-gateway.yaml")
+        edit(next(x for x in d if x["kind"] == kind and x["metadata"]["name"] == name))
+        return envoy_gateway_config(d, module_sha256=MODULE_SHA256)
+
+    cases = [
+        (lambda p: p["spec"].update(extProc=[{"backendRefs": [{"name": "x"}]}]), "EnvoyExtensionPolicy", "loopguard", "spec.extProc"),
+        (lambda p: p["spec"]["wasm"][0]["code"]["image"].update(tls={"caCertificateRef": {"name": "ca"}}), "EnvoyExtensionPolicy", "loopguard", "image.tls"),
+        (lambda p: p["spec"]["wasm"][0]["code"]["image"].update(sha256="sha256:" + "0" * 64), "EnvoyExtensionPolicy", "loopguard", "sha256 must be 64"),
+        (lambda p: p["spec"]["wasm"][0]["code"].update(type="Inline"), "EnvoyExtensionPolicy", "loopguard", "code type Inline"),
+        (lambda r: r["spec"]["rules"][0].update(filters=[{"type": "RequestHeaderModifier"}]), "HTTPRoute", "llm-api", r"rules\[0\].filters"),
+        (lambda r: r["spec"]["rules"][1]["matches"][0].update(path={"type": "RegularExpression", "value": "/v1/.*"}), "HTTPRoute", "llm-api", "path type RegularExpression"),
+        (lambda b: b["spec"].update(rateLimit={"type": "Local"}), "BackendTrafficPolicy", "llm-request-buffer", "spec.rateLimit"),
+        (lambda b: b["spec"]["requestBuffer"].update(limit="1.5Mi"), "BackendTrafficPolicy", "llm-request-buffer", "requestBuffer.limit"),
+        (lambda e: e["spec"].update(provider={"type": "Kubernetes"}), "EnvoyProxy", "loopguard-proxy", "spec.provider"),
+        (lambda e: e["spec"]["filterOrder"][0].update(after="envoy.filters.http.wasm_typo"), "EnvoyProxy", "loopguard-proxy", "wasm_typo"),
+        (lambda a: a["spec"].update(llmRequestCosts=[{"metadataKey": "tokens", "type": "TotalToken"}]), "AIGatewayRoute", "llm-ai", "spec.llmRequestCosts"),
+        (lambda a: a["spec"]["rules"][0]["backendRefs"][0].update(modelNameOverride="gpt-4o"), "AIGatewayRoute", "llm-ai", "modelNameOverride"),
+        (lambda g: g["spec"]["listeners"][0].update(protocol="HTTPS"), "Gateway", "agents-gateway", "protocol HTTPS"),
+    ]
+    for edit, kind, name, message in cases:
+        with pytest.raises(Unhandled, match=message):
+            translate(edit, kind, name)
+    # Informational fields pass.
+    assert translate(lambda r: r["metadata"].update(labels={"team": "agents"}), "HTTPRoute", "llm-api").wasms
+
+
+def test_ai_gateway_ext_proc_goes_after_the_buffer_so_loopguard_sees_the_original_request():
+    d = docs(*BASE, "extension-policy.yaml", "ai-gateway.yaml")
+    eg = envoy_gateway_config(d, module_sha256=MODULE_SHA256)
+    assert eg.filter_names == [AI_WASM_FILTER, WASM_FILTER, "envoy.filters.http.buffer", mesh.AI_GATEWAY_EXT_PROC, "envoy.filters.http.router"]
+    assert eg.unresolved_targets == []
+    # Without envoyproxy.yaml's filter order, the AI Gateway's processor
+    # (which rewrites the request for the chosen provider) runs first.
+    default = envoy_gateway_config(default_order(d), module_sha256=MODULE_SHA256)
+    assert default.filter_names == ["envoy.filters.http.buffer", mesh.AI_GATEWAY_EXT_PROC, AI_WASM_FILTER, WASM_FILTER, "envoy.filters.http.router"]
+    # The generated HTTPRoute llm-ai: one route per model rule plus the
+    # route-not-found rule, loopguard-ai enabled and the buffer on all of them.
+    ai = [r for r in eg.routes if r["name"].startswith("httproute/agents/llm-ai/")]
+    assert [r["match"].get("headers") for r in ai] == [
+        [{"name": "x-ai-eg-model", "string_match": {"exact": "gpt-4o-mini"}}],
+        [{"name": "x-ai-eg-model", "string_match": {"exact": "claude-sonnet-4-5"}}],
+        None,
+    ]
+    for r in ai:
+        assert set(r["typed_per_filter_config"]) == {AI_WASM_FILTER, "envoy.filters.http.buffer"}
+    assert ai[2]["direct_response"]["status"] == 404
+
+
+# --- in Envoy ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy_file", POLICIES)
+def test_loop_is_rejected_on_the_targeted_route_and_passes_on_another(policy_file, upstream, start_envoy, module_server):
+    d = docs(*BASE, policy_file)
+    eg = envoy_gateway_config(d, module_sha256=MODULE_SHA256)
+    e = start_envoy(eg.bootstrap(upstream.port, module_server.port))
+    assert module_server.requests and set(module_server.requests) == {"/" + eg.wasms[0].filter["typed_config"]["config"]["vm_config"]["code"]["remote"]["http_uri"]["uri"].rsplit("/", 1)[1]}
+    assert "configured 1 policy (agents), tracking up to 65536 fingerprints" in e.log()
+    mesh.mark_loaded([x for x in d if x["kind"] == "EnvoyExtensionPolicy"])
+
+    # (a) llm-api: the 4th identical call within 60 s is rejected, in the
+    # API's error shape; the upstream saw only the 3 allowed ones.
+    chat = loop(e, "llm.example.com", "/v1/chat/completions", CHAT, 5)
+    assert codes(chat) == [200, 200, 200, 429, 429]
+    err = chat[3].json()["error"]
+    assert (err["code"], err["policy"], err["hit_count"], err["cooldown_seconds"]) == ("recursive_loop_detected", "agents", 4, 30)
+    assert len(upstream.requests) == 3
+    messages = loop(e, "llm.example.com", "/v1/messages", MESSAGES, 4)
+    assert codes(messages) == [200, 200, 200, 429]
+    assert messages[3].json()["error"]["type"] == "rate_limit_error"
+    assert len(upstream.requests) == 6
+
+    # (b) internal-api, another HTTPRoute: loopguard is disabled there.
+    assert codes(loop(e, "internal.example.com", "/v1/chat/completions", CHAT, 6)) == [200] * 6
+    assert len(upstream.requests) == 12
+
+
+def test_wrong_sha256_is_refused(upstream, start_envoy, module_server):
+    """(c) Envoy checks the module it fetches against sha256 and does not run
+    one that differs. Here the server answers 200 with the real module, but
+    Envoy was given the example's placeholder digest."""
+    d = docs(*BASE, "extension-policy.yaml")
+    wrong = next(x for x in d if x["kind"] == "EnvoyExtensionPolicy")["spec"]["wasm"][0]["code"]["image"]["sha256"]
+    assert wrong != MODULE_SHA256
+
+    # Envoy Gateway up to 1.8: Envoy's default fetch retry (one), then the
+    # plugin fails to load. The example's failOpen: true lets traffic pass
+    # unchecked (no loop is caught, loopguard counts no request)...
+    eg = envoy_gateway_config(d, module_sha256=wrong, eg_minor=8)
+    e = start_envoy(eg.bootstrap(upstream.port, module_server.port))
+    log = e.log()
+    assert len(module_server.requests) == 2
+    assert "Retry limit exceeded for fetching data from remote data source" in log
+    assert "Plugin loopguard failed to load" in log
+    assert "configured 1 policy" not in log
+    assert codes(loop(e, "llm.example.com", "/v1/chat/completions", CHAT, 6)) == [200] * 6
+    assert e.counter("loopguard.requests_total") == 0
+    assert len(upstream.requests) == 6
+
+    # ...and with failOpen: false the targeted routes answer 503, the other
+    # routes are untouched.
+    upstream.requests.clear()
+    module_server.requests.clear()
+    closed = copy.deepcopy(d)
+    next(x for x in closed if x["kind"] == "EnvoyExtensionPolicy")["spec"]["wasm"][0]["failOpen"] = False
+    eg = envoy_gateway_config(closed, module_sha256=wrong, eg_minor=8)
+    e = start_envoy(eg.bootstrap(upstream.port, module_server.port))
+    assert codes(loop(e, "llm.example.com", "/v1/chat/completions", CHAT, 2)) == [503, 503]
+    assert len(upstream.requests) == 0
+    assert codes(loop(e, "internal.example.com", "/v1/chat/completions", CHAT, 2)) == [200, 200]
+
+    # Envoy Gateway 1.9 gives the fetch a retry policy (10 retries, 1-30 s
+    # backoff): while it retries, the listener is not ready and Envoy
+    # serves nothing.
+    module_server.requests.clear()
+    eg9 = envoy_gateway_config(d, module_sha256=wrong, eg_minor=9)
+    e9 = start_envoy.make(eg9.bootstrap(upstream.port, module_server.port))
+    with pytest.raises(EnvoyFailed, match="did not become ready"):
+        e9.start(timeout=4)
+    assert len(module_server.requests) >= 2
+    assert "configured 1 policy" not in e9.log()
+
+
+def test_ai_gateway_route_gets_its_own_loopguard(upstream, start_envoy, module_server):
+    """ai-gateway.yaml next to extension-policy.yaml: two loopguard filters,
+    each enabled on its own HTTPRoute. The AI Gateway's external processor
+    does not run here: the client sends the x-ai-eg-model header it would
+    set from the request body."""
+    d = docs(*BASE, "extension-policy.yaml", "ai-gateway.yaml")
+    eg = envoy_gateway_config(d, module_sha256=MODULE_SHA256)
+    e = start_envoy(eg.bootstrap(upstream.port, module_server.port))
+    log = e.log()
+    assert "configured 1 policy (ai-agents), tracking up to 65536 fingerprints" in log
+    assert "configured 1 policy (agents), tracking up to 65536 fingerprints" in log
+    mesh.mark_loaded([x for x in d if x["kind"] == "EnvoyExtensionPolicy"])
+
+    ai = loop(e, "ai.example.com", "/v1/chat/completions", CHAT, 5, **{"x-ai-eg-model": "gpt-4o-mini"})
+    assert codes(ai) == [200, 200, 200, 429, 429]
+    assert ai[3].json()["error"]["policy"] == "ai-agents"
+    llm = loop(e, "llm.example.com", "/v1/chat/completions", CHAT, 4)
+    assert codes(llm) == [200, 200, 200, 429]
+    assert llm[3].json()["error"]["policy"] == "agents"
+    assert len(upstream.requests) == 6
+    # No model header: the generated route-not-found rule answers.
+    missing = loop(e, "ai.example.com", "/v1/chat/completions", {**CHAT, "messages": [{"role": "user", "content": "other"}]}, 1)[0]
+    assert missing.status_code == 404 and "No matching route found" in missing.text
+
+
+# --- every example is exercised ---------------------------------------------------
+
+
+def test_every_envoy_gateway_example_is_translated_and_its_loopguard_config_loaded(request):
+    """Runs last: every YAML file in examples/envoy-gateway went through the
+    translation, and every loopguard configuration in them was loaded by a
+    real Envoy in the tests above."""
+    module_tests = [i for i in request.session.items if i.module is request.module and i is not request.node]
+    ran = {i.nodeid for i in module_tests if getattr(i, "rep_call", None) is not None and i.rep_call.passed}
+    if len(ran) != len(module_tests):
+        pytest.skip("run the whole module (every test passing) to check example coverage")
+    files = sorted(p for p in mesh.EG_EXAMPLES.iterdir() if p.suffix in (".yaml", ".yml"))
+    assert {p.name for p in files} == set(BASE + POLICIES + ("ai-gateway.yaml",))
+    for path in files:
+        used = mesh.USED.get(path.resolve(), set())
+        assert "translated" in used, f"{path.name} is not exercised by a test"
+        for doc in mesh.load_docs(path):
+            if mesh.carries_loopguard_config(doc):
+                assert "loaded" in used, f"the loopguard configuration in {path.name} was not loaded by Envoy"
