@@ -86,8 +86,12 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
         }
     }
     // A file with nothing loopguard in it was probably given by mistake.
-    let mut files: Vec<&str> = docs.iter().map(|d| d.file.as_str()).collect();
-    files.dedup();
+    let mut files: Vec<&str> = Vec::new();
+    for d in docs {
+        if !files.contains(&d.file.as_str()) {
+            files.push(&d.file);
+        }
+    }
     for file in files {
         let has_config = found.iter().any(|f| f.doc.file == file);
         let supports = docs
@@ -470,6 +474,12 @@ fn istio_setup(r: &mut Report, docs: &[Document], f: &Found<'_>, cfg: &Config) {
                 && p.operation == "INSERT_AFTER"
                 && (filter_type(p.value) == BUFFER_TYPE || filter_name(p.value) == BUFFER_FILTER)
         });
+        let mutated = envoy_filter_patches(docs)
+            .iter()
+            .any(|(_, p)| filter_type(p.value) == HEADER_MUTATION_TYPE);
+        if buffered && warns_upstream(cfg) && !mutated {
+            r.warn(&loc, "a policy warns or nudges, but no EnvoyFilter in the files checked adds the header_mutation filter that copies loopguard's x-loopguard-* headers into requests with a body: the upstream sees them only on body-less requests");
+        }
         if !buffered {
             r.warn(&loc, format!("no EnvoyFilter in the files checked inserts envoy.filters.http.buffer right after this plugin's filter (INSERT_AFTER on subFilter \"{}\" for Istio 1.26-1.29, \"{}\" from 1.30): the upstream would receive the headers of a request before loopguard has judged its body", names[0], names[1]));
         }

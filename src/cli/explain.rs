@@ -247,7 +247,7 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Value {
         authority: &req.authority,
     };
     let mut out = json!({
-        "request": {"method": req.method, "path": req.path, "authority": req.authority, "body_bytes": req.body.len()},
+        "request": {"method": req.method, "path": fingerprint::redact_query(&req.path), "authority": req.authority, "body_bytes": req.body.len()},
         "notes": req.notes,
     });
     let index = match policy::select(cfg, &head, req) {

@@ -97,6 +97,10 @@ pub trait Sink: Clone {
 /// A sink whose bytes are read back (the caller's identity is framed once
 /// and absorbed into several digests).
 pub trait Buffer: Sink + Default {
+    /// An empty buffer with room for `n` bytes.
+    fn sized(_n: usize) -> Self {
+        Self::default()
+    }
     fn bytes(&self) -> &[u8];
     fn components(&self) -> &[Component] {
         &[]
@@ -135,6 +139,9 @@ impl Sink for Vec<u8> {
 }
 
 impl Buffer for Vec<u8> {
+    fn sized(n: usize) -> Self {
+        Vec::with_capacity(n)
+    }
     fn bytes(&self) -> &[u8] {
         self
     }
@@ -210,6 +217,55 @@ pub fn show_bytes(b: &[u8]) -> String {
 
 fn quoted(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
+}
+
+/// Whether a header, query parameter or limit key by this name carries a
+/// credential (`explain` never shows its value).
+pub fn is_secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    let n = n.rsplit(':').next().unwrap_or(&n);
+    matches!(
+        n,
+        "authorization" | "proxy-authorization" | "cookie" | "key" | "sig" | "signature" | "code"
+    ) || [
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "api-key",
+        "api_key",
+        "apikey",
+        "credential",
+        "session",
+    ]
+    .iter()
+    .any(|s| n.contains(s))
+}
+
+/// A path with the values of credential-like query parameters redacted
+/// (`?key=AIza...` becomes `?key=<redacted>`), for `explain`.
+pub fn redact_query(path: &str) -> String {
+    let Some((p, q)) = path.split_once('?') else {
+        return path.to_string();
+    };
+    let parts: Vec<String> = q
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if !v.is_empty() && is_secret_name(k) => format!("{k}=<redacted>"),
+            _ => pair.to_string(),
+        })
+        .collect();
+    format!("{p}?{}", parts.join("&"))
+}
+
+/// A value as `explain` shows it: redacted when its name says it is a
+/// credential.
+fn show_named(name: &str, b: &[u8]) -> String {
+    if is_secret_name(name) {
+        show_secret(b)
+    } else {
+        show_bytes(b)
+    }
 }
 
 /// A secret (an API key) as `explain` shows it: never the value.
@@ -405,10 +461,8 @@ impl<S: Hashing> Pending<S> {
         exact.count(pairs.len());
         for (k, v) in &pairs {
             exact.0.note(|| {
-                Component::new(
-                    format!("query {}", String::from_utf8_lossy(k)),
-                    show_bytes(v),
-                )
+                let k = String::from_utf8_lossy(k);
+                Component::new(format!("query {k}"), show_named(&k, v))
             });
             exact.field(k);
             exact.field(v);
@@ -665,7 +719,7 @@ fn identity<B: Buffer>(
     head: &RequestHead<'_>,
     facts: &dyn RequestFacts,
 ) -> B {
-    let mut c = Canon(B::default());
+    let mut c = Canon(B::sized(48));
     if policy.limit_keys.is_empty() {
         c.tag(TAG_API_KEY);
         let key = request::api_key(facts);
@@ -691,7 +745,7 @@ fn identity<B: Buffer>(
                 } else {
                     values
                         .iter()
-                        .map(|v| show_bytes(v))
+                        .map(|v| show_named(&name, v))
                         .collect::<Vec<_>>()
                         .join(", ")
                 };
@@ -1339,5 +1393,43 @@ mod tests {
         assert_eq!(show_bytes(b"line\nbreak"), "0x6c696e650a627265616b");
         let long = "x".repeat(200);
         assert!(show_bytes(long.as_bytes()).ends_with("... (200 bytes)"));
+    }
+
+    #[test]
+    fn explain_never_shows_credentials() {
+        assert!(is_secret_name("header:authorization"));
+        assert!(is_secret_name("x-api-key"));
+        assert!(is_secret_name("query:access_token"));
+        assert!(is_secret_name("Cookie"));
+        assert!(!is_secret_name("header:x-org-id"));
+        assert!(!is_secret_name("jwt:sub"));
+        assert_eq!(
+            redact_query("/v1/models/x:generate?key=AIzaSecret&alt=sse&token="),
+            "/v1/models/x:generate?key=<redacted>&alt=sse&token="
+        );
+        assert_eq!(redact_query("/plain"), "/plain");
+        let cfg = pin_config(
+            json!({"similarity": "exact"}),
+            json!(["header:x-api-key", "query:key", "header:x-org"]),
+        );
+        let head = RequestHead {
+            method: "GET",
+            path: "/v1/x?key=AIzaSecret&user=u1",
+            authority: "h",
+        };
+        let facts = FakeFacts::default()
+            .with("x-api-key", "sk-live-123")
+            .with("x-org", "acme");
+        let e = explain(&cfg, &cfg.policies[0], &head, &facts, b"");
+        let text = format!("{:?}", e.components);
+        assert!(
+            !text.contains("sk-live-123") && !text.contains("AIzaSecret"),
+            "{text}"
+        );
+        let values: Vec<&str> = e.components.iter().map(|c| c.value.as_str()).collect();
+        assert!(
+            values.contains(&"\"acme\"") && values.contains(&"\"u1\""),
+            "{text}"
+        );
     }
 }

@@ -12,11 +12,13 @@
 //! callback ever comes and the request would hang. A filter cannot read its
 //! own `PluginConfig`, so this probe finds out: until one held request has
 //! received a body callback (confirmed), every held request is watched, and
-//! one that gets no body within [`HOLD_PROBE_MS`] is released and turns
-//! holding off for this plugin instance (its configuration and Envoy's are
-//! fixed together; a new configuration probes again). The released request
-//! and every later one are then judged after their headers went upstream,
-//! as without a buffer filter; the host logs why.
+//! one that gets no body within [`HOLD_PROBE_MS`] is released (its headers
+//! go upstream; it is judged after them, as without a buffer filter). After
+//! [`MISSES_TO_STOP`] such releases with no confirmation in between, holding
+//! stops for this plugin instance (the host logs why) and is tried again
+//! after [`REPROBE_MS`], so one slow client cannot switch it off for good.
+//! Once confirmed, nothing is watched: Envoy's setting and loopguard's
+//! configuration change together, and a new configuration probes again.
 
 use super::delay_queue::DelayQueue;
 
@@ -24,6 +26,10 @@ use super::delay_queue::DelayQueue;
 /// probe concludes Envoy will not deliver it. Envoy answers `Expect:
 /// 100-continue` itself, so clients send the body right after the headers.
 pub const HOLD_PROBE_MS: u64 = 1_000;
+/// Released requests, with no confirmation in between, that stop holding.
+pub const MISSES_TO_STOP: u32 = 3;
+/// How long holding stays off before it is tried again.
+pub const REPROBE_MS: u64 = 300_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Probe {
@@ -31,14 +37,17 @@ pub enum Probe {
     Unconfirmed,
     /// A held request received its body: Envoy supports holding.
     Confirmed,
-    /// A held request got no body in time: holding is off.
-    Unsupported,
+    /// Held requests got no body in time: holding is off until the time
+    /// given (ms).
+    Unsupported { until_ms: u64 },
 }
 
 #[derive(Debug)]
 pub struct HeaderHold {
     enabled: bool,
     probe: Probe,
+    /// Requests released since the last confirmation.
+    misses: u32,
     /// Held requests waiting for their first body callback, while the
     /// probe is unconfirmed.
     watch: DelayQueue,
@@ -60,14 +69,26 @@ impl HeaderHold {
         HeaderHold {
             enabled,
             probe: Probe::Unconfirmed,
+            misses: 0,
             watch: DelayQueue::default(),
             released: Vec::new(),
         }
     }
 
-    /// Whether a request with a body should be held in the headers phase.
-    pub fn holds(&self) -> bool {
-        self.enabled && self.probe != Probe::Unsupported
+    /// Whether a request with a body arriving at `now_ms` should be held in
+    /// the headers phase.
+    pub fn holds(&mut self, now_ms: u64) -> bool {
+        if !self.enabled {
+            return false;
+        }
+        if let Probe::Unsupported { until_ms } = self.probe {
+            if now_ms < until_ms {
+                return false;
+            }
+            self.probe = Probe::Unconfirmed;
+            self.misses = 0;
+        }
+        true
     }
 
     pub fn probe(&self) -> Probe {
@@ -85,9 +106,9 @@ impl HeaderHold {
         true
     }
 
-    /// A held request received a body callback. True if its headers are
-    /// still held (not released by the probe), so loopguard may still
-    /// change them.
+    /// A held request received a body callback (or, with no body, its
+    /// trailers). True if its headers are still held (not released by the
+    /// probe), so loopguard may still change them.
     pub fn body_arrived(&mut self, stream: u32) -> bool {
         if let Some(i) = self.released.iter().position(|&s| s == stream) {
             self.released.swap_remove(i);
@@ -96,27 +117,36 @@ impl HeaderHold {
         self.watch.remove(stream);
         if self.probe == Probe::Unconfirmed {
             self.probe = Probe::Confirmed;
+            self.misses = 0;
             // Every other watched request is held correctly too.
             self.watch = DelayQueue::default();
         }
         true
     }
 
-    /// The watched requests that got no body by `now_ms`: released, and
-    /// holding turned off.
+    /// The watched requests that got no body by `now_ms`: released; after
+    /// [`MISSES_TO_STOP`] of them, holding stops (and every watched
+    /// request is released).
     pub fn due(&mut self, now_ms: u64) -> Released {
-        let streams = self.watch.take_due(now_ms);
+        let mut streams = self.watch.take_due(now_ms);
         if streams.is_empty() {
             return Released::default();
         }
-        let turned_off = self.probe == Probe::Unconfirmed;
-        self.probe = Probe::Unsupported;
-        // Nothing else is held from now on: release every watched request.
-        let mut all = streams;
-        all.extend(self.watch.take_due(u64::MAX));
-        self.released.extend(all.iter().copied());
+        self.misses = self
+            .misses
+            .saturating_add(u32::try_from(streams.len()).unwrap_or(u32::MAX));
+        let mut turned_off = false;
+        if self.probe == Probe::Unconfirmed && self.misses >= MISSES_TO_STOP {
+            self.probe = Probe::Unsupported {
+                until_ms: now_ms.saturating_add(REPROBE_MS),
+            };
+            turned_off = true;
+            // Nothing else is held from now on.
+            streams.extend(self.watch.take_due(u64::MAX));
+        }
+        self.released.extend(streams.iter().copied());
         Released {
-            streams: all,
+            streams,
             turned_off,
         }
     }
@@ -139,9 +169,8 @@ mod tests {
 
     #[test]
     fn off_unless_configured() {
-        let h = HeaderHold::new(false);
-        assert!(!h.holds());
-        assert!(HeaderHold::new(true).holds());
+        assert!(!HeaderHold::new(false).holds(0));
+        assert!(HeaderHold::new(true).holds(0));
     }
 
     #[test]
@@ -152,36 +181,71 @@ mod tests {
         assert!(h.body_arrived(1));
         assert_eq!(h.probe(), Probe::Confirmed);
         assert!(!h.watching(), "confirmed: nothing is watched any more");
-        // Later requests are not watched at all.
+        // Later requests are not watched at all, however slow.
         assert!(!h.held(3, 20));
-        assert_eq!(h.due(10_000), Released::default());
-        assert!(h.holds());
+        assert_eq!(h.due(10_000_000), Released::default());
+        assert!(h.holds(10_000_000));
         assert!(h.body_arrived(2));
         assert!(h.body_arrived(3));
     }
 
     #[test]
-    fn no_body_in_time_releases_every_watched_request_and_turns_holding_off() {
+    fn one_slow_request_is_released_but_holding_goes_on() {
         let mut h = HeaderHold::new(true);
         h.held(1, 0);
         h.held(2, 500);
         assert_eq!(h.due(HOLD_PROBE_MS - 1), Released::default());
-        let r = h.due(HOLD_PROBE_MS);
+        assert_eq!(
+            h.due(HOLD_PROBE_MS),
+            Released {
+                streams: vec![1],
+                turned_off: false
+            }
+        );
+        assert!(h.holds(HOLD_PROBE_MS));
+        assert!(h.watching(), "2 is still watched");
+        // A released request's late body callback: its headers are gone.
+        assert!(!h.body_arrived(1));
+        // 2 gets its body: confirmed, the misses are forgotten.
+        assert!(h.body_arrived(2));
+        assert_eq!(h.probe(), Probe::Confirmed);
+    }
+
+    #[test]
+    fn repeated_misses_turn_holding_off_then_it_is_tried_again() {
+        let mut h = HeaderHold::new(true);
+        for (i, stream) in [1, 2].into_iter().enumerate() {
+            h.held(stream, 0);
+            let r = h.due(HOLD_PROBE_MS + i as u64);
+            assert_eq!((r.streams, r.turned_off), (vec![stream], false));
+        }
+        h.held(3, 10);
+        h.held(4, 20);
+        let r = h.due(HOLD_PROBE_MS + 10);
         assert_eq!(
             r,
             Released {
-                streams: vec![1, 2],
+                streams: vec![3, 4],
                 turned_off: true
+            },
+            "the third miss turns holding off and releases every watched request"
+        );
+        let off_at = HOLD_PROBE_MS + 10;
+        assert_eq!(
+            h.probe(),
+            Probe::Unsupported {
+                until_ms: off_at + REPROBE_MS
             }
         );
-        assert!(!h.holds());
-        assert_eq!(h.probe(), Probe::Unsupported);
-        assert!(!h.watching());
-        // A released request's late body callback: its headers are gone.
-        assert!(!h.body_arrived(1));
-        // Reported once.
-        assert_eq!(h.due(u64::MAX), Released::default());
-        assert!(!h.held(9, 0));
+        assert!(!h.holds(off_at + 1));
+        assert!(!h.held(9, off_at + 1));
+        assert_eq!(h.due(u64::MAX), Released::default(), "reported once");
+        // Later it probes again, from scratch.
+        assert!(h.holds(off_at + REPROBE_MS));
+        assert_eq!(h.probe(), Probe::Unconfirmed);
+        assert!(h.held(10, off_at + REPROBE_MS));
+        assert!(h.body_arrived(10));
+        assert_eq!(h.probe(), Probe::Confirmed);
     }
 
     #[test]

@@ -102,6 +102,13 @@ impl HeaderBlock {
     }
 }
 
+/// A request that opens a tunnel (an HTTP/1.1 `Upgrade`, e.g. a WebSocket,
+/// or a `CONNECT`) sends no body until it is answered, so it is judged on
+/// its headers alone.
+pub fn is_tunnel(method: &str, upgrade: Option<&[u8]>) -> bool {
+    method.eq_ignore_ascii_case("CONNECT") || upgrade.is_some_and(|u| !u.trim_ascii().is_empty())
+}
+
 /// The request line as seen in the headers phase.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestHead<'a> {
@@ -307,6 +314,15 @@ fn trim_ascii(b: &[u8]) -> &[u8] {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn tunnels_are_judged_on_their_headers() {
+        assert!(is_tunnel("CONNECT", None));
+        assert!(is_tunnel("connect", None));
+        assert!(is_tunnel("GET", Some(b"websocket")));
+        assert!(!is_tunnel("GET", Some(b" ")));
+        assert!(!is_tunnel("POST", None));
+    }
     use std::collections::HashMap;
 
     /// Request facts from a table, for tests.

@@ -28,7 +28,7 @@ use crate::core::llm;
 use crate::core::policy::{self, Selection};
 use crate::core::redis::RedisError;
 use crate::core::reply::{self, Api, Headers};
-use crate::core::request::{HeaderBlock, RequestFacts, RequestHead};
+use crate::core::request::{self, HeaderBlock, RequestFacts, RequestHead};
 use crate::core::store::{StoreAnswer, StoreFailure, StoreReceipt, WindowStore};
 use crate::core::tool_loops::{self, ToolVerdict};
 use crate::core::window::WindowQuery;
@@ -403,7 +403,15 @@ impl Stream {
         match tool_loops::rewrite(cfg, req, v) {
             Some(body) => match abi::replace_request_body(self.body_len, &body) {
                 Ok(()) if self.headers_held => {
-                    let _ = abi::replace_request_header("content-length", &body.len().to_string());
+                    if let Err(e) =
+                        abi::replace_request_header("content-length", &body.len().to_string())
+                    {
+                        log::warn!(
+                            "tool-loop {}: the body changed but its content-length could not be set (host status {})",
+                            v.step.as_str(),
+                            e.0
+                        );
+                    }
                 }
                 Ok(()) => {}
                 Err(e) => log::warn!(
@@ -461,6 +469,16 @@ impl Stream {
             let event = events::tool_loop_detected(&policy.id, v, shadow);
             log::info!("{event}");
             plugin.queue_alert(&event);
+        }
+    }
+
+    /// The first body (or trailers) callback of a held request: Envoy
+    /// delivers what follows the headers of held requests (or the probe
+    /// released this one's headers).
+    fn first_body_event(&mut self, plugin: &Plugin) {
+        if self.headers_held && !self.body_seen {
+            self.body_seen = true;
+            self.headers_held = plugin.body_arrived(self.id);
         }
     }
 
@@ -690,7 +708,9 @@ impl HttpContext for Stream {
         }
         self.api = Api::for_path(head.path_only());
         let pending = Pending::start(&plugin.config, policy, &head, &facts);
-        if end_of_stream {
+        // An upgrade (WebSocket) or CONNECT sends nothing until it is
+        // answered: judged on its headers, never held for a body.
+        if end_of_stream || request::is_tunnel(&method, headers.get("upgrade")) {
             // No body: no conversation for tool loops to read.
             if policy.detection.is_none() {
                 return Action::Continue;
@@ -730,12 +750,7 @@ impl HttpContext for Stream {
         let Some(plugin) = self.plugin.clone() else {
             return Action::Continue;
         };
-        if self.headers_held && !self.body_seen {
-            // The first body callback: Envoy delivers bodies of held
-            // requests (or the probe released this one's headers).
-            self.body_seen = true;
-            self.headers_held = plugin.body_arrived(self.id);
-        }
+        self.first_body_event(&plugin);
         self.body_len = body_size;
         if body_size as u64 > plugin.config.max_body_bytes {
             // Stop buffering; what is held so far flows on.
@@ -749,7 +764,11 @@ impl HttpContext for Stream {
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
         // An HTTP/2 request with trailers never sees end of stream in the
-        // body callback.
+        // body callback (and one with trailers but no data, no body
+        // callback at all).
+        if let Some(plugin) = self.plugin.clone() {
+            self.first_body_event(&plugin);
+        }
         self.decide_buffered()
     }
 

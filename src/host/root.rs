@@ -67,9 +67,26 @@ pub struct Plugin {
     /// Alerts waiting for the tick to send them.
     alerts: RefCell<VecDeque<Alert>>,
     last_webhook_fail_log_ms: Cell<u64>,
+    /// The tick is running. Envoy restarts the timer on every period
+    /// change, so it is armed once, not on every event (a stream of events
+    /// closer than the period would otherwise keep the tick from ever
+    /// running).
+    tick_armed: Cell<bool>,
 }
 
 impl Plugin {
+    /// Make sure the tick runs (throttles, alerts, held requests wait).
+    fn arm_tick(&self) {
+        if !self.tick_armed.get() && abi::set_tick_period_ms(THROTTLE_TICK_MS).is_ok() {
+            self.tick_armed.set(true);
+        }
+    }
+
+    fn disarm_tick(&self) {
+        let _ = abi::set_tick_period_ms(0);
+        self.tick_armed.set(false);
+    }
+
     /// Hold a stream until `due_ms` and make sure the tick runs.
     pub fn hold(&self, stream: u32, due_ms: u64) {
         let mut q = self.throttled.borrow_mut();
@@ -78,7 +95,7 @@ impl Plugin {
         self.metrics
             .throttle_pending
             .add(q.len() as i64 - before as i64);
-        let _ = abi::set_tick_period_ms(THROTTLE_TICK_MS);
+        self.arm_tick();
     }
 
     /// A value unique to this hit among every Envoy sharing the store.
@@ -102,7 +119,7 @@ impl Plugin {
             return;
         }
         q.push_back(events::alert(event, abi::now_ms(), secret.as_deref()));
-        let _ = abi::set_tick_period_ms(THROTTLE_TICK_MS);
+        self.arm_tick();
     }
 
     /// Send queued alerts (a few per tick).
@@ -142,7 +159,9 @@ impl Plugin {
 
     /// Whether requests with a body are held in the headers phase.
     pub fn holds_headers(&self) -> bool {
-        self.hold.try_borrow().is_ok_and(|h| h.holds())
+        self.hold
+            .try_borrow_mut()
+            .is_ok_and(|mut h| h.holds(abi::now_ms()))
     }
 
     /// A request was held in the headers phase: watch it until Envoy is
@@ -153,7 +172,7 @@ impl Plugin {
             Err(_) => false,
         };
         if watch {
-            let _ = abi::set_tick_period_ms(THROTTLE_TICK_MS);
+            self.arm_tick();
         }
     }
 
@@ -181,8 +200,10 @@ impl Plugin {
         };
         if released.turned_off {
             log::error!(
-                "hold_request_headers is set, but Envoy delivered no body to a request held in the headers phase within {} ms: set allow_on_headers_stop_iteration: true in the Wasm filter's config (Envoy 1.35+), or remove hold_request_headers and place the buffer filter after loopguard. Until this configuration is replaced, requests are judged after their headers went upstream.",
-                crate::core::hold::HOLD_PROBE_MS
+                "hold_request_headers is set, but Envoy delivered no body to {} requests held in the headers phase within {} ms each: set allow_on_headers_stop_iteration: true in the Wasm filter's config (Envoy 1.35+), or remove hold_request_headers and place the buffer filter after loopguard. For the next {} s requests are judged after their headers went upstream; then holding is tried again.",
+                crate::core::hold::MISSES_TO_STOP,
+                crate::core::hold::HOLD_PROBE_MS,
+                crate::core::hold::REPROBE_MS / 1000
             );
         }
         for stream in released.streams {
@@ -291,6 +312,7 @@ impl RootContext for Root {
             let _ = abi::set_tick_period_ms(0);
             return;
         };
+        // The period is 5 ms; a tick that finds nothing left to do stops it.
         // Alerts first, from the root context itself.
         let _ = abi::set_effective_context(self.id);
         plugin.send_alerts();
@@ -317,7 +339,7 @@ impl RootContext for Root {
             && plugin.alerts.borrow().is_empty()
             && !plugin.hold.borrow().watching()
         {
-            let _ = abi::set_tick_period_ms(0);
+            plugin.disarm_tick();
         }
     }
 
@@ -373,6 +395,7 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
         webhook,
         alerts: RefCell::new(VecDeque::new()),
         last_webhook_fail_log_ms: Cell::new(0),
+        tick_armed: Cell::new(false),
     })
 }
 

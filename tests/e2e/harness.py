@@ -104,6 +104,7 @@ class Upstream:
 
     def __init__(self, responder=None) -> None:
         self.requests: list[dict] = []
+        self.arrivals: list[dict] = []
         self.lock = threading.Lock()
         upstream = self
 
@@ -114,6 +115,11 @@ class Upstream:
                 pass
 
             def _handle(self) -> None:
+                # Recorded as soon as the headers arrive: a request whose
+                # headers reached the upstream counts even if its body never
+                # does (a request loopguard rejected after its headers went).
+                with upstream.lock:
+                    upstream.arrivals.append({"method": self.command, "path": self.path})
                 if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
                     body = self._read_chunked()
                 else:
@@ -158,6 +164,12 @@ class Upstream:
     def count(self) -> int:
         with self.lock:
             return len(self.requests)
+
+    @property
+    def arrived(self) -> int:
+        """Requests whose headers reached the upstream, complete or not."""
+        with self.lock:
+            return len(self.arrivals)
 
     def stop(self) -> None:
         self.server.shutdown()

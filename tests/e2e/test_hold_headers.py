@@ -7,12 +7,15 @@ headers reach the upstream directly, bodies up to max_body_bytes work
 headers without Envoy's setting is detected instead of hanging requests."""
 
 import json
+import socket
+import threading
 import time
 
 import httpx
 import pytest
 
 from harness import ROUTER, Upstream, bootstrap, plugin, policy, stuck_model, wasm_filter
+from test_bodies import h2_post
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is the build green?"}]}
 
@@ -34,7 +37,7 @@ def test_a_rejected_request_never_reaches_the_upstream(upstream, start_envoy):
     assert codes == [200, 200, 429, 429, 429]
     assert gets == [200, 200, 429, 429]
     # Not even the headers of a rejected request went upstream.
-    assert upstream.count == 4
+    assert upstream.count == upstream.arrived == 4
     assert [json.loads(r["body"]) for r in upstream.requests[:2]] == [CHAT, CHAT]
     assert e.counter("loopguard.hold_released_total") == 0
 
@@ -90,7 +93,7 @@ def test_a_throttled_body_request_is_held_then_forwarded(upstream, start_envoy):
         took = time.monotonic() - t0
     assert r.status_code == 200
     assert r.headers["x-loopguard-delay-ms"] == "300"
-    assert 0.275 <= took <= 0.6, took
+    assert 0.275 <= took <= 1.2, took
     assert upstream.count == 2
 
 
@@ -121,32 +124,141 @@ def test_tool_loop_notes_and_headers_without_buffer_or_header_mutation(start_env
 
 def test_holding_without_envoys_setting_is_detected_and_released(upstream, start_envoy):
     """hold_request_headers without allow_on_headers_stop_iteration: Envoy
-    would never deliver the body. The first held request on each worker is
-    released after 1 s, holding turns off with one error line, and loops
-    are still caught (judged after the headers went upstream)."""
+    would never deliver the body. A held request is released after 1 s; the
+    third released request (no body ever confirmed) turns holding off with
+    one error line, and loops are still caught (judged after the headers
+    went upstream)."""
     cfg = plugin([policy(threshold=3)], hold_request_headers=True)
     e = start_envoy(bootstrap(None, upstream.port, http_filters=[wasm_filter(cfg), ROUTER]), concurrency=1)
     with httpx.Client(base_url=e.url, timeout=10) as c:
-        t0 = time.monotonic()
-        first = c.post("/v1/p", content=b'{"n": 1}')
-        first_took = time.monotonic() - t0
+        took = []
+        for i in range(3):
+            t0 = time.monotonic()
+            assert c.post("/v1/p", content=b'{"n": %d}' % i).status_code == 200
+            took.append(time.monotonic() - t0)
         t0 = time.monotonic()
         rest = [c.post("/v1/p", content=b'{"n": 1}').status_code for _ in range(3)]
         rest_took = time.monotonic() - t0
-    assert first.status_code == 200
-    assert 0.95 <= first_took <= 1.6, first_took
+    assert all(0.95 <= t <= 2.5 for t in took), took
     assert rest == [200, 429, 429]
-    assert rest_took < 0.5, rest_took
-    assert e.counter("loopguard.hold_released_total") == 1
+    assert rest_took < 1.5, rest_took
+    assert e.counter("loopguard.hold_released_total") == 3
     log = e.log()
-    assert log.count("Envoy delivered no body to a request held in the headers phase") == 1
+    assert log.count("Envoy delivered no body to 3 requests held in the headers phase") == 1
     assert "set allow_on_headers_stop_iteration: true" in log
     # Without held headers (and without a buffer filter) the rejected
     # requests' headers went upstream before the verdict; their bodies never
     # did.
     bodies = [r["body"] for r in upstream.requests]
-    assert bodies[:2] == [b'{"n": 1}'] * 2
-    assert all(b == b"" for b in bodies[2:])
+    assert bodies[:4] == [b'{"n": 0}', b'{"n": 1}', b'{"n": 2}', b'{"n": 1}']
+    assert all(b == b"" for b in bodies[4:])
+
+
+def test_the_probe_releases_held_requests_while_new_ones_keep_arriving(upstream, start_envoy):
+    """Without Envoy's setting, a burst of held requests, one every 1-2 ms
+    (faster than the 5 ms tick; loopguard arms the tick once rather than on
+    every request): the first one is still answered about 1 s after it was
+    sent, not when the burst stops."""
+    cfg = plugin([policy(threshold=1000)], hold_request_headers=True)
+    e = start_envoy(bootstrap(None, upstream.port, http_filters=[wasm_filter(cfg), ROUTER]), concurrency=1)
+    request = b"POST /v1/burst HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}"
+    socks: list[socket.socket] = []
+    first_answer: list[float] = []
+    t0 = time.monotonic()
+
+    def wait_first(s: socket.socket) -> None:
+        s.settimeout(10)
+        if s.recv(64).startswith(b"HTTP/1.1 200"):
+            first_answer.append(time.monotonic() - t0)
+
+    try:
+        while time.monotonic() - t0 < 2.5:  # a request every ~1-2 ms
+            s = socket.create_connection(("127.0.0.1", e.port))
+            s.sendall(request)
+            socks.append(s)
+            if len(socks) == 1:
+                watcher = threading.Thread(target=wait_first, args=(s,))
+                watcher.start()
+            time.sleep(0.001)
+        watcher.join(10)
+        assert first_answer, "the first held request was never answered"
+        assert first_answer[0] < 2.2, first_answer
+    finally:
+        for s in socks:
+            s.close()
+    assert e.counter("loopguard.hold_released_total") >= 3
+
+
+def test_tunnels_are_judged_on_their_headers_and_never_held(upstream, start_envoy):
+    """A WebSocket upgrade sends nothing until it is answered: judged in the
+    headers phase, never held for a body that cannot come."""
+    cfg = bootstrap(plugin([policy(threshold=3)]), upstream.port, hold=True)
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["upgrade_configs"] = [{"upgrade_type": "websocket"}]
+    e = start_envoy(cfg, concurrency=1)
+    ws = {"connection": "upgrade", "upgrade": "websocket", "sec-websocket-version": "13", "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ=="}
+    with httpx.Client(base_url=e.url, timeout=10) as c:
+        codes = [c.get("/v1/realtime", headers=ws).status_code for _ in range(4)]
+    # The test upstream does not speak WebSocket and answers 200; what
+    # matters is that loopguard counted the upgrade requests at once.
+    assert codes == [200, 200, 429, 429]
+    assert e.counter("loopguard.hold_released_total") == 0
+    assert upstream.arrived == 2
+
+
+def test_held_request_with_trailers_and_no_data(upstream, start_envoy):
+    """HTTP/2 with trailers right after the headers: no body callback, the
+    trailers end the request; it is judged and the probe confirmed."""
+    e = start_envoy(bootstrap(plugin([policy(threshold=2)]), upstream.port, hold=True), concurrency=1)
+    codes = [h2_post(e.port, "/v1/t", b"", trailers=[("x-checksum", "0")]) for _ in range(3)]
+    with_data = [h2_post(e.port, "/v1/d", b'{"a":1}', trailers=[("x-checksum", "1")]) for _ in range(2)]
+    assert codes == [200, 429, 429]
+    assert with_data == [200, 429]
+    assert upstream.arrived == 2
+    assert e.counter("loopguard.hold_released_total") == 0
+
+
+def test_a_client_leaving_before_its_body_leaves_nothing_behind(upstream, start_envoy):
+    e = start_envoy(bootstrap(plugin([policy(threshold=2)]), upstream.port, hold=True), concurrency=1)
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", e.port)) as s:
+            s.sendall(b"POST /v1/gone HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{")
+    time.sleep(1.5)  # past the probe's watch
+    with httpx.Client(base_url=e.url) as c:
+        assert [c.post("/v1/after", content=b"{}").status_code for _ in range(2)] == [200, 429]
+    assert upstream.arrived == 1
+    assert e.counter("loopguard.hold_released_total") == 0
+
+
+def test_held_body_above_the_listener_buffer_limit_is_answered_413(upstream, start_envoy):
+    """max_body_bytes above per_connection_buffer_limit_bytes: Envoy stops a
+    held body at its own limit (`loopguard check` warns about this)."""
+    cfg = plugin([policy(threshold=2)], max_body_bytes=3 << 20)
+    e = start_envoy(bootstrap(cfg, upstream.port, hold=True))
+    with httpx.Client(base_url=e.url, timeout=30) as c:
+        r = c.post("/v1/big", content=b"z" * (2 << 20))
+        small = c.post("/v1/big", content=b"z" * (512 << 10))
+    assert r.status_code == 413
+    assert small.status_code == 200
+    assert upstream.arrived == 1
+
+
+def test_tool_loop_reject_in_the_one_filter_setup(start_envoy):
+    stuck = Upstream(responder=stuck_model)
+    try:
+        tool = {"id": "agents", "spec": {"selector": {"pathPrefix": "/v1"}, "tool_loops": {"enabled": True, "ladder": ["reject"]}}}
+        e = start_envoy(bootstrap(plugin([tool]), stuck.port, hold=True))
+        msgs = [{"role": "user", "content": "read the config"}]
+        for i in range(3):
+            msgs.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "/etc/app.conf"}'}}]})
+            msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "no change"})
+        r = httpx.post(f"{e.url}/v1/chat/completions", json={"model": "gpt-4o-mini", "messages": msgs})
+        assert r.status_code == 429
+        assert r.json()["error"]["code"] == "tool_loop_detected"
+        assert stuck.arrived == 0
+    finally:
+        stuck.stop()
 
 
 @pytest.mark.parametrize("hold", [False, True], ids=["buffer-filter", "one-filter"])

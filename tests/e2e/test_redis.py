@@ -228,6 +228,28 @@ def test_warn_from_the_headers_phase_reaches_client_and_upstream(shared, upstrea
     no_fallback([a, b])
 
 
+def test_one_filter_setup_with_the_shared_store(shared, upstream, start_envoy):
+    """hold_request_headers with Redis: a request with a body waits for
+    Redis with its headers held, so warn headers reach the upstream without
+    header_mutation, and a rejected request never reaches it at all."""
+    _, webdis = shared
+    cfg = plugin([policy("h", threshold=None, escalation=[{"at": 2, "action": "warn"}, {"at": 3, "action": "reject"}])], store=STORE)
+    a, b = replicas(start_envoy, upstream, webdis.port, cfg, hold=True)
+    body = b'{"q": "same"}'
+    assert httpx.post(f"{a.url}/v1/h", content=body).status_code == 200
+    warned = httpx.post(f"{b.url}/v1/h", content=body)
+    assert warned.status_code == 200
+    assert warned.headers["x-loopguard-warning"] == "loop_warn"
+    assert upstream.requests[-1]["headers"]["x-loopguard-warning"] == "loop_warn"
+    assert upstream.requests[-1]["headers"]["x-loopguard-loop-count"] == "2"
+    assert upstream.requests[-1]["body"] == body
+    assert httpx.post(f"{a.url}/v1/h", content=body).status_code == 429
+    assert upstream.arrived == 2
+    no_fallback([a, b])
+    for e in (a, b):
+        assert e.counter("loopguard.hold_released_total") == 0
+
+
 def test_throttle_delay_from_the_shared_count(shared, upstream, start_envoy):
     _, webdis = shared
     cfg = plugin([policy(threshold=2, action="throttle", throttle_step_ms=250, throttle_max_delay_ms=5000)], store=STORE)

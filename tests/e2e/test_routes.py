@@ -103,7 +103,7 @@ def test_escalation_example_runs_before_the_rate_limit(upstream, start_envoy):
         assert [r["headers"].get("x-loopguard-warning") for r in upstream.requests[:5]] == [None, None, "loop_warn", "loop_warn", None]
         # The buffer filter holds each request until loopguard has judged its
         # body: not even the headers of a rejected request went upstream.
-        assert upstream.count == 7
+        assert upstream.count == upstream.arrived == 7
         # 7 tokens spent by the loop; 13 distinct requests still fit, the 14th does not.
         distinct = [c.post("/v1/chat/completions", content=json.dumps({"n": i}).encode()) for i in range(14)]
     assert [r.status_code for r in distinct] == [200] * 13 + [429]
