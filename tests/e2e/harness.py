@@ -394,6 +394,18 @@ def _endpoints(cluster: dict):
 # --- Envoy process -----------------------------------------------------------
 
 
+def stop_process(proc: subprocess.Popen | None) -> None:
+    """Stop a process this harness started, by its PID: SIGTERM, then SIGKILL
+    if it has not exited within 10 s."""
+    if proc and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 class EnvoyFailed(RuntimeError):
     def __init__(self, message: str, log: str) -> None:
         super().__init__(f"{message}\n--- envoy log ---\n{log}")
@@ -494,13 +506,7 @@ class Envoy:
             return ""
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         if getattr(self, "_log", None):
             self._log.close()
 

@@ -130,6 +130,27 @@ def carries_loopguard_config(doc: dict) -> bool:
     return False
 
 
+def assert_examples_covered(request, folder: Path, expected: set[str]) -> None:
+    """For the last test of a module: every YAML file in `folder` (exactly
+    `expected`) went through a translation, and every loopguard
+    configuration in them was loaded by a real Envoy in the module's other
+    tests (which must all have run and passed)."""
+    import pytest
+
+    module_tests = [i for i in request.session.items if i.module is request.module and i is not request.node]
+    ran = {i.nodeid for i in module_tests if getattr(i, "rep_call", None) is not None and i.rep_call.passed}
+    if len(ran) != len(module_tests):
+        pytest.skip("run the whole module (every test passing) to check example coverage")
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".yaml", ".yml"))
+    assert {p.name for p in files} == expected
+    for path in files:
+        used = USED.get(path.resolve(), set())
+        assert "translated" in used, f"{path.name} is not exercised by a test"
+        for doc in load_docs(path):
+            if carries_loopguard_config(doc):
+                assert "loaded" in used, f"the loopguard configuration in {path.name} was not loaded by Envoy"
+
+
 def mark_loaded(docs: list[dict]) -> None:
     """Record that a real Envoy loaded the loopguard configuration of these
     documents (call once the test has seen loopguard accept it)."""

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import ROOT, free_port
+from harness import ROOT, free_port, stop_process
 
 FUNCTION = ROOT / "envoy" / "redis" / "loopguard.lua"
 REDIS_CONF = ROOT / "examples" / "cluster" / "redis.conf"
@@ -37,16 +37,6 @@ def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 10
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port}")
-
-
-def _stop(proc: subprocess.Popen | None) -> None:
-    if proc and proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 class Redis:
@@ -116,7 +106,7 @@ class Redis:
         self.admin("FLUSHALL")
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
         self.proc = None
 
     def cleanup(self) -> None:
@@ -146,7 +136,7 @@ class Webdis:
         return self
 
     def stop(self) -> None:
-        _stop(self.proc)
+        stop_process(self.proc)
         self.proc = None
 
     def cleanup(self) -> None:

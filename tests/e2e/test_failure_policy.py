@@ -46,6 +46,19 @@ def stat(e, name: str) -> int:
     return e.stats().get(name, 0)
 
 
+def until_served(e, pause: float) -> tuple[list[int], float]:
+    """Send requests until one is not answered 503 (at most 3 s): the codes
+    seen and how long that took."""
+    t0 = time.monotonic()
+    codes: list[int] = []
+    while time.monotonic() - t0 < 3:
+        codes.append(post(e, b"y"))
+        if codes[-1] != 503:
+            break
+        time.sleep(pause)
+    return codes, time.monotonic() - t0
+
+
 def test_fail_reload_a_crash_costs_the_crashing_request_and_detection_comes_back_with_its_counts(upstream, start_envoy):
     e = faulty_envoy(start_envoy, upstream, "FAIL_RELOAD", backoff="0.1s")
     assert [post(e), post(e)] == [200, 200]
@@ -60,14 +73,7 @@ def test_fail_reload_a_crash_costs_the_crashing_request_and_detection_comes_back
     # A second crash right after that reload: with a 0.1 s backoff, requests
     # fail for about 0.1-0.15 s, then the VM is reloaded again.
     assert post(e, b"x", fault="crash") == 503
-    t0 = time.monotonic()
-    codes = []
-    while time.monotonic() - t0 < 3:
-        codes.append(post(e, b"y"))
-        if codes[-1] != 503:
-            break
-        time.sleep(0.01)
-    waited = time.monotonic() - t0
+    codes, waited = until_served(e, 0.01)
     assert codes[-1] == 200, codes
     assert waited <= 1.0, waited
     assert stat(e, "wasm.loopguard.vm_reload_success") == 2
@@ -82,14 +88,7 @@ def test_fail_reload_within_the_backoff_requests_fail_closed_until_the_reload(up
     # A second crash right after that reload: requests within the backoff get
     # 503, then the VM is reloaded again.
     assert post(e, b"x", fault="crash") == 503
-    t0 = time.monotonic()
-    codes = []
-    while time.monotonic() - t0 < 3:
-        codes.append(post(e, b"y"))
-        if codes[-1] != 503:
-            break
-        time.sleep(0.05)
-    waited = time.monotonic() - t0
+    codes, waited = until_served(e, 0.05)
     assert codes[-1] == 200 and codes[0] == 503, codes
     assert 0.9 <= waited <= 2.5, waited
     assert stat(e, "wasm.loopguard.vm_reload_backoff") >= 1

@@ -20,6 +20,17 @@ from test_bodies import h2_post
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is the build green?"}]}
 
 
+def read_file_loop(n: int) -> list[dict]:
+    """A conversation in which the model called read_file on the same path
+    n times."""
+    msgs = [{"role": "user", "content": "read the config"}]
+    for i in range(n):
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "/etc/app.conf"}'}}]})
+        msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "no change"})
+    return msgs
+
+
 def chunks(data: bytes, size: int):
     for i in range(0, len(data), size):
         yield data[i : i + size]
@@ -102,11 +113,7 @@ def test_tool_loop_notes_and_headers_without_buffer_or_header_mutation(start_env
     try:
         tool = {"id": "agents", "spec": {"selector": {"pathPrefix": "/v1"}, "tool_loops": {"enabled": True}}}
         e = start_envoy(bootstrap(plugin([tool]), stuck.port, hold=True))
-        msgs = [{"role": "user", "content": "read the config"}]
-        for i in range(3):
-            msgs.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "/etc/app.conf"}'}}]})
-            msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "no change"})
+        msgs = read_file_loop(3)
         body = json.dumps({"model": "gpt-4o-mini", "messages": msgs}).encode()
         r = httpx.post(f"{e.url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
         assert r.status_code == 200
@@ -248,11 +255,7 @@ def test_tool_loop_reject_in_the_one_filter_setup(start_envoy):
     try:
         tool = {"id": "agents", "spec": {"selector": {"pathPrefix": "/v1"}, "tool_loops": {"enabled": True, "ladder": ["reject"]}}}
         e = start_envoy(bootstrap(plugin([tool]), stuck.port, hold=True))
-        msgs = [{"role": "user", "content": "read the config"}]
-        for i in range(3):
-            msgs.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "/etc/app.conf"}'}}]})
-            msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "no change"})
+        msgs = read_file_loop(3)
         r = httpx.post(f"{e.url}/v1/chat/completions", json={"model": "gpt-4o-mini", "messages": msgs})
         assert r.status_code == 429
         assert r.json()["error"]["code"] == "tool_loop_detected"

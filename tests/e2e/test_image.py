@@ -37,7 +37,7 @@ import oras.schemas
 import pytest
 import yaml
 
-from harness import ROOT, WASM, free_port
+from harness import ROOT, WASM, free_port, stop_process
 
 SCRIPT = ROOT / "image" / "oci_image.py"
 SOURCE = "https://github.com/loopguard/loopguard"  # the Makefile's IMAGE_SOURCE
@@ -216,13 +216,7 @@ class Registry:
         )
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
         if getattr(self, "_log", None):
             self._log.close()
 

@@ -429,16 +429,4 @@ def test_every_istio_example_is_translated_and_its_loopguard_config_loaded(reque
     """Runs last: every YAML file in examples/istio went through the
     translation, and every loopguard configuration in them was loaded by a
     real Envoy in the tests above."""
-    module_tests = [i for i in request.session.items if i.module is request.module and i is not request.node]
-    ran = {i.nodeid for i in module_tests if getattr(i, "rep_call", None) is not None and i.rep_call.passed}
-    if len(ran) != len(module_tests):
-        pytest.skip("run the whole module (every test passing) to check example coverage")
-    files = sorted(p for p in mesh.ISTIO_EXAMPLES.iterdir() if p.suffix in (".yaml", ".yml"))
-    assert files, "no examples"
-    assert {p.name for p in files} == set(FILES)
-    for path in files:
-        used = mesh.USED.get(path.resolve(), set())
-        assert "translated" in used, f"{path.name} is not exercised by a test"
-        for doc in mesh.load_docs(path):
-            if mesh.carries_loopguard_config(doc):
-                assert "loaded" in used, f"the loopguard configuration in {path.name} was not loaded by Envoy"
+    mesh.assert_examples_covered(request, mesh.ISTIO_EXAMPLES, set(FILES))
