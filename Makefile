@@ -46,7 +46,7 @@ wasm-target:
 	  || rustup target add $(WASM_TARGET)
 
 build: wasm-target
-	$(CARGO) build --release --target $(WASM_TARGET)
+	$(CARGO) build --release --target $(WASM_TARGET) -p loopguard
 	@echo "loopguard module: $(abspath $(WASM))"
 
 # --- Envoy and test tools in a local venv ----------------------------------
@@ -72,13 +72,13 @@ run-cluster: build $(VENV_STAMP) test-tools
 test: unit lint e2e
 
 unit:
-	$(CARGO) test --quiet --features cli
+	$(CARGO) test --quiet --workspace
 
 lint: wasm-target
 	$(CARGO) fmt --check
-	$(CARGO) clippy --quiet --all-targets --features cli -- -D warnings
-	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -- -D warnings
-	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) --features fault-injection -- -D warnings
+	$(CARGO) clippy --quiet --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -p loopguard -- -D warnings
+	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -p loopguard --features fault-injection -- -D warnings
 
 # Servers and load tools the end-to-end tests start on loopback (Debian).
 .PHONY: test-tools
@@ -96,13 +96,13 @@ FAULT_WASM := $(FAULT_DIR)/$(WASM_TARGET)/release/loopguard.wasm
 
 .PHONY: fault-build
 fault-build: wasm-target
-	$(CARGO) build --quiet --release --target $(WASM_TARGET) --features fault-injection --target-dir $(FAULT_DIR)
+	$(CARGO) build --quiet --release --target $(WASM_TARGET) -p loopguard --features fault-injection --target-dir $(FAULT_DIR)
 
 # The operators' CLI, built natively from the same core code.
 CLI := target/release/loopguard
 
 cli:
-	$(CARGO) build --quiet --release --features cli --bin loopguard
+	$(CARGO) build --quiet --release -p loopguard-cli
 	@echo "loopguard CLI: $(abspath $(CLI))"
 
 e2e: build fault-build cli $(VENV_STAMP) test-tools

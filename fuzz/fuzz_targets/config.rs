@@ -2,7 +2,7 @@
 //! panic; a configuration that parses, parses the same way twice.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use loopguard::core::config::Config;
+use loopguard_core::config::Config;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(cfg) = Config::parse(data) {

@@ -3,9 +3,9 @@
 //! fingerprint.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use loopguard::core::config::Config;
-use loopguard::core::fingerprint::Pending;
-use loopguard::core::request::{RequestFacts, RequestHead};
+use loopguard_core::config::Config;
+use loopguard_core::fingerprint::Pending;
+use loopguard_core::request::{RequestFacts, RequestHead};
 
 struct Facts<'a> {
     headers: Vec<(&'a [u8], &'a [u8])>,

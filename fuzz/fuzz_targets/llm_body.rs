@@ -4,9 +4,9 @@
 //! JSON must leave valid JSON.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use loopguard::core::config::Config;
-use loopguard::core::llm::{self, CallCache};
-use loopguard::core::tool_loops;
+use loopguard_core::config::Config;
+use loopguard_core::llm::{self, CallCache};
+use loopguard_core::tool_loops;
 
 const PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses"];
 

@@ -4,9 +4,9 @@
 
 use super::discover::{self, Found, Origin, BUFFER_TYPE, HCM_TYPE, HEADER_MUTATION_TYPE};
 use super::documents::Document;
-use crate::core::config::{Action, Config, PathMatch, Policy, ToolStep};
-use crate::core::hold::HOLD_PROBE_MS;
-use crate::core::policy::path_matches;
+use loopguard_core::config::{Action, Config, PathMatch, Policy, ToolStep};
+use loopguard_core::hold::HOLD_PROBE_MS;
+use loopguard_core::policy::path_matches;
 use serde_json::Value;
 
 /// Envoy's default `per_connection_buffer_limit_bytes`.
@@ -346,7 +346,7 @@ fn envoy_setup(
         .collect();
     if !has_cds && !clusters.is_empty() {
         let mut named = Vec::new();
-        if let crate::core::config::StoreConfig::RedisWebdis(s) = &cfg.store {
+        if let loopguard_core::config::StoreConfig::RedisWebdis(s) = &cfg.store {
             named.push(("store.cluster", s.cluster.as_str()));
         }
         if let Some(w) = &cfg.webhook {
@@ -663,7 +663,7 @@ fn gateway_setup(r: &mut Report, docs: &[Document], f: &Found<'_>, index: usize,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::documents::parse;
+    use crate::documents::parse;
 
     fn findings(files: &[(&str, &str)]) -> Vec<String> {
         let docs: Vec<Document> = files

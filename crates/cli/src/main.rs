@@ -1,15 +1,15 @@
-//! The `loopguard` command line (feature `cli`, native only): operators
-//! check configurations before they reach the proxies and see how the
-//! filter fingerprints a request. Every verdict comes from the filter's own
-//! code: [`crate::core::config`] validates, [`crate::core::policy`] selects
-//! and [`crate::core::fingerprint`] digests.
+//! `loopguard`, the operators' command line: check configurations before
+//! they reach the proxies and see how the filter fingerprints a request.
+//! Every verdict comes from the filter's own code: `loopguard_core::config`
+//! validates, `loopguard_core::policy` selects and
+//! `loopguard_core::fingerprint` digests.
 
-pub mod check;
-pub mod discover;
-pub mod documents;
-pub mod explain;
+mod check;
+mod discover;
+mod documents;
+mod explain;
 
-use crate::core::config::Config;
+use loopguard_core::config::Config;
 use std::io::Write;
 use std::path::Path;
 
@@ -35,9 +35,15 @@ usage:
   loopguard --version
 ";
 
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = run(&args, &mut std::io::stdout(), &mut std::io::stderr());
+    std::process::exit(code);
+}
+
 /// Run the CLI with `args` (without the program name); the process exit
 /// code. Output goes to `out`, diagnostics to `err`.
-pub fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let result = match args.first().map(String::as_str) {
         Some("check") => cmd_check(args.get(1..).unwrap_or(&[]), out),
         Some("explain") => cmd_explain(args.get(1..).unwrap_or(&[]), out),

@@ -9,12 +9,12 @@
 //! root-owned call is always answered (or timed out); the SDK then routes
 //! the answer to the stream, or drops it if the stream is gone.
 
-use super::abi;
-use super::root::Plugin;
-use crate::core::config::RedisStore;
-use crate::core::fingerprint::Fingerprint;
-use crate::core::redis::{self, RedisError};
-use crate::core::window::{WindowQuery, WindowState};
+use crate::abi;
+use crate::root::Plugin;
+use loopguard_core::config::RedisStore;
+use loopguard_core::fingerprint::Fingerprint;
+use loopguard_core::redis::{self, RedisError};
+use loopguard_core::window::{WindowQuery, WindowState};
 use std::time::Duration;
 
 /// Send one hit to Redis; the answer arrives in the stream's

@@ -26,8 +26,8 @@ impl Fingerprint {
     pub fn hex(&self) -> String {
         let mut s = String::with_capacity(32);
         for b in self.0 {
-            s.push(HEX[usize::from(b >> 4)]);
-            s.push(HEX[usize::from(b & 15)]);
+            s.push(hex_digit(b >> 4));
+            s.push(hex_digit(b & 15));
         }
         s
     }
@@ -49,9 +49,10 @@ impl Fingerprint {
     }
 }
 
-const HEX: [char; 16] = [
-    '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f',
-];
+/// A nibble (0..=15) as a lower-case hex digit.
+fn hex_digit(nibble: u8) -> char {
+    char::from_digit(u32::from(nibble), 16).unwrap_or('0')
+}
 
 impl fmt::Debug for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -768,8 +769,8 @@ fn identity<B: Buffer>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::Config;
-    use crate::core::request::tests::FakeFacts;
+    use crate::config::Config;
+    use crate::request::tests::FakeFacts;
     use serde_json::json;
     use serde_json::Value;
 

@@ -158,7 +158,7 @@ pub fn now_ms() -> u64 {
 }
 
 /// All request headers in one piece (proxy-wasm's map encoding), for
-/// [`crate::core::request::HeaderBlock`].
+/// [`loopguard_core::request::HeaderBlock`].
 pub fn request_headers() -> HostResult<Vec<u8>> {
     let mut data = null_mut();
     let mut size = 0;

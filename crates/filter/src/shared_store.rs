@@ -5,9 +5,9 @@
 //! time: `loopguard.<plugin>.<layout tag>.<bucket>`. Updates are
 //! compare-and-swap with bounded retries (see `core::store::SlotStore`).
 
-use super::abi::{self, STATUS_CAS_MISMATCH};
-use crate::core::slot_table::TableLayout;
-use crate::core::store::{BucketBackend, CasWrite, SlotStore};
+use crate::abi::{self, STATUS_CAS_MISMATCH};
+use loopguard_core::slot_table::TableLayout;
+use loopguard_core::store::{BucketBackend, CasWrite, SlotStore};
 use std::fmt::Write;
 
 pub struct SharedData {

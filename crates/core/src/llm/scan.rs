@@ -110,15 +110,9 @@ pub fn skip_value(b: &[u8], i: usize) -> Option<usize> {
 }
 
 /// The bytes that matter between strings inside a container.
-static STRUCTURAL: [bool; 256] = {
-    let mut t = [false; 256];
-    t[b'"' as usize] = true;
-    t[b'{' as usize] = true;
-    t[b'[' as usize] = true;
-    t[b'}' as usize] = true;
-    t[b']' as usize] = true;
-    t
-};
+fn is_structural(c: u8) -> bool {
+    matches!(c, b'"' | b'{' | b'[' | b'}' | b']')
+}
 
 /// The first structural byte (`"`, `{`, `[`, `}`, `]`) in `s`.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
@@ -140,13 +134,13 @@ fn find_structural(s: &[u8]) -> Option<usize> {
     }
     s.get(at..)?
         .iter()
-        .position(|&c| STRUCTURAL[usize::from(c)])
+        .position(|&c| is_structural(c))
         .map(|k| at + k)
 }
 
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
 fn find_structural(s: &[u8]) -> Option<usize> {
-    s.iter().position(|&c| STRUCTURAL[usize::from(c)])
+    s.iter().position(|&c| is_structural(c))
 }
 
 /// Past the object or array starting at `i`, tracking nesting with a

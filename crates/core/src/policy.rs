@@ -108,7 +108,7 @@ fn host_matches(pattern: &str, host: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::request::tests::FakeFacts;
+    use crate::request::tests::FakeFacts;
     use serde_json::json;
 
     fn cfg(selectors: Vec<serde_json::Value>) -> Config {

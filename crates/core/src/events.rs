@@ -119,10 +119,15 @@ pub fn alert_headers<'a>(w: &'a Webhook, a: &'a Alert) -> Vec<(&'a str, &'a str)
 pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     const BLOCK: usize = 64;
     let mut k = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        k[..32].copy_from_slice(&Sha256::digest(key));
+    let digest;
+    let key = if key.len() > BLOCK {
+        digest = Sha256::digest(key);
+        digest.as_slice()
     } else {
-        k[..key.len()].copy_from_slice(key);
+        key
+    };
+    for (slot, byte) in k.iter_mut().zip(key) {
+        *slot = *byte;
     }
     let mut inner = Sha256::new();
     inner.update(k.map(|b| b ^ 0x36));
@@ -166,9 +171,9 @@ pub fn rfc3339(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::{Action, Config};
-    use crate::core::decision::{Notice, Rejection, Verdict};
-    use crate::core::fingerprint::Fingerprint;
+    use crate::config::{Action, Config};
+    use crate::decision::{Notice, Rejection, Verdict};
+    use crate::fingerprint::Fingerprint;
 
     #[test]
     fn hmac_matches_rfc_4231() {

@@ -3,17 +3,17 @@
 //! has its own VM and root context; the slot table in shared data is what
 //! they have in common.
 
-use super::abi;
-use super::http::Stream;
-use super::metrics::Metrics;
-use super::shared_store::{self, SharedData};
-use crate::core::config::{Config, Webhook};
-use crate::core::delay_queue::DelayQueue;
-use crate::core::events::{self, Alert};
-use crate::core::hold::HeaderHold;
-use crate::core::llm::CallCache;
-use crate::core::slot_table::TableLayout;
-use crate::core::store::SlotStore;
+use crate::abi;
+use crate::http::Stream;
+use crate::metrics::Metrics;
+use crate::shared_store::{self, SharedData};
+use loopguard_core::config::{Config, Webhook};
+use loopguard_core::delay_queue::DelayQueue;
+use loopguard_core::events::{self, Alert};
+use loopguard_core::hold::HeaderHold;
+use loopguard_core::llm::CallCache;
+use loopguard_core::slot_table::TableLayout;
+use loopguard_core::store::SlotStore;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
 use serde_json::Value;
@@ -201,9 +201,9 @@ impl Plugin {
         if released.turned_off {
             log::error!(
                 "hold_request_headers is set, but Envoy delivered no body to {} requests held in the headers phase within {} ms each: set allow_on_headers_stop_iteration: true in the Wasm filter's config (Envoy 1.35+), or remove hold_request_headers and place the buffer filter after loopguard. For the next {} s requests are judged after their headers went upstream; then holding is tried again.",
-                crate::core::hold::MISSES_TO_STOP,
-                crate::core::hold::HOLD_PROBE_MS,
-                crate::core::hold::REPROBE_MS / 1000
+                loopguard_core::hold::MISSES_TO_STOP,
+                loopguard_core::hold::HOLD_PROBE_MS,
+                loopguard_core::hold::REPROBE_MS / 1000
             );
         }
         for stream in released.streams {
@@ -279,7 +279,7 @@ impl RootContext for Root {
     fn on_configure(&mut self, plugin_configuration_size: usize) -> bool {
         sync_log_level();
         #[cfg(feature = "fault-injection")]
-        if super::faults::configure_fails() {
+        if crate::faults::configure_fails() {
             log::error!("injected configuration failure");
             return false;
         }
@@ -414,7 +414,7 @@ fn plugin_name() -> String {
         .ok()
         .flatten()
         .unwrap_or_default();
-    crate::core::store::plugin_namespace(&raw)
+    loopguard_core::store::plugin_namespace(&raw)
 }
 
 /// Follow Envoy's wasm log level, so messages Envoy would drop are not even

@@ -9,8 +9,8 @@
 //! in shared data, which survives the crashed VM.
 #![allow(clippy::panic)]
 
-use super::abi;
-use crate::core::request::HeaderBlock;
+use crate::abi;
+use loopguard_core::request::HeaderBlock;
 
 const HEADER: &str = "x-loopguard-fault";
 const FAILING_CONFIGURES: &str = "loopguard.fault.failing_configures";

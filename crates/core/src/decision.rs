@@ -141,7 +141,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::config::Config;
+    use crate::config::Config;
     use serde_json::{json, Value};
 
     fn policy(ld: Value) -> Policy {

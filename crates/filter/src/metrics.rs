@@ -8,11 +8,11 @@
 //! bounded: policy ids, actions, modes, tiers, steps, reasons, results;
 //! never fingerprints, paths or users.
 
-use super::abi;
-use crate::core::config::{Config, OnStoreError, ToolStep};
-use crate::core::redis::RedisError;
-use crate::core::tool_loops::Tier;
-use crate::core::window::WindowState;
+use crate::abi;
+use loopguard_core::config::{Config, OnStoreError, ToolStep};
+use loopguard_core::redis::RedisError;
+use loopguard_core::tool_loops::Tier;
+use loopguard_core::window::WindowState;
 
 /// Every metric, defined once per plugin instance at configure time (Envoy
 /// returns the same id for the same name, so instances sharing a VM share
@@ -172,18 +172,24 @@ impl Metrics {
     /// The counter of a failed store call (a call Envoy refused to
     /// dispatch included).
     pub fn redis_error(&self, error: &RedisError) -> Counter {
-        self.store_calls[match error {
-            RedisError::Unavailable(_) => 1,
-            RedisError::Status(_) => 2,
-            RedisError::Reply(_) => 3,
-        }]
+        pick(
+            &self.store_calls,
+            match error {
+                RedisError::Unavailable(_) => 1,
+                RedisError::Status(_) => 2,
+                RedisError::Reply(_) => 3,
+            },
+        )
     }
 
     pub fn store_fallback(&self, on_error: OnStoreError) -> Counter {
-        self.store_fallbacks[match on_error {
-            OnStoreError::Local => 0,
-            OnStoreError::Allow => 1,
-        }]
+        pick(
+            &self.store_fallbacks,
+            match on_error {
+                OnStoreError::Local => 0,
+                OnStoreError::Allow => 1,
+            },
+        )
     }
 
     /// The metrics of the policy at `index` (inert ones if out of range).
@@ -215,11 +221,11 @@ impl PolicyMetrics {
     }
 
     pub fn detected(&self, shadow: bool) -> Counter {
-        self.detected[usize::from(shadow)]
+        pick(&self.detected, usize::from(shadow))
     }
 
     pub fn shadow(&self, would: WouldBe) -> Counter {
-        self.shadow[would as usize]
+        pick(&self.shadow, would as usize)
     }
 
     pub fn tool_loop(&self, tier: Tier, step: ToolStep) -> Counter {
@@ -232,6 +238,14 @@ impl PolicyMetrics {
             ToolStep::Directive => 1,
             ToolStep::Reject => 2,
         };
-        self.tool_loops[t][s]
+        self.tool_loops
+            .get(t)
+            .map(|row| pick(row, s))
+            .unwrap_or_default()
     }
+}
+
+/// The metric at `i` of a fixed table (an inert one if out of range).
+fn pick<M: Copy + Default>(table: &[M], i: usize) -> M {
+    table.get(i).copied().unwrap_or_default()
 }

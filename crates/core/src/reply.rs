@@ -4,7 +4,7 @@
 use super::decision::{Decision, Notice, Rejection, Verdict};
 use super::llm;
 use super::tool_loops::{self, ToolVerdict};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// Whose error shape a 429 takes: the API being called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +36,13 @@ pub struct LocalReply {
 pub type Headers = Vec<(&'static str, String)>;
 
 /// Whole seconds, rounded up, at least 1 (the `Retry-After` header).
+/// Set a member of a JSON object (a no-op on anything else).
+fn insert(v: &mut Value, key: &str, value: Value) {
+    if let Some(o) = v.as_object_mut() {
+        o.insert(key.to_string(), value);
+    }
+}
+
 pub fn retry_after_seconds(ms: u64) -> u64 {
     ms.div_ceil(1000).max(1)
 }
@@ -63,7 +70,7 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
         "retry_after_seconds": retry_after,
     });
     if r.cooldown_seconds > 0 {
-        details["cooldown_seconds"] = json!(r.cooldown_seconds);
+        insert(&mut details, "cooldown_seconds", json!(r.cooldown_seconds));
     }
     let body = match api {
         Api::OpenAi => {
@@ -79,7 +86,7 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
             json!({ "error": error })
         }
         Api::Anthropic => {
-            details["code"] = json!("recursive_loop_detected");
+            insert(&mut details, "code", json!("recursive_loop_detected"));
             json!({
                 "type": "error",
                 "error": {"type": "rate_limit_error", "message": message},
@@ -138,7 +145,7 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
         }
         Api::Anthropic => {
             let mut d = details;
-            d["code"] = json!("tool_loop_detected");
+            insert(&mut d, "code", json!("tool_loop_detected"));
             json!({
                 "type": "error",
                 "error": {"type": "rate_limit_error", "message": message},
@@ -234,7 +241,7 @@ pub fn shadow_line(d: &Decision) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fingerprint::Fingerprint;
+    use crate::fingerprint::Fingerprint;
     use serde_json::Value;
 
     fn notice() -> Notice {
@@ -380,8 +387,8 @@ mod tests {
 
     #[test]
     fn tool_loop_429_and_event() {
-        use crate::core::config::ToolStep;
-        use crate::core::tool_loops::Tier;
+        use crate::config::ToolStep;
+        use crate::tool_loops::Tier;
         let v = ToolVerdict {
             tier: Tier::Identical,
             tool: "read_file".into(),

@@ -1,17 +1,18 @@
 //! `loopguard explain`: for one request, which policy applies and the
 //! fingerprint's components in order, with the digest the filter computes
 //! (the filter's own selection and fingerprint code, see
-//! [`crate::core::fingerprint::explain`]).
+//! [`loopguard_core::fingerprint::explain`]).
 
 use super::documents::{self, Document};
-use crate::core::config::{Config, PathMatch, Similarity};
-use crate::core::decision;
-use crate::core::fingerprint;
-use crate::core::llm;
-use crate::core::policy::{self, Selection};
-use crate::core::request::{RequestFacts, RequestHead};
-use crate::core::tool_loops;
-use serde_json::{json, Value};
+use loopguard_core::config::{Config, PathMatch, Similarity};
+use loopguard_core::decision;
+use loopguard_core::fingerprint;
+use loopguard_core::llm;
+use loopguard_core::policy::{self, Selection};
+use loopguard_core::request::{RequestFacts, RequestHead};
+use loopguard_core::tool_loops;
+use serde::Serialize;
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// A request as given to `explain`.
@@ -239,27 +240,111 @@ fn raw_http(bytes: &[u8]) -> Option<Result<RequestFile, String>> {
     Some(Ok(r))
 }
 
-/// What `explain` found, as JSON (the text output is rendered from it).
-pub fn explain(cfg: &Config, req: &RequestFile) -> Value {
+/// What `explain` found (`--json` prints it; the text form is rendered
+/// from it).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Explanation {
+    pub request: RequestLine,
+    pub notes: Vec<String>,
+    /// The policy that applies, if any.
+    pub policy: Option<Chosen>,
+    /// Why nothing is counted, when nothing is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<BodyKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_loops: Option<ToolLoopFinding>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detection: Option<DetectionFacts>,
+    pub components: Vec<Shown>,
+    pub canonical_bytes: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The key the count lives under, when it differs (shadow mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_key: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RequestLine {
+    pub method: String,
+    /// Credential-like query values redacted.
+    pub path: String,
+    pub authority: String,
+    pub body_bytes: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Chosen {
+    pub id: String,
+    /// 1-based position in the configuration.
+    pub position: usize,
+    pub chosen_by: String,
+    pub mode: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BodyKind {
+    pub format: String,
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum ToolLoopFinding {
+    None(String),
+    Loop {
+        tier: String,
+        tool: String,
+        occurrences: u32,
+        level: u32,
+        step: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DetectionFacts {
+    pub similarity: String,
+    pub detail: String,
+    pub window_seconds: u64,
+    pub threshold: u32,
+    pub fallback: bool,
+    pub unparsed: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Shown {
+    pub name: String,
+    pub value: String,
+}
+
+/// Which policy applies to `req` and, if it counts the request, the
+/// fingerprint the filter computes for it.
+pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
     let head = RequestHead {
         method: &req.method,
         path: &req.path,
         authority: &req.authority,
     };
-    let mut out = json!({
-        "request": {"method": req.method, "path": fingerprint::redact_query(&req.path), "authority": req.authority, "body_bytes": req.body.len()},
-        "notes": req.notes,
-    });
+    let mut out = Explanation {
+        request: RequestLine {
+            method: req.method.clone(),
+            path: fingerprint::redact_query(&req.path),
+            authority: req.authority.clone(),
+            body_bytes: req.body.len(),
+        },
+        notes: req.notes.clone(),
+        ..Explanation::default()
+    };
     let index = match policy::select(cfg, &head, req) {
         Selection::Policy(i) => i,
         Selection::None => {
-            out["policy"] = Value::Null;
-            out["outcome"] = json!("no policy matches: the request passes untouched");
+            out.outcome = Some("no policy matches: the request passes untouched".to_string());
             return out;
         }
         Selection::UnknownRoutePolicy(id) => {
-            out["policy"] = Value::Null;
-            out["outcome"] = json!(format!("the route names policy \"{id}\", which the configuration does not have: the request passes unchecked"));
+            out.outcome = Some(format!("the route names policy \"{id}\", which the configuration does not have: the request passes unchecked"));
             return out;
         }
     };
@@ -267,43 +352,54 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Value {
         return out;
     };
     let by_route = cfg.route_metadata && req.route_policy.is_some();
-    out["policy"] = json!({
-        "id": p.id,
-        "position": index + 1,
-        "chosen_by": if by_route { "route metadata (filter_metadata.loopguard.policy)".to_string() } else { format!("selector: {}", describe_selector(p)) },
-        "mode": p.mode.as_str(),
+    out.policy = Some(Chosen {
+        id: p.id.clone(),
+        position: index + 1,
+        chosen_by: if by_route {
+            "route metadata (filter_metadata.loopguard.policy)".to_string()
+        } else {
+            format!("selector: {}", describe_selector(p))
+        },
+        mode: p.mode.as_str().to_string(),
     });
     if !p.is_active() {
-        out["outcome"] = json!("the policy is switched off (enabled: false or threshold 0): the request passes untouched");
+        out.outcome = Some("the policy is switched off (enabled: false or threshold 0): the request passes untouched".to_string());
         return out;
     }
     if policy::is_exempt(cfg, p, &head, req) {
-        out["outcome"] = json!("exempt (spec.exempt): the request is never counted");
+        out.outcome = Some("exempt (spec.exempt): the request is never counted".to_string());
         return out;
     }
     if req.body.len() as u64 > cfg.max_body_bytes {
-        out["outcome"] = json!(format!(
+        out.outcome = Some(format!(
             "the body ({} bytes) is over max_body_bytes ({}): the request passes unchecked",
             req.body.len(),
             cfg.max_body_bytes
         ));
         return out;
     }
-    let path = head.path_only();
-    let parsed = llm::parse(&req.body, path);
+    let parsed = llm::parse(&req.body, head.path_only());
     if let Some(r) = &parsed {
-        out["body"] = json!({"format": r.format.as_str(), "model": r.model});
+        out.body = Some(BodyKind {
+            format: r.format.as_str().to_string(),
+            model: r.model.clone(),
+        });
     }
     if let (Some(tl), Some(r)) = (&p.tool_loops, &parsed) {
-        out["tool_loops"] = match tool_loops::judge(tl, &r.tool_history(None)) {
-            None => json!("no tool loop"),
-            Some(v) => {
-                json!({"tier": v.tier.as_str(), "tool": v.tool, "occurrences": v.occurrences, "level": v.level, "step": v.step.as_str()})
-            }
-        };
+        out.tool_loops = Some(match tool_loops::judge(tl, &r.tool_history(None)) {
+            None => ToolLoopFinding::None("no tool loop".to_string()),
+            Some(v) => ToolLoopFinding::Loop {
+                tier: v.tier.as_str().to_string(),
+                tool: v.tool,
+                occurrences: v.occurrences,
+                level: v.level,
+                step: v.step.as_str().to_string(),
+            },
+        });
     }
     let Some(d) = &p.detection else {
-        out["outcome"] = json!("loop detection is off for this policy: no fingerprint is counted");
+        out.outcome =
+            Some("loop detection is off for this policy: no fingerprint is counted".to_string());
         return out;
     };
     let e = fingerprint::explain(cfg, p, &head, req, &req.body);
@@ -314,30 +410,32 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Value {
         }
         Similarity::Session { header, .. } => ("session", format!("session header {header}")),
     };
-    let ladder = d.ladder(e.made.fallback);
-    out["detection"] = json!({
-        "similarity": similarity,
-        "detail": detail,
-        "window_seconds": d.window_ms() / 1000,
-        "threshold": ladder.threshold(),
-        "fallback": e.made.fallback,
-        "unparsed": e.made.unparsed,
+    out.detection = Some(DetectionFacts {
+        similarity: similarity.to_string(),
+        detail,
+        window_seconds: d.window_ms() / 1000,
+        threshold: d.ladder(e.made.fallback).threshold(),
+        fallback: e.made.fallback,
+        unparsed: e.made.unparsed,
     });
-    out["components"] = e
+    out.components = e
         .components
-        .iter()
-        .map(|c| json!({"name": c.name, "value": c.value}))
+        .into_iter()
+        .map(|c| Shown {
+            name: c.name,
+            value: c.value,
+        })
         .collect();
-    out["canonical_bytes"] = json!(e.canonical.len());
-    out["fingerprint"] = json!(e.made.fingerprint.hex());
+    out.canonical_bytes = e.canonical.len();
+    out.fingerprint = Some(e.made.fingerprint.hex());
     let key = decision::store_key(p, &e.made.fingerprint);
     if key != e.made.fingerprint {
-        out["store_key"] = json!(key.hex());
+        out.store_key = Some(key.hex());
     }
     out
 }
 
-fn describe_selector(p: &crate::core::config::Policy) -> String {
+fn describe_selector(p: &loopguard_core::config::Policy) -> String {
     let s = &p.selector;
     let mut parts = Vec::new();
     match &s.path {
@@ -361,101 +459,89 @@ fn describe_selector(p: &crate::core::config::Policy) -> String {
     }
 }
 
-/// The text form of [`explain`]'s answer.
-pub fn render(v: &Value) -> String {
+/// The text form of an [`Explanation`].
+pub fn render(v: &Explanation) -> String {
     let mut s = String::new();
-    let r = &v["request"];
+    let r = &v.request;
+    let authority = if r.authority.is_empty() {
+        "-"
+    } else {
+        r.authority.as_str()
+    };
     s.push_str(&format!(
-        "request: {} {} (authority {}, body {} bytes)\n",
-        r["method"].as_str().unwrap_or(""),
-        r["path"].as_str().unwrap_or(""),
-        r["authority"]
-            .as_str()
-            .filter(|a| !a.is_empty())
-            .unwrap_or("-"),
-        r["body_bytes"]
+        "request: {} {} (authority {authority}, body {} bytes)\n",
+        r.method, r.path, r.body_bytes
     ));
-    for n in v["notes"].as_array().into_iter().flatten() {
-        s.push_str(&format!("note: {}\n", n.as_str().unwrap_or("")));
+    for n in &v.notes {
+        s.push_str(&format!("note: {n}\n"));
     }
-    if let Some(p) = v.get("policy").filter(|p| !p.is_null()) {
+    if let Some(p) = &v.policy {
         s.push_str(&format!(
             "policy: \"{}\" (policy {} in the configuration; {}; mode {})\n",
-            p["id"].as_str().unwrap_or(""),
-            p["position"],
-            p["chosen_by"].as_str().unwrap_or(""),
-            p["mode"].as_str().unwrap_or("")
+            p.id, p.position, p.chosen_by, p.mode
         ));
     }
-    if let Some(b) = v.get("body") {
-        s.push_str(&format!(
-            "body: {} request, model {}\n",
-            b["format"].as_str().unwrap_or(""),
-            b["model"]
-                .as_str()
-                .map_or_else(|| "(none)".to_string(), |m| format!("\"{m}\""))
-        ));
+    if let Some(b) = &v.body {
+        let model = b
+            .model
+            .as_deref()
+            .map_or_else(|| "(none)".to_string(), |m| format!("\"{m}\""));
+        s.push_str(&format!("body: {} request, model {model}\n", b.format));
     }
-    if let Some(t) = v.get("tool_loops") {
-        match t.as_str() {
-            Some(text) => s.push_str(&format!("tool loops: {text}\n")),
-            None => s.push_str(&format!(
-                "tool loops: {} thrash on tool \"{}\" ({} calls): level {}, {}\n",
-                t["tier"].as_str().unwrap_or(""),
-                t["tool"].as_str().unwrap_or(""),
-                t["occurrences"],
-                t["level"],
-                t["step"].as_str().unwrap_or("")
-            )),
-        }
+    match &v.tool_loops {
+        Some(ToolLoopFinding::None(text)) => s.push_str(&format!("tool loops: {text}\n")),
+        Some(ToolLoopFinding::Loop {
+            tier,
+            tool,
+            occurrences,
+            level,
+            step,
+        }) => s.push_str(&format!(
+            "tool loops: {tier} thrash on tool \"{tool}\" ({occurrences} calls): level {level}, {step}\n"
+        )),
+        None => {}
     }
-    if let Some(o) = v.get("outcome").and_then(Value::as_str) {
+    if let Some(o) = &v.outcome {
         s.push_str(&format!("outcome: {o}\n"));
         return s;
     }
-    if let Some(d) = v.get("detection") {
-        let detail = d["detail"]
-            .as_str()
-            .filter(|x| !x.is_empty())
-            .map(|x| format!(" ({x})"))
-            .unwrap_or_default();
+    if let Some(d) = &v.detection {
+        let detail = if d.detail.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", d.detail)
+        };
         s.push_str(&format!(
             "detection: {}{detail}; {} identical in {} s triggers the policy{}\n",
-            d["similarity"].as_str().unwrap_or(""),
-            d["threshold"],
-            d["window_seconds"],
-            if d["fallback"] == true {
+            d.similarity,
+            d.threshold,
+            d.window_seconds,
+            if d.fallback {
                 " (no session id: fallback threshold)"
             } else {
                 ""
             }
         ));
-        if d["unparsed"] == true {
+        if d.unparsed {
             s.push_str("note: the body is not an LLM request this mode reads: it is fingerprinted exactly (counted as unparsed)\n");
         }
     }
     s.push_str("fingerprint components, in order:\n");
-    let comps = v["components"].as_array().cloned().unwrap_or_default();
-    let width = comps
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .map(str::len)
-        .max()
-        .unwrap_or(0);
-    for (i, c) in comps.iter().enumerate() {
+    let width = v.components.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    for (i, c) in v.components.iter().enumerate() {
         s.push_str(&format!(
             "  {:>2}. {:<width$}  {}\n",
             i + 1,
-            c["name"].as_str().unwrap_or(""),
-            c["value"].as_str().unwrap_or("")
+            c.name,
+            c.value
         ));
     }
     s.push_str(&format!(
         "fingerprint: {}  (SHA-256 of {} canonical bytes, first 128 bits)\n",
-        v["fingerprint"].as_str().unwrap_or(""),
-        v["canonical_bytes"]
+        v.fingerprint.as_deref().unwrap_or(""),
+        v.canonical_bytes
     ));
-    if let Some(k) = v.get("store_key").and_then(Value::as_str) {
+    if let Some(k) = &v.store_key {
         s.push_str(&format!(
             "counted under: {k} (shadow mode keeps its own counts)\n"
         ));
@@ -466,7 +552,7 @@ pub fn render(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fingerprint::Pending;
+    use loopguard_core::fingerprint::Pending;
 
     fn config() -> Config {
         Config::parse(
@@ -526,10 +612,10 @@ mod tests {
         let cfg = config();
         let req = read_request("r.yaml", format!("path: /v1/chat/completions\nheaders: {{authorization: Bearer sk-1}}\nbody: '{CHAT}'\n").as_bytes()).unwrap();
         let v = explain(&cfg, &req);
-        assert_eq!(v["policy"]["id"], "agents");
-        assert_eq!(v["policy"]["position"], 2);
-        assert_eq!(v["tool_loops"], "no tool loop");
-        assert_eq!(v["body"]["format"], "openai_chat");
+        let chosen = v.policy.clone().unwrap();
+        assert_eq!((chosen.id.as_str(), chosen.position), ("agents", 2));
+        assert!(matches!(&v.tool_loops, Some(ToolLoopFinding::None(t)) if t == "no tool loop"));
+        assert_eq!(v.body.clone().unwrap().format, "openai_chat");
         // The digest the filter computes.
         let head = RequestHead {
             method: "POST",
@@ -537,7 +623,10 @@ mod tests {
             authority: "",
         };
         let filter = Pending::start(&cfg, &cfg.policies[1], &head, &req).finish(CHAT.as_bytes());
-        assert_eq!(v["fingerprint"], filter.fingerprint.hex());
+        assert_eq!(
+            v.fingerprint.as_deref(),
+            Some(filter.fingerprint.hex().as_str())
+        );
         let text = render(&v);
         assert!(text.contains("policy: \"agents\" (policy 2 in the configuration; selector: pathPrefix /v1/; methods POST; mode enforce)"), "{text}");
         assert!(
@@ -551,10 +640,10 @@ mod tests {
         assert!(!text.contains("sk-1"), "the API key is never shown");
 
         let off = read_request("r.yaml", b"path: /v1/batch/jobs\nbody: x\n").unwrap();
-        assert_eq!(explain(&cfg, &off)["outcome"], "the policy is switched off (enabled: false or threshold 0): the request passes untouched");
+        assert_eq!(explain(&cfg, &off).outcome.unwrap(), "the policy is switched off (enabled: false or threshold 0): the request passes untouched");
         let none = read_request("r.yaml", b"path: /v2/x\n").unwrap();
         assert_eq!(
-            explain(&cfg, &none)["outcome"],
+            explain(&cfg, &none).outcome.unwrap(),
             "no policy matches: the request passes untouched"
         );
         let exempt = read_request(
@@ -563,7 +652,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            explain(&cfg, &exempt)["outcome"],
+            explain(&cfg, &exempt).outcome.unwrap(),
             "exempt (spec.exempt): the request is never counted"
         );
     }

@@ -7,31 +7,31 @@
 //! - `hold_request_headers` (Envoy's `allow_on_headers_stop_iteration`):
 //!   loopguard pauses in the headers phase and Envoy still delivers the
 //!   body; the headers go upstream only when loopguard continues, so it can
-//!   still add headers to the request ([`crate::core::hold`] checks that
+//!   still add headers to the request ([`loopguard_core::hold`] checks that
 //!   Envoy really does this).
 //! - otherwise headers return Continue (a Pause there would stop Envoy from
 //!   calling the body callbacks), and Envoy's buffer filter placed after
 //!   loopguard holds them back, so the upstream never sees a request
 //!   loopguard then rejects.
 
-use super::abi;
-use super::metrics::{PolicyMetrics, WouldBe};
-use super::redis_store;
-use super::root::Plugin;
-use crate::core::config::{
+use crate::abi;
+use crate::metrics::{PolicyMetrics, WouldBe};
+use crate::redis_store;
+use crate::root::Plugin;
+use loopguard_core::config::{
     AccessLog, Action as LoopAction, Mode, OnStoreError, Policy, StoreConfig, ToolStep,
 };
-use crate::core::decision::{self, Verdict};
-use crate::core::events;
-use crate::core::fingerprint::{self, Fingerprint, Fingerprinted, Pending};
-use crate::core::llm;
-use crate::core::policy::{self, Selection};
-use crate::core::redis::RedisError;
-use crate::core::reply::{self, Api, Headers};
-use crate::core::request::{self, HeaderBlock, RequestFacts, RequestHead};
-use crate::core::store::{StoreAnswer, StoreFailure, StoreReceipt, WindowStore};
-use crate::core::tool_loops::{self, ToolVerdict};
-use crate::core::window::WindowQuery;
+use loopguard_core::decision::{self, Verdict};
+use loopguard_core::events;
+use loopguard_core::fingerprint::{self, Fingerprint, Fingerprinted, Pending};
+use loopguard_core::llm;
+use loopguard_core::policy::{self, Selection};
+use loopguard_core::redis::RedisError;
+use loopguard_core::reply::{self, Api, Headers};
+use loopguard_core::request::{self, HeaderBlock, RequestFacts, RequestHead};
+use loopguard_core::store::{StoreAnswer, StoreFailure, StoreReceipt, WindowStore};
+use loopguard_core::tool_loops::{self, ToolVerdict};
+use loopguard_core::window::WindowQuery;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -664,7 +664,7 @@ impl HttpContext for Stream {
             return Action::Continue;
         };
         #[cfg(feature = "fault-injection")]
-        super::faults::on_request(&headers);
+        crate::faults::on_request(&headers);
         // The upstream trusts x-loopguard-* request headers: only loopguard
         // sets them.
         for name in reply::REQUEST_HEADERS {

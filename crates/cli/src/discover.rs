@@ -52,14 +52,6 @@ impl Found<'_> {
         }
         s
     }
-
-    /// The Envoy `PluginConfig`, when the configuration sits in one.
-    pub fn plugin(&self) -> Option<&Value> {
-        match &self.origin {
-            Origin::Envoy { plugin, .. } => Some(plugin),
-            _ => None,
-        }
-    }
 }
 
 /// Every loopguard configuration in `docs`.
@@ -240,7 +232,7 @@ pub fn configuration_bytes(plugin: &Value) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::documents::parse;
+    use crate::documents::parse;
 
     #[test]
     fn finds_every_shape() {

@@ -1,6 +1,6 @@
 use super::*;
-use crate::core::config::Config;
-use crate::core::llm::{self, Format};
+use crate::config::Config;
+use crate::llm::{self, Format};
 use serde_json::{json, Value};
 
 fn cfg(extra: Value) -> ToolLoops {
