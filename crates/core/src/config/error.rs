@@ -1,0 +1,247 @@
+//! Configuration errors: which policy, which field, what is wrong, in the
+//! same words whether serde found it (an unknown field, a wrong type) or
+//! the validation step did (a range, a cross-field rule).
+
+use serde_json::Value;
+use std::fmt;
+
+/// A configuration error: which policy, which field, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The policy id, when the error is inside a policy with a usable id.
+    pub policy: Option<String>,
+    /// Dotted path of the field, relative to the policy's `spec` inside a
+    /// policy, or to the top-level object outside one.
+    pub field: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(policy) = &self.policy {
+            write!(f, "policy \"{policy}\": ")?;
+        }
+        write!(f, "{} {}", self.field, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A value as it appears in JSON, shortened for error messages.
+pub fn show(v: &Value) -> String {
+    shorten(&v.to_string())
+}
+
+fn shorten(s: &str) -> String {
+    if s.chars().count() > 40 {
+        let cut: String = s.chars().take(40).collect();
+        format!("{cut}...")
+    } else {
+        s.to_string()
+    }
+}
+
+/// One step of a path into the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+fn segments(path: &serde_path_to_error::Path) -> Vec<Seg> {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|s| match s {
+            Segment::Map { key } => Some(Seg::Key(key.clone())),
+            Segment::Seq { index } => Some(Seg::Index(*index)),
+            Segment::Enum { variant } => Some(Seg::Key(variant.clone())),
+            Segment::Unknown => None,
+        })
+        .collect()
+}
+
+fn render(segs: &[Seg]) -> String {
+    let mut out = String::new();
+    for s in segs {
+        match s {
+            Seg::Key(k) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(k);
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+fn lookup<'v>(root: &'v Value, segs: &[Seg]) -> Option<&'v Value> {
+    segs.iter().try_fold(root, |v, s| match s {
+        Seg::Key(k) => v.get(k),
+        Seg::Index(i) => v.get(i),
+    })
+}
+
+/// Whether `id` is a usable policy id (`[A-Za-z0-9_-]{1,64}`).
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Where a path points, as errors name it: inside `policies[i].spec` with
+/// a usable id, relative to the spec under that policy; elsewhere, from
+/// the top.
+fn place(root: &Value, segs: &[Seg]) -> (Option<String>, String) {
+    if let [Seg::Key(p), Seg::Index(i), Seg::Key(spec), rest @ ..] = segs {
+        if p == "policies" && spec == "spec" {
+            let id = root
+                .get("policies")
+                .and_then(|l| l.get(i))
+                .and_then(|p| p.get("id"))
+                .and_then(Value::as_str)
+                .filter(|id| valid_id(id));
+            if let Some(id) = id {
+                let field = if rest.is_empty() {
+                    "spec".to_string()
+                } else {
+                    render(rest)
+                };
+                return (Some(id.to_string()), field);
+            }
+        }
+    }
+    let field = if segs.is_empty() {
+        "configuration".to_string()
+    } else {
+        render(segs)
+    };
+    (None, field)
+}
+
+/// What a list field must hold, in the words of its errors.
+fn list_of(field: &str) -> &'static str {
+    match field {
+        "escalation" => "a non-empty list of {\"at\": <count>, \"action\": ...}",
+        "exempt" => "a list of {\"key\": ..., \"present\" | \"values\": ...}",
+        "policies" => "a list",
+        _ => "a list of strings",
+    }
+}
+
+/// A serde error found reading `root` as the configuration, in the
+/// configuration's own words.
+pub fn from_serde(e: serde_path_to_error::Error<serde_json::Error>, root: &Value) -> ConfigError {
+    let mut segs = segments(e.path());
+    let message = e.inner().to_string();
+    // serde_json appends " at line x column y" to some messages; the path
+    // says where.
+    let message = message
+        .split(" at line ")
+        .next()
+        .unwrap_or(&message)
+        .to_string();
+    let got = lookup(root, &segs).map(show);
+    let reason = if let Some(rest) = message.strip_prefix("unknown field `") {
+        // The path already ends at the unknown key.
+        let (key, expected) = rest.split_once('`').unwrap_or((rest, ""));
+        let known = backticked(expected);
+        let mut reason = "is not a known field".to_string();
+        if let Some(near) = nearest(key, &known) {
+            reason.push_str(&format!(" (did you mean \"{near}\"?)"));
+        }
+        reason
+    } else if let Some(rest) = message.strip_prefix("unknown variant `") {
+        let (given, expected) = rest.split_once('`').unwrap_or((rest, ""));
+        format!(
+            "must be {} (got \"{given}\")",
+            one_of(&backticked(expected))
+        )
+    } else if let Some(rest) = message.strip_prefix("missing field `") {
+        let name = rest.split('`').next().unwrap_or(rest);
+        segs.push(Seg::Key(name.to_string()));
+        "is required".to_string()
+    } else if let Some(rest) = message.strip_prefix("invalid type: ") {
+        let expected = rest.split(", expected ").nth(1).unwrap_or("");
+        let field = match segs.last() {
+            Some(Seg::Key(k)) => k.as_str(),
+            _ => "",
+        };
+        let wanted = match expected {
+            "a boolean" => "true or false".to_string(),
+            "a sequence" => list_of(field).to_string(),
+            "string or map" => "a string".to_string(),
+            other => other.to_string(),
+        };
+        format!("must be {wanted} (got {})", got.clone().unwrap_or_default())
+    } else {
+        message
+    };
+    let (policy, field) = place(root, &segs);
+    ConfigError {
+        policy,
+        field,
+        reason,
+    }
+}
+
+/// The names between backticks in serde's "expected one of `a`, `b`".
+fn backticked(s: &str) -> Vec<&str> {
+    s.split('`').skip(1).step_by(2).collect()
+}
+
+/// `"a"`, `"a" or "b"`, `"a", "b" or "c"`.
+pub fn one_of(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    match quoted.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// The known field closest to a misspelt one, if any is close enough.
+pub fn nearest<'k>(key: &str, known: &[&'k str]) -> Option<&'k str> {
+    let lower = key.to_lowercase();
+    if let Some(k) = known
+        .iter()
+        .find(|k| lower.len() >= 4 && (k.starts_with(&lower) || lower.starts_with(**k)))
+    {
+        return Some(k);
+    }
+    known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, k)| *d <= 3.max(k.len() / 4))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance, case-insensitive, one row at a time.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.to_lowercase().chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.to_lowercase().chars().enumerate() {
+        let mut cur = Vec::with_capacity(b.len() + 1);
+        cur.push(i + 1);
+        for (j, cb) in b.iter().enumerate() {
+            let diagonal = prev
+                .get(j)
+                .copied()
+                .unwrap_or(usize::MAX)
+                .saturating_add(usize::from(ca != *cb));
+            let up = prev
+                .get(j + 1)
+                .copied()
+                .unwrap_or(usize::MAX)
+                .saturating_add(1);
+            let left = cur.last().copied().unwrap_or(usize::MAX).saturating_add(1);
+            cur.push(diagonal.min(up).min(left));
+        }
+        prev = cur;
+    }
+    prev.last().copied().unwrap_or(0)
+}
