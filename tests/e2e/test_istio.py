@@ -141,7 +141,7 @@ def test_names_chain_and_patches_follow_the_istio_version(version, tmp_path):
     assert sent["vm_config"]["environment_variables"]["key_values"]["ISTIO_META_WASM_IMAGE_PULL_POLICY"] == "IfNotPresent"
     value = sent["configuration"]["value"]
     assert json.loads(value) == pluginconfig(gw, "loopguard-gateway")
-    assert value.startswith('{"max_body_bytes":1048576,"max_tracked_fingerprints":65536,"policies":[{"id":"agents","spec":{"loop_detection":{"cooldown_seconds":30,')
+    assert value.startswith('{"$schema":"https://raw.githubusercontent.com/loopguard/loopguard/main/schema/loopguard.schema.json","max_body_bytes":1048576,"max_tracked_fingerprints":65536,"policies":[{"id":"agents","spec":{"loop_detection":{"cooldown_seconds":30,')
     local = mesh.agent_rewrite(plugin, WASM)["config"]
     assert local["vm_config"] == {"runtime": "envoy.wasm.runtime.v8", "code": {"local": {"filename": WASM}}}
     assert local["configuration"] == sent["configuration"]
