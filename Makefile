@@ -122,7 +122,7 @@ e2e: build fault-build cli $(VENV_STAMP) test-tools
 IMAGE_DIR       ?= target/image
 IMAGE_WASM      ?= $(WASM)
 IMAGE_SOURCE    ?= https://github.com/loopguard/loopguard
-CRATE_VERSION    = $(shell $(PYTHON) -c 'import tomllib; print(tomllib.load(open("Cargo.toml", "rb"))["package"]["version"])')
+CRATE_VERSION    = $(shell $(PYTHON) -c 'import tomllib; print(tomllib.load(open("Cargo.toml", "rb"))["workspace"]["package"]["version"])')
 IMAGE_TAG       ?= $(CRATE_VERSION)
 PUSH_TLS_VERIFY ?= true
 REGISTRY        ?=

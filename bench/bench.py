@@ -239,7 +239,7 @@ def memory_flood(tmp: Path, total: int, table: int) -> dict:
         after = envoy.rss_bytes()
         stats = httpx.get(f"{envoy.admin}/stats", timeout=5).text
         evicted = int(re.search(r"wasmcustom\.loopguard\.fingerprints_evicted_total: (\d+)", stats).group(1))
-        tracked = int(re.search(r"wasmcustom\.loopguard\.tracked_fingerprints: (\d+)", stats).group(1))
+        tracked = int(re.search(r"wasmcustom\.loopguard\.table_entries_used: (\d+)", stats).group(1))
         # Bytes a full table holds: per bucket of 4 entries, 2 bytes of header,
         # per entry 54 fixed bytes + 4 per kept hit (2 here), plus Envoy's
         # per-key overhead (~150 bytes).

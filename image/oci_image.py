@@ -132,7 +132,7 @@ def revision() -> str:
 
 def crate_version() -> str:
     with open(ROOT / "Cargo.toml", "rb") as f:
-        return tomllib.load(f)["package"]["version"]
+        return tomllib.load(f)["workspace"]["package"]["version"]
 
 
 def default_source() -> str | None:

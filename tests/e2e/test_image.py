@@ -41,7 +41,7 @@ from harness import ROOT, WASM, free_port, stop_process
 
 SCRIPT = ROOT / "image" / "oci_image.py"
 SOURCE = "https://github.com/loopguard/loopguard"  # the Makefile's IMAGE_SOURCE
-VERSION = tomllib.loads((ROOT / "Cargo.toml").read_text())["package"]["version"]
+VERSION = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]["version"]
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"

@@ -54,7 +54,7 @@ def test_prometheus_labels_events_access_log_and_one_signed_alert(upstream, star
         assert prom['loopguard_detected_total{policy="agents",mode="enforce"}'] == 1
         assert prom['loopguard_detected_total{policy="agents",mode="shadow"}'] == 0
         assert prom['loopguard_throttled_total{policy="agents"}'] == 0
-        assert prom['loopguard_tracked_fingerprints{}'] == 3
+        assert prom['loopguard_table_entries_used{}'] == 3
         assert prom['loopguard_bodies_skipped_total{reason="too_large"}'] == 0
 
         # One structured event for the loop, not one per rejected retry; no

@@ -101,16 +101,16 @@ pub fn alert(event: &Value, now_ms: u64, secret: Option<&[u8]>) -> Alert {
 }
 
 /// The headers of a webhook call.
-pub fn alert_headers<'a>(w: &'a Webhook, a: &'a Alert) -> Vec<(&'a str, &'a str)> {
+pub fn alert_headers(w: &Webhook, a: &Alert) -> Vec<(&'static str, String)> {
     let mut h = vec![
-        (":method", "POST"),
-        (":path", w.path.as_str()),
-        (":authority", w.authority.as_str()),
-        ("content-type", "application/json"),
-        ("user-agent", "loopguard"),
+        (":method", "POST".to_string()),
+        (":path", w.path.clone()),
+        (":authority", w.authority.clone()),
+        ("content-type", "application/json".to_string()),
+        ("user-agent", "loopguard".to_string()),
     ];
     if let Some(sig) = &a.signature {
-        h.push(("x-loopguard-signature", sig.as_str()));
+        h.push(("x-loopguard-signature", sig.clone()));
     }
     h
 }
@@ -297,8 +297,8 @@ mod tests {
             signature: Some("sha256=ab".into()),
         };
         let h = alert_headers(&w, &a);
-        assert!(h.contains(&(":authority", "hooks.example.com")));
-        assert!(h.contains(&(":path", "/lg")));
-        assert!(h.contains(&("x-loopguard-signature", "sha256=ab")));
+        assert!(h.contains(&(":authority", "hooks.example.com".to_string())));
+        assert!(h.contains(&(":path", "/lg".to_string())));
+        assert!(h.contains(&("x-loopguard-signature", "sha256=ab".to_string())));
     }
 }

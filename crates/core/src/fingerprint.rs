@@ -355,6 +355,15 @@ pub struct Pending<S: Hashing = Sha256> {
     mode: PendingMode,
 }
 
+impl<S: Hashing> std::fmt::Debug for Pending<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("policy", &self.policy_id)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Clone)]
 enum PendingMode {
     Exact,

@@ -2,29 +2,73 @@
 //! webdis as `FCALL/loopguard_hit/3/<keys>/<args>` in a POST body, answered
 //! as JSON. The function itself is `envoy/redis/loopguard.lua`.
 
+use super::config;
 use super::fingerprint::Fingerprint;
+use super::store::{
+    CallReply, Hit, StoreAnswer, StoreCall, StoreFailure, StoreReceipt, StoreStep, WindowStore,
+};
 use super::window::{WindowQuery, WindowState};
 use serde_json::Value;
 
-/// Why a Redis answer could not be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RedisError {
-    /// No response: timeout, reset, no healthy webdis, or Envoy refused
-    /// the call (unknown cluster); the reason says which.
-    Unavailable(String),
-    /// webdis answered with a non-2xx status.
-    Status(String),
-    /// Redis answered with an error (webdis `[false, "message"]`), or the
-    /// body is not the function's answer.
-    Reply(String),
+/// The shared store: one Redis Function call per hit through webdis. It
+/// never answers at once: [`WindowStore::record`] asks the host to send the
+/// call, and [`WindowStore::complete`] reads the reply.
+pub struct RedisStore {
+    cfg: config::RedisStore,
+    /// The plugin's name: keeps deployments sharing one Redis apart.
+    namespace: String,
+    /// Makes each hit's log member unique among every Envoy sharing the
+    /// store: a random seed per plugin instance and a counter.
+    seed: u64,
+    counter: u64,
 }
 
-impl std::fmt::Display for RedisError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RedisError::Unavailable(why) => write!(f, "unavailable: {why}"),
-            RedisError::Status(status) => write!(f, "webdis answered HTTP {status}"),
-            RedisError::Reply(msg) => write!(f, "unusable answer: {msg}"),
+impl RedisStore {
+    pub fn new(cfg: config::RedisStore, namespace: &str, seed: u64) -> RedisStore {
+        RedisStore {
+            cfg,
+            namespace: namespace.to_string(),
+            seed,
+            counter: 0,
+        }
+    }
+
+    fn nonce(&mut self) -> String {
+        self.counter = self.counter.wrapping_add(1);
+        format!("{:x}-{:x}", self.seed, self.counter)
+    }
+}
+
+impl WindowStore for RedisStore {
+    fn record(&mut self, hit: &Hit) -> StoreStep {
+        let nonce = self.nonce();
+        StoreStep::Call(StoreCall {
+            cluster: self.cfg.cluster.clone(),
+            headers: vec![
+                (":method", "POST".to_string()),
+                (":path", self.cfg.path.clone()),
+                (":authority", self.cfg.authority.clone()),
+                ("content-type", "text/plain".to_string()),
+            ],
+            body: call_body(&self.namespace, &hit.key, &hit.query, &nonce).into_bytes(),
+            timeout_ms: self.cfg.timeout_ms,
+        })
+    }
+
+    fn complete(&mut self, _hit: &Hit, reply: &CallReply) -> StoreAnswer {
+        let Some(status) = &reply.status else {
+            return StoreAnswer::Failed(StoreFailure::Unavailable(
+                "no answer within the timeout, or the connection failed".to_string(),
+            ));
+        };
+        match parse_reply(status, &reply.body) {
+            Ok(state) => StoreAnswer::Ready(StoreReceipt {
+                state,
+                evicted: false,
+                added: false,
+                cas_retries: 0,
+            }),
+            Err(failure) => StoreAnswer::Failed(failure),
         }
     }
 }
@@ -82,32 +126,32 @@ pub fn encode_arg(arg: &str) -> String {
 
 /// Read webdis's answer to [`call_body`]: `{"FCALL": [count, until_allowed_ms,
 /// cooldown_remaining_ms, event]}`.
-pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, RedisError> {
+pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, StoreFailure> {
     if matches!(status, "502" | "503" | "504") {
         // Envoy's own answers (connect failure, timeout) or webdis without
         // its Redis: no usable answer, as with no answer at all.
-        return Err(RedisError::Unavailable(format!(
+        return Err(StoreFailure::Unavailable(format!(
             "HTTP {status} (webdis unreachable or too slow, or its Redis is down)"
         )));
     }
     if !status.starts_with('2') {
-        return Err(RedisError::Status(status.to_string()));
+        return Err(StoreFailure::Status(status.to_string()));
     }
     let v: Value = serde_json::from_slice(body)
-        .map_err(|_| RedisError::Reply("the answer is not JSON".to_string()))?;
+        .map_err(|_| StoreFailure::Reply("the answer is not JSON".to_string()))?;
     let reply = v
         .get("FCALL")
-        .ok_or_else(|| RedisError::Reply("the answer has no FCALL result".to_string()))?;
+        .ok_or_else(|| StoreFailure::Reply("the answer has no FCALL result".to_string()))?;
     let items = reply
         .as_array()
-        .ok_or_else(|| RedisError::Reply("the FCALL result is not a list".to_string()))?;
+        .ok_or_else(|| StoreFailure::Reply("the FCALL result is not a list".to_string()))?;
     if items.first() == Some(&Value::Bool(false)) {
         let msg = items.get(1).and_then(Value::as_str).unwrap_or("error");
-        return Err(RedisError::Reply(msg.chars().take(200).collect()));
+        return Err(StoreFailure::Reply(msg.chars().take(200).collect()));
     }
-    let num = |i: usize| -> Result<i64, RedisError> {
+    let num = |i: usize| -> Result<i64, StoreFailure> {
         items.get(i).and_then(Value::as_i64).ok_or_else(|| {
-            RedisError::Reply(format!("element {i} of the FCALL result is not a number"))
+            StoreFailure::Reply(format!("element {i} of the FCALL result is not a number"))
         })
     };
     let count = num(0)?;
@@ -180,23 +224,23 @@ mod tests {
                 "200",
                 br#"{"FCALL":[false,"NOPERM this user has no permissions"]}"#
             ),
-            Err(RedisError::Reply(
+            Err(StoreFailure::Reply(
                 "NOPERM this user has no permissions".into()
             ))
         );
         for gone in ["502", "503", "504"] {
             assert!(matches!(
                 parse_reply(gone, b"upstream connect error"),
-                Err(RedisError::Unavailable(_))
+                Err(StoreFailure::Unavailable(_))
             ));
         }
         assert_eq!(
             parse_reply("500", b""),
-            Err(RedisError::Status("500".into()))
+            Err(StoreFailure::Status("500".into()))
         );
         assert_eq!(
             parse_reply("403", b""),
-            Err(RedisError::Status("403".into()))
+            Err(StoreFailure::Status("403".into()))
         );
         for bad in [
             &b""[..],
@@ -207,7 +251,7 @@ mod tests {
             b"\xff",
         ] {
             assert!(
-                matches!(parse_reply("200", bad), Err(RedisError::Reply(_))),
+                matches!(parse_reply("200", bad), Err(StoreFailure::Reply(_))),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );

@@ -23,6 +23,10 @@ pub trait RequestFacts {
     /// The policy id the matched route names in its metadata
     /// (`filter_metadata.loopguard.policy`).
     fn route_policy(&self) -> Option<String>;
+    /// Whether the request has a header (no copy of its value).
+    fn has_header(&self, name: &str) -> bool {
+        self.header(name).is_some()
+    }
 }
 
 /// The values a limit key has in a request: none (the key is absent), one,

@@ -45,12 +45,47 @@ pub fn plugin_namespace(raw: &[u8]) -> String {
     }
 }
 
-/// The store's answer to one hit.
+/// One hit to record: a fingerprint (or its shadow key), when, and what
+/// its policy needs measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hit {
+    pub key: Fingerprint,
+    pub now_ms: u64,
+    pub query: WindowQuery,
+}
+
+/// What a store does with a hit: answer now (the local table), or ask the
+/// host to send a call whose reply [`WindowStore::complete`] turns into the
+/// same answer (Redis through webdis).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreStep {
+    Answer(StoreAnswer),
+    Call(StoreCall),
+}
+
+/// An HTTP call the host sends through an Envoy cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreCall {
+    pub cluster: String,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+    pub timeout_ms: u64,
+}
+
+/// A call's reply as the host received it: `status` is `None` when no
+/// response came (timeout, reset, no healthy host).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CallReply {
+    pub status: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// The store's answer to one hit.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreAnswer {
     /// Recorded; here is the window state.
     Ready(StoreReceipt),
-    /// The hit could not be recorded; the request must pass (fail-open).
+    /// The hit could not be recorded.
     Failed(StoreFailure),
 }
 
@@ -65,29 +100,52 @@ pub struct StoreReceipt {
     pub cas_retries: u32,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreFailure {
     /// Every CAS attempt lost a race.
     Contention,
     /// The backend refused a read or write.
     Backend,
-    /// The shared store failed and the request is to pass unchecked
-    /// (already counted and logged as a store fallback).
-    Remote,
+    /// A shared store did not answer in time, could not be reached, or the
+    /// host could not send the call; the reason says which.
+    Unavailable(String),
+    /// A shared store answered with a non-2xx status.
+    Status(String),
+    /// A shared store's answer is an error or unreadable.
+    Reply(String),
 }
 
 impl StoreFailure {
-    pub fn as_str(self) -> &'static str {
+    /// Whether the failure is a shared store's (the request then falls back
+    /// as `store.on_error` says), not the local table's.
+    pub fn is_remote(&self) -> bool {
+        matches!(
+            self,
+            StoreFailure::Unavailable(_) | StoreFailure::Status(_) | StoreFailure::Reply(_)
+        )
+    }
+}
+
+impl std::fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreFailure::Contention => "contention",
-            StoreFailure::Backend => "backend",
-            StoreFailure::Remote => "remote",
+            StoreFailure::Contention => f.write_str("contention"),
+            StoreFailure::Backend => f.write_str("backend"),
+            StoreFailure::Unavailable(why) => write!(f, "unavailable: {why}"),
+            StoreFailure::Status(status) => write!(f, "webdis answered HTTP {status}"),
+            StoreFailure::Reply(msg) => write!(f, "unusable answer: {msg}"),
         }
     }
 }
 
+/// Where window state lives: one interface for the local table and a
+/// shared store.
 pub trait WindowStore {
-    fn record(&mut self, fp: &Fingerprint, now_ms: u64, q: &WindowQuery) -> StoreAnswer;
+    /// Record `hit`: the answer, or a call to send first.
+    fn record(&mut self, hit: &Hit) -> StoreStep;
+    /// The answer to `hit` from the reply to the call [`Self::record`]
+    /// asked for.
+    fn complete(&mut self, hit: &Hit, reply: &CallReply) -> StoreAnswer;
 }
 
 /// Outcome of a conditional write.
@@ -114,8 +172,9 @@ pub struct SlotStore<B> {
     pub backend: B,
 }
 
-impl<B: BucketBackend> WindowStore for SlotStore<B> {
-    fn record(&mut self, fp: &Fingerprint, now_ms: u64, q: &WindowQuery) -> StoreAnswer {
+impl<B: BucketBackend> SlotStore<B> {
+    /// Record a hit in the table, retrying lost races.
+    pub fn record(&mut self, fp: &Fingerprint, now_ms: u64, q: &WindowQuery) -> StoreAnswer {
         let bucket = self.layout.bucket_of(fp);
         for attempt in 0..MAX_CAS_ATTEMPTS {
             let Some((old, version)) = self.backend.read(bucket) else {
@@ -139,8 +198,19 @@ impl<B: BucketBackend> WindowStore for SlotStore<B> {
     }
 }
 
+impl<B: BucketBackend> WindowStore for SlotStore<B> {
+    fn record(&mut self, hit: &Hit) -> StoreStep {
+        StoreStep::Answer(SlotStore::record(self, &hit.key, hit.now_ms, &hit.query))
+    }
+
+    /// The local table never asks for a call.
+    fn complete(&mut self, _hit: &Hit, _reply: &CallReply) -> StoreAnswer {
+        StoreAnswer::Failed(StoreFailure::Backend)
+    }
+}
+
 #[cfg(test)]
-pub(crate) mod tests {
+pub mod tests {
     use super::*;
 
     #[test]

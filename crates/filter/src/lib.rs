@@ -4,17 +4,18 @@
 //!
 //! - `root`: configuration, per-plugin state, the tick, calls' answers.
 //! - `http`: one stream: request facts in, the core's effects applied.
+//! - `effects`: each of the core's effects as a host call.
 //! - `shared_store`: the core's bucket backend over Envoy shared data.
 //! - `abi`: fallible host calls (never panic).
 //! - `metrics`: loopguard's counters in Envoy's stats.
 #![cfg(target_arch = "wasm32")]
 
 mod abi;
+mod effects;
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod http;
 mod metrics;
-mod redis_store;
 mod root;
 mod shared_store;
 

@@ -7,7 +7,7 @@
 
 use crate::abi::{self, STATUS_CAS_MISMATCH};
 use loopguard_core::slot_table::TableLayout;
-use loopguard_core::store::{BucketBackend, CasWrite, SlotStore};
+use loopguard_core::store::{BucketBackend, CasWrite};
 use std::fmt::Write;
 
 pub struct SharedData {
@@ -48,7 +48,7 @@ impl BucketBackend for SharedData {
 /// Open the table for `plugin`, creating any bucket key that does not exist
 /// yet. Existing keys (a reload with the same layout, or another worker
 /// that got here first) keep their contents.
-pub fn open(plugin: &str, layout: TableLayout) -> Result<SlotStore<SharedData>, String> {
+pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
     let mut data = SharedData {
         prefix: format!("loopguard.{plugin}.{}.", layout.tag()),
         key: String::new(),
@@ -67,8 +67,5 @@ pub fn open(plugin: &str, layout: TableLayout) -> Result<SlotStore<SharedData>, 
             }
         }
     }
-    Ok(SlotStore {
-        layout,
-        backend: data,
-    })
+    Ok(data)
 }

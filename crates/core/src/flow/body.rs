@@ -1,0 +1,254 @@
+//! The body events: buffering, the complete body read once for the
+//! tool-loop verdict and the fingerprint, and the tool-loop ladder.
+
+use super::*;
+use crate::config::{Mode, Policy, ToolStep};
+use crate::events;
+use crate::fingerprint;
+use crate::llm;
+use crate::metrics::{SkipReason, WouldBe};
+use crate::reply;
+use crate::store::StoreAnswer;
+use crate::tool_loops::{self, ToolVerdict};
+use crate::window::WindowQuery;
+
+impl<B: BucketBackend> Engine<B> {
+    /// A body chunk arrived: `size` bytes are buffered in all. With the
+    /// end of the stream the host passes the whole body when
+    /// [`Request::wants_body`] said so (`None`: it could not be read).
+    pub fn on_body(
+        &mut self,
+        r: &mut Request,
+        size: usize,
+        end_of_stream: bool,
+        body: Option<&[u8]>,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        if !matches!(r.state, State::Buffering { .. }) {
+            return Step::Continue;
+        }
+        self.first_body_event(r);
+        r.body_len = size;
+        if size as u64 > r.body_limit {
+            // Stop buffering; what is held so far flows on.
+            return self.skip_body(r, out);
+        }
+        if !end_of_stream {
+            return Step::Pause;
+        }
+        self.decide_buffered(r, body, now, out)
+    }
+
+    /// The request trailers arrived: an HTTP/2 request with trailers never
+    /// ends its body with end of stream (and one without data has no body
+    /// callback at all). The body as for [`Engine::on_body`]
+    /// ([`Request::wants_body_at_trailers`]).
+    pub fn on_trailers(
+        &mut self,
+        r: &mut Request,
+        body: Option<&[u8]>,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        if !matches!(r.state, State::Buffering { .. }) {
+            return Step::Continue;
+        }
+        self.first_body_event(r);
+        self.decide_buffered(r, body, now, out)
+    }
+
+    /// The first body (or trailers) callback of a held request: Envoy
+    /// delivers what follows the headers of held requests (or the probe
+    /// released this one's headers).
+    fn first_body_event(&mut self, r: &mut Request) {
+        if r.headers_held && !r.body_seen {
+            r.body_seen = true;
+            r.headers_held = self.hold.body_arrived(r.id);
+        }
+    }
+
+    fn decide_buffered(
+        &mut self,
+        r: &mut Request,
+        body: Option<&[u8]>,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Buffering { policy, pending } = std::mem::take(&mut r.state) else {
+            return Step::Continue;
+        };
+        let Some(body) = body else {
+            out.push(count(self.registry.skipped(SkipReason::Unreadable), 1));
+            out.push(Effect::Log(
+                Level::Debug,
+                "body unreadable; request passed".to_string(),
+            ));
+            return Step::Continue;
+        };
+        let config = Rc::clone(&self.config);
+        let Some(p) = config.policies.get(policy) else {
+            return Step::Continue;
+        };
+        // Parse the body once, for the fingerprint and the tool-loop judge.
+        let parsed = if pending.reads_llm_body() || p.tool_loops.is_some() {
+            llm::parse(body, pending.path())
+        } else {
+            None
+        };
+        if let (Some(cfg), Some(req)) = (&p.tool_loops, &parsed) {
+            let history = req.tool_history(Some(&mut self.call_cache));
+            if let Some(v) = tool_loops::judge(cfg, &history) {
+                if let Some(step) = self.tool_loop(r, policy, p, &pending, req, &v, now, out) {
+                    return step;
+                }
+            }
+        }
+        if p.detection.is_none() {
+            return Step::Continue;
+        }
+        let made = pending.finish_parsed(body, parsed.as_ref());
+        let phase = if r.headers_held {
+            Phase::HeadersHeld
+        } else {
+            Phase::HeadersSent
+        };
+        self.count_hit(r, policy, made, phase, now, out)
+    }
+
+    /// Act on a tool-loop verdict. `Some` ends the request's processing (a
+    /// 429); `None` lets it go on (to loop detection, if the policy has it).
+    #[allow(clippy::too_many_arguments)]
+    fn tool_loop(
+        &mut self,
+        r: &mut Request,
+        index: usize,
+        policy: &Policy,
+        pending: &Pending,
+        req: &llm::Request<'_>,
+        v: &ToolVerdict,
+        now: u64,
+        out: &mut Effects,
+    ) -> Option<Step> {
+        count_opt(out, self.registry.tool_loop(index, v.tier, v.step), 1);
+        let shadow = policy.mode == Mode::Shadow;
+        self.tool_event(policy, pending, req, v, shadow, now, out);
+        let header = tool_loops::header_value(v);
+        self.publish_decision(out, true, || {
+            events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
+        });
+        if shadow {
+            out.push(Effect::Log(
+                Level::Info,
+                format!(
+                    "shadow: would_{} tool loop policy=\"{}\" tier={} tool={} level={}",
+                    v.step.as_str(),
+                    policy.id,
+                    v.tier.as_str(),
+                    tool_loops::safe_tool_name(&v.tool),
+                    v.level
+                ),
+            ));
+            let would = match v.step {
+                ToolStep::Nudge => WouldBe::Nudge,
+                ToolStep::Directive => WouldBe::Directive,
+                ToolStep::Reject => WouldBe::Reject,
+            };
+            count_opt(out, self.registry.shadow(index, would), 1);
+            return None;
+        }
+        let cfg = policy.tool_loops.as_ref()?;
+        if v.step == ToolStep::Reject {
+            out.push(Effect::LocalReply(
+                reply::tool_loop_rejection(&policy.id, v, r.api),
+                "loopguard_tool_loop_detected",
+            ));
+            count_opt(out, self.registry.rejected(index), 1);
+            return Some(Step::Pause);
+        }
+        // Forwarded: the upstream (directly while loopguard holds the
+        // headers, else through header_mutation) and the client see the
+        // verdict.
+        out.push(Effect::SetFilterState(
+            "loopguard_tool_loop".to_string(),
+            header.clone(),
+        ));
+        if r.headers_held {
+            out.push(Effect::AddRequestHeader(
+                "x-loopguard-tool-loop",
+                header.clone(),
+            ));
+        }
+        r.response_headers.push(("x-loopguard-tool-loop", header));
+        // A note changes the body's length: only possible while the headers
+        // can still say so (held), or when they carry no length.
+        if !r.headers_held && !r.length_dropped {
+            out.push(Effect::Log(
+                Level::Warn,
+                format!(
+                    "tool-loop {} not added: the request headers already went upstream with their content-length",
+                    v.step.as_str()
+                ),
+            ));
+            return None;
+        }
+        match tool_loops::rewrite(cfg, req, v) {
+            Some(body) => out.push(Effect::ReplaceBody {
+                old_len: r.body_len,
+                body,
+                set_length: r.headers_held,
+            }),
+            None => out.push(Effect::Log(
+                Level::Debug,
+                format!(
+                    "no conversation to add the tool-loop {} to",
+                    v.step.as_str()
+                ),
+            )),
+        }
+        None
+    }
+
+    /// One event line per conversation and level within a window, however
+    /// fast the loop runs (remembered in the shared table, so across
+    /// workers too).
+    #[allow(clippy::too_many_arguments)]
+    fn tool_event(
+        &mut self,
+        policy: &Policy,
+        pending: &Pending,
+        req: &llm::Request<'_>,
+        v: &ToolVerdict,
+        shadow: bool,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let key = fingerprint::tool_event_key(
+            &policy.id,
+            pending.identity(),
+            req,
+            v.tier.as_str(),
+            &v.tool,
+            v.level,
+        );
+        // Every hit of this key is a detection; the store reports the
+        // first in each window.
+        let once = WindowQuery {
+            window_ms: TOOL_EVENT_WINDOW_MS,
+            capacity: 1,
+            trip_at: 2,
+            cooldown_ms: 0,
+            detect_at: 1,
+            event_every_ms: TOOL_EVENT_WINDOW_MS,
+        };
+        let first = match self.local.record(&key, now, &once) {
+            StoreAnswer::Ready(r) => r.state.event.is_some(),
+            StoreAnswer::Failed(_) => true,
+        };
+        if first {
+            let event = events::tool_loop_detected(&policy.id, v, shadow);
+            out.push(Effect::Log(Level::Info, event.to_string()));
+            self.queue_alert(&event, now, out);
+        }
+    }
+}

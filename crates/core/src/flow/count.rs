@@ -1,0 +1,293 @@
+//! Counting a hit and acting on the window state: the local table answers
+//! at once; a shared store answers after a call, and when it fails the
+//! request is counted locally or passes, as `store.on_error` says.
+
+use super::*;
+use crate::config::{OnStoreError, StoreConfig};
+use crate::decision::{self, Verdict};
+use crate::events;
+use crate::metrics::{CallResult, WouldBe};
+use crate::reply;
+use crate::store::{CallReply, StoreAnswer, StoreFailure, StoreStep, WindowStore};
+
+impl<B: BucketBackend> Engine<B> {
+    /// Record the hit of a finished fingerprint and act on the answer, at
+    /// once (the local table) or once the shared store's call returns.
+    pub(super) fn count_hit(
+        &mut self,
+        r: &mut Request,
+        policy: usize,
+        made: Fingerprinted,
+        phase: Phase,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let config = Rc::clone(&self.config);
+        let Some(p) = config.policies.get(policy) else {
+            return Step::Continue;
+        };
+        let Some(detection) = &p.detection else {
+            return Step::Continue;
+        };
+        if made.unparsed {
+            out.push(count(
+                self.registry.skipped(crate::metrics::SkipReason::Unparsed),
+                1,
+            ));
+        }
+        let hit = Hit {
+            key: decision::store_key(p, &made.fingerprint),
+            now_ms: now,
+            query: decision::window_query(detection, made.fallback),
+        };
+        let step = match self.shared.as_mut() {
+            Some(shared) => shared.record(&hit),
+            None => StoreStep::Answer(self.local.record(&hit.key, now, &hit.query)),
+        };
+        match step {
+            StoreStep::Answer(answer) => self.act(r, policy, &made, phase, answer, now, now, out),
+            StoreStep::Call(call) => {
+                r.state = State::Waiting(Box::new(Waiting {
+                    token: None,
+                    policy,
+                    made,
+                    phase,
+                    hit,
+                    since_ms: now,
+                }));
+                out.push(Effect::SendStoreCall(call));
+                Step::Pause
+            }
+        }
+    }
+
+    /// The host sent the store call ([`Effect::SendStoreCall`]) and got
+    /// `token`, or could not send it.
+    pub fn on_call_sent(
+        &mut self,
+        r: &mut Request,
+        sent: Result<u32, String>,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Waiting(w) = &mut r.state else {
+            return Step::Continue;
+        };
+        match sent {
+            Ok(token) => {
+                w.token = Some(token);
+                Step::Pause
+            }
+            Err(why) => {
+                let State::Waiting(w) = std::mem::take(&mut r.state) else {
+                    return Step::Continue;
+                };
+                out.push(count(self.registry.store_call(CallResult::Unavailable), 1));
+                let answer = self.store_failed(&w.hit, &StoreFailure::Unavailable(why), now, out);
+                match answer {
+                    Some(a) => self.act(r, w.policy, &w.made, w.phase, a, w.since_ms, now, out),
+                    None => Step::Continue,
+                }
+            }
+        }
+    }
+
+    /// The reply to the store call `token` arrived. [`Step::Continue`]:
+    /// resume the request; [`Step::Pause`]: leave it as it is (held by a
+    /// throttle, answered with a 429, or the reply is not this request's).
+    pub fn on_store_reply(
+        &mut self,
+        r: &mut Request,
+        token: u32,
+        reply: &CallReply,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        if !matches!(&r.state, State::Waiting(w) if w.token == Some(token)) {
+            // Not this request's call, or the request is gone (its client
+            // left): nothing to do.
+            return Step::Pause;
+        }
+        let State::Waiting(w) = std::mem::take(&mut r.state) else {
+            return Step::Pause;
+        };
+        let answer = match self.shared.as_mut() {
+            Some(shared) => shared.complete(&w.hit, reply),
+            None => StoreAnswer::Failed(StoreFailure::Backend),
+        };
+        let result = match &answer {
+            StoreAnswer::Ready(_) => CallResult::Ok,
+            StoreAnswer::Failed(StoreFailure::Status(_)) => CallResult::Status,
+            StoreAnswer::Failed(StoreFailure::Reply(_)) => CallResult::Reply,
+            StoreAnswer::Failed(_) => CallResult::Unavailable,
+        };
+        out.push(count(self.registry.store_call(result), 1));
+        let answer = match answer {
+            StoreAnswer::Failed(f) if f.is_remote() => {
+                match self.store_failed(&w.hit, &f, now, out) {
+                    Some(a) => a,
+                    None => return Step::Continue,
+                }
+            }
+            a => a,
+        };
+        self.act(r, w.policy, &w.made, w.phase, answer, w.since_ms, now, out)
+    }
+
+    /// The shared store failed a hit: count it in the local table or let
+    /// the request pass (`None`), as configured; counted, logged at most
+    /// every 10 s.
+    fn store_failed(
+        &mut self,
+        hit: &Hit,
+        failure: &StoreFailure,
+        now: u64,
+        out: &mut Effects,
+    ) -> Option<StoreAnswer> {
+        let on_error = match &self.config.store {
+            StoreConfig::RedisWebdis(r) => r.on_error,
+            StoreConfig::Local => OnStoreError::Allow,
+        };
+        out.push(count(self.registry.fallback(on_error), 1));
+        let (answer, fallback) = match on_error {
+            OnStoreError::Local => (
+                Some(self.local.record(&hit.key, hit.now_ms, &hit.query)),
+                "counted locally",
+            ),
+            OnStoreError::Allow => (None, "passed unchecked"),
+        };
+        if LogLimits::allow(&mut self.logs.store_error, now) {
+            out.push(Effect::Log(
+                Level::Warn,
+                format!("redis store {failure}; requests are {fallback}"),
+            ));
+        }
+        answer
+    }
+
+    /// Act on the store's answer for a hit (`since`: when the request
+    /// started waiting for the store; a throttle's delay counts from
+    /// there).
+    #[allow(clippy::too_many_arguments)]
+    fn act(
+        &mut self,
+        r: &mut Request,
+        index: usize,
+        made: &Fingerprinted,
+        phase: Phase,
+        answer: StoreAnswer,
+        since: u64,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let config = Rc::clone(&self.config);
+        let Some(policy) = config.policies.get(index) else {
+            return Step::Continue;
+        };
+        let Some(detection) = &policy.detection else {
+            return Step::Continue;
+        };
+        let receipt = match answer {
+            StoreAnswer::Ready(receipt) => receipt,
+            StoreAnswer::Failed(failure) => {
+                out.push(count(self.registry.fail_open(), 1));
+                if LogLimits::allow(&mut self.logs.fail_open, now) {
+                    out.push(Effect::Log(
+                        Level::Warn,
+                        format!(
+                            "store {failure} for policy \"{}\"; request passed unchecked (fail-open)",
+                            policy.id
+                        ),
+                    ));
+                }
+                return Step::Continue;
+            }
+        };
+        if receipt.cas_retries > 0 {
+            out.push(count(
+                self.registry.cas_retries(),
+                i64::from(receipt.cas_retries),
+            ));
+        }
+        if receipt.evicted {
+            out.push(count(self.registry.evicted(), 1));
+        }
+        if receipt.added {
+            out.push(count(self.registry.table_entries(), 1));
+        }
+        let fp = made.fingerprint;
+        let decided = decision::decide(policy, detection, &fp, made.fallback, &receipt.state);
+        // One event per fingerprint and window (the store counts the rest).
+        if let Some(suppressed) = receipt.state.event {
+            if let Some(event) = events::loop_detected(&decided, made, suppressed) {
+                out.push(Effect::Log(Level::Info, event.to_string()));
+                count_opt(out, self.registry.detected(index, decided.shadow), 1);
+                self.queue_alert(&event, now, out);
+            }
+        }
+        let action = decided.verdict.action();
+        self.publish_decision(out, action.is_some(), || {
+            events::access_log(
+                &policy.id,
+                policy.mode,
+                action.map_or("allow", |a| a.as_str()),
+                Some(&fp),
+                Some(receipt.state.count),
+            )
+        });
+        if decided.shadow {
+            if let Some(line) = reply::shadow_line(&decided) {
+                out.push(Effect::Log(Level::Info, line));
+            }
+            let would = match &decided.verdict {
+                Verdict::Allow => None,
+                Verdict::Warn(_) => Some(WouldBe::Warn),
+                Verdict::Throttle { .. } => Some(WouldBe::Throttle),
+                Verdict::Reject(_) => Some(WouldBe::Reject),
+            };
+            if let Some(would) = would {
+                count_opt(out, self.registry.shadow(index, would), 1);
+            }
+            return Step::Continue;
+        }
+        for (name, value) in reply::upstream_headers(&decided) {
+            // Later filters (header_mutation) copy filter state into the
+            // request; while the headers are held, loopguard adds the
+            // header itself.
+            out.push(Effect::SetFilterState(
+                reply::filter_state_name(name),
+                value.clone(),
+            ));
+            if phase == Phase::HeadersHeld {
+                out.push(Effect::AddRequestHeader(name, value));
+            }
+        }
+        r.response_headers.extend(reply::response_headers(&decided));
+        match decided.verdict {
+            Verdict::Allow => Step::Continue,
+            Verdict::Warn(_) => {
+                count_opt(out, self.registry.warned(index), 1);
+                Step::Continue
+            }
+            Verdict::Throttle { delay_ms, .. } => {
+                count_opt(out, self.registry.throttled(index), 1);
+                if let Some(id) = self.registry.throttle_delay(index) {
+                    out.push(Effect::Record(id, delay_ms));
+                }
+                self.throttled.push(r.id, since.saturating_add(delay_ms));
+                out.push(count(self.registry.throttle_pending(), 1));
+                out.push(Effect::ArmTick);
+                r.state = State::Held;
+                Step::Pause
+            }
+            Verdict::Reject(rejection) => {
+                out.push(Effect::LocalReply(
+                    reply::rejection(&rejection, r.api),
+                    "loopguard_loop_detected",
+                ));
+                count_opt(out, self.registry.rejected(index), 1);
+                Step::Pause
+            }
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The request-headers event: which policy applies, and whether the
+//! request is judged now (no body), or after its body (buffered; with
+//! `hold_request_headers`, its headers held until then).
+
+use super::*;
+use crate::events;
+use crate::fingerprint::Pending;
+use crate::policy::{self, Selection};
+use crate::reply;
+use crate::request::{self, RequestFacts, RequestHead};
+
+impl<B: BucketBackend> Engine<B> {
+    /// The request headers arrived (`end_of_stream`: no body follows).
+    pub fn on_headers(
+        &mut self,
+        r: &mut Request,
+        head: &RequestHead<'_>,
+        facts: &dyn RequestFacts,
+        end_of_stream: bool,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        out.push(count(self.registry.requests(), 1));
+        // The upstream trusts x-loopguard-* request headers: only loopguard
+        // sets them.
+        for name in reply::REQUEST_HEADERS {
+            if facts.has_header(name) {
+                out.push(Effect::RemoveRequestHeader(name));
+            }
+        }
+        let config = Rc::clone(&self.config);
+        let index = match policy::select(&config, head, facts) {
+            Selection::Policy(i) => i,
+            Selection::None => return Step::Continue,
+            Selection::UnknownRoutePolicy(id) => {
+                self.note_unknown_route_policy(id, out);
+                return Step::Continue;
+            }
+        };
+        let Some(policy) = config.policies.get(index) else {
+            return Step::Continue;
+        };
+        count_opt(out, self.registry.matched(index), 1);
+        if !policy.is_active() {
+            return Step::Continue;
+        }
+        if policy::is_exempt(&config, policy, head, facts) {
+            count_opt(out, self.registry.exempted(index), 1);
+            self.publish_decision(out, true, || {
+                events::access_log(&policy.id, policy.mode, "exempt", None, None)
+            });
+            return Step::Continue;
+        }
+        r.api = reply::Api::for_path(head.path_only());
+        let pending = Pending::start(&config, policy, head, facts);
+        // An upgrade (WebSocket) or CONNECT sends nothing until it is
+        // answered: judged on its headers, never held for a body.
+        let tunnel = request::is_tunnel(head.method, facts.header("upgrade").as_deref());
+        if end_of_stream || tunnel {
+            if policy.detection.is_none() {
+                // No body: no conversation for tool loops to read.
+                return Step::Continue;
+            }
+            let made = pending.finish(&[]);
+            return self.count_hit(r, index, made, Phase::HeadersHeld, now, out);
+        }
+        let declared = facts
+            .header("content-length")
+            .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok());
+        if declared.is_some_and(|len| len > config.max_body_bytes) {
+            return self.skip_body(r, out);
+        }
+        r.body_limit = config.max_body_bytes;
+        r.state = State::Buffering {
+            policy: index,
+            pending,
+        };
+        if self.hold.holds(now) {
+            // The headers wait for the body's verdict; loopguard sets
+            // content-length itself if a note changes the body.
+            r.headers_held = true;
+            if self.hold.held(r.id, now) {
+                out.push(Effect::ArmTick);
+            }
+            return Step::Pause;
+        }
+        if policy.may_rewrite_bodies() {
+            // A nudge changes the body's length: the buffer filter after
+            // loopguard sets content-length again once the body is final.
+            out.push(Effect::RemoveRequestHeader("content-length"));
+            r.length_dropped = true;
+        }
+        Step::Continue
+    }
+
+    /// Log an unknown route policy id the first time it is seen.
+    fn note_unknown_route_policy(&mut self, id: String, out: &mut Effects) {
+        let seen = &mut self.unknown_route_policies;
+        if seen.contains(&id) || seen.len() >= MAX_UNKNOWN_ROUTE_POLICIES {
+            return;
+        }
+        out.push(Effect::Log(
+            Level::Warn,
+            format!("route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked"),
+        ));
+        seen.push(id);
+    }
+
+    /// Publish a decision for Envoy's access log (filter state
+    /// `wasm.loopguard`) as the configuration asks: `acted` says loopguard
+    /// did something beyond allowing the request.
+    pub(super) fn publish_decision(
+        &self,
+        out: &mut Effects,
+        acted: bool,
+        record: impl FnOnce() -> String,
+    ) {
+        use crate::config::AccessLog;
+        let publish = match self.config.access_log {
+            AccessLog::All => true,
+            AccessLog::Actions => acted,
+            AccessLog::Off => false,
+        };
+        if publish {
+            out.push(Effect::SetFilterState("loopguard".to_string(), record()));
+        }
+    }
+
+    /// Stop buffering a body too large to judge: what is held so far flows
+    /// on, counted.
+    pub(super) fn skip_body(&mut self, r: &mut Request, out: &mut Effects) -> Step {
+        r.state = State::Pass;
+        out.push(count(
+            self.registry.skipped(crate::metrics::SkipReason::TooLarge),
+            1,
+        ));
+        Step::Continue
+    }
+}

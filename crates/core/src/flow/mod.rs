@@ -1,0 +1,337 @@
+//! The request flow as a state machine with no I/O.
+//!
+//! The host feeds it events with plain facts (a request's headers, a body
+//! chunk or its end, a store call's reply, a tick, a client gone) and it
+//! answers with effects (add or remove request headers, set filter state,
+//! replace the body, send a local reply or a store call, resume a held
+//! request, count a metric, log a line) and whether the request goes on
+//! ([`Step::Continue`]) or waits ([`Step::Pause`]). Every decision is made
+//! here: which policy applies, which store counts a hit and what its
+//! failure means, what shadow mode reports, how tool-loop events are
+//! deduplicated, how bodies and `content-length` are handled. The host
+//! only translates between proxy-wasm and these types, so the whole flow is
+//! tested natively (`flow/tests.rs`).
+//!
+//! One [`Engine`] per plugin instance and worker holds the configuration
+//! and what the worker's requests share (the fingerprint table through a
+//! [`BucketBackend`], the throttle queue, the hold probe, the alert queue);
+//! one [`Request`] per stream holds where that request is.
+
+mod body;
+mod count;
+mod headers;
+mod tick;
+
+#[cfg(test)]
+mod tests;
+
+use crate::config::{Config, StoreConfig};
+use crate::delay_queue::DelayQueue;
+use crate::events::Alert;
+use crate::fingerprint::{Fingerprinted, Pending};
+use crate::hold::HeaderHold;
+use crate::llm::CallCache;
+use crate::metrics::{MetricId, Registry};
+use crate::redis::RedisStore;
+use crate::reply::{Api, Headers, LocalReply};
+use crate::slot_table::TableLayout;
+use crate::store::{BucketBackend, Hit, SlotStore, StoreCall};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+/// Whether the request goes on or waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    Continue,
+    Pause,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+/// Something the host does for the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    AddRequestHeader(&'static str, String),
+    RemoveRequestHeader(&'static str),
+    /// Set a request header, replacing any value.
+    SetRequestHeader(&'static str, String),
+    AddResponseHeader(&'static str, String),
+    /// Envoy filter state `wasm.<name>`.
+    SetFilterState(String, String),
+    /// Replace the buffered body (`old_len` bytes); with `set_length`, set
+    /// `content-length` to the new size once the body is replaced.
+    ReplaceBody {
+        old_len: usize,
+        body: Vec<u8>,
+        set_length: bool,
+    },
+    /// Answer the request instead of forwarding it (then the request is
+    /// paused for good).
+    LocalReply(LocalReply, &'static str),
+    /// Send a store call for this request; report the outcome with
+    /// [`Engine::on_call_sent`].
+    SendStoreCall(StoreCall),
+    /// Send a webhook alert from the root context; report the outcome with
+    /// [`Engine::on_alert_sent`] and [`Engine::on_alert_reply`].
+    SendAlert(StoreCall),
+    /// Resume the paused request of this stream (from a tick).
+    Resume(u32),
+    /// Make sure the tick runs (something waits for it).
+    ArmTick,
+    /// Nothing waits for the tick any more.
+    StopTick,
+    /// Add to a counter or gauge.
+    Count(MetricId, i64),
+    /// Record a histogram value.
+    Record(MetricId, u64),
+    Log(Level, String),
+}
+
+/// Effects, appended to by each event (the host keeps one buffer and
+/// drains it after every event: no allocation per request once warm).
+pub type Effects = Vec<Effect>;
+
+/// Which request phase a decision is made in: whether the request headers
+/// can still be changed (in the headers phase, or later while loopguard
+/// holds them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    HeadersHeld,
+    HeadersSent,
+}
+
+/// Where one request is. (The buffering variant is large; the state lives
+/// inside the stream's own allocation, and boxing it would cost an
+/// allocation per request.)
+#[derive(Debug, Default)]
+#[allow(clippy::large_enum_variant)]
+enum State {
+    /// Nothing (more) to do.
+    #[default]
+    Pass,
+    /// Waiting for the whole body.
+    Buffering { policy: usize, pending: Pending },
+    /// Paused by a throttle until a tick resumes it.
+    Held,
+    /// Paused until the shared store answers.
+    Waiting(Box<Waiting>),
+    /// The client left.
+    Done,
+}
+
+/// A request waiting for the shared store's answer.
+#[derive(Debug)]
+struct Waiting {
+    /// The call's token, once the host has sent it.
+    token: Option<u32>,
+    policy: usize,
+    made: Fingerprinted,
+    phase: Phase,
+    hit: Hit,
+    /// When the request started waiting: a throttle's delay counts from
+    /// here, so the store's latency is part of it.
+    since_ms: u64,
+}
+
+/// One stream's request, as the engine tracks it.
+#[derive(Debug)]
+pub struct Request {
+    /// The host's id for the stream (the throttle queue and the hold probe
+    /// name requests by it).
+    pub id: u32,
+    state: State,
+    /// Body bytes buffered so far.
+    body_len: usize,
+    /// The largest body judged (the configuration's `max_body_bytes`).
+    body_limit: u64,
+    /// Headers for the client's response (warn, throttle, tool loops).
+    response_headers: Headers,
+    /// Whose error shape a 429 takes.
+    api: Api,
+    /// loopguard holds the request headers until it has judged the body.
+    headers_held: bool,
+    /// The headers phase dropped `content-length` so the body may change
+    /// size (the buffer filter sets it again).
+    length_dropped: bool,
+    /// A body (or trailers) callback has come.
+    body_seen: bool,
+}
+
+impl Request {
+    pub fn new(id: u32) -> Request {
+        Request {
+            id,
+            state: State::Pass,
+            body_len: 0,
+            body_limit: 0,
+            response_headers: Vec::new(),
+            api: Api::OpenAi,
+            headers_held: false,
+            length_dropped: false,
+            body_seen: false,
+        }
+    }
+
+    /// Whether the engine will read the body at this body callback: the
+    /// host then hands it over ([`Engine::on_body`]).
+    pub fn wants_body(&self, size: usize, end_of_stream: bool) -> bool {
+        end_of_stream && self.wants_body_now(size)
+    }
+
+    /// Whether the engine will read the body when the trailers come.
+    pub fn wants_body_at_trailers(&self) -> bool {
+        self.wants_body_now(self.body_len)
+    }
+
+    fn wants_body_now(&self, size: usize) -> bool {
+        matches!(self.state, State::Buffering { .. }) && size as u64 <= self.body_limit
+    }
+
+    /// The body length buffered so far (for reading it at the trailers).
+    pub fn body_len(&self) -> usize {
+        self.body_len
+    }
+}
+
+/// Webhook alerts waiting for the tick.
+struct Alerts {
+    webhook: Option<crate::config::Webhook>,
+    secret: Option<Vec<u8>>,
+    queue: VecDeque<Alert>,
+}
+
+/// Alerts waiting to be sent, per worker; more are dropped and counted.
+pub const MAX_QUEUED_ALERTS: usize = 256;
+/// Alerts dispatched per tick.
+const ALERTS_PER_TICK: usize = 32;
+/// Repeated failures are logged at most this often.
+const FAILURE_LOG_INTERVAL_MS: u64 = 10_000;
+/// Distinct unknown route-policy ids remembered (each is logged once).
+const MAX_UNKNOWN_ROUTE_POLICIES: usize = 64;
+/// A tool-loop event is logged once per conversation and level within this
+/// window.
+const TOOL_EVENT_WINDOW_MS: u64 = 60_000;
+
+/// When each kind of repeated failure was last logged.
+#[derive(Default)]
+struct LogLimits {
+    fail_open: u64,
+    store_error: u64,
+    webhook: u64,
+}
+
+impl LogLimits {
+    /// Whether a failure last logged at `*last` may be logged at `now`
+    /// (and if so, note it).
+    fn allow(last: &mut u64, now: u64) -> bool {
+        if now.saturating_sub(*last) >= FAILURE_LOG_INTERVAL_MS || *last == 0 {
+            *last = now.max(1);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// One plugin instance on one worker: the configuration and the state its
+/// requests share.
+pub struct Engine<B> {
+    config: Rc<Config>,
+    registry: Registry,
+    local: SlotStore<B>,
+    /// The shared store, when the configuration names one.
+    shared: Option<RedisStore>,
+    throttled: DelayQueue,
+    hold: HeaderHold,
+    call_cache: CallCache,
+    alerts: Alerts,
+    logs: LogLimits,
+    unknown_route_policies: Vec<String>,
+}
+
+impl<B: BucketBackend> Engine<B> {
+    /// Set up a validated configuration. `namespace` keeps this plugin's
+    /// counts apart (shared data and Redis keys); `open` opens the
+    /// fingerprint table of the given layout; `env` reads the VM's
+    /// environment (the webhook secret); `seed` is random (Redis nonces).
+    pub fn new(
+        config: Config,
+        namespace: &str,
+        open: impl FnOnce(TableLayout) -> Result<B, String>,
+        env: impl Fn(&str) -> Option<String>,
+        seed: u64,
+    ) -> Result<Engine<B>, String> {
+        let secret = match config.webhook.as_ref().and_then(|w| w.hmac_secret_env.as_ref()) {
+            None => None,
+            Some(var) => match env(var) {
+                Some(v) if !v.is_empty() => Some(v.into_bytes()),
+                _ => {
+                    return Err(format!(
+                        "alerts.webhook.hmac_secret_env names {var}, which is not set in the VM environment (add it to vm_config.environment_variables.host_env_keys)"
+                    ))
+                }
+            },
+        };
+        let layout = TableLayout::new(config.max_tracked_fingerprints);
+        let backend = open(layout)?;
+        let shared = match &config.store {
+            StoreConfig::Local => None,
+            StoreConfig::RedisWebdis(r) => Some(RedisStore::new(r.clone(), namespace, seed)),
+        };
+        Ok(Engine {
+            registry: Registry::new(&config),
+            local: SlotStore { layout, backend },
+            shared,
+            throttled: DelayQueue::default(),
+            hold: HeaderHold::new(config.hold_request_headers),
+            call_cache: CallCache::default(),
+            alerts: Alerts {
+                webhook: config.webhook.clone(),
+                secret,
+                queue: VecDeque::new(),
+            },
+            logs: LogLimits::default(),
+            unknown_route_policies: Vec::new(),
+            config: Rc::new(config),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The metrics this configuration counts (the host defines each with
+    /// Envoy, in order).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The line logged when the configuration is in place.
+    pub fn summary(&self) -> String {
+        let ids: Vec<&str> = self.config.policies.iter().map(|p| p.id.as_str()).collect();
+        format!(
+            "configured {} polic{} ({}), tracking up to {} fingerprints",
+            ids.len(),
+            if ids.len() == 1 { "y" } else { "ies" },
+            ids.join(", "),
+            self.local.layout.capacity(),
+        )
+    }
+}
+
+fn count(id: MetricId, n: i64) -> Effect {
+    Effect::Count(id, n)
+}
+
+/// Count an optional (per-policy) metric.
+fn count_opt(out: &mut Effects, id: Option<MetricId>, n: i64) {
+    if let Some(id) = id {
+        out.push(count(id, n));
+    }
+}

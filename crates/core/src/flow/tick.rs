@@ -1,0 +1,132 @@
+//! Time and endings: the tick that resumes throttled requests, releases
+//! held ones the probe gave up on and sends alerts; the response headers;
+//! a client that left.
+
+use super::*;
+use crate::events;
+use crate::hold::{HOLD_PROBE_MS, MISSES_TO_STOP, REPROBE_MS};
+use crate::metrics::WebhookResult;
+use serde_json::Value;
+
+impl<B: BucketBackend> Engine<B> {
+    /// The response headers are on their way to the client: add what the
+    /// decision says the client should see.
+    pub fn on_response_headers(&mut self, r: &mut Request, out: &mut Effects) {
+        for (name, value) in std::mem::take(&mut r.response_headers) {
+            out.push(Effect::AddResponseHeader(name, value));
+        }
+    }
+
+    /// The stream ended (answered, or its client left): forget it wherever
+    /// it waits.
+    pub fn on_done(&mut self, r: &mut Request, out: &mut Effects) {
+        if matches!(r.state, State::Held) && self.throttled.remove(r.id) {
+            out.push(count(self.registry.throttle_pending(), -1));
+        }
+        if r.headers_held {
+            self.hold.forget(r.id);
+        }
+        r.state = State::Done;
+    }
+
+    /// The tick: send queued alerts, release held requests the probe gave
+    /// up on, resume throttled requests whose time has come; stop the tick
+    /// when nothing waits.
+    pub fn on_tick(&mut self, now: u64, out: &mut Effects) {
+        self.send_alerts(out);
+        let released = self.hold.due(now);
+        if released.turned_off {
+            out.push(Effect::Log(
+                Level::Error,
+                format!(
+                    "hold_request_headers is set, but Envoy delivered no body to {MISSES_TO_STOP} requests held in the headers phase within {HOLD_PROBE_MS} ms each: set allow_on_headers_stop_iteration: true in the Wasm filter's config (Envoy 1.35+), or remove hold_request_headers and place the buffer filter after loopguard. For the next {} s requests are judged after their headers went upstream; then holding is tried again.",
+                    REPROBE_MS / 1000
+                ),
+            ));
+        }
+        for stream in released.streams {
+            out.push(count(self.registry.hold_released(), 1));
+            out.push(Effect::Resume(stream));
+        }
+        let due = self.throttled.take_due(now);
+        if !due.is_empty() {
+            out.push(count(
+                self.registry.throttle_pending(),
+                -i64::try_from(due.len()).unwrap_or(i64::MAX),
+            ));
+        }
+        out.extend(due.into_iter().map(Effect::Resume));
+        if self.throttled.is_empty() && self.alerts.queue.is_empty() && !self.hold.watching() {
+            out.push(Effect::StopTick);
+        }
+    }
+
+    /// Queue a webhook alert for an event (if a webhook is configured). The
+    /// tick sends it: a finished stream cannot wait for the call's answer.
+    pub(super) fn queue_alert(&mut self, event: &Value, now: u64, out: &mut Effects) {
+        if self.alerts.webhook.is_none() {
+            return;
+        }
+        if self.alerts.queue.len() >= MAX_QUEUED_ALERTS {
+            out.push(count(self.registry.webhook(WebhookResult::Dropped), 1));
+            return;
+        }
+        let alert = events::alert(event, now, self.alerts.secret.as_deref());
+        self.alerts.queue.push_back(alert);
+        out.push(Effect::ArmTick);
+    }
+
+    fn send_alerts(&mut self, out: &mut Effects) {
+        let Some(webhook) = &self.alerts.webhook else {
+            return;
+        };
+        for _ in 0..ALERTS_PER_TICK {
+            let Some(alert) = self.alerts.queue.pop_front() else {
+                return;
+            };
+            let headers = events::alert_headers(webhook, &alert);
+            out.push(Effect::SendAlert(StoreCall {
+                cluster: webhook.cluster.clone(),
+                headers,
+                body: alert.body.into_bytes(),
+                timeout_ms: webhook.timeout_ms,
+            }));
+        }
+    }
+
+    /// The host could not send an alert ([`Effect::SendAlert`]).
+    pub fn on_alert_sent(&mut self, sent: Result<(), String>, now: u64, out: &mut Effects) {
+        if let Err(why) = sent {
+            let cluster = self
+                .alerts
+                .webhook
+                .as_ref()
+                .map_or("", |w| w.cluster.as_str());
+            let why = format!("cannot call cluster \"{cluster}\" ({why})");
+            self.webhook_failed(&why, now, out);
+        }
+    }
+
+    /// An alert's answer: its `:status`, or `None` when none came.
+    pub fn on_alert_reply(&mut self, status: Option<&str>, now: u64, out: &mut Effects) {
+        match status {
+            None => {
+                self.webhook_failed("no response (timeout, reset or no healthy host)", now, out)
+            }
+            Some(s) if s.starts_with('2') => {
+                out.push(count(self.registry.webhook(WebhookResult::Sent), 1));
+            }
+            Some(s) => self.webhook_failed(&format!("receiver answered {s}"), now, out),
+        }
+    }
+
+    fn webhook_failed(&mut self, why: &str, now: u64, out: &mut Effects) {
+        out.push(count(self.registry.webhook(WebhookResult::Failed), 1));
+        if LogLimits::allow(&mut self.logs.webhook, now) {
+            out.push(Effect::Log(
+                Level::Warn,
+                format!("webhook alert failed: {why}"),
+            ));
+        }
+    }
+}

@@ -1,0 +1,365 @@
+//! loopguard's metrics: their names (with labels) and dense ids.
+//!
+//! Envoy shows them under `wasmcustom.` with their labels written into the
+//! name (`loopguard.rejected_total.policy.llm-policy`); the
+//! `stats_config.stats_tags` of the example configs turn those into real
+//! labels, so `/stats/prometheus` shows
+//! `loopguard_rejected_total{policy="llm-policy"}`. Label values are
+//! bounded: policy ids, actions, modes, tiers, steps, reasons, results;
+//! never fingerprints, paths or users.
+//!
+//! The registry is built once per configuration; the host defines every
+//! name with Envoy at configure time and keeps the ids in a table indexed
+//! by [`MetricId`], so a request's metrics cost no string work.
+
+use crate::config::{Config, OnStoreError, ToolStep};
+use crate::tool_loops::Tier;
+
+/// How a metric behaves in Envoy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    /// Process-wide: every worker adds and removes its own part.
+    Gauge,
+    Histogram,
+}
+
+/// A metric of this configuration: an index into [`Registry::defs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MetricId(pub u32);
+
+/// What a shadow-mode policy would have done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WouldBe {
+    Warn,
+    Throttle,
+    Reject,
+    Nudge,
+    Directive,
+}
+
+/// Why a body was not fingerprinted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    TooLarge,
+    Unreadable,
+    Unparsed,
+    /// Nested deeper than the scanner reads.
+    TooDeep,
+    /// More conversation items, object keys or tool calls than the scanner
+    /// reads.
+    TooMany,
+}
+
+impl SkipReason {
+    pub const ALL: [SkipReason; 5] = [
+        SkipReason::TooLarge,
+        SkipReason::Unreadable,
+        SkipReason::Unparsed,
+        SkipReason::TooDeep,
+        SkipReason::TooMany,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::TooLarge => "too_large",
+            SkipReason::Unreadable => "unreadable",
+            SkipReason::Unparsed => "unparsed",
+            SkipReason::TooDeep => "too_deep",
+            SkipReason::TooMany => "too_many",
+        }
+    }
+}
+
+/// The result of a call to the shared store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallResult {
+    Ok,
+    Unavailable,
+    Status,
+    Reply,
+}
+
+/// The result of a webhook alert.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebhookResult {
+    Sent,
+    Failed,
+    Dropped,
+}
+
+const WOULD_BE: [&str; 5] = ["warn", "throttle", "reject", "nudge", "directive"];
+const TIERS: [&str; 2] = ["identical", "pattern"];
+const STEPS: [&str; 3] = ["nudge", "directive", "reject"];
+const CALL_RESULTS: [&str; 4] = ["ok", "unavailable", "status", "reply"];
+const FALLBACKS: [&str; 2] = ["local", "allow"];
+const WEBHOOK_RESULTS: [&str; 3] = ["sent", "failed", "dropped"];
+
+/// Per policy: the offset of its block of ids.
+const PER_POLICY: u32 = 6 + 2 + 5 + 6;
+
+/// Every metric of a configuration.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    defs: Vec<(String, Kind)>,
+    policies: u32,
+}
+
+// Layout of the global ids.
+const REQUESTS: u32 = 0;
+const EVICTED: u32 = 1;
+const CAS_RETRIES: u32 = 2;
+const FAIL_OPEN: u32 = 3;
+const HOLD_RELEASED: u32 = 4;
+const TABLE_ENTRIES: u32 = 5;
+const THROTTLE_PENDING: u32 = 6;
+const SKIPPED: u32 = 7; // 5
+const CALLS: u32 = SKIPPED + 5; // 4
+const FALLBACK: u32 = CALLS + 4; // 2
+const WEBHOOK: u32 = FALLBACK + 2; // 3
+const GLOBALS: u32 = WEBHOOK + 3;
+
+impl Registry {
+    pub fn new(config: &Config) -> Registry {
+        let c = |name: &str| (format!("loopguard.{name}"), Kind::Counter);
+        let mut defs = vec![
+            c("requests_total"),
+            c("fingerprints_evicted_total"),
+            c("store_cas_retries_total"),
+            c("store_fail_open_total"),
+            c("hold_released_total"),
+            ("loopguard.table_entries_used".to_string(), Kind::Gauge),
+            ("loopguard.throttle_pending".to_string(), Kind::Gauge),
+        ];
+        defs.extend(
+            SkipReason::ALL
+                .iter()
+                .map(|r| c(&format!("bodies_skipped_total.reason.{}", r.as_str()))),
+        );
+        defs.extend(
+            CALL_RESULTS
+                .iter()
+                .map(|r| c(&format!("store_calls_total.result.{r}"))),
+        );
+        defs.extend(
+            FALLBACKS
+                .iter()
+                .map(|a| c(&format!("store_fallback_total.action.{a}"))),
+        );
+        defs.extend(
+            WEBHOOK_RESULTS
+                .iter()
+                .map(|r| c(&format!("webhook_total.result.{r}"))),
+        );
+        for p in &config.policies {
+            let id = &p.id;
+            let pc = |name: &str, tags: &str| {
+                (format!("loopguard.{name}.policy.{id}{tags}"), Kind::Counter)
+            };
+            defs.push(pc("matched_total", ""));
+            defs.push(pc("exempted_total", ""));
+            defs.push(pc("rejected_total", ""));
+            defs.push(pc("throttled_total", ""));
+            defs.push(pc("warned_total", ""));
+            defs.push((
+                format!("loopguard.throttle_delay_ms.policy.{id}"),
+                Kind::Histogram,
+            ));
+            for m in ["enforce", "shadow"] {
+                defs.push(pc("detected_total", &format!(".mode.{m}")));
+            }
+            for a in WOULD_BE {
+                defs.push(pc("shadow_total", &format!(".action.{a}")));
+            }
+            for t in TIERS {
+                for s in STEPS {
+                    defs.push(pc(
+                        "tool_loop_detected_total",
+                        &format!(".tier.{t}.step.{s}"),
+                    ));
+                }
+            }
+        }
+        Registry {
+            defs,
+            policies: u32::try_from(config.policies.len()).unwrap_or(0),
+        }
+    }
+
+    /// Every metric's full name and kind, in id order.
+    pub fn defs(&self) -> &[(String, Kind)] {
+        &self.defs
+    }
+
+    fn policy_base(&self, policy: usize) -> Option<u32> {
+        let p = u32::try_from(policy).ok().filter(|p| *p < self.policies)?;
+        Some(GLOBALS + p * PER_POLICY)
+    }
+
+    fn at(&self, policy: usize, offset: u32) -> Option<MetricId> {
+        self.policy_base(policy).map(|b| MetricId(b + offset))
+    }
+
+    pub fn requests(&self) -> MetricId {
+        MetricId(REQUESTS)
+    }
+    pub fn evicted(&self) -> MetricId {
+        MetricId(EVICTED)
+    }
+    pub fn cas_retries(&self) -> MetricId {
+        MetricId(CAS_RETRIES)
+    }
+    pub fn fail_open(&self) -> MetricId {
+        MetricId(FAIL_OPEN)
+    }
+    pub fn hold_released(&self) -> MetricId {
+        MetricId(HOLD_RELEASED)
+    }
+    pub fn table_entries(&self) -> MetricId {
+        MetricId(TABLE_ENTRIES)
+    }
+    pub fn throttle_pending(&self) -> MetricId {
+        MetricId(THROTTLE_PENDING)
+    }
+    pub fn skipped(&self, reason: SkipReason) -> MetricId {
+        let i = SkipReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        MetricId(SKIPPED + u32::try_from(i).unwrap_or(0))
+    }
+    pub fn store_call(&self, result: CallResult) -> MetricId {
+        MetricId(
+            CALLS
+                + match result {
+                    CallResult::Ok => 0,
+                    CallResult::Unavailable => 1,
+                    CallResult::Status => 2,
+                    CallResult::Reply => 3,
+                },
+        )
+    }
+    pub fn fallback(&self, on_error: OnStoreError) -> MetricId {
+        MetricId(
+            FALLBACK
+                + match on_error {
+                    OnStoreError::Local => 0,
+                    OnStoreError::Allow => 1,
+                },
+        )
+    }
+    pub fn webhook(&self, result: WebhookResult) -> MetricId {
+        MetricId(
+            WEBHOOK
+                + match result {
+                    WebhookResult::Sent => 0,
+                    WebhookResult::Failed => 1,
+                    WebhookResult::Dropped => 2,
+                },
+        )
+    }
+    pub fn matched(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, 0)
+    }
+    pub fn exempted(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, 1)
+    }
+    pub fn rejected(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, 2)
+    }
+    pub fn throttled(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, 3)
+    }
+    pub fn warned(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, 4)
+    }
+    pub fn throttle_delay(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, 5)
+    }
+    pub fn detected(&self, policy: usize, shadow: bool) -> Option<MetricId> {
+        self.at(policy, 6 + u32::from(shadow))
+    }
+    pub fn shadow(&self, policy: usize, would: WouldBe) -> Option<MetricId> {
+        let i = match would {
+            WouldBe::Warn => 0,
+            WouldBe::Throttle => 1,
+            WouldBe::Reject => 2,
+            WouldBe::Nudge => 3,
+            WouldBe::Directive => 4,
+        };
+        self.at(policy, 8 + i)
+    }
+    pub fn tool_loop(&self, policy: usize, tier: Tier, step: ToolStep) -> Option<MetricId> {
+        let t = match tier {
+            Tier::Identical => 0,
+            Tier::Pattern => 1,
+        };
+        let s = match step {
+            ToolStep::Nudge => 0,
+            ToolStep::Directive => 1,
+            ToolStep::Reject => 2,
+        };
+        self.at(policy, 13 + t * 3 + s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_id_names_its_metric() {
+        let cfg = Config::from_value(&json!({"policies": [
+            {"id": "a", "spec": {"selector": {}, "tool_loops": {"enabled": true}}},
+            {"id": "b", "spec": {"selector": {}, "tool_loops": {"enabled": true}}}]}))
+        .unwrap();
+        let r = Registry::new(&cfg);
+        let name = |id: Option<MetricId>| r.defs()[id.unwrap().0 as usize].0.clone();
+        assert_eq!(name(Some(r.requests())), "loopguard.requests_total");
+        assert_eq!(
+            r.defs()[r.table_entries().0 as usize],
+            ("loopguard.table_entries_used".to_string(), Kind::Gauge)
+        );
+        assert_eq!(
+            name(Some(r.skipped(SkipReason::TooDeep))),
+            "loopguard.bodies_skipped_total.reason.too_deep"
+        );
+        assert_eq!(
+            name(Some(r.store_call(CallResult::Reply))),
+            "loopguard.store_calls_total.result.reply"
+        );
+        assert_eq!(
+            name(Some(r.fallback(OnStoreError::Allow))),
+            "loopguard.store_fallback_total.action.allow"
+        );
+        assert_eq!(
+            name(Some(r.webhook(WebhookResult::Dropped))),
+            "loopguard.webhook_total.result.dropped"
+        );
+        assert_eq!(name(r.matched(1)), "loopguard.matched_total.policy.b");
+        assert_eq!(
+            name(r.throttle_delay(0)),
+            "loopguard.throttle_delay_ms.policy.a"
+        );
+        assert_eq!(
+            name(r.detected(1, true)),
+            "loopguard.detected_total.policy.b.mode.shadow"
+        );
+        assert_eq!(
+            name(r.shadow(0, WouldBe::Directive)),
+            "loopguard.shadow_total.policy.a.action.directive"
+        );
+        assert_eq!(
+            name(r.tool_loop(1, Tier::Pattern, ToolStep::Reject)),
+            "loopguard.tool_loop_detected_total.policy.b.tier.pattern.step.reject"
+        );
+        assert_eq!(r.matched(2), None);
+        assert_eq!(r.defs().len(), (GLOBALS + 2 * PER_POLICY) as usize);
+        // Names are unique.
+        let mut names: Vec<&String> = r.defs().iter().map(|(n, _)| n).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), r.defs().len());
+    }
+}
