@@ -4,7 +4,6 @@ is counted. Each test is bounded in time."""
 
 import gzip
 import json
-import shutil
 import socket
 import subprocess
 import time
@@ -89,7 +88,6 @@ def test_malformed_json_invalid_utf8_and_gzip_bodies(upstream, start_envoy):
     assert healthy(e)
 
 
-@pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is installed by make test")
 def test_store_contention_four_workers_one_hot_fingerprint_and_a_flood(upstream, start_envoy, tmp_path):
     """Four workers: 1023 identical requests from 32 connections while wrk
     floods 100k distinct fingerprints. The table has room for all, so the

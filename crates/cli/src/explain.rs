@@ -378,7 +378,7 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
         ));
         return out;
     }
-    let parsed = llm::parse(&req.body, head.path_only());
+    let parsed = llm::parse(&req.body, head.path_only(), p.items_needed()).ok();
     if let Some(r) = &parsed {
         out.body = Some(BodyKind {
             format: r.format.as_str().to_string(),

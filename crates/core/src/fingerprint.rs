@@ -353,6 +353,8 @@ pub struct Pending<S: Hashing = Sha256> {
     identity: S::Buffer,
     path: String,
     mode: PendingMode,
+    /// Conversation items the policy reads (see [`Policy::items_needed`]).
+    keep: usize,
 }
 
 impl<S: Hashing> std::fmt::Debug for Pending<S> {
@@ -401,7 +403,7 @@ impl Pending<Sha256> {
     /// Finish with the whole request body (empty for a body-less request).
     pub fn finish(self, body: &[u8]) -> Fingerprinted {
         let parsed = if self.reads_llm_body() {
-            llm::parse(body, &self.path)
+            llm::parse(body, &self.path, self.keep).ok()
         } else {
             None
         };
@@ -440,7 +442,7 @@ pub fn explain(
 ) -> Explained {
     let pending = Pending::<Trace>::begin(config, policy, head, facts);
     let parsed = if pending.reads_llm_body() {
-        llm::parse(body, &pending.path)
+        llm::parse(body, &pending.path, pending.keep).ok()
     } else {
         None
     };
@@ -493,6 +495,7 @@ impl<S: Hashing> Pending<S> {
             identity,
             path: head.path_only().to_string(),
             mode,
+            keep: policy.items_needed(),
         }
     }
 
@@ -504,6 +507,11 @@ impl<S: Hashing> Pending<S> {
     /// The path, for recognising the body's format.
     pub fn path(&self) -> &str {
         &self.path
+    }
+
+    /// Conversation items the policy reads.
+    pub fn keep(&self) -> usize {
+        self.keep
     }
 
     fn complete(

@@ -1,5 +1,12 @@
 //! The checked-in JSON Schema (`schema/loopguard.schema.json`) is the one
 //! the configuration types generate (`make schema` writes it).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::unreachable
+)] // a test
 #![cfg(feature = "schema")]
 
 use loopguard_core::config::{schema, Config};

@@ -3,6 +3,13 @@
 //! action or any other policy setting. This test reads them and fails if
 //! one does (decisions belong in `loopguard-core`, where the flow is tested
 //! natively).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::unreachable
+)] // a test
 
 use std::fs;
 use std::path::Path;

@@ -26,6 +26,8 @@ pub const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
 pub const MAX_WINDOW_SECONDS: u64 = 86_400;
 /// Upper bound for a throttle delay.
 pub const MAX_THROTTLE_DELAY_MS: u64 = 60_000;
+/// The most conversation items a request keeps for a policy.
+pub const MAX_ITEMS_KEPT: usize = 512;
 const MAX_POLICIES: usize = 256;
 const MAX_LIMIT_KEYS: usize = 16;
 const MAX_EXEMPTIONS: usize = 32;
@@ -149,6 +151,23 @@ impl Policy {
     /// Whether the policy does anything with the requests it claims.
     pub fn is_active(&self) -> bool {
         self.detection.is_some() || self.tool_loops.is_some()
+    }
+
+    /// How many of a conversation's last items the policy reads: the tail
+    /// it fingerprints (plus room for an out-of-band system prompt), and
+    /// enough history for its tool-call window (four items per call, for
+    /// results and exempt calls in between). A request keeps only these
+    /// (and the first item), however long the conversation.
+    pub fn items_needed(&self) -> usize {
+        let tail = match self.detection.as_ref().map(|d| &d.similarity) {
+            Some(Similarity::LlmTail { tail_messages }) => *tail_messages as usize + 1,
+            _ => 1,
+        };
+        let tools = self
+            .tool_loops
+            .as_ref()
+            .map_or(0, |t| 4 * t.last_calls + 16);
+        tail.max(tools).min(MAX_ITEMS_KEPT)
     }
 
     /// Whether the policy may rewrite request bodies (tool-loop nudges and

@@ -5,7 +5,7 @@ use super::*;
 use crate::config::{Mode, Policy, ToolStep};
 use crate::events;
 use crate::fingerprint;
-use crate::llm;
+use crate::llm::{self, scan::Refusal, NotRead};
 use crate::metrics::{SkipReason, WouldBe};
 use crate::reply;
 use crate::store::StoreAnswer;
@@ -58,6 +58,17 @@ impl<B: BucketBackend> Engine<B> {
         self.decide_buffered(r, body, now, out)
     }
 
+    /// A body the scanner refused (nested too deep, too many values): the
+    /// request is fingerprinted exactly and passes on; counted.
+    fn count_refusal(&self, refused: Option<Refusal>, out: &mut Effects) {
+        let reason = match refused {
+            None => return,
+            Some(Refusal::TooDeep) => SkipReason::TooDeep,
+            Some(Refusal::TooMany) => SkipReason::TooMany,
+        };
+        out.push(count(self.registry.skipped(reason), 1));
+    }
+
     /// The first body (or trailers) callback of a held request: Envoy
     /// delivers what follows the headers of held requests (or the probe
     /// released this one's headers).
@@ -90,24 +101,44 @@ impl<B: BucketBackend> Engine<B> {
         let Some(p) = config.policies.get(policy) else {
             return Step::Continue;
         };
-        // Parse the body once, for the fingerprint and the tool-loop judge.
+        // Parse the body once, for the fingerprint and the tool-loop judge,
+        // keeping only the conversation items the policy reads.
+        let mut refused = None;
         let parsed = if pending.reads_llm_body() || p.tool_loops.is_some() {
-            llm::parse(body, pending.path())
+            match llm::parse(body, pending.path(), pending.keep()) {
+                Ok(req) => Some(req),
+                Err(NotRead::NotLlm) => None,
+                Err(NotRead::Refused(why)) => {
+                    refused = Some(why);
+                    None
+                }
+            }
         } else {
             None
         };
         if let (Some(cfg), Some(req)) = (&p.tool_loops, &parsed) {
             let history = req.tool_history(Some(&mut self.call_cache));
-            if let Some(v) = tool_loops::judge(cfg, &history) {
+            if req.over_budget() {
+                refused = Some(Refusal::TooMany);
+            } else if let Some(v) = tool_loops::judge(cfg, &history) {
                 if let Some(step) = self.tool_loop(r, policy, p, &pending, req, &v, now, out) {
                     return step;
                 }
             }
         }
         if p.detection.is_none() {
+            self.count_refusal(refused, out);
             return Step::Continue;
         }
-        let made = pending.finish_parsed(body, parsed.as_ref());
+        let mut made = pending.finish_parsed(body, parsed.as_ref());
+        if parsed.as_ref().is_some_and(llm::Request::over_budget) {
+            refused = Some(Refusal::TooMany);
+        }
+        if refused.is_some() {
+            // Fingerprinted exactly, counted once: as refused, not unparsed.
+            made.unparsed = false;
+        }
+        self.count_refusal(refused, out);
         let phase = if r.headers_held {
             Phase::HeadersHeld
         } else {

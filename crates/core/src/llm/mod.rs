@@ -20,9 +20,24 @@ mod tools;
 pub use normalize::{canonical_json, normalize_text};
 pub use tools::{CallCache, ToolCall, ToolHistory};
 
-use scan::Span;
+use scan::{Elements, Refusal, Span};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use std::cell::Cell;
+
+/// Values a request may parse into trees (conversation items that are more
+/// than plain text, tool calls): what keeps a crafted body from costing
+/// more memory than its own bytes.
+pub const MAX_PARSED_VALUES: usize = 32_768;
+
+/// Why a body was not read as an LLM request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotRead {
+    /// Not JSON, or not one of the understood formats.
+    NotLlm,
+    /// Refused by the scanner's bounds (see [`scan::Refusal`]).
+    Refused(Refusal),
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -53,21 +68,26 @@ pub struct Request<'a> {
     /// Responses `instructions`), counted as the conversation's first
     /// message.
     system: Option<Span>,
-    /// The conversation in order (Responses: the input items).
+    /// The conversation in order (Responses: the input items): the first
+    /// item and the last ones the policy reads, each with its members read
+    /// while splitting the conversation.
     items: Items,
-    /// Each item's members, read while splitting the conversation (`None`
-    /// for an item that is not an object).
-    item_keys: Vec<Option<scan::Picked>>,
     /// The conversation array (`messages` or `input`) and `tool_choice`,
     /// for edits.
     array: Option<Span>,
     tool_choice: Option<Span>,
     body: &'a [u8],
+    /// Values still allowed to be parsed into trees.
+    budget: Cell<usize>,
+    /// Set once the budget ran out: the body is then refused.
+    over_budget: Cell<bool>,
 }
 
+/// (The list variant is large: a request holds one, inside its own state.)
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 enum Items {
-    List(Vec<Span>),
+    List(Elements),
     /// Responses `input` given as one string: a single user message.
     Text(String),
 }
@@ -94,12 +114,22 @@ pub enum Part {
     Other(String),
 }
 
-/// Recognise an LLM request. `None` when the body is not JSON or not one of
-/// the understood formats. `path` helps tell Anthropic from OpenAI chat when
-/// the body alone cannot.
-pub fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {
+/// Recognise an LLM request, keeping the first conversation item and the
+/// last `keep` (what the policy reads; memory is proportional to it, not to
+/// the body). `Err` when the body is not JSON or not one of the understood
+/// formats, or when the scanner refused it ([`scan`]'s bounds). `path`
+/// helps tell Anthropic from OpenAI chat when the body alone cannot.
+pub fn parse<'a>(body: &'a [u8], path: &str, keep: usize) -> Result<Request<'a>, NotRead> {
+    read(body, path, keep).ok_or_else(|| match scan::refusal(body) {
+        Some(r) => NotRead::Refused(r),
+        None => NotRead::NotLlm,
+    })
+}
+
+fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
     let start = scan::skip_ws(body, 0);
-    let (top, arrays) = scan::members_split(body, (start, body.len()), &["messages", "input"])?;
+    let (top, arrays) =
+        scan::members_split(body, (start, body.len()), &["messages", "input"], keep)?;
     let mut arrays = arrays;
     let mut split = |key: &str| {
         let at = arrays.iter().position(|(k, _)| *k == key.as_bytes())?;
@@ -121,50 +151,44 @@ pub fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {
         .filter_map(|k| field(k).and_then(slice))
         .any(|raw| !matches!(raw, b"null" | b"[]" | b"{}"));
     let tool_choice = field("tool_choice");
+    let request = |format, system, items, array| Request {
+        format,
+        model: model.clone(),
+        offers_tools,
+        system,
+        items,
+        array,
+        tool_choice,
+        body,
+        budget: Cell::new(MAX_PARSED_VALUES),
+        over_budget: Cell::new(false),
+    };
     if let Some(messages) = field("messages") {
         let list = split("messages")?;
         let system = field("system");
         let anthropic = system.is_some() || is_anthropic_path(path);
-        return Some(Request {
-            format: if anthropic {
-                Format::Anthropic
-            } else {
-                Format::OpenAiChat
-            },
-            model,
-            offers_tools,
-            system,
-            items: Items::List(list.spans),
-            item_keys: list.picked,
-            array: Some(messages),
-            tool_choice,
-            body,
-        });
+        let format = if anthropic {
+            Format::Anthropic
+        } else {
+            Format::OpenAiChat
+        };
+        return Some(request(format, system, Items::List(list), Some(messages)));
     }
     let input = field("input")?;
-    let (items, item_keys, array) = match body.get(input.0)? {
+    let (items, array) = match body.get(input.0)? {
         b'"' => (
             Items::Text(serde_json::from_slice::<String>(slice(input)?).ok()?),
-            Vec::new(),
             None,
         ),
-        b'[' => {
-            let list = split("input")?;
-            (Items::List(list.spans), list.picked, Some(input))
-        }
+        b'[' => (Items::List(split("input")?), Some(input)),
         _ => return None,
     };
-    Some(Request {
-        format: Format::OpenAiResponses,
-        model,
-        offers_tools,
-        system: field("instructions"),
+    Some(request(
+        Format::OpenAiResponses,
+        field("instructions"),
         items,
-        item_keys,
         array,
-        tool_choice,
-        body,
-    })
+    ))
 }
 
 /// Anthropic's Messages API path (also under a prefix, e.g.
@@ -200,7 +224,31 @@ impl<'a> Request<'a> {
                 role: "user".to_string(),
                 parts: text_parts(text),
             }),
-            Items::List(items) => self.item(0, *items.first()?),
+            Items::List(items) => self.item(0, items.get(0)?.0),
+        }
+    }
+
+    /// Whether parsing ran out of its budget ([`MAX_PARSED_VALUES`]): the
+    /// body is then refused, whatever was read of it.
+    pub fn over_budget(&self) -> bool {
+        self.over_budget.get()
+    }
+
+    /// Take `span`'s values from the budget before parsing it into a tree;
+    /// false (and the request over budget) when they do not fit.
+    pub(super) fn afford(&self, span: Span) -> bool {
+        if self.over_budget.get() {
+            return false;
+        }
+        match scan::count_nodes(self.body, span, self.budget.get()) {
+            Some(n) => {
+                self.budget.set(self.budget.get() - n);
+                true
+            }
+            None => {
+                self.over_budget.set(true);
+                false
+            }
         }
     }
 
@@ -210,6 +258,9 @@ impl<'a> Request<'a> {
         if let Some(m) = self.plain_item(index) {
             return Some(m);
         }
+        if !self.afford(span) {
+            return None;
+        }
         let v = serde_json::from_slice::<Value>(self.slice(span)?).ok()?;
         Some(normalize::message(&v))
     }
@@ -218,7 +269,10 @@ impl<'a> Request<'a> {
     /// that do not matter, like `name` or `tool_call_id`), read straight
     /// from the bytes; `None` sends anything richer to the full parser.
     fn plain_item(&self, index: usize) -> Option<Message> {
-        let keys = self.item_keys.get(index)?.as_ref()?;
+        let Items::List(items) = &self.items else {
+            return None;
+        };
+        let keys = items.get(index)?.1.as_ref()?;
         let rich = ["type", "tool_calls", "function_call", "arguments", "input"];
         if keys.others || rich.iter().any(|k| keys.get(k).is_some()) {
             return None;
@@ -227,11 +281,15 @@ impl<'a> Request<'a> {
         let role = std::str::from_utf8(role).ok()?.to_ascii_lowercase();
         let raw = self.slice(keys.get("content")?)?;
         let text = match raw.first()? {
-            b'"' => serde_json::from_slice::<std::borrow::Cow<'_, str>>(raw).ok()?,
-            b'n' if raw == b"null" => std::borrow::Cow::Borrowed(""),
+            b'"' => normalize::normalize_json_str(raw)?,
+            b'n' if raw == b"null" => String::new(),
             _ => return None,
         };
-        let body = text_parts(&text);
+        let body = if text.is_empty() {
+            Vec::new()
+        } else {
+            vec![Part::Text(text)]
+        };
         let parts = if role == "tool" || role == "function" {
             vec![Part::ToolResult {
                 content: body,
@@ -244,6 +302,9 @@ impl<'a> Request<'a> {
     }
 
     fn system_message(&self, span: Span) -> Option<Message> {
+        if !self.afford(span) {
+            return None;
+        }
         let v = serde_json::from_slice::<Value>(self.slice(span)?).ok()?;
         Some(Message {
             role: "system".to_string(),
@@ -282,8 +343,8 @@ impl<'a> Request<'a> {
                     }
                 }
                 let start = items.len().saturating_sub(n);
-                for (i, span) in items.iter().enumerate().skip(start) {
-                    out.push(self.item(i, *span)?);
+                for i in start..items.len() {
+                    out.push(self.item(i, items.get(i)?.0)?);
                 }
             }
         }

@@ -4,6 +4,103 @@
 use super::{scan, sha256, text_parts, Message, Part};
 use serde_json::Value;
 
+/// Text normalised as it is fed, one character at a time.
+struct Normalizer {
+    out: String,
+    pending_space: bool,
+}
+
+impl Normalizer {
+    fn new(capacity: usize) -> Normalizer {
+        Normalizer {
+            out: String::with_capacity(capacity),
+            pending_space: false,
+        }
+    }
+
+    fn push(&mut self, c: char) {
+        if c.is_whitespace() {
+            self.pending_space = !self.out.is_empty();
+        } else {
+            if self.pending_space {
+                self.out.push(' ');
+                self.pending_space = false;
+            }
+            self.out.extend(c.to_lowercase());
+        }
+    }
+}
+
+/// The normalised text of a JSON string literal (`raw`, quotes included),
+/// unescaped as it is read: one allocation, the size of the text, never a
+/// copy of the string first (a huge string costs its size once). `None` if
+/// `raw` is not a valid JSON string.
+pub fn normalize_json_str(raw: &[u8]) -> Option<String> {
+    let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    if !inner.contains(&b'\\') {
+        let s = std::str::from_utf8(inner).ok()?;
+        if s.chars().any(|c| u32::from(c) < 0x20) {
+            return None;
+        }
+        return Some(normalize_text(s));
+    }
+    let mut n = Normalizer::new(inner.len());
+    let mut rest = inner;
+    while !rest.is_empty() {
+        let run = rest.iter().position(|&b| b == b'\\').unwrap_or(rest.len());
+        let (text, tail) = rest.split_at(run);
+        for c in std::str::from_utf8(text).ok()?.chars() {
+            if u32::from(c) < 0x20 {
+                return None;
+            }
+            n.push(c);
+        }
+        rest = tail;
+        let Some((&b'\\', after)) = rest.split_first() else {
+            break;
+        };
+        let (&e, after) = after.split_first()?;
+        rest = after;
+        let c = match e {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let (unit, after) = hex4(rest)?;
+                rest = after;
+                if (0xD800..0xDC00).contains(&unit) {
+                    // A high surrogate must be followed by a low one.
+                    let after = rest.strip_prefix(b"\\u")?;
+                    let (low, after) = hex4(after)?;
+                    if !(0xDC00..0xE000).contains(&low) {
+                        return None;
+                    }
+                    rest = after;
+                    char::from_u32(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00))?
+                } else {
+                    char::from_u32(unit)?
+                }
+            }
+            _ => return None,
+        };
+        n.push(c);
+    }
+    Some(n.out)
+}
+
+/// Four hex digits (a `\u` escape's code unit) and what follows them.
+fn hex4(b: &[u8]) -> Option<(u32, &[u8])> {
+    let digits = b.get(..4)?;
+    let s = std::str::from_utf8(digits).ok()?;
+    let unit = u32::from_str_radix(s, 16).ok()?;
+    Some((unit, b.get(4..)?))
+}
+
 /// Lower-case, whitespace runs collapsed to one space, trimmed.
 pub fn normalize_text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -23,18 +120,11 @@ pub fn normalize_text(s: &str) -> String {
         }
         return out;
     }
+    let mut n = Normalizer { out, pending_space };
     for c in s.chars() {
-        if c.is_whitespace() {
-            pending_space = !out.is_empty();
-        } else {
-            if pending_space {
-                out.push(' ');
-                pending_space = false;
-            }
-            out.extend(c.to_lowercase());
-        }
+        n.push(c);
     }
-    out
+    n.out
 }
 
 /// JSON with object keys sorted and no insignificant whitespace.

@@ -11,6 +11,25 @@
 /// A byte range `start..end` in the body.
 pub type Span = (usize, usize);
 
+/// How deep the scanner follows nesting. Deeper bodies are refused (a real
+/// request nests a few levels; serde's own limit is 128).
+pub const MAX_DEPTH: usize = 64;
+/// Members of one object the scanner reads.
+pub const MAX_KEYS: usize = 4_096;
+/// Elements of one array the scanner reads (the conversation included).
+pub const MAX_ELEMENTS: usize = 65_536;
+
+/// Why the scanner refused a body it could otherwise read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// An object with more than [`MAX_KEYS`] members, an array with more
+    /// than [`MAX_ELEMENTS`] elements, or more values to parse than a
+    /// request's budget.
+    TooMany,
+}
+
 pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
     while let Some(c) = b.get(i) {
         if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
@@ -154,6 +173,9 @@ fn skip_container(b: &[u8], i: usize) -> Option<usize> {
             b'"' => j = skip_string(b, j)?,
             b'{' | b'[' => {
                 depth += 1;
+                if depth > MAX_DEPTH {
+                    return None;
+                }
                 j += 1;
             }
             _ => {
@@ -173,6 +195,9 @@ pub fn members(b: &[u8], span: Span) -> Option<Vec<(&[u8], Span)>> {
     let mut it = Members::new(b, span)?;
     let mut out = Vec::new();
     for m in &mut it {
+        if out.len() >= MAX_KEYS {
+            return None;
+        }
         out.push(m);
     }
     it.ok.then_some(out)
@@ -262,6 +287,9 @@ pub fn elements_at(b: &[u8], i: usize) -> Option<(Vec<Span>, usize)> {
     }
     loop {
         let e = skip_value(b, i)?;
+        if out.len() >= MAX_ELEMENTS {
+            return None;
+        }
         out.push((i, e));
         i = skip_ws(b, e);
         match b.get(i)? {
@@ -314,12 +342,79 @@ impl Picked {
     }
 }
 
-/// An array read for its elements: their spans, and for each element that
-/// is an object, its picked keys.
+/// One element of a read array: its span and, for an object, its picked
+/// keys.
+pub type Element = (Span, Option<Picked>);
+
+/// An array read for its elements, keeping what a reader needs of a long
+/// one: the first element, the last `keep` (a ring), and how many there are.
+/// Memory is proportional to `keep`, however long the array.
 #[derive(Debug, Clone, Default)]
 pub struct Elements {
-    pub spans: Vec<Span>,
-    pub picked: Vec<Option<Picked>>,
+    first: Option<Element>,
+    /// The last elements, oldest first.
+    ring: std::collections::VecDeque<Element>,
+    keep: usize,
+    total: usize,
+}
+
+impl Elements {
+    pub fn new(keep: usize) -> Elements {
+        Elements {
+            keep,
+            ..Elements::default()
+        }
+    }
+
+    fn push(&mut self, e: Element) {
+        if self.total == 0 {
+            self.first = Some(e);
+        }
+        if self.keep > 0 {
+            if self.ring.len() == self.keep {
+                self.ring.pop_front();
+            }
+            self.ring.push_back(e);
+        }
+        self.total += 1;
+    }
+
+    /// Elements in the array.
+    pub fn len(&self) -> usize {
+        self.total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Index of the oldest element in the ring.
+    fn ring_start(&self) -> usize {
+        self.total - self.ring.len()
+    }
+
+    /// The element at `index`, if it was kept (the first, or one of the
+    /// last `keep`).
+    pub fn get(&self, index: usize) -> Option<&Element> {
+        if index == 0 {
+            return self.first.as_ref();
+        }
+        self.ring.get(index.checked_sub(self.ring_start())?)
+    }
+
+    /// The last element's span.
+    pub fn last(&self) -> Option<Span> {
+        self.ring.back().or(self.first.as_ref()).map(|e| e.0)
+    }
+
+    /// The kept last elements, oldest first, with their indices.
+    pub fn kept(&self) -> impl Iterator<Item = (usize, &Element)> {
+        let start = self.ring_start();
+        self.ring
+            .iter()
+            .enumerate()
+            .map(move |(i, e)| (start + i, e))
+    }
 }
 
 /// The object starting at `i` read for [`ITEM_KEYS`], and the offset past
@@ -333,7 +428,12 @@ pub fn picked_at(b: &[u8], i: usize) -> Option<(Picked, usize)> {
     if b.get(i) == Some(&b'}') {
         return Some((out, i + 1));
     }
+    let mut keys = 0usize;
     loop {
+        keys += 1;
+        if keys > MAX_KEYS {
+            return None;
+        }
         let key_end = skip_string(b, i)?;
         let key = b.get(i + 1..key_end - 1)?;
         i = skip_ws(b, key_end);
@@ -360,13 +460,13 @@ pub fn picked_at(b: &[u8], i: usize) -> Option<(Picked, usize)> {
 }
 
 /// The array starting at `i`, each object element read for its picked keys
-/// on the way, and the offset past it.
-pub fn elements_with_members_at(b: &[u8], i: usize) -> Option<(Elements, usize)> {
+/// on the way (the first and last `keep` kept), and the offset past it.
+pub fn elements_with_members_at(b: &[u8], i: usize, keep: usize) -> Option<(Elements, usize)> {
     if b.get(i) != Some(&b'[') {
         return None;
     }
     let mut i = skip_ws(b, i + 1);
-    let mut out = Elements::default();
+    let mut out = Elements::new(keep);
     if b.get(i) == Some(&b']') {
         return Some((out, i + 1));
     }
@@ -378,8 +478,10 @@ pub fn elements_with_members_at(b: &[u8], i: usize) -> Option<(Elements, usize)>
             }
             _ => (None, skip_value(b, i)?),
         };
-        out.spans.push((i, e));
-        out.picked.push(picked);
+        if out.len() >= MAX_ELEMENTS {
+            return None;
+        }
+        out.push(((i, e), picked));
         i = skip_ws(b, e);
         match b.get(i)? {
             b',' => i = skip_ws(b, i + 1),
@@ -398,6 +500,7 @@ pub fn members_split<'b>(
     b: &'b [u8],
     span: Span,
     split: &[&str],
+    keep: usize,
 ) -> Option<(Vec<Member<'b>>, Split<'b>)> {
     let b = b.get(..span.1)?;
     let mut i = skip_ws(b, span.0);
@@ -420,12 +523,15 @@ pub fn members_split<'b>(
         let v_start = skip_ws(b, i + 1);
         let splits = b.get(v_start) == Some(&b'[') && split.iter().any(|k| k.as_bytes() == key);
         let v_end = if splits {
-            let (els, end) = elements_with_members_at(b, v_start)?;
+            let (els, end) = elements_with_members_at(b, v_start, keep)?;
             arrays.push((key, els));
             end
         } else {
             skip_value(b, v_start)?
         };
+        if out.len() >= MAX_KEYS {
+            return None;
+        }
         out.push((key, (v_start, v_end)));
         i = skip_ws(b, v_end);
         match b.get(i)? {
@@ -434,6 +540,97 @@ pub fn members_split<'b>(
             _ => return None,
         }
     }
+}
+
+/// The values in `span` (every object, array, string, number and literal,
+/// keys included), if at most `limit`: what parsing it into a value tree
+/// would build. `None` over the limit or on broken structure.
+pub fn count_nodes(b: &[u8], span: Span, limit: usize) -> Option<usize> {
+    let b = b.get(..span.1)?;
+    let mut i = span.0;
+    let mut n = 0usize;
+    while i < b.len() {
+        match *b.get(i)? {
+            b'"' => {
+                n += 1;
+                i = skip_string(b, i)?;
+            }
+            b'{' | b'[' => {
+                n += 1;
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
+                n += 1;
+                let rest = b.get(i..)?;
+                i += rest
+                    .iter()
+                    .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                    .unwrap_or(rest.len());
+            }
+            _ => i += 1,
+        }
+        if n > limit {
+            return None;
+        }
+    }
+    Some(n)
+}
+
+/// Why a body the scanner could not read was refused: nested too deep or
+/// too large a container (see the limits above); `None` when neither (the
+/// body is simply not what the reader expects). One pass, no allocation;
+/// run only when reading failed.
+pub fn refusal(b: &[u8]) -> Option<Refusal> {
+    // Per open container: members or elements seen so far.
+    let mut counts = [0usize; MAX_DEPTH + 1];
+    let mut depth = 0usize;
+    let mut i = 0usize;
+    // Whether the next value starts a new member or element.
+    while i < b.len() {
+        match *b.get(i)? {
+            b'"' => i = skip_string(b, i)?,
+            b'{' | b'[' => {
+                if depth >= MAX_DEPTH {
+                    return Some(Refusal::TooDeep);
+                }
+                depth += 1;
+                if let Some(c) = counts.get_mut(depth) {
+                    *c = 1;
+                }
+                i += 1;
+                // An empty container counts no member.
+                let j = skip_ws(b, i);
+                if matches!(b.get(j), Some(b'}') | Some(b']')) {
+                    if let Some(c) = counts.get_mut(depth) {
+                        *c = 0;
+                    }
+                }
+            }
+            b'}' | b']' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            b',' => {
+                if let Some(c) = counts.get_mut(depth) {
+                    *c += 1;
+                    let limit = MAX_KEYS.min(MAX_ELEMENTS);
+                    if *c > MAX_ELEMENTS || (*c > limit && is_object_at(b, i)) {
+                        return Some(Refusal::TooMany);
+                    }
+                }
+                i += 1;
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Whether the `,` at `i` separates object members (the next token is a
+/// key followed by `:`).
+fn is_object_at(b: &[u8], i: usize) -> bool {
+    let j = skip_ws(b, i + 1);
+    skip_string(b, j).is_some_and(|end| b.get(skip_ws(b, end)) == Some(&b':'))
 }
 
 /// The span of the whole document (one value, only whitespace around it).
@@ -581,9 +778,73 @@ mod tests {
             });
             assert!(ok.is_none(), "{:?}", String::from_utf8_lossy(bad));
         }
-        // Deep nesting is counted, not recursed.
-        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
-        assert_eq!(document(deep.as_bytes()), Some((0, deep.len())));
+        // Nesting is counted, not recursed, up to MAX_DEPTH; deeper is
+        // refused, and the refusal says why.
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert_eq!(document(ok.as_bytes()), Some((0, ok.len())));
+        assert_eq!(refusal(ok.as_bytes()), None);
+        let deep = format!("{}{}", "[".repeat(500_000), "]".repeat(500_000));
+        assert_eq!(document(deep.as_bytes()), None);
+        assert_eq!(refusal(deep.as_bytes()), Some(Refusal::TooDeep));
+    }
+
+    #[test]
+    fn containers_are_read_up_to_their_limits() {
+        let many = |n: usize, open: &str, item: &str, close: &str| {
+            let items: Vec<String> = (0..n)
+                .map(|i| item.replace("{i}", &i.to_string()))
+                .collect();
+            format!("{open}{}{close}", items.join(","))
+        };
+        let keys_ok = many(MAX_KEYS, "{", r#""k{i}":0"#, "}");
+        let d = document(keys_ok.as_bytes()).unwrap();
+        assert_eq!(members(keys_ok.as_bytes(), d).unwrap().len(), MAX_KEYS);
+        assert_eq!(refusal(keys_ok.as_bytes()), None);
+        let keys_over = many(MAX_KEYS + 1, "{", r#""k{i}":0"#, "}");
+        let d = document(keys_over.as_bytes()).unwrap();
+        assert_eq!(members(keys_over.as_bytes(), d), None);
+        assert_eq!(refusal(keys_over.as_bytes()), Some(Refusal::TooMany));
+        let els_over = many(MAX_ELEMENTS + 1, "[", "{}", "]");
+        let d = document(els_over.as_bytes()).unwrap();
+        assert_eq!(elements(els_over.as_bytes(), d), None);
+        assert_eq!(refusal(els_over.as_bytes()), Some(Refusal::TooMany));
+        // Many elements are fine in an array, many keys are not in an
+        // object: the limits differ.
+        let els_ok = many(MAX_KEYS + 1, "[", "1", "]");
+        assert_eq!(refusal(els_ok.as_bytes()), None);
+    }
+
+    #[test]
+    fn long_arrays_keep_the_first_and_the_last_elements() {
+        let body = format!(
+            "[{}]",
+            (0..1000)
+                .map(|i| format!("{{\"n\":{i}}}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let (els, end) = elements_with_members_at(body.as_bytes(), 0, 3).unwrap();
+        assert_eq!(end, body.len());
+        assert_eq!(els.len(), 1000);
+        let at = |i: usize| els.get(i).map(|e| &body[e.0 .0..e.0 .1]);
+        assert_eq!(at(0), Some(r#"{"n":0}"#));
+        assert_eq!(at(1), None, "not kept");
+        assert_eq!(at(996), None);
+        assert_eq!(at(997), Some(r#"{"n":997}"#));
+        assert_eq!(at(999), Some(r#"{"n":999}"#));
+        assert_eq!(
+            els.kept().map(|(i, _)| i).collect::<Vec<_>>(),
+            vec![997, 998, 999]
+        );
+        assert_eq!(els.last().map(|s| &body[s.0..s.1]), Some(r#"{"n":999}"#));
+    }
+
+    #[test]
+    fn nodes_are_counted_up_to_a_limit() {
+        let b = br#"{"a": [1, true, null, "x"], "b": {"c": -2.5}}"#;
+        // {, "a", [, 1, true, null, "x", "b", {, "c", -2.5
+        assert_eq!(count_nodes(b, (0, b.len()), 100), Some(11));
+        assert_eq!(count_nodes(b, (0, b.len()), 10), None);
     }
 
     #[test]
@@ -667,26 +928,5 @@ mod tests {
                 let _ = elements(&bytes, d);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod bench_tests {
-    #[test]
-    #[ignore]
-    fn microbench_skip_string() {
-        let s = format!(
-            "\"{}\"",
-            "The quick brown fox jumps over the lazy dog. ".repeat(1000)
-        );
-        let t = std::time::Instant::now();
-        for _ in 0..1000 {
-            std::hint::black_box(super::skip_string(s.as_bytes(), 0));
-        }
-        eprintln!(
-            "skip_string: {:?} per {} bytes",
-            t.elapsed() / 1000,
-            s.len()
-        );
     }
 }

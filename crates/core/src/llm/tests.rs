@@ -1,6 +1,11 @@
 use super::*;
 use serde_json::json;
 
+/// Every item kept: the tests' conversations are short.
+fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {
+    super::parse(body, path, usize::MAX).ok()
+}
+
 fn tail_of(body: &Value, path: &str, n: usize) -> Vec<Message> {
     let bytes = body.to_string().into_bytes();
     let req = parse(&bytes, path).expect("recognised");
@@ -353,79 +358,6 @@ fn legacy_function_calls_and_refusals() {
 }
 
 #[test]
-#[ignore]
-fn microbench_parse() {
-    let body = std::fs::read("/tmp/mb/chat16k.json").unwrap();
-    let t = std::time::Instant::now();
-    for _ in 0..2000 {
-        let r = parse(&body, "/v1/chat/completions").unwrap();
-        std::hint::black_box(r.tail(3).unwrap());
-    }
-    eprintln!("parse+tail: {:?}/iter", t.elapsed() / 2000);
-    let t = std::time::Instant::now();
-    for _ in 0..2000 {
-        let d = scan::document(&body).unwrap();
-        std::hint::black_box(d);
-    }
-    eprintln!("document: {:?}/iter", t.elapsed() / 2000);
-    let t = std::time::Instant::now();
-    for _ in 0..2000 {
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        std::hint::black_box(v);
-    }
-    eprintln!("serde Value: {:?}/iter", t.elapsed() / 2000);
-    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
-    let t = std::time::Instant::now();
-    for _ in 0..2000 {
-        let r = parse(&tb, "/v1/chat/completions").unwrap();
-        std::hint::black_box(r.tool_history(None));
-    }
-    eprintln!("parse+tool_history: {:?}/iter", t.elapsed() / 2000);
-}
-
-#[test]
-#[ignore]
-fn microbench_tools() {
-    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
-    let r = parse(&tb, "/v1/chat/completions").unwrap();
-    let Items::List(items) = &r.items else {
-        panic!()
-    };
-    eprintln!("items: {}", items.len());
-    let t = std::time::Instant::now();
-    for _ in 0..2000 {
-        for s in items {
-            std::hint::black_box(scan::members(&tb, *s));
-        }
-    }
-    eprintln!("members of all items: {:?}/iter", t.elapsed() / 2000);
-    let t = std::time::Instant::now();
-    for _ in 0..2000 {
-        std::hint::black_box(r.tool_history(None));
-    }
-    eprintln!("tool_history: {:?}/iter", t.elapsed() / 2000);
-    let call = br#"{"id": "call_3", "type": "function", "function": {"name": "tool_3", "arguments": "{\"step\": 3, \"path\": \"/srv/app/3\"}"}}"#;
-    let t = std::time::Instant::now();
-    for _ in 0..20000 {
-        let v: Value = serde_json::from_slice(call).unwrap();
-        std::hint::black_box(normalize::canonical_arguments(
-            v["function"].get("arguments").unwrap(),
-        ));
-    }
-    eprintln!("one call parse+canon: {:?}", t.elapsed() / 20000);
-}
-
-#[test]
-#[ignore]
-fn microbench_tool_history_only() {
-    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
-    for _ in 0..500 {
-        let r = parse(&tb, "/v1/chat/completions").unwrap();
-        std::hint::black_box(r.tool_history(None));
-    }
-}
-
-#[test]
 fn plain_message_fast_path_agrees_with_the_full_parser() {
     let cases = [
         json!({"role": "user", "content": "  Hello\tWORLD \u{e9}t\u{c9} "}),
@@ -449,28 +381,6 @@ fn plain_message_fast_path_agrees_with_the_full_parser() {
 }
 
 #[test]
-#[ignore]
-fn microbench_tool_history_cached() {
-    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
-    let mut cache = CallCache::default();
-    let t = std::time::Instant::now();
-    for _ in 0..2000 {
-        let r = parse(&tb, "/v1/chat/completions").unwrap();
-        std::hint::black_box(r.tool_history(Some(&mut cache)));
-    }
-    eprintln!("parse+cached tool_history: {:?}/iter", t.elapsed() / 2000);
-}
-
-#[test]
-#[ignore]
-fn microbench_parse_only() {
-    let tb = std::fs::read("/tmp/mb/tools16k.json").unwrap();
-    for _ in 0..500 {
-        std::hint::black_box(parse(&tb, "/v1/chat/completions").unwrap());
-    }
-}
-
-#[test]
 fn an_unreadable_tail_message_makes_the_body_unreadable() {
     // Structure is fine, but the last message holds invalid UTF-8.
     let mut body = br#"{"model": "m", "messages": [{"role": "user", "content": "ok"}, {"role": "user", "content": "bad "#.to_vec();
@@ -479,4 +389,54 @@ fn an_unreadable_tail_message_makes_the_body_unreadable() {
     assert_eq!(req.tail(1), None);
     // Earlier, unread messages are not checked.
     assert!(req.first_message().is_some());
+}
+
+/// Every character as `\uXXXX` (surrogate pairs beyond the BMP): the way
+/// an ASCII-only JSON encoder writes a string.
+fn ascii_json(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        let mut units = [0u16; 2];
+        for u in c.encode_utf16(&mut units) {
+            out.push_str(&format!("\\u{u:04x}"));
+        }
+    }
+    out.push('"');
+    out
+}
+
+proptest::proptest! {
+    #[test]
+    fn json_strings_normalise_as_their_text(s in "\\PC*|[\\x00-\\x7f\u{e9}\u{1f600}\\s]*") {
+        let expected = normalize_text(&s);
+        let plain = serde_json::to_string(&s).unwrap();
+        proptest::prop_assert_eq!(normalize::normalize_json_str(plain.as_bytes()), Some(expected.clone()));
+        proptest::prop_assert_eq!(normalize::normalize_json_str(ascii_json(&s).as_bytes()), Some(expected));
+    }
+}
+
+#[test]
+fn broken_json_strings_are_refused_like_serde_refuses_them() {
+    for bad in [
+        &b"\"a\x01b\""[..],
+        b"\"\\q\"",
+        b"\"\\ud800\"",
+        b"\"\\ud800\\u0041\"",
+        b"\"\\u12\"",
+        b"\"\\",
+        b"x",
+        b"\"\xff\"",
+    ] {
+        assert_eq!(
+            normalize::normalize_json_str(bad),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+        assert!(serde_json::from_slice::<String>(bad).is_err());
+    }
+    assert_eq!(
+        normalize::normalize_json_str(br#""A\tB\u00C9 \ud83d\ude00""#).as_deref(),
+        Some("a b\u{e9} \u{1f600}")
+    );
 }

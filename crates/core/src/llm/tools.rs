@@ -25,6 +25,9 @@ pub struct CallCache {
 type CachedItem = (Vec<u8>, Vec<(Rc<str>, Rc<str>)>);
 
 const CALL_CACHE_BYTES: usize = 2 << 20;
+/// Model items whose call-holding bytes exceed this are parsed without the
+/// cache (their bytes are not copied as a key).
+const MAX_CACHED_ITEM: usize = 64 << 10;
 
 impl CallCache {
     fn get(&self, raw: &[u8]) -> Option<&[(Rc<str>, Rc<str>)]> {
@@ -78,10 +81,13 @@ pub struct ToolHistory {
 }
 
 impl Request<'_> {
-    /// Every tool call in the history, in order, with the assistant turn it
-    /// belongs to. Only the model's tool calls are parsed; texts are
-    /// skipped unread. With a cache, model items seen before (a
-    /// conversation resends its history every turn) are not parsed again.
+    /// Every tool call in the history the request keeps (its last items,
+    /// see [`super::parse`]), in order, with the assistant turn it belongs
+    /// to (counted from the oldest kept item). Only the model's tool calls
+    /// are parsed; texts are skipped unread. With a cache, model items seen
+    /// before (a conversation resends its history every turn) are not
+    /// parsed again. Calls that would exceed the request's parsing budget
+    /// are not read (see [`Request::over_budget`]).
     pub fn tool_history(&self, mut cache: Option<&mut CallCache>) -> ToolHistory {
         let Items::List(items) = &self.items else {
             return ToolHistory::default();
@@ -89,8 +95,8 @@ impl Request<'_> {
         let mut out = ToolHistory::default();
         let mut turn: Option<usize> = None;
         let mut previous_was_model = false;
-        for index in 0..items.len() {
-            let Some(keys) = self.item_keys.get(index).and_then(Option::as_ref) else {
+        for (_, (_, keys)) in items.kept() {
+            let Some(keys) = keys.as_ref() else {
                 previous_was_model = false;
                 continue;
             };
@@ -112,20 +118,34 @@ impl Request<'_> {
             let Some(key) = self.call_bytes(keys, kind) else {
                 continue; // nothing here can hold a call (a text answer)
             };
-            let cached = cache
+            let cached = key
                 .as_deref()
-                .and_then(|c| c.get(&key))
+                .and_then(|key| cache.as_deref()?.get(key))
                 .map(<[_]>::to_vec);
             let calls = match cached {
                 Some(calls) => calls,
                 None => {
+                    let held = [
+                        "tool_calls",
+                        "function_call",
+                        "content",
+                        "arguments",
+                        "input",
+                    ];
+                    if held
+                        .iter()
+                        .filter_map(|k| keys.get(k))
+                        .any(|span| !self.afford(span))
+                    {
+                        break;
+                    }
                     let calls: Vec<(Rc<str>, Rc<str>)> = self
                         .calls_of(&keys.members(), kind)
                         .into_iter()
                         .map(|(n, a)| (Rc::from(n), Rc::from(a)))
                         .collect();
-                    if let Some(c) = cache.as_deref_mut() {
-                        c.put(&key, calls.clone());
+                    if let (Some(c), Some(key)) = (cache.as_deref_mut(), key.as_deref()) {
+                        c.put(key, calls.clone());
                     }
                     calls
                 }
@@ -163,29 +183,38 @@ impl Request<'_> {
     /// the call cache: a function-call item's name and arguments, a chat
     /// message's `tool_calls` and `function_call`, an Anthropic message's
     /// content blocks (a plain text content holds no calls).
-    fn call_bytes(&self, keys: &scan::Picked, kind: &[u8]) -> Option<Vec<u8>> {
+    fn call_bytes(&self, keys: &scan::Picked, kind: &[u8]) -> Option<Option<Vec<u8>>> {
         let names: &[&str] = if matches!(kind, b"function_call" | b"custom_tool_call") {
             &["name", "arguments", "input"]
         } else {
             &["tool_calls", "function_call", "content"]
         };
-        let mut out = Vec::new();
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(3);
         for key in names {
             if let Some((start, end)) = keys.get(key) {
                 let raw = self.body.get(start..end).unwrap_or_default();
                 if *key == "content" && raw.first() != Some(&b'[') || raw == b"null" {
                     continue;
                 }
-                out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
-                out.extend_from_slice(raw);
+                parts.push(raw);
             }
         }
-        if out.is_empty() {
+        if parts.is_empty() {
             return None;
+        }
+        let len = parts.iter().map(|p| p.len() + 4).sum::<usize>() + 1 + kind.len();
+        if len > MAX_CACHED_ITEM {
+            // Calls, but too large an item to copy as a cache key.
+            return Some(None);
+        }
+        let mut out = Vec::with_capacity(len);
+        for raw in parts {
+            out.extend_from_slice(&(raw.len() as u32).to_le_bytes());
+            out.extend_from_slice(raw);
         }
         out.push(kind.len() as u8);
         out.extend_from_slice(kind);
-        Some(out)
+        Some(Some(out))
     }
 
     /// The tool calls of one model item: Responses `function_call` items,
@@ -325,7 +354,7 @@ impl Request<'_> {
     fn anthropic_note(&self, text: &str) -> Option<Edit> {
         let block = format!("{{\"type\":\"text\",\"text\":{text}}}");
         let last = match &self.items {
-            Items::List(l) => l.last().copied(),
+            Items::List(l) => l.last(),
             Items::Text(_) => None,
         };
         let Some(last) = last else {

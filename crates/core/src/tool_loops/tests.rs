@@ -38,7 +38,7 @@ fn chat(turns: &[&[(&str, &str)]]) -> Value {
 
 fn judge_body(c: &ToolLoops, body: &Value, path: &str) -> Option<ToolVerdict> {
     let bytes = body.to_string().into_bytes();
-    let req = llm::parse(&bytes, path).unwrap();
+    let req = llm::parse(&bytes, path, usize::MAX).unwrap();
     judge(c, &req.tool_history(None))
 }
 
@@ -252,7 +252,7 @@ fn responses_and_anthropic_histories() {
 
 fn rewritten(c: &ToolLoops, body: &Value, path: &str) -> (Vec<u8>, Vec<u8>, Value) {
     let original = body.to_string().into_bytes();
-    let req = llm::parse(&original, path).unwrap();
+    let req = llm::parse(&original, path, usize::MAX).unwrap();
     let v = judge(c, &req.tool_history(None)).unwrap();
     let out = rewrite(c, &req, &v).unwrap();
     let parsed: Value = serde_json::from_slice(&out).unwrap();
@@ -313,7 +313,7 @@ fn assert_pure_insertion(orig: &[u8], out: &[u8], starts: &[u8]) {
 #[test]
 fn anthropic_string_content_becomes_blocks() {
     let bytes = anthropic_body(3, true).to_string().into_bytes();
-    let req = llm::parse(&bytes, "/v1/messages").unwrap();
+    let req = llm::parse(&bytes, "/v1/messages", usize::MAX).unwrap();
     let v: Value = serde_json::from_slice(&req.with_note("careful").unwrap()).unwrap();
     let last = v["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(
@@ -323,7 +323,7 @@ fn anthropic_string_content_becomes_blocks() {
     // A conversation that ends with the assistant gets a new user turn.
     let body = json!({"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}]});
     let bytes = body.to_string().into_bytes();
-    let req = llm::parse(&bytes, "/v1/messages").unwrap();
+    let req = llm::parse(&bytes, "/v1/messages", usize::MAX).unwrap();
     let v: Value = serde_json::from_slice(&req.with_note("careful").unwrap()).unwrap();
     assert_eq!(
         v["messages"][2],
@@ -331,7 +331,7 @@ fn anthropic_string_content_becomes_blocks() {
     );
     // An empty conversation too.
     let bytes = br#"{"model": "claude", "messages": [ ], "system": "s"}"#;
-    let req = llm::parse(bytes, "/v1/messages").unwrap();
+    let req = llm::parse(bytes, "/v1/messages", usize::MAX).unwrap();
     let v: Value = serde_json::from_slice(&req.with_note("n").unwrap()).unwrap();
     assert_eq!(
         v["messages"],
@@ -367,7 +367,7 @@ fn odd_json_layouts_are_edited_correctly() {
     // Pretty-printed with trailing whitespace, escapes in strings.
     let pretty =
         serde_json::to_string_pretty(&chat(&[&[READ], &[READ], &[READ]])).unwrap() + "\n\n";
-    let req = llm::parse(pretty.as_bytes(), "/v1/chat/completions").unwrap();
+    let req = llm::parse(pretty.as_bytes(), "/v1/chat/completions", usize::MAX).unwrap();
     assert_eq!(req.format, Format::OpenAiChat);
     let v = judge(&c, &req.tool_history(None)).unwrap();
     let out = rewrite(&c, &req, &v).unwrap();
@@ -403,7 +403,7 @@ fn the_call_cache_gives_the_same_history_and_is_reused() {
         .to_string()
         .into_bytes();
     for body in [&first, &second, &second] {
-        let req = llm::parse(body, "/v1/chat/completions").unwrap();
+        let req = llm::parse(body, "/v1/chat/completions", usize::MAX).unwrap();
         assert_eq!(req.tool_history(Some(&mut cache)), req.tool_history(None));
     }
     // Two model items, then one more (the repeated request added nothing).
@@ -414,7 +414,7 @@ fn the_call_cache_gives_the_same_history_and_is_reused() {
         (responses_body(3), "/v1/responses"),
     ] {
         let bytes = body.to_string().into_bytes();
-        let req = llm::parse(&bytes, path).unwrap();
+        let req = llm::parse(&bytes, path, usize::MAX).unwrap();
         let cold = req.tool_history(Some(&mut cache));
         assert_eq!(cold, req.tool_history(Some(&mut cache)));
         assert_eq!(cold, req.tool_history(None));

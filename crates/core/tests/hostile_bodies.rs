@@ -1,0 +1,285 @@
+//! Crafted bodies cannot take detection down or cost memory out of
+//! proportion: for each hostile shape at 1 MB and 16 MB, the whole flow
+//! (headers, the body read for the fingerprint and the tool-loop verdict)
+//! runs, the request passes, the refusal is counted, and the memory the
+//! flow allocates on top of the body itself stays under the body's size
+//! plus 1 MiB (so with the body copy Envoy hands the VM: at most 2x the
+//! body + 1 MiB); a long string inside content blocks, parsed into a value
+//! tree first, is the worst case at 2x the body on top of it. Measured with
+//! a counting allocator; the table is printed with `--nocapture`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::unreachable
+)] // a test
+
+use loopguard_core::config::Config;
+use loopguard_core::flow::{Effect, Effects, Engine, Request, Step};
+use loopguard_core::request::{RequestFacts, RequestHead};
+use loopguard_core::store::{BucketBackend, CasWrite};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+struct Counting;
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            let now = CURRENT.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = System.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                let now = CURRENT.fetch_add(new_size - layout.size(), Ordering::Relaxed)
+                    + (new_size - layout.size());
+                PEAK.fetch_max(now, Ordering::Relaxed);
+            } else {
+                CURRENT.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+#[derive(Default)]
+struct Memory(HashMap<u32, (Vec<u8>, u32)>);
+
+impl BucketBackend for Memory {
+    fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)> {
+        Some(self.0.get(&bucket).cloned().unwrap_or((Vec::new(), 0)))
+    }
+    fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {
+        let cur = self.0.get(&bucket).map_or(0, |b| b.1);
+        if cur != version {
+            return CasWrite::Conflict;
+        }
+        self.0.insert(bucket, (bytes.to_vec(), cur + 1));
+        CasWrite::Written
+    }
+}
+
+struct NoFacts;
+
+impl RequestFacts for NoFacts {
+    fn header(&self, _: &str) -> Option<Vec<u8>> {
+        None
+    }
+    fn source_address(&self) -> Option<String> {
+        None
+    }
+    fn verified_claim(&self, _: &str, _: &str) -> Option<Vec<u8>> {
+        None
+    }
+    fn route_name(&self) -> Option<String> {
+        None
+    }
+    fn route_policy(&self) -> Option<String> {
+        None
+    }
+}
+
+fn engine() -> Engine<Memory> {
+    let config = Config::parse(
+        br#"{"max_body_bytes": 67108864, "policies": [{"id": "agents", "spec": {"selector": {},
+            "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "llm_tail"},
+            "tool_loops": {"enabled": true}}}]}"#,
+    )
+    .unwrap();
+    Engine::new(config, "t", |_| Ok(Memory::default()), |_| None, 1).unwrap()
+}
+
+/// Units (comma-separated, `{i}` replaced by their index) up to about
+/// `size` bytes inside `prefix`..`suffix`.
+fn fill(prefix: &str, unit: &str, suffix: &str, size: usize) -> Vec<u8> {
+    let mut b = Vec::with_capacity(size + unit.len() + 16);
+    b.extend_from_slice(prefix.as_bytes());
+    let mut i = 0;
+    loop {
+        let u = unit.replace("{i}", &i.to_string());
+        if b.len() + u.len() + 1 + suffix.len() > size {
+            break;
+        }
+        if i > 0 {
+            b.push(b',');
+        }
+        b.extend_from_slice(u.as_bytes());
+        i += 1;
+    }
+    b.extend_from_slice(suffix.as_bytes());
+    b
+}
+
+fn hostile(kind: &str, size: usize) -> Vec<u8> {
+    match kind {
+        "empty objects" => fill(r#"{"model":"m","messages":["#, "{}", "]}", size),
+        "deep nesting" => {
+            let depth = size.saturating_sub(80) / 2;
+            format!(
+                r#"{{"model":"m","messages":[{{"role":"user","content":{}{}}}]}}"#,
+                "[".repeat(depth),
+                "]".repeat(depth)
+            )
+            .into_bytes()
+        }
+        "tool calls" => fill(
+            r#"{"model":"m","messages":[{"role":"user","content":"go"},{"role":"assistant","content":null,"tool_calls":["#,
+            r#"{"id":"c{i}","type":"function","function":{"name":"read_file_{i}","arguments":"{\"path\":\"/etc/{i}\"}"}}"#,
+            "]}]}",
+            size,
+        ),
+        "tool turns" => fill(
+            r#"{"model":"m","messages":["#,
+            r#"{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"t{i}","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":"ok"}"#,
+            "]}",
+            size,
+        ),
+        "many keys" => {
+            let mut b = String::from(r#"{"model":"m","messages":[{"role":"user","content":"hi"}]"#);
+            let mut i = 0;
+            while b.len() + 20 < size {
+                b.push_str(&format!(",\"k{i}\":0"));
+                i += 1;
+            }
+            b.push('}');
+            b.into_bytes()
+        }
+        "one long string" => {
+            let text = "a".repeat(size.saturating_sub(80));
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{text}"}}]}}"#)
+                .into_bytes()
+        }
+        "string in a block" => {
+            let text = "a\\n".repeat(size.saturating_sub(120) / 3);
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{{"type":"text","text":"{text}"}}]}}]}}"#).into_bytes()
+        }
+        _ => unreachable!(),
+    }
+}
+
+const KINDS: [&str; 7] = [
+    "empty objects",
+    "deep nesting",
+    "tool calls",
+    "tool turns",
+    "many keys",
+    "one long string",
+    "string in a block",
+];
+
+/// Run a whole request through the flow; the step, the effects, and the
+/// peak memory allocated on top of what was allocated before.
+fn run(engine: &mut Engine<Memory>, id: u32, body: &[u8]) -> (Step, Effects, usize) {
+    let head = RequestHead {
+        method: "POST",
+        path: "/v1/chat/completions",
+        authority: "",
+    };
+    let mut req = Request::new(id);
+    let mut out = Effects::with_capacity(64);
+    let base = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    engine.on_headers(&mut req, &head, &NoFacts, false, 1_000_000, &mut out);
+    let step = engine.on_body(&mut req, body.len(), true, Some(body), 1_000_000, &mut out);
+    let peak = PEAK.load(Ordering::Relaxed) - base;
+    (step, out, peak)
+}
+
+fn counted(engine: &Engine<Memory>, out: &Effects, name: &str) -> i64 {
+    let defs = engine.registry().defs();
+    out.iter()
+        .filter_map(|e| match e {
+            Effect::Count(id, n) if defs[id.0 as usize].0 == name => Some(*n),
+            _ => None,
+        })
+        .sum()
+}
+
+#[test]
+fn hostile_bodies_pass_bounded_and_detection_keeps_working() {
+    let mut e = engine();
+    let mut id = 0;
+    let mut rows = Vec::new();
+    for size in [1 << 20, 16 << 20] {
+        for kind in KINDS {
+            let body = hostile(kind, size);
+            id += 1;
+            let (step, out, peak) = run(&mut e, id, &body);
+            let refused = ["too_deep", "too_many", "unparsed"]
+                .iter()
+                .map(|r| {
+                    (
+                        r,
+                        counted(
+                            &e,
+                            &out,
+                            &format!("loopguard.bodies_skipped_total.reason.{r}"),
+                        ),
+                    )
+                })
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, _)| r.to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            rows.push(format!(
+                "{kind:>16} {:>6} KB: extra {:>8} KB ({:.2}x the body) {}",
+                body.len() / 1024,
+                peak / 1024,
+                peak as f64 / body.len() as f64,
+                if refused.is_empty() {
+                    "read".to_string()
+                } else {
+                    format!("refused: {refused}")
+                }
+            ));
+            assert_eq!(step, Step::Continue, "{kind} at {size}: the request passes");
+            // A message of content blocks is parsed into a value tree (its
+            // strings copied once) before it is normalised (once more): the
+            // documented worst case, 2x the body on top of it.
+            let allowed = if kind == "string in a block" {
+                2 * body.len()
+            } else {
+                body.len()
+            };
+            assert!(
+                peak <= allowed + (1 << 20),
+                "{kind} at {} bytes allocated {peak} bytes on top of the body",
+                body.len()
+            );
+            // A plain loop right after is still caught.
+            let plain = br#"{"model":"m","messages":[{"role":"user","content":"same question"}]}"#;
+            let steps: Vec<Step> = (0..3)
+                .map(|_| {
+                    id += 1;
+                    run(&mut e, id, plain).0
+                })
+                .collect();
+            assert_eq!(
+                steps,
+                [Step::Continue, Step::Continue, Step::Pause],
+                "{kind}"
+            );
+            // Forget that loop for the next round (another window).
+            e = engine();
+        }
+    }
+    eprintln!("{}", rows.join("\n"));
+}
