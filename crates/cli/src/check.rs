@@ -297,7 +297,7 @@ fn envoy_setup(
             {
                 r.warn(
                     &loc,
-                    "a policy warns or nudges, but no header_mutation filter after loopguard copies its x-loopguard-* headers into requests with a body: the upstream sees them only on body-less requests (see README, warn)",
+                    "a policy warns or nudges, but no header_mutation filter after loopguard copies its x-loopguard-* headers into requests with a body: the upstream sees them only on body-less requests (see docs/actions.md, warn)",
                 );
             }
         }
