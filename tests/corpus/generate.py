@@ -1261,7 +1261,7 @@ def build_resumed_loop(sc: Scenario) -> None:
         r.call(name, args, out, text=spec["break_text"] if i == 0 else None)
     after = rng.randint(5, 6) if len(cycle) == 1 else 4
     for c in range(1, after + 1):
-        run_cycle(spec["resume_text"] if c == 1 else None, c == 2)
+        run_cycle(spec["resume_text"] if c == 1 else None, c == 1)
     sc.description = spec["desc"]
 
 
@@ -1283,7 +1283,7 @@ def _build_resumed_text(sc: Scenario, spec: dict) -> None:
     r.user(spec["resume"])
     for k in range(1, after + 1):
         r.say(answers[k - 1])
-        r.user(drivers[k], mark=(k == 2))
+        r.user(drivers[k], mark=(k == 1))
 
 
 # --------------------------------------------------------------------------
