@@ -2047,6 +2047,88 @@ def build_distinct_resources(sc: Scenario) -> None:
 
 
 
+
+# ---- iterative_editing ---------------------------------------------------------------------------
+# A user revises a text with the model turn by turn: each answer is the whole
+# text again with a small change (a name, a date, a sentence dropped, a tone
+# shift). Consecutive answers are nearly identical, as in a text loop, but
+# each one does what was asked. Added after the first replays, to measure the
+# main risk of detecting text loops from repeated answers.
+
+EDITING = [
+    dict(system="You help write workplace emails. Reply with the full email only.",
+         ask="Draft a short email inviting the team to the Q4 planning meeting on Tuesday at 10:00.",
+         text="Subject: Q4 planning meeting\n\nHi all,\n\nLet's meet on Tuesday at 10:00 to plan Q4. Please bring your top three priorities and any open risks. The meeting will take about an hour.\n\nThanks!\nJordan",
+         edits=[("Change Tuesday to Wednesday.", [("Tuesday", "Wednesday")]),
+                ("Add that it's in room 4B.", [("about an hour.", "about an hour, in room 4B.")]),
+                ("Make it a bit more formal.", [("Hi all,", "Dear colleagues,"), ("Let's meet", "I would like to invite you to meet"), ("Thanks!", "Kind regards,")]),
+                ("Shorter please, drop the sentence about the duration.", [(" The meeting will take about an hour, in room 4B.", " We will meet in room 4B.")]),
+                ("Sign it from Maria instead of Jordan.", [("Jordan", "Maria")]),
+                ("Perfect, thanks.", None)]),
+    dict(system="You are a copywriter for an online shop.",
+         ask="Write a product description for our bamboo cutting board, 40 x 30 cm.",
+         text="Our bamboo cutting board gives you a generous 40 x 30 cm surface for everyday prep. Bamboo is hard-wearing and gentle on knife edges, and the board is easy to clean with warm water. A juice groove keeps counters tidy.",
+         edits=[("Mention that it's made from FSC-certified bamboo.", [("Our bamboo cutting board", "Our FSC-certified bamboo cutting board")]),
+                ("Drop the juice groove sentence, the new model doesn't have one.", [(" A juice groove keeps counters tidy.", "")]),
+                ("Make it sound warmer.", [("gives you a generous", "brings a generous, friendly"), ("everyday prep", "everyday cooking with the people you love")]),
+                ("Add that it's dishwasher safe.", [("easy to clean with warm water.", "easy to clean with warm water, and it is dishwasher safe.")]),
+                ("Actually it's not dishwasher safe, remove that.", [(", and it is dishwasher safe.", ".")]),
+                ("Good.", None)]),
+    dict(system="You write SQL for PostgreSQL. Reply with the query only.",
+         ask="Write a query for the total revenue per customer in 2026 from orders(customer_id, total, created_at).",
+         text="SELECT customer_id, SUM(total) AS revenue\nFROM orders\nWHERE created_at >= '2026-01-01' AND created_at < '2027-01-01'\nGROUP BY customer_id\nORDER BY revenue DESC;",
+         edits=[("Only customers with more than 1000 in revenue.", [("GROUP BY customer_id\n", "GROUP BY customer_id\nHAVING SUM(total) > 1000\n")]),
+                ("Limit to the top 20.", [("ORDER BY revenue DESC;", "ORDER BY revenue DESC\nLIMIT 20;")]),
+                ("Exclude cancelled orders, there's a status column.", [("WHERE created_at", "WHERE status <> 'cancelled' AND created_at")]),
+                ("Rename revenue to total_revenue.", [("AS revenue", "AS total_revenue"), ("ORDER BY revenue", "ORDER BY total_revenue")]),
+                ("Use 500 as the threshold instead.", [("> 1000", "> 500")]),
+                ("Thanks, works.", None)]),
+    dict(system="You help with cover letters.",
+         ask="Write an opening paragraph for a cover letter for a junior data analyst role at Northwind.",
+         text="I am writing to apply for the Junior Data Analyst position at Northwind. During my studies in economics I built dashboards in Power BI and cleaned survey data in Python, and I enjoy turning messy numbers into clear answers.",
+         edits=[("Mention my internship at Contoso.", [("in Python,", "in Python, and during my internship at Contoso I automated weekly sales reports,")]),
+                ("Swap Power BI for Tableau.", [("Power BI", "Tableau")]),
+                ("Make it one sentence shorter.", [(", and I enjoy turning messy numbers into clear answers.", ".")]),
+                ("Say it's the Junior Data Analyst (Remote) position.", [("Junior Data Analyst position", "Junior Data Analyst (Remote) position")]),
+                ("Use 'I am excited to apply' at the start.", [("I am writing to apply", "I am excited to apply")]),
+                ("Great, thank you.", None)]),
+    dict(system="You help write release notes.",
+         ask="Write release notes for version 2.4: dark mode, faster search, and a fix for the CSV export.",
+         text="Version 2.4\n\n- Dark mode: switch themes in Settings > Appearance.\n- Faster search: results now appear up to twice as fast.\n- Fixed: CSV exports no longer drop rows with line breaks in notes.",
+         edits=[("Add a line thanking the community for the bug reports.", [("in notes.", "in notes.\n\nThanks to everyone who reported bugs this cycle.")]),
+                ("It's 2.4.1, not 2.4.", [("Version 2.4", "Version 2.4.1")]),
+                ("Say 'up to 2x faster' instead of 'twice as fast'.", [("results now appear up to twice as fast.", "results now appear up to 2x faster.")]),
+                ("Remove the dark mode line, it slipped to 2.5.", [("- Dark mode: switch themes in Settings > Appearance.\n", "")]),
+                ("Put the fix first.", [("- Faster search: results now appear up to 2x faster.\n- Fixed: CSV exports no longer drop rows with line breaks in notes.", "- Fixed: CSV exports no longer drop rows with line breaks in notes.\n- Faster search: results now appear up to 2x faster.")]),
+                ("Ship it.", None)]),
+    dict(system="You write short customer-support replies.",
+         ask="Reply to a customer whose parcel is delayed; tell them it should arrive on Friday.",
+         text="Hi Sam,\n\nThanks for your patience. Your parcel was delayed at our sorting centre, and it should now arrive on Friday. We're sorry for the wait.\n\nBest,\nThe Support Team",
+         edits=[("Offer a 10% discount code for the trouble.", [("sorry for the wait.", "sorry for the wait, so here is a 10% discount code for your next order: SORRY10.")]),
+                ("The customer's name is Samira, not Sam.", [("Hi Sam,", "Hi Samira,")]),
+                ("Say Saturday instead of Friday.", [("on Friday", "on Saturday")]),
+                ("Less formal please.", [("Thanks for your patience.", "Thanks so much for hanging in there!"), ("Best,", "Cheers,")]),
+                ("Remove the discount code, we can't offer it.", [(", so here is a 10% discount code for your next order: SORRY10.", ".")]),
+                ("Thanks!", None)]),
+]
+
+
+def build_iterative_editing(sc: Scenario) -> None:
+    spec = EDITING[sc.index - 1]
+    r = Run(sc, sc.conversation(spec["system"]))
+    text = spec["text"]
+    r.user(spec["ask"])
+    for instruction, changes in spec["edits"]:
+        r.say(text)
+        r.user(instruction)
+        for old, new in changes or []:
+            if old not in text:
+                raise AssertionError(f"{sc.id}: edit {old!r} does not apply")
+            text = text.replace(old, new)
+    sc.tags.append("near_miss")
+    sc.description = "A user revises a text turn by turn; each answer is the whole text again with the requested small change."
+
+
 # --------------------------------------------------------------------------
 # 6. Self-checks (run on every generation; any failure aborts)
 # --------------------------------------------------------------------------
@@ -2305,6 +2387,7 @@ KINDS = [
     ("healthy", "polling_exempt", build_polling_exempt, len(POLLING), 0),
     ("healthy", "distinct_amounts_dates", build_distinct_amounts_dates, 7, 2),
     ("healthy", "distinct_resources", build_distinct_resources, 7, 2),
+    ("healthy", "iterative_editing", build_iterative_editing, len(EDITING), 0),
 ]
 
 
