@@ -110,6 +110,9 @@ class Upstream:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # One segment per write: no 40 ms Nagle + delayed-ACK stall
+            # between the response headers and body.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args) -> None:  # quiet
                 pass

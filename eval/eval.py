@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""Replay the labelled loop corpus (tests/corpus) through real Envoy with
+each shipped detection setup and measure detection quality.
+
+For each setup, Envoy starts with loopguard configured as the setup says
+(the one-filter setup, two workers) in front of a recording upstream, and
+every scenario's requests are sent in order, as recorded. What a client or
+the upstream would see is read from each response (a 429, a warn header, a
+tool-loop header, a throttle delay) and from the upstream (did the request
+arrive, was its body rewritten); shadow would-be actions are read from the
+access log, in a second replay with the policy in shadow mode.
+
+A loop counts as caught when it is touched at or after one turn before its
+labelled turn; a touch earlier than that is a false positive. "Healthy
+touched" counts scenarios (conversations) and requests of healthy traffic
+with any effect.
+
+    eval/eval.py                      every setup, the near_distance curve
+    eval/eval.py --setups recommended --per-kind 1   a quick slice
+
+This is a measurement, not a test; tests/e2e/test_corpus.py asserts on a
+small slice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+import httpx  # noqa: E402
+
+import harness as h  # noqa: E402
+
+CORPUS = ROOT / "tests" / "corpus"
+WINDOW = 600
+SHADOW = "shadow"
+
+
+def manifest() -> dict:
+    return json.loads((CORPUS / "manifest.json").read_text())
+
+
+def load_scenarios(per_kind: int | None = None, ids: list[str] | None = None) -> list[dict]:
+    """The corpus in manifest order; `per_kind` keeps the first N of each
+    (label, kind) and `ids` only those named."""
+    out, seen = [], {}
+    for sid in manifest()["scenarios"]:
+        if ids and sid not in ids:
+            continue
+        sc = json.loads((CORPUS / "scenarios" / f"{sid}.json").read_text())
+        key = (sc["label"], sc["kind"])
+        if per_kind is not None and seen.get(key, 0) >= per_kind:
+            continue
+        seen[key] = seen.get(key, 0) + 1
+        out.append(sc)
+    return out
+
+
+# --- setups ------------------------------------------------------------------
+
+
+def tool_loops() -> dict:
+    return {"enabled": True, "exempt_tools": manifest()["exempt_tools"]}
+
+
+def detection(similarity: str, threshold: int = 3, **extra) -> dict:
+    return {
+        "enabled": True,
+        "window_seconds": WINDOW,
+        "threshold_identical_requests": threshold,
+        "similarity": similarity,
+        **extra,
+    }
+
+
+def setups() -> dict[str, dict]:
+    """Each shipped detection setup: a policy spec (selector aside)."""
+    return {
+        "exact": {"loop_detection": detection("exact")},
+        "llm_tail": {"loop_detection": detection("llm_tail")},
+        "near": {"loop_detection": detection("near")},
+        "session": {"loop_detection": detection("session", threshold=20)},
+        "tool_loops": {"tool_loops": tool_loops()},
+        "recommended": RECOMMENDED,
+    }
+
+
+# The combination the README recommends for agent traffic.
+RECOMMENDED = {
+    "loop_detection": detection("near"),
+    "tool_loops": {"enabled": True, "exempt_tools": ["poll_job_status", "wait_for_deployment", "check_export_status"]},
+}
+
+
+def plugin_config(spec: dict, shadow: bool = False) -> dict:
+    spec = {"selector": {"methods": ["POST"]}, **spec}
+    if shadow:
+        spec["mode"] = "shadow"
+    return {"max_body_bytes": 4 << 20, "hold_request_headers": True, "policies": [{"id": "eval", "spec": spec}]}
+
+
+# --- replay -------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What one request met."""
+
+    status: int
+    effects: list[str]  # reject, throttle, warn, nudge, directive, tool-reject
+    reached_upstream: bool
+    shadow: bool = False
+
+
+@dataclass
+class Replayed:
+    scenario: dict
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def touched(self) -> list[int]:
+        """1-based turns with an effect a client or the upstream sees."""
+        return [i + 1 for i, o in enumerate(self.outcomes) if o.effects]
+
+    def shadowed(self) -> list[int]:
+        return [i + 1 for i, o in enumerate(self.outcomes) if o.shadow]
+
+
+def effects_of(resp: httpx.Response) -> list[str]:
+    out = []
+    if resp.status_code == 429:
+        body = resp.text
+        out.append("tool-reject" if "tool_loop_detected" in body else "reject")
+    if "x-loopguard-delay-ms" in resp.headers:
+        out.append("throttle")
+    if "x-loopguard-warning" in resp.headers:
+        out.append("warn")
+    tool = resp.headers.get("x-loopguard-tool-loop")
+    if tool and resp.status_code != 429:
+        out.append("tool-loop")
+    return out
+
+
+def access_log_filter(path: Path) -> dict:
+    return {
+        "name": "envoy.access_loggers.file",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "path": str(path),
+            "log_format": {"text_format_source": {"inline_string": "%REQ(X-EVAL-ID)% %FILTER_STATE(wasm.loopguard:PLAIN)%\n"}},
+        },
+    }
+
+
+def replay(spec: dict, scenarios: list[dict], *, shadow: bool = False, wasm: str | None = None) -> list[Replayed]:
+    """Replay `scenarios` through a fresh Envoy with `spec`."""
+    if wasm:
+        h.WASM = wasm
+    up = h.Upstream()
+    config = h.bootstrap(plugin_config(spec, shadow), up.port, hold=True, buffer_limit=8 << 20)
+    envoy = h.Envoy(config, concurrency=2, name="eval")
+    log = envoy.dir / "access.log"
+    hcm = envoy.config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["access_log"] = [access_log_filter(log)]
+    envoy.start()
+    results = []
+    try:
+        with httpx.Client(base_url=envoy.url, timeout=30) as client:
+            for sc in scenarios:
+                rep = Replayed(sc)
+                for i, req in enumerate(sc["requests"]):
+                    rid = f"{sc['id']}/{i + 1}"
+                    body = json.dumps(req["body"]).encode()
+                    headers = {**req["headers"], "x-eval-id": rid}
+                    resp = client.request(req["method"], req["path"], content=body, headers=headers)
+                    rep.outcomes.append(Outcome(resp.status_code, effects_of(resp), False))
+                results.append(rep)
+        arrived = {}
+        with up.lock:
+            for r in up.requests:
+                rid = r["headers"].get("x-eval-id")
+                if rid:
+                    arrived[rid] = r["body"]
+        # Access-log lines are flushed every 0.2 s.
+        time.sleep(0.6)
+        shadowed = set()
+        if log.exists():
+            for line in log.read_text().splitlines():
+                rid, _, state = line.partition(" ")
+                if '"mode":"shadow"' in state and '"action":"exempt"' not in state and '"action":"allow"' not in state:
+                    shadowed.add(rid)
+        for rep in results:
+            sc = rep.scenario
+            for i, (o, req) in enumerate(zip(rep.outcomes, sc["requests"])):
+                rid = f"{sc['id']}/{i + 1}"
+                o.reached_upstream = rid in arrived
+                o.shadow = rid in shadowed
+                if o.reached_upstream and "tool-loop" not in o.effects:
+                    sent = json.loads(arrived[rid])
+                    if sent != req["body"]:
+                        o.effects.append("rewritten")
+    finally:
+        envoy.stop()
+        up.stop()
+    return results
+
+
+# --- scoring --------------------------------------------------------------------
+
+
+@dataclass
+class Score:
+    loops: int = 0
+    caught: int = 0
+    within_two: int = 0
+    offsets: list[int] = field(default_factory=list)
+    early: int = 0
+    healthy: int = 0
+    healthy_requests: int = 0
+    healthy_touched: int = 0
+    healthy_touched_requests: int = 0
+    fp_requests: int = 0  # healthy touched + early touches in loops
+    shadow_healthy: int = 0
+    shadow_healthy_requests: int = 0
+    loop_calls_after: int = 0
+    loop_requests_after: int = 0
+
+    def add(self, rep: Replayed) -> None:
+        sc = rep.scenario
+        touched = rep.touched()
+        if sc["label"] == "loop":
+            self.loops += 1
+            label = sc["loop_turn"]
+            early = [t for t in touched if t < label - 1]
+            on_time = [t for t in touched if t >= label - 1]
+            self.fp_requests += len(early)
+            if early:
+                self.early += 1
+            if on_time:
+                self.caught += 1
+                self.offsets.append(on_time[0] - label)
+                if on_time[0] <= label + 2:
+                    self.within_two += 1
+            after = rep.outcomes[label - 1 :]
+            self.loop_requests_after += len(after)
+            self.loop_calls_after += sum(o.reached_upstream for o in after)
+        else:
+            self.healthy += 1
+            self.healthy_requests += len(rep.outcomes)
+            self.healthy_touched += bool(touched)
+            self.healthy_touched_requests += len(touched)
+            self.fp_requests += len(touched)
+
+    def add_shadow(self, rep: Replayed) -> None:
+        if rep.scenario["label"] == "healthy":
+            shadowed = rep.shadowed()
+            self.shadow_healthy += bool(shadowed)
+            self.shadow_healthy_requests += len(shadowed)
+
+
+def score(replayed: list[Replayed], shadow: list[Replayed] | None = None) -> Score:
+    s = Score()
+    for rep in replayed:
+        s.add(rep)
+    for rep in shadow or []:
+        s.add_shadow(rep)
+    return s
+
+
+def pct(a: int, b: int) -> str:
+    return f"{a}/{b} ({100 * a / b:.0f}%)" if b else "-"
+
+
+def median(xs: list[int]) -> str:
+    return f"{statistics.median(xs):+g}" if xs else "-"
+
+
+def summary_table(scores: dict[str, Score]) -> str:
+    head = (
+        "| setup | loops caught | within 2 turns | turn vs label (median) | loops touched early | "
+        "healthy conversations touched | healthy requests touched | shadow: healthy would-be (conv / req) | "
+        "loop upstream calls from the label on |\n|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for name, s in scores.items():
+        rows.append(
+            f"| {name} | {pct(s.caught, s.loops)} | {pct(s.within_two, s.loops)} | {median(s.offsets)} | "
+            f"{s.early} | {pct(s.healthy_touched, s.healthy)} | {pct(s.healthy_touched_requests, s.healthy_requests)} | "
+            f"{s.shadow_healthy} / {s.shadow_healthy_requests} | {s.loop_calls_after}/{s.loop_requests_after} |"
+        )
+    return head + "\n".join(rows)
+
+
+def per_kind_table(per_setup: dict[str, list[Replayed]]) -> str:
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for reps in per_setup.values():
+        for rep in reps:
+            sc = rep.scenario
+            kinds.setdefault((sc["label"], sc["kind"]), [])
+    names = list(per_setup)
+    head = "| kind | " + " | ".join(names) + " |\n|---|" + "---|" * len(names) + "\n"
+    rows = []
+    for label, kind in sorted(kinds, key=lambda k: (k[0] != "loop", k[1])):
+        cells = []
+        for name in names:
+            reps = [r for r in per_setup[name] if (r.scenario["label"], r.scenario["kind"]) == (label, kind)]
+            s = score(reps)
+            if label == "loop":
+                cells.append(f"{s.within_two}/{s.loops}" + (f", {s.early} early" if s.early else ""))
+            else:
+                cells.append(f"{s.healthy_touched}/{s.healthy} touched")
+        what = "caught within 2 turns" if label == "loop" else "healthy"
+        rows.append(f"| {label}: {kind} ({what}) | " + " | ".join(cells) + " |")
+    return head + "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--setups", default="exact,llm_tail,near,tool_loops,session,recommended")
+    ap.add_argument("--per-kind", type=int, default=None, help="replay only the first N scenarios of each kind")
+    ap.add_argument("--ids", default=None, help="comma-separated scenario ids")
+    ap.add_argument("--distances", default="0,1,2,3,4,5,6,7,8", help="near_distance curve ('' to skip)")
+    ap.add_argument("--no-shadow", action="store_true", help="skip the shadow replays")
+    ap.add_argument("--wasm", default=None, help="the loopguard module (default: the built one)")
+    ap.add_argument("--json", default=None, help="write every outcome here")
+    args = ap.parse_args()
+
+    scenarios = load_scenarios(args.per_kind, args.ids.split(",") if args.ids else None)
+    all_setups = setups()
+    chosen = [s for s in args.setups.split(",") if s]
+    unknown = [s for s in chosen if s not in all_setups]
+    if unknown:
+        ap.error(f"unknown setups {unknown}; known: {list(all_setups)}")
+    loops = sum(sc["label"] == "loop" for sc in scenarios)
+    print(f"corpus: {len(scenarios)} scenarios ({loops} loops, {len(scenarios) - loops} healthy), "
+          f"{sum(len(sc['requests']) for sc in scenarios)} requests; window {WINDOW} s, threshold 3 unless noted",
+          flush=True)
+
+    per_setup: dict[str, list[Replayed]] = {}
+    scores: dict[str, Score] = {}
+    for name in chosen:
+        t0 = time.monotonic()
+        reps = replay(all_setups[name], scenarios, wasm=args.wasm)
+        shadow = None if args.no_shadow else replay(all_setups[name], scenarios, shadow=True, wasm=args.wasm)
+        per_setup[name] = reps
+        scores[name] = score(reps, shadow)
+        print(f"  {name}: {time.monotonic() - t0:.0f} s", flush=True)
+
+    print()
+    print(summary_table(scores))
+    print()
+    print(per_kind_table(per_setup))
+
+    curve = [int(d) for d in args.distances.split(",") if d.strip()]
+    if curve:
+        print()
+        print("near_distance curve (near alone, threshold 3):")
+        print("| near_distance | loops caught within 2 turns | loops touched early | healthy conversations touched | healthy requests touched |")
+        print("|---|---|---|---|---|")
+        for d in curve:
+            spec = {"loop_detection": detection("near", near_distance=d)}
+            s = score(replay(spec, scenarios, wasm=args.wasm))
+            print(f"| {d} | {pct(s.within_two, s.loops)} | {s.early} | {pct(s.healthy_touched, s.healthy)} | "
+                  f"{pct(s.healthy_touched_requests, s.healthy_requests)} |", flush=True)
+
+    if args.json:
+        out = {
+            name: [
+                {"id": r.scenario["id"], "label": r.scenario["label"], "kind": r.scenario["kind"],
+                 "loop_turn": r.scenario["loop_turn"], "touched": r.touched(),
+                 "outcomes": [{"status": o.status, "effects": o.effects, "upstream": o.reached_upstream} for o in r.outcomes]}
+                for r in reps
+            ]
+            for name, reps in per_setup.items()
+        }
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
