@@ -11,7 +11,20 @@ clock (replica clocks do not matter), trimmed to the window and to the
 newest <capacity> hits, expiring with the window. Policy numbers travel with
 every call: Redis needs no configuration of its own.
 
-Returns {count, until_allowed_ms, cooldown_remaining_ms, event}:
+  FCALL loopguard_near 3 <history key> <cooldowns key> <event key>
+        <window_ms> <capacity> <trip_at> <cooldown_ms> <detect_at> <event_every_ms> <nonce>
+        <simhash> <distance>
+
+Near mode: the keys name a caller's record (lg:<plugin name>:{<digest of
+policy, caller, model>}:n / :ncd / :ev). The history is a sorted set of the
+caller's recent hits, each member its 64-bit SimHash (16 hex digits) and a
+unique suffix, scored by Redis time, at most <capacity> of them; the count
+is the hits in the window whose SimHash is at most <distance> bits from this
+one, this one included. Cooldowns are kept per SimHash (a sorted set scored
+by the time each ends, at most 8), so a cooldown holds its loop, not the
+caller.
+
+Both return {count, until_allowed_ms, cooldown_remaining_ms, event}:
   count                  identical hits in the window, this one included
                          (at most <capacity>)
   until_allowed_ms       until a further request would stay below <trip_at>
@@ -20,47 +33,95 @@ Returns {count, until_allowed_ms, cooldown_remaining_ms, event}:
                          last reported one when this hit is to be reported
 ]]
 
+local day_ms = 86400000
+
+-- The same bounds as loopguard's configuration validation: whoever can
+-- reach webdis cannot make a log longer or a key live longer than a policy
+-- could.
+local function window_args(args)
+  local a = {
+    window_ms = tonumber(args[1]),
+    capacity = tonumber(args[2]),
+    trip_at = tonumber(args[3]),
+    cooldown_ms = tonumber(args[4]),
+    detect_at = tonumber(args[5]),
+    event_every_ms = tonumber(args[6]),
+    nonce = args[7],
+  }
+  if not (a.window_ms and a.capacity and a.trip_at and a.cooldown_ms and a.detect_at and a.event_every_ms and a.nonce)
+      or a.window_ms < 1 or a.window_ms > day_ms or a.capacity < 1 or a.capacity > 1024
+      or a.trip_at < 1 or a.trip_at > 1025 or a.cooldown_ms < 0 or a.cooldown_ms > day_ms
+      or a.detect_at < 1 or a.event_every_ms < 0 or a.event_every_ms > day_ms or #a.nonce > 64 then
+    return nil
+  end
+  return a
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t[1] .. t[2]
+end
+
+-- Allowed again once the (trip_at - 1)th newest hit leaves the window.
+-- `times` are the counted hits, oldest first.
+local function until_allowed(times, now, a)
+  local k = a.trip_at - 1
+  local count = #times
+  if k > 0 and count >= k then
+    -- A hit stamped in the future (a failover to a server whose clock is
+    -- behind) counts as now, as in loopguard's local table.
+    return math.max(0, math.min(times[count - k + 1], now) + a.window_ms - now)
+  end
+  return 0
+end
+
+-- Report a detection once per record and interval; count the rest.
+local function report(event_key, detected, now, a)
+  if not detected then
+    return -1
+  end
+  local state = redis.call('GET', event_key)
+  local last, suppressed = 0, 0
+  local sep = state and string.find(state, ':', 1, true)
+  if sep then
+    last = math.min(tonumber(string.sub(state, 1, sep - 1)) or 0, now)
+    suppressed = tonumber(string.sub(state, sep + 1)) or 0
+  end
+  local keep = math.max(a.event_every_ms, a.window_ms)
+  if last == 0 or now - last >= a.event_every_ms then
+    redis.call('SET', event_key, now .. ':0', 'PX', keep)
+    return suppressed
+  end
+  redis.call('SET', event_key, last .. ':' .. (suppressed + 1), 'PX', keep)
+  return -1
+end
+
 local function hit(keys, args)
   local window_key, cooldown_key, event_key = keys[1], keys[2], keys[3]
-  local window_ms = tonumber(args[1])
-  local capacity = tonumber(args[2])
-  local trip_at = tonumber(args[3])
-  local cooldown_ms = tonumber(args[4])
-  local detect_at = tonumber(args[5])
-  local event_every_ms = tonumber(args[6])
-  local nonce = args[7]
-  -- The same bounds as loopguard's configuration validation: whoever can
-  -- reach webdis cannot make a log longer or a key live longer than a
-  -- policy could.
-  local day_ms = 86400000
-  if not (window_ms and capacity and trip_at and cooldown_ms and detect_at and event_every_ms and nonce)
-      or window_ms < 1 or window_ms > day_ms or capacity < 1 or capacity > 1024
-      or trip_at < 1 or trip_at > 1025 or cooldown_ms < 0 or cooldown_ms > day_ms
-      or detect_at < 1 or event_every_ms < 0 or event_every_ms > day_ms or #nonce > 64 then
+  local a = window_args(args)
+  if not a then
     return redis.error_reply('loopguard: bad arguments')
   end
-
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now, stamp = now_ms()
 
   -- The sliding log: a hit at t is in the window while now - t < window.
-  redis.call('ZREMRANGEBYSCORE', window_key, '-inf', now - window_ms)
-  redis.call('ZADD', window_key, now, t[1] .. t[2] .. ':' .. nonce)
+  redis.call('ZREMRANGEBYSCORE', window_key, '-inf', now - a.window_ms)
+  redis.call('ZADD', window_key, now, stamp .. ':' .. a.nonce)
   local count = redis.call('ZCARD', window_key)
-  if count > capacity then
-    redis.call('ZREMRANGEBYRANK', window_key, 0, count - capacity - 1)
-    count = capacity
+  if count > a.capacity then
+    redis.call('ZREMRANGEBYRANK', window_key, 0, count - a.capacity - 1)
+    count = a.capacity
   end
-  redis.call('PEXPIRE', window_key, window_ms)
+  redis.call('PEXPIRE', window_key, a.window_ms)
 
   -- Allowed again once the (trip_at - 1)th newest hit leaves the window.
-  local until_allowed = 0
-  local k = trip_at - 1
+  local allowed = 0
+  local k = a.trip_at - 1
   if k > 0 and count >= k then
     local nth = redis.call('ZRANGE', window_key, count - k, count - k, 'WITHSCORES')
     -- A hit stamped in the future (a failover to a server whose clock is
     -- behind) counts as now, as in loopguard's local table.
-    until_allowed = math.max(0, math.min(tonumber(nth[2]), now) + window_ms - now)
+    allowed = math.max(0, math.min(tonumber(nth[2]), now) + a.window_ms - now)
   end
 
   -- The cooldown starts when trip_at is reached and none is running; hits
@@ -68,32 +129,87 @@ local function hit(keys, args)
   local remaining = 0
   local cooldown_until = tonumber(redis.call('GET', cooldown_key) or '0')
   if cooldown_until > now then
-    remaining = math.min(cooldown_until - now, cooldown_ms)
-  elseif cooldown_ms > 0 and count >= trip_at then
-    redis.call('SET', cooldown_key, now + cooldown_ms, 'PX', cooldown_ms)
-    remaining = cooldown_ms
+    remaining = math.min(cooldown_until - now, a.cooldown_ms)
+  elseif a.cooldown_ms > 0 and count >= a.trip_at then
+    redis.call('SET', cooldown_key, now + a.cooldown_ms, 'PX', a.cooldown_ms)
+    remaining = a.cooldown_ms
   end
 
-  -- Report a detection once per fingerprint and interval; count the rest.
-  local event = -1
-  if count >= detect_at or remaining > 0 then
-    local state = redis.call('GET', event_key)
-    local last, suppressed = 0, 0
-    local sep = state and string.find(state, ':', 1, true)
-    if sep then
-      last = math.min(tonumber(string.sub(state, 1, sep - 1)) or 0, now)
-      suppressed = tonumber(string.sub(state, sep + 1)) or 0
+  local event = report(event_key, count >= a.detect_at or remaining > 0, now, a)
+  return {count, allowed, remaining, event}
+end
+
+-- Bits set in a 32-bit value (LuaBitOp works on 32-bit integers).
+local function popcount(x)
+  local n = 0
+  while x ~= 0 do
+    x = bit.band(x, x - 1)
+    n = n + 1
+  end
+  return n
+end
+
+local function near(keys, args)
+  local history_key, cooldowns_key, event_key = keys[1], keys[2], keys[3]
+  local a = window_args(args)
+  local simhash, distance = args[8], tonumber(args[9])
+  if not a or type(simhash) ~= 'string' or not string.match(simhash, '^%x+$') or #simhash ~= 16
+      or not distance or distance < 0 or distance > 16 then
+    return redis.error_reply('loopguard: bad arguments')
+  end
+  simhash = string.lower(simhash)
+  local hi, lo = tonumber(string.sub(simhash, 1, 8), 16), tonumber(string.sub(simhash, 9, 16), 16)
+  local function near_to(h)
+    local x = tonumber(string.sub(h, 1, 8), 16)
+    local y = tonumber(string.sub(h, 9, 16), 16)
+    if not x or not y then
+      return false
     end
-    local keep = math.max(event_every_ms, window_ms)
-    if last == 0 or now - last >= event_every_ms then
-      event = suppressed
-      redis.call('SET', event_key, now .. ':0', 'PX', keep)
-    else
-      redis.call('SET', event_key, last .. ':' .. (suppressed + 1), 'PX', keep)
+    return popcount(bit.bxor(x, hi)) + popcount(bit.bxor(y, lo)) <= distance
+  end
+  local now, stamp = now_ms()
+
+  redis.call('ZREMRANGEBYSCORE', history_key, '-inf', now - a.window_ms)
+  redis.call('ZADD', history_key, now, simhash .. ':' .. stamp .. ':' .. a.nonce)
+  local n = redis.call('ZCARD', history_key)
+  if n > a.capacity then
+    redis.call('ZREMRANGEBYRANK', history_key, 0, n - a.capacity - 1)
+  end
+  redis.call('PEXPIRE', history_key, a.window_ms)
+  local entries = redis.call('ZRANGE', history_key, 0, -1, 'WITHSCORES')
+  local times = {}
+  for i = 1, #entries, 2 do
+    if near_to(entries[i]) then
+      times[#times + 1] = tonumber(entries[i + 1])
     end
   end
+  local count = #times
+  local allowed = until_allowed(times, now, a)
 
-  return {count, until_allowed, remaining, event}
+  redis.call('ZREMRANGEBYSCORE', cooldowns_key, '-inf', now)
+  local remaining = 0
+  local cooldowns = redis.call('ZRANGE', cooldowns_key, 0, -1, 'WITHSCORES')
+  for i = 1, #cooldowns, 2 do
+    if near_to(cooldowns[i]) then
+      remaining = math.max(remaining, math.min(tonumber(cooldowns[i + 1]) - now, a.cooldown_ms))
+    end
+  end
+  if remaining == 0 and a.cooldown_ms > 0 and count >= a.trip_at then
+    redis.call('ZADD', cooldowns_key, now + a.cooldown_ms, simhash)
+    local m = redis.call('ZCARD', cooldowns_key)
+    if m > 8 then
+      redis.call('ZREMRANGEBYRANK', cooldowns_key, 0, m - 9)
+    end
+    remaining = a.cooldown_ms
+  end
+  local last = redis.call('ZRANGE', cooldowns_key, -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIRE', cooldowns_key, math.max(1, tonumber(last[2]) - now))
+  end
+
+  local event = report(event_key, count >= a.detect_at or remaining > 0, now, a)
+  return {count, allowed, remaining, event}
 end
 
 redis.register_function('loopguard_hit', hit)
+redis.register_function('loopguard_near', near)

@@ -386,7 +386,7 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
         });
     }
     if let (Some(tl), Some(r)) = (&p.tool_loops, &parsed) {
-        out.tool_loops = Some(match tool_loops::judge(tl, &r.tool_history(None)) {
+        out.tool_loops = Some(match tool_loops::judge(tl, &r.tool_history(None), r) {
             None => ToolLoopFinding::None("no tool loop".to_string()),
             Some(v) => ToolLoopFinding::Loop {
                 tier: v.tier.as_str().to_string(),
@@ -406,8 +406,18 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
     let (similarity, detail) = match &d.similarity {
         Similarity::Exact => ("exact", String::new()),
         Similarity::LlmTail { tail_messages } => {
-            ("llm_tail", format!("last {tail_messages} messages"))
+            ("llm_tail", format!("last {tail_messages} messages, masked"))
         }
+        Similarity::Near {
+            tail_messages,
+            distance,
+            history,
+        } => (
+            "near",
+            format!(
+                "last {tail_messages} messages, masked, as a SimHash; a repeat is at most {distance} bits away from one of the caller's last {history} hits"
+            ),
+        ),
         Similarity::Session { header, .. } => ("session", format!("session header {header}")),
     };
     out.detection = Some(DetectionFacts {

@@ -1,7 +1,9 @@
 //! The verdict: pure, from the policy and the store's answer.
 
-use super::config::{Action, Detection, Mode, Policy};
-use super::fingerprint::Fingerprint;
+use super::config::{Action, Detection, Mode, Policy, Similarity};
+use super::fingerprint::{Fingerprint, Fingerprinted};
+use super::near::NearProbe;
+use super::store::Hit;
 use super::window::{WindowQuery, WindowState};
 
 /// What loopguard does with a request (or, in shadow mode, would do).
@@ -76,6 +78,34 @@ pub fn window_query(d: &Detection, fallback: bool) -> WindowQuery {
         cooldown_ms: d.cooldown_seconds * 1000,
         detect_at: ladder.threshold(),
         event_every_ms: d.window_ms().max(d.cooldown_seconds * 1000),
+    }
+}
+
+/// The hit a finished fingerprint records: its key, the window, and for
+/// near mode the SimHash to compare in the caller's record (whose history
+/// is `near_history` long).
+pub fn hit(policy: &Policy, d: &Detection, made: &Fingerprinted, now_ms: u64) -> Hit {
+    let mut query = window_query(d, made.fallback);
+    let near = match (&d.similarity, made.near) {
+        (
+            Similarity::Near {
+                distance, history, ..
+            },
+            Some(simhash),
+        ) => {
+            query.capacity = *history;
+            Some(NearProbe {
+                simhash,
+                distance: *distance,
+            })
+        }
+        _ => None,
+    };
+    Hit {
+        key: store_key(policy, &made.fingerprint),
+        now_ms,
+        query,
+        near,
     }
 }
 

@@ -225,6 +225,7 @@ mod tests {
             format: None,
             model: Some("gpt-4o".into()),
             session: Some("s-1".into()),
+            near: None,
         };
         let e = loop_detected(&decision(false), &made, 4).unwrap();
         assert_eq!(

@@ -11,9 +11,10 @@
 //! by exactly the path the filter takes (the filter's hashing sink ignores
 //! the notes, so it pays nothing for them).
 
-use super::config::{Config, Policy, Similarity};
+use super::config::{Config, Policy, Similarity, Volatile};
 use super::llm::{self, Format, Message, Part};
 use super::request::{self, RequestFacts, RequestHead};
+use super::simhash;
 use sha2::{Digest, Sha256};
 use std::fmt;
 
@@ -355,6 +356,8 @@ pub struct Pending<S: Hashing = Sha256> {
     mode: PendingMode,
     /// Conversation items the policy reads (see [`Policy::items_needed`]).
     keep: usize,
+    /// What is masked in the tail before it is compared.
+    volatile: Volatile,
 }
 
 impl<S: Hashing> std::fmt::Debug for Pending<S> {
@@ -370,6 +373,7 @@ impl<S: Hashing> std::fmt::Debug for Pending<S> {
 enum PendingMode {
     Exact,
     LlmTail { tail_messages: usize },
+    Near { tail_messages: usize },
     Session { session: Option<Vec<u8>> },
 }
 
@@ -388,6 +392,10 @@ pub struct Fingerprinted {
     pub model: Option<String>,
     /// The session id (session mode), for events.
     pub session: Option<String>,
+    /// Near mode: the SimHash of the masked tail (`fingerprint` then names
+    /// the caller's record: policy, caller and model). `None` for a
+    /// conversation with no model turn yet, fingerprinted exactly.
+    pub near: Option<u64>,
 }
 
 impl Pending<Sha256> {
@@ -484,6 +492,9 @@ impl<S: Hashing> Pending<S> {
             Some(Similarity::LlmTail { tail_messages }) => PendingMode::LlmTail {
                 tail_messages: *tail_messages as usize,
             },
+            Some(Similarity::Near { tail_messages, .. }) => PendingMode::Near {
+                tail_messages: *tail_messages as usize,
+            },
             Some(Similarity::Session { header, .. }) => PendingMode::Session {
                 session: facts.header(header).filter(|v| !v.is_empty()),
             },
@@ -496,6 +507,7 @@ impl<S: Hashing> Pending<S> {
             path: head.path_only().to_string(),
             mode,
             keep: policy.items_needed(),
+            volatile: policy.volatile,
         }
     }
 
@@ -532,6 +544,7 @@ impl<S: Hashing> Pending<S> {
                     format: None,
                     model: None,
                     session: None,
+                    near: None,
                 },
                 residue,
             );
@@ -539,21 +552,70 @@ impl<S: Hashing> Pending<S> {
         let model = req.model.clone();
         let mut session_shown = None;
         let mut fallback = false;
+        let mut near = None;
         let (fingerprint, residue) = match &self.mode {
             PendingMode::LlmTail { tail_messages } => {
                 let mut c = Canon::<S>::new(b"lg/llm_tail/2");
                 c.named("policy", self.policy_id.as_bytes());
                 c.identity(&self.identity);
                 c.named_optional("model", req.model.as_deref().map(str::as_bytes));
-                let Some(tail) = req.tail(*tail_messages) else {
+                let Some(mut tail) = req.tail(*tail_messages) else {
                     return self.unparsed(body);
                 };
+                self.volatile.mask_messages(&mut tail);
                 c.0.note(|| Component::new("tail messages", tail.len().to_string()));
                 c.count(tail.len());
                 for (i, m) in tail.iter().enumerate() {
                     write_message(&mut c, m, i);
                 }
                 c.finish()
+            }
+            PendingMode::Near { tail_messages } => {
+                let Some(mut tail) = req.tail(*tail_messages) else {
+                    return self.unparsed(body);
+                };
+                self.volatile.mask_messages(&mut tail);
+                let opening = !tail.iter().any(|m| {
+                    matches!(m.role.as_str(), "assistant" | "tool" | "function")
+                        || m.parts.iter().any(|p| matches!(p, Part::ToolResult { .. }))
+                });
+                if opening {
+                    // No model turn yet (a first question, a batch job's
+                    // prompt): a new task, a repeat only when it is the
+                    // same, as in llm_tail.
+                    let mut c = Canon::<S>::new(b"lg/near-opening/1");
+                    c.named("policy", self.policy_id.as_bytes());
+                    c.identity(&self.identity);
+                    c.named_optional("model", req.model.as_deref().map(str::as_bytes));
+                    c.0.note(|| {
+                        Component::new(
+                            "tail messages (compared exactly: no model turn yet)",
+                            tail.len().to_string(),
+                        )
+                    });
+                    c.count(tail.len());
+                    for (i, m) in tail.iter().enumerate() {
+                        write_message(&mut c, m, i);
+                    }
+                    c.finish()
+                } else {
+                    // The fingerprint names the caller's record; the tail
+                    // goes into the SimHash compared inside it.
+                    let mut c = Canon::<S>::new(b"lg/near/1");
+                    c.named("policy", self.policy_id.as_bytes());
+                    c.identity(&self.identity);
+                    c.named_optional("model", req.model.as_deref().map(str::as_bytes));
+                    let h = simhash::of_messages(&tail);
+                    c.0.note(|| {
+                        Component::new("tail messages (in the SimHash)", tail.len().to_string())
+                    });
+                    for (i, m) in tail.iter().enumerate() {
+                        note_message(&mut c.0, m, i);
+                    }
+                    c.0.note(|| Component::new("simhash", format!("{h:016x}")));
+                    near = Some(h);
+                    c.finish()
+                }
             }
             PendingMode::Session { session } => {
                 let mut c = Canon::<S>::new(b"lg/session/2");
@@ -596,6 +658,7 @@ impl<S: Hashing> Pending<S> {
                 format: Some(req.format),
                 model,
                 session: session_shown,
+                near,
             },
             residue,
         )
@@ -612,6 +675,7 @@ impl<S: Hashing> Pending<S> {
                 format: None,
                 model: None,
                 session: None,
+                near: None,
             },
             residue,
         )
@@ -662,6 +726,55 @@ fn write_message<S: Sink>(c: &mut Canon<S>, m: &Message, index: usize) {
     });
     c.field(m.role.as_bytes());
     write_parts(c, &m.parts, index);
+}
+
+/// Note a message's parts without hashing them (near mode shows the tail
+/// that went into its SimHash).
+fn note_message<S: Sink>(sink: &mut S, m: &Message, index: usize) {
+    sink.note(|| {
+        Component::new(
+            format_args_lazy(index, "role"),
+            show_bytes(m.role.as_bytes()),
+        )
+    });
+    note_parts(sink, &m.parts, index);
+}
+
+fn note_parts<S: Sink>(sink: &mut S, parts: &[Part], index: usize) {
+    for p in parts {
+        match p {
+            Part::Text(t) => sink
+                .note(|| Component::new(format_args_lazy(index, "text"), show_bytes(t.as_bytes()))),
+            Part::Media(h) => {
+                sink.note(|| Component::new(format_args_lazy(index, "media sha256"), show_bytes(h)))
+            }
+            Part::ToolCall { name, arguments } => sink.note(|| {
+                Component::new(
+                    format_args_lazy(index, "tool call"),
+                    format!(
+                        "{} {}",
+                        show_bytes(name.as_bytes()),
+                        show_bytes(arguments.as_bytes())
+                    ),
+                )
+            }),
+            Part::ToolResult { content, is_error } => {
+                sink.note(|| {
+                    Component::new(
+                        format_args_lazy(index, "tool result"),
+                        if *is_error { "(error)" } else { "(ok)" },
+                    )
+                });
+                note_parts(sink, content, index);
+            }
+            Part::Other(kind) => sink.note(|| {
+                Component::new(
+                    format_args_lazy(index, "other block"),
+                    show_bytes(kind.as_bytes()),
+                )
+            }),
+        }
+    }
 }
 
 /// A component name for message `index` (built only when tracing: the

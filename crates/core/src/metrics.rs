@@ -89,14 +89,14 @@ pub enum WebhookResult {
 }
 
 const WOULD_BE: [&str; 5] = ["warn", "throttle", "reject", "nudge", "directive"];
-const TIERS: [&str; 2] = ["identical", "pattern"];
+const TIERS: [&str; 4] = ["identical", "pattern", "cycle", "answer"];
 const STEPS: [&str; 3] = ["nudge", "directive", "reject"];
 const CALL_RESULTS: [&str; 4] = ["ok", "unavailable", "status", "reply"];
 const FALLBACKS: [&str; 2] = ["local", "allow"];
 const WEBHOOK_RESULTS: [&str; 3] = ["sent", "failed", "dropped"];
 
 /// Per policy: the offset of its block of ids.
-const PER_POLICY: u32 = 6 + 2 + 5 + 6;
+const PER_POLICY: u32 = 6 + 2 + 5 + 12;
 
 /// Every metric of a configuration.
 #[derive(Debug, Clone)]
@@ -293,6 +293,8 @@ impl Registry {
         let t = match tier {
             Tier::Identical => 0,
             Tier::Pattern => 1,
+            Tier::Cycle => 2,
+            Tier::Answer => 3,
         };
         let s = match step {
             ToolStep::Nudge => 0,

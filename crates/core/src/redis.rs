@@ -7,7 +7,7 @@ use super::fingerprint::Fingerprint;
 use super::store::{
     CallReply, Hit, StoreAnswer, StoreCall, StoreFailure, StoreReceipt, StoreStep, WindowStore,
 };
-use super::window::{WindowQuery, WindowState};
+use super::window::WindowState;
 use serde_json::Value;
 
 /// The shared store: one Redis Function call per hit through webdis. It
@@ -50,7 +50,7 @@ impl WindowStore for RedisStore {
                 (":authority", self.cfg.authority.clone()),
                 ("content-type", "text/plain".to_string()),
             ],
-            body: call_body(&self.namespace, &hit.key, &hit.query, &nonce).into_bytes(),
+            body: call_body(&self.namespace, hit, &nonce).into_bytes(),
             timeout_ms: self.cfg.timeout_ms,
         })
     }
@@ -87,11 +87,23 @@ pub fn keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
     ]
 }
 
-/// The webdis request body recording one hit. `nonce` makes the hit's log
+/// The store keys of a near-mode record (a caller and model): the history
+/// of SimHashes, the cooldowns and the event state.
+pub fn near_keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
+    let hex = fp.hex();
+    [
+        format!("lg:{namespace}:{{{hex}}}:n"),
+        format!("lg:{namespace}:{{{hex}}}:ncd"),
+        format!("lg:{namespace}:{{{hex}}}:ev"),
+    ]
+}
+
+/// The webdis request body recording one hit (`loopguard_hit`, or
+/// `loopguard_near` for a near-mode hit). `nonce` makes the hit's log
 /// member unique among concurrent callers.
-pub fn call_body(namespace: &str, fp: &Fingerprint, q: &WindowQuery, nonce: &str) -> String {
-    let [w, cd, ev] = keys(namespace, fp);
-    let args = [
+pub fn call_body(namespace: &str, hit: &Hit, nonce: &str) -> String {
+    let q = &hit.query;
+    let mut args = vec![
         q.window_ms.to_string(),
         q.capacity.to_string(),
         q.trip_at.to_string(),
@@ -100,8 +112,16 @@ pub fn call_body(namespace: &str, fp: &Fingerprint, q: &WindowQuery, nonce: &str
         q.event_every_ms.to_string(),
         nonce.to_string(),
     ];
-    let mut out = String::from("FCALL/loopguard_hit/3");
-    for part in [w, cd, ev].iter().chain(args.iter()) {
+    let (function, [a, b, c]) = match &hit.near {
+        None => ("loopguard_hit", keys(namespace, &hit.key)),
+        Some(p) => {
+            args.push(format!("{:016x}", p.simhash));
+            args.push(p.distance.to_string());
+            ("loopguard_near", near_keys(namespace, &hit.key))
+        }
+    };
+    let mut out = format!("FCALL/{function}/3");
+    for part in [a, b, c].iter().chain(args.iter()) {
         out.push('/');
         out.push_str(&encode_arg(part));
     }
@@ -169,6 +189,7 @@ pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, StoreFailur
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::window::WindowQuery;
 
     fn q() -> WindowQuery {
         WindowQuery {
@@ -192,7 +213,7 @@ mod tests {
     #[test]
     fn call_body_carries_keys_and_policy_numbers() {
         let fp = Fingerprint([0xab; 16]);
-        let body = call_body("edge-1", &fp, &q(), "7f.3/x");
+        let body = call_body("edge-1", &Hit::exact(fp, 0, q()), "7f.3/x");
         let hex = "ab".repeat(16);
         assert_eq!(
             body,
@@ -200,6 +221,26 @@ mod tests {
         );
         // Exactly 3 + 3 keys + 7 arguments, slash-separated.
         assert_eq!(body.split('/').count(), 3 + 3 + 7);
+    }
+
+    #[test]
+    fn a_near_hit_calls_the_near_function_with_its_simhash() {
+        let fp = Fingerprint([0xcd; 16]);
+        let hit = Hit {
+            key: fp,
+            now_ms: 0,
+            query: q(),
+            near: Some(crate::near::NearProbe {
+                simhash: 0x00ff_0000_0000_0a0b,
+                distance: 3,
+            }),
+        };
+        let body = call_body("edge-1", &hit, "n1");
+        let hex = "cd".repeat(16);
+        assert_eq!(
+            body,
+            format!("FCALL/loopguard_near/3/lg:edge-1:{{{hex}}}:n/lg:edge-1:{{{hex}}}:ncd/lg:edge-1:{{{hex}}}:ev/60000/5/5/30000/3/60000/n1/00ff000000000a0b/3")
+        );
     }
 
     #[test]

@@ -112,7 +112,10 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
 /// The same conversation is rejected again whenever it is sent, so it
 /// carries no `retry-after`: the agent has to change course.
 pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalReply {
-    let tool = tool_loops::safe_tool_name(&v.tool);
+    let tool = match v.tier {
+        tool_loops::Tier::Cycle => v.tool.clone(),
+        _ => tool_loops::safe_tool_name(&v.tool),
+    };
     let message = match v.tier {
         tool_loops::Tier::Identical => format!(
             "Blocked: the agent called the tool `{tool}` {} times with the same arguments. This usually indicates an agent tool loop; change approach instead of retrying.",
@@ -120,6 +123,14 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
         ),
         tool_loops::Tier::Pattern => format!(
             "Blocked: the agent called the tool `{tool}` {} times with varying arguments without progress. This usually indicates an agent tool loop; change approach instead of retrying.",
+            v.occurrences
+        ),
+        tool_loops::Tier::Cycle => format!(
+            "Blocked: the agent repeated the same sequence of tool calls ({tool}) {} times with the same results. This usually indicates an agent tool loop; change approach instead of retrying.",
+            v.occurrences
+        ),
+        tool_loops::Tier::Answer => format!(
+            "Blocked: the model gave essentially the same answer {} times in a row. This usually indicates a loop; change the conversation instead of retrying.",
             v.occurrences
         ),
     };

@@ -12,13 +12,14 @@
 //! host stores them (Envoy shared data, compare-and-swap).
 
 use super::fingerprint::Fingerprint;
+use super::near::{NearProbe, NearRecord};
 use super::window::{HitRecord, WindowQuery, WindowState};
 
 /// Entries per bucket.
 pub const BUCKET_ENTRIES: usize = 4;
 /// Bumped whenever the bucket encoding changes: it is part of the layout
 /// hash, so a new encoding never misreads old slots.
-const FORMAT_VERSION: u8 = 3;
+const FORMAT_VERSION: u8 = 4;
 
 /// The shape of the table, fixed at configure time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +68,53 @@ pub struct Entry {
     /// its cooldown if later. An expired entry is reused before any live one
     /// is evicted.
     pub expires_at: u64,
-    pub record: HitRecord,
+    pub record: Record,
+}
+
+/// What an entry counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// One fingerprint's hits (exact, llm_tail, session).
+    Hits(HitRecord),
+    /// A caller's recent near-mode hits, by SimHash.
+    Near(NearRecord),
+}
+
+impl Record {
+    fn fresh(near: Option<&NearProbe>) -> Record {
+        match near {
+            Some(_) => Record::Near(NearRecord::default()),
+            None => Record::Hits(HitRecord::default()),
+        }
+    }
+
+    fn is_near(&self) -> bool {
+        matches!(self, Record::Near(_))
+    }
+
+    fn record(&mut self, now: u64, q: &WindowQuery, near: Option<&NearProbe>) -> WindowState {
+        if self.is_near() != near.is_some() {
+            // A key names one kind of record; answer a mismatch afresh.
+            *self = Record::fresh(near);
+        }
+        match (self, near) {
+            (Record::Near(r), Some(p)) => r.record(now, q, *p),
+            (Record::Hits(r), _) => r.record(now, q),
+            (Record::Near(_), None) => WindowState {
+                count: 1,
+                until_allowed_ms: 0,
+                cooldown_remaining_ms: 0,
+                event: None,
+            },
+        }
+    }
+
+    fn expires_at(&self, window_ms: u64) -> u64 {
+        match self {
+            Record::Hits(r) => r.expires_at(window_ms),
+            Record::Near(r) => r.expires_at(window_ms),
+        }
+    }
 }
 
 /// A decoded bucket.
@@ -90,8 +137,15 @@ pub struct Recorded {
 }
 
 /// Record a hit of `fp` at `now` into the bucket `old` (its stored bytes;
-/// empty or unreadable bytes are an empty bucket).
-pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Recorded {
+/// empty or unreadable bytes are an empty bucket); `near` for a near-mode
+/// hit (`fp` then names the caller's record).
+pub fn record(
+    old: &[u8],
+    fp: &Fingerprint,
+    now: u64,
+    q: &WindowQuery,
+    near: Option<&NearProbe>,
+) -> Recorded {
     let mut bucket = Bucket::decode(old).unwrap_or_default();
     let mut evicted = false;
     let mut added = false;
@@ -102,7 +156,7 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
                 fingerprint: *fp,
                 last_seen: now,
                 expires_at: now,
-                record: HitRecord::default(),
+                record: Record::fresh(near),
             };
             if bucket.entries.len() < BUCKET_ENTRIES {
                 added = true;
@@ -130,7 +184,7 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
     };
     let state = match bucket.entries.get_mut(idx) {
         Some(entry) => {
-            let state = entry.record.record(now, q);
+            let state = entry.record.record(now, q, near);
             entry.last_seen = now;
             entry.expires_at = entry.record.expires_at(q.window_ms);
             state
@@ -153,11 +207,16 @@ pub fn record(old: &[u8], fp: &Fingerprint, now: u64, q: &WindowQuery) -> Record
 
 // Encoding (little-endian):
 //   bucket := version:u8 count:u8 entry*
-//   entry  := fingerprint:[16] last_seen:u64 expires_at:u64
-//             cooldown_until:u64 last_event:u64 suppressed:u32 n:u16 age:u32*n
+//   entry  := kind:u8 fingerprint:[16] last_seen:u64 expires_at:u64
+//             last_event:u64 suppressed:u32 record
+//   record := (kind 0, hits) cooldown_until:u64 n:u16 age:u32*n
+//           | (kind 1, near) n:u16 (simhash:u64 age:u32)*n
+//                            m:u8 (simhash:u64 until:u64)*m
 // Hit times are stored as ages in ms before `last_seen` (a window is at
 // most a day, so an age fits in 32 bits), oldest first.
-const ENTRY_FIXED: usize = 16 + 8 + 8 + 8 + 8 + 4 + 2;
+const ENTRY_FIXED: usize = 1 + 16 + 8 + 8 + 8 + 4;
+const KIND_HITS: u8 = 0;
+const KIND_NEAR: u8 = 1;
 
 impl Bucket {
     pub fn decode(bytes: &[u8]) -> Option<Bucket> {
@@ -174,28 +233,56 @@ impl Bucket {
         }
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
+            let kind = r.u8()?;
             let mut fingerprint = [0u8; 16];
             fingerprint.copy_from_slice(r.take(16)?);
             let last_seen = r.u64()?;
             let expires_at = r.u64()?;
-            let cooldown_until = r.u64()?;
             let last_event = r.u64()?;
             let suppressed = r.u32()?;
-            let hit_count = r.u16()? as usize;
-            let mut hits = Vec::with_capacity(hit_count);
-            for _ in 0..hit_count {
-                hits.push(last_seen.saturating_sub(u64::from(r.u32()?)));
-            }
+            let at = |age: u32| last_seen.saturating_sub(u64::from(age));
+            let record = match kind {
+                KIND_HITS => {
+                    let cooldown_until = r.u64()?;
+                    let count = r.u16()? as usize;
+                    let mut hits = Vec::with_capacity(count);
+                    for _ in 0..count {
+                        hits.push(at(r.u32()?));
+                    }
+                    Record::Hits(HitRecord {
+                        hits,
+                        cooldown_until,
+                        last_event,
+                        suppressed,
+                    })
+                }
+                KIND_NEAR => {
+                    let count = r.u16()? as usize;
+                    let mut hits = Vec::with_capacity(count);
+                    for _ in 0..count {
+                        let h = r.u64()?;
+                        hits.push((h, at(r.u32()?)));
+                    }
+                    let cooling = r.u8()? as usize;
+                    let mut cooldowns = Vec::with_capacity(cooling);
+                    for _ in 0..cooling {
+                        let h = r.u64()?;
+                        cooldowns.push((h, r.u64()?));
+                    }
+                    Record::Near(NearRecord {
+                        hits,
+                        cooldowns,
+                        last_event,
+                        suppressed,
+                    })
+                }
+                _ => return None,
+            };
             entries.push(Entry {
                 fingerprint: Fingerprint(fingerprint),
                 last_seen,
                 expires_at,
-                record: HitRecord {
-                    hits,
-                    cooldown_until,
-                    last_event,
-                    suppressed,
-                },
+                record,
             });
         }
         if !r.0.is_empty() {
@@ -208,24 +295,52 @@ impl Bucket {
         let size = 2 + self
             .entries
             .iter()
-            .map(|e| ENTRY_FIXED + 4 * e.record.hits.len())
+            .map(|e| {
+                ENTRY_FIXED
+                    + match &e.record {
+                        Record::Hits(r) => 8 + 2 + 4 * r.hits.len(),
+                        Record::Near(r) => 2 + 12 * r.hits.len() + 1 + 16 * r.cooldowns.len(),
+                    }
+            })
             .sum::<usize>();
         let mut out = Vec::with_capacity(size);
         out.push(FORMAT_VERSION);
         out.push(self.entries.len() as u8);
         for e in &self.entries {
+            let (kind, last_event, suppressed) = match &e.record {
+                Record::Hits(r) => (KIND_HITS, r.last_event, r.suppressed),
+                Record::Near(r) => (KIND_NEAR, r.last_event, r.suppressed),
+            };
+            out.push(kind);
             out.extend_from_slice(&e.fingerprint.0);
             out.extend_from_slice(&e.last_seen.to_le_bytes());
             out.extend_from_slice(&e.expires_at.to_le_bytes());
-            out.extend_from_slice(&e.record.cooldown_until.to_le_bytes());
-            out.extend_from_slice(&e.record.last_event.to_le_bytes());
-            out.extend_from_slice(&e.record.suppressed.to_le_bytes());
-            let hits = &e.record.hits;
-            let n = hits.len().min(usize::from(u16::MAX));
-            out.extend_from_slice(&(n as u16).to_le_bytes());
-            for &t in hits.iter().skip(hits.len() - n) {
-                let age = e.last_seen.saturating_sub(t).min(u64::from(u32::MAX)) as u32;
-                out.extend_from_slice(&age.to_le_bytes());
+            out.extend_from_slice(&last_event.to_le_bytes());
+            out.extend_from_slice(&suppressed.to_le_bytes());
+            let age = |t: u64| e.last_seen.saturating_sub(t).min(u64::from(u32::MAX)) as u32;
+            match &e.record {
+                Record::Hits(r) => {
+                    out.extend_from_slice(&r.cooldown_until.to_le_bytes());
+                    let n = r.hits.len().min(usize::from(u16::MAX));
+                    out.extend_from_slice(&(n as u16).to_le_bytes());
+                    for &t in r.hits.iter().skip(r.hits.len() - n) {
+                        out.extend_from_slice(&age(t).to_le_bytes());
+                    }
+                }
+                Record::Near(r) => {
+                    let n = r.hits.len().min(usize::from(u16::MAX));
+                    out.extend_from_slice(&(n as u16).to_le_bytes());
+                    for &(h, t) in r.hits.iter().skip(r.hits.len() - n) {
+                        out.extend_from_slice(&h.to_le_bytes());
+                        out.extend_from_slice(&age(t).to_le_bytes());
+                    }
+                    let m = r.cooldowns.len().min(usize::from(u8::MAX));
+                    out.push(m as u8);
+                    for &(h, until) in r.cooldowns.iter().take(m) {
+                        out.extend_from_slice(&h.to_le_bytes());
+                        out.extend_from_slice(&until.to_le_bytes());
+                    }
+                }
             }
         }
         out
@@ -293,17 +408,30 @@ mod tests {
     #[test]
     fn encode_decode_round_trip() {
         let b = Bucket {
-            entries: vec![Entry {
-                fingerprint: fp(1),
-                last_seen: 5_000,
-                expires_at: 65_000,
-                record: HitRecord {
-                    hits: vec![1_000, 4_000, 5_000],
-                    cooldown_until: 9_000,
-                    last_event: 4_000,
-                    suppressed: 7,
+            entries: vec![
+                Entry {
+                    fingerprint: fp(1),
+                    last_seen: 5_000,
+                    expires_at: 65_000,
+                    record: Record::Hits(HitRecord {
+                        hits: vec![1_000, 4_000, 5_000],
+                        cooldown_until: 9_000,
+                        last_event: 4_000,
+                        suppressed: 7,
+                    }),
                 },
-            }],
+                Entry {
+                    fingerprint: fp(2),
+                    last_seen: 6_000,
+                    expires_at: 66_000,
+                    record: Record::Near(NearRecord {
+                        hits: vec![(u64::MAX, 2_000), (7, 6_000)],
+                        cooldowns: vec![(7, 36_000)],
+                        last_event: 6_000,
+                        suppressed: 2,
+                    }),
+                },
+            ],
         };
         assert_eq!(Bucket::decode(&b.encode()), Some(b));
         assert_eq!(Bucket::decode(&[]), Some(Bucket::default()));
@@ -316,7 +444,7 @@ mod tests {
 
     #[test]
     fn unreadable_bucket_is_treated_as_empty() {
-        let r = record(&[0xff, 0xff, 0xff], &fp(1), 100, &q(1_000, 2));
+        let r = record(&[0xff, 0xff, 0xff], &fp(1), 100, &q(1_000, 2), None);
         assert_eq!(r.state.count, 1);
         assert!(!r.evicted);
         assert_eq!(Bucket::decode(&r.bucket).unwrap().entries.len(), 1);
@@ -326,16 +454,16 @@ mod tests {
     fn expired_entries_are_reused_before_live_ones_are_evicted() {
         let mut bytes = Vec::new();
         for i in 0..4u8 {
-            bytes = record(&bytes, &fp(i), 1_000 + u64::from(i), &q(1_000, 3)).bucket;
+            bytes = record(&bytes, &fp(i), 1_000 + u64::from(i), &q(1_000, 3), None).bucket;
         }
         // fp(0) expired at 2000; at 2000 a new fingerprint reuses it.
-        let r = record(&bytes, &fp(9), 2_000, &q(1_000, 3));
+        let r = record(&bytes, &fp(9), 2_000, &q(1_000, 3), None);
         assert!(!r.evicted);
         let b = Bucket::decode(&r.bucket).unwrap();
         assert!(b.entries.iter().any(|e| e.fingerprint == fp(9)));
         assert!(!b.entries.iter().any(|e| e.fingerprint == fp(0)));
         // All live now: the least recently seen (fp(1)) is evicted.
-        let r = record(&r.bucket, &fp(10), 2_000, &q(60_000, 3));
+        let r = record(&r.bucket, &fp(10), 2_000, &q(60_000, 3), None);
         assert!(r.evicted);
         let b = Bucket::decode(&r.bucket).unwrap();
         assert!(!b.entries.iter().any(|e| e.fingerprint == fp(1)));
@@ -352,19 +480,19 @@ mod tests {
             detect_at: 2,
             event_every_ms: 30_000,
         };
-        let mut bytes = record(&[], &fp(1), 0, &q).bucket;
-        bytes = record(&bytes, &fp(1), 10, &q).bucket;
+        let mut bytes = record(&[], &fp(1), 0, &q, None).bucket;
+        bytes = record(&bytes, &fp(1), 10, &q, None).bucket;
         for i in 2..5u8 {
-            bytes = record(&bytes, &fp(i), 20, &q).bucket;
+            bytes = record(&bytes, &fp(i), 20, &q, None).bucket;
         }
         // At 5 s fp(1)'s hits are out of the window but its cooldown runs:
         // the expired fp(2..4) entries are reused first.
         for i in 5..8u8 {
-            let r = record(&bytes, &fp(i), 5_000, &q);
+            let r = record(&bytes, &fp(i), 5_000, &q, None);
             assert!(!r.evicted);
             bytes = r.bucket;
         }
-        let r = record(&bytes, &fp(1), 5_000, &q);
+        let r = record(&bytes, &fp(1), 5_000, &q, None);
         assert_eq!(r.state.cooldown_remaining_ms, 25_010);
     }
 
@@ -391,7 +519,7 @@ mod tests {
                 let b = layout.bucket_of(&f);
                 let before = Bucket::decode(table.get(&b).map(Vec::as_slice).unwrap_or(&[])).unwrap();
                 let present: Vec<Fingerprint> = before.entries.iter().map(|e| e.fingerprint).collect();
-                let r = record(table.get(&b).map(Vec::as_slice).unwrap_or(&[]), &f, now, &query);
+                let r = record(table.get(&b).map(Vec::as_slice).unwrap_or(&[]), &f, now, &query, None);
                 let after = Bucket::decode(&r.bucket).unwrap();
                 for lost in present.iter().filter(|p| !after.entries.iter().any(|e| e.fingerprint == **p)) {
                     evicted_ever.insert(lost.0[0]);

@@ -8,6 +8,7 @@
 //! answer, then a pure decision.
 
 use super::fingerprint::Fingerprint;
+use super::near::NearProbe;
 use super::slot_table::{self, TableLayout};
 use super::window::{WindowQuery, WindowState};
 
@@ -52,6 +53,21 @@ pub struct Hit {
     pub key: Fingerprint,
     pub now_ms: u64,
     pub query: WindowQuery,
+    /// A near-mode hit: `key` names the caller's record, and this is what
+    /// is compared in it.
+    pub near: Option<NearProbe>,
+}
+
+impl Hit {
+    /// A hit of an exact key (every mode but near).
+    pub fn exact(key: Fingerprint, now_ms: u64, query: WindowQuery) -> Hit {
+        Hit {
+            key,
+            now_ms,
+            query,
+            near: None,
+        }
+    }
 }
 
 /// What a store does with a hit: answer now (the local table), or ask the
@@ -174,13 +190,13 @@ pub struct SlotStore<B> {
 
 impl<B: BucketBackend> SlotStore<B> {
     /// Record a hit in the table, retrying lost races.
-    pub fn record(&mut self, fp: &Fingerprint, now_ms: u64, q: &WindowQuery) -> StoreAnswer {
-        let bucket = self.layout.bucket_of(fp);
+    pub fn record(&mut self, hit: &Hit) -> StoreAnswer {
+        let bucket = self.layout.bucket_of(&hit.key);
         for attempt in 0..MAX_CAS_ATTEMPTS {
             let Some((old, version)) = self.backend.read(bucket) else {
                 return StoreAnswer::Failed(StoreFailure::Backend);
             };
-            let rec = slot_table::record(&old, fp, now_ms, q);
+            let rec = slot_table::record(&old, &hit.key, hit.now_ms, &hit.query, hit.near.as_ref());
             match self.backend.write(bucket, &rec.bucket, version) {
                 CasWrite::Written => {
                     return StoreAnswer::Ready(StoreReceipt {
@@ -200,7 +216,7 @@ impl<B: BucketBackend> SlotStore<B> {
 
 impl<B: BucketBackend> WindowStore for SlotStore<B> {
     fn record(&mut self, hit: &Hit) -> StoreStep {
-        StoreStep::Answer(SlotStore::record(self, &hit.key, hit.now_ms, &hit.query))
+        StoreStep::Answer(SlotStore::record(self, hit))
     }
 
     /// The local table never asks for a call.
@@ -295,14 +311,14 @@ pub mod tests {
             },
         };
         let f = Fingerprint([7; 16]);
-        match s.record(&f, 100, &q()) {
+        match s.record(&Hit::exact(f, 100, q())) {
             StoreAnswer::Ready(r) => {
                 assert_eq!(r.state.count, 1);
                 assert_eq!(r.cas_retries, 3);
             }
             other => panic!("{other:?}"),
         }
-        match s.record(&f, 200, &q()) {
+        match s.record(&Hit::exact(f, 200, q())) {
             StoreAnswer::Ready(r) => assert_eq!(r.state.count, 2),
             other => panic!("{other:?}"),
         }
@@ -318,7 +334,7 @@ pub mod tests {
             },
         };
         assert_eq!(
-            s.record(&Fingerprint([1; 16]), 1, &q()),
+            s.record(&Hit::exact(Fingerprint([1; 16]), 1, q())),
             StoreAnswer::Failed(StoreFailure::Contention)
         );
         let mut s = SlotStore {
@@ -329,7 +345,7 @@ pub mod tests {
             },
         };
         assert_eq!(
-            s.record(&Fingerprint([1; 16]), 1, &q()),
+            s.record(&Hit::exact(Fingerprint([1; 16]), 1, q())),
             StoreAnswer::Failed(StoreFailure::Backend)
         );
     }

@@ -1,22 +1,42 @@
 //! Tool-call loops read from the conversation: identical thrash (the same
-//! tool with the same arguments again and again) and pattern thrash (the
-//! same tool with variations), judged from the request alone, so the first
-//! request that carries the evidence is enough and every replica agrees.
+//! tool with the same arguments again and again), pattern thrash (the same
+//! tool with variations) and cycles (the same two or three calls in turn),
+//! judged from the request alone, so the first request that carries the
+//! evidence is enough and every replica agrees.
+//!
+//! A repetition counts only while the tool keeps answering the same:
+//! results are compared, so an agent that reruns its tests after an edit
+//! (and sees them pass), pages through results or fetches one order after
+//! another is making progress, not looping. Identical calls and cycles
+//! compare results with every volatile class masked (numbers too: the same
+//! call answered with another latency is the same answer); pattern thrash,
+//! whose arguments differ, masks only timestamps and random ids, so a
+//! result that changes with its arguments (another amount, another date)
+//! is progress.
 
-use super::config::{ToolLoops, ToolStep};
-use super::llm::{Request, ToolHistory};
+use super::config::{Classes, ToolLoops, ToolStep};
+use super::llm::volatile::{self, Class, Context};
+use super::llm::{ModelTurn, Request, ResultAt, ToolCall, ToolHistory};
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
     Identical,
+    Cycle,
     Pattern,
+    /// The model's text answers repeat (rephrased), turn after turn.
+    Answer,
 }
 
 impl Tier {
     pub fn as_str(self) -> &'static str {
         match self {
             Tier::Identical => "identical",
+            Tier::Cycle => "cycle",
             Tier::Pattern => "pattern",
+            Tier::Answer => "answer",
         }
     }
 }
@@ -25,58 +45,396 @@ impl Tier {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolVerdict {
     pub tier: Tier,
+    /// The tool (a cycle: its tools in order, joined by `+`).
     pub tool: String,
     /// The repeated arguments (identical thrash).
     pub arguments: Option<String>,
-    /// Calls of the tool (identical: with these arguments) among the
-    /// examined ones.
+    /// Calls of the tool (identical: with these arguments; a cycle: its
+    /// repetitions) among the examined ones.
     pub occurrences: u32,
     /// 1-based position on the ladder.
     pub level: u32,
     pub step: ToolStep,
 }
 
-/// Judge the conversation's tool calls. Exempt tools are dropped first,
-/// then the last `last_calls` calls are examined. Identical thrash wins
-/// over pattern thrash. The newest assistant turn must be part of the
-/// repetition: an agent that has moved on is left alone.
-pub fn judge(cfg: &ToolLoops, history: &ToolHistory) -> Option<ToolVerdict> {
+/// Where the judge reads tool results: the request itself, or a stand-in
+/// in tests.
+pub trait Results {
+    /// The call's result, normalised; `None` when it cannot be read.
+    fn result_text(&self, at: ResultAt) -> Option<String>;
+}
+
+impl Results for Request<'_> {
+    fn result_text(&self, at: ResultAt) -> Option<String> {
+        Request::result_text(self, at)
+    }
+}
+
+/// A request without readable results: every repetition counts.
+pub struct NoResults;
+
+impl Results for NoResults {
+    fn result_text(&self, _at: ResultAt) -> Option<String> {
+        None
+    }
+}
+
+/// The classes pattern thrash masks in results: the ones that change on
+/// every call whatever is asked.
+fn noise_classes() -> Classes {
+    [Class::DateTime, Class::Epoch, Class::Hex, Class::PrefixedId]
+        .into_iter()
+        .collect()
+}
+
+/// Results read once per call and masking.
+struct Compared<'r, R: Results> {
+    results: &'r R,
+    cache: RefCell<HashMap<(ResultAt, bool), Option<String>>>,
+}
+
+impl<R: Results> Compared<'_, R> {
+    /// The masked result of `call` (`full`: every class; else the noise
+    /// classes). `None` when the request holds no readable result.
+    fn of(&self, call: &ToolCall, full: bool) -> Option<String> {
+        let at = call.result?;
+        if let Some(v) = self.cache.borrow().get(&(at, full)) {
+            return v.clone();
+        }
+        let masked = self.results.result_text(at).map(|text| {
+            let classes = if full {
+                Classes::all()
+            } else {
+                noise_classes()
+            };
+            match volatile::mask(&text, classes, Context::ToolResult) {
+                Cow::Borrowed(_) => text,
+                Cow::Owned(m) => m,
+            }
+        });
+        self.cache.borrow_mut().insert((at, full), masked.clone());
+        masked
+    }
+
+    /// Whether two calls got the same answer (a missing result matches
+    /// anything: no evidence of progress).
+    fn same(&self, a: &ToolCall, b: &ToolCall, full: bool) -> bool {
+        match (self.of(a, full), self.of(b, full)) {
+            (Some(x), Some(y)) => x == y,
+            _ => true,
+        }
+    }
+}
+
+/// A call's arguments as compared: masked when the policy opts in.
+fn args<'a>(cfg: &ToolLoops, c: &'a ToolCall) -> Cow<'a, str> {
+    volatile::mask(&c.arguments, cfg.arguments_mask, Context::Arguments)
+}
+
+/// Judge the conversation's tool calls. Exempt tools are dropped first.
+/// The last `last_calls` calls are examined for identical and pattern
+/// thrash, the end of the history for cycles. Identical thrash and cycles
+/// win over pattern thrash; between the two the higher ladder level wins
+/// (identical on a tie), so an alternating loop keeps climbing. The newest
+/// assistant turn must be part of the repetition: an agent that has moved
+/// on is left alone.
+pub fn judge(
+    cfg: &ToolLoops,
+    history: &ToolHistory,
+    results: &impl Results,
+) -> Option<ToolVerdict> {
     let newest = history.newest_turn?;
-    let calls: Vec<_> = history
+    let cmp = Compared {
+        results,
+        cache: RefCell::new(HashMap::new()),
+    };
+    let calls: Vec<&ToolCall> = history
         .calls
         .iter()
         .filter(|c| !cfg.exempt_tools.iter().any(|t| **t == *c.name))
         .collect();
     let recent = calls.get(calls.len().saturating_sub(cfg.last_calls)..)?;
+    let repeated = [
+        identical(cfg, recent, newest, &cmp),
+        cycle(cfg, &calls, newest, &cmp),
+        answer(cfg, history, &cmp),
+    ];
+    repeated
+        .into_iter()
+        .flatten()
+        .reduce(|best, v| if v.level > best.level { v } else { best })
+        .or_else(|| pattern(cfg, recent, newest, &cmp))
+}
 
-    // Identical thrash: the most repeated (tool, arguments) in the newest turn.
-    let mut best: Option<(u32, &str, &str)> = None;
-    for c in recent.iter().filter(|c| c.turn == newest) {
-        let n = recent
-            .iter()
-            .filter(|o| o.name == c.name && o.arguments == c.arguments)
-            .count() as u32;
-        if n >= cfg.identical_min && best.is_none_or(|(m, _, _)| n > m) {
-            best = Some((n, &c.name, &c.arguments));
+/// Answers shorter than this (normalised characters) are not compared: a
+/// short reply ("done", "1000 eur is 1084.20 usd") repeats legitimately.
+pub const ANSWER_MIN_CHARS: usize = 40;
+/// Of an answer, only this much is compared.
+pub const ANSWER_MAX_BYTES: usize = 8 << 10;
+
+/// The model's newest turn is a text answer and the answers before it
+/// (consecutive turns without tool calls) say the same thing in other
+/// words: at least half of the shorter one's 4-character shingles appear
+/// in the newest (`answer_min` answers in a row, the newest included).
+///
+/// The run stops at an answer that made progress over the one before it,
+/// which is how revising a text turn by turn (nearly the same answer every
+/// time, but each one doing what was asked) is told from a loop:
+/// - it took up the user's message (shingles of the request new in the
+///   answer: "sign it from Maria", then "Maria" in the letter);
+/// - it only removed text (a deletion asked for);
+/// - it kept what the answer before it had introduced: edits accumulate,
+///   while a model stuck rephrasing drops its last wording for a new one.
+fn answer<R: Results>(
+    cfg: &ToolLoops,
+    history: &ToolHistory,
+    cmp: &Compared<'_, R>,
+) -> Option<ToolVerdict> {
+    if cfg.answer_min == 0 {
+        return None;
+    }
+    let read = |at: ResultAt, min: usize| -> Option<Vec<u32>> {
+        let raw = cmp.results.result_text(at)?;
+        let masked = volatile::mask(&raw, Classes::all(), Context::Text);
+        shingles(&masked, min)
+    };
+    // The newest answers, newest first, as far as the ladder can need
+    // (and one more, to see what the oldest of them introduced).
+    let wanted = cfg.answer_min as usize + cfg.ladder.len() + 1;
+    let mut answers: Vec<(&ModelTurn, Vec<u32>)> = Vec::new();
+    for t in history.turns.iter().rev().take(wanted) {
+        if t.calls > 0 {
+            break;
+        }
+        let Some(text) = t.answer.and_then(|at| read(at, ANSWER_MIN_CHARS)) else {
+            break;
+        };
+        answers.push((t, text));
+    }
+    let (_, newest) = answers.first()?;
+    let mut occurrences = 1u32;
+    for k in 1..answers.len() {
+        let (Some((later_turn, later)), Some((_, earlier))) = (answers.get(k - 1), answers.get(k))
+        else {
+            break;
+        };
+        if !similar(newest, earlier) {
+            break;
+        }
+        let prompt = later_turn.prompt.and_then(|at| read(at, 4));
+        let took_up_prompt = prompt.is_some_and(|p| new_in(&p, later, earlier) >= PROMPT_TAKEN_UP);
+        let deletion = only_removes(later, earlier);
+        let accumulated = answers
+            .get(k + 1)
+            .is_some_and(|(_, before)| keeps_what_was_introduced(later, earlier, before));
+        if took_up_prompt || deletion || accumulated {
+            break;
+        }
+        occurrences += 1;
+    }
+    if occurrences < cfg.answer_min {
+        return None;
+    }
+    verdict(cfg, Tier::Answer, "", None, occurrences, cfg.answer_min)
+}
+
+/// Shingles of the user's message an answer must take up (have, when the
+/// answer before it had not) to count as doing what was asked.
+const PROMPT_TAKEN_UP: usize = 3;
+
+/// Shingles of `of` in `into` and not in `not_in`.
+fn new_in(of: &[u32], into: &[u32], not_in: &[u32]) -> usize {
+    of.iter()
+        .filter(|s| into.binary_search(s).is_ok() && not_in.binary_search(s).is_err())
+        .count()
+}
+
+/// `later` only removed text from `earlier` (a handful of new shingles
+/// where the cut joins the text, and a real cut).
+fn only_removes(later: &[u32], earlier: &[u32]) -> bool {
+    let added = later
+        .iter()
+        .filter(|s| earlier.binary_search(s).is_err())
+        .count();
+    let removed = earlier
+        .iter()
+        .filter(|s| later.binary_search(s).is_err())
+        .count();
+    added <= 3 && removed >= 8
+}
+
+/// What `earlier` introduced over `before` (at least a word's worth) is
+/// still, almost all of it, in `later`: an edit kept, not a wording
+/// replaced.
+fn keeps_what_was_introduced(later: &[u32], earlier: &[u32], before: &[u32]) -> bool {
+    let introduced: Vec<u32> = earlier
+        .iter()
+        .copied()
+        .filter(|s| before.binary_search(s).is_err())
+        .collect();
+    if introduced.len() < 4 {
+        return false;
+    }
+    let kept = introduced
+        .iter()
+        .filter(|s| later.binary_search(s).is_ok())
+        .count();
+    10 * kept >= 9 * introduced.len()
+}
+
+/// A text's distinct 4-byte shingles, sorted (`None` if it is shorter
+/// than `min` bytes).
+fn shingles(text: &str, min: usize) -> Option<Vec<u32>> {
+    let b = text.as_bytes();
+    let b = b.get(..b.len().min(ANSWER_MAX_BYTES)).unwrap_or(b);
+    if b.len() < min.max(4) {
+        return None;
+    }
+    let mut out: Vec<u32> = b
+        .windows(4)
+        .map(|w| w.iter().fold(0u32, |acc, &c| (acc << 8) | u32::from(c)))
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    Some(out)
+}
+
+/// At least half of the smaller set is in the other.
+fn similar(a: &[u32], b: &[u32]) -> bool {
+    let (mut i, mut j, mut common) = (0, 0, 0usize);
+    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+        match x.cmp(y) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                common += 1;
+                i += 1;
+                j += 1;
+            }
         }
     }
-    if let Some((n, name, args)) = best {
-        return verdict(cfg, Tier::Identical, name, Some(args), n, cfg.identical_min);
-    }
+    2 * common >= a.len().min(b.len())
+}
 
-    // Pattern thrash: a tool of the newest turn called often, with
-    // differing arguments.
+/// Whether the model's newest turn calls tools and every one of them is
+/// exempt (a polling step).
+pub fn only_exempt_calls(cfg: &ToolLoops, history: &ToolHistory) -> bool {
+    let Some(newest) = history.newest_turn else {
+        return false;
+    };
+    let mut newest_calls = history.calls.iter().filter(|c| c.turn == newest).peekable();
+    newest_calls.peek().is_some()
+        && newest_calls.all(|c| cfg.exempt_tools.iter().any(|t| **t == *c.name))
+}
+
+/// The most repeated (tool, arguments) of the newest turn, counting the
+/// calls answered as the newest one was.
+fn identical<R: Results>(
+    cfg: &ToolLoops,
+    recent: &[&ToolCall],
+    newest: usize,
+    cmp: &Compared<'_, R>,
+) -> Option<ToolVerdict> {
+    let mut best: Option<(u32, &ToolCall)> = None;
+    for c in recent.iter().filter(|c| c.turn == newest) {
+        let a = args(cfg, c);
+        let n = recent
+            .iter()
+            .filter(|o| o.name == c.name && args(cfg, o) == a && cmp.same(o, c, true))
+            .count() as u32;
+        if n >= cfg.identical_min && best.is_none_or(|(m, _)| n > m) {
+            best = Some((n, c));
+        }
+    }
+    let (n, c) = best?;
+    verdict(
+        cfg,
+        Tier::Identical,
+        &c.name,
+        Some(&args(cfg, c)),
+        n,
+        cfg.identical_min,
+    )
+}
+
+/// A tool of the newest turn called often with differing arguments and
+/// answered the same each time.
+fn pattern<R: Results>(
+    cfg: &ToolLoops,
+    recent: &[&ToolCall],
+    newest: usize,
+    cmp: &Compared<'_, R>,
+) -> Option<ToolVerdict> {
     let mut best: Option<(u32, &str)> = None;
     for c in recent.iter().filter(|c| c.turn == newest) {
-        let same_tool: Vec<_> = recent.iter().filter(|o| o.name == c.name).collect();
-        let n = same_tool.len() as u32;
-        let varied = same_tool.iter().any(|o| o.arguments != c.arguments);
+        let same: Vec<_> = recent
+            .iter()
+            .filter(|o| o.name == c.name && cmp.same(o, c, false))
+            .collect();
+        let n = same.len() as u32;
+        let a = args(cfg, c);
+        let varied = same.iter().any(|o| args(cfg, o) != a);
         if varied && n >= cfg.pattern_min && best.is_none_or(|(m, _)| n > m) {
             best = Some((n, &c.name));
         }
     }
     let (n, name) = best?;
     verdict(cfg, Tier::Pattern, name, None, n, cfg.pattern_min)
+}
+
+/// The same 2 or 3 calls (tool, arguments, answer) in turn at the end of
+/// the history, repeated at least `cycle_min` times; the newest call ends
+/// it.
+fn cycle<R: Results>(
+    cfg: &ToolLoops,
+    calls: &[&ToolCall],
+    newest: usize,
+    cmp: &Compared<'_, R>,
+) -> Option<ToolVerdict> {
+    if cfg.cycle_min == 0 || calls.last()?.turn != newest {
+        return None;
+    }
+    let n = calls.len();
+    let mut best: Option<(u32, usize)> = None;
+    for period in [2usize, 3] {
+        if n < period * cfg.cycle_min as usize {
+            continue;
+        }
+        let equal = |i: usize, j: usize| match (calls.get(i), calls.get(j)) {
+            (Some(a), Some(b)) => {
+                a.name == b.name && args(cfg, a) == args(cfg, b) && cmp.same(a, b, true)
+            }
+            _ => false,
+        };
+        // A cycle of one call repeated is identical thrash, not a cycle.
+        let start = n - period;
+        if (start + 1..n).all(|i| equal(start, i)) {
+            continue;
+        }
+        // The longest end of the history with this period.
+        let mut len = period;
+        while len < n && equal(n - 1 - len, n - 1 - len + period) {
+            len += 1;
+        }
+        let reps = (len / period) as u32;
+        if reps >= cfg.cycle_min && best.is_none_or(|(r, _)| reps > r) {
+            best = Some((reps, period));
+        }
+    }
+    let (reps, period) = best?;
+    let names: Vec<String> = calls
+        .get(n - period..)?
+        .iter()
+        .map(|c| safe_tool_name(&c.name))
+        .collect();
+    verdict(
+        cfg,
+        Tier::Cycle,
+        &names.join("+"),
+        None,
+        reps,
+        cfg.cycle_min,
+    )
 }
 
 /// step = occurrences - threshold + 1, capped at the ladder's last step.
@@ -112,6 +470,14 @@ pub fn nudge_text(v: &ToolVerdict) -> String {
             "Note from the API gateway: you have called the tool `{}` {} times in your recent steps with varying arguments without making progress. Try a different approach or a different tool.",
             v.tool, v.occurrences
         ),
+        Tier::Cycle => format!(
+            "Note from the API gateway: you have repeated the same sequence of tool calls ({}) {} times, with the same results each time. Try a different approach or a different tool.",
+            cycle_names(&v.tool), v.occurrences
+        ),
+        Tier::Answer => format!(
+            "Note from the API gateway: your last {} answers say essentially the same thing, and the conversation has not moved on. Do not repeat that answer: try a fundamentally different approach, or say plainly what you cannot do.",
+            v.occurrences
+        ),
     }
 }
 
@@ -129,6 +495,19 @@ pub fn directive_text(v: &ToolVerdict) -> String {
         }
         None => "with varying arguments".to_string(),
     };
+    if v.tier == Tier::Answer {
+        return format!(
+            "Instruction from the API gateway: stop repeating your answer. You have given essentially the same answer {} times in a row without resolving the problem. Do not give it again. Take a different approach, ask the user a clarifying question, or explain what you cannot do.",
+            v.occurrences
+        );
+    }
+    if v.tier == Tier::Cycle {
+        return format!(
+            "Instruction from the API gateway: stop repeating the tool calls {}. You have gone through them {} times with the same results. Do not call them again in this order. Answer with the information you already have, or ask the user for what you need.",
+            cycle_names(&v.tool),
+            v.occurrences
+        );
+    }
     format!(
         "Instruction from the API gateway: stop calling the tool `{}`. You have called it {} times {what} without progress. Do not call it again. Answer with the information you already have, or ask the user for what you need.",
         v.tool, v.occurrences
@@ -146,6 +525,15 @@ pub fn rewrite(cfg: &ToolLoops, req: &Request<'_>, v: &ToolVerdict) -> Option<Ve
         ToolStep::Directive => req.with_note(&directive_text(v)),
         ToolStep::Reject => None,
     }
+}
+
+/// A cycle's tools for a message: `a` → `b` → `c`.
+fn cycle_names(joined: &str) -> String {
+    joined
+        .split('+')
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(" → ")
 }
 
 /// A tool name reduced to a safe token for headers and logs: at most 64 of
@@ -169,15 +557,24 @@ pub fn safe_tool_name(name: &str) -> String {
     }
 }
 
-/// `x-loopguard-tool-loop: <tier>;tool=<name>;level=<n>`.
+/// `x-loopguard-tool-loop: <tier>;tool=<name>;level=<n>` (a cycle's
+/// tools joined by `+`).
 pub fn header_value(v: &ToolVerdict) -> String {
-    format!(
-        "{};tool={};level={}",
-        v.tier.as_str(),
-        safe_tool_name(&v.tool),
-        v.level
-    )
+    let tool = match v.tier {
+        Tier::Answer => return format!("{};level={}", v.tier.as_str(), v.level),
+        Tier::Cycle => v
+            .tool
+            .split('+')
+            .map(safe_tool_name)
+            .collect::<Vec<_>>()
+            .join("+"),
+        _ => safe_tool_name(&v.tool),
+    };
+    format!("{};tool={};level={}", v.tier.as_str(), tool, v.level)
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod drift_tests;

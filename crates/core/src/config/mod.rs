@@ -13,6 +13,7 @@ mod error;
 pub mod raw;
 mod validate;
 
+pub use crate::llm::volatile::{Classes, Volatile};
 pub use error::ConfigError;
 use serde_json::Value;
 
@@ -145,6 +146,9 @@ pub struct Policy {
     /// `None` when absent or switched off. A policy with neither still
     /// claims the requests it matches and lets them pass untouched.
     pub tool_loops: Option<ToolLoops>,
+    /// What is masked in message text and tool results before comparing
+    /// (`llm_tail`, `near`; tool-call arguments only when opted in).
+    pub volatile: Volatile,
 }
 
 impl Policy {
@@ -160,13 +164,15 @@ impl Policy {
     /// (and the first item), however long the conversation.
     pub fn items_needed(&self) -> usize {
         let tail = match self.detection.as_ref().map(|d| &d.similarity) {
-            Some(Similarity::LlmTail { tail_messages }) => *tail_messages as usize + 1,
+            Some(
+                Similarity::LlmTail { tail_messages } | Similarity::Near { tail_messages, .. },
+            ) => *tail_messages as usize + 1,
             _ => 1,
         };
-        let tools = self
-            .tool_loops
-            .as_ref()
-            .map_or(0, |t| 4 * t.last_calls + 16);
+        let tools = self.tool_loops.as_ref().map_or(0, |t| {
+            let calls = t.last_calls.max(3 * t.cycle_min as usize);
+            (4 * calls + 16).max(2 * t.answer_min as usize + 2)
+        });
         tail.max(tools).min(MAX_ITEMS_KEPT)
     }
 
@@ -197,6 +203,15 @@ pub struct ToolLoops {
     pub ladder: Vec<ToolStep>,
     /// A directive also sets `tool_choice` to none.
     pub directive_disables_tools: bool,
+    /// Cycle thrash: a sequence of 2 or 3 calls repeated at least this
+    /// often at the end of the history (0: not looked for).
+    pub cycle_min: u32,
+    /// Answer loops: the model's text answer repeated this many turns in a
+    /// row (0: not looked for).
+    pub answer_min: u32,
+    /// Classes masked in tool-call arguments before they are compared
+    /// (none unless `volatile.tool_arguments`).
+    pub arguments_mask: Classes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -316,6 +331,13 @@ pub enum Similarity {
     Exact,
     /// Caller, model and the last `tail_messages` messages, normalised.
     LlmTail { tail_messages: u32 },
+    /// Caller and model name a record of recent hits; a hit counts the
+    /// earlier ones whose tail's SimHash is at most `distance` bits away.
+    Near {
+        tail_messages: u32,
+        distance: u32,
+        history: u32,
+    },
     /// Caller, session id, model and whether tools are offered. Requests
     /// without a session id share one fingerprint per caller, judged
     /// against `fallback_steps` (the ladder scaled to `fallback_threshold`).
@@ -330,6 +352,7 @@ impl Similarity {
         match self {
             Similarity::Exact => "exact",
             Similarity::LlmTail { .. } => "llm_tail",
+            Similarity::Near { .. } => "near",
             Similarity::Session { .. } => "session",
         }
     }

@@ -90,6 +90,38 @@ pub struct RawSpec {
     pub loop_detection: Option<Obj<RawDetection>>,
     /// Tool-call loops read from the conversation.
     pub tool_loops: Option<Obj<RawToolLoops>>,
+    /// Volatile-token masking for `llm_tail`, `near` and `tool_loops`
+    /// (timestamps, ids, numbers in tool results replaced by placeholders
+    /// before comparing). Default: every class, tool-call arguments
+    /// unmasked.
+    pub volatile: Option<Obj<RawVolatile>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "Volatile"))]
+#[serde(deny_unknown_fields)]
+pub struct RawVolatile {
+    /// `false` compares text as it is. Default `true`.
+    pub enabled: Option<bool>,
+    /// The classes masked. Default: all of them.
+    pub classes: Option<Vec<VolatileClassName>>,
+    /// Also mask tool-call arguments (every class but numbers). Default
+    /// `false`: ids in arguments usually name different resources.
+    pub tool_arguments: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "VolatileClass"))]
+#[serde(rename_all = "snake_case")]
+pub enum VolatileClassName {
+    Uuid,
+    Datetime,
+    Epoch,
+    Hex,
+    PrefixedId,
+    ToolResultNumbers,
 }
 
 #[derive(Debug, Deserialize)]
@@ -158,9 +190,18 @@ pub struct RawDetection {
     pub cooldown_seconds: Option<Int>,
     /// What makes two requests identical. Default `exact`.
     pub similarity: Option<SimilarityName>,
-    /// `llm_tail`: messages in the fingerprint, 1..64. Default 3.
+    /// `llm_tail` and `near`: messages in the fingerprint, 1..64.
+    /// Default 3.
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 64)))]
     pub tail_messages: Option<Int>,
+    /// `near`: at most this many differing SimHash bits make two requests
+    /// near-identical, 0..16. Default 3.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0, max = 16)))]
+    pub near_distance: Option<Int>,
+    /// `near`: recent hits kept per caller and model, 1..1024 (at least
+    /// the ladder's last step). Default 64.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1024)))]
+    pub near_history: Option<Int>,
     /// `session`: the header carrying the session id. Default
     /// `x-session-id`.
     pub session_header: Option<String>,
@@ -208,6 +249,15 @@ pub struct RawToolLoops {
     pub ladder: Option<Vec<ToolStepName>>,
     /// A directive also sets `tool_choice` to none.
     pub directive_disables_tools: Option<bool>,
+    /// Cycle thrash: the same sequence of 2 or 3 calls repeated at least
+    /// this often at the end of the history, 2..16, or 0 for none. Default
+    /// 3.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0, max = 16)))]
+    pub cycle_min: Option<Int>,
+    /// Answer loops: the model's text answer repeated (rephrased) this many
+    /// turns in a row, 2..16, or 0 for none. Default 3.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0, max = 16)))]
+    pub answer_min: Option<Int>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -288,6 +338,7 @@ pub enum ActionName {
 pub enum SimilarityName {
     Exact,
     LlmTail,
+    Near,
     Session,
 }
 

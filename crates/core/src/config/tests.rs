@@ -259,7 +259,7 @@ fn actions_and_modes() {
     assert!(err_of(with(&ld("action"), json!("block")))
         .contains("must be \"reject\", \"throttle\" or \"warn\" (got \"block\")"));
     assert!(err_of(with(&ld("similarity"), json!("fuzzy"))).contains(
-        "loop_detection.similarity must be \"exact\", \"llm_tail\" or \"session\" (got \"fuzzy\")"
+        "loop_detection.similarity must be \"exact\", \"llm_tail\", \"near\" or \"session\" (got \"fuzzy\")"
     ));
     let cfg =
         Config::from_value(&with(&["policies", "0", "spec", "mode"], json!("shadow"))).unwrap();
@@ -947,4 +947,107 @@ fn wrong_types_name_the_full_path_and_what_was_expected() {
     // JSON null is the same as leaving a field out.
     let cfg = Config::from_value(&with(&["max_body_bytes"], Value::Null)).unwrap();
     assert_eq!(cfg.max_body_bytes, 1_048_576);
+}
+
+#[test]
+fn near_mode_settings() {
+    let near = |extra: Value| {
+        let mut v = with(&ld("similarity"), json!("near"));
+        for (k, x) in extra.as_object().unwrap() {
+            v["policies"][0]["spec"]["loop_detection"][k] = x.clone();
+        }
+        v
+    };
+    let cfg = Config::from_value(&near(json!({}))).unwrap();
+    assert_eq!(
+        cfg.policies[0].detection.as_ref().unwrap().similarity,
+        Similarity::Near {
+            tail_messages: 3,
+            distance: 3,
+            history: 64
+        }
+    );
+    let cfg = Config::from_value(&near(
+        json!({"near_distance": 16, "near_history": 1024, "tail_messages": 5}),
+    ))
+    .unwrap();
+    assert_eq!(
+        cfg.policies[0].detection.as_ref().unwrap().similarity,
+        Similarity::Near {
+            tail_messages: 5,
+            distance: 16,
+            history: 1024
+        }
+    );
+    assert!(err_of(near(json!({"near_distance": 17})))
+        .contains("policy \"llm-policy\": loop_detection.near_distance must be <= 16 (got 17)"));
+    assert!(err_of(near(json!({"near_history": 0})))
+        .contains("loop_detection.near_history must be >= 1 (got 0)"));
+    // The history must hold the threshold's count.
+    assert!(err_of(near(json!({"near_history": 4})))
+        .contains("loop_detection.near_history must be >= the count of the last step (4 < 5)"));
+    // Near settings elsewhere are errors.
+    assert!(err_of(with(&ld("near_distance"), json!(3)))
+        .contains("loop_detection.near_distance applies only to similarity \"near\""));
+    assert!(err_of(with(&ld("tail_messages"), json!(3)))
+        .contains("applies only to similarity \"llm_tail\" or \"near\""));
+}
+
+#[test]
+fn volatile_masking_settings() {
+    let spec = |volatile: Value, similarity: &str| {
+        let mut v = with(&ld("similarity"), json!(similarity));
+        v["policies"][0]["spec"]["volatile"] = volatile;
+        v
+    };
+    use crate::llm::volatile::Class;
+    // Default: every class, arguments unmasked.
+    let cfg = Config::from_value(&with(&ld("similarity"), json!("llm_tail"))).unwrap();
+    assert_eq!(cfg.policies[0].volatile, Volatile::default_on());
+    let cfg = Config::from_value(&spec(
+        json!({"classes": ["uuid", "datetime"], "tool_arguments": true}),
+        "llm_tail",
+    ))
+    .unwrap();
+    let v = cfg.policies[0].volatile;
+    assert!(v.classes.contains(Class::Uuid) && v.classes.contains(Class::DateTime));
+    assert!(!v.classes.contains(Class::Epoch));
+    assert!(v.tool_arguments);
+    let off = Config::from_value(&spec(json!({"enabled": false}), "near")).unwrap();
+    assert_eq!(off.policies[0].volatile, Volatile::OFF);
+    assert!(err_of(spec(json!({"classes": ["uuids"]}), "llm_tail"))
+        .contains("policy \"llm-policy\": volatile.classes[0]"));
+    assert!(err_of(spec(json!({"classes": []}), "llm_tail"))
+        .contains("volatile.classes must not be empty"));
+    assert!(err_of(spec(
+        json!({"enabled": false, "tool_arguments": true}),
+        "llm_tail"
+    ))
+    .contains("volatile.enabled is false, so \"classes\" and \"tool_arguments\" would do nothing"));
+    // Exact and session modes compare no text.
+    assert!(err_of(spec(json!({}), "exact")).contains(
+        "volatile applies only to similarity \"llm_tail\" or \"near\", or to tool_loops"
+    ));
+    assert!(err_of(spec(json!({"clases": []}), "llm_tail")).contains("did you mean \"classes\""));
+}
+
+#[test]
+fn cycle_and_answer_settings() {
+    let tl = |v: Value| with(&["policies", "0", "spec", "tool_loops"], v);
+    let cfg = Config::from_value(&tl(json!({"enabled": true}))).unwrap();
+    let t = cfg.policies[0].tool_loops.clone().unwrap();
+    assert_eq!((t.cycle_min, t.answer_min), (3, 3));
+    let cfg = Config::from_value(&tl(
+        json!({"enabled": true, "cycle_min": 0, "answer_min": 5}),
+    ))
+    .unwrap();
+    let t = cfg.policies[0].tool_loops.clone().unwrap();
+    assert_eq!((t.cycle_min, t.answer_min), (0, 5));
+    assert!(
+        err_of(tl(json!({"enabled": true, "cycle_min": 1}))).contains(
+            "tool_loops.cycle_min must be >= 2 (got 1); use 0 to switch cycle detection off"
+        )
+    );
+    assert!(err_of(tl(json!({"enabled": true, "answer_min": 17})))
+        .contains("tool_loops.answer_min must be <= 16 (got 17)"));
 }

@@ -291,9 +291,25 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
     let limit_keys = limit_keys(&ctx, spec.limit_keys)?;
     let exempt = exempt(&ctx, spec.exempt)?;
     let has_tool_loops = spec.tool_loops.is_some();
+    let reads_text = spec.loop_detection.as_ref().is_some_and(|Obj(d)| {
+        matches!(
+            d.similarity,
+            Some(SimilarityName::LlmTail | SimilarityName::Near)
+        )
+    });
+    let volatile = match spec.volatile {
+        None => Volatile::default_on(),
+        Some(_) if !reads_text && !has_tool_loops => {
+            return Err(ctx.err(
+                "volatile",
+                "applies only to similarity \"llm_tail\" or \"near\", or to tool_loops",
+            ))
+        }
+        Some(Obj(v)) => volatile(&ctx, v)?,
+    };
     let tool_loops = match spec.tool_loops {
         None => None,
-        Some(Obj(t)) => tool_loops(&ctx, t)?,
+        Some(Obj(t)) => tool_loops(&ctx, t, &volatile)?,
     };
     let detection = match spec.loop_detection {
         None if has_tool_loops => None,
@@ -308,6 +324,45 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
         exempt,
         detection,
         tool_loops,
+        volatile,
+    })
+}
+
+fn volatile(ctx: &Ctx, v: RawVolatile) -> Result<Volatile, ConfigError> {
+    use crate::llm::volatile::Class;
+    let classes = match v.classes.as_deref() {
+        None => Classes::all(),
+        Some([]) => {
+            return Err(ctx.err(
+                "volatile.classes",
+                "must not be empty (leave it out for every class, or set \"enabled\": false)",
+            ))
+        }
+        Some(list) => list
+            .iter()
+            .map(|c| match c {
+                VolatileClassName::Uuid => Class::Uuid,
+                VolatileClassName::Datetime => Class::DateTime,
+                VolatileClassName::Epoch => Class::Epoch,
+                VolatileClassName::Hex => Class::Hex,
+                VolatileClassName::PrefixedId => Class::PrefixedId,
+                VolatileClassName::ToolResultNumbers => Class::ToolResultNumbers,
+            })
+            .collect(),
+    };
+    let tool_arguments = v.tool_arguments.unwrap_or(false);
+    if v.enabled == Some(false) {
+        if v.classes.is_some() || tool_arguments {
+            return Err(ctx.err(
+                "volatile.enabled",
+                "is false, so \"classes\" and \"tool_arguments\" would do nothing; remove them or enable masking",
+            ));
+        }
+        return Ok(Volatile::OFF);
+    }
+    Ok(Volatile {
+        classes,
+        tool_arguments,
     })
 }
 
@@ -560,11 +615,30 @@ fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>, ConfigErro
         2,
         u64::from(MAX_HITS_PER_FINGERPRINT),
     )?;
-    if tail_messages.is_some() && similarity_name != SimilarityName::LlmTail {
+    let near_distance = ctx.int(&f("near_distance"), &d.near_distance, 0, 16)?;
+    let near_history = ctx.int(
+        &f("near_history"),
+        &d.near_history,
+        1,
+        u64::from(MAX_HITS_PER_FINGERPRINT),
+    )?;
+    let reads_tail = matches!(
+        similarity_name,
+        SimilarityName::LlmTail | SimilarityName::Near
+    );
+    if tail_messages.is_some() && !reads_tail {
         return Err(ctx.err(
             &f("tail_messages"),
-            "applies only to similarity \"llm_tail\"",
+            "applies only to similarity \"llm_tail\" or \"near\"",
         ));
+    }
+    for (name, given) in [
+        ("near_distance", near_distance.is_some()),
+        ("near_history", near_history.is_some()),
+    ] {
+        if given && similarity_name != SimilarityName::Near {
+            return Err(ctx.err(&f(name), "applies only to similarity \"near\""));
+        }
     }
     for (name, given) in [
         ("session_header", d.session_header.is_some()),
@@ -602,10 +676,26 @@ fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>, ConfigErro
         }],
     };
     let threshold = steps.first().map_or(2, |s| s.at);
+    let last_step = steps.last().map_or(2, |s| s.at);
+    let tail_messages = tail_messages.map_or(3, |n| u32::try_from(n).unwrap_or(64));
     let similarity = match similarity_name {
-        SimilarityName::LlmTail => Similarity::LlmTail {
-            tail_messages: tail_messages.map_or(3, |n| u32::try_from(n).unwrap_or(64)),
-        },
+        SimilarityName::Near => {
+            let history = near_history.map_or(64, |n| u32::try_from(n).unwrap_or(1024));
+            if history < last_step {
+                return Err(ctx.err(
+                    &f("near_history"),
+                    format!(
+                        "must be >= the count of the last step ({history} < {last_step}): a caller's history holds at most near_history hits"
+                    ),
+                ));
+            }
+            Similarity::Near {
+                tail_messages,
+                distance: near_distance.map_or(3, |n| u32::try_from(n).unwrap_or(16)),
+                history,
+            }
+        }
+        SimilarityName::LlmTail => Similarity::LlmTail { tail_messages },
         SimilarityName::Session => {
             let fallback = match fallback_threshold {
                 Some(fb) if fb < u64::from(threshold) => {
@@ -716,7 +806,11 @@ fn escalation(ctx: &Ctx, list: Vec<Obj<RawStep>>) -> Result<Vec<Step>, ConfigErr
     Ok(steps)
 }
 
-fn tool_loops(ctx: &Ctx, t: RawToolLoops) -> Result<Option<ToolLoops>, ConfigError> {
+fn tool_loops(
+    ctx: &Ctx,
+    t: RawToolLoops,
+    volatile: &Volatile,
+) -> Result<Option<ToolLoops>, ConfigError> {
     let f = |name: &str| format!("tool_loops.{name}");
     let enabled = t
         .enabled
@@ -766,6 +860,23 @@ fn tool_loops(ctx: &Ctx, t: RawToolLoops) -> Result<Option<ToolLoops>, ConfigErr
             steps
         }
     };
+    let mut mins = [3u32; 2];
+    for (slot, (name, value, what)) in mins.iter_mut().zip([
+        ("cycle_min", &t.cycle_min, "cycle"),
+        ("answer_min", &t.answer_min, "answer-loop"),
+    ]) {
+        *slot = match ctx.int(&f(name), value, 0, 16)? {
+            Some(1) => {
+                return Err(ctx.err(
+                    &f(name),
+                    format!("must be >= 2 (got 1); use 0 to switch {what} detection off"),
+                ))
+            }
+            Some(n) => u32::try_from(n).unwrap_or(16),
+            None => 3,
+        };
+    }
+    let [cycle_min, answer_min] = mins;
     let directive_disables_tools = t.directive_disables_tools.unwrap_or(false);
     if directive_disables_tools && !ladder.contains(&ToolStep::Directive) {
         return Err(ctx.err(
@@ -783,6 +894,9 @@ fn tool_loops(ctx: &Ctx, t: RawToolLoops) -> Result<Option<ToolLoops>, ConfigErr
         exempt_tools,
         ladder,
         directive_disables_tools,
+        cycle_min,
+        answer_min,
+        arguments_mask: volatile.argument_classes(),
     }))
 }
 

@@ -8,7 +8,7 @@ use crate::fingerprint;
 use crate::llm::{self, scan::Refusal, NotRead};
 use crate::metrics::{SkipReason, WouldBe};
 use crate::reply;
-use crate::store::StoreAnswer;
+use crate::store::{Hit, StoreAnswer};
 use crate::tool_loops::{self, ToolVerdict};
 use crate::window::WindowQuery;
 
@@ -116,18 +116,31 @@ impl<B: BucketBackend> Engine<B> {
         } else {
             None
         };
+        let mut polling = false;
         if let (Some(cfg), Some(req)) = (&p.tool_loops, &parsed) {
             let history = req.tool_history(Some(&mut self.call_cache));
             if req.over_budget() {
                 refused = Some(Refusal::TooMany);
-            } else if let Some(v) = tool_loops::judge(cfg, &history) {
+            } else if let Some(v) = tool_loops::judge(cfg, &history, req) {
                 if let Some(step) = self.tool_loop(r, policy, p, &pending, req, &v, now, out) {
                     return step;
                 }
             }
+            polling = tool_loops::only_exempt_calls(cfg, &history);
         }
         if p.detection.is_none() {
             self.count_refusal(refused, out);
+            return Step::Continue;
+        }
+        if polling {
+            // The model's newest turn only calls exempt tools (polling):
+            // repeating it is what it is for, so loop detection does not
+            // count it either.
+            self.count_refusal(refused, out);
+            count_opt(out, self.registry.exempted(policy), 1);
+            self.publish_decision(out, true, || {
+                events::access_log(&p.id, p.mode, "exempt", None, None)
+            });
             return Step::Continue;
         }
         let mut made = pending.finish_parsed(body, parsed.as_ref());
@@ -272,7 +285,7 @@ impl<B: BucketBackend> Engine<B> {
             detect_at: 1,
             event_every_ms: TOOL_EVENT_WINDOW_MS,
         };
-        let first = match self.local.record(&key, now, &once) {
+        let first = match self.local.record(&Hit::exact(key, now, once)) {
             StoreAnswer::Ready(r) => r.state.event.is_some(),
             StoreAnswer::Failed(_) => true,
         };

@@ -35,14 +35,10 @@ impl<B: BucketBackend> Engine<B> {
                 1,
             ));
         }
-        let hit = Hit {
-            key: decision::store_key(p, &made.fingerprint),
-            now_ms: now,
-            query: decision::window_query(detection, made.fallback),
-        };
+        let hit = decision::hit(p, detection, &made, now);
         let step = match self.shared.as_mut() {
             Some(shared) => shared.record(&hit),
-            None => StoreStep::Answer(self.local.record(&hit.key, now, &hit.query)),
+            None => StoreStep::Answer(self.local.record(&hit)),
         };
         match step {
             StoreStep::Answer(answer) => self.act(r, policy, &made, phase, answer, now, now, out),
@@ -150,10 +146,7 @@ impl<B: BucketBackend> Engine<B> {
         };
         out.push(count(self.registry.fallback(on_error), 1));
         let (answer, fallback) = match on_error {
-            OnStoreError::Local => (
-                Some(self.local.record(&hit.key, hit.now_ms, &hit.query)),
-                "counted locally",
-            ),
+            OnStoreError::Local => (Some(self.local.record(hit)), "counted locally"),
             OnStoreError::Allow => (None, "passed unchecked"),
         };
         if LogLimits::allow(&mut self.logs.store_error, now) {

@@ -23,6 +23,8 @@ mod headers;
 mod tick;
 
 #[cfg(test)]
+mod drift_tests;
+#[cfg(test)]
 mod tests;
 
 use crate::config::{Config, StoreConfig};

@@ -9,34 +9,34 @@ use crate::store::CallReply;
 use serde_json::{json, Value};
 
 /// An engine over an in-memory table, and a clock.
-struct Harness {
-    engine: Engine<MemoryBackend>,
-    now: u64,
+pub(super) struct Harness {
+    pub(super) engine: Engine<MemoryBackend>,
+    pub(super) now: u64,
     next_id: u32,
 }
 
 /// What one request did: its effects (all events so far) and its step
 /// after the last event.
-struct Sent {
-    req: Request,
-    effects: Effects,
-    step: Step,
+pub(super) struct Sent {
+    pub(super) req: Request,
+    pub(super) effects: Effects,
+    pub(super) step: Step,
 }
 
 impl Sent {
-    fn reply(&self) -> Option<&LocalReply> {
+    pub(super) fn reply(&self) -> Option<&LocalReply> {
         self.effects.iter().find_map(|e| match e {
             Effect::LocalReply(r, _) => Some(r),
             _ => None,
         })
     }
-    fn status(&self) -> u32 {
+    pub(super) fn status(&self) -> u32 {
         self.reply().map_or(200, |r| r.status)
     }
-    fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         serde_json::from_str(&self.reply().unwrap().body).unwrap()
     }
-    fn request_headers(&self) -> Vec<(&str, &str)> {
+    pub(super) fn request_headers(&self) -> Vec<(&str, &str)> {
         self.effects
             .iter()
             .filter_map(|e| match e {
@@ -47,13 +47,13 @@ impl Sent {
             })
             .collect()
     }
-    fn filter_state(&self, name: &str) -> Option<&str> {
+    pub(super) fn filter_state(&self, name: &str) -> Option<&str> {
         self.effects.iter().rev().find_map(|e| match e {
             Effect::SetFilterState(n, v) if n == name => Some(v.as_str()),
             _ => None,
         })
     }
-    fn logs(&self, level: Level) -> Vec<&str> {
+    pub(super) fn logs(&self, level: Level) -> Vec<&str> {
         self.effects
             .iter()
             .filter_map(|e| match e {
@@ -62,7 +62,7 @@ impl Sent {
             })
             .collect()
     }
-    fn call(&self) -> Option<&StoreCall> {
+    pub(super) fn call(&self) -> Option<&StoreCall> {
         self.effects.iter().find_map(|e| match e {
             Effect::SendStoreCall(c) => Some(c),
             _ => None,
@@ -70,14 +70,14 @@ impl Sent {
     }
 }
 
-fn facts(headers: &[(&str, &str)]) -> FakeFacts {
+pub(super) fn facts(headers: &[(&str, &str)]) -> FakeFacts {
     headers
         .iter()
         .fold(FakeFacts::default(), |f, (k, v)| f.with(k, v))
 }
 
 impl Harness {
-    fn new(config: Value) -> Harness {
+    pub(super) fn new(config: Value) -> Harness {
         let cfg = Config::from_value(&config).unwrap();
         let engine = Engine::new(
             cfg,
@@ -94,12 +94,12 @@ impl Harness {
         }
     }
 
-    fn policy(spec: Value) -> Harness {
+    pub(super) fn policy(spec: Value) -> Harness {
         Harness::new(json!({"policies": [{"id": "p", "spec": spec}]}))
     }
 
     /// A metric's current value over the given effects.
-    fn metric(&self, effects: &[Effect], name: &str) -> i64 {
+    pub(super) fn metric(&self, effects: &[Effect], name: &str) -> i64 {
         let defs = self.engine.registry().defs();
         effects
             .iter()
@@ -112,7 +112,13 @@ impl Harness {
     }
 
     /// Send a request's headers and, if it has one, its body in one chunk.
-    fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Sent {
+    pub(super) fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Sent {
         let id = self.next_id;
         self.next_id += 1;
         let mut req = Request::new(id);
@@ -139,7 +145,7 @@ impl Harness {
         }
     }
 
-    fn post(&mut self, body: &str) -> Sent {
+    pub(super) fn post(&mut self, body: &str) -> Sent {
         self.send(
             "POST",
             "/v1/chat/completions",
@@ -148,17 +154,17 @@ impl Harness {
         )
     }
 
-    fn get(&mut self, path: &str) -> Sent {
+    pub(super) fn get(&mut self, path: &str) -> Sent {
         self.send("GET", path, &[("authorization", "Bearer sk-1")], b"")
     }
 
-    fn tick(&mut self) -> Effects {
+    pub(super) fn tick(&mut self) -> Effects {
         let mut out = Effects::new();
         self.engine.on_tick(self.now, &mut out);
         out
     }
 
-    fn response(&mut self, s: &mut Sent) -> Vec<(&'static str, String)> {
+    pub(super) fn response(&mut self, s: &mut Sent) -> Vec<(&'static str, String)> {
         let mut out = Effects::new();
         self.engine.on_response_headers(&mut s.req, &mut out);
         out.into_iter()
@@ -170,7 +176,7 @@ impl Harness {
     }
 }
 
-fn detection(ld: Value) -> Value {
+pub(super) fn detection(ld: Value) -> Value {
     json!({"selector": {}, "loop_detection": ld})
 }
 
@@ -784,7 +790,7 @@ impl Harness {
         s
     }
 
-    fn reply(&mut self, s: &mut Sent, token: u32, reply: CallReply) -> Step {
+    pub(super) fn reply(&mut self, s: &mut Sent, token: u32, reply: CallReply) -> Step {
         s.effects.clear();
         s.step = self
             .engine

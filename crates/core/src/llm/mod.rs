@@ -16,9 +16,10 @@
 mod normalize;
 pub mod scan;
 mod tools;
+pub mod volatile;
 
 pub use normalize::{canonical_json, normalize_text};
-pub use tools::{CallCache, ToolCall, ToolHistory};
+pub use tools::{CallCache, ModelTurn, ResultAt, ToolCall, ToolHistory};
 
 use scan::{Elements, Refusal, Span};
 use serde_json::Value;

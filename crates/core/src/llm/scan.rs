@@ -304,7 +304,7 @@ pub fn elements_at(b: &[u8], i: usize) -> Option<(Vec<Span>, usize)> {
 pub type Member<'b> = (&'b [u8], Span);
 
 /// The keys of a conversation item that loopguard reads.
-pub const ITEM_KEYS: [&str; 8] = [
+pub const ITEM_KEYS: [&str; 9] = [
     "role",
     "type",
     "content",
@@ -313,6 +313,7 @@ pub const ITEM_KEYS: [&str; 8] = [
     "name",
     "arguments",
     "input",
+    "output",
 ];
 /// Keys an item may carry that change nothing loopguard reads.
 pub const ITEM_IGNORED: [&str; 5] = ["tool_call_id", "refusal", "annotations", "audio", "id"];
@@ -322,7 +323,7 @@ pub const ITEM_IGNORED: [&str; 5] = ["tool_call_id", "refusal", "annotations", "
 /// conversation allocates nothing per item.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Picked {
-    pub spans: [Option<Span>; 8],
+    pub spans: [Option<Span>; 9],
     pub others: bool,
 }
 

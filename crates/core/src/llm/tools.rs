@@ -70,6 +70,17 @@ pub struct ToolCall {
     pub arguments: Rc<str>,
     /// The assistant turn it belongs to (0-based, in order).
     pub turn: usize,
+    /// Where its result is in the body (read on demand with
+    /// [`Request::result_text`]); `None` when the request holds none.
+    pub result: Option<ResultAt>,
+}
+
+/// A tool result's place in the body: the span of its content value, or
+/// a result with no content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ResultAt {
+    Value(Span),
+    Empty,
 }
 
 /// The tool calls of a conversation and its newest assistant turn.
@@ -78,6 +89,20 @@ pub struct ToolHistory {
     pub calls: Vec<ToolCall>,
     /// The newest assistant turn, with or without tool calls.
     pub newest_turn: Option<usize>,
+    /// Every assistant turn in order (index = turn).
+    pub turns: Vec<ModelTurn>,
+}
+
+/// One assistant turn: how many tool calls it made, where its text answer
+/// is and where the user's message it answers is (both read on demand with
+/// [`Request::result_text`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ModelTurn {
+    pub calls: usize,
+    pub answer: Option<ResultAt>,
+    /// The last user message before this turn, if one came after the
+    /// previous turn.
+    pub prompt: Option<ResultAt>,
 }
 
 impl Request<'_> {
@@ -95,6 +120,11 @@ impl Request<'_> {
         let mut out = ToolHistory::default();
         let mut turn: Option<usize> = None;
         let mut previous_was_model = false;
+        // Calls of the newest model turn still waiting for their results,
+        // which follow in order.
+        let mut awaiting: std::collections::VecDeque<usize> = Default::default();
+        // The newest user message since the last model turn.
+        let mut prompt: Option<ResultAt> = None;
         for (_, (_, keys)) in items.kept() {
             let Some(keys) = keys.as_ref() else {
                 previous_was_model = false;
@@ -102,6 +132,19 @@ impl Request<'_> {
             };
             if !self.written_by_model(keys) {
                 previous_was_model = false;
+                if self.word(keys, "role") == b"user" {
+                    if let Some(span) = keys.get("content") {
+                        prompt = Some(ResultAt::Value(span));
+                    }
+                }
+                if !awaiting.is_empty() {
+                    for at in self.results_of(keys) {
+                        let Some(i) = awaiting.pop_front() else { break };
+                        if let Some(call) = out.calls.get_mut(i) {
+                            call.result = Some(at);
+                        }
+                    }
+                }
                 continue;
             }
             // Responses: a run of model items (reasoning, calls, message) is
@@ -112,9 +155,25 @@ impl Request<'_> {
                 (Some(t), false) => t + 1,
                 (None, _) => 0,
             };
+            if turn != Some(t) {
+                awaiting.clear();
+                out.turns.push(ModelTurn {
+                    prompt: prompt.take(),
+                    ..ModelTurn::default()
+                });
+            }
             turn = Some(t);
             previous_was_model = true;
             let kind = self.word(keys, "type");
+            if kind.is_empty() || kind == b"message" {
+                // Its text (a string, or blocks whose text parts count).
+                if let (Some(span), Some(current)) = (keys.get("content"), out.turns.last_mut()) {
+                    let raw = self.body.get(span.0..span.1).unwrap_or_default();
+                    if raw != b"null" && raw != b"\"\"" && raw != b"[]" {
+                        current.answer = Some(ResultAt::Value(span));
+                    }
+                }
+            }
             let Some(key) = self.call_bytes(keys, kind) else {
                 continue; // nothing here can hold a call (a text answer)
             };
@@ -150,16 +209,73 @@ impl Request<'_> {
                     calls
                 }
             };
+            if let Some(current) = out.turns.last_mut() {
+                current.calls += calls.len();
+            }
             for (name, arguments) in calls {
+                awaiting.push_back(out.calls.len());
                 out.calls.push(ToolCall {
                     name,
                     arguments,
                     turn: t,
+                    result: None,
                 });
             }
         }
         out.newest_turn = turn;
         out
+    }
+
+    /// The tool results an item carries, in order: a chat `tool` message's
+    /// content, a Responses `function_call_output`'s output, the
+    /// `tool_result` blocks of an Anthropic user message.
+    fn results_of(&self, keys: &scan::Picked) -> Vec<ResultAt> {
+        let value = |span: Option<Span>| span.map_or(ResultAt::Empty, ResultAt::Value);
+        let role = self.word(keys, "role");
+        if role == b"tool" || role == b"function" {
+            return vec![value(keys.get("content"))];
+        }
+        let kind = self.word(keys, "type");
+        if matches!(kind, b"function_call_output" | b"custom_tool_call_output") {
+            return vec![value(keys.get("output"))];
+        }
+        let Some(blocks) = keys
+            .get("content")
+            .filter(|s| self.body.get(s.0) == Some(&b'['))
+            .and_then(|s| scan::elements(self.body, s))
+        else {
+            return Vec::new();
+        };
+        blocks
+            .into_iter()
+            .filter_map(|b| scan::members(self.body, b))
+            .filter(|m| {
+                scan::get(m, "type")
+                    .and_then(|s| scan::plain_str(self.body, s))
+                    .is_some_and(|t| t == b"tool_result")
+            })
+            .map(|m| value(scan::get(&m, "content")))
+            .collect()
+    }
+
+    /// A tool result's text, normalised (its text parts joined; media as
+    /// a hash), or `None` if it cannot be read within the request's
+    /// parsing budget.
+    pub fn result_text(&self, at: ResultAt) -> Option<String> {
+        let ResultAt::Value(span) = at else {
+            return Some(String::new());
+        };
+        let raw = self.body.get(span.0..span.1)?;
+        if raw.first() == Some(&b'"') {
+            return normalize::normalize_json_str(raw);
+        }
+        if !self.afford(span) {
+            return None;
+        }
+        let v = serde_json::from_slice::<Value>(raw).ok()?;
+        let mut out = String::new();
+        flatten(&normalize::content(&v), &mut out);
+        Some(out)
     }
 
     /// Whether the model wrote this item, by its `role` or `type`.
@@ -395,6 +511,37 @@ struct Edit {
 }
 
 /// Apply non-overlapping edits, last first so earlier offsets hold.
+/// Parts as one text: texts joined by spaces, other parts by a marker.
+fn flatten(parts: &[super::Part], out: &mut String) {
+    use super::Part;
+    for p in parts {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        match p {
+            Part::Text(t) => out.push_str(t),
+            Part::Media(h) => {
+                out.push_str("<media:");
+                for b in h.iter().take(8) {
+                    out.push_str(&format!("{b:02x}"));
+                }
+                out.push('>');
+            }
+            Part::ToolCall { name, arguments } => {
+                out.push_str(name);
+                out.push(' ');
+                out.push_str(arguments);
+            }
+            Part::ToolResult { content, .. } => flatten(content, out),
+            Part::Other(kind) => {
+                out.push('<');
+                out.push_str(kind);
+                out.push('>');
+            }
+        }
+    }
+}
+
 fn apply(body: &[u8], mut edits: Vec<Edit>) -> Vec<u8> {
     edits.sort_by_key(|e| std::cmp::Reverse(e.at));
     let mut out = body.to_vec();

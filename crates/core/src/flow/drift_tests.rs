@@ -1,0 +1,209 @@
+//! Loops that drift, through the whole flow: masked tails, near mode
+//! (local table and Redis), polling kept out of the count.
+
+use super::tests::{detection, Harness};
+use super::*;
+use crate::store::CallReply;
+use serde_json::{json, Value};
+
+/// An agent's chat whose tool keeps failing: `results` are the tool's
+/// answers so far (the request ends with the last one).
+fn failing(results: &[&str]) -> String {
+    let mut messages =
+        vec![json!({"role": "user", "content": "Export the monthly revenue report."})];
+    for (i, r) in results.iter().enumerate() {
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("call_{i}x"), "type": "function", "function": {"name": "export_report", "arguments": "{\"report\":\"monthly-revenue\"}"}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("call_{i}x"), "content": r}));
+    }
+    json!({"model": "gpt-4o", "messages": messages}).to_string()
+}
+
+fn policy(similarity: &str, extra: Value) -> Harness {
+    let mut ld = json!({"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": similarity});
+    for (k, v) in extra.as_object().unwrap() {
+        ld[k] = v.clone();
+    }
+    Harness::policy(detection(ld))
+}
+
+/// Statuses of the requests a failing agent sends, one more result each.
+fn statuses(h: &mut Harness, results: &[&str]) -> Vec<u32> {
+    (1..=results.len())
+        .map(|n| {
+            h.now += 1000;
+            h.post(&failing(&results[..n])).status()
+        })
+        .collect()
+}
+
+const MASKED: [&str; 5] = [
+    "Error 503 at 2026-11-23T13:40:01.123Z (request id req_8f3aK29dLm01) after 1843 ms",
+    "Error 503 at 2026-11-23T13:40:09.981Z (request id req_Tutgo1eoObvK) after 2210 ms",
+    "Error 503 at 2026-11-23T13:40:17.004Z (request id req_x0pdAB4vzyn9) after 1977 ms",
+    "Error 503 at 2026-11-23T13:40:25.440Z (request id req_QjOj7Zjs6a9W) after 2051 ms",
+    "Error 503 at 2026-11-23T13:40:33.818Z (request id req_p0Lk2Jh7Gf5D) after 1880 ms",
+];
+
+// The tail of the last 3 messages (a result, the repeated call, its result)
+// first repeats in the second request: the third repeat is the fourth.
+
+#[test]
+fn llm_tail_masks_volatile_tokens_and_catches_a_failing_tool() {
+    let mut h = policy("llm_tail", json!({}));
+    assert_eq!(statuses(&mut h, &MASKED), vec![200, 200, 200, 429, 429]);
+    // Masking off: every tail differs.
+    let mut h = Harness::policy(json!({"selector": {}, "volatile": {"enabled": false},
+        "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "llm_tail"}}));
+    assert_eq!(statuses(&mut h, &MASKED), vec![200; 5]);
+}
+
+/// Failures whose drift is outside every mask class: a short worker id
+/// (8 hex digits; the hex class starts at 16).
+const UNMASKED: [&str; 5] = [
+    "Export aborted: worker c0a323f5 lost its lease on the export queue for report monthly-revenue; no rows were written and the job was returned to the queue",
+    "Export aborted: worker a55c6964 lost its lease on the export queue for report monthly-revenue; no rows were written and the job was returned to the queue",
+    "Export aborted: worker f7167b20 lost its lease on the export queue for report monthly-revenue; no rows were written and the job was returned to the queue",
+    "Export aborted: worker eeae6e4d lost its lease on the export queue for report monthly-revenue; no rows were written and the job was returned to the queue",
+    "Export aborted: worker 31bd07aa lost its lease on the export queue for report monthly-revenue; no rows were written and the job was returned to the queue",
+];
+
+#[test]
+fn near_mode_counts_tails_a_few_bits_apart() {
+    let mut exact_tail = policy("llm_tail", json!({}));
+    assert_eq!(statuses(&mut exact_tail, &UNMASKED), vec![200; 5]);
+    let mut near = policy("near", json!({"near_distance": 8}));
+    assert_eq!(
+        statuses(&mut near, &UNMASKED),
+        vec![200, 200, 200, 429, 429]
+    );
+    // At distance 0 only identical SimHashes count.
+    let mut strict = policy("near", json!({"near_distance": 0}));
+    assert_eq!(statuses(&mut strict, &UNMASKED), vec![200; 5]);
+}
+
+#[test]
+fn near_mode_keeps_callers_and_models_apart_and_bounds_the_history() {
+    let mut h = policy("near", json!({}));
+    let body = |n: usize| failing(&MASKED[..n]);
+    for n in 1..=3 {
+        assert_eq!(h.post(&body(n)).status(), 200);
+    }
+    // Another caller's third repeat is its own first.
+    let other = h.send(
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer sk-2")],
+        body(4).as_bytes(),
+    );
+    assert_eq!(other.status(), 200);
+    // Another model: another record.
+    let other_model = body(4).replace("gpt-4o", "gpt-4.1");
+    assert_eq!(h.post(&other_model).status(), 200);
+    assert_eq!(h.post(&body(4)).status(), 429);
+    // A history of 3 hits: unrelated traffic pushes the loop out.
+    let mut h = policy("near", json!({"near_history": 3}));
+    for n in 1..=3 {
+        assert_eq!(h.post(&body(n)).status(), 200);
+    }
+    for q in [
+        "What is the capital of Peru?",
+        "Translate 'good morning' to Welsh.",
+        "List three prime numbers above 100.",
+    ] {
+        let chat = json!({"model": "gpt-4o", "messages": [
+            {"role": "user", "content": q}, {"role": "assistant", "content": "Let me think."}, {"role": "user", "content": "Go on."}]});
+        assert_eq!(h.post(&chat.to_string()).status(), 200);
+    }
+    assert_eq!(h.post(&body(4)).status(), 200);
+}
+
+#[test]
+fn near_mode_compares_a_first_turn_exactly() {
+    let mut h = policy("near", json!({"near_distance": 16}));
+    // A batch job's prompts: one template, different documents.
+    for ticket in [
+        "Printer offline.",
+        "Printer offline again.",
+        "printer is offline",
+        "Printer offline!",
+    ] {
+        let body = json!({"model": "gpt-4o", "messages": [
+            {"role": "user", "content": format!("Summarise the following support ticket:\n{ticket}")}]});
+        assert_eq!(h.post(&body.to_string()).status(), 200, "{ticket}");
+    }
+    // The same prompt three times is still a repeat.
+    let same = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Is the build green?"}]}).to_string();
+    let codes: Vec<u32> = (0..3).map(|_| h.post(&same).status()).collect();
+    assert_eq!(codes, vec![200, 200, 429]);
+}
+
+#[test]
+fn a_near_cooldown_holds_the_loop_not_the_caller() {
+    let mut h = policy("near", json!({"cooldown_seconds": 300}));
+    assert_eq!(statuses(&mut h, &MASKED[..4]), vec![200, 200, 200, 429]);
+    // Out of the window, the loop is still held...
+    h.now += 120_000;
+    let again = h.post(&failing(&MASKED[..5]));
+    assert_eq!(again.status(), 429);
+    assert!(again.json()["error"]["cooldown_seconds"].as_u64().unwrap() > 0);
+    // ...while the caller's other work passes.
+    let other = json!({"model": "gpt-4o", "messages": [
+        {"role": "user", "content": "Summarise the Q3 board minutes."},
+        {"role": "assistant", "content": "Here is the summary of the minutes."},
+        {"role": "user", "content": "Shorter please."}]});
+    assert_eq!(h.post(&other.to_string()).status(), 200);
+}
+
+#[test]
+fn near_mode_through_the_shared_store() {
+    let mut h = Harness::new(
+        json!({"store": {"type": "redis_webdis", "cluster": "webdis"},
+        "policies": [{"id": "p", "spec": detection(json!({"enabled": true, "window_seconds": 60,
+            "threshold_identical_requests": 3, "similarity": "near", "near_distance": 5, "near_history": 32}))}]}),
+    );
+    let mut s = h.post(&failing(&MASKED[..2]));
+    assert_eq!(s.step, Step::Pause);
+    let body = String::from_utf8(s.call().unwrap().body.clone()).unwrap();
+    let parts: Vec<&str> = body.split('/').collect();
+    assert_eq!(&parts[..3], &["FCALL", "loopguard_near", "3"]);
+    assert!(parts[3].starts_with("lg:test:{") && parts[3].ends_with("}:n"));
+    assert!(parts[4].ends_with("}:ncd") && parts[5].ends_with("}:ev"));
+    // window, capacity = near_history, trip_at, cooldown, detect_at,
+    // event interval, nonce, SimHash, distance.
+    assert_eq!(&parts[6..9], &["60000", "32", "3"]);
+    assert_eq!(parts[13].len(), 16);
+    assert!(parts[13].chars().all(|c| c.is_ascii_hexdigit()));
+    assert_eq!(parts[14], "5");
+    s.step = h
+        .engine
+        .on_call_sent(&mut s.req, Ok(1), h.now, &mut s.effects);
+    let reply = CallReply {
+        status: Some("200".into()),
+        body: br#"{"FCALL":[3,59000,0,0]}"#.to_vec(),
+    };
+    assert_eq!(h.reply(&mut s, 1, reply), Step::Pause);
+    assert_eq!(s.status(), 429);
+}
+
+#[test]
+fn polling_turns_are_not_counted_by_loop_detection() {
+    let spec = json!({"selector": {},
+        "tool_loops": {"enabled": true, "exempt_tools": ["poll_job_status"]},
+        "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "llm_tail"}});
+    let mut h = Harness::policy(spec);
+    let poll = |n: usize| {
+        let mut messages = vec![json!({"role": "user", "content": "Wait for export job 42."})];
+        for i in 0..n {
+            messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": format!("c{i}"), "type": "function", "function": {"name": "poll_job_status", "arguments": "{\"job\":42}"}}]}));
+            messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": format!("running {}%", 10 * (i + 1))}));
+        }
+        json!({"model": "gpt-4o", "messages": messages}).to_string()
+    };
+    for n in 1..=6 {
+        let s = h.post(&poll(n));
+        assert_eq!(s.status(), 200, "poll {n}");
+        assert_eq!(h.metric(&s.effects, "loopguard.exempted_total.policy.p"), 1);
+    }
+}

@@ -1,0 +1,605 @@
+//! Volatile-token masking: the parts of a message that change every turn
+//! of a loop without meaning anything new (timestamps, request ids,
+//! latencies) are replaced by typed placeholders before hashing, so a tool
+//! that keeps failing with `Error 503 at 2026-11-23T13:40:01.123Z (request
+//! id req_8f3aK29dLm01)` repeats as `error <n> at <datetime> (request id
+//! <id>)`.
+//!
+//! One pass over normalised (lower-cased) text, no regular expressions: at
+//! each word start the classes are tried in a fixed order, each reading
+//! ahead only as far as its own shape; a word no class takes is skipped
+//! whole. Text without a volatile token is returned borrowed, unchanged.
+//!
+//! Where each class applies (see [`Context`]): tool results get every
+//! enabled class; the model's own text keeps its bare dates and numbers;
+//! what a user or the system wrote is never masked (`convert 1000 eur` and
+//! `convert 1037 eur` stay different; so do two tickets that differ only
+//! in a document hash); tool-call arguments are masked only when the
+//! policy opts in, and never their numbers.
+
+use super::{Message, Part};
+use std::borrow::Cow;
+
+/// A class of volatile token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// `8-4-4-4-12` hex digits: `<uuid>`.
+    Uuid,
+    /// RFC 3339 / ISO 8601 dates and date-times, with fractions and zones:
+    /// `<datetime>` (with a time), `<date>` (a bare date, tool results and
+    /// opted-in arguments only).
+    DateTime,
+    /// Unix epoch seconds (10 digits) or milliseconds (13 digits) between
+    /// 2001 and 2036: `<epoch>`.
+    Epoch,
+    /// 16 or more hex digits (hashes, trace ids): `<hex>`.
+    Hex,
+    /// A short alphabetic prefix, `_` or `-`, then 10 or more letters and
+    /// digits mixed (`req_…`, `call_…`, `chatcmpl-…`, `toolu_…`): `<id>`.
+    PrefixedId,
+    /// Every number inside a tool result (latencies, byte counts, attempt
+    /// counters): `<n>`.
+    ToolResultNumbers,
+}
+
+impl Class {
+    pub const ALL: [Class; 6] = [
+        Class::Uuid,
+        Class::DateTime,
+        Class::Epoch,
+        Class::Hex,
+        Class::PrefixedId,
+        Class::ToolResultNumbers,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Uuid => "uuid",
+            Class::DateTime => "datetime",
+            Class::Epoch => "epoch",
+            Class::Hex => "hex",
+            Class::PrefixedId => "prefixed_id",
+            Class::ToolResultNumbers => "tool_result_numbers",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Class> {
+        Class::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+/// A set of classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Classes(u8);
+
+impl Classes {
+    pub const NONE: Classes = Classes(0);
+
+    pub fn all() -> Classes {
+        Class::ALL.into_iter().collect()
+    }
+
+    pub fn contains(self, c: Class) -> bool {
+        self.0 & c.bit() != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Class> {
+        Class::ALL.into_iter().filter(move |c| self.contains(*c))
+    }
+}
+
+impl FromIterator<Class> for Classes {
+    fn from_iter<I: IntoIterator<Item = Class>>(iter: I) -> Self {
+        Classes(iter.into_iter().fold(0, |acc, c| acc | c.bit()))
+    }
+}
+
+/// A policy's masking: the classes, and whether tool-call arguments are
+/// masked too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Volatile {
+    pub classes: Classes,
+    pub tool_arguments: bool,
+}
+
+impl Volatile {
+    pub const OFF: Volatile = Volatile {
+        classes: Classes::NONE,
+        tool_arguments: false,
+    };
+
+    /// Every class in text and tool results; arguments as they are.
+    pub fn default_on() -> Volatile {
+        Volatile {
+            classes: Classes::all(),
+            tool_arguments: false,
+        }
+    }
+
+    /// The classes that apply to tool-call arguments (never numbers).
+    pub fn argument_classes(&self) -> Classes {
+        if self.tool_arguments {
+            self.classes
+                .iter()
+                .filter(|c| *c != Class::ToolResultNumbers)
+                .collect()
+        } else {
+            Classes::NONE
+        }
+    }
+
+    /// Mask messages in place: tool results, the model's text, and
+    /// arguments when opted in. What a user or the system wrote is the
+    /// request's intent and stays as it is (a ticket that differs only in
+    /// its document hash is another ticket); tool results inside a user
+    /// message (Anthropic) are tool results.
+    pub fn mask_messages(&self, messages: &mut [Message]) {
+        if self.classes.is_empty() {
+            return;
+        }
+        let args = self.argument_classes();
+        for m in messages {
+            let authored = matches!(m.role.as_str(), "user" | "system" | "developer");
+            let text = if authored { None } else { Some(Context::Text) };
+            mask_parts(&mut m.parts, self.classes, args, text);
+        }
+    }
+}
+
+/// Mask parts: text in `text` context (`None`: left alone), tool results
+/// and arguments in theirs.
+fn mask_parts(parts: &mut [Part], classes: Classes, args: Classes, text: Option<Context>) {
+    for p in parts {
+        match p {
+            Part::Text(t) => {
+                if let Some(context) = text {
+                    replace(t, classes, context);
+                }
+            }
+            Part::ToolCall { arguments, .. } => replace(arguments, args, Context::Arguments),
+            Part::ToolResult { content, .. } => {
+                mask_parts(content, classes, args, Some(Context::ToolResult))
+            }
+            Part::Media(_) | Part::Other(_) => {}
+        }
+    }
+}
+
+fn replace(s: &mut String, classes: Classes, context: Context) {
+    if let Cow::Owned(masked) = mask(s, classes, context) {
+        *s = masked;
+    }
+}
+
+/// What a piece of text is, which decides the classes that apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Context {
+    /// Message text written by a user, the system or the model.
+    Text,
+    /// A tool's result.
+    ToolResult,
+    /// A tool call's arguments (only when the policy opts in).
+    Arguments,
+}
+
+/// Mask `text` for `context` (case does not matter: message text is
+/// normalised to lower case, arguments are not). Borrowed when nothing was
+/// masked.
+pub fn mask(text: &str, classes: Classes, context: Context) -> Cow<'_, str> {
+    if classes.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let b = text.as_bytes();
+    let numbers = context == Context::ToolResult && classes.contains(Class::ToolResultNumbers);
+    let bare_dates = context != Context::Text;
+    let mut out: Option<String> = None;
+    // Bytes of `text` before `copied` are in `out` already.
+    let mut copied = 0;
+    let mut i = 0;
+    while i < b.len() {
+        let Some(&c) = b.get(i) else { break };
+        if !c.is_ascii_alphanumeric() {
+            i += 1;
+            continue;
+        }
+        let at_word_start = i == 0 || !b.get(i - 1).is_some_and(u8::is_ascii_alphanumeric);
+        let found = if at_word_start {
+            token(b, i, classes, bare_dates)
+        } else {
+            None
+        };
+        let found = found.or_else(|| {
+            if numbers && c.is_ascii_digit() {
+                Some((i, number_end(b, i), "<n>"))
+            } else {
+                None
+            }
+        });
+        match found {
+            Some((from, end, placeholder)) => {
+                let s = out.get_or_insert_with(|| String::with_capacity(text.len()));
+                s.push_str(text.get(copied..from).unwrap_or(""));
+                s.push_str(placeholder);
+                copied = end;
+                i = end;
+            }
+            None if numbers => {
+                // Letters up to the next digit or the word's end: a number
+                // inside a word (`1843ms`, `http2`) is still a number.
+                i += 1;
+                while b.get(i).is_some_and(u8::is_ascii_alphabetic) {
+                    i += 1;
+                }
+            }
+            None => i = word_end(b, i),
+        }
+    }
+    match out {
+        None => Cow::Borrowed(text),
+        Some(mut s) => {
+            s.push_str(text.get(copied..).unwrap_or(""));
+            Cow::Owned(s)
+        }
+    }
+}
+
+/// The volatile token starting at `i` (a word start), if any: where the
+/// masked part starts (a prefixed id keeps its prefix) and ends, and its
+/// placeholder.
+fn token(
+    b: &[u8],
+    i: usize,
+    classes: Classes,
+    bare_dates: bool,
+) -> Option<(usize, usize, &'static str)> {
+    let c = *b.get(i)?;
+    if classes.contains(Class::Uuid) && c.is_ascii_hexdigit() {
+        if let Some(end) = uuid(b, i) {
+            return Some((i, end, "<uuid>"));
+        }
+    }
+    if classes.contains(Class::DateTime) && c.is_ascii_digit() {
+        if let Some((end, has_time)) = date_time(b, i) {
+            if has_time {
+                return Some((i, end, "<datetime>"));
+            }
+            if bare_dates {
+                return Some((i, end, "<date>"));
+            }
+        }
+    }
+    if c.is_ascii_digit() && classes.contains(Class::Epoch) {
+        if let Some(end) = epoch(b, i) {
+            return Some((i, end, "<epoch>"));
+        }
+    }
+    if classes.contains(Class::Hex) && c.is_ascii_hexdigit() {
+        if let Some(end) = hex_run(b, i) {
+            return Some((i, end, "<hex>"));
+        }
+    }
+    if classes.contains(Class::PrefixedId) && c.is_ascii_alphabetic() {
+        if let Some((from, end)) = prefixed_id(b, i) {
+            return Some((from, end, "<id>"));
+        }
+    }
+    None
+}
+
+fn is_alnum(b: &[u8], i: usize) -> bool {
+    b.get(i).is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// The end of the ASCII word (letters and digits) starting at `i`.
+fn word_end(b: &[u8], mut i: usize) -> usize {
+    while is_alnum(b, i) {
+        i += 1;
+    }
+    i.max(1)
+}
+
+/// `n` bytes from `i` satisfying `f`; the position after them.
+fn run(b: &[u8], i: usize, n: usize, f: impl Fn(u8) -> bool) -> Option<usize> {
+    let s = b.get(i..i + n)?;
+    s.iter().all(|&c| f(c)).then_some(i + n)
+}
+
+fn hex(c: u8) -> bool {
+    c.is_ascii_hexdigit()
+}
+
+fn digit(c: u8) -> bool {
+    c.is_ascii_digit()
+}
+
+fn byte(b: &[u8], i: usize, want: u8) -> Option<usize> {
+    (b.get(i) == Some(&want)).then_some(i + 1)
+}
+
+/// A token must not run on into a longer word.
+fn ends(b: &[u8], end: usize) -> Option<usize> {
+    (!is_alnum(b, end)).then_some(end)
+}
+
+fn uuid(b: &[u8], i: usize) -> Option<usize> {
+    let mut p = run(b, i, 8, hex)?;
+    for n in [4, 4, 4] {
+        p = byte(b, p, b'-')?;
+        p = run(b, p, n, hex)?;
+    }
+    p = byte(b, p, b'-')?;
+    p = run(b, p, 12, hex)?;
+    ends(b, p)
+}
+
+/// `yyyy-mm-dd`, optionally followed by `t` or a space and `hh:mm`,
+/// `:ss`, a fraction and a zone (`z`, `+hh:mm`, `+hhmm`, `+hh`). Returns
+/// the end and whether a time was there.
+fn date_time(b: &[u8], i: usize) -> Option<(usize, bool)> {
+    let mut p = run(b, i, 4, digit)?;
+    p = byte(b, p, b'-')?;
+    p = run(b, p, 2, digit)?;
+    p = byte(b, p, b'-')?;
+    p = run(b, p, 2, digit)?;
+    let date_end = p;
+    let time = b
+        .get(p)
+        .filter(|c| matches!(c, b't' | b'T' | b' '))
+        .and_then(|_| time_of_day(b, p + 1));
+    match time {
+        Some(end) => ends(b, end).map(|e| (e, true)),
+        None => ends(b, date_end).map(|e| (e, false)),
+    }
+}
+
+/// `hh:mm[:ss[.frac]][zone]` from `i`.
+fn time_of_day(b: &[u8], i: usize) -> Option<usize> {
+    let mut p = run(b, i, 2, digit)?;
+    p = byte(b, p, b':')?;
+    p = run(b, p, 2, digit)?;
+    if let Some(q) = byte(b, p, b':').and_then(|q| run(b, q, 2, digit)) {
+        p = q;
+        if let Some(q) = b
+            .get(p)
+            .filter(|c| matches!(c, b'.' | b','))
+            .and_then(|_| digits_end(b, p + 1))
+        {
+            p = q;
+        }
+    }
+    match b.get(p) {
+        Some(b'z' | b'Z') => Some(p + 1),
+        Some(b'+' | b'-') => {
+            let q = run(b, p + 1, 2, digit)?;
+            let q = match byte(b, q, b':') {
+                Some(r) => run(b, r, 2, digit).unwrap_or(q),
+                None => run(b, q, 2, digit).unwrap_or(q),
+            };
+            Some(q)
+        }
+        _ => Some(p),
+    }
+}
+
+/// The end of a run of at least one digit from `i`.
+fn digits_end(b: &[u8], i: usize) -> Option<usize> {
+    let mut p = i;
+    while b.get(p).is_some_and(u8::is_ascii_digit) {
+        p += 1;
+    }
+    (p > i).then_some(p)
+}
+
+/// 10 digits (seconds) or 13 (milliseconds) in 2001..2036, optionally with
+/// a fraction (`1732370401.123`).
+fn epoch(b: &[u8], i: usize) -> Option<usize> {
+    let end = digits_end(b, i)?;
+    let digits = b.get(i..end)?;
+    let value: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    let in_range = match digits.len() {
+        10 => (1_000_000_000..2_100_000_000).contains(&value),
+        13 => (1_000_000_000_000..2_100_000_000_000).contains(&value),
+        _ => false,
+    };
+    if !in_range {
+        return None;
+    }
+    let end = match b
+        .get(end)
+        .filter(|c| **c == b'.')
+        .and_then(|_| digits_end(b, end + 1))
+    {
+        Some(e) => e,
+        None => end,
+    };
+    ends(b, end)
+}
+
+/// 16 or more hex digits, at least one of them a digit (so a long word of
+/// the letters a-f is not taken).
+fn hex_run(b: &[u8], i: usize) -> Option<usize> {
+    let mut p = i;
+    let mut digits = false;
+    while let Some(&c) = b.get(p).filter(|c| hex(**c)) {
+        digits |= c.is_ascii_digit();
+        p += 1;
+    }
+    (p - i >= 16 && digits)
+        .then_some(p)
+        .and_then(|e| ends(b, e))
+}
+
+/// 1-12 letters, `_` or `-`, then 10+ letters and digits with both kinds:
+/// where the random part starts and ends.
+fn prefixed_id(b: &[u8], i: usize) -> Option<(usize, usize)> {
+    let mut p = i;
+    while b.get(p).is_some_and(u8::is_ascii_alphabetic) {
+        p += 1;
+    }
+    if p - i > 12 || !matches!(b.get(p), Some(b'_' | b'-')) {
+        return None;
+    }
+    let start = p + 1;
+    let (mut letters, mut digits) = (false, false);
+    let mut q = start;
+    while let Some(&c) = b.get(q).filter(|c| c.is_ascii_alphanumeric()) {
+        letters |= c.is_ascii_alphabetic();
+        digits |= c.is_ascii_digit();
+        q += 1;
+    }
+    (q - start >= 10 && letters && digits).then_some((start, q))
+}
+
+/// The end of a number from `i`: digits, with `.` or `,` between digit
+/// groups (`1,843.5`).
+fn number_end(b: &[u8], i: usize) -> usize {
+    let mut p = i;
+    loop {
+        while b.get(p).is_some_and(u8::is_ascii_digit) {
+            p += 1;
+        }
+        let sep = matches!(b.get(p), Some(b'.' | b','));
+        if sep && b.get(p + 1).is_some_and(u8::is_ascii_digit) {
+            p += 1;
+        } else {
+            return p;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(s: &str) -> String {
+        mask(s, Classes::all(), Context::ToolResult).into_owned()
+    }
+
+    fn text(s: &str) -> String {
+        mask(s, Classes::all(), Context::Text).into_owned()
+    }
+
+    #[test]
+    fn a_failing_tool_repeats_once_masked() {
+        let a = tool("error 503 at 2026-11-23t13:40:01.123z (request id req_8f3ak29dlm01, trace 5b2c9e0f4a1d7c3b8e9f) after 1843 ms, attempt 4");
+        let b = tool("error 503 at 2026-11-23t13:40:07.981z (request id req_k2l9x0pq77za, trace 0a9f8e7d6c5b4a39d2c1) after 2210 ms, attempt 5");
+        assert_eq!(a, b);
+        assert_eq!(
+            a,
+            "error <n> at <datetime> (request id req_<id>, trace <hex>) after <n> ms, attempt <n>"
+        );
+    }
+
+    #[test]
+    fn each_class_with_examples() {
+        let cases = [
+            (
+                "id 3f2a9c1e-7b4d-4e8a-9f01-23456789abcd done",
+                "id <uuid> done",
+            ),
+            ("at 2026-11-23t13:40:01z", "at <datetime>"),
+            ("at 2026-11-23t13:40:01.123456+01:00.", "at <datetime>."),
+            ("at 2026-11-23 13:40", "at <datetime>"),
+            ("at 2026-11-23t13:40:01-0500", "at <datetime>"),
+            ("on 2026-11-23, twice", "on <date>, twice"),
+            ("ts=1732370401 and 1732370401123", "ts=<epoch> and <epoch>"),
+            ("ts 1732370401.25", "ts <epoch>"),
+            ("sha 9f86d081884c7d659a2feaa0c55ad015", "sha <hex>"),
+            (
+                "chatcmpl-b7x9k2m4n6p8q0 and toolu_01abcdef23ghij",
+                "chatcmpl-<id> and toolu_<id>",
+            ),
+            ("took 12.5s for 1,843 bytes", "took <n>s for <n> bytes"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(tool(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn message_text_keeps_numbers_and_bare_dates() {
+        assert_eq!(text("convert 1000 eur to usd"), "convert 1000 eur to usd");
+        assert_ne!(text("convert 1000 eur"), text("convert 1037 eur"));
+        assert_eq!(text("sales on 2026-11-03?"), "sales on 2026-11-03?");
+        // Machine-made tokens are masked in text too.
+        assert_eq!(
+            text("retrying request req_8f3ak29dlm01 at 2026-11-23t13:40:01z"),
+            "retrying request req_<id> at <datetime>"
+        );
+    }
+
+    #[test]
+    fn upper_case_is_masked_too() {
+        let m = |s| mask(s, Classes::all(), Context::Arguments).into_owned();
+        assert_eq!(
+            m(r#"{"since":"2026-11-23T13:40:01Z","id":"3F2A9C1E-7B4D-4E8A-9F01-23456789ABCD"}"#),
+            r#"{"since":"<datetime>","id":"<uuid>"}"#
+        );
+        assert_eq!(m("trace 9F86D081884C7D659A2FEAA0C55AD015"), "trace <hex>");
+        assert_eq!(m("REQ_8F3AK29DLM01"), "REQ_<id>");
+    }
+
+    #[test]
+    fn arguments_keep_numbers() {
+        let m = |s| mask(s, Classes::all(), Context::Arguments).into_owned();
+        assert_eq!(
+            m(r#"{"page":2,"since":"2026-11-23"}"#),
+            r#"{"page":2,"since":"<date>"}"#
+        );
+    }
+
+    #[test]
+    fn near_misses_are_left_alone() {
+        for s in [
+            "customer 4829103746",           // a 10-digit id outside the epoch range
+            "get_build_status for main",     // snake_case words are not ids
+            "deadbeefcafebabedeadbeef",      // hex letters only
+            "abc123",                        // too short
+            "x-request-idabcdefghij",        // no digits after the prefix
+            "nov 23 13:40:01",               // syslog time: outside the classes
+            "mon, 23 nov 2026 13:40:01 gmt", // rfc 1123: outside the classes
+            "8f3a9c1e",                      // short hex
+            "12026-11-23",                   // not a date: runs on
+        ] {
+            assert_eq!(text(s), s, "{s}");
+        }
+        assert_eq!(tool("customer 4829103746"), "customer <n>");
+    }
+
+    #[test]
+    fn classes_can_be_chosen() {
+        let only_uuid: Classes = [Class::Uuid].into_iter().collect();
+        let s = "3f2a9c1e-7b4d-4e8a-9f01-23456789abcd at 2026-11-23t13:40:01z took 5 ms";
+        assert_eq!(
+            mask(s, only_uuid, Context::ToolResult),
+            "<uuid> at 2026-11-23t13:40:01z took 5 ms"
+        );
+        assert!(matches!(
+            mask(s, Classes::NONE, Context::ToolResult),
+            Cow::Borrowed(_)
+        ));
+        assert!(matches!(
+            mask("nothing volatile here", Classes::all(), Context::ToolResult),
+            Cow::Borrowed(_)
+        ));
+        assert_eq!(Class::from_name("prefixed_id"), Some(Class::PrefixedId));
+        assert_eq!(Class::from_name("nope"), None);
+    }
+
+    #[test]
+    fn non_ascii_text_is_safe() {
+        assert_eq!(
+            tool("fehler — 503 über 12 ms…"),
+            "fehler — <n> über <n> ms…"
+        );
+        assert_eq!(tool("日本 2026-11-23t13:40:01z"), "日本 <datetime>");
+    }
+}

@@ -1,0 +1,234 @@
+//! Near mode's window record: one per (policy, caller, model), holding the
+//! SimHashes of the caller's recent hits. A hit is a repeat of an earlier
+//! one when their SimHashes differ in at most `distance` bits; the count
+//! of a hit is the number of its repeats in the window, itself included,
+//! and drives the same decision as an exact count.
+//!
+//! The record keeps the newest `capacity` hits (`near_history`), so a
+//! caller with many conversations in parallel sees the oldest ones pushed
+//! out; and the cooldowns its loops started, each for the SimHash that
+//! tripped it, so a cooldown stops that loop, not every request of the
+//! caller.
+
+use crate::simhash;
+use crate::window::{self, WindowQuery, WindowState};
+
+/// Cooldowns a record keeps (the newest ones).
+pub const MAX_COOLDOWNS: usize = 8;
+
+/// What a near hit compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NearProbe {
+    pub simhash: u64,
+    /// At most this many differing bits make a repeat.
+    pub distance: u32,
+}
+
+/// A caller's recent near hits.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NearRecord {
+    /// `(simhash, time)`, oldest first.
+    pub hits: Vec<(u64, u64)>,
+    /// `(simhash, until)`: loops in cooldown.
+    pub cooldowns: Vec<(u64, u64)>,
+    /// When a detection was last reported (0: never).
+    pub last_event: u64,
+    /// Detections since then that were not reported.
+    pub suppressed: u32,
+}
+
+impl NearRecord {
+    /// Record a hit at `now` and answer the window state of its repeats.
+    pub fn record(&mut self, now: u64, q: &WindowQuery, probe: NearProbe) -> WindowState {
+        for (_, t) in self.hits.iter_mut() {
+            *t = (*t).min(now);
+        }
+        self.hits.retain(|&(_, t)| now - t < q.window_ms);
+        self.hits.push((probe.simhash, now));
+        let capacity = q.capacity.max(1) as usize;
+        if self.hits.len() > capacity {
+            let excess = self.hits.len() - capacity;
+            self.hits.drain(..excess);
+        }
+        let repeats: Vec<u64> = self
+            .hits
+            .iter()
+            .filter(|(h, _)| simhash::distance(*h, probe.simhash) <= probe.distance)
+            .map(|&(_, t)| t)
+            .collect();
+        let count = u32::try_from(repeats.len()).unwrap_or(u32::MAX);
+
+        // A cooldown from the future (the clock moved back) lasts at most
+        // one cooldown from now.
+        let limit = now.saturating_add(q.cooldown_ms);
+        for (_, until) in self.cooldowns.iter_mut() {
+            *until = (*until).min(limit);
+        }
+        self.cooldowns.retain(|&(_, until)| until > now);
+        let running = self
+            .cooldowns
+            .iter()
+            .filter(|(h, _)| simhash::distance(*h, probe.simhash) <= probe.distance)
+            .map(|&(_, until)| until)
+            .max();
+        let cooldown_until = match running {
+            Some(until) => until,
+            None if q.cooldown_ms > 0 && count >= q.trip_at => {
+                if self.cooldowns.len() >= MAX_COOLDOWNS {
+                    self.cooldowns.remove(0);
+                }
+                self.cooldowns.push((probe.simhash, limit));
+                limit
+            }
+            None => now,
+        };
+        let cooldown_remaining_ms = cooldown_until.saturating_sub(now);
+
+        let detected = count >= q.detect_at || cooldown_remaining_ms > 0;
+        let event = if !detected {
+            None
+        } else if self.last_event == 0
+            || now.saturating_sub(self.last_event.min(now)) >= q.event_every_ms
+        {
+            self.last_event = now;
+            Some(std::mem::take(&mut self.suppressed))
+        } else {
+            self.suppressed = self.suppressed.saturating_add(1);
+            None
+        };
+        WindowState {
+            count,
+            until_allowed_ms: window::until_allowed(&repeats, now, q.window_ms, q.trip_at),
+            cooldown_remaining_ms,
+            event,
+        }
+    }
+
+    /// When this record stops mattering: its newest hit has left the window
+    /// and its cooldowns are over.
+    pub fn expires_at(&self, window_ms: u64) -> u64 {
+        let newest = self
+            .hits
+            .last()
+            .map_or(0, |(_, t)| t.saturating_add(window_ms));
+        let cooldown = self.cooldowns.iter().map(|&(_, u)| u).max().unwrap_or(0);
+        newest.max(cooldown)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn q(window_ms: u64, trip_at: u32, capacity: u32) -> WindowQuery {
+        WindowQuery {
+            window_ms,
+            capacity,
+            trip_at,
+            cooldown_ms: 0,
+            detect_at: trip_at,
+            event_every_ms: window_ms,
+        }
+    }
+
+    fn probe(simhash: u64) -> NearProbe {
+        NearProbe {
+            simhash,
+            distance: 3,
+        }
+    }
+
+    #[test]
+    fn near_hits_count_far_ones_do_not() {
+        let mut r = NearRecord::default();
+        let q = q(60_000, 3, 64);
+        assert_eq!(r.record(0, &q, probe(0b0000)).count, 1);
+        // Three bits away: a repeat.
+        assert_eq!(r.record(10, &q, probe(0b0111)).count, 2);
+        // Far from both: its own first hit.
+        assert_eq!(r.record(20, &q, probe(u64::MAX)).count, 1);
+        // One bit from the first, two from the second: the third repeat.
+        let s = r.record(30, &q, probe(0b0001));
+        assert_eq!(s.count, 3);
+        assert_eq!(s.event, Some(0));
+        // Allowed again once the second-newest repeat (at 10) has left.
+        assert_eq!(s.until_allowed_ms, 10 + 60_000 - 30);
+    }
+
+    #[test]
+    fn hits_leave_the_window_and_the_history_is_bounded() {
+        let mut r = NearRecord::default();
+        let q = q(1_000, 3, 4);
+        for t in 0..10 {
+            r.record(t, &q, probe(t << 20));
+        }
+        assert_eq!(r.hits.len(), 4);
+        assert_eq!(r.record(5_000, &q, probe(0)).count, 1);
+        assert_eq!(r.hits.len(), 1);
+    }
+
+    #[test]
+    fn a_cooldown_holds_its_loop_not_the_caller() {
+        let mut r = NearRecord::default();
+        let q = WindowQuery {
+            cooldown_ms: 30_000,
+            ..q(1_000, 2, 64)
+        };
+        r.record(0, &q, probe(0));
+        let s = r.record(10, &q, probe(1));
+        assert_eq!(s.cooldown_remaining_ms, 30_000);
+        // Later, out of the window: the loop is still in cooldown...
+        let s = r.record(5_000, &q, probe(2));
+        assert_eq!(s.cooldown_remaining_ms, 25_010);
+        // ...another conversation of the caller is not.
+        let s = r.record(5_000, &q, probe(u64::MAX));
+        assert_eq!(s.cooldown_remaining_ms, 0);
+        assert_eq!(s.count, 1);
+        assert!(r.expires_at(1_000) >= 30_010);
+    }
+
+    #[test]
+    fn cooldowns_are_bounded() {
+        let mut r = NearRecord::default();
+        let q = WindowQuery {
+            cooldown_ms: 30_000,
+            ..q(60_000, 2, 64)
+        };
+        for i in 0..20u64 {
+            let h = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            r.record(i * 10, &q, probe(h));
+            r.record(i * 10 + 1, &q, probe(h));
+        }
+        assert!(r.cooldowns.len() <= MAX_COOLDOWNS);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// Against a brute-force reference: the count is the number of
+        /// hits in the window (newest `capacity`) within the distance.
+        #[test]
+        fn count_matches_a_brute_force_reference(
+            events in prop::collection::vec((0u64..4, 0u64..400), 1..120),
+            distance in 0u32..3,
+            capacity in 1u32..16,
+        ) {
+            let q = q(1_000, 1_000, capacity);
+            let mut r = NearRecord::default();
+            let mut all: Vec<(u64, u64)> = Vec::new();
+            let mut now = 0u64;
+            for (which, gap) in events {
+                now += gap;
+                // Four SimHashes 0, 1, 3, 7 bits apart from 0.
+                let h = (1u64 << (which * 2)) - 1;
+                let s = r.record(now, &q, NearProbe { simhash: h, distance });
+                all.push((h, now));
+                let in_window: Vec<_> = all.iter().filter(|(_, t)| now - t < q.window_ms).collect();
+                let kept = &in_window[in_window.len().saturating_sub(capacity as usize)..];
+                let want = kept.iter().filter(|(g, _)| (g ^ h).count_ones() <= distance).count() as u32;
+                prop_assert_eq!(s.count, want);
+            }
+        }
+    }
+}

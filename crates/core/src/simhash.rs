@@ -1,0 +1,270 @@
+//! SimHash: a 64-bit fingerprint of a text such that similar texts get
+//! fingerprints a few bits apart (Charikar, 2002). Near mode compares a
+//! conversation's normalised, masked tail with the caller's recent ones by
+//! the Hamming distance of their SimHashes.
+//!
+//! The features are the text's words and word pairs (shingles of one and
+//! two words, ASCII case ignored), each hashed to 64 bits; bit `i` of the
+//! SimHash is set when the features with bit `i` set outweigh the others.
+//! A word changed in a 40-word text changes three of its ~80 features; a
+//! different text changes most.
+//!
+//! For a conversation tail, each message's features are salted with its
+//! place in the tail (the same messages in another order are another
+//! tail), and a tool call's name and arguments weigh four times a word of
+//! text: asking for another resource is another action, however much the
+//! surrounding text repeats.
+
+use crate::llm::{Message, Part};
+
+/// Hamming distance of two SimHashes.
+pub fn distance(a: u64, b: u64) -> u32 {
+    (a ^ b).count_ones()
+}
+
+/// Accumulates features into a SimHash.
+pub struct SimHasher {
+    /// Per bit: the weight of features with the bit set minus the weight
+    /// of those without.
+    votes: [i32; 64],
+    /// The previous word's hash (for the pair feature), 0 at a boundary.
+    previous: u64,
+    features: u32,
+    /// Mixed into every feature (the message's place in a tail).
+    salt: u64,
+    /// The weight of the features being added.
+    weight: i32,
+}
+
+impl Default for SimHasher {
+    fn default() -> Self {
+        SimHasher {
+            votes: [0; 64],
+            previous: 0,
+            features: 0,
+            salt: 0,
+            weight: 1,
+        }
+    }
+}
+
+/// How much more a tool call's name and arguments weigh than text.
+const CALL_WEIGHT: i32 = 4;
+
+impl SimHasher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn feature(&mut self, h: u64) {
+        let h = mix(h ^ self.salt);
+        let w = self.weight;
+        self.features += 1;
+        for (bit, vote) in self.votes.iter_mut().enumerate() {
+            // +w when the bit is set, -w when not.
+            *vote += (((h >> bit) & 1) as i32 * 2 - 1) * w;
+        }
+    }
+
+    /// Salt the features that follow (a message's place in a tail).
+    pub fn salt(&mut self, salt: u64) {
+        self.salt = mix(salt.wrapping_add(PAIR));
+    }
+
+    /// One word (or any token): itself, and the pair it makes with the
+    /// word before it.
+    pub fn word(&mut self, w: &[u8]) {
+        let h = mix(fnv1a(w));
+        self.feature(h);
+        if self.previous != 0 {
+            self.feature(mix(self.previous.rotate_left(17) ^ h ^ PAIR));
+        }
+        self.previous = h;
+    }
+
+    /// Every word of `text`: runs of letters and digits (any script), plus
+    /// `<` and `>` so masking placeholders stay whole.
+    pub fn text(&mut self, text: &str) {
+        let mut start = None;
+        for (i, c) in text.char_indices() {
+            let inside = c.is_alphanumeric() || c == '<' || c == '>' || c == '_';
+            match (inside, start) {
+                (true, None) => start = Some(i),
+                (false, Some(s)) => {
+                    self.word(text.as_bytes().get(s..i).unwrap_or_default());
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = start {
+            self.word(text.as_bytes().get(s..).unwrap_or_default());
+        }
+    }
+
+    /// A marker token (a role, a part kind) that starts a new run of pairs.
+    pub fn marker(&mut self, m: &[u8]) {
+        self.previous = 0;
+        self.word(m);
+    }
+
+    pub fn finish(&self) -> u64 {
+        if self.features == 0 {
+            return 0;
+        }
+        self.votes.iter().enumerate().fold(
+            0u64,
+            |acc, (bit, v)| if *v > 0 { acc | (1 << bit) } else { acc },
+        )
+    }
+
+    /// Features seen.
+    pub fn features(&self) -> u32 {
+        self.features
+    }
+}
+
+/// The SimHash of a conversation tail: each message's role, then its
+/// parts (text words; a tool call's name and argument words; a tool
+/// result's words; a media hash; another block's type).
+pub fn of_messages(messages: &[Message]) -> u64 {
+    let mut h = SimHasher::new();
+    for (i, m) in messages.iter().enumerate() {
+        h.salt(i as u64 + 1);
+        h.marker(m.role.as_bytes());
+        parts(&mut h, &m.parts);
+    }
+    h.finish()
+}
+
+fn parts(h: &mut SimHasher, parts: &[Part]) {
+    for p in parts {
+        match p {
+            Part::Text(t) => h.text(t),
+            Part::Media(hash) => {
+                h.marker(b"<media>");
+                h.word(hash);
+            }
+            Part::ToolCall { name, arguments } => {
+                h.marker(b"<call>");
+                h.weight = CALL_WEIGHT;
+                h.word(name.as_bytes());
+                h.text(arguments);
+                h.weight = 1;
+            }
+            Part::ToolResult { content, is_error } => {
+                h.marker(if *is_error { b"<error>" } else { b"<result>" });
+                self::parts(h, content);
+            }
+            Part::Other(kind) => {
+                h.marker(b"<other>");
+                h.word(kind.as_bytes());
+            }
+        }
+    }
+}
+
+const PAIR: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// FNV-1a over the bytes, ASCII letters lower-cased.
+fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
+        (h ^ u64::from(c.to_ascii_lowercase())).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// splitmix64's finaliser: every input bit reaches every output bit.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(s: &str) -> u64 {
+        let mut h = SimHasher::new();
+        h.text(s);
+        h.finish()
+    }
+
+    const APOLOGY: &str = "i am sorry, i could not complete the deployment because the staging cluster rejected the manifest. the error says the image tag is missing. i will try again with the same manifest and report back as soon as the rollout finishes, unless you want me to stop here and wait for instructions from the release team";
+
+    #[test]
+    fn the_same_text_is_the_same_hash() {
+        assert_eq!(of(APOLOGY), of(APOLOGY));
+        assert_eq!(distance(of(APOLOGY), of(APOLOGY)), 0);
+        assert_eq!(of(""), 0);
+    }
+
+    #[test]
+    fn one_word_changed_is_near_another_text_is_far() {
+        let one = APOLOGY.replace("complete", "finish");
+        let d_one = distance(of(APOLOGY), of(&one));
+        let other = "the quarterly revenue grew by eight percent, driven by the new subscription tier and lower churn in the enterprise segment; marketing spend stayed flat while the support backlog shrank to its lowest level this year";
+        let d_other = distance(of(APOLOGY), of(other));
+        assert!(d_one <= 6, "one word changed: {d_one}");
+        assert!(d_other >= 20, "another text: {d_other}");
+    }
+
+    #[test]
+    fn distance_counts_differing_bits() {
+        assert_eq!(distance(0, u64::MAX), 64);
+        assert_eq!(distance(0b1011, 0b0001), 2);
+    }
+
+    #[test]
+    fn a_tail_in_another_order_is_another_tail() {
+        use crate::llm::{Message, Part};
+        let m = |role: &str, t: &str| Message {
+            role: role.into(),
+            parts: vec![Part::Text(t.into())],
+        };
+        let a = [
+            m("user", "run the linter"),
+            m("assistant", "found one error in handlers"),
+        ];
+        let b = [a[1].clone(), a[0].clone()];
+        assert_eq!(of_messages(&a), of_messages(&a));
+        assert!(distance(of_messages(&a), of_messages(&b)) > 8);
+    }
+
+    #[test]
+    fn arguments_outweigh_text() {
+        use crate::llm::{Message, Part};
+        let call = |id: &str| Message {
+            role: "assistant".into(),
+            parts: vec![
+                Part::Text("fetching the next order now, as before, for the report".into()),
+                Part::ToolCall {
+                    name: "get_order".into(),
+                    arguments: format!("{{\"order_id\":\"{id}\"}}"),
+                },
+            ],
+        };
+        let d = distance(
+            of_messages(&[call("7010651600")]),
+            of_messages(&[call("7090168683")]),
+        );
+        assert!(d > 8, "another resource: {d}");
+        let case = |q: &str| Message {
+            role: "assistant".into(),
+            parts: vec![Part::ToolCall {
+                name: "search".into(),
+                arguments: format!("{{\"query\":\"{q}\"}}"),
+            }],
+        };
+        assert_eq!(
+            of_messages(&[case("USB-C charger 65W")]),
+            of_messages(&[case("usb-c  charger 65w")])
+        );
+    }
+
+    #[test]
+    fn unicode_words_count() {
+        assert_ne!(of("fehler über alles"), of("fehler unter alles"));
+        assert_eq!(of("日本語 テキスト"), of("日本語  テキスト"));
+    }
+}
