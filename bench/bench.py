@@ -83,6 +83,10 @@ def configurations(tmp: Path, webdis_port: int | None) -> list[dict]:
         (tmp / f"{name}.json").write_bytes(data)
     exact_keys = {"selector": {}, "loop_detection": NO_TRIP}
     llm = {"selector": {}, "loop_detection": {**NO_TRIP, "similarity": "llm_tail"}}
+    llm_unmasked = {**llm, "volatile": {"enabled": False}}
+    # Near keeps near_history (default 64) hits per caller, so it cannot
+    # use the 1024 threshold; 64 in a second never trips here either.
+    near = {"selector": {}, "loop_detection": {**NO_TRIP, "threshold_identical_requests": 64, "similarity": "near"}}
     tools = {"selector": {}, "tool_loops": {"enabled": True}}
     buf = buffer_filter(1 << 20)
     return [
@@ -94,6 +98,8 @@ def configurations(tmp: Path, webdis_port: int | None) -> list[dict]:
         {"name": "loopguard exact, 1 KB POST", "filters": [loopguard(exact_keys), buf, ROUTER], "req": "post1k", "base": "no-op wasm + buffer, 1 KB POST", "target": 6.0},
         {"name": "no-op wasm + buffer, 16 KB chat", "filters": [noop_filter(), buf, ROUTER], "req": "chat16k", "base": None},
         {"name": "loopguard llm_tail, 16 KB chat", "filters": [loopguard(llm), buf, ROUTER], "req": "chat16k", "base": "no-op wasm + buffer, 16 KB chat", "target": 30.0},
+        {"name": "loopguard llm_tail, 16 KB chat, no masking", "filters": [loopguard(llm_unmasked), buf, ROUTER], "req": "chat16k", "base": "no-op wasm + buffer, 16 KB chat"},
+        {"name": "loopguard near, 16 KB chat", "filters": [loopguard(near), buf, ROUTER], "req": "chat16k", "base": "no-op wasm + buffer, 16 KB chat"},
         {"name": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "filters": [noop_filter(), buf, ROUTER], "req": "tools16k", "base": None},
         {"name": "loopguard tool_loops, 16 KB chat, 20 tool calls", "filters": [loopguard(tools), buf, ROUTER], "req": "tools16k", "base": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "target": 30.0},
         {"name": "loopguard exact, GET, unique fingerprints", "filters": [loopguard(exact_keys), ROUTER], "req": "flood", "base": "no-op wasm, GET"},
@@ -258,6 +264,7 @@ def main() -> int:
     ap.add_argument("--table", type=int, default=65_536)
     ap.add_argument("--callgrind", action="store_true", help="also count instructions per request (slow)")
     ap.add_argument("--no-redis", action="store_true", help="skip the distributed rows (Redis store)")
+    ap.add_argument("--only", default="", help="comma-separated parts of row names to measure (their baselines come along)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
     redis = webdis = None
@@ -276,6 +283,11 @@ def main() -> int:
 
 def run(args, tmp: Path, webdis: Webdis | None) -> int:
     configs = configurations(tmp, webdis.port if webdis else None)
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        keep = {c["name"] for c in configs if any(w in c["name"] for w in wanted)}
+        keep |= {c["base"] for c in configs if c["name"] in keep and c.get("base")}
+        configs = [c for c in configs if c["name"] in keep]
     results: dict[str, list[dict]] = {c["name"]: [] for c in configs}
     for r in range(args.rounds):
         for cfg in configs:

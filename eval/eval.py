@@ -94,11 +94,23 @@ def setups() -> dict[str, dict]:
     }
 
 
-# The combination the README recommends for agent traffic.
-RECOMMENDED = {
-    "loop_detection": detection("near"),
-    "tool_loops": {"enabled": True, "exempt_tools": ["poll_job_status", "wait_for_deployment", "check_export_status"]},
-}
+def recommended() -> dict:
+    """The setup the README recommends for agent traffic: the policy of the
+    shipped examples/recommended/envoy.yaml, its selector aside, with the
+    eval's window (no scenario's count may expire mid-replay)."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "examples" / "recommended" / "envoy.yaml").read_text())
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    wasm = next(f for f in hcm["http_filters"] if f["name"] == "loopguard")
+    plugin = json.loads(wasm["typed_config"]["config"]["configuration"]["value"])
+    spec = dict(plugin["policies"][0]["spec"])
+    spec.pop("selector", None)
+    spec["loop_detection"] = {**spec["loop_detection"], "window_seconds": WINDOW}
+    return spec
+
+
+RECOMMENDED = recommended()
 
 
 def plugin_config(spec: dict, shadow: bool = False) -> dict:

@@ -93,8 +93,12 @@ def request_file(tmp_path, name: str, path: str, headers: dict, body: bytes) -> 
             {"role": "user", "content": "Is the   BUILD green?"}]}).encode()),
         ("llm_tail", "/v1/messages", json.dumps({"model": "claude-sonnet-5-5", "max_tokens": 10, "messages": [
             {"role": "user", "content": [{"type": "text", "text": "hi"}]}]}).encode()),
+        ("near", "/v1/chat/completions", json.dumps({"model": "gpt-4o", "messages": [
+            {"role": "user", "content": "Export the report."},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "export", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "Error 503 at 2026-11-23T13:40:01Z (request id req_8f3aK29dLm01)"}]}).encode()),
     ],
-    ids=["exact", "openai-chat", "anthropic"],
+    ids=["exact", "openai-chat", "anthropic", "near"],
 )
 def test_explain_digest_equals_the_fingerprint_in_the_filters_429(tmp_path, start_envoy, upstream, similarity, path, body):
     cfg = plugin([policy("agents", threshold=2, similarity=similarity, selector={"pathPrefix": "/v1/"})])
@@ -120,3 +124,9 @@ def test_explain_digest_equals_the_fingerprint_in_the_filters_429(tmp_path, star
     text = cli("explain", "--config", str(config_file), "--request", str(req)).stdout
     assert f"fingerprint: {fingerprint}" in text
     assert "fingerprint components, in order:" in text and " 1. domain" in text
+    if similarity == "near":
+        # The masked tail that went into the SimHash, and the SimHash.
+        shown = {c["name"]: c["value"] for c in explained["components"]}
+        assert any("<datetime>" in v and "req_<id>" in v for v in shown.values()), shown
+        assert len(shown["simhash"]) == 16 and int(shown["simhash"], 16) >= 0
+        assert "simhash" in text and "<datetime>" in text

@@ -23,23 +23,39 @@ pub fn distance(a: u64, b: u64) -> u32 {
 }
 
 /// Accumulates features into a SimHash.
+///
+/// Per bit it needs the weight of the features with the bit set (set
+/// weight - unset weight decides the bit). Counting bit by bit would cost
+/// 64 steps a feature; instead each byte of a feature's hash indexes a
+/// table that spreads its 8 bits into the 8 byte lanes of a `u64`, so one
+/// addition counts 8 bits at once, and the lanes are emptied into wide
+/// counters before they can overflow.
 pub struct SimHasher {
-    /// Per bit: the weight of features with the bit set minus the weight
-    /// of those without.
-    votes: [i32; 64],
+    /// Per byte of the hash: 8 lanes, each the weight of the features whose
+    /// bit is set, since the last flush.
+    lanes: [u64; 8],
+    /// Weight added to the lanes since the last flush (at most 255).
+    pending: u32,
+    /// Per bit: the weight of the features with the bit set.
+    set: [u32; 64],
+    /// The weight of every feature.
+    total: u32,
     /// The previous word's hash (for the pair feature), 0 at a boundary.
     previous: u64,
     features: u32,
     /// Mixed into every feature (the message's place in a tail).
     salt: u64,
     /// The weight of the features being added.
-    weight: i32,
+    weight: u32,
 }
 
 impl Default for SimHasher {
     fn default() -> Self {
         SimHasher {
-            votes: [0; 64],
+            lanes: [0; 8],
+            pending: 0,
+            set: [0; 64],
+            total: 0,
             previous: 0,
             features: 0,
             salt: 0,
@@ -48,8 +64,25 @@ impl Default for SimHasher {
     }
 }
 
+/// `SPREAD[b]`: the 8 bits of `b` as 8 bytes, bit `i` in byte `i`.
+const SPREAD: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if b & (1 << i) != 0 {
+                t[b] |= 1 << (8 * i);
+            }
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
 /// How much more a tool call's name and arguments weigh than text.
-const CALL_WEIGHT: i32 = 4;
+const CALL_WEIGHT: u32 = 4;
 
 impl SimHasher {
     pub fn new() -> Self {
@@ -59,11 +92,30 @@ impl SimHasher {
     fn feature(&mut self, h: u64) {
         let h = mix(h ^ self.salt);
         let w = self.weight;
-        self.features += 1;
-        for (bit, vote) in self.votes.iter_mut().enumerate() {
-            // +w when the bit is set, -w when not.
-            *vote += (((h >> bit) & 1) as i32 * 2 - 1) * w;
+        if self.pending + w > 255 {
+            self.flush();
         }
+        self.features += 1;
+        self.total += w;
+        self.pending += w;
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            let byte = (h >> (8 * i)) as u8;
+            // Each lane holds at most 255: no carry into the next.
+            *lane += SPREAD[usize::from(byte)] * u64::from(w);
+        }
+    }
+
+    /// Empty the byte lanes into the wide counters.
+    fn flush(&mut self) {
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            for j in 0..8 {
+                if let Some(c) = self.set.get_mut(8 * i + j) {
+                    *c += ((*lane >> (8 * j)) & 0xff) as u32;
+                }
+            }
+            *lane = 0;
+        }
+        self.pending = 0;
     }
 
     /// Salt the features that follow (a message's place in a tail).
@@ -85,6 +137,26 @@ impl SimHasher {
     /// Every word of `text`: runs of letters and digits (any script), plus
     /// `<` and `>` so masking placeholders stay whole.
     pub fn text(&mut self, text: &str) {
+        if text.is_ascii() {
+            // The common case, a byte at a time.
+            let b = text.as_bytes();
+            let mut start = None;
+            for (i, &c) in b.iter().enumerate() {
+                let inside = c.is_ascii_alphanumeric() || matches!(c, b'<' | b'>' | b'_');
+                match (inside, start) {
+                    (true, None) => start = Some(i),
+                    (false, Some(s)) => {
+                        self.word(b.get(s..i).unwrap_or_default());
+                        start = None;
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(s) = start {
+                self.word(b.get(s..).unwrap_or_default());
+            }
+            return;
+        }
         let mut start = None;
         for (i, c) in text.char_indices() {
             let inside = c.is_alphanumeric() || c == '<' || c == '>' || c == '_';
@@ -108,13 +180,16 @@ impl SimHasher {
         self.word(m);
     }
 
-    pub fn finish(&self) -> u64 {
+    pub fn finish(&mut self) -> u64 {
         if self.features == 0 {
             return 0;
         }
-        self.votes.iter().enumerate().fold(
+        self.flush();
+        // A bit is set when the features with it set outweigh the others.
+        let total = self.total;
+        self.set.iter().enumerate().fold(
             0u64,
-            |acc, (bit, v)| if *v > 0 { acc | (1 << bit) } else { acc },
+            |acc, (bit, c)| if 2 * c > total { acc | (1 << bit) } else { acc },
         )
     }
 
@@ -207,6 +282,33 @@ mod tests {
         let d_other = distance(of(APOLOGY), of(other));
         assert!(d_one <= 6, "one word changed: {d_one}");
         assert!(d_other >= 20, "another text: {d_other}");
+    }
+
+    proptest::proptest! {
+        /// The byte-lane counters agree with counting every bit.
+        #[test]
+        fn lanes_count_like_bits(features in proptest::collection::vec((proptest::prelude::any::<u64>(), 1u32..=4), 0..700)) {
+            let mut h = SimHasher::new();
+            let mut set = [0u32; 64];
+            let mut total = 0u32;
+            for &(f, w) in &features {
+                h.weight = w;
+                h.feature(f);
+                let m = mix(f ^ h.salt);
+                total += w;
+                for (bit, c) in set.iter_mut().enumerate() {
+                    if m >> bit & 1 == 1 {
+                        *c += w;
+                    }
+                }
+            }
+            let want = if features.is_empty() {
+                0
+            } else {
+                (0..64).fold(0u64, |acc, bit| if 2 * set[bit] > total { acc | 1 << bit } else { acc })
+            };
+            proptest::prop_assert_eq!(h.finish(), want);
+        }
     }
 
     #[test]

@@ -1,0 +1,209 @@
+"""Loops that drift, caught in real Envoy through the real SDKs: one loop of
+each kind of the labelled corpus (tests/corpus) replayed turn by turn with
+the openai and anthropic clients in front of the recommended setup (near
+mode with masking, and tool loops with results, cycles and answers), on the
+local table and through Redis; a LangGraph agent whose failing tool answers
+with fresh timestamps and request ids; and the answers SDKs raise."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import anthropic
+import openai
+import pytest
+
+from harness import ROOT, Upstream, bootstrap, plugin
+from shared_store import Redis, Webdis, with_store_cluster
+
+sys.path.insert(0, str(ROOT / "eval"))
+import eval as corpus  # noqa: E402
+
+# The corpus names models the SDKs warn about (deprecated ones included).
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+STORE = {"type": "redis_webdis", "cluster": "loopguard_redis", "timeout_ms": 1000}
+LOOP_KINDS = ["identical_retry", "volatile_tool_error", "rephrased_text", "stuck_search", "alternating_tools", "resumed_loop"]
+
+
+def scenario(kind: str) -> dict:
+    """The first loop of `kind` in the corpus."""
+    return next(s for s in corpus.load_scenarios(per_kind=1) if s["label"] == "loop" and s["kind"] == kind)
+
+
+def recommended_config(store: dict | None) -> dict:
+    spec = {"selector": {"methods": ["POST"]}, **corpus.RECOMMENDED}
+    top = {"hold_request_headers": True, "max_body_bytes": 4 << 20}
+    if store:
+        top["store"] = store
+    return plugin([{"id": "agents", "spec": spec}], **top)
+
+
+class Clients:
+    """The SDK clients of one scenario, by API key (no retries: a loop's
+    429 says not to, and the test counts every request)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.by_key: dict[tuple[str, str], object] = {}
+
+    def send(self, fmt: str, req: dict):
+        """Send one corpus request through its SDK: ("ok", headers) or
+        ("rejected", the SDK's error)."""
+        h = req["headers"]
+        key = h.get("x-api-key") or h["authorization"].removeprefix("Bearer ")
+        body = {k: v for k, v in req["body"].items() if k != "stream"}
+        extra = {"x-session-id": h["x-session-id"]}
+        sdk = "anthropic" if fmt == "anthropic_messages" else "openai"
+        client = self.by_key.get((sdk, key))
+        if client is None:
+            if sdk == "anthropic":
+                client = anthropic.Anthropic(base_url=self.url, api_key=key, max_retries=0)
+            else:
+                client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
+            self.by_key[(sdk, key)] = client
+        try:
+            if fmt == "openai_chat":
+                raw = client.chat.completions.with_raw_response.create(**body, extra_headers=extra)
+            elif fmt == "openai_responses":
+                raw = client.responses.with_raw_response.create(**body, extra_headers=extra)
+            else:
+                raw = client.messages.with_raw_response.create(**body, extra_headers=extra)
+        except (openai.RateLimitError, anthropic.RateLimitError) as err:
+            return "rejected", err
+        return "ok", raw.headers
+
+
+@pytest.fixture(scope="module")
+def redis_backend():
+    redis = Redis().start()
+    webdis = Webdis(redis.port).start()
+    yield redis, webdis
+    webdis.cleanup()
+    redis.cleanup()
+
+
+def replay(url: str, sc: dict) -> list[tuple[str, object]]:
+    clients = Clients(url)
+    return [clients.send(sc["format"], req) for req in sc["requests"]]
+
+
+def first_touch(outcomes) -> tuple[int, str, object] | None:
+    """The first turn a client saw loopguard act on, how, and the evidence."""
+    for i, (what, detail) in enumerate(outcomes, 1):
+        if what == "rejected":
+            return i, "rejected", detail
+        if detail.get("x-loopguard-tool-loop"):
+            return i, "tool-loop", detail["x-loopguard-tool-loop"]
+    return None
+
+
+@pytest.mark.parametrize("store", ["local", "redis"])
+@pytest.mark.parametrize("kind", LOOP_KINDS)
+def test_each_loop_kind_is_caught_through_the_sdks(kind, store, start_envoy, request):
+    sc = scenario(kind)
+    up = Upstream()
+    try:
+        if store == "redis":
+            redis, webdis = request.getfixturevalue("redis_backend")
+            redis.flush()
+            cfg = with_store_cluster(bootstrap(recommended_config(STORE), up.port, hold=True, buffer_limit=8 << 20), webdis.port)
+        else:
+            cfg = bootstrap(recommended_config(None), up.port, hold=True, buffer_limit=8 << 20)
+        e = start_envoy(cfg)
+        outcomes = replay(e.url, sc)
+    finally:
+        up.stop()
+    touch = first_touch(outcomes)
+    assert touch is not None, f"{sc['id']} ({sc['format']}) was never caught"
+    turn, how, detail = touch
+    label = sc["loop_turn"]
+    assert label - 1 <= turn <= label + 2, f"{sc['id']}: caught at turn {turn}, labelled {label}"
+    if how == "rejected":
+        # The SDK raised its own rate-limit error with loopguard's code.
+        assert detail.status_code == 429
+        body = detail.response.json()
+        # OpenAI's shape carries the code in the error, Anthropic's in
+        # loopguard's details beside it.
+        code = body["error"].get("code") or body.get("loopguard", {}).get("code")
+        assert code in ("recursive_loop_detected", "tool_loop_detected"), body
+    else:
+        tier = detail.split(";")[0]
+        assert tier in ("identical", "pattern", "cycle", "answer"), detail
+    # Every request before the touch reached the upstream untouched.
+    assert all(what == "ok" for what, _ in outcomes[: turn - 1])
+    if store == "redis":
+        keys = redis.keys("lg:*")
+        assert keys, "counts went to Redis"
+        assert e.counter("loopguard.store_fallback_total") == 0
+
+
+def test_near_history_lives_in_redis_with_expiry(redis_backend, start_envoy):
+    """A near-mode loop's record is a sorted set of SimHashes under the
+    caller's key, expiring with the window."""
+    redis, webdis = redis_backend
+    redis.flush()
+    sc = scenario("volatile_tool_error")
+    up = Upstream()
+    try:
+        cfg = with_store_cluster(bootstrap(recommended_config(STORE), up.port, hold=True, buffer_limit=8 << 20), webdis.port)
+        e = start_envoy(cfg)
+        replay(e.url, sc)
+    finally:
+        up.stop()
+    near = [k for k in redis.keys("lg:*") if k.endswith(":n")]
+    assert near, redis.keys("lg:*")
+    members = redis.admin("ZRANGE", near[0], "0", "-1").split()
+    assert members and all(len(m.split(":")[0]) == 16 for m in members), members
+    ttl = int(redis.admin("PTTL", near[0]))
+    assert 0 < ttl <= corpus.WINDOW * 1000
+
+
+def test_langgraph_agent_with_a_drifting_tool_error_is_stopped(start_envoy):
+    """A ReAct agent whose tool fails with a fresh timestamp, request id and
+    latency every call: the tail never repeats byte for byte, yet the loop
+    ends with loopguard's error, not the recursion limit."""
+    import itertools
+
+    from langchain_core.tools import ToolException, tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.errors import GraphRecursionError
+    from langgraph.prebuilt import create_react_agent
+
+    from harness import stuck_model
+
+    counter = itertools.count(1)
+
+    @tool
+    def get_build_status(branch: str) -> str:
+        """The CI status of a branch."""
+        n = next(counter)
+        raise ToolException(f"Error 503 at 2026-11-23T13:{n:02d}:{(7 * n) % 60:02d}.{(137 * n) % 1000:03d}Z (request id req_{n:04d}xK29dLm0{n % 10}) after {1800 + 37 * n} ms")
+
+    get_build_status.handle_tool_error = True
+    up = Upstream(responder=stuck_model)
+    try:
+        cfg = plugin([{"id": "agents", "spec": {"selector": {}, "loop_detection": {
+            "enabled": True, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "near"}}}])
+        e = start_envoy(bootstrap(cfg, up.port))
+        llm = ChatOpenAI(model="gpt-4o-mini", base_url=f"{e.url}/v1", api_key="sk-langgraph-drift", max_retries=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            agent = create_react_agent(llm, [get_build_status])
+        try:
+            agent.invoke({"messages": [("user", "Is the build green?")]}, {"recursion_limit": 40})
+            raise AssertionError("the agent finished although its model is stuck")
+        except GraphRecursionError as ex:
+            raise AssertionError("ran into the recursion limit instead of the loop error") from ex
+        except openai.RateLimitError as ex:
+            assert ex.code == "recursive_loop_detected"
+        bodies = [r["body"] for r in up.requests]
+        assert len(set(bodies)) == len(bodies), "every request differed"
+        # The tail [result, call, result] first repeats (masked) at the
+        # third request; the third repeat is rejected: 4 reached upstream.
+        assert up.count == 4
+    finally:
+        up.stop()
