@@ -374,14 +374,16 @@ def main() -> int:
     curve = [int(d) for d in args.distances.split(",") if d.strip()]
     if curve:
         print()
-        print("near_distance curve (near alone, threshold 3):")
-        print("| near_distance | loops caught within 2 turns | loops touched early | healthy conversations touched | healthy requests touched |")
-        print("|---|---|---|---|---|")
+        print("near_distance curve: near alone (threshold 3), and the recommended setup with that near_distance:")
+        print("| near_distance | near: loops caught within 2 turns | near: early | near: healthy conversations touched | "
+              "recommended: loops caught within 2 turns | recommended: early | recommended: healthy conversations touched |")
+        print("|---|---|---|---|---|---|---|")
         for d in curve:
-            spec = {"loop_detection": detection("near", near_distance=d)}
-            s = score(replay(spec, scenarios, wasm=args.wasm))
-            print(f"| {d} | {pct(s.within_two, s.loops)} | {s.early} | {pct(s.healthy_touched, s.healthy)} | "
-                  f"{pct(s.healthy_touched_requests, s.healthy_requests)} |", flush=True)
+            alone = score(replay({"loop_detection": detection("near", near_distance=d)}, scenarios, wasm=args.wasm))
+            spec = {**RECOMMENDED, "loop_detection": {**RECOMMENDED["loop_detection"], "near_distance": d}}
+            rec = score(replay(spec, scenarios, wasm=args.wasm))
+            print(f"| {d} | {pct(alone.within_two, alone.loops)} | {alone.early} | {pct(alone.healthy_touched, alone.healthy)} | "
+                  f"{pct(rec.within_two, rec.loops)} | {rec.early} | {pct(rec.healthy_touched, rec.healthy)} |", flush=True)
 
     if args.json:
         out = {

@@ -521,8 +521,13 @@ pub fn render(v: &Explanation) -> String {
         } else {
             format!(" ({})", d.detail)
         };
+        let same = if d.similarity == "near" {
+            "near-identical"
+        } else {
+            "identical"
+        };
         s.push_str(&format!(
-            "detection: {}{detail}; {} identical in {} s triggers the policy{}\n",
+            "detection: {}{detail}; {} {same} in {} s triggers the policy{}\n",
             d.similarity,
             d.threshold,
             d.window_seconds,
