@@ -11,18 +11,19 @@ clock (replica clocks do not matter), trimmed to the window and to the
 newest <capacity> hits, expiring with the window. Policy numbers travel with
 every call: Redis needs no configuration of its own.
 
-  FCALL loopguard_near 3 <history key> <cooldowns key> <event key>
+  FCALL loopguard_near 3 <history key> <cooldowns key> <events key>
         <window_ms> <capacity> <trip_at> <cooldown_ms> <detect_at> <event_every_ms> <nonce>
         <simhash> <distance>
 
 Near mode: the keys name a caller's record (lg:<plugin name>:{<digest of
-policy, caller, model>}:n / :ncd / :ev). The history is a sorted set of the
-caller's recent hits, each member its 64-bit SimHash (16 hex digits) and a
-unique suffix, scored by Redis time, at most <capacity> of them; the count
-is the hits in the window whose SimHash is at most <distance> bits from this
-one, this one included. Cooldowns are kept per SimHash (a sorted set scored
-by the time each ends, at most 8), so a cooldown holds its loop, not the
-caller.
+policy, caller, model>}:n / :ncd / :nev). The history is a sorted set of
+the caller's recent hits, each member a unique time stamp and its 64-bit
+SimHash (16 hex digits, last), scored by Redis time, at most <capacity> of
+them; the count is the hits in the window whose SimHash is at most
+<distance> bits from this one, this one included. Cooldowns are kept per
+SimHash (a sorted set scored by the time each ends, at most 8), so a
+cooldown holds its loop, not the caller; so is the event state (a hash of
+SimHash -> "last:suppressed", at most 8 loops), so each loop is reported.
 
 Both return {count, until_allowed_ms, cooldown_remaining_ms, event}:
   count                  identical hits in the window, this one included
@@ -150,7 +151,7 @@ local function popcount(x)
 end
 
 local function near(keys, args)
-  local history_key, cooldowns_key, event_key = keys[1], keys[2], keys[3]
+  local history_key, cooldowns_key, events_key = keys[1], keys[2], keys[3]
   local a = window_args(args)
   local simhash, distance = args[8], tonumber(args[9])
   if not a or type(simhash) ~= 'string' or not string.match(simhash, '^%x+$') or #simhash ~= 16
@@ -159,18 +160,24 @@ local function near(keys, args)
   end
   simhash = string.lower(simhash)
   local hi, lo = tonumber(string.sub(simhash, 1, 8), 16), tonumber(string.sub(simhash, 9, 16), 16)
-  local function near_to(h)
+  -- Bits between `h` (16 hex digits) and this hit's SimHash; 99 if unreadable.
+  local function bits_to(h)
     local x = tonumber(string.sub(h, 1, 8), 16)
     local y = tonumber(string.sub(h, 9, 16), 16)
-    if not x or not y then
-      return false
+    if #h ~= 16 or not x or not y then
+      return 99
     end
-    return popcount(bit.bxor(x, hi)) + popcount(bit.bxor(y, lo)) <= distance
+    return popcount(bit.bxor(x, hi)) + popcount(bit.bxor(y, lo))
+  end
+  local function near_to(h)
+    return bits_to(h) <= distance
   end
   local now, stamp = now_ms()
 
   redis.call('ZREMRANGEBYSCORE', history_key, '-inf', now - a.window_ms)
-  redis.call('ZADD', history_key, now, simhash .. ':' .. stamp .. ':' .. a.nonce)
+  -- Members start with the time stamp, so hits of one millisecond still
+  -- trim oldest first; the SimHash is the last 16 characters.
+  redis.call('ZADD', history_key, now, stamp .. ':' .. a.nonce .. ':' .. simhash)
   local n = redis.call('ZCARD', history_key)
   if n > a.capacity then
     redis.call('ZREMRANGEBYRANK', history_key, 0, n - a.capacity - 1)
@@ -179,7 +186,7 @@ local function near(keys, args)
   local entries = redis.call('ZRANGE', history_key, 0, -1, 'WITHSCORES')
   local times = {}
   for i = 1, #entries, 2 do
-    if near_to(entries[i]) then
+    if near_to(string.sub(entries[i], -16)) then
       times[#times + 1] = tonumber(entries[i + 1])
     end
   end
@@ -207,7 +214,46 @@ local function near(keys, args)
     redis.call('PEXPIRE', cooldowns_key, math.max(1, tonumber(last[2]) - now))
   end
 
-  local event = report(event_key, count >= a.detect_at or remaining > 0, now, a)
+  -- Report each loop once per interval: the event state of the nearest
+  -- loop within <distance>, or a new one.
+  local event = -1
+  if count >= a.detect_at or remaining > 0 then
+    local keep = math.max(a.event_every_ms, a.window_ms)
+    local states = redis.call('HGETALL', events_key)
+    local best, best_bits, best_last, best_suppressed = nil, distance + 1, 0, 0
+    local kept, oldest, oldest_last = 0, nil, nil
+    for i = 1, #states, 2 do
+      local field, value = states[i], states[i + 1]
+      local sep = string.find(value, ':', 1, true)
+      local last = sep and math.min(tonumber(string.sub(value, 1, sep - 1)) or 0, now) or 0
+      local suppressed = sep and tonumber(string.sub(value, sep + 1)) or 0
+      if suppressed == 0 and now - last >= keep then
+        redis.call('HDEL', events_key, field)
+      else
+        kept = kept + 1
+        local b = bits_to(field)
+        if b < best_bits then
+          best, best_bits, best_last, best_suppressed = field, b, last, suppressed
+        end
+        if oldest_last == nil or last < oldest_last then
+          oldest, oldest_last = field, last
+        end
+      end
+    end
+    if not best then
+      if kept >= 8 and oldest then
+        redis.call('HDEL', events_key, oldest)
+      end
+      best, best_last, best_suppressed = simhash, 0, 0
+    end
+    if best_last == 0 or now - best_last >= a.event_every_ms then
+      event = best_suppressed
+      redis.call('HSET', events_key, best, now .. ':0')
+    else
+      redis.call('HSET', events_key, best, best_last .. ':' .. (best_suppressed + 1))
+    end
+    redis.call('PEXPIRE', events_key, keep)
+  end
   return {count, allowed, remaining, event}
 end
 

@@ -157,7 +157,7 @@ def test_near_history_lives_in_redis_with_expiry(redis_backend, start_envoy):
     near = [k for k in redis.keys("lg:*") if k.endswith(":n")]
     assert near, redis.keys("lg:*")
     members = redis.admin("ZRANGE", near[0], "0", "-1").split()
-    assert members and all(len(m.split(":")[0]) == 16 for m in members), members
+    assert members and all(len(m.split(":")[-1]) == 16 for m in members), members
     ttl = int(redis.admin("PTTL", near[0]))
     assert 0 < ttl <= corpus.WINDOW * 1000
 

@@ -403,10 +403,15 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
         return out;
     };
     let e = fingerprint::explain(cfg, p, &head, req, &req.body);
+    let masked = if p.volatile.classes.is_empty() {
+        "unmasked"
+    } else {
+        "masked"
+    };
     let (similarity, detail) = match &d.similarity {
         Similarity::Exact => ("exact", String::new()),
         Similarity::LlmTail { tail_messages } => {
-            ("llm_tail", format!("last {tail_messages} messages, masked"))
+            ("llm_tail", format!("last {tail_messages} messages, {masked}"))
         }
         Similarity::Near {
             tail_messages,
@@ -415,7 +420,7 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
         } => (
             "near",
             format!(
-                "last {tail_messages} messages, masked, as a SimHash; a repeat is at most {distance} bits away from one of the caller's last {history} hits"
+                "last {tail_messages} messages, {masked}, as a SimHash salted by the conversation's opening; a repeat is at most {distance} bits away from one of the caller's last {history} hits"
             ),
         ),
         Similarity::Session { header, .. } => ("session", format!("session header {header}")),

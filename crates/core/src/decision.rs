@@ -47,6 +47,8 @@ pub struct Notice {
     /// Identical requests inside the window, this one included.
     pub count: u32,
     pub window_seconds: u64,
+    /// Counted as near-identical (`near` mode), not identical.
+    pub near: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +133,7 @@ pub fn decide(
         fingerprint: *fp,
         count: state.count,
         window_seconds: d.window_seconds,
+        near: matches!(d.similarity, Similarity::Near { .. }),
     };
     let step = ladder.step_at(state.count);
     let in_cooldown = state.cooldown_remaining_ms > 0;

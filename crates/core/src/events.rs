@@ -36,16 +36,23 @@ pub fn loop_detected(d: &Decision, made: &Fingerprinted, suppressed: u32) -> Opt
 
 /// The `loop.tool.detected` event of a tool-loop verdict.
 pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Value {
-    json!({
+    let mut event = json!({
         "event": "loop.tool.detected",
         "tier": v.tier.as_str(),
-        "tool": tool_loops::safe_tool_name(&v.tool),
+        "tool": tool_loops::shown_tool(v),
         "level": v.level,
         "step": v.step.as_str(),
         "occurrences": v.occurrences,
         "policy": policy_id,
         "mode": if shadow { "shadow" } else { "enforce" },
-    })
+    });
+    // An answer loop names no tool.
+    if let Some(e) = event.as_object_mut() {
+        if e.get("tool").is_some_and(Value::is_null) {
+            e.remove("tool");
+        }
+    }
+    event
 }
 
 /// The decision as Envoy's access log can print it (filter state
@@ -208,6 +215,7 @@ mod tests {
                     fingerprint: Fingerprint([1; 16]),
                     count: 5,
                     window_seconds: 60,
+                    near: false,
                 },
                 retry_after_ms: 1000,
                 cooldown_seconds: 30,

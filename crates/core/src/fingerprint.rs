@@ -571,51 +571,36 @@ impl<S: Hashing> Pending<S> {
                 c.finish()
             }
             PendingMode::Near { tail_messages } => {
+                // The fingerprint names the caller's record; the tail goes
+                // into the SimHash compared inside it, salted with the
+                // conversation's opening, so only turns of one task (or
+                // the same task started again) can be near each other.
+                let mut c = Canon::<S>::new(b"lg/near/2");
+                c.named("policy", self.policy_id.as_bytes());
+                c.identity(&self.identity);
+                c.named_optional("model", req.model.as_deref().map(str::as_bytes));
                 let Some(mut tail) = req.tail(*tail_messages) else {
                     return self.unparsed(body);
                 };
                 self.volatile.mask_messages(&mut tail);
-                let opening = !tail.iter().any(|m| {
-                    matches!(m.role.as_str(), "assistant" | "tool" | "function")
-                        || m.parts.iter().any(|p| matches!(p, Part::ToolResult { .. }))
+                let mut opening = req.opening();
+                self.volatile.mask_opening(&mut opening);
+                let h = simhash::of_conversation(&opening, &tail);
+                c.0.note(|| {
+                    Component::new("opening (salts the SimHash)", opening.len().to_string())
                 });
-                if opening {
-                    // No model turn yet (a first question, a batch job's
-                    // prompt): a new task, a repeat only when it is the
-                    // same, as in llm_tail.
-                    let mut c = Canon::<S>::new(b"lg/near-opening/1");
-                    c.named("policy", self.policy_id.as_bytes());
-                    c.identity(&self.identity);
-                    c.named_optional("model", req.model.as_deref().map(str::as_bytes));
-                    c.0.note(|| {
-                        Component::new(
-                            "tail messages (compared exactly: no model turn yet)",
-                            tail.len().to_string(),
-                        )
-                    });
-                    c.count(tail.len());
-                    for (i, m) in tail.iter().enumerate() {
-                        write_message(&mut c, m, i);
-                    }
-                    c.finish()
-                } else {
-                    // The fingerprint names the caller's record; the tail
-                    // goes into the SimHash compared inside it.
-                    let mut c = Canon::<S>::new(b"lg/near/1");
-                    c.named("policy", self.policy_id.as_bytes());
-                    c.identity(&self.identity);
-                    c.named_optional("model", req.model.as_deref().map(str::as_bytes));
-                    let h = simhash::of_messages(&tail);
-                    c.0.note(|| {
-                        Component::new("tail messages (in the SimHash)", tail.len().to_string())
-                    });
-                    for (i, m) in tail.iter().enumerate() {
-                        note_message(&mut c.0, m, i);
-                    }
-                    c.0.note(|| Component::new("simhash", format!("{h:016x}")));
-                    near = Some(h);
-                    c.finish()
+                for (i, m) in opening.iter().enumerate() {
+                    note_message(&mut c.0, m, i);
                 }
+                c.0.note(|| {
+                    Component::new("tail messages (in the SimHash)", tail.len().to_string())
+                });
+                for (i, m) in tail.iter().enumerate() {
+                    note_message(&mut c.0, m, i);
+                }
+                c.0.note(|| Component::new("simhash", format!("{h:016x}")));
+                near = Some(h);
+                c.finish()
             }
             PendingMode::Session { session } => {
                 let mut c = Canon::<S>::new(b"lg/session/2");

@@ -6,15 +6,18 @@
 //!
 //! The record keeps the newest `capacity` hits (`near_history`), so a
 //! caller with many conversations in parallel sees the oldest ones pushed
-//! out; and the cooldowns its loops started, each for the SimHash that
-//! tripped it, so a cooldown stops that loop, not every request of the
-//! caller.
+//! out; the cooldowns its loops started, each for the SimHash that tripped
+//! it, so a cooldown stops that loop, not every request of the caller; and
+//! each loop's event state, so every loop is reported (once per interval),
+//! not only the caller's first.
 
 use crate::simhash;
 use crate::window::{self, WindowQuery, WindowState};
 
 /// Cooldowns a record keeps (the newest ones).
 pub const MAX_COOLDOWNS: usize = 8;
+/// Loops whose event state a record keeps.
+pub const MAX_EVENTS: usize = 8;
 
 /// What a near hit compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,9 +34,16 @@ pub struct NearRecord {
     pub hits: Vec<(u64, u64)>,
     /// `(simhash, until)`: loops in cooldown.
     pub cooldowns: Vec<(u64, u64)>,
-    /// When a detection was last reported (0: never).
-    pub last_event: u64,
-    /// Detections since then that were not reported.
+    /// Per loop: when its detection was last reported, and how many since
+    /// were not.
+    pub events: Vec<NearEvent>,
+}
+
+/// A loop's event state, by the SimHash of its first reported hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NearEvent {
+    pub simhash: u64,
+    pub last: u64,
     pub suppressed: u32,
 }
 
@@ -85,15 +95,9 @@ impl NearRecord {
         let cooldown_remaining_ms = cooldown_until.saturating_sub(now);
 
         let detected = count >= q.detect_at || cooldown_remaining_ms > 0;
-        let event = if !detected {
-            None
-        } else if self.last_event == 0
-            || now.saturating_sub(self.last_event.min(now)) >= q.event_every_ms
-        {
-            self.last_event = now;
-            Some(std::mem::take(&mut self.suppressed))
+        let event = if detected {
+            self.report(now, q, probe)
         } else {
-            self.suppressed = self.suppressed.saturating_add(1);
             None
         };
         WindowState {
@@ -102,6 +106,43 @@ impl NearRecord {
             cooldown_remaining_ms,
             event,
         }
+    }
+
+    /// Report a detection of the loop near `probe`, once per interval.
+    fn report(&mut self, now: u64, q: &WindowQuery, probe: NearProbe) -> Option<u32> {
+        // A loop's state lasts while it can still suppress, or has
+        // suppressed detections to report.
+        let keep = q.event_every_ms.max(q.window_ms);
+        self.events
+            .retain(|e| e.suppressed > 0 || now.saturating_sub(e.last.min(now)) < keep);
+        let nearest = self
+            .events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (simhash::distance(e.simhash, probe.simhash), i))
+            .filter(|(d, _)| *d <= probe.distance)
+            .min()
+            .map(|(_, i)| i);
+        let i = match nearest {
+            Some(i) => i,
+            None => {
+                if self.events.len() >= MAX_EVENTS {
+                    if let Some((oldest, _)) =
+                        self.events.iter().enumerate().min_by_key(|(_, e)| e.last)
+                    {
+                        self.events.remove(oldest);
+                    }
+                }
+                self.events.push(NearEvent {
+                    simhash: probe.simhash,
+                    last: 0,
+                    suppressed: 0,
+                });
+                self.events.len() - 1
+            }
+        };
+        let e = self.events.get_mut(i)?;
+        window::report(&mut e.last, &mut e.suppressed, true, now, q.event_every_ms)
     }
 
     /// When this record stops mattering: its newest hit has left the window
@@ -201,6 +242,24 @@ mod tests {
             r.record(i * 10 + 1, &q, probe(h));
         }
         assert!(r.cooldowns.len() <= MAX_COOLDOWNS);
+        assert!(r.events.len() <= MAX_EVENTS);
+    }
+
+    #[test]
+    fn each_loop_is_reported_once_per_interval() {
+        let mut r = NearRecord::default();
+        let q = q(60_000, 2, 64);
+        r.record(0, &q, probe(0));
+        assert_eq!(r.record(10, &q, probe(1)).event, Some(0));
+        // The same loop again: suppressed.
+        assert_eq!(r.record(20, &q, probe(0)).event, None);
+        // Another loop of the caller: reported too.
+        r.record(30, &q, probe(u64::MAX));
+        assert_eq!(r.record(40, &q, probe(u64::MAX - 1)).event, Some(0));
+        // After the interval, the first loop's suppressed count comes out.
+        assert_eq!(r.record(60_020, &q, probe(0)).count, 1);
+        assert_eq!(r.record(60_030, &q, probe(0)).event, Some(1));
+        assert_eq!(r.record(60_040, &q, probe(1)).event, None);
     }
 
     proptest! {

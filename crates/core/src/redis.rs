@@ -88,13 +88,13 @@ pub fn keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
 }
 
 /// The store keys of a near-mode record (a caller and model): the history
-/// of SimHashes, the cooldowns and the event state.
+/// of SimHashes, the cooldowns and each loop's event state.
 pub fn near_keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
     let hex = fp.hex();
     [
         format!("lg:{namespace}:{{{hex}}}:n"),
         format!("lg:{namespace}:{{{hex}}}:ncd"),
-        format!("lg:{namespace}:{{{hex}}}:ev"),
+        format!("lg:{namespace}:{{{hex}}}:nev"),
     ]
 }
 
@@ -239,7 +239,7 @@ mod tests {
         let hex = "cd".repeat(16);
         assert_eq!(
             body,
-            format!("FCALL/loopguard_near/3/lg:edge-1:{{{hex}}}:n/lg:edge-1:{{{hex}}}:ncd/lg:edge-1:{{{hex}}}:ev/60000/5/5/30000/3/60000/n1/00ff000000000a0b/3")
+            format!("FCALL/loopguard_near/3/lg:edge-1:{{{hex}}}:n/lg:edge-1:{{{hex}}}:ncd/lg:edge-1:{{{hex}}}:nev/60000/5/5/30000/3/60000/n1/00ff000000000a0b/3")
         );
     }
 

@@ -59,8 +59,10 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
     let retry_after_ms = r.retry_after_ms.max(1);
     let retry_after = retry_after_seconds(retry_after_ms);
     let message = format!(
-        "Blocked: identical request sent {} times in {} seconds. This usually indicates an agent retry loop.",
-        n.count, n.window_seconds
+        "Blocked: {} request sent {} times in {} seconds. This usually indicates an agent retry loop.",
+        if n.near { "near-identical" } else { "identical" },
+        n.count,
+        n.window_seconds
     );
     let mut details = json!({
         "policy": n.policy_id,
@@ -112,10 +114,8 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
 /// The same conversation is rejected again whenever it is sent, so it
 /// carries no `retry-after`: the agent has to change course.
 pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalReply {
-    let tool = match v.tier {
-        tool_loops::Tier::Cycle => v.tool.clone(),
-        _ => tool_loops::safe_tool_name(&v.tool),
-    };
+    let shown = tool_loops::shown_tool(v);
+    let tool = shown.clone().unwrap_or_default();
     let message = match v.tier {
         tool_loops::Tier::Identical => format!(
             "Blocked: the agent called the tool `{tool}` {} times with the same arguments. This usually indicates an agent tool loop; change approach instead of retrying.",
@@ -134,13 +134,16 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
             v.occurrences
         ),
     };
-    let details = json!({
+    let mut details = json!({
         "policy": policy_id,
-        "tool": tool,
+        "tool": shown,
         "tier": v.tier.as_str(),
         "level": v.level,
         "occurrences": v.occurrences,
     });
+    if let Some(d) = details.as_object_mut().filter(|_| shown.is_none()) {
+        d.remove("tool");
+    }
     let body = match api {
         Api::OpenAi => {
             let mut error = json!({
@@ -261,6 +264,7 @@ mod tests {
             fingerprint: Fingerprint([0x9f; 16]),
             count: 5,
             window_seconds: 60,
+            near: false,
         }
     }
 

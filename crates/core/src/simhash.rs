@@ -207,9 +207,31 @@ impl SimHasher {
 /// parts (text words; a tool call's name and argument words; a tool
 /// result's words; a media hash; another block's type).
 pub fn of_messages(messages: &[Message]) -> u64 {
+    of_salted(0, messages)
+}
+
+/// The SimHash of a conversation's tail, every feature salted with a
+/// digest of its opening (system prompt and first user message): two
+/// turns of one conversation compare by their tails, while two tasks that
+/// merely look alike (a batch job's runs through the same tools) get
+/// unrelated SimHashes.
+pub fn of_conversation(opening: &[Message], tail: &[Message]) -> u64 {
+    let mut d = fnv1a(b"opening");
+    for m in opening {
+        d = mix(d ^ fnv1a(m.role.as_bytes()));
+        for p in &m.parts {
+            if let Part::Text(t) = p {
+                d = mix(d ^ fnv1a(t.as_bytes()));
+            }
+        }
+    }
+    of_salted(d, tail)
+}
+
+fn of_salted(base: u64, messages: &[Message]) -> u64 {
     let mut h = SimHasher::new();
     for (i, m) in messages.iter().enumerate() {
-        h.salt(i as u64 + 1);
+        h.salt(base ^ (i as u64 + 1));
         h.marker(m.role.as_bytes());
         parts(&mut h, &m.parts);
     }

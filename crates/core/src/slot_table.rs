@@ -12,14 +12,14 @@
 //! host stores them (Envoy shared data, compare-and-swap).
 
 use super::fingerprint::Fingerprint;
-use super::near::{NearProbe, NearRecord};
+use super::near::{NearEvent, NearProbe, NearRecord};
 use super::window::{HitRecord, WindowQuery, WindowState};
 
 /// Entries per bucket.
 pub const BUCKET_ENTRIES: usize = 4;
 /// Bumped whenever the bucket encoding changes: it is part of the layout
 /// hash, so a new encoding never misreads old slots.
-const FORMAT_VERSION: u8 = 4;
+const FORMAT_VERSION: u8 = 5;
 
 /// The shape of the table, fixed at configure time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +212,9 @@ pub fn record(
 //   record := (kind 0, hits) cooldown_until:u64 n:u16 age:u32*n
 //           | (kind 1, near) n:u16 (simhash:u64 age:u32)*n
 //                            m:u8 (simhash:u64 until:u64)*m
+//                            e:u8 (simhash:u64 last:u64 suppressed:u32)*e
+// (a near record's event state is per loop: its entry-level last_event and
+// suppressed are 0)
 // Hit times are stored as ages in ms before `last_seen` (a window is at
 // most a day, so an age fits in 32 bits), oldest first.
 const ENTRY_FIXED: usize = 1 + 16 + 8 + 8 + 8 + 4;
@@ -269,11 +272,19 @@ impl Bucket {
                         let h = r.u64()?;
                         cooldowns.push((h, r.u64()?));
                     }
+                    let loops = r.u8()? as usize;
+                    let mut events = Vec::with_capacity(loops);
+                    for _ in 0..loops {
+                        events.push(NearEvent {
+                            simhash: r.u64()?,
+                            last: r.u64()?,
+                            suppressed: r.u32()?,
+                        });
+                    }
                     Record::Near(NearRecord {
                         hits,
                         cooldowns,
-                        last_event,
-                        suppressed,
+                        events,
                     })
                 }
                 _ => return None,
@@ -299,7 +310,13 @@ impl Bucket {
                 ENTRY_FIXED
                     + match &e.record {
                         Record::Hits(r) => 8 + 2 + 4 * r.hits.len(),
-                        Record::Near(r) => 2 + 12 * r.hits.len() + 1 + 16 * r.cooldowns.len(),
+                        Record::Near(r) => {
+                            2 + 12 * r.hits.len()
+                                + 1
+                                + 16 * r.cooldowns.len()
+                                + 1
+                                + 20 * r.events.len()
+                        }
                     }
             })
             .sum::<usize>();
@@ -309,7 +326,7 @@ impl Bucket {
         for e in &self.entries {
             let (kind, last_event, suppressed) = match &e.record {
                 Record::Hits(r) => (KIND_HITS, r.last_event, r.suppressed),
-                Record::Near(r) => (KIND_NEAR, r.last_event, r.suppressed),
+                Record::Near(_) => (KIND_NEAR, 0, 0),
             };
             out.push(kind);
             out.extend_from_slice(&e.fingerprint.0);
@@ -339,6 +356,13 @@ impl Bucket {
                     for &(h, until) in r.cooldowns.iter().take(m) {
                         out.extend_from_slice(&h.to_le_bytes());
                         out.extend_from_slice(&until.to_le_bytes());
+                    }
+                    let e = r.events.len().min(usize::from(u8::MAX));
+                    out.push(e as u8);
+                    for ev in r.events.iter().take(e) {
+                        out.extend_from_slice(&ev.simhash.to_le_bytes());
+                        out.extend_from_slice(&ev.last.to_le_bytes());
+                        out.extend_from_slice(&ev.suppressed.to_le_bytes());
                     }
                 }
             }
@@ -427,8 +451,11 @@ mod tests {
                     record: Record::Near(NearRecord {
                         hits: vec![(u64::MAX, 2_000), (7, 6_000)],
                         cooldowns: vec![(7, 36_000)],
-                        last_event: 6_000,
-                        suppressed: 2,
+                        events: vec![NearEvent {
+                            simhash: 7,
+                            last: 6_000,
+                            suppressed: 2,
+                        }],
                     }),
                 },
             ],

@@ -57,10 +57,11 @@ pub struct ToolVerdict {
     pub step: ToolStep,
 }
 
-/// Where the judge reads tool results: the request itself, or a stand-in
-/// in tests.
+/// Where the judge reads tool results and answers: the request itself, or
+/// a stand-in in tests.
 pub trait Results {
-    /// The call's result, normalised; `None` when it cannot be read.
+    /// The text at `at`, normalised; `None` when it cannot be read (the
+    /// request's parsing budget ran out).
     fn result_text(&self, at: ResultAt) -> Option<String>;
 }
 
@@ -70,65 +71,96 @@ impl Results for Request<'_> {
     }
 }
 
-/// A request without readable results: every repetition counts.
-pub struct NoResults;
-
-impl Results for NoResults {
-    fn result_text(&self, _at: ResultAt) -> Option<String> {
-        None
-    }
-}
-
-/// The classes pattern thrash masks in results: the ones that change on
-/// every call whatever is asked.
-fn noise_classes() -> Classes {
+/// The classes pattern thrash masks in results: of the policy's, the ones
+/// that change on every call whatever is asked.
+fn noise(classes: Classes) -> Classes {
     [Class::DateTime, Class::Epoch, Class::Hex, Class::PrefixedId]
         .into_iter()
+        .filter(|c| classes.contains(*c))
         .collect()
 }
 
-/// Results read once per call and masking.
-struct Compared<'r, R: Results> {
+/// What a call was answered, as compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answered {
+    /// The request does not hold its result: no evidence of progress.
+    Missing,
+    /// The result could not be read: never counted as a repeat.
+    Unreadable,
+    /// A digest of the masked result.
+    Digest(u64),
+}
+
+/// The examined calls, their arguments as compared (masked once, when the
+/// policy opts in) and their results, each read and digested once.
+struct Calls<'h, 'r, R: Results> {
+    calls: Vec<&'h ToolCall>,
+    args: Vec<Cow<'h, str>>,
     results: &'r R,
-    cache: RefCell<HashMap<(ResultAt, bool), Option<String>>>,
+    /// The policy's masking classes.
+    classes: Classes,
+    cache: RefCell<HashMap<(usize, bool), Answered>>,
 }
 
-impl<R: Results> Compared<'_, R> {
-    /// The masked result of `call` (`full`: every class; else the noise
-    /// classes). `None` when the request holds no readable result.
-    fn of(&self, call: &ToolCall, full: bool) -> Option<String> {
-        let at = call.result?;
-        if let Some(v) = self.cache.borrow().get(&(at, full)) {
-            return v.clone();
+impl<R: Results> Calls<'_, '_, R> {
+    fn get(&self, i: usize) -> Option<&ToolCall> {
+        self.calls.get(i).copied()
+    }
+
+    fn arg(&self, i: usize) -> &str {
+        self.args.get(i).map_or("", |a| a.as_ref())
+    }
+
+    /// Call `i`'s result (`full`: every class masked; else the noise
+    /// classes, leaving alone the tokens its own arguments name).
+    fn answered(&self, i: usize, full: bool) -> Answered {
+        let Some(at) = self.get(i).and_then(|c| c.result) else {
+            return Answered::Missing;
+        };
+        if let Some(a) = self.cache.borrow().get(&(i, full)) {
+            return *a;
         }
-        let masked = self.results.result_text(at).map(|text| {
-            let classes = if full {
-                Classes::all()
-            } else {
-                noise_classes()
-            };
-            match volatile::mask(&text, classes, Context::ToolResult) {
-                Cow::Borrowed(_) => text,
-                Cow::Owned(m) => m,
+        let a = match self.results.result_text(at) {
+            None => Answered::Unreadable,
+            Some(text) if full => Answered::Digest(volatile::masked_digest(
+                &text,
+                self.classes,
+                Context::ToolResult,
+                &|_| false,
+            )),
+            Some(text) => {
+                let classes = noise(self.classes);
+                // The resource the call asked for, echoed in its result,
+                // is what tells two answers apart.
+                let named = volatile::tokens(self.arg(i), classes, Context::Arguments);
+                Answered::Digest(volatile::masked_digest(
+                    &text,
+                    classes,
+                    Context::ToolResult,
+                    &|t| named.iter().any(|n| n.eq_ignore_ascii_case(t)),
+                ))
             }
-        });
-        self.cache.borrow_mut().insert((at, full), masked.clone());
-        masked
+        };
+        self.cache.borrow_mut().insert((i, full), a);
+        a
     }
 
-    /// Whether two calls got the same answer (a missing result matches
-    /// anything: no evidence of progress).
-    fn same(&self, a: &ToolCall, b: &ToolCall, full: bool) -> bool {
-        match (self.of(a, full), self.of(b, full)) {
-            (Some(x), Some(y)) => x == y,
-            _ => true,
+    /// Whether calls `i` and `j` got the same answer.
+    fn same(&self, i: usize, j: usize, full: bool) -> bool {
+        match (self.answered(i, full), self.answered(j, full)) {
+            (Answered::Missing, _) | (_, Answered::Missing) => true,
+            (Answered::Digest(x), Answered::Digest(y)) => x == y,
+            _ => false,
         }
     }
-}
 
-/// A call's arguments as compared: masked when the policy opts in.
-fn args<'a>(cfg: &ToolLoops, c: &'a ToolCall) -> Cow<'a, str> {
-    volatile::mask(&c.arguments, cfg.arguments_mask, Context::Arguments)
+    /// The same tool, the same arguments.
+    fn same_call(&self, i: usize, j: usize) -> bool {
+        match (self.get(i), self.get(j)) {
+            (Some(a), Some(b)) => a.name == b.name && self.arg(i) == self.arg(j),
+            _ => false,
+        }
+    }
 }
 
 /// Judge the conversation's tool calls. Exempt tools are dropped first.
@@ -144,26 +176,156 @@ pub fn judge(
     results: &impl Results,
 ) -> Option<ToolVerdict> {
     let newest = history.newest_turn?;
-    let cmp = Compared {
-        results,
-        cache: RefCell::new(HashMap::new()),
-    };
     let calls: Vec<&ToolCall> = history
         .calls
         .iter()
         .filter(|c| !cfg.exempt_tools.iter().any(|t| **t == *c.name))
         .collect();
-    let recent = calls.get(calls.len().saturating_sub(cfg.last_calls)..)?;
+    let args = calls
+        .iter()
+        .map(|c| volatile::mask(&c.arguments, cfg.arguments_mask, Context::Arguments))
+        .collect();
+    let calls = Calls {
+        calls,
+        args,
+        results,
+        classes: cfg.result_classes,
+        cache: RefCell::new(HashMap::new()),
+    };
+    let n = calls.calls.len();
+    let recent: Vec<usize> = (n.saturating_sub(cfg.last_calls)..n).collect();
     let repeated = [
-        identical(cfg, recent, newest, &cmp),
-        cycle(cfg, &calls, newest, &cmp),
-        answer(cfg, history, &cmp),
+        identical(cfg, &calls, &recent, newest),
+        cycle(cfg, &calls, newest),
+        answer(cfg, history, results),
     ];
     repeated
         .into_iter()
         .flatten()
         .reduce(|best, v| if v.level > best.level { v } else { best })
-        .or_else(|| pattern(cfg, recent, newest, &cmp))
+        .or_else(|| pattern(cfg, &calls, &recent, newest))
+}
+
+/// Whether the model's newest turn calls tools and every one of them is
+/// exempt (a polling step).
+pub fn only_exempt_calls(cfg: &ToolLoops, history: &ToolHistory) -> bool {
+    let Some(newest) = history.newest_turn else {
+        return false;
+    };
+    let mut newest_calls = history.calls.iter().filter(|c| c.turn == newest).peekable();
+    newest_calls.peek().is_some()
+        && newest_calls.all(|c| cfg.exempt_tools.iter().any(|t| **t == *c.name))
+}
+
+/// The most repeated (tool, arguments) of the newest turn, counting the
+/// calls answered as the newest one was.
+fn identical<R: Results>(
+    cfg: &ToolLoops,
+    calls: &Calls<'_, '_, R>,
+    recent: &[usize],
+    newest: usize,
+) -> Option<ToolVerdict> {
+    let mut best: Option<(u32, usize)> = None;
+    for &c in recent
+        .iter()
+        .filter(|&&i| calls.get(i).is_some_and(|c| c.turn == newest))
+    {
+        let n = recent
+            .iter()
+            .filter(|&&o| calls.same_call(o, c) && calls.same(o, c, true))
+            .count() as u32;
+        if n >= cfg.identical_min && best.is_none_or(|(m, _)| n > m) {
+            best = Some((n, c));
+        }
+    }
+    let (n, c) = best?;
+    let name = calls.get(c).map_or("", |c| &c.name);
+    verdict(
+        cfg,
+        Tier::Identical,
+        name,
+        Some(calls.arg(c)),
+        n,
+        cfg.identical_min,
+    )
+}
+
+/// A tool of the newest turn called often with differing arguments and
+/// answered the same each time.
+fn pattern<R: Results>(
+    cfg: &ToolLoops,
+    calls: &Calls<'_, '_, R>,
+    recent: &[usize],
+    newest: usize,
+) -> Option<ToolVerdict> {
+    let mut best: Option<(u32, usize)> = None;
+    for &c in recent
+        .iter()
+        .filter(|&&i| calls.get(i).is_some_and(|c| c.turn == newest))
+    {
+        let name = calls.get(c).map(|c| &c.name);
+        let same: Vec<usize> = recent
+            .iter()
+            .copied()
+            .filter(|&o| calls.get(o).map(|o| &o.name) == name && calls.same(o, c, false))
+            .collect();
+        let n = same.len() as u32;
+        let varied = same.iter().any(|&o| calls.arg(o) != calls.arg(c));
+        if varied && n >= cfg.pattern_min && best.is_none_or(|(m, _)| n > m) {
+            best = Some((n, c));
+        }
+    }
+    let (n, c) = best?;
+    let name = calls.get(c).map_or("", |c| &c.name);
+    verdict(cfg, Tier::Pattern, name, None, n, cfg.pattern_min)
+}
+
+/// The same 2 or 3 calls (tool, arguments, answer) in turn at the end of
+/// the history, repeated at least `cycle_min` times; the newest call ends
+/// it.
+fn cycle<R: Results>(
+    cfg: &ToolLoops,
+    calls: &Calls<'_, '_, R>,
+    newest: usize,
+) -> Option<ToolVerdict> {
+    let n = calls.calls.len();
+    if cfg.cycle_min == 0 || calls.get(n.checked_sub(1)?)?.turn != newest {
+        return None;
+    }
+    let equal = |i: usize, j: usize| calls.same_call(i, j) && calls.same(i, j, true);
+    let mut best: Option<(u32, usize)> = None;
+    for period in [2usize, 3] {
+        if n < period * cfg.cycle_min as usize {
+            continue;
+        }
+        // A cycle of one call repeated is identical thrash, not a cycle.
+        let start = n - period;
+        if (start + 1..n).all(|i| equal(start, i)) {
+            continue;
+        }
+        // The longest end of the history with this period.
+        let mut len = period;
+        while len < n && equal(n - 1 - len, n - 1 - len + period) {
+            len += 1;
+        }
+        let reps = (len / period) as u32;
+        if reps >= cfg.cycle_min && best.is_none_or(|(r, _)| reps > r) {
+            best = Some((reps, period));
+        }
+    }
+    let (reps, period) = best?;
+    let names: Vec<String> = (n - period..n)
+        .filter_map(|i| calls.get(i))
+        .map(|c| safe_tool_name(&c.name))
+        .collect();
+    verdict(
+        cfg,
+        Tier::Cycle,
+        &names.join("+"),
+        None,
+        reps,
+        cfg.cycle_min,
+    )
 }
 
 /// Answers shorter than this (normalised characters) are not compared: a
@@ -185,17 +347,21 @@ pub const ANSWER_MAX_BYTES: usize = 8 << 10;
 /// - it only removed text (a deletion asked for);
 /// - it kept what the answer before it had introduced: edits accumulate,
 ///   while a model stuck rephrasing drops its last wording for a new one.
-fn answer<R: Results>(
-    cfg: &ToolLoops,
-    history: &ToolHistory,
-    cmp: &Compared<'_, R>,
-) -> Option<ToolVerdict> {
+fn answer<R: Results>(cfg: &ToolLoops, history: &ToolHistory, results: &R) -> Option<ToolVerdict> {
     if cfg.answer_min == 0 {
         return None;
     }
     let read = |at: ResultAt, min: usize| -> Option<Vec<u32>> {
-        let raw = cmp.results.result_text(at)?;
-        let masked = volatile::mask(&raw, Classes::all(), Context::Text);
+        let mut raw = results.result_text(at)?;
+        // Only the beginning is compared: cut it before masking.
+        if raw.len() > ANSWER_MAX_BYTES {
+            let mut cut = ANSWER_MAX_BYTES;
+            while !raw.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            raw.truncate(cut);
+        }
+        let masked = volatile::mask(&raw, cfg.result_classes, Context::Text);
         shingles(&masked, min)
     };
     // The newest answers, newest first, as far as the ladder can need
@@ -314,127 +480,6 @@ fn similar(a: &[u32], b: &[u32]) -> bool {
         }
     }
     2 * common >= a.len().min(b.len())
-}
-
-/// Whether the model's newest turn calls tools and every one of them is
-/// exempt (a polling step).
-pub fn only_exempt_calls(cfg: &ToolLoops, history: &ToolHistory) -> bool {
-    let Some(newest) = history.newest_turn else {
-        return false;
-    };
-    let mut newest_calls = history.calls.iter().filter(|c| c.turn == newest).peekable();
-    newest_calls.peek().is_some()
-        && newest_calls.all(|c| cfg.exempt_tools.iter().any(|t| **t == *c.name))
-}
-
-/// The most repeated (tool, arguments) of the newest turn, counting the
-/// calls answered as the newest one was.
-fn identical<R: Results>(
-    cfg: &ToolLoops,
-    recent: &[&ToolCall],
-    newest: usize,
-    cmp: &Compared<'_, R>,
-) -> Option<ToolVerdict> {
-    let mut best: Option<(u32, &ToolCall)> = None;
-    for c in recent.iter().filter(|c| c.turn == newest) {
-        let a = args(cfg, c);
-        let n = recent
-            .iter()
-            .filter(|o| o.name == c.name && args(cfg, o) == a && cmp.same(o, c, true))
-            .count() as u32;
-        if n >= cfg.identical_min && best.is_none_or(|(m, _)| n > m) {
-            best = Some((n, c));
-        }
-    }
-    let (n, c) = best?;
-    verdict(
-        cfg,
-        Tier::Identical,
-        &c.name,
-        Some(&args(cfg, c)),
-        n,
-        cfg.identical_min,
-    )
-}
-
-/// A tool of the newest turn called often with differing arguments and
-/// answered the same each time.
-fn pattern<R: Results>(
-    cfg: &ToolLoops,
-    recent: &[&ToolCall],
-    newest: usize,
-    cmp: &Compared<'_, R>,
-) -> Option<ToolVerdict> {
-    let mut best: Option<(u32, &str)> = None;
-    for c in recent.iter().filter(|c| c.turn == newest) {
-        let same: Vec<_> = recent
-            .iter()
-            .filter(|o| o.name == c.name && cmp.same(o, c, false))
-            .collect();
-        let n = same.len() as u32;
-        let a = args(cfg, c);
-        let varied = same.iter().any(|o| args(cfg, o) != a);
-        if varied && n >= cfg.pattern_min && best.is_none_or(|(m, _)| n > m) {
-            best = Some((n, &c.name));
-        }
-    }
-    let (n, name) = best?;
-    verdict(cfg, Tier::Pattern, name, None, n, cfg.pattern_min)
-}
-
-/// The same 2 or 3 calls (tool, arguments, answer) in turn at the end of
-/// the history, repeated at least `cycle_min` times; the newest call ends
-/// it.
-fn cycle<R: Results>(
-    cfg: &ToolLoops,
-    calls: &[&ToolCall],
-    newest: usize,
-    cmp: &Compared<'_, R>,
-) -> Option<ToolVerdict> {
-    if cfg.cycle_min == 0 || calls.last()?.turn != newest {
-        return None;
-    }
-    let n = calls.len();
-    let mut best: Option<(u32, usize)> = None;
-    for period in [2usize, 3] {
-        if n < period * cfg.cycle_min as usize {
-            continue;
-        }
-        let equal = |i: usize, j: usize| match (calls.get(i), calls.get(j)) {
-            (Some(a), Some(b)) => {
-                a.name == b.name && args(cfg, a) == args(cfg, b) && cmp.same(a, b, true)
-            }
-            _ => false,
-        };
-        // A cycle of one call repeated is identical thrash, not a cycle.
-        let start = n - period;
-        if (start + 1..n).all(|i| equal(start, i)) {
-            continue;
-        }
-        // The longest end of the history with this period.
-        let mut len = period;
-        while len < n && equal(n - 1 - len, n - 1 - len + period) {
-            len += 1;
-        }
-        let reps = (len / period) as u32;
-        if reps >= cfg.cycle_min && best.is_none_or(|(r, _)| reps > r) {
-            best = Some((reps, period));
-        }
-    }
-    let (reps, period) = best?;
-    let names: Vec<String> = calls
-        .get(n - period..)?
-        .iter()
-        .map(|c| safe_tool_name(&c.name))
-        .collect();
-    verdict(
-        cfg,
-        Tier::Cycle,
-        &names.join("+"),
-        None,
-        reps,
-        cfg.cycle_min,
-    )
 }
 
 /// step = occurrences - threshold + 1, capped at the ladder's last step.
@@ -557,20 +602,29 @@ pub fn safe_tool_name(name: &str) -> String {
     }
 }
 
+/// The verdict's tool as headers, logs and 429s show it: a safe token (a
+/// cycle's tools joined by `+`), or none for an answer loop.
+pub fn shown_tool(v: &ToolVerdict) -> Option<String> {
+    match v.tier {
+        Tier::Answer => None,
+        Tier::Cycle => Some(
+            v.tool
+                .split('+')
+                .map(safe_tool_name)
+                .collect::<Vec<_>>()
+                .join("+"),
+        ),
+        _ => Some(safe_tool_name(&v.tool)),
+    }
+}
+
 /// `x-loopguard-tool-loop: <tier>;tool=<name>;level=<n>` (a cycle's
-/// tools joined by `+`).
+/// tools joined by `+`; an answer loop names none).
 pub fn header_value(v: &ToolVerdict) -> String {
-    let tool = match v.tier {
-        Tier::Answer => return format!("{};level={}", v.tier.as_str(), v.level),
-        Tier::Cycle => v
-            .tool
-            .split('+')
-            .map(safe_tool_name)
-            .collect::<Vec<_>>()
-            .join("+"),
-        _ => safe_tool_name(&v.tool),
-    };
-    format!("{};tool={};level={}", v.tier.as_str(), tool, v.level)
+    match shown_tool(v) {
+        Some(tool) => format!("{};tool={};level={}", v.tier.as_str(), tool, v.level),
+        None => format!("{};level={}", v.tier.as_str(), v.level),
+    }
 }
 
 #[cfg(test)]

@@ -74,17 +74,13 @@ impl HitRecord {
         }
         let cooldown_remaining_ms = self.cooldown_until.saturating_sub(now);
         let detected = count >= q.detect_at || cooldown_remaining_ms > 0;
-        let event = if !detected {
-            None
-        } else if self.last_event == 0
-            || now.saturating_sub(self.last_event.min(now)) >= q.event_every_ms
-        {
-            self.last_event = now;
-            Some(std::mem::take(&mut self.suppressed))
-        } else {
-            self.suppressed = self.suppressed.saturating_add(1);
-            None
-        };
+        let event = report(
+            &mut self.last_event,
+            &mut self.suppressed,
+            detected,
+            now,
+            q.event_every_ms,
+        );
         WindowState {
             count,
             until_allowed_ms: until_allowed(&self.hits, now, q.window_ms, q.trip_at),
@@ -98,6 +94,28 @@ impl HitRecord {
     pub fn expires_at(&self, window_ms: u64) -> u64 {
         let newest = self.hits.last().map_or(0, |t| t.saturating_add(window_ms));
         newest.max(self.cooldown_until)
+    }
+}
+
+/// Whether a detection at `now` is reported: the first in `every_ms`
+/// (answering how many were not reported since the last one), or counted
+/// as suppressed. `last_event` (0: never) and `suppressed` are the
+/// record's.
+pub fn report(
+    last_event: &mut u64,
+    suppressed: &mut u32,
+    detected: bool,
+    now: u64,
+    every_ms: u64,
+) -> Option<u32> {
+    if !detected {
+        None
+    } else if *last_event == 0 || now.saturating_sub((*last_event).min(now)) >= every_ms {
+        *last_event = now;
+        Some(std::mem::take(suppressed))
+    } else {
+        *suppressed = suppressed.saturating_add(1);
+        None
     }
 }
 

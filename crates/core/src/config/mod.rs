@@ -171,7 +171,10 @@ impl Policy {
         };
         let tools = self.tool_loops.as_ref().map_or(0, |t| {
             let calls = t.last_calls.max(3 * t.cycle_min as usize);
-            (4 * calls + 16).max(2 * t.answer_min as usize + 2)
+            // Answers: as many as the ladder can need, with the user's
+            // message before each, and one more.
+            let answers = 2 * (t.answer_min as usize + t.ladder.len() + 1) + 2;
+            (4 * calls + 16).max(answers)
         });
         tail.max(tools).min(MAX_ITEMS_KEPT)
     }
@@ -212,6 +215,9 @@ pub struct ToolLoops {
     /// Classes masked in tool-call arguments before they are compared
     /// (none unless `volatile.tool_arguments`).
     pub arguments_mask: Classes,
+    /// The policy's masking classes, for tool results and answers (none
+    /// when `volatile` is off).
+    pub result_classes: Classes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -348,6 +354,12 @@ pub enum Similarity {
 }
 
 impl Similarity {
+    /// Whether requests are compared by what their conversation says
+    /// (`llm_tail`, `near`), not by their bytes or their session.
+    pub fn compares_content(&self) -> bool {
+        matches!(self, Similarity::LlmTail { .. } | Similarity::Near { .. })
+    }
+
     pub fn as_str(&self) -> &'static str {
         match self {
             Similarity::Exact => "exact",

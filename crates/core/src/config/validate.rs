@@ -897,6 +897,7 @@ fn tool_loops(
         cycle_min,
         answer_min,
         arguments_mask: volatile.argument_classes(),
+        result_classes: volatile.classes,
     }))
 }
 

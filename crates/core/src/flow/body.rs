@@ -119,14 +119,27 @@ impl<B: BucketBackend> Engine<B> {
         let mut polling = false;
         if let (Some(cfg), Some(req)) = (&p.tool_loops, &parsed) {
             let history = req.tool_history(Some(&mut self.call_cache));
+            let verdict = if req.over_budget() {
+                None
+            } else {
+                tool_loops::judge(cfg, &history, req)
+            };
             if req.over_budget() {
+                // Reading the history or its results ran out of budget:
+                // no verdict is trusted from a partly read body.
                 refused = Some(Refusal::TooMany);
-            } else if let Some(v) = tool_loops::judge(cfg, &history, req) {
+            } else if let Some(v) = verdict {
                 if let Some(step) = self.tool_loop(r, policy, p, &pending, req, &v, now, out) {
                     return step;
                 }
             }
-            polling = tool_loops::only_exempt_calls(cfg, &history);
+            // A polling turn is a repeat by design: the content-comparing
+            // modes do not count it (exact and session modes do).
+            polling = p
+                .detection
+                .as_ref()
+                .is_some_and(|d| d.similarity.compares_content())
+                && tool_loops::only_exempt_calls(cfg, &history);
         }
         if p.detection.is_none() {
             self.count_refusal(refused, out);
@@ -189,7 +202,7 @@ impl<B: BucketBackend> Engine<B> {
                     v.step.as_str(),
                     policy.id,
                     v.tier.as_str(),
-                    tool_loops::safe_tool_name(&v.tool),
+                    tool_loops::shown_tool(v).unwrap_or_else(|| "-".to_string()),
                     v.level
                 ),
             ));

@@ -72,7 +72,10 @@ const UNMASKED: [&str; 5] = [
 fn near_mode_counts_tails_a_few_bits_apart() {
     let mut exact_tail = policy("llm_tail", json!({}));
     assert_eq!(statuses(&mut exact_tail, &UNMASKED), vec![200; 5]);
-    let mut near = policy("near", json!({"near_distance": 8}));
+    // The repeated tails' SimHashes are 4 to 10 bits apart (a short token
+    // differs in each result); the first request's tail (the user's
+    // message, not a result, comes first) is 11 or more from each.
+    let mut near = policy("near", json!({"near_distance": 10}));
     assert_eq!(
         statuses(&mut near, &UNMASKED),
         vec![200, 200, 200, 429, 429]
@@ -168,7 +171,7 @@ fn near_mode_through_the_shared_store() {
     let parts: Vec<&str> = body.split('/').collect();
     assert_eq!(&parts[..3], &["FCALL", "loopguard_near", "3"]);
     assert!(parts[3].starts_with("lg:test:{") && parts[3].ends_with("}:n"));
-    assert!(parts[4].ends_with("}:ncd") && parts[5].ends_with("}:ev"));
+    assert!(parts[4].ends_with("}:ncd") && parts[5].ends_with("}:nev"));
     // window, capacity = near_history, trip_at, cooldown, detect_at,
     // event interval, nonce, SimHash, distance.
     assert_eq!(&parts[6..9], &["60000", "32", "3"]);
@@ -206,4 +209,57 @@ fn polling_turns_are_not_counted_by_loop_detection() {
         assert_eq!(s.status(), 200, "poll {n}");
         assert_eq!(h.metric(&s.effects, "loopguard.exempted_total.policy.p"), 1);
     }
+}
+
+/// One run of a batch job: the task names a document, then the same two
+/// tool calls answered the same way (the tail is identical across runs).
+fn batch_run(document: &str) -> String {
+    let policy_text = "Refunds are accepted within 30 days of delivery for unused items in their original packaging; shipping costs are refunded only when the item arrived damaged.";
+    json!({"model": "gpt-4o", "messages": [
+        {"role": "user", "content": format!("Classify support ticket {document} against the refund policy.")},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "load_policy", "arguments": "{\"name\":\"refunds\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_a", "content": policy_text},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_b", "type": "function", "function": {"name": "load_policy", "arguments": "{\"name\":\"shipping\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_b", "content": policy_text},
+    ]})
+    .to_string()
+}
+
+#[test]
+fn near_mode_tells_a_batch_from_a_task_restarted() {
+    // Five tickets through the same steps: five tasks, their tails alike.
+    let mut h = policy("near", json!({}));
+    for ticket in ["T-1041", "T-1042", "T-1043", "T-1044", "T-1045"] {
+        h.now += 1000;
+        assert_eq!(h.post(&batch_run(ticket)).status(), 200, "{ticket}");
+    }
+    // The same ticket restarted three times is one task looping.
+    let mut h = policy("near", json!({}));
+    let statuses: Vec<u32> = (0..3)
+        .map(|_| {
+            h.now += 1000;
+            h.post(&batch_run("T-1041")).status()
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 429]);
+}
+
+#[test]
+fn near_mode_reads_past_the_time_in_a_system_prompt() {
+    // An agent that writes the current time into its system prompt every
+    // turn, its tool failing the same way: one task, looping.
+    let mut h = policy("near", json!({}));
+    let statuses: Vec<u32> = (1..=4)
+        .map(|n| {
+            h.now += 1000;
+            let mut chat: Value = serde_json::from_str(&failing(&MASKED[..n])).unwrap();
+            let system = json!({"role": "system",
+                "content": format!("You are an export agent. Current time: 2026-11-23T13:40:{:02}Z", n * 8)});
+            chat["messages"].as_array_mut().unwrap().insert(0, system);
+            h.post(&chat.to_string()).status()
+        })
+        .collect();
+    assert_eq!(statuses, [200, 200, 200, 429]);
 }

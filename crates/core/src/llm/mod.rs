@@ -229,6 +229,40 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// The conversation's opening: its system prompt (out of band or the
+    /// first item) and its first user message, as far as they are among
+    /// the first two items. Stable across the turns of one conversation,
+    /// different between tasks.
+    pub fn opening(&self) -> Vec<Message> {
+        let mut out = Vec::with_capacity(2);
+        if let Some(sys) = self.system {
+            out.extend(self.system_message(sys));
+        }
+        match &self.items {
+            Items::Text(text) => out.push(Message {
+                role: "user".to_string(),
+                parts: text_parts(text),
+            }),
+            Items::List(items) => {
+                for i in 0..2 {
+                    let Some(m) = items.get(i).and_then(|e| self.item(i, e.0)) else {
+                        break;
+                    };
+                    let user = m.role == "user"
+                        && !m.parts.iter().any(|p| matches!(p, Part::ToolResult { .. }));
+                    let system = matches!(m.role.as_str(), "system" | "developer");
+                    if system || user {
+                        out.push(m);
+                    }
+                    if user {
+                        break;
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Whether parsing ran out of its budget ([`MAX_PARSED_VALUES`]): the
     /// body is then refused, whatever was read of it.
     pub fn over_budget(&self) -> bool {

@@ -348,11 +348,13 @@ impl Picked {
 pub type Element = (Span, Option<Picked>);
 
 /// An array read for its elements, keeping what a reader needs of a long
-/// one: the first element, the last `keep` (a ring), and how many there are.
-/// Memory is proportional to `keep`, however long the array.
+/// one: the first two elements (a conversation's opening: a system prompt
+/// and the first user message), the last `keep` (a ring), and how many
+/// there are. Memory is proportional to `keep`, however long the array.
 #[derive(Debug, Clone, Default)]
 pub struct Elements {
     first: Option<Element>,
+    second: Option<Element>,
     /// The last elements, oldest first.
     ring: std::collections::VecDeque<Element>,
     keep: usize,
@@ -368,8 +370,10 @@ impl Elements {
     }
 
     fn push(&mut self, e: Element) {
-        if self.total == 0 {
-            self.first = Some(e);
+        match self.total {
+            0 => self.first = Some(e),
+            1 => self.second = Some(e),
+            _ => {}
         }
         if self.keep > 0 {
             if self.ring.len() == self.keep {
@@ -394,11 +398,13 @@ impl Elements {
         self.total - self.ring.len()
     }
 
-    /// The element at `index`, if it was kept (the first, or one of the
-    /// last `keep`).
+    /// The element at `index`, if it was kept (the first two, or one of
+    /// the last `keep`).
     pub fn get(&self, index: usize) -> Option<&Element> {
-        if index == 0 {
-            return self.first.as_ref();
+        match index {
+            0 => return self.first.as_ref(),
+            1 if self.second.is_some() => return self.second.as_ref(),
+            _ => {}
         }
         self.ring.get(index.checked_sub(self.ring_start())?)
     }
@@ -816,7 +822,7 @@ mod tests {
     }
 
     #[test]
-    fn long_arrays_keep_the_first_and_the_last_elements() {
+    fn long_arrays_keep_the_first_two_and_the_last_elements() {
         let body = format!(
             "[{}]",
             (0..1000)
@@ -829,7 +835,8 @@ mod tests {
         assert_eq!(els.len(), 1000);
         let at = |i: usize| els.get(i).map(|e| &body[e.0 .0..e.0 .1]);
         assert_eq!(at(0), Some(r#"{"n":0}"#));
-        assert_eq!(at(1), None, "not kept");
+        assert_eq!(at(1), Some(r#"{"n":1}"#));
+        assert_eq!(at(2), None, "not kept");
         assert_eq!(at(996), None);
         assert_eq!(at(997), Some(r#"{"n":997}"#));
         assert_eq!(at(999), Some(r#"{"n":999}"#));

@@ -510,7 +510,6 @@ struct Edit {
     insert: String,
 }
 
-/// Apply non-overlapping edits, last first so earlier offsets hold.
 /// Parts as one text: texts joined by spaces, other parts by a marker.
 fn flatten(parts: &[super::Part], out: &mut String) {
     use super::Part;
@@ -542,6 +541,7 @@ fn flatten(parts: &[super::Part], out: &mut String) {
     }
 }
 
+/// Apply non-overlapping edits, last first so earlier offsets hold.
 fn apply(body: &[u8], mut edits: Vec<Edit>) -> Vec<u8> {
     edits.sort_by_key(|e| std::cmp::Reverse(e.at));
     let mut out = body.to_vec();

@@ -2,7 +2,7 @@
 //! of a loop without meaning anything new (timestamps, request ids,
 //! latencies) are replaced by typed placeholders before hashing, so a tool
 //! that keeps failing with `Error 503 at 2026-11-23T13:40:01.123Z (request
-//! id req_8f3aK29dLm01)` repeats as `error <n> at <datetime> (request id
+//! id req_8f3aK29dLm01)` repeats as `error # at <datetime> (request id
 //! <id>)`.
 //!
 //! One pass over normalised (lower-cased) text, no regular expressions: at
@@ -38,7 +38,7 @@ pub enum Class {
     /// digits mixed (`req_…`, `call_…`, `chatcmpl-…`, `toolu_…`): `<id>`.
     PrefixedId,
     /// Every number inside a tool result (latencies, byte counts, attempt
-    /// counters): `<n>`.
+    /// counters): `#` (one character: masking never lengthens a text).
     ToolResultNumbers,
 }
 
@@ -154,6 +154,25 @@ impl Volatile {
     }
 }
 
+impl Volatile {
+    /// Mask a conversation's opening as near mode's salt reads it: the
+    /// system prompt's machine-made tokens (an agent that writes the
+    /// current time into it every turn is still one task); the user's
+    /// words stay as they are (two tickets are two tasks).
+    pub fn mask_opening(&self, opening: &mut [Message]) {
+        for m in opening {
+            if matches!(m.role.as_str(), "system" | "developer") {
+                mask_parts(
+                    &mut m.parts,
+                    self.classes,
+                    Classes::NONE,
+                    Some(Context::Text),
+                );
+            }
+        }
+    }
+}
+
 /// Mask parts: text in `text` context (`None`: left alone), tool results
 /// and arguments in theirs.
 fn mask_parts(parts: &mut [Part], classes: Classes, args: Classes, text: Option<Context>) {
@@ -194,53 +213,14 @@ pub enum Context {
 /// normalised to lower case, arguments are not). Borrowed when nothing was
 /// masked.
 pub fn mask(text: &str, classes: Classes, context: Context) -> Cow<'_, str> {
-    if classes.is_empty() {
-        return Cow::Borrowed(text);
-    }
-    let b = text.as_bytes();
-    let numbers = context == Context::ToolResult && classes.contains(Class::ToolResultNumbers);
-    let bare_dates = context != Context::Text;
     let mut out: Option<String> = None;
     // Bytes of `text` before `copied` are in `out` already.
     let mut copied = 0;
-    let mut i = 0;
-    while i < b.len() {
-        let Some(&c) = b.get(i) else { break };
-        if !c.is_ascii_alphanumeric() {
-            i += 1;
-            continue;
-        }
-        let at_word_start = i == 0 || !b.get(i - 1).is_some_and(u8::is_ascii_alphanumeric);
-        let found = if at_word_start {
-            token(b, i, classes, bare_dates)
-        } else {
-            None
-        };
-        let found = found.or_else(|| {
-            if numbers && c.is_ascii_digit() {
-                Some((i, number_end(b, i), "<n>"))
-            } else {
-                None
-            }
-        });
-        match found {
-            Some((from, end, placeholder)) => {
-                let s = out.get_or_insert_with(|| String::with_capacity(text.len()));
-                s.push_str(text.get(copied..from).unwrap_or(""));
-                s.push_str(placeholder);
-                copied = end;
-                i = end;
-            }
-            None if numbers => {
-                // Letters up to the next digit or the word's end: a number
-                // inside a word (`1843ms`, `http2`) is still a number.
-                i += 1;
-                while b.get(i).is_some_and(u8::is_ascii_alphabetic) {
-                    i += 1;
-                }
-            }
-            None => i = word_end(b, i),
-        }
+    for (from, end, placeholder) in Tokens::new(text, classes, context) {
+        let s = out.get_or_insert_with(|| String::with_capacity(text.len()));
+        s.push_str(text.get(copied..from).unwrap_or(""));
+        s.push_str(placeholder);
+        copied = end;
     }
     match out {
         None => Cow::Borrowed(text),
@@ -251,6 +231,129 @@ pub fn mask(text: &str, classes: Classes, context: Context) -> Cow<'_, str> {
     }
 }
 
+/// A 64-bit digest of `text` masked for `context`, computed as it is
+/// masked (nothing is copied, however long the text and however many
+/// numbers become placeholders). A volatile token for which `keep` is true
+/// stays as it is.
+pub fn masked_digest(
+    text: &str,
+    classes: Classes,
+    context: Context,
+    keep: &dyn Fn(&str) -> bool,
+) -> u64 {
+    let mut h = Fnv::default();
+    let mut copied = 0;
+    for (from, end, placeholder) in Tokens::new(text, classes, context) {
+        let token = text.get(from..end).unwrap_or("");
+        if keep(token) {
+            continue;
+        }
+        h.write(text.get(copied..from).unwrap_or("").as_bytes());
+        h.write(placeholder.as_bytes());
+        copied = end;
+    }
+    h.write(text.get(copied..).unwrap_or("").as_bytes());
+    h.0
+}
+
+/// The volatile tokens of `text` (each as it is written), for telling a
+/// result's own echo of its arguments from noise.
+pub fn tokens(text: &str, classes: Classes, context: Context) -> Vec<&str> {
+    Tokens::new(text, classes, context)
+        .filter_map(|(from, end, _)| text.get(from..end))
+        .collect()
+}
+
+/// 64-bit FNV-1a.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, b: &[u8]) {
+        for &c in b {
+            self.0 = (self.0 ^ u64::from(c)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
+/// The volatile tokens of a text, in order: where each masked part starts
+/// (a prefixed id keeps its prefix) and ends, and its placeholder. One pass:
+/// at each word start the classes are tried in a fixed order; a word no
+/// class takes is skipped whole.
+struct Tokens<'t> {
+    b: &'t [u8],
+    i: usize,
+    classes: Classes,
+    context: Context,
+    numbers: bool,
+}
+
+impl<'t> Tokens<'t> {
+    fn new(text: &'t str, classes: Classes, context: Context) -> Self {
+        Tokens {
+            b: text.as_bytes(),
+            i: 0,
+            classes,
+            context,
+            numbers: context == Context::ToolResult && classes.contains(Class::ToolResultNumbers),
+        }
+    }
+}
+
+impl Iterator for Tokens<'_> {
+    type Item = (usize, usize, &'static str);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.classes.is_empty() {
+            return None;
+        }
+        let b = self.b;
+        while self.i < b.len() {
+            let i = self.i;
+            let Some(&c) = b.get(i) else { break };
+            if !c.is_ascii_alphanumeric() {
+                self.i += 1;
+                continue;
+            }
+            let at_word_start = i == 0 || !b.get(i - 1).is_some_and(u8::is_ascii_alphanumeric);
+            let found = if at_word_start {
+                token(b, i, self.classes, self.context)
+            } else {
+                None
+            };
+            let found = found.or_else(|| {
+                if self.numbers && c.is_ascii_digit() {
+                    Some((i, number_end(b, i), "#"))
+                } else {
+                    None
+                }
+            });
+            match found {
+                Some(t) => {
+                    self.i = t.1.max(i + 1);
+                    return Some(t);
+                }
+                None if self.numbers => {
+                    // Letters up to the next digit or the word's end: a
+                    // number inside a word (`1843ms`, `http2`) is still a
+                    // number.
+                    self.i += 1;
+                    while b.get(self.i).is_some_and(u8::is_ascii_alphabetic) {
+                        self.i += 1;
+                    }
+                }
+                None => self.i = word_end(b, i),
+            }
+        }
+        None
+    }
+}
+
 /// The volatile token starting at `i` (a word start), if any: where the
 /// masked part starts (a prefixed id keeps its prefix) and ends, and its
 /// placeholder.
@@ -258,8 +361,9 @@ fn token(
     b: &[u8],
     i: usize,
     classes: Classes,
-    bare_dates: bool,
+    context: Context,
 ) -> Option<(usize, usize, &'static str)> {
+    let bare_dates = context != Context::Text;
     let c = *b.get(i)?;
     if classes.contains(Class::Uuid) && c.is_ascii_hexdigit() {
         if let Some(end) = uuid(b, i) {
@@ -276,7 +380,9 @@ fn token(
             }
         }
     }
-    if c.is_ascii_digit() && classes.contains(Class::Epoch) {
+    // A 10- or 13-digit number is an epoch only in a tool's result; in the
+    // model's text or an argument it is as likely an id.
+    if c.is_ascii_digit() && classes.contains(Class::Epoch) && context == Context::ToolResult {
         if let Some(end) = epoch(b, i) {
             return Some((i, end, "<epoch>"));
         }
@@ -423,16 +529,18 @@ fn epoch(b: &[u8], i: usize) -> Option<usize> {
     ends(b, end)
 }
 
-/// 16 or more hex digits, at least one of them a digit (so a long word of
-/// the letters a-f is not taken).
+/// 16 or more hex digits, with both digits and letters.
 fn hex_run(b: &[u8], i: usize) -> Option<usize> {
     let mut p = i;
-    let mut digits = false;
+    let (mut digits, mut letters) = (false, false);
     while let Some(&c) = b.get(p).filter(|c| hex(**c)) {
         digits |= c.is_ascii_digit();
+        letters |= c.is_ascii_alphabetic();
         p += 1;
     }
-    (p - i >= 16 && digits)
+    // Both kinds: sixteen digits are a number (an order, a card), sixteen
+    // letters a word; a digest mixes them.
+    (p - i >= 16 && digits && letters)
         .then_some(p)
         .and_then(|e| ends(b, e))
 }
@@ -494,7 +602,7 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(
             a,
-            "error <n> at <datetime> (request id req_<id>, trace <hex>) after <n> ms, attempt <n>"
+            "error # at <datetime> (request id req_<id>, trace <hex>) after # ms, attempt #"
         );
     }
 
@@ -517,7 +625,7 @@ mod tests {
                 "chatcmpl-b7x9k2m4n6p8q0 and toolu_01abcdef23ghij",
                 "chatcmpl-<id> and toolu_<id>",
             ),
-            ("took 12.5s for 1,843 bytes", "took <n>s for <n> bytes"),
+            ("took 12.5s for 1,843 bytes", "took #s for # bytes"),
         ];
         for (input, want) in cases {
             assert_eq!(tool(input), want, "{input}");
@@ -571,7 +679,7 @@ mod tests {
         ] {
             assert_eq!(text(s), s, "{s}");
         }
-        assert_eq!(tool("customer 4829103746"), "customer <n>");
+        assert_eq!(tool("customer 4829103746"), "customer #");
     }
 
     #[test]
@@ -596,10 +704,56 @@ mod tests {
 
     #[test]
     fn non_ascii_text_is_safe() {
-        assert_eq!(
-            tool("fehler — 503 über 12 ms…"),
-            "fehler — <n> über <n> ms…"
-        );
+        assert_eq!(tool("fehler — 503 über 12 ms…"), "fehler — # über # ms…");
         assert_eq!(tool("日本 2026-11-23t13:40:01z"), "日本 <datetime>");
+    }
+
+    #[test]
+    fn epochs_only_in_tool_results_and_hex_needs_digits_and_letters() {
+        // A 10-digit number a user or the model writes is a quantity or an
+        // id, not a clock reading.
+        assert_eq!(
+            text("invoice 1732370401 is due"),
+            "invoice 1732370401 is due"
+        );
+        assert_eq!(tool("expires 1732370401"), "expires <epoch>");
+        // Sixteen digits are a number (a card, an order), sixteen letters a
+        // word; a hash mixes both.
+        for s in ["order 4111111111111111", "deadbeefcafebabe"] {
+            assert_eq!(text(s), s, "{s}");
+        }
+        assert_eq!(text("commit 4111111111111111a"), "commit <hex>");
+    }
+
+    #[test]
+    fn masking_never_lengthens_text() {
+        for s in ["1 2 3 4 5", "took 5 ms", "a1 b2", "2026-11-23 and 7"] {
+            assert!(tool(s).len() <= s.len(), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_digest_is_the_masked_texts_and_keeps_what_it_is_told() {
+        let a = "order 3f2a9c1e-7b4d-4e8a-9f01-23456789abcd failed at 2026-11-23t13:40:01z";
+        let b = "order 0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9 failed at 2026-11-23t13:40:09z";
+        let none = |_: &str| false;
+        let digest = |s| masked_digest(s, Classes::all(), Context::ToolResult, &none);
+        assert_eq!(digest(a), digest(b));
+        assert_eq!(
+            digest(a),
+            masked_digest(&tool(a), Classes::NONE, Context::ToolResult, &none)
+        );
+        // The ids the call's arguments name are kept: two orders differ.
+        let named = tokens(
+            r#"{"order":"3f2a9c1e-7b4d-4e8a-9f01-23456789abcd"}"#,
+            Classes::all(),
+            Context::Arguments,
+        );
+        assert_eq!(named, ["3f2a9c1e-7b4d-4e8a-9f01-23456789abcd"]);
+        let keep = |t: &str| named.iter().any(|n| n.eq_ignore_ascii_case(t));
+        assert_ne!(
+            masked_digest(a, Classes::all(), Context::ToolResult, &keep),
+            masked_digest(b, Classes::all(), Context::ToolResult, &keep)
+        );
     }
 }

@@ -1,25 +1,11 @@
 //! Tool loops judged with results, cycles and repeated answers: the
 //! progress a conversation makes is told from a loop.
 
+use super::tests::cfg;
 use super::*;
 use crate::config::Config;
 use crate::llm;
 use serde_json::{json, Value};
-
-fn cfg(extra: Value) -> ToolLoops {
-    let mut tl = json!({"enabled": true});
-    for (k, v) in extra.as_object().unwrap() {
-        tl[k] = v.clone();
-    }
-    Config::from_value(
-        &json!({"policies": [{"id": "p", "spec": {"selector": {}, "tool_loops": tl}}]}),
-    )
-    .unwrap()
-    .policies[0]
-        .tool_loops
-        .clone()
-        .unwrap()
-}
 
 /// An OpenAI chat history of (tool, arguments, result) calls, one per turn.
 fn chat(calls: &[(&str, &str, &str)]) -> Value {
@@ -378,4 +364,82 @@ fn masked_arguments_are_an_opt_in() {
     let v = judged(&c, &body).unwrap();
     assert_eq!((v.tier, v.occurrences), (Tier::Identical, 3));
     assert_eq!(v.arguments.as_deref(), Some("{\"since\":\"<datetime>\"}"));
+}
+
+/// The stuck export of `identical_calls_answered_differently_are_progress`,
+/// its results drifting only in masked tokens.
+fn stuck_export() -> Value {
+    chat(&[
+        (
+            TESTS.0,
+            TESTS.1,
+            "Error 503 at 2026-11-23T13:40:01Z after 1843 ms",
+        ),
+        (
+            TESTS.0,
+            TESTS.1,
+            "Error 503 at 2026-11-23T13:40:09Z after 2210 ms",
+        ),
+        (
+            TESTS.0,
+            TESTS.1,
+            "Error 503 at 2026-11-23T13:40:17Z after 1977 ms",
+        ),
+    ])
+}
+
+#[test]
+fn results_are_compared_with_the_policys_masking() {
+    let with = |volatile: Value| {
+        Config::from_value(&json!({"policies": [{"id": "p", "spec": {"selector": {},
+            "tool_loops": {"enabled": true}, "volatile": volatile}}]}))
+        .unwrap()
+        .policies[0]
+            .tool_loops
+            .clone()
+            .unwrap()
+    };
+    let v = judged(&with(json!({})), &stuck_export()).unwrap();
+    assert_eq!((v.tier, v.occurrences), (Tier::Identical, 3));
+    // Masking off: each result differs, so each call made progress.
+    assert_eq!(
+        judged(&with(json!({"enabled": false})), &stuck_export()),
+        None
+    );
+    // Dates masked, numbers not: the latencies still differ.
+    assert_eq!(
+        judged(&with(json!({"classes": ["datetime"]})), &stuck_export()),
+        None
+    );
+    let v = judged(
+        &with(json!({"classes": ["datetime", "tool_result_numbers"]})),
+        &stuck_export(),
+    );
+    assert_eq!(v.map(|v| v.tier), Some(Tier::Identical));
+}
+
+/// Results the body does not let the judge read (over its budget).
+struct Unreadable;
+
+impl Results for Unreadable {
+    fn result_text(&self, _: ResultAt) -> Option<String> {
+        None
+    }
+}
+
+#[test]
+fn an_unreadable_result_is_never_a_repeat() {
+    let c = cfg(json!({}));
+    let bytes = stuck_export().to_string().into_bytes();
+    let req = llm::parse(&bytes, "/v1/chat/completions", usize::MAX).unwrap();
+    let history = req.tool_history(None);
+    assert!(judge(&c, &history, &req).is_some());
+    assert_eq!(judge(&c, &history, &Unreadable), None);
+    // Calls without their results in the request are judged by the calls.
+    let mut without = history.clone();
+    for call in &mut without.calls {
+        call.result = None;
+    }
+    let v = judge(&c, &without, &Unreadable).unwrap();
+    assert_eq!((v.tier, v.occurrences), (Tier::Identical, 3));
 }

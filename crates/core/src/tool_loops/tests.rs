@@ -3,7 +3,7 @@ use crate::config::Config;
 use crate::llm::{self, Format};
 use serde_json::{json, Value};
 
-fn cfg(extra: Value) -> ToolLoops {
+pub(super) fn cfg(extra: Value) -> ToolLoops {
     let mut tl = json!({"enabled": true});
     for (k, v) in extra.as_object().unwrap() {
         tl[k] = v.clone();
