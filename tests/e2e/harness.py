@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -88,7 +89,40 @@ def stuck_model(request: dict) -> tuple[int, dict]:
     }
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_EPHEMERAL = _ephemeral_range()
+_handed_out: set[int] = set()
+_ports_lock = threading.Lock()
+
+
 def free_port() -> int:
+    """A free loopback port below the kernel's ephemeral range: a port the
+    kernel hands out for binding to 0 can be taken as the source port of
+    an outgoing connection before the server that was meant to get it
+    binds (Envoy then fails with "address already in use"). Ports are not
+    handed out twice in one run."""
+
+    low = max(1024, _EPHEMERAL[0] - 12000)
+    high = _EPHEMERAL[0] - 1
+    with _ports_lock:
+        for _ in range(200):
+            port = random.randint(low, high)
+            if port in _handed_out:
+                continue
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -579,19 +579,23 @@ impl<S: Hashing> Pending<S> {
                 c.named("policy", self.policy_id.as_bytes());
                 c.identity(&self.identity);
                 c.named_optional("model", req.model.as_deref().map(str::as_bytes));
-                let Some(mut tail) = req.tail(*tail_messages) else {
-                    return self.unparsed(body);
-                };
-                self.volatile.mask_messages(&mut tail);
+                // The opening is digested and dropped before the tail is
+                // read: a long first message is held once, not twice.
                 let mut opening = req.opening();
                 self.volatile.mask_opening(&mut opening);
-                let h = simhash::of_conversation(&opening, &tail);
+                let salt = simhash::opening_salt(&opening);
                 c.0.note(|| {
                     Component::new("opening (salts the SimHash)", opening.len().to_string())
                 });
                 for (i, m) in opening.iter().enumerate() {
                     note_message(&mut c.0, m, i);
                 }
+                drop(opening);
+                let Some(mut tail) = req.tail(*tail_messages) else {
+                    return self.unparsed(body);
+                };
+                self.volatile.mask_messages(&mut tail);
+                let h = simhash::of_conversation(salt, &tail);
                 c.0.note(|| {
                     Component::new("tail messages (in the SimHash)", tail.len().to_string())
                 });

@@ -47,6 +47,10 @@ pub struct SimHasher {
     salt: u64,
     /// The weight of the features being added.
     weight: u32,
+    /// Whether random-looking words are read as one placeholder word (in
+    /// tool results and the model's text; never in what a user wrote or in
+    /// a call's arguments).
+    fold_ids: bool,
 }
 
 impl Default for SimHasher {
@@ -60,6 +64,7 @@ impl Default for SimHasher {
             features: 0,
             salt: 0,
             weight: 1,
+            fold_ids: false,
         }
     }
 }
@@ -130,6 +135,11 @@ impl SimHasher {
     /// One word (or any token): itself, and the pair it makes with the
     /// word before it.
     pub fn word(&mut self, w: &[u8]) {
+        let w = if self.fold_ids && looks_random(w) {
+            b"<rand>".as_slice()
+        } else {
+            w
+        };
         let h = mix(fnv1a(w));
         self.feature(h);
         if self.previous != 0 {
@@ -139,14 +149,15 @@ impl SimHasher {
     }
 
     /// Every word of `text`: runs of letters and digits (any script), plus
-    /// `<` and `>` so masking placeholders stay whole.
+    /// `<`, `>` and `#` so masking placeholders stay whole (a token whose
+    /// digits were masked, `j#U#w#M#fHq`, is one word, not seven).
     pub fn text(&mut self, text: &str) {
         if text.is_ascii() {
             // The common case, a byte at a time.
             let b = text.as_bytes();
             let mut start = None;
             for (i, &c) in b.iter().enumerate() {
-                let inside = c.is_ascii_alphanumeric() || matches!(c, b'<' | b'>' | b'_');
+                let inside = c.is_ascii_alphanumeric() || matches!(c, b'<' | b'>' | b'_' | b'#');
                 match (inside, start) {
                     (true, None) => start = Some(i),
                     (false, Some(s)) => {
@@ -163,7 +174,7 @@ impl SimHasher {
         }
         let mut start = None;
         for (i, c) in text.char_indices() {
-            let inside = c.is_alphanumeric() || c == '<' || c == '>' || c == '_';
+            let inside = c.is_alphanumeric() || matches!(c, '<' | '>' | '_' | '#');
             match (inside, start) {
                 (true, None) => start = Some(i),
                 (false, Some(s)) => {
@@ -210,12 +221,13 @@ pub fn of_messages(messages: &[Message]) -> u64 {
     of_salted(0, messages)
 }
 
-/// The SimHash of a conversation's tail, every feature salted with a
-/// digest of its opening (system prompt and first user message): two
-/// turns of one conversation compare by their tails, while two tasks that
-/// merely look alike (a batch job's runs through the same tools) get
-/// unrelated SimHashes.
-pub fn of_conversation(opening: &[Message], tail: &[Message]) -> u64 {
+/// The salt of a conversation's tail: a digest of its opening (system
+/// prompt and first user message). Salted with it, two turns of one
+/// conversation compare by their tails, while two tasks that merely look
+/// alike (a batch job's runs through the same tools) get unrelated
+/// SimHashes. Computed apart from the tail so that the opening need not be
+/// held in memory while the tail is.
+pub fn opening_salt(opening: &[Message]) -> u64 {
     let mut d = fnv1a(b"opening");
     for m in opening {
         d = mix(d ^ fnv1a(m.role.as_bytes()));
@@ -225,7 +237,12 @@ pub fn of_conversation(opening: &[Message], tail: &[Message]) -> u64 {
             }
         }
     }
-    of_salted(d, tail)
+    d
+}
+
+/// The SimHash of a conversation's tail salted with [`opening_salt`].
+pub fn of_conversation(salt: u64, tail: &[Message]) -> u64 {
+    of_salted(salt, tail)
 }
 
 fn of_salted(base: u64, messages: &[Message]) -> u64 {
@@ -233,6 +250,7 @@ fn of_salted(base: u64, messages: &[Message]) -> u64 {
     for (i, m) in messages.iter().enumerate() {
         h.salt(base ^ (i as u64 + 1));
         h.marker(m.role.as_bytes());
+        h.fold_ids = !matches!(m.role.as_str(), "user" | "system" | "developer");
         parts(&mut h, &m.parts);
     }
     h.finish()
@@ -248,14 +266,18 @@ fn parts(h: &mut SimHasher, parts: &[Part]) {
             }
             Part::ToolCall { name, arguments } => {
                 h.marker(b"<call>");
+                let fold = std::mem::replace(&mut h.fold_ids, false);
                 h.weight = CALL_WEIGHT;
                 h.word(name.as_bytes());
                 h.text(arguments);
                 h.weight = 1;
+                h.fold_ids = fold;
             }
             Part::ToolResult { content, is_error } => {
                 h.marker(if *is_error { b"<error>" } else { b"<result>" });
+                let fold = std::mem::replace(&mut h.fold_ids, true);
                 self::parts(h, content);
+                h.fold_ids = fold;
             }
             Part::Other(kind) => {
                 h.marker(b"<other>");
@@ -263,6 +285,36 @@ fn parts(h: &mut SimHasher, parts: &[Part]) {
             }
         }
     }
+}
+
+/// A word that looks machine-made rather than written: 8 or more
+/// characters, letters and digits (at least 2 of each) switching kind at
+/// least 3 times (`j9U91w8M0730fHq`, `f7167b20`, `itH0Q8K8Al1VGZ_Ai0WV`),
+/// but not `sha256sum`, `base64encoded` or `gpt4`. Session tokens and
+/// worker ids that no masking class names.
+fn looks_random(w: &[u8]) -> bool {
+    if w.len() < 8 {
+        return false;
+    }
+    let (mut digits, mut letters, mut switches) = (0u32, 0u32, 0u32);
+    let mut last_digit = None;
+    for &c in w {
+        // `#`: a digit masked in a tool result.
+        let digit = if c.is_ascii_digit() || c == b'#' {
+            digits += 1;
+            true
+        } else if c.is_ascii_alphabetic() {
+            letters += 1;
+            false
+        } else {
+            continue;
+        };
+        if last_digit.is_some_and(|d| d != digit) {
+            switches += 1;
+        }
+        last_digit = Some(digit);
+    }
+    digits >= 2 && letters >= 2 && switches >= 3
 }
 
 const PAIR: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -394,5 +446,71 @@ mod tests {
     fn unicode_words_count() {
         assert_ne!(of("fehler über alles"), of("fehler unter alles"));
         assert_eq!(of("日本語 テキスト"), of("日本語  テキスト"));
+    }
+
+    #[test]
+    fn random_looking_words() {
+        for w in [
+            "j9U91w8M0730fHqnp3ue9RLAq",
+            "f7167b20",
+            "itH0Q8K8Al1VGZmhdq_Ai0WV",
+            "j#U#w#M#fHqnp#ue#RLAq",
+        ] {
+            assert!(looks_random(w.as_bytes()), "{w}");
+        }
+        for w in [
+            "sha256sum",
+            "base64encoded",
+            "gpt4o",
+            "deployment",
+            "12345678",
+            "x86_64",
+            "f#b#",
+        ] {
+            assert!(!looks_random(w.as_bytes()), "{w}");
+        }
+    }
+
+    #[test]
+    fn random_tokens_fold_in_results_and_model_text_not_in_user_words_or_arguments() {
+        use crate::llm::{Message, Part};
+        let result = |token: &str| Message {
+            role: "tool".into(),
+            parts: vec![Part::ToolResult {
+                content: vec![Part::Text(format!(
+                    "build failed: unexpected eof (session {token})"
+                ))],
+                is_error: true,
+            }],
+        };
+        // Digits already masked in a tool result, as the filter sees it.
+        assert_eq!(
+            of_messages(&[result("j#U#w#M#fHqnp#ue#RLAq")]),
+            of_messages(&[result("T#CdW#UvtQ#XJVWzdXqLP#TZC")])
+        );
+        let said = |role: &str, token: &str| Message {
+            role: role.into(),
+            parts: vec![Part::Text(format!("the session {token} expired, retrying"))],
+        };
+        assert_eq!(
+            of_messages(&[said("assistant", "j9U91w8M0730f")]),
+            of_messages(&[said("assistant", "x0pdAB4vzyn9Q")])
+        );
+        // What a user wrote is their question: another order is another one.
+        assert_ne!(
+            of_messages(&[said("user", "j9U91w8M0730f")]),
+            of_messages(&[said("user", "x0pdAB4vzyn9Q")])
+        );
+        let call = |id: &str| Message {
+            role: "assistant".into(),
+            parts: vec![Part::ToolCall {
+                name: "get_order".into(),
+                arguments: format!("{{\"id\":\"{id}\"}}"),
+            }],
+        };
+        assert_ne!(
+            of_messages(&[call("A7K2M9P4Q1")]),
+            of_messages(&[call("B3N8L2W5R7")])
+        );
     }
 }

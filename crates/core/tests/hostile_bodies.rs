@@ -97,11 +97,14 @@ impl RequestFacts for NoFacts {
     }
 }
 
-fn engine() -> Engine<Memory> {
+/// loopguard reading the whole conversation: `similarity` (llm_tail or
+/// near, with volatile-token masking) and tool loops (results, cycles,
+/// answers).
+fn engine(similarity: &str) -> Engine<Memory> {
     let config = Config::parse(
-        br#"{"max_body_bytes": 67108864, "policies": [{"id": "agents", "spec": {"selector": {},
-            "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "llm_tail"},
-            "tool_loops": {"enabled": true}}}]}"#,
+        format!(r#"{{"max_body_bytes": 67108864, "policies": [{{"id": "agents", "spec": {{"selector": {{}},
+            "loop_detection": {{"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "{similarity}"}},
+            "tool_loops": {{"enabled": true, "answer_min": 3}}}}}}]}}"#).as_bytes(),
     )
     .unwrap();
     Engine::new(config, "t", |_| Ok(Memory::default()), |_| None, 1).unwrap()
@@ -167,6 +170,21 @@ fn hostile(kind: &str, size: usize) -> Vec<u8> {
             format!(r#"{{"model":"m","messages":[{{"role":"user","content":"{text}"}}]}}"#)
                 .into_bytes()
         }
+        "numbers in a tool result" => {
+            let numbers = fill("", "{i} ms", "", size.saturating_sub(300));
+            let numbers = String::from_utf8(numbers).unwrap().replace(',', " ");
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"go"}},{{"role":"assistant","content":null,"tool_calls":[{{"id":"c","type":"function","function":{{"name":"t","arguments":"{{}}"}}}}]}},{{"role":"tool","tool_call_id":"c","content":"{numbers}"}}]}}"#).into_bytes()
+        }
+        "ids in an answer" => {
+            let ids = fill(
+                "",
+                "req_{i}abcdefghij 2026-11-23T13:40:01Z",
+                "",
+                size.saturating_sub(200),
+            );
+            let ids = String::from_utf8(ids).unwrap().replace(',', " ");
+            format!(r#"{{"model":"m","messages":[{{"role":"user","content":"go"}},{{"role":"assistant","content":"{ids}"}},{{"role":"user","content":"again"}}]}}"#).into_bytes()
+        }
         "string in a block" => {
             let text = "a\\n".repeat(size.saturating_sub(120) / 3);
             format!(r#"{{"model":"m","messages":[{{"role":"user","content":[{{"type":"text","text":"{text}"}}]}}]}}"#).into_bytes()
@@ -175,13 +193,15 @@ fn hostile(kind: &str, size: usize) -> Vec<u8> {
     }
 }
 
-const KINDS: [&str; 7] = [
+const KINDS: [&str; 9] = [
     "empty objects",
     "deep nesting",
     "tool calls",
     "tool turns",
     "many keys",
     "one long string",
+    "numbers in a tool result",
+    "ids in an answer",
     "string in a block",
 ];
 
@@ -215,10 +235,15 @@ fn counted(engine: &Engine<Memory>, out: &Effects, name: &str) -> i64 {
 
 #[test]
 fn hostile_bodies_pass_bounded_and_detection_keeps_working() {
-    let mut e = engine();
     let mut id = 0;
     let mut rows = Vec::new();
-    for size in [1 << 20, 16 << 20] {
+    for (similarity, size) in [
+        ("llm_tail", 1 << 20),
+        ("llm_tail", 16 << 20),
+        ("near", 1 << 20),
+        ("near", 16 << 20),
+    ] {
+        let mut e = engine(similarity);
         for kind in KINDS {
             let body = hostile(kind, size);
             id += 1;
@@ -240,7 +265,7 @@ fn hostile_bodies_pass_bounded_and_detection_keeps_working() {
                 .collect::<Vec<_>>()
                 .join(",");
             rows.push(format!(
-                "{kind:>16} {:>6} KB: extra {:>8} KB ({:.2}x the body) {}",
+                "{similarity:>8} {kind:>24} {:>6} KB: extra {:>8} KB ({:.2}x the body) {}",
                 body.len() / 1024,
                 peak / 1024,
                 peak as f64 / body.len() as f64,
@@ -278,7 +303,7 @@ fn hostile_bodies_pass_bounded_and_detection_keeps_working() {
                 "{kind}"
             );
             // Forget that loop for the next round (another window).
-            e = engine();
+            e = engine(similarity);
         }
     }
     eprintln!("{}", rows.join("\n"));

@@ -192,10 +192,37 @@ fn mask_parts(parts: &mut [Part], classes: Classes, args: Classes, text: Option<
     }
 }
 
+/// Mask `s` in place: a placeholder is never longer than its token, so
+/// the masked text is written over the text as it is read (no copy of a
+/// long tool result; a token whose placeholder would not fit stays).
 fn replace(s: &mut String, classes: Classes, context: Context) {
-    if let Cow::Owned(masked) = mask(s, classes, context) {
-        *s = masked;
+    if classes.is_empty() {
+        return;
     }
+    let mut b = std::mem::take(s).into_bytes();
+    let mut cursor = Cursor::new(classes, context);
+    // Bytes before `copied` have been moved down to below `w`.
+    let (mut w, mut copied) = (0, 0);
+    while let Some((from, end, placeholder)) = cursor.next(&b) {
+        if from < copied || placeholder.len() > end - from {
+            continue;
+        }
+        b.copy_within(copied..from, w);
+        w += from - copied;
+        if let Some(dst) = b.get_mut(w..w + placeholder.len()) {
+            dst.copy_from_slice(placeholder.as_bytes());
+        }
+        w += placeholder.len();
+        copied = end;
+    }
+    if copied > 0 {
+        let len = b.len();
+        b.copy_within(copied..len, w);
+        b.truncate(w + len - copied);
+    }
+    // Whole ASCII tokens were replaced by ASCII: still UTF-8.
+    *s =
+        String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned());
 }
 
 /// What a piece of text is, which decides the classes that apply.
@@ -282,25 +309,17 @@ impl Fnv {
 }
 
 /// The volatile tokens of a text, in order: where each masked part starts
-/// (a prefixed id keeps its prefix) and ends, and its placeholder. One pass:
-/// at each word start the classes are tried in a fixed order; a word no
-/// class takes is skipped whole.
+/// (a prefixed id keeps its prefix) and ends, and its placeholder.
 struct Tokens<'t> {
     b: &'t [u8],
-    i: usize,
-    classes: Classes,
-    context: Context,
-    numbers: bool,
+    cursor: Cursor,
 }
 
 impl<'t> Tokens<'t> {
     fn new(text: &'t str, classes: Classes, context: Context) -> Self {
         Tokens {
             b: text.as_bytes(),
-            i: 0,
-            classes,
-            context,
-            numbers: context == Context::ToolResult && classes.contains(Class::ToolResultNumbers),
+            cursor: Cursor::new(classes, context),
         }
     }
 }
@@ -309,22 +328,51 @@ impl Iterator for Tokens<'_> {
     type Item = (usize, usize, &'static str);
 
     fn next(&mut self) -> Option<Self::Item> {
+        self.cursor.next(self.b)
+    }
+}
+
+/// The scan behind [`Tokens`], holding no borrow of the text so that the
+/// text can be rewritten behind it ([`replace`]). One pass: at each word
+/// start the classes are tried in a fixed order; a word no class takes is
+/// skipped whole. It only ever reads at or after its position (whether the
+/// byte before it was part of a word is remembered, not read again).
+struct Cursor {
+    i: usize,
+    /// Whether the byte before `i` is a letter or digit.
+    in_word: bool,
+    classes: Classes,
+    context: Context,
+    numbers: bool,
+}
+
+impl Cursor {
+    fn new(classes: Classes, context: Context) -> Self {
+        Cursor {
+            i: 0,
+            in_word: false,
+            classes,
+            context,
+            numbers: context == Context::ToolResult && classes.contains(Class::ToolResultNumbers),
+        }
+    }
+
+    fn next(&mut self, b: &[u8]) -> Option<(usize, usize, &'static str)> {
         if self.classes.is_empty() {
             return None;
         }
-        let b = self.b;
         while self.i < b.len() {
             let i = self.i;
             let Some(&c) = b.get(i) else { break };
             if !c.is_ascii_alphanumeric() {
                 self.i += 1;
+                self.in_word = false;
                 continue;
             }
-            let at_word_start = i == 0 || !b.get(i - 1).is_some_and(u8::is_ascii_alphanumeric);
-            let found = if at_word_start {
-                token(b, i, self.classes, self.context)
-            } else {
+            let found = if self.in_word {
                 None
+            } else {
+                token(b, i, self.classes, self.context)
             };
             let found = found.or_else(|| {
                 if self.numbers && c.is_ascii_digit() {
@@ -336,6 +384,7 @@ impl Iterator for Tokens<'_> {
             match found {
                 Some(t) => {
                     self.i = t.1.max(i + 1);
+                    self.in_word = is_alnum(b, self.i - 1);
                     return Some(t);
                 }
                 None if self.numbers => {
@@ -346,8 +395,12 @@ impl Iterator for Tokens<'_> {
                     while b.get(self.i).is_some_and(u8::is_ascii_alphabetic) {
                         self.i += 1;
                     }
+                    self.in_word = true;
                 }
-                None => self.i = word_end(b, i),
+                None => {
+                    self.i = word_end(b, i);
+                    self.in_word = true;
+                }
             }
         }
         None
@@ -755,5 +808,57 @@ mod tests {
             masked_digest(a, Classes::all(), Context::ToolResult, &keep),
             masked_digest(b, Classes::all(), Context::ToolResult, &keep)
         );
+    }
+
+    #[test]
+    fn masking_in_place_remembers_the_word_it_overwrote() {
+        // "1" becomes "#" in place; the id after it is still inside the
+        // word "1xreq_...", so it is no prefixed id.
+        let text = "1xreq_8f3ak29dlm01 took 5 ms";
+        let mut in_place = text.to_string();
+        replace(&mut in_place, Classes::all(), Context::ToolResult);
+        assert_eq!(in_place, "#xreq_#f#ak#dlm# took # ms");
+        assert_eq!(in_place, tool(text));
+    }
+
+    const PIECES: [&str; 18] = [
+        "1",
+        "42",
+        "1,843.5",
+        "2026-11-23",
+        "t13:40:01z",
+        "T13:40:01.123+01:00",
+        " ",
+        "-",
+        "req_",
+        "8f3ak29dlm01",
+        "3f2a9c1e-7b4d-4e8a-9f01-23456789abcd",
+        "9f86d081884c7d659a2feaa0c55ad015",
+        "1732370401",
+        "ms",
+        "é",
+        "x",
+        "_",
+        ".",
+    ];
+
+    proptest::proptest! {
+        /// Masking in place (over the text as it is read) gives what the
+        /// copying mask gives, in every context.
+        #[test]
+        fn masking_in_place_equals_masking_by_copy(
+            picks in proptest::collection::vec(0usize..PIECES.len(), 0..40),
+            context in 0usize..3,
+        ) {
+            let text: String = picks.iter().filter_map(|&i| PIECES.get(i).copied()).collect();
+            let context = [Context::Text, Context::ToolResult, Context::Arguments]
+                .get(context)
+                .copied()
+                .unwrap_or(Context::Text);
+            let copied = mask(&text, Classes::all(), context).into_owned();
+            let mut in_place = text.clone();
+            replace(&mut in_place, Classes::all(), context);
+            proptest::prop_assert_eq!(in_place, copied);
+        }
     }
 }
