@@ -217,6 +217,18 @@ pub fn only_exempt_calls(cfg: &ToolLoops, history: &ToolHistory) -> bool {
         && newest_calls.all(|c| cfg.exempt_tools.iter().any(|t| **t == *c.name))
 }
 
+/// The calls among `recent` made in turn `turn`.
+fn of_turn<'a, R: Results>(
+    calls: &'a Calls<'_, '_, R>,
+    recent: &'a [usize],
+    turn: usize,
+) -> impl Iterator<Item = usize> + 'a {
+    recent
+        .iter()
+        .copied()
+        .filter(move |&i| calls.get(i).is_some_and(|c| c.turn == turn))
+}
+
 /// The most repeated (tool, arguments) of the newest turn, counting the
 /// calls answered as the newest one was.
 fn identical<R: Results>(
@@ -226,10 +238,7 @@ fn identical<R: Results>(
     newest: usize,
 ) -> Option<ToolVerdict> {
     let mut best: Option<(u32, usize)> = None;
-    for &c in recent
-        .iter()
-        .filter(|&&i| calls.get(i).is_some_and(|c| c.turn == newest))
-    {
+    for c in of_turn(calls, recent, newest) {
         let n = recent
             .iter()
             .filter(|&&o| calls.same_call(o, c) && calls.same(o, c, true))
@@ -259,10 +268,7 @@ fn pattern<R: Results>(
     newest: usize,
 ) -> Option<ToolVerdict> {
     let mut best: Option<(u32, usize)> = None;
-    for &c in recent
-        .iter()
-        .filter(|&&i| calls.get(i).is_some_and(|c| c.turn == newest))
-    {
+    for c in of_turn(calls, recent, newest) {
         let name = calls.get(c).map(|c| &c.name);
         let same: Vec<usize> = recent
             .iter()
