@@ -588,7 +588,7 @@ impl<S: Hashing> Pending<S> {
                     Component::new("opening (salts the SimHash)", opening.len().to_string())
                 });
                 for (i, m) in opening.iter().enumerate() {
-                    note_message(&mut c.0, m, i);
+                    note_message(&mut c.0, m, "opening", i);
                 }
                 drop(opening);
                 let Some(mut tail) = req.tail(*tail_messages) else {
@@ -600,7 +600,7 @@ impl<S: Hashing> Pending<S> {
                     Component::new("tail messages (in the SimHash)", tail.len().to_string())
                 });
                 for (i, m) in tail.iter().enumerate() {
-                    note_message(&mut c.0, m, i);
+                    note_message(&mut c.0, m, "message", i);
                 }
                 c.0.note(|| Component::new("simhash", format!("{h:016x}")));
                 near = Some(h);
@@ -719,27 +719,22 @@ fn write_message<S: Sink>(c: &mut Canon<S>, m: &Message, index: usize) {
 
 /// Note a message's parts without hashing them (near mode shows the tail
 /// that went into its SimHash).
-fn note_message<S: Sink>(sink: &mut S, m: &Message, index: usize) {
-    sink.note(|| {
-        Component::new(
-            format_args_lazy(index, "role"),
-            show_bytes(m.role.as_bytes()),
-        )
-    });
-    note_parts(sink, &m.parts, index);
+fn note_message<S: Sink>(sink: &mut S, m: &Message, list: &str, index: usize) {
+    sink.note(|| Component::new(labelled(list, index, "role"), show_bytes(m.role.as_bytes())));
+    note_parts(sink, &m.parts, list, index);
 }
 
-fn note_parts<S: Sink>(sink: &mut S, parts: &[Part], index: usize) {
+fn note_parts<S: Sink>(sink: &mut S, parts: &[Part], list: &str, index: usize) {
     for p in parts {
         match p {
             Part::Text(t) => sink
-                .note(|| Component::new(format_args_lazy(index, "text"), show_bytes(t.as_bytes()))),
+                .note(|| Component::new(labelled(list, index, "text"), show_bytes(t.as_bytes()))),
             Part::Media(h) => {
-                sink.note(|| Component::new(format_args_lazy(index, "media sha256"), show_bytes(h)))
+                sink.note(|| Component::new(labelled(list, index, "media sha256"), show_bytes(h)))
             }
             Part::ToolCall { name, arguments } => sink.note(|| {
                 Component::new(
-                    format_args_lazy(index, "tool call"),
+                    labelled(list, index, "tool call"),
                     format!(
                         "{} {}",
                         show_bytes(name.as_bytes()),
@@ -750,15 +745,15 @@ fn note_parts<S: Sink>(sink: &mut S, parts: &[Part], index: usize) {
             Part::ToolResult { content, is_error } => {
                 sink.note(|| {
                     Component::new(
-                        format_args_lazy(index, "tool result"),
+                        labelled(list, index, "tool result"),
                         if *is_error { "(error)" } else { "(ok)" },
                     )
                 });
-                note_parts(sink, content, index);
+                note_parts(sink, content, list, index);
             }
             Part::Other(kind) => sink.note(|| {
                 Component::new(
-                    format_args_lazy(index, "other block"),
+                    labelled(list, index, "other block"),
                     show_bytes(kind.as_bytes()),
                 )
             }),
@@ -769,7 +764,13 @@ fn note_parts<S: Sink>(sink: &mut S, parts: &[Part], index: usize) {
 /// A component name for message `index` (built only when tracing: the
 /// hashing sinks never call the closures that use it).
 fn format_args_lazy(index: usize, what: &str) -> String {
-    format!("message[{index}] {what}")
+    labelled("message", index, what)
+}
+
+/// A component's label: which list (the tail's messages, the opening's),
+/// which item, what part.
+fn labelled(list: &str, index: usize, what: &str) -> String {
+    format!("{list}[{index}] {what}")
 }
 
 fn write_parts<S: Sink>(c: &mut Canon<S>, parts: &[Part], index: usize) {

@@ -262,7 +262,10 @@ fn parts(h: &mut SimHasher, parts: &[Part]) {
             Part::Text(t) => h.text(t),
             Part::Media(hash) => {
                 h.marker(b"<media>");
+                // A digest's bytes, never a token to fold.
+                let fold = std::mem::replace(&mut h.fold_ids, false);
                 h.word(hash);
+                h.fold_ids = fold;
             }
             Part::ToolCall { name, arguments } => {
                 h.marker(b"<call>");
@@ -512,5 +515,22 @@ mod tests {
             of_messages(&[call("A7K2M9P4Q1")]),
             of_messages(&[call("B3N8L2W5R7")])
         );
+    }
+
+    #[test]
+    fn media_digests_are_never_folded() {
+        use crate::llm::{Message, Part};
+        // Two digests whose bytes happen to read as random-looking words.
+        let shot = |d: &[u8; 32]| Message {
+            role: "tool".into(),
+            parts: vec![Part::ToolResult {
+                content: vec![Part::Media(*d)],
+                is_error: false,
+            }],
+        };
+        let a = *b"a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6";
+        let b = *b"z9y8x7w6v5u4t3s2r1q0p9o8n7m6l5k4";
+        assert!(looks_random(&a) && looks_random(&b));
+        assert_ne!(of_messages(&[shot(&a)]), of_messages(&[shot(&b)]));
     }
 }

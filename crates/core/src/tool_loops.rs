@@ -131,8 +131,12 @@ impl<R: Results> Calls<'_, '_, R> {
             Some(text) => {
                 let classes = noise(self.classes);
                 // The resource the call asked for, echoed in its result,
-                // is what tells two answers apart.
-                let named = volatile::tokens(self.arg(i), classes, Context::Arguments);
+                // is what tells two answers apart: the tokens of its
+                // arguments as written (even when the policy masks
+                // arguments), read as a result is (epochs included: a
+                // `"since": 1732370401` echoed back names the window).
+                let raw = self.get(i).map_or("", |c| &*c.arguments);
+                let named = volatile::tokens(raw, classes, Context::ToolResult);
                 Answered::Digest(volatile::masked_digest(
                     &text,
                     classes,
@@ -148,9 +152,9 @@ impl<R: Results> Calls<'_, '_, R> {
     /// Whether calls `i` and `j` got the same answer.
     fn same(&self, i: usize, j: usize, full: bool) -> bool {
         match (self.answered(i, full), self.answered(j, full)) {
+            (Answered::Unreadable, _) | (_, Answered::Unreadable) => false,
             (Answered::Missing, _) | (_, Answered::Missing) => true,
             (Answered::Digest(x), Answered::Digest(y)) => x == y,
-            _ => false,
         }
     }
 

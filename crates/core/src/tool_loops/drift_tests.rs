@@ -443,3 +443,31 @@ fn an_unreadable_result_is_never_a_repeat() {
     let v = judge(&c, &without, &Unreadable).unwrap();
     assert_eq!((v.tier, v.occurrences), (Tier::Identical, 3));
 }
+
+#[test]
+fn an_epoch_the_arguments_name_tells_answers_apart() {
+    // Paging through time: each call asks for another window and its
+    // answer names it. Not thrash, though the rest of the answer repeats.
+    let c = cfg(json!({}));
+    let calls: Vec<(String, String)> = ["1732370401", "1732456801", "1732543201", "1732629601"]
+        .iter()
+        .map(|t| {
+            (
+                format!("{{\"since\":{t}}}"),
+                format!("no new events since {t}"),
+            )
+        })
+        .collect();
+    let refs: Vec<(&str, &str, &str)> = calls
+        .iter()
+        .map(|(a, r)| ("list_events", a.as_str(), r.as_str()))
+        .collect();
+    assert_eq!(judged(&c, &chat(&refs)), None);
+    // The same answer to each window (its epoch not echoed): thrash.
+    let stuck: Vec<(&str, &str, &str)> = calls
+        .iter()
+        .map(|(a, _)| ("list_events", a.as_str(), "no new events"))
+        .collect();
+    let v = judged(&c, &chat(&stuck)).unwrap();
+    assert_eq!(v.tier, Tier::Pattern);
+}
