@@ -263,3 +263,27 @@ fn near_mode_reads_past_the_time_in_a_system_prompt() {
         .collect();
     assert_eq!(statuses, [200, 200, 200, 429]);
 }
+
+#[test]
+fn near_mode_salts_with_a_user_message_after_system_and_developer_prompts() {
+    // Two tickets behind the same system and developer prompts, the same
+    // tools answering the same way: two tasks.
+    let run = |ticket: &str| {
+        let mut chat: Value = serde_json::from_str(&batch_run(ticket)).unwrap();
+        let messages = chat["messages"].as_array_mut().unwrap();
+        messages.insert(
+            0,
+            json!({"role": "developer", "content": "Answer in English."}),
+        );
+        messages.insert(
+            0,
+            json!({"role": "system", "content": "You classify support tickets."}),
+        );
+        chat.to_string()
+    };
+    let mut h = policy("near", json!({}));
+    for ticket in ["T-1041", "T-1042", "T-1043", "T-1044"] {
+        h.now += 1000;
+        assert_eq!(h.post(&run(ticket)).status(), 200, "{ticket}");
+    }
+}

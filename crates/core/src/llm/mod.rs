@@ -229,10 +229,10 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// The conversation's opening: its system prompt (out of band or the
-    /// first item) and its first user message, as far as they are among
-    /// the first two items. Stable across the turns of one conversation,
-    /// different between tasks.
+    /// The conversation's opening: its system prompt (out of band or
+    /// system and developer items) and its first user message, as far as
+    /// they are among the first [`scan::LEADING`] items. Stable across the
+    /// turns of one conversation, different between tasks.
     pub fn opening(&self) -> Vec<Message> {
         let mut out = Vec::with_capacity(2);
         if let Some(sys) = self.system {
@@ -244,7 +244,7 @@ impl<'a> Request<'a> {
                 parts: text_parts(text),
             }),
             Items::List(items) => {
-                for i in 0..2 {
+                for i in 0..scan::LEADING {
                     let Some(m) = items.get(i).and_then(|e| self.item(i, e.0)) else {
                         break;
                     };

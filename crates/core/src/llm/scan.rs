@@ -347,14 +347,17 @@ impl Picked {
 /// keys.
 pub type Element = (Span, Option<Picked>);
 
+/// Leading elements an [`Elements`] keeps: a conversation's opening (a
+/// system prompt, a developer message, the first user message).
+pub const LEADING: usize = 3;
+
 /// An array read for its elements, keeping what a reader needs of a long
-/// one: the first two elements (a conversation's opening: a system prompt
-/// and the first user message), the last `keep` (a ring), and how many
-/// there are. Memory is proportional to `keep`, however long the array.
+/// one: the first [`LEADING`] elements (a conversation's opening), the last
+/// `keep` (a ring), and how many there are. Memory is proportional to
+/// `keep`, however long the array.
 #[derive(Debug, Clone, Default)]
 pub struct Elements {
-    first: Option<Element>,
-    second: Option<Element>,
+    lead: [Option<Element>; LEADING],
     /// The last elements, oldest first.
     ring: std::collections::VecDeque<Element>,
     keep: usize,
@@ -370,10 +373,8 @@ impl Elements {
     }
 
     fn push(&mut self, e: Element) {
-        match self.total {
-            0 => self.first = Some(e),
-            1 => self.second = Some(e),
-            _ => {}
+        if let Some(slot) = self.lead.get_mut(self.total) {
+            *slot = Some(e);
         }
         if self.keep > 0 {
             if self.ring.len() == self.keep {
@@ -398,20 +399,19 @@ impl Elements {
         self.total - self.ring.len()
     }
 
-    /// The element at `index`, if it was kept (the first two, or one of
-    /// the last `keep`).
+    /// The element at `index`, if it was kept (one of the first
+    /// [`LEADING`], or of the last `keep`).
     pub fn get(&self, index: usize) -> Option<&Element> {
-        match index {
-            0 => return self.first.as_ref(),
-            1 if self.second.is_some() => return self.second.as_ref(),
-            _ => {}
+        if let Some(Some(e)) = self.lead.get(index) {
+            return Some(e);
         }
         self.ring.get(index.checked_sub(self.ring_start())?)
     }
 
     /// The last element's span.
     pub fn last(&self) -> Option<Span> {
-        self.ring.back().or(self.first.as_ref()).map(|e| e.0)
+        let first = self.lead.first().and_then(Option::as_ref);
+        self.ring.back().or(first).map(|e| e.0)
     }
 
     /// The kept last elements, oldest first, with their indices.
@@ -822,7 +822,7 @@ mod tests {
     }
 
     #[test]
-    fn long_arrays_keep_the_first_two_and_the_last_elements() {
+    fn long_arrays_keep_the_leading_and_the_last_elements() {
         let body = format!(
             "[{}]",
             (0..1000)
@@ -836,7 +836,8 @@ mod tests {
         let at = |i: usize| els.get(i).map(|e| &body[e.0 .0..e.0 .1]);
         assert_eq!(at(0), Some(r#"{"n":0}"#));
         assert_eq!(at(1), Some(r#"{"n":1}"#));
-        assert_eq!(at(2), None, "not kept");
+        assert_eq!(at(2), Some(r#"{"n":2}"#));
+        assert_eq!(at(3), None, "not kept");
         assert_eq!(at(996), None);
         assert_eq!(at(997), Some(r#"{"n":997}"#));
         assert_eq!(at(999), Some(r#"{"n":999}"#));
