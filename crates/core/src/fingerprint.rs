@@ -707,18 +707,14 @@ pub fn tool_event_key(
 }
 
 fn write_message<S: Sink>(c: &mut Canon<S>, m: &Message, index: usize) {
-    c.0.note(|| {
-        Component::new(
-            format_args_lazy(index, "role"),
-            show_bytes(m.role.as_bytes()),
-        )
-    });
+    note_message(&mut c.0, m, "message", index);
     c.field(m.role.as_bytes());
-    write_parts(c, &m.parts, index);
+    write_parts(c, &m.parts);
 }
 
-/// Note a message's parts without hashing them (near mode shows the tail
-/// that went into its SimHash).
+/// Note a message and its parts (explain), in the order they are hashed;
+/// near mode notes the opening and the tail that went into its SimHash
+/// this way without hashing them.
 fn note_message<S: Sink>(sink: &mut S, m: &Message, list: &str, index: usize) {
     sink.note(|| Component::new(labelled(list, index, "role"), show_bytes(m.role.as_bytes())));
     note_parts(sink, &m.parts, list, index);
@@ -761,68 +757,37 @@ fn note_parts<S: Sink>(sink: &mut S, parts: &[Part], list: &str, index: usize) {
     }
 }
 
-/// A component name for message `index` (built only when tracing: the
-/// hashing sinks never call the closures that use it).
-fn format_args_lazy(index: usize, what: &str) -> String {
-    labelled("message", index, what)
-}
-
-/// A component's label: which list (the tail's messages, the opening's),
-/// which item, what part.
+/// A component's label (built only when tracing: the hashing sinks never
+/// call the closures that use it): which list (the tail's messages, the
+/// opening's), which item, what part.
 fn labelled(list: &str, index: usize, what: &str) -> String {
     format!("{list}[{index}] {what}")
 }
 
-fn write_parts<S: Sink>(c: &mut Canon<S>, parts: &[Part], index: usize) {
+fn write_parts<S: Sink>(c: &mut Canon<S>, parts: &[Part]) {
     c.count(parts.len());
     for p in parts {
         match p {
             Part::Text(t) => {
                 c.tag(1);
-                c.0.note(|| {
-                    Component::new(format_args_lazy(index, "text"), show_bytes(t.as_bytes()))
-                });
                 c.field(t.as_bytes());
             }
             Part::Media(h) => {
                 c.tag(2);
-                c.0.note(|| Component::new(format_args_lazy(index, "media sha256"), show_bytes(h)));
                 c.field(h);
             }
             Part::ToolCall { name, arguments } => {
                 c.tag(3);
-                c.0.note(|| {
-                    Component::new(
-                        format_args_lazy(index, "tool call"),
-                        format!(
-                            "{} {}",
-                            show_bytes(name.as_bytes()),
-                            show_bytes(arguments.as_bytes())
-                        ),
-                    )
-                });
                 c.field(name.as_bytes());
                 c.field(arguments.as_bytes());
             }
             Part::ToolResult { content, is_error } => {
                 c.tag(4);
-                c.0.note(|| {
-                    Component::new(
-                        format_args_lazy(index, "tool result"),
-                        if *is_error { "(error)" } else { "(ok)" },
-                    )
-                });
                 c.tag(u8::from(*is_error));
-                write_parts(c, content, index);
+                write_parts(c, content);
             }
             Part::Other(kind) => {
                 c.tag(5);
-                c.0.note(|| {
-                    Component::new(
-                        format_args_lazy(index, "other block"),
-                        show_bytes(kind.as_bytes()),
-                    )
-                });
                 c.field(kind.as_bytes());
             }
         }

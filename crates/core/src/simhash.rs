@@ -214,13 +214,6 @@ impl SimHasher {
     }
 }
 
-/// The SimHash of a conversation tail: each message's role, then its
-/// parts (text words; a tool call's name and argument words; a tool
-/// result's words; a media hash; another block's type).
-pub fn of_messages(messages: &[Message]) -> u64 {
-    of_salted(0, messages)
-}
-
 /// The salt of a conversation's tail: a digest of its opening (system
 /// prompt and first user message). Salted with it, two turns of one
 /// conversation compare by their tails, while two tasks that merely look
@@ -240,17 +233,16 @@ pub fn opening_salt(opening: &[Message]) -> u64 {
     d
 }
 
-/// The SimHash of a conversation's tail salted with [`opening_salt`].
+/// The SimHash of a conversation's tail, salted with [`opening_salt`]:
+/// each message's role, then its parts (text words; a tool call's name and
+/// argument words; a tool result's words; a media hash; another block's
+/// type), each message's features salted with its place in the tail too.
 pub fn of_conversation(salt: u64, tail: &[Message]) -> u64 {
-    of_salted(salt, tail)
-}
-
-fn of_salted(base: u64, messages: &[Message]) -> u64 {
     let mut h = SimHasher::new();
-    for (i, m) in messages.iter().enumerate() {
-        h.salt(base ^ (i as u64 + 1));
+    for (i, m) in tail.iter().enumerate() {
+        h.salt(salt ^ (i as u64 + 1));
         h.marker(m.role.as_bytes());
-        h.fold_ids = !matches!(m.role.as_str(), "user" | "system" | "developer");
+        h.fold_ids = !m.is_authored();
         parts(&mut h, &m.parts);
     }
     h.finish()
@@ -339,6 +331,11 @@ fn mix(mut z: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tail's SimHash with no opening salt.
+    fn of_messages(messages: &[Message]) -> u64 {
+        of_conversation(0, messages)
+    }
 
     fn of(s: &str) -> u64 {
         let mut h = SimHasher::new();

@@ -617,13 +617,8 @@ pub fn safe_tool_name(name: &str) -> String {
 pub fn shown_tool(v: &ToolVerdict) -> Option<String> {
     match v.tier {
         Tier::Answer => None,
-        Tier::Cycle => Some(
-            v.tool
-                .split('+')
-                .map(safe_tool_name)
-                .collect::<Vec<_>>()
-                .join("+"),
-        ),
+        // Its tools are safe tokens already (see `cycle`).
+        Tier::Cycle => Some(v.tool.clone()),
         _ => Some(safe_tool_name(&v.tool)),
     }
 }

@@ -100,6 +100,19 @@ pub struct Message {
     pub parts: Vec<Part>,
 }
 
+impl Message {
+    /// A system or developer prompt.
+    pub fn is_prompt(&self) -> bool {
+        matches!(self.role.as_str(), "system" | "developer")
+    }
+
+    /// Written by a person or the system, not by the model or a tool: the
+    /// request's intent, which masking and SimHash folding leave as it is.
+    pub fn is_authored(&self) -> bool {
+        self.role == "user" || self.is_prompt()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Part {
     /// Lower-cased, whitespace collapsed and trimmed; never empty.
@@ -250,7 +263,7 @@ impl<'a> Request<'a> {
                     };
                     let user = m.role == "user"
                         && !m.parts.iter().any(|p| matches!(p, Part::ToolResult { .. }));
-                    let system = matches!(m.role.as_str(), "system" | "developer");
+                    let system = m.is_prompt();
                     if system || user {
                         out.push(m);
                     }

@@ -147,21 +147,22 @@ impl Volatile {
         }
         let args = self.argument_classes();
         for m in messages {
-            let authored = matches!(m.role.as_str(), "user" | "system" | "developer");
-            let text = if authored { None } else { Some(Context::Text) };
+            let text = if m.is_authored() {
+                None
+            } else {
+                Some(Context::Text)
+            };
             mask_parts(&mut m.parts, self.classes, args, text);
         }
     }
-}
 
-impl Volatile {
     /// Mask a conversation's opening as near mode's salt reads it: the
     /// system prompt's machine-made tokens (an agent that writes the
     /// current time into it every turn is still one task); the user's
     /// words stay as they are (two tickets are two tasks).
     pub fn mask_opening(&self, opening: &mut [Message]) {
         for m in opening {
-            if matches!(m.role.as_str(), "system" | "developer") {
+            if m.is_prompt() {
                 mask_parts(
                     &mut m.parts,
                     self.classes,
