@@ -63,17 +63,61 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t[1] .. t[2]
 end
 
+-- Cooldowns and event states a near record keeps per loop, at most.
+local max_loops = 8
+
+-- Record a hit in a sliding log (a sorted set scored by time): a hit at t
+-- is in the window while now - t < window; at most <capacity> of them, the
+-- oldest dropped first. Returns the hits in the log.
+local function push_log(key, member, now, a)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - a.window_ms)
+  redis.call('ZADD', key, now, member)
+  local count = redis.call('ZCARD', key)
+  if count > a.capacity then
+    redis.call('ZREMRANGEBYRANK', key, 0, count - a.capacity - 1)
+    count = a.capacity
+  end
+  redis.call('PEXPIRE', key, a.window_ms)
+  return count
+end
+
+-- Milliseconds until the hit at `t`, the (trip_at - 1)th newest, leaves
+-- the window. A hit stamped in the future (a failover to a server whose
+-- clock is behind) counts as now, as in loopguard's local table.
+local function allowed_after(t, now, a)
+  return math.max(0, math.min(t, now) + a.window_ms - now)
+end
+
 -- Allowed again once the (trip_at - 1)th newest hit leaves the window.
 -- `times` are the counted hits, oldest first.
 local function until_allowed(times, now, a)
   local k = a.trip_at - 1
   local count = #times
   if k > 0 and count >= k then
-    -- A hit stamped in the future (a failover to a server whose clock is
-    -- behind) counts as now, as in loopguard's local table.
-    return math.max(0, math.min(times[count - k + 1], now) + a.window_ms - now)
+    return allowed_after(times[count - k + 1], now, a)
   end
   return 0
+end
+
+-- An event state "last:suppressed": when a detection was last reported
+-- (0: never) and how many were not reported since.
+local function parse_state(value, now)
+  local sep = value and string.find(value, ':', 1, true)
+  if not sep then
+    return 0, 0
+  end
+  return math.min(tonumber(string.sub(value, 1, sep - 1)) or 0, now),
+      tonumber(string.sub(value, sep + 1)) or 0
+end
+
+-- A detection, reported once per interval and counted otherwise: the
+-- event (the detections suppressed since the last report, or -1) and the
+-- state to keep.
+local function next_state(last, suppressed, now, a)
+  if last == 0 or now - last >= a.event_every_ms then
+    return suppressed, now .. ':0'
+  end
+  return -1, last .. ':' .. (suppressed + 1)
 end
 
 -- Report a detection once per record and interval; count the rest.
@@ -81,20 +125,10 @@ local function report(event_key, detected, now, a)
   if not detected then
     return -1
   end
-  local state = redis.call('GET', event_key)
-  local last, suppressed = 0, 0
-  local sep = state and string.find(state, ':', 1, true)
-  if sep then
-    last = math.min(tonumber(string.sub(state, 1, sep - 1)) or 0, now)
-    suppressed = tonumber(string.sub(state, sep + 1)) or 0
-  end
-  local keep = math.max(a.event_every_ms, a.window_ms)
-  if last == 0 or now - last >= a.event_every_ms then
-    redis.call('SET', event_key, now .. ':0', 'PX', keep)
-    return suppressed
-  end
-  redis.call('SET', event_key, last .. ':' .. (suppressed + 1), 'PX', keep)
-  return -1
+  local last, suppressed = parse_state(redis.call('GET', event_key), now)
+  local event, state = next_state(last, suppressed, now, a)
+  redis.call('SET', event_key, state, 'PX', math.max(a.event_every_ms, a.window_ms))
+  return event
 end
 
 local function hit(keys, args)
@@ -105,24 +139,14 @@ local function hit(keys, args)
   end
   local now, stamp = now_ms()
 
-  -- The sliding log: a hit at t is in the window while now - t < window.
-  redis.call('ZREMRANGEBYSCORE', window_key, '-inf', now - a.window_ms)
-  redis.call('ZADD', window_key, now, stamp .. ':' .. a.nonce)
-  local count = redis.call('ZCARD', window_key)
-  if count > a.capacity then
-    redis.call('ZREMRANGEBYRANK', window_key, 0, count - a.capacity - 1)
-    count = a.capacity
-  end
-  redis.call('PEXPIRE', window_key, a.window_ms)
+  local count = push_log(window_key, stamp .. ':' .. a.nonce, now, a)
 
   -- Allowed again once the (trip_at - 1)th newest hit leaves the window.
   local allowed = 0
   local k = a.trip_at - 1
   if k > 0 and count >= k then
     local nth = redis.call('ZRANGE', window_key, count - k, count - k, 'WITHSCORES')
-    -- A hit stamped in the future (a failover to a server whose clock is
-    -- behind) counts as now, as in loopguard's local table.
-    allowed = math.max(0, math.min(tonumber(nth[2]), now) + a.window_ms - now)
+    allowed = allowed_after(tonumber(nth[2]), now, a)
   end
 
   -- The cooldown starts when trip_at is reached and none is running; hits
@@ -174,15 +198,9 @@ local function near(keys, args)
   end
   local now, stamp = now_ms()
 
-  redis.call('ZREMRANGEBYSCORE', history_key, '-inf', now - a.window_ms)
   -- Members start with the time stamp, so hits of one millisecond still
   -- trim oldest first; the SimHash is the last 16 characters.
-  redis.call('ZADD', history_key, now, stamp .. ':' .. a.nonce .. ':' .. simhash)
-  local n = redis.call('ZCARD', history_key)
-  if n > a.capacity then
-    redis.call('ZREMRANGEBYRANK', history_key, 0, n - a.capacity - 1)
-  end
-  redis.call('PEXPIRE', history_key, a.window_ms)
+  push_log(history_key, stamp .. ':' .. a.nonce .. ':' .. simhash, now, a)
   local entries = redis.call('ZRANGE', history_key, 0, -1, 'WITHSCORES')
   local times = {}
   for i = 1, #entries, 2 do
@@ -204,8 +222,8 @@ local function near(keys, args)
   if remaining == 0 and a.cooldown_ms > 0 and count >= a.trip_at then
     redis.call('ZADD', cooldowns_key, now + a.cooldown_ms, simhash)
     local m = redis.call('ZCARD', cooldowns_key)
-    if m > 8 then
-      redis.call('ZREMRANGEBYRANK', cooldowns_key, 0, m - 9)
+    if m > max_loops then
+      redis.call('ZREMRANGEBYRANK', cooldowns_key, 0, m - max_loops - 1)
     end
     remaining = a.cooldown_ms
   end
@@ -223,10 +241,8 @@ local function near(keys, args)
     local best, best_bits, best_last, best_suppressed = nil, distance + 1, 0, 0
     local kept, oldest, oldest_last = 0, nil, nil
     for i = 1, #states, 2 do
-      local field, value = states[i], states[i + 1]
-      local sep = string.find(value, ':', 1, true)
-      local last = sep and math.min(tonumber(string.sub(value, 1, sep - 1)) or 0, now) or 0
-      local suppressed = sep and tonumber(string.sub(value, sep + 1)) or 0
+      local field = states[i]
+      local last, suppressed = parse_state(states[i + 1], now)
       if suppressed == 0 and now - last >= keep then
         redis.call('HDEL', events_key, field)
       else
@@ -241,17 +257,14 @@ local function near(keys, args)
       end
     end
     if not best then
-      if kept >= 8 and oldest then
+      if kept >= max_loops and oldest then
         redis.call('HDEL', events_key, oldest)
       end
       best, best_last, best_suppressed = simhash, 0, 0
     end
-    if best_last == 0 or now - best_last >= a.event_every_ms then
-      event = best_suppressed
-      redis.call('HSET', events_key, best, now .. ':0')
-    else
-      redis.call('HSET', events_key, best, best_last .. ':' .. (best_suppressed + 1))
-    end
+    local state
+    event, state = next_state(best_last, best_suppressed, now, a)
+    redis.call('HSET', events_key, best, state)
     redis.call('PEXPIRE', events_key, keep)
   end
   return {count, allowed, remaining, event}

@@ -39,7 +39,6 @@ pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Val
     let mut event = json!({
         "event": "loop.tool.detected",
         "tier": v.tier.as_str(),
-        "tool": tool_loops::shown_tool(v),
         "level": v.level,
         "step": v.step.as_str(),
         "occurrences": v.occurrences,
@@ -47,10 +46,8 @@ pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Val
         "mode": if shadow { "shadow" } else { "enforce" },
     });
     // An answer loop names no tool.
-    if let Some(e) = event.as_object_mut() {
-        if e.get("tool").is_some_and(Value::is_null) {
-            e.remove("tool");
-        }
+    if let (Some(e), Some(tool)) = (event.as_object_mut(), tool_loops::shown_tool(v)) {
+        e.insert("tool".to_string(), Value::String(tool));
     }
     event
 }

@@ -12,7 +12,7 @@
 //! name with Envoy at configure time and keeps the ids in a table indexed
 //! by [`MetricId`], so a request's metrics cost no string work.
 
-use crate::config::{Config, OnStoreError, ToolStep};
+use crate::config::{Action, Config, OnStoreError, ToolStep};
 use crate::tool_loops::Tier;
 
 /// How a metric behaves in Envoy.
@@ -36,6 +36,26 @@ pub enum WouldBe {
     Reject,
     Nudge,
     Directive,
+}
+
+impl From<Action> for WouldBe {
+    fn from(a: Action) -> WouldBe {
+        match a {
+            Action::Warn => WouldBe::Warn,
+            Action::Throttle => WouldBe::Throttle,
+            Action::Reject => WouldBe::Reject,
+        }
+    }
+}
+
+impl From<ToolStep> for WouldBe {
+    fn from(s: ToolStep) -> WouldBe {
+        match s {
+            ToolStep::Nudge => WouldBe::Nudge,
+            ToolStep::Directive => WouldBe::Directive,
+            ToolStep::Reject => WouldBe::Reject,
+        }
+    }
 }
 
 /// Why a body was not fingerprinted.

@@ -50,16 +50,7 @@ pub struct NearEvent {
 impl NearRecord {
     /// Record a hit at `now` and answer the window state of its repeats.
     pub fn record(&mut self, now: u64, q: &WindowQuery, probe: NearProbe) -> WindowState {
-        for (_, t) in self.hits.iter_mut() {
-            *t = (*t).min(now);
-        }
-        self.hits.retain(|&(_, t)| now - t < q.window_ms);
-        self.hits.push((probe.simhash, now));
-        let capacity = q.capacity.max(1) as usize;
-        if self.hits.len() > capacity {
-            let excess = self.hits.len() - capacity;
-            self.hits.drain(..excess);
-        }
+        window::push_hit(&mut self.hits, (probe.simhash, now), now, q, |e| &mut e.1);
         let repeats: Vec<u64> = self
             .hits
             .iter()

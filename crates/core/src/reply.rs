@@ -35,7 +35,6 @@ pub struct LocalReply {
 
 pub type Headers = Vec<(&'static str, String)>;
 
-/// Whole seconds, rounded up, at least 1 (the `Retry-After` header).
 /// Set a member of a JSON object (a no-op on anything else).
 fn insert(v: &mut Value, key: &str, value: Value) {
     if let Some(o) = v.as_object_mut() {
@@ -43,6 +42,36 @@ fn insert(v: &mut Value, key: &str, value: Value) {
     }
 }
 
+/// A 429's body in the error shape of the API being called: OpenAI's
+/// `{"error": {...}}` with loopguard's `details` beside `message`, `type`
+/// and `code`, or Anthropic's `rate_limit_error` with them (and `code`)
+/// under `loopguard`.
+fn api_error_body(api: Api, message: String, code: &str, mut details: Value) -> Value {
+    match api {
+        Api::OpenAi => {
+            let mut error = json!({
+                "message": message,
+                "type": "loop_detected",
+                "code": code,
+                "param": null,
+            });
+            if let (Some(e), Some(d)) = (error.as_object_mut(), details.as_object()) {
+                e.extend(d.clone());
+            }
+            json!({ "error": error })
+        }
+        Api::Anthropic => {
+            insert(&mut details, "code", json!(code));
+            json!({
+                "type": "error",
+                "error": {"type": "rate_limit_error", "message": message},
+                "loopguard": details,
+            })
+        }
+    }
+}
+
+/// Whole seconds, rounded up, at least 1 (the `Retry-After` header).
 pub fn retry_after_seconds(ms: u64) -> u64 {
     ms.div_ceil(1000).max(1)
 }
@@ -74,28 +103,7 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
     if r.cooldown_seconds > 0 {
         insert(&mut details, "cooldown_seconds", json!(r.cooldown_seconds));
     }
-    let body = match api {
-        Api::OpenAi => {
-            let mut error = json!({
-                "message": message,
-                "type": "loop_detected",
-                "code": "recursive_loop_detected",
-                "param": null,
-            });
-            if let (Some(e), Some(d)) = (error.as_object_mut(), details.as_object()) {
-                e.extend(d.clone());
-            }
-            json!({ "error": error })
-        }
-        Api::Anthropic => {
-            insert(&mut details, "code", json!("recursive_loop_detected"));
-            json!({
-                "type": "error",
-                "error": {"type": "rate_limit_error", "message": message},
-                "loopguard": details,
-            })
-        }
-    };
+    let body = api_error_body(api, message, "recursive_loop_detected", details);
     LocalReply {
         status: 429,
         headers: vec![
@@ -136,37 +144,15 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
     };
     let mut details = json!({
         "policy": policy_id,
-        "tool": shown,
         "tier": v.tier.as_str(),
         "level": v.level,
         "occurrences": v.occurrences,
     });
-    if let Some(d) = details.as_object_mut().filter(|_| shown.is_none()) {
-        d.remove("tool");
+    // An answer loop names no tool.
+    if let Some(shown) = shown {
+        insert(&mut details, "tool", json!(shown));
     }
-    let body = match api {
-        Api::OpenAi => {
-            let mut error = json!({
-                "message": message,
-                "type": "loop_detected",
-                "code": "tool_loop_detected",
-                "param": null,
-            });
-            if let (Some(e), Some(d)) = (error.as_object_mut(), details.as_object()) {
-                e.extend(d.clone());
-            }
-            json!({ "error": error })
-        }
-        Api::Anthropic => {
-            let mut d = details;
-            insert(&mut d, "code", json!("tool_loop_detected"));
-            json!({
-                "type": "error",
-                "error": {"type": "rate_limit_error", "message": message},
-                "loopguard": d,
-            })
-        }
-    };
+    let body = api_error_body(api, message, "tool_loop_detected", details);
     LocalReply {
         status: 429,
         headers: vec![

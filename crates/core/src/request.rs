@@ -210,12 +210,12 @@ fn hex_val(c: u8) -> Option<u8> {
 
 /// The token of an `Authorization: Bearer <token>` header value.
 pub fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
-    let trimmed = trim_ascii(authorization);
+    let trimmed = authorization.trim_ascii();
     let scheme = trimmed.get(..7)?;
     if !scheme.eq_ignore_ascii_case(b"bearer ") {
         return None;
     }
-    let token = trim_ascii(trimmed.get(7..)?);
+    let token = trimmed.get(7..)?.trim_ascii();
     (!token.is_empty()).then_some(token)
 }
 
@@ -227,7 +227,7 @@ pub fn api_key(facts: &dyn RequestFacts) -> Option<Vec<u8>> {
         if let Some(token) = bearer_token(&auth) {
             return Some(token.to_vec());
         }
-        let whole = trim_ascii(&auth);
+        let whole = auth.trim_ascii();
         if !whole.is_empty() {
             return Some(whole.to_vec());
         }
@@ -235,7 +235,7 @@ pub fn api_key(facts: &dyn RequestFacts) -> Option<Vec<u8>> {
     ["x-api-key", "api-key"].iter().find_map(|name| {
         facts
             .header(name)
-            .map(|v| trim_ascii(&v).to_vec())
+            .map(|v| v.trim_ascii().to_vec())
             .filter(|v| !v.is_empty())
     })
 }
@@ -301,18 +301,6 @@ pub fn address_without_port(addr: &str) -> &str {
         }
         _ => addr,
     }
-}
-
-fn trim_ascii(b: &[u8]) -> &[u8] {
-    let start = b
-        .iter()
-        .position(|c| !c.is_ascii_whitespace())
-        .unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !c.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    b.get(start..end).unwrap_or(&[])
 }
 
 #[cfg(test)]

@@ -100,12 +100,7 @@ impl Record {
         match (self, near) {
             (Record::Near(r), Some(p)) => r.record(now, q, *p),
             (Record::Hits(r), _) => r.record(now, q),
-            (Record::Near(_), None) => WindowState {
-                count: 1,
-                until_allowed_ms: 0,
-                cooldown_remaining_ms: 0,
-                event: None,
-            },
+            (Record::Near(_), None) => WindowState::FIRST,
         }
     }
 
@@ -190,12 +185,7 @@ pub fn record(
             state
         }
         // Unreachable by construction; answer as a first hit.
-        None => WindowState {
-            count: 1,
-            until_allowed_ms: 0,
-            cooldown_remaining_ms: 0,
-            event: None,
-        },
+        None => WindowState::FIRST,
     };
     Recorded {
         state,

@@ -42,6 +42,16 @@ pub struct WindowState {
     pub event: Option<u32>,
 }
 
+impl WindowState {
+    /// A fingerprint's first hit.
+    pub const FIRST: WindowState = WindowState {
+        count: 1,
+        until_allowed_ms: 0,
+        cooldown_remaining_ms: 0,
+        event: None,
+    };
+}
+
 /// One fingerprint's sliding log and cooldown.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HitRecord {
@@ -58,13 +68,7 @@ pub struct HitRecord {
 impl HitRecord {
     /// Record a hit at `now` and answer the window state.
     pub fn record(&mut self, now: u64, q: &WindowQuery) -> WindowState {
-        prune(&mut self.hits, now, q.window_ms);
-        self.hits.push(now);
-        let capacity = q.capacity.max(1) as usize;
-        if self.hits.len() > capacity {
-            let excess = self.hits.len() - capacity;
-            self.hits.drain(..excess);
-        }
+        push_hit(&mut self.hits, now, now, q, |t| t);
         let count = u32::try_from(self.hits.len()).unwrap_or(u32::MAX);
         // A cooldown from the future (the clock moved back) lasts at most
         // one cooldown from now.
@@ -119,16 +123,28 @@ pub fn report(
     }
 }
 
-/// Drop hits that left the window and clamp hits from the future (the
-/// clock moved backwards) to `now`, so they expire one window from now at
-/// the latest.
-pub fn prune(log: &mut Vec<u64>, now: u64, window_ms: u64) {
-    for t in log.iter_mut() {
-        if *t > now {
-            *t = now;
-        }
+/// Record a hit in a sliding log (oldest first; `time` is an entry's hit
+/// time): drop hits that left the window, clamp hits from the future (the
+/// clock moved backwards) to `now` so they expire one window from now at
+/// the latest, append `entry`, and keep the newest `capacity`.
+pub fn push_hit<T>(
+    log: &mut Vec<T>,
+    entry: T,
+    now: u64,
+    q: &WindowQuery,
+    time: fn(&mut T) -> &mut u64,
+) {
+    log.retain_mut(|e| {
+        let t = time(e);
+        *t = (*t).min(now);
+        now - *t < q.window_ms
+    });
+    log.push(entry);
+    let capacity = q.capacity.max(1) as usize;
+    if log.len() > capacity {
+        let excess = log.len() - capacity;
+        log.drain(..excess);
     }
-    log.retain(|&t| now - t < window_ms);
 }
 
 /// A new request at time T is allowed when fewer than `trip_at - 1` earlier

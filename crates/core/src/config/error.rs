@@ -32,7 +32,7 @@ pub fn show(v: &Value) -> String {
     shorten(&v.to_string())
 }
 
-fn shorten(s: &str) -> String {
+pub(super) fn shorten(s: &str) -> String {
     if s.chars().count() > 40 {
         let cut: String = s.chars().take(40).collect();
         format!("{cut}...")

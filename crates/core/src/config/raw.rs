@@ -342,6 +342,13 @@ pub enum SimilarityName {
     Session,
 }
 
+impl SimilarityName {
+    /// Compares a conversation's tail (masking and `tail_messages` apply).
+    pub fn reads_tail(self) -> bool {
+        matches!(self, SimilarityName::LlmTail | SimilarityName::Near)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[cfg_attr(feature = "schema", derive(JsonSchema))]
 #[cfg_attr(feature = "schema", schemars(rename = "AccessLog"))]

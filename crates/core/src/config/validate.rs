@@ -2,7 +2,7 @@
 //! filter runs ([`super::Config`]): ranges, defaults and the rules that
 //! tie fields together. Every error names the policy and the field.
 
-use super::error::{valid_id, ConfigError};
+use super::error::{shorten, valid_id, ConfigError};
 use super::raw::*;
 use super::*;
 
@@ -52,6 +52,24 @@ impl Ctx {
         }
     }
 
+    /// A count from 2 to `max` where 0 switches `what` off (1 would make
+    /// every occurrence a repeat).
+    fn off_or_from_2(
+        &self,
+        field: &str,
+        v: &Option<Int>,
+        max: u64,
+        what: &str,
+    ) -> Result<Option<u64>, ConfigError> {
+        match self.int(field, v, 0, max)? {
+            Some(1) => Err(self.err(
+                field,
+                format!("must be >= 2 (got 1); use 0 to switch {what} off"),
+            )),
+            n => Ok(n),
+        }
+    }
+
     /// A list that, when given, must not be empty.
     fn non_empty<'v, T>(
         &self,
@@ -66,15 +84,6 @@ impl Ctx {
             )),
             Some(list) => Ok(Some(list.as_slice())),
         }
-    }
-}
-
-fn shorten(s: &str) -> String {
-    if s.chars().count() > 40 {
-        let cut: String = s.chars().take(40).collect();
-        format!("{cut}...")
-    } else {
-        s.to_string()
     }
 }
 
@@ -190,13 +199,7 @@ fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> {
             if authority.is_empty() {
                 return Err(ctx.err("store.authority", "must not be empty"));
             }
-            let path = s.path.unwrap_or_else(|| "/".to_string());
-            if !path.starts_with('/') {
-                return Err(ctx.err(
-                    "store.path",
-                    format!("must start with \"/\" (got \"{path}\")"),
-                ));
-            }
+            let path = absolute(ctx, "store.path", s.path.unwrap_or_else(|| "/".to_string()))?;
             let timeout_ms = ctx
                 .int("store.timeout_ms", &s.timeout_ms, 1, 5_000)?
                 .unwrap_or(25);
@@ -226,13 +229,11 @@ fn webhook(ctx: &Ctx, w: RawWebhook) -> Result<Webhook, ConfigError> {
     };
     let cluster = required("cluster", w.cluster)?;
     let authority = required("authority", w.authority)?;
-    let path = w.path.unwrap_or_else(|| "/".to_string());
-    if !path.starts_with('/') {
-        return Err(ctx.err(
-            &format!("{SECTION}.path"),
-            format!("must start with \"/\" (got \"{path}\")"),
-        ));
-    }
+    let path = absolute(
+        ctx,
+        &format!("{SECTION}.path"),
+        w.path.unwrap_or_else(|| "/".to_string()),
+    )?;
     let timeout_ms = ctx
         .int(&format!("{SECTION}.timeout_ms"), &w.timeout_ms, 1, 60_000)?
         .unwrap_or(2_000);
@@ -291,12 +292,10 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
     let limit_keys = limit_keys(&ctx, spec.limit_keys)?;
     let exempt = exempt(&ctx, spec.exempt)?;
     let has_tool_loops = spec.tool_loops.is_some();
-    let reads_text = spec.loop_detection.as_ref().is_some_and(|Obj(d)| {
-        matches!(
-            d.similarity,
-            Some(SimilarityName::LlmTail | SimilarityName::Near)
-        )
-    });
+    let reads_text = spec
+        .loop_detection
+        .as_ref()
+        .is_some_and(|Obj(d)| d.similarity.is_some_and(SimilarityName::reads_tail));
     let volatile = match spec.volatile {
         None => Volatile::default_on(),
         Some(_) if !reads_text && !has_tool_loops => {
@@ -434,10 +433,17 @@ fn selector(ctx: &Ctx, s: RawSelector) -> Result<Selector, ConfigError> {
     })
 }
 
-fn check_path(ctx: &Ctx, field: &str, p: String) -> Result<String, ConfigError> {
+/// A path that starts with `/`.
+fn absolute(ctx: &Ctx, field: &str, p: String) -> Result<String, ConfigError> {
     if !p.starts_with('/') {
         return Err(ctx.err(field, format!("must start with \"/\" (got \"{p}\")")));
     }
+    Ok(p)
+}
+
+/// A path to match: absolute, without a query or fragment.
+fn check_path(ctx: &Ctx, field: &str, p: String) -> Result<String, ConfigError> {
+    let p = absolute(ctx, field, p)?;
     if p.contains('?') || p.contains('#') {
         return Err(ctx.err(
             field,
@@ -551,20 +557,12 @@ fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>, ConfigErro
         1,
         MAX_WINDOW_SECONDS,
     )?;
-    let threshold = match ctx.int(
+    let threshold = ctx.off_or_from_2(
         &f("threshold_identical_requests"),
         &d.threshold_identical_requests,
-        0,
         u64::from(MAX_HITS_PER_FINGERPRINT),
-    )? {
-        Some(1) => {
-            return Err(ctx.err(
-                &f("threshold_identical_requests"),
-                "must be >= 2 (got 1); use 0 to switch the policy off",
-            ))
-        }
-        t => t,
-    };
+        "the policy",
+    )?;
     let escalation = match d.escalation {
         None => None,
         Some(list) => Some(escalation(ctx, list)?),
@@ -622,10 +620,7 @@ fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>, ConfigErro
         1,
         u64::from(MAX_HITS_PER_FINGERPRINT),
     )?;
-    let reads_tail = matches!(
-        similarity_name,
-        SimilarityName::LlmTail | SimilarityName::Near
-    );
+    let reads_tail = similarity_name.reads_tail();
     if tail_messages.is_some() && !reads_tail {
         return Err(ctx.err(
             &f("tail_messages"),
@@ -860,23 +855,12 @@ fn tool_loops(
             steps
         }
     };
-    let mut mins = [3u32; 2];
-    for (slot, (name, value, what)) in mins.iter_mut().zip([
-        ("cycle_min", &t.cycle_min, "cycle"),
-        ("answer_min", &t.answer_min, "answer-loop"),
-    ]) {
-        *slot = match ctx.int(&f(name), value, 0, 16)? {
-            Some(1) => {
-                return Err(ctx.err(
-                    &f(name),
-                    format!("must be >= 2 (got 1); use 0 to switch {what} detection off"),
-                ))
-            }
-            Some(n) => u32::try_from(n).unwrap_or(16),
-            None => 3,
-        };
-    }
-    let [cycle_min, answer_min] = mins;
+    let min = |name: &str, value, what| {
+        ctx.off_or_from_2(&f(name), value, 16, what)
+            .map(|n| n.map_or(3, |n| u32::try_from(n).unwrap_or(16)))
+    };
+    let cycle_min = min("cycle_min", &t.cycle_min, "cycle detection")?;
+    let answer_min = min("answer_min", &t.answer_min, "answer-loop detection")?;
     let directive_disables_tools = t.directive_disables_tools.unwrap_or(false);
     if directive_disables_tools && !ladder.contains(&ToolStep::Directive) {
         return Err(ctx.err(

@@ -25,10 +25,9 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        if !matches!(r.state, State::Buffering { .. }) {
+        if !self.body_event(r) {
             return Step::Continue;
         }
-        self.first_body_event(r);
         r.body_len = size;
         if size as u64 > r.body_limit {
             // Stop buffering; what is held so far flows on.
@@ -51,10 +50,9 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        if !matches!(r.state, State::Buffering { .. }) {
+        if !self.body_event(r) {
             return Step::Continue;
         }
-        self.first_body_event(r);
         self.decide_buffered(r, body, now, out)
     }
 
@@ -69,14 +67,19 @@ impl<B: BucketBackend> Engine<B> {
         out.push(count(self.registry.skipped(reason), 1));
     }
 
-    /// The first body (or trailers) callback of a held request: Envoy
-    /// delivers what follows the headers of held requests (or the probe
-    /// released this one's headers).
-    fn first_body_event(&mut self, r: &mut Request) {
+    /// A body (or trailers) callback: whether the request is still waiting
+    /// for its body (else there is nothing to do). The first one of a held
+    /// request tells the hold probe that Envoy delivers what follows the
+    /// headers of held requests (or the probe released this one's headers).
+    fn body_event(&mut self, r: &mut Request) -> bool {
+        if !matches!(r.state, State::Buffering { .. }) {
+            return false;
+        }
         if r.headers_held && !r.body_seen {
             r.body_seen = true;
             r.headers_held = self.hold.body_arrived(r.id);
         }
+        true
     }
 
     fn decide_buffered(
@@ -206,12 +209,7 @@ impl<B: BucketBackend> Engine<B> {
                     v.level
                 ),
             ));
-            let would = match v.step {
-                ToolStep::Nudge => WouldBe::Nudge,
-                ToolStep::Directive => WouldBe::Directive,
-                ToolStep::Reject => WouldBe::Reject,
-            };
-            count_opt(out, self.registry.shadow(index, would), 1);
+            count_opt(out, self.registry.shadow(index, WouldBe::from(v.step)), 1);
             return None;
         }
         let cfg = policy.tool_loops.as_ref()?;

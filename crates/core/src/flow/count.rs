@@ -232,14 +232,8 @@ impl<B: BucketBackend> Engine<B> {
             if let Some(line) = reply::shadow_line(&decided) {
                 out.push(Effect::Log(Level::Info, line));
             }
-            let would = match &decided.verdict {
-                Verdict::Allow => None,
-                Verdict::Warn(_) => Some(WouldBe::Warn),
-                Verdict::Throttle { .. } => Some(WouldBe::Throttle),
-                Verdict::Reject(_) => Some(WouldBe::Reject),
-            };
-            if let Some(would) = would {
-                count_opt(out, self.registry.shadow(index, would), 1);
+            if let Some(action) = action {
+                count_opt(out, self.registry.shadow(index, WouldBe::from(action)), 1);
             }
             return Step::Continue;
         }

@@ -61,8 +61,6 @@ pub enum Level {
 pub enum Effect {
     AddRequestHeader(&'static str, String),
     RemoveRequestHeader(&'static str),
-    /// Set a request header, replacing any value.
-    SetRequestHeader(&'static str, String),
     AddResponseHeader(&'static str, String),
     /// Envoy filter state `wasm.<name>`.
     SetFilterState(String, String),

@@ -40,9 +40,7 @@ impl Sent {
         self.effects
             .iter()
             .filter_map(|e| match e {
-                Effect::AddRequestHeader(n, v) | Effect::SetRequestHeader(n, v) => {
-                    Some((*n, v.as_str()))
-                }
+                Effect::AddRequestHeader(n, v) => Some((*n, v.as_str())),
                 _ => None,
             })
             .collect()
