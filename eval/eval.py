@@ -42,7 +42,6 @@ import harness as h  # noqa: E402
 
 CORPUS = ROOT / "tests" / "corpus"
 WINDOW = 600
-SHADOW = "shadow"
 
 
 def manifest() -> dict:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from harness import ROOT, WASM
+from harness import ROOT, ROUTER, WASM
 
 ISTIO_EXAMPLES = ROOT / "examples" / "istio"
 EG_EXAMPLES = ROOT / "examples" / "envoy-gateway"
@@ -46,11 +46,6 @@ RBAC_TYPE = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
 STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
 HCM_NAME = "envoy.filters.network.http_connection_manager"
 HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
-ROUTER = {
-    "name": "envoy.filters.http.router",
-    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-}
-
 
 # --- documents and allow-lists -------------------------------------------------
 

@@ -261,13 +261,10 @@ fn envoy_setup(
     for d in docs {
         hcms_in(&d.value, None, &mut all);
     }
-    for hcm in all
+    let with_loopguard = all
         .iter()
-        .filter(|h| h.filters.iter().any(|x| filter_name(x) == filter))
-    {
-        let Some(at) = hcm.filters.iter().position(|x| filter_name(x) == filter) else {
-            continue;
-        };
+        .filter_map(|h| Some((h, h.filters.iter().position(|x| filter_name(x) == filter)?)));
+    for (hcm, at) in with_loopguard {
         if bodies_matter(cfg) && !holds {
             let after = hcm.filters.iter().skip(at + 1).find(|x| is_buffer(x));
             match after {
@@ -469,12 +466,11 @@ fn istio_setup(r: &mut Report, docs: &[Document], f: &Found<'_>, cfg: &Config) {
     }
     let names = istio_filter_names(f.doc.namespace(), f.doc.name());
     if bodies_matter(cfg) {
-        let buffered = envoy_filter_patches(docs).iter().any(|(_, p)| {
-            names.contains(&p.anchor)
-                && p.operation == "INSERT_AFTER"
-                && (filter_type(p.value) == BUFFER_TYPE || filter_name(p.value) == BUFFER_FILTER)
+        let patches = envoy_filter_patches(docs);
+        let buffered = patches.iter().any(|(_, p)| {
+            names.contains(&p.anchor) && p.operation == "INSERT_AFTER" && is_buffer(p.value)
         });
-        let mutated = envoy_filter_patches(docs)
+        let mutated = patches
             .iter()
             .any(|(_, p)| filter_type(p.value) == HEADER_MUTATION_TYPE);
         if buffered && warns_upstream(cfg) && !mutated {

@@ -24,16 +24,7 @@ impl Document {
 
     /// `namespace/name` of a Kubernetes object (`default` when unset).
     pub fn object_name(&self) -> String {
-        let meta = self.value.get("metadata");
-        let name = meta
-            .and_then(|m| m.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or("?");
-        let ns = meta
-            .and_then(|m| m.get("namespace"))
-            .and_then(Value::as_str)
-            .unwrap_or("default");
-        format!("{ns}/{name}")
+        format!("{}/{}", self.namespace(), self.name())
     }
 
     pub fn namespace(&self) -> &str {

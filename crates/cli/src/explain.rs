@@ -408,25 +408,22 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
     } else {
         "masked"
     };
-    let (similarity, detail) = match &d.similarity {
-        Similarity::Exact => ("exact", String::new()),
+    let detail = match &d.similarity {
+        Similarity::Exact => String::new(),
         Similarity::LlmTail { tail_messages } => {
-            ("llm_tail", format!("last {tail_messages} messages, {masked}"))
+            format!("last {tail_messages} messages, {masked}")
         }
         Similarity::Near {
             tail_messages,
             distance,
             history,
-        } => (
-            "near",
-            format!(
-                "last {tail_messages} messages, {masked}, as a SimHash salted by the conversation's opening; a repeat is at most {distance} bits away from one of the caller's last {history} hits"
-            ),
+        } => format!(
+            "last {tail_messages} messages, {masked}, as a SimHash salted by the conversation's opening; a repeat is at most {distance} bits away from one of the caller's last {history} hits"
         ),
-        Similarity::Session { header, .. } => ("session", format!("session header {header}")),
+        Similarity::Session { header, .. } => format!("session header {header}"),
     };
     out.detection = Some(DetectionFacts {
-        similarity: similarity.to_string(),
+        similarity: d.similarity.as_str().to_string(),
         detail,
         window_seconds: d.window_ms() / 1000,
         threshold: d.ladder(e.made.fallback).threshold(),

@@ -105,12 +105,9 @@ fn cmd_check(args: &[String], out: &mut dyn Write) -> Result<i32, String> {
     for f in &findings {
         let _ = writeln!(out, "{f}");
     }
-    let errors = findings
-        .iter()
-        .filter(|f| f.severity == check::Severity::Error)
-        .count()
-        + usize::from(failed);
-    let warnings = findings.len() - (errors - usize::from(failed));
+    let count = |s| findings.iter().filter(|f| f.severity == s).count();
+    let errors = count(check::Severity::Error) + usize::from(failed);
+    let warnings = count(check::Severity::Warning);
     let configs = discover::find(&docs).len();
     let _ = writeln!(
         out,

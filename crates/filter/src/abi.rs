@@ -171,9 +171,16 @@ pub fn request_headers() -> HostResult<Vec<u8>> {
     }
 }
 
-/// A header of the response to an HTTP call (in its callback).
-pub fn http_call_response_header(name: &str) -> HostResult<Option<Vec<u8>>> {
-    map_value(MAP_HTTP_CALL_RESPONSE_HEADERS, name)
+/// The `:status` of the response to an HTTP call (in its callback; `None`
+/// when the response has no headers: the call failed or timed out).
+pub fn http_call_status(num_headers: usize) -> Option<String> {
+    (num_headers > 0).then(|| {
+        map_value(MAP_HTTP_CALL_RESPONSE_HEADERS, ":status")
+            .ok()
+            .flatten()
+            .map(|v| String::from_utf8_lossy(&v).into_owned())
+            .unwrap_or_default()
+    })
 }
 
 fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {

@@ -29,11 +29,6 @@ pub fn apply(plugin: &Plugin, effects: &mut Effects) -> Pending {
             Effect::RemoveRequestHeader(name) => {
                 let _ = abi::remove_request_header(name);
             }
-            Effect::SetRequestHeader(name, value) => {
-                if let Err(e) = abi::replace_request_header(name, &value) {
-                    log::warn!("could not set request header {name} (host status {})", e.0);
-                }
-            }
             Effect::AddResponseHeader(name, value) => {
                 let _ = abi::add_response_header(name, &value);
             }

@@ -136,13 +136,7 @@ impl Context for Stream {
         _trailers: usize,
     ) {
         let reply = CallReply {
-            status: (num_headers > 0).then(|| {
-                abi::http_call_response_header(":status")
-                    .ok()
-                    .flatten()
-                    .map(|v| String::from_utf8_lossy(&v).into_owned())
-                    .unwrap_or_default()
-            }),
+            status: abi::http_call_status(num_headers),
             body: abi::http_call_response_body(body_size).unwrap_or_default(),
         };
         let now = abi::now_ms();

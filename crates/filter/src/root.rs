@@ -86,13 +86,7 @@ impl Context for Root {
         let Some(plugin) = &self.plugin else {
             return;
         };
-        let status = (num_headers > 0).then(|| {
-            abi::http_call_response_header(":status")
-                .ok()
-                .flatten()
-                .map(|v| String::from_utf8_lossy(&v).into_owned())
-                .unwrap_or_default()
-        });
+        let status = abi::http_call_status(num_headers);
         let mut out = plugin.take_scratch();
         if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
             engine.on_alert_reply(status.as_deref(), abi::now_ms(), &mut out);
