@@ -4,9 +4,9 @@
 
 use super::discover::{self, Found, Origin, BUFFER_TYPE, HCM_TYPE, HEADER_MUTATION_TYPE};
 use super::documents::Document;
+use loopguard_core::act::hold::HOLD_PROBE_MS;
 use loopguard_core::config::{Action, Config, PathMatch, Policy, ToolStep};
-use loopguard_core::hold::HOLD_PROBE_MS;
-use loopguard_core::policy::path_matches;
+use loopguard_core::request::policy::path_matches;
 use serde_json::Value;
 
 /// Envoy's default `per_connection_buffer_limit_bytes`.

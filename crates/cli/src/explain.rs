@@ -1,16 +1,16 @@
 //! `loopguard explain`: for one request, which policy applies and the
 //! fingerprint's components in order, with the digest the filter computes
 //! (the filter's own selection and fingerprint code, see
-//! [`loopguard_core::fingerprint::explain`]).
+//! [`loopguard_core::detect::fingerprint::explain`]).
 
 use super::documents::{self, Document};
+use loopguard_core::act::decision;
 use loopguard_core::config::{Config, PathMatch, Similarity};
-use loopguard_core::decision;
-use loopguard_core::fingerprint;
-use loopguard_core::llm;
-use loopguard_core::policy::{self, Selection};
+use loopguard_core::detect::fingerprint;
+use loopguard_core::detect::tool_loops;
+use loopguard_core::request::llm;
+use loopguard_core::request::policy::{self, Selection};
 use loopguard_core::request::{RequestFacts, RequestHead};
-use loopguard_core::tool_loops;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -569,7 +569,7 @@ pub fn render(v: &Explanation) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use loopguard_core::fingerprint::Pending;
+    use loopguard_core::detect::fingerprint::Pending;
 
     fn config() -> Config {
         Config::parse(

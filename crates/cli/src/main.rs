@@ -1,8 +1,8 @@
 //! `loopguard`, the operators' command line: check configurations before
 //! they reach the proxies and see how the filter fingerprints a request.
 //! Every verdict comes from the filter's own code: `loopguard_core::config`
-//! validates, `loopguard_core::policy` selects and
-//! `loopguard_core::fingerprint` digests.
+//! validates, `loopguard_core::request::policy` selects and
+//! `loopguard_core::detect::fingerprint` digests.
 
 mod check;
 mod discover;

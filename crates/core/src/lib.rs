@@ -1,35 +1,28 @@
 //! The pure core: everything loopguard decides, with no proxy-wasm in sight.
 //!
-//! One request flows through it in this order (the host drives the calls):
-//! 1. [`policy::select`] picks the first policy whose selector matches.
-//! 2. [`fingerprint::Pending`] starts the fingerprint from the request head
-//!    and the caller's identity ([`request::RequestFacts`]); the body
-//!    finishes it: its CRC (exact) or its normalised conversation
-//!    ([`llm`]: conversation tail, or session).
-//! 3. A [`store::WindowStore`] records the hit and answers the window state
-//!    (the local slot table now, a remote store possibly later).
-//! 4. [`decision::decide`] turns policy + window state into a verdict, and
-//!    [`reply`] renders a rejection.
+//! Its folders are the stages of one request, each depending only on the
+//! ones before it ([`flow`] drives them; the host feeds it events):
+//! 1. [`request`]: reading a request. [`request::policy::select`] picks the
+//!    first policy whose selector matches; [`request::llm`] reads the body
+//!    as an LLM call (its conversation, tool calls, masked tokens).
+//! 2. [`detect`]: [`detect::fingerprint::Pending`] starts the fingerprint
+//!    from the request head and the caller's identity and the body
+//!    finishes it; [`detect::tool_loops`] judges the conversation.
+//! 3. [`state`]: a [`state::store::WindowStore`] records the hit and
+//!    answers the window state (the local slot table now, Redis later).
+//! 4. [`act`]: [`act::decision::decide`] turns policy + window state into a
+//!    verdict, and [`act::reply`] renders a rejection.
+//!
+//! [`config`] is the validated configuration every stage reads; [`metrics`]
+//! names what is counted.
 
+pub mod act;
 pub mod config;
-pub mod decision;
-pub mod delay_queue;
-pub mod events;
-pub mod fingerprint;
+pub mod detect;
 pub mod flow;
-pub mod hold;
-pub mod llm;
 pub mod metrics;
-pub mod near;
-pub mod policy;
-pub mod redis;
-pub mod reply;
 pub mod request;
-pub mod simhash;
-pub mod slot_table;
-pub mod store;
-pub mod tool_loops;
-pub mod window;
+pub mod state;
 
 /// A source of wall-clock time in milliseconds since the Unix epoch.
 ///

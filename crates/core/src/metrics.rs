@@ -13,7 +13,7 @@
 //! by [`MetricId`], so a request's metrics cost no string work.
 
 use crate::config::{Action, Config, OnStoreError, ToolStep};
-use crate::tool_loops::Tier;
+use crate::detect::tool_loops::Tier;
 
 /// How a metric behaves in Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,7 +18,7 @@
 use loopguard_core::config::Config;
 use loopguard_core::flow::{Effect, Effects, Engine, Request, Step};
 use loopguard_core::request::{RequestFacts, RequestHead};
-use loopguard_core::store::{BucketBackend, CasWrite};
+use loopguard_core::state::store::{BucketBackend, CasWrite};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

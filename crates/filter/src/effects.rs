@@ -4,7 +4,7 @@
 use crate::abi;
 use crate::root::Plugin;
 use loopguard_core::flow::{Effect, Effects, Level};
-use loopguard_core::store::StoreCall;
+use loopguard_core::state::store::StoreCall;
 use std::time::Duration;
 
 /// What the caller must still do after [`apply`].

@@ -9,7 +9,7 @@ use crate::root::Plugin;
 use crate::shared_store::SharedData;
 use loopguard_core::flow::{Effects, Engine, Request, Step};
 use loopguard_core::request::{HeaderBlock, RequestFacts, RequestHead};
-use loopguard_core::store::CallReply;
+use loopguard_core::state::store::CallReply;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;

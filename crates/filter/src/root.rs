@@ -9,7 +9,7 @@ use crate::metrics::Metrics;
 use crate::shared_store::{self, SharedData};
 use loopguard_core::config::Config;
 use loopguard_core::flow::{Effects, Engine};
-use loopguard_core::store::plugin_namespace;
+use loopguard_core::state::store::plugin_namespace;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
 use std::cell::{Cell, RefCell};

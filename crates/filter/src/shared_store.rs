@@ -6,8 +6,8 @@
 //! compare-and-swap with bounded retries (see `core::store::SlotStore`).
 
 use crate::abi::{self, STATUS_CAS_MISMATCH};
-use loopguard_core::slot_table::TableLayout;
-use loopguard_core::store::{BucketBackend, CasWrite};
+use loopguard_core::state::slot_table::TableLayout;
+use loopguard_core::state::store::{BucketBackend, CasWrite};
 use std::fmt::Write;
 
 pub struct SharedData {

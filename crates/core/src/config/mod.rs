@@ -12,10 +12,11 @@
 mod error;
 pub mod raw;
 mod validate;
+pub mod volatile;
 
-pub use crate::llm::volatile::{Classes, Volatile};
 pub use error::ConfigError;
 use serde_json::Value;
+pub use volatile::{Classes, Volatile};
 
 /// The most recent hits one fingerprint's record may keep.
 pub const MAX_HITS_PER_FINGERPRINT: u32 = 1024;

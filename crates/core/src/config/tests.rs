@@ -1000,7 +1000,7 @@ fn volatile_masking_settings() {
         v["policies"][0]["spec"]["volatile"] = volatile;
         v
     };
-    use crate::llm::volatile::Class;
+    use crate::request::llm::volatile::Class;
     // Default: every class, arguments unmasked.
     let cfg = Config::from_value(&with(&ld("similarity"), json!("llm_tail"))).unwrap();
     assert_eq!(cfg.policies[0].volatile, Volatile::default_on());

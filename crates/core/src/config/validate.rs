@@ -328,7 +328,7 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
 }
 
 fn volatile(ctx: &Ctx, v: RawVolatile) -> Result<Volatile, ConfigError> {
-    use crate::llm::volatile::Class;
+    use crate::config::volatile::Class;
     let classes = match v.classes.as_deref() {
         None => Classes::all(),
         Some([]) => {

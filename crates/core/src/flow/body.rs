@@ -2,15 +2,15 @@
 //! tool-loop verdict and the fingerprint, and the tool-loop ladder.
 
 use super::*;
+use crate::act::events;
+use crate::act::reply;
 use crate::config::{Mode, Policy, ToolStep};
-use crate::events;
-use crate::fingerprint;
-use crate::llm::{self, scan::Refusal, NotRead};
+use crate::detect::fingerprint;
+use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::metrics::{SkipReason, WouldBe};
-use crate::reply;
-use crate::store::{Hit, StoreAnswer};
-use crate::tool_loops::{self, ToolVerdict};
-use crate::window::WindowQuery;
+use crate::request::llm::{self, scan::Refusal, NotRead};
+use crate::state::store::{Hit, StoreAnswer};
+use crate::state::window::WindowQuery;
 
 impl<B: BucketBackend> Engine<B> {
     /// A body chunk arrived: `size` bytes are buffered in all. With the

@@ -3,12 +3,12 @@
 //! request is counted locally or passes, as `store.on_error` says.
 
 use super::*;
+use crate::act::decision::{self, Verdict};
+use crate::act::events;
+use crate::act::reply;
 use crate::config::{OnStoreError, StoreConfig};
-use crate::decision::{self, Verdict};
-use crate::events;
 use crate::metrics::{CallResult, WouldBe};
-use crate::reply;
-use crate::store::{CallReply, StoreAnswer, StoreFailure, StoreStep, WindowStore};
+use crate::state::store::{CallReply, StoreAnswer, StoreFailure, StoreStep, WindowStore};
 
 impl<B: BucketBackend> Engine<B> {
     /// Record the hit of a finished fingerprint and act on the answer, at

@@ -3,7 +3,7 @@
 
 use super::tests::{detection, Harness};
 use super::*;
-use crate::store::CallReply;
+use crate::state::store::CallReply;
 use serde_json::{json, Value};
 
 /// An agent's chat whose tool keeps failing: `results` are the tool's

@@ -3,10 +3,10 @@
 //! `hold_request_headers`, its headers held until then).
 
 use super::*;
-use crate::events;
-use crate::fingerprint::Pending;
-use crate::policy::{self, Selection};
-use crate::reply;
+use crate::act::events;
+use crate::act::reply;
+use crate::detect::fingerprint::Pending;
+use crate::request::policy::{self, Selection};
 use crate::request::{self, RequestFacts, RequestHead};
 
 impl<B: BucketBackend> Engine<B> {

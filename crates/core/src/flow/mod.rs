@@ -27,17 +27,17 @@ mod drift_tests;
 #[cfg(test)]
 mod tests;
 
+use crate::act::delay_queue::DelayQueue;
+use crate::act::events::Alert;
+use crate::act::hold::HeaderHold;
+use crate::act::reply::{Api, Headers, LocalReply};
 use crate::config::{Config, StoreConfig};
-use crate::delay_queue::DelayQueue;
-use crate::events::Alert;
-use crate::fingerprint::{Fingerprinted, Pending};
-use crate::hold::HeaderHold;
-use crate::llm::CallCache;
+use crate::detect::fingerprint::{Fingerprinted, Pending};
 use crate::metrics::{MetricId, Registry};
-use crate::redis::RedisStore;
-use crate::reply::{Api, Headers, LocalReply};
-use crate::slot_table::TableLayout;
-use crate::store::{BucketBackend, Hit, SlotStore, StoreCall};
+use crate::request::llm::CallCache;
+use crate::state::redis::RedisStore;
+use crate::state::slot_table::TableLayout;
+use crate::state::store::{BucketBackend, Hit, SlotStore, StoreCall};
 use std::collections::VecDeque;
 use std::rc::Rc;
 

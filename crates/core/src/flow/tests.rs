@@ -4,8 +4,8 @@
 use super::*;
 use crate::request::tests::FakeFacts;
 use crate::request::RequestHead;
-use crate::store::tests::MemoryBackend;
-use crate::store::CallReply;
+use crate::state::store::tests::MemoryBackend;
+use crate::state::store::CallReply;
 use serde_json::{json, Value};
 
 /// An engine over an in-memory table, and a clock.
@@ -600,7 +600,7 @@ fn held_headers_get_warn_headers_directly_and_the_probe_is_confirmed() {
     assert!(second
         .request_headers()
         .contains(&("x-loopguard-warning", "loop_warn")));
-    assert_eq!(h.engine.hold.probe(), crate::hold::Probe::Confirmed);
+    assert_eq!(h.engine.hold.probe(), crate::act::hold::Probe::Confirmed);
 }
 
 #[test]
@@ -622,7 +622,7 @@ fn held_requests_without_a_body_are_released_by_the_tick() {
             Step::Pause
         );
     }
-    h.now += crate::hold::HOLD_PROBE_MS;
+    h.now += crate::act::hold::HOLD_PROBE_MS;
     let t = h.tick();
     for r in &reqs {
         assert!(t.contains(&Effect::Resume(r.id)));

@@ -3,8 +3,8 @@
 //! a client that left.
 
 use super::*;
-use crate::events;
-use crate::hold::{HOLD_PROBE_MS, MISSES_TO_STOP, REPROBE_MS};
+use crate::act::events;
+use crate::act::hold::{HOLD_PROBE_MS, MISSES_TO_STOP, REPROBE_MS};
 use crate::metrics::WebhookResult;
 use serde_json::Value;
 

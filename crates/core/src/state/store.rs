@@ -7,10 +7,10 @@
 //! answers later, so callers always go: fingerprint, then the store's
 //! answer, then a pure decision.
 
-use super::fingerprint::Fingerprint;
-use super::near::NearProbe;
-use super::slot_table::{self, TableLayout};
-use super::window::{WindowQuery, WindowState};
+use crate::detect::fingerprint::Fingerprint;
+use crate::state::near::NearProbe;
+use crate::state::slot_table::{self, TableLayout};
+use crate::state::window::{WindowQuery, WindowState};
 
 /// CAS attempts before a hit is given up on (the request then passes).
 pub const MAX_CAS_ATTEMPTS: u32 = 32;

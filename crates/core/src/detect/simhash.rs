@@ -15,7 +15,7 @@
 //! text: asking for another resource is another action, however much the
 //! surrounding text repeats.
 
-use crate::llm::{Message, Part};
+use crate::request::llm::{Message, Part};
 
 /// Hamming distance of two SimHashes.
 pub fn distance(a: u64, b: u64) -> u32 {
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn a_tail_in_another_order_is_another_tail() {
-        use crate::llm::{Message, Part};
+        use crate::request::llm::{Message, Part};
         let m = |role: &str, t: &str| Message {
             role: role.into(),
             parts: vec![Part::Text(t.into())],
@@ -413,7 +413,7 @@ mod tests {
 
     #[test]
     fn arguments_outweigh_text() {
-        use crate::llm::{Message, Part};
+        use crate::request::llm::{Message, Part};
         let call = |id: &str| Message {
             role: "assistant".into(),
             parts: vec![
@@ -473,7 +473,7 @@ mod tests {
 
     #[test]
     fn random_tokens_fold_in_results_and_model_text_not_in_user_words_or_arguments() {
-        use crate::llm::{Message, Part};
+        use crate::request::llm::{Message, Part};
         let result = |token: &str| Message {
             role: "tool".into(),
             parts: vec![Part::ToolResult {
@@ -516,7 +516,7 @@ mod tests {
 
     #[test]
     fn media_digests_are_never_folded() {
-        use crate::llm::{Message, Part};
+        use crate::request::llm::{Message, Part};
         // Two digests whose bytes happen to read as random-looking words.
         let shot = |d: &[u8; 32]| Message {
             role: "tool".into(),

@@ -1,8 +1,12 @@
-//! What the host hands the core about a request, and the parsing of the
-//! parts of it the core reads (query string, API keys, JWT claims,
-//! downstream address).
+//! Reading a request: what the host hands the core about it, and the
+//! parsing of the parts the core reads (query string, API keys, JWT
+//! claims, downstream address); which policy applies ([`policy`]); the
+//! body read as an LLM call ([`llm`]).
 
-use super::config::LimitKey;
+pub mod llm;
+pub mod policy;
+
+use crate::config::LimitKey;
 use serde_json::Value;
 
 /// Facts about the request in flight. The host answers them from Envoy; the

@@ -11,8 +11,8 @@
 //! each loop's event state, so every loop is reported (once per interval),
 //! not only the caller's first.
 
-use crate::simhash;
-use crate::window::{self, WindowQuery, WindowState};
+use crate::detect::simhash;
+use crate::state::window::{self, WindowQuery, WindowState};
 
 /// Cooldowns a record keeps (the newest ones).
 pub const MAX_COOLDOWNS: usize = 8;

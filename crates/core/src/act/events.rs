@@ -1,10 +1,10 @@
 //! What operators get about detections: the structured event logged once
 //! per fingerprint and window, and the signed webhook alert built from it.
 
-use super::config::{Mode, Webhook};
-use super::decision::Decision;
-use super::fingerprint::{Fingerprint, Fingerprinted};
-use super::tool_loops::{self, ToolVerdict};
+use crate::act::decision::Decision;
+use crate::config::{Mode, Webhook};
+use crate::detect::fingerprint::{Fingerprint, Fingerprinted};
+use crate::detect::tool_loops::{self, ToolVerdict};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -16,7 +16,7 @@ pub fn loop_detected(d: &Decision, made: &Fingerprinted, suppressed: u32) -> Opt
     let action = d.verdict.action()?;
     let n = d.verdict.notice()?;
     let cooldown = match &d.verdict {
-        super::decision::Verdict::Reject(r) => r.cooldown_seconds,
+        crate::act::decision::Verdict::Reject(r) => r.cooldown_seconds,
         _ => 0,
     };
     Some(json!({
@@ -175,9 +175,9 @@ pub fn rfc3339(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::act::decision::{Notice, Rejection, Verdict};
     use crate::config::{Action, Config};
-    use crate::decision::{Notice, Rejection, Verdict};
-    use crate::fingerprint::Fingerprint;
+    use crate::detect::fingerprint::Fingerprint;
 
     #[test]
     fn hmac_matches_rfc_4231() {

@@ -11,9 +11,9 @@
 //! This module is pure: it turns the old bucket bytes into the new ones. The
 //! host stores them (Envoy shared data, compare-and-swap).
 
-use super::fingerprint::Fingerprint;
-use super::near::{NearEvent, NearProbe, NearRecord};
-use super::window::{HitRecord, WindowQuery, WindowState};
+use crate::detect::fingerprint::Fingerprint;
+use crate::state::near::{NearEvent, NearProbe, NearRecord};
+use crate::state::window::{HitRecord, WindowQuery, WindowState};
 
 /// Entries per bucket.
 pub const BUCKET_ENTRIES: usize = 4;

@@ -2,12 +2,12 @@
 //! webdis as `FCALL/loopguard_hit/3/<keys>/<args>` in a POST body, answered
 //! as JSON. The function itself is `envoy/redis/loopguard.lua`.
 
-use super::config;
-use super::fingerprint::Fingerprint;
-use super::store::{
+use crate::config;
+use crate::detect::fingerprint::Fingerprint;
+use crate::state::store::{
     CallReply, Hit, StoreAnswer, StoreCall, StoreFailure, StoreReceipt, StoreStep, WindowStore,
 };
-use super::window::WindowState;
+use crate::state::window::WindowState;
 use serde_json::Value;
 
 /// The shared store: one Redis Function call per hit through webdis. It
@@ -189,7 +189,7 @@ pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, StoreFailur
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::window::WindowQuery;
+    use crate::state::window::WindowQuery;
 
     fn q() -> WindowQuery {
         WindowQuery {
@@ -230,7 +230,7 @@ mod tests {
             key: fp,
             now_ms: 0,
             query: q(),
-            near: Some(crate::near::NearProbe {
+            near: Some(crate::state::near::NearProbe {
                 simhash: 0x00ff_0000_0000_0a0b,
                 distance: 3,
             }),

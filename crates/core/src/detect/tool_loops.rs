@@ -14,9 +14,9 @@
 //! result that changes with its arguments (another amount, another date)
 //! is progress.
 
-use super::config::{Classes, ToolLoops, ToolStep};
-use super::llm::volatile::{self, Class, Context};
-use super::llm::{ModelTurn, Request, ResultAt, ToolCall, ToolHistory};
+use crate::config::{Classes, ToolLoops, ToolStep};
+use crate::request::llm::volatile::{self, Class, Context};
+use crate::request::llm::{ModelTurn, Request, ResultAt, ToolCall, ToolHistory};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;

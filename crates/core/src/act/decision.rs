@@ -1,10 +1,10 @@
 //! The verdict: pure, from the policy and the store's answer.
 
-use super::config::{Action, Detection, Mode, Policy, Similarity};
-use super::fingerprint::{Fingerprint, Fingerprinted};
-use super::near::NearProbe;
-use super::store::Hit;
-use super::window::{WindowQuery, WindowState};
+use crate::config::{Action, Detection, Mode, Policy, Similarity};
+use crate::detect::fingerprint::{Fingerprint, Fingerprinted};
+use crate::state::near::NearProbe;
+use crate::state::store::Hit;
+use crate::state::window::{WindowQuery, WindowState};
 
 /// What loopguard does with a request (or, in shadow mode, would do).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 use super::*;
 use crate::config::Config;
-use crate::llm::{self, Format};
+use crate::request::llm::{self, Format};
 use serde_json::{json, Value};
 
 pub(super) fn cfg(extra: Value) -> ToolLoops {

@@ -4,7 +4,7 @@
 use super::tests::cfg;
 use super::*;
 use crate::config::Config;
-use crate::llm;
+use crate::request::llm;
 use serde_json::{json, Value};
 
 /// An OpenAI chat history of (tool, arguments, result) calls, one per turn.

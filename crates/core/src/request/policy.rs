@@ -1,7 +1,7 @@
 //! Which policy applies to a request, and whether it is exempt.
 
-use super::config::{normalize_host, Config, ExemptMatch, PathMatch, Policy, Selector};
-use super::request::{limit_key_values, RequestFacts, RequestHead};
+use crate::config::{normalize_host, Config, ExemptMatch, PathMatch, Policy, Selector};
+use crate::request::{limit_key_values, RequestFacts, RequestHead};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {

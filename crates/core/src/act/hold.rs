@@ -20,7 +20,7 @@
 //! Once confirmed, nothing is watched: Envoy's setting and loopguard's
 //! configuration change together, and a new configuration probes again.
 
-use super::delay_queue::DelayQueue;
+use crate::act::delay_queue::DelayQueue;
 
 /// How long a held request may wait for its first body callback before the
 /// probe concludes Envoy will not deliver it. Envoy answers `Expect:

@@ -1,9 +1,9 @@
 //! What clients, upstreams and operators see of a decision: the 429, the
 //! warning headers, the log lines.
 
-use super::decision::{Decision, Notice, Rejection, Verdict};
-use super::llm;
-use super::tool_loops::{self, ToolVerdict};
+use crate::act::decision::{Decision, Notice, Rejection, Verdict};
+use crate::detect::tool_loops::{self, ToolVerdict};
+use crate::request::llm;
 use serde_json::{json, Value};
 
 /// Whose error shape a 429 takes: the API being called.
@@ -241,7 +241,7 @@ pub fn shadow_line(d: &Decision) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fingerprint::Fingerprint;
+    use crate::detect::fingerprint::Fingerprint;
     use serde_json::Value;
 
     fn notice() -> Notice {
@@ -389,7 +389,7 @@ mod tests {
     #[test]
     fn tool_loop_429_and_event() {
         use crate::config::ToolStep;
-        use crate::tool_loops::Tier;
+        use crate::detect::tool_loops::Tier;
         let v = ToolVerdict {
             tier: Tier::Identical,
             tool: "read_file".into(),

@@ -1,0 +1,7 @@
+//! Detecting: what a request is (its fingerprint and, in near mode, its
+//! similarity signature) and what its conversation shows (tool-call
+//! loops). Pure functions of the request; nothing here keeps state.
+
+pub mod fingerprint;
+pub mod simhash;
+pub mod tool_loops;
