@@ -81,6 +81,8 @@ lint: wasm-target
 	$(CARGO) clippy --quiet --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -p loopguard -- -D warnings
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -p loopguard --features fault-injection -- -D warnings
+	@# The fuzz targets are a workspace of their own: keep them compiling.
+	$(CARGO) check --quiet --manifest-path fuzz/Cargo.toml --bins
 
 # Servers and load tools the end-to-end tests start on loopback (Debian).
 .PHONY: test-tools

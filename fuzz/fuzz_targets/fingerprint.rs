@@ -4,7 +4,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use loopguard_core::config::Config;
-use loopguard_core::fingerprint::Pending;
+use loopguard_core::detect::fingerprint::Pending;
 use loopguard_core::request::{RequestFacts, RequestHead};
 
 struct Facts<'a> {

@@ -5,15 +5,17 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use loopguard_core::config::Config;
-use loopguard_core::llm::{self, CallCache};
-use loopguard_core::tool_loops;
+use loopguard_core::request::llm::{self, CallCache};
+use loopguard_core::detect::tool_loops;
 
 const PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses"];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, body)) = data.split_first() else { return };
     let path = PATHS[usize::from(sel) % PATHS.len()];
-    let Some(req) = llm::parse(body, path) else { return };
+    // Keep a few items or all of them, as policies do.
+    let keep = if sel & 0x80 == 0 { usize::from(sel % 8) } else { usize::MAX };
+    let Ok(req) = llm::parse(body, path, keep) else { return };
     let _ = req.tail(usize::from(sel % 8));
     let _ = req.first_message();
     let plain = req.tool_history(None);
@@ -26,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
         .and_then(|c| c.policies.into_iter().next())
         .and_then(|p| p.tool_loops);
     if let Some(cfg) = cfg {
-        if let Some(v) = tool_loops::judge(&cfg, &plain) {
+        if let Some(v) = tool_loops::judge(&cfg, &plain, &req) {
             let _ = tool_loops::rewrite(&cfg, &req, &v);
         }
     }

@@ -3,7 +3,7 @@
 //! same top-level members and elements.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use loopguard_core::llm::scan;
+use loopguard_core::request::llm::scan;
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
