@@ -182,6 +182,7 @@ bench: build $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) bench-tools
 # e2e suite asserts on a slice of it).
 eval: build $(VENV_STAMP)
 	$(VENV_PY) tests/corpus/generate.py --check
+	$(VENV_PY) tests/heldout/generate.py --check
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
 	  $(VENV_PY) eval/eval.py $(EVAL_ARGS)
 

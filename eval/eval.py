@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""Replay the labelled loop corpus (tests/corpus) through real Envoy with
-each shipped detection setup and measure detection quality.
+"""Replay the labelled loop corpora through real Envoy with each shipped
+detection setup and measure detection quality: the tuning corpus
+(tests/corpus, the one detection was tuned on) and the held-out corpus
+(tests/heldout, written apart from the detection code, never tuned on),
+in separate tables.
 
 For each setup, Envoy starts with loopguard configured as the setup says
 (the one-filter setup, two workers) in front of a recording upstream, and
@@ -15,8 +18,8 @@ labelled turn; a touch earlier than that is a false positive. "Healthy
 touched" counts scenarios (conversations) and requests of healthy traffic
 with any effect.
 
-    eval/eval.py                      every setup, the near_distance curve
-    eval/eval.py --setups recommended --per-kind 1   a quick slice
+    eval/eval.py                      both corpora, every setup, the near_similarity curve
+    eval/eval.py --corpus heldout --setups recommended --per-kind 1   a quick slice
 
 This is a measurement, not a test; tests/e2e/test_corpus.py asserts on a
 small slice.
@@ -40,22 +43,22 @@ import httpx  # noqa: E402
 
 import harness as h  # noqa: E402
 
-CORPUS = ROOT / "tests" / "corpus"
+CORPORA = {"tuning": ROOT / "tests" / "corpus", "heldout": ROOT / "tests" / "heldout"}
 WINDOW = 600
 
 
-def manifest() -> dict:
-    return json.loads((CORPUS / "manifest.json").read_text())
+def manifest(corpus: str = "tuning") -> dict:
+    return json.loads((CORPORA[corpus] / "manifest.json").read_text())
 
 
-def load_scenarios(per_kind: int | None = None, ids: list[str] | None = None) -> list[dict]:
-    """The corpus in manifest order; `per_kind` keeps the first N of each
+def load_scenarios(corpus: str = "tuning", per_kind: int | None = None, ids: list[str] | None = None) -> list[dict]:
+    """A corpus in manifest order; `per_kind` keeps the first N of each
     (label, kind) and `ids` only those named."""
     out, seen = [], {}
-    for sid in manifest()["scenarios"]:
+    for sid in manifest(corpus)["scenarios"]:
         if ids and sid not in ids:
             continue
-        sc = json.loads((CORPUS / "scenarios" / f"{sid}.json").read_text())
+        sc = json.loads((CORPORA[corpus] / "scenarios" / f"{sid}.json").read_text())
         key = (sc["label"], sc["kind"])
         if per_kind is not None and seen.get(key, 0) >= per_kind:
             continue
@@ -67,8 +70,8 @@ def load_scenarios(per_kind: int | None = None, ids: list[str] | None = None) ->
 # --- setups ------------------------------------------------------------------
 
 
-def tool_loops() -> dict:
-    return {"enabled": True, "exempt_tools": manifest()["exempt_tools"]}
+def tool_loops(corpus: str) -> dict:
+    return {"enabled": True, "exempt_tools": manifest(corpus)["exempt_tools"]}
 
 
 def detection(similarity: str, threshold: int = 3, **extra) -> dict:
@@ -81,15 +84,15 @@ def detection(similarity: str, threshold: int = 3, **extra) -> dict:
     }
 
 
-def setups() -> dict[str, dict]:
+def setups(corpus: str) -> dict[str, dict]:
     """Each shipped detection setup: a policy spec (selector aside)."""
     return {
         "exact": {"loop_detection": detection("exact")},
         "llm_tail": {"loop_detection": detection("llm_tail")},
         "near": {"loop_detection": detection("near")},
         "session": {"loop_detection": detection("session", threshold=20)},
-        "tool_loops": {"tool_loops": tool_loops()},
-        "recommended": RECOMMENDED,
+        "tool_loops": {"tool_loops": tool_loops(corpus)},
+        "recommended": recommended_for(corpus),
     }
 
 
@@ -110,6 +113,16 @@ def recommended() -> dict:
 
 
 RECOMMENDED = recommended()
+
+
+def recommended_for(corpus: str) -> dict:
+    """The recommended setup as an operator of this corpus's agents would
+    run it: the shipped file, with their polling tools as exempt_tools
+    (each corpus names its own)."""
+    spec = json.loads(json.dumps(RECOMMENDED))
+    if "tool_loops" in spec:
+        spec["tool_loops"]["exempt_tools"] = manifest(corpus)["exempt_tools"]
+    return spec
 
 
 def plugin_config(spec: dict, shadow: bool = False) -> dict:
@@ -147,7 +160,8 @@ class Replayed:
 
 def effects_of(resp: httpx.Response) -> list[str]:
     out = []
-    if resp.status_code == 429:
+    # loopguard's own 429, not a provider's recorded one.
+    if resp.status_code == 429 and "x-loopguard-policy" in resp.headers:
         body = resp.text
         out.append("tool-reject" if "tool_loop_detected" in body else "reject")
     if "x-loopguard-delay-ms" in resp.headers:
@@ -175,7 +189,21 @@ def replay(spec: dict, scenarios: list[dict], *, shadow: bool = False, wasm: str
     """Replay `scenarios` through a fresh Envoy with `spec`."""
     if wasm:
         h.WASM = wasm
-    up = h.Upstream()
+    # The provider answers each request as recorded (a corpus may record
+    # 5xx and 429 answers its SDK then retried); 200 otherwise.
+    recorded = {
+        f"{sc['id']}/{i + 1}": req.get("response", {}).get("status", 200)
+        for sc in scenarios
+        for i, req in enumerate(sc["requests"])
+    }
+
+    def respond(request: dict) -> tuple[int, dict]:
+        status = recorded.get(request["headers"].get("x-eval-id", ""), 200)
+        if status == 200:
+            return 200, h.COMPLETION
+        return status, {"error": {"type": "server_error", "message": f"recorded provider answer {status}"}}
+
+    up = h.Upstream(respond)
     config = h.bootstrap(plugin_config(spec, shadow), up.port, hold=True, buffer_limit=8 << 20)
     envoy = h.Envoy(config, concurrency=2, name="eval")
     log = envoy.dir / "access.log"
@@ -333,28 +361,19 @@ def per_kind_table(per_setup: dict[str, list[Replayed]]) -> str:
     return head + "\n".join(rows)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--setups", default="exact,llm_tail,near,tool_loops,session,recommended")
-    ap.add_argument("--per-kind", type=int, default=None, help="replay only the first N scenarios of each kind")
-    ap.add_argument("--ids", default=None, help="comma-separated scenario ids")
-    ap.add_argument("--distances", default="0,1,2,3,4,5,6,7,8", help="near_distance curve ('' to skip)")
-    ap.add_argument("--no-shadow", action="store_true", help="skip the shadow replays")
-    ap.add_argument("--wasm", default=None, help="the loopguard module (default: the built one)")
-    ap.add_argument("--json", default=None, help="write every outcome here")
-    args = ap.parse_args()
-
-    scenarios = load_scenarios(args.per_kind, args.ids.split(",") if args.ids else None)
-    all_setups = setups()
-    chosen = [s for s in args.setups.split(",") if s]
-    unknown = [s for s in chosen if s not in all_setups]
-    if unknown:
-        ap.error(f"unknown setups {unknown}; known: {list(all_setups)}")
+def evaluate(corpus: str, args, chosen: list[str], curve: list[float]) -> dict:
+    """Every chosen setup (and the near_similarity curve) on one corpus:
+    prints its tables, returns every outcome."""
+    scenarios = load_scenarios(corpus, args.per_kind, args.ids.split(",") if args.ids else None)
+    if not scenarios:
+        return {}
+    all_setups = setups(corpus)
     loops = sum(sc["label"] == "loop" for sc in scenarios)
-    print(f"corpus: {len(scenarios)} scenarios ({loops} loops, {len(scenarios) - loops} healthy), "
+    title = {"tuning": "tuning corpus (tests/corpus: detection was tuned on it)",
+             "heldout": "held-out corpus (tests/heldout: never tuned on)"}[corpus]
+    print(f"## {title}: {len(scenarios)} scenarios ({loops} loops, {len(scenarios) - loops} healthy), "
           f"{sum(len(sc['requests']) for sc in scenarios)} requests; window {WINDOW} s, threshold 3 unless noted",
           flush=True)
-
     per_setup: dict[str, list[Replayed]] = {}
     scores: dict[str, Score] = {}
     for name in chosen:
@@ -370,30 +389,55 @@ def main() -> int:
     print()
     print(per_kind_table(per_setup))
 
-    curve = [int(d) for d in args.distances.split(",") if d.strip()]
     if curve:
+        rec_base = recommended_for(corpus)
         print()
-        print("near_distance curve: near alone (threshold 3), and the recommended setup with that near_distance:")
-        print("| near_distance | near: loops caught within 2 turns | near: early | near: healthy conversations touched | "
+        print(f"near_similarity curve ({corpus}): near alone (threshold 3), and the recommended setup with that near_similarity:")
+        print("| near_similarity | near: loops caught within 2 turns | near: early | near: healthy conversations touched | "
               "recommended: loops caught within 2 turns | recommended: early | recommended: healthy conversations touched |")
         print("|---|---|---|---|---|---|---|")
-        for d in curve:
-            alone = score(replay({"loop_detection": detection("near", near_distance=d)}, scenarios, wasm=args.wasm))
-            spec = {**RECOMMENDED, "loop_detection": {**RECOMMENDED["loop_detection"], "near_distance": d}}
+        for x in curve:
+            alone = score(replay({"loop_detection": detection("near", near_similarity=x)}, scenarios, wasm=args.wasm))
+            spec = {**rec_base, "loop_detection": {**rec_base["loop_detection"], "near_similarity": x}}
             rec = score(replay(spec, scenarios, wasm=args.wasm))
-            print(f"| {d} | {pct(alone.within_two, alone.loops)} | {alone.early} | {pct(alone.healthy_touched, alone.healthy)} | "
+            print(f"| {x:g} | {pct(alone.within_two, alone.loops)} | {alone.early} | {pct(alone.healthy_touched, alone.healthy)} | "
                   f"{pct(rec.within_two, rec.loops)} | {rec.early} | {pct(rec.healthy_touched, rec.healthy)} |", flush=True)
+    print()
+    return {
+        name: [
+            {"id": r.scenario["id"], "label": r.scenario["label"], "kind": r.scenario["kind"],
+             "loop_turn": r.scenario["loop_turn"], "touched": r.touched(),
+             "outcomes": [{"status": o.status, "effects": o.effects, "upstream": o.reached_upstream} for o in r.outcomes]}
+            for r in reps
+        ]
+        for name, reps in per_setup.items()
+    }
 
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", default="tuning,heldout", help="tuning, heldout or both (comma-separated)")
+    ap.add_argument("--setups", default="exact,llm_tail,near,tool_loops,session,recommended")
+    ap.add_argument("--per-kind", type=int, default=None, help="replay only the first N scenarios of each kind")
+    ap.add_argument("--ids", default=None, help="comma-separated scenario ids")
+    ap.add_argument("--similarities", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,1",
+                    help="near_similarity curve ('' to skip)")
+    ap.add_argument("--no-shadow", action="store_true", help="skip the shadow replays")
+    ap.add_argument("--wasm", default=None, help="the loopguard module (default: the built one)")
+    ap.add_argument("--json", default=None, help="write every outcome here")
+    args = ap.parse_args()
+
+    corpora = [c for c in args.corpus.split(",") if c]
+    bad = [c for c in corpora if c not in CORPORA]
+    if bad:
+        ap.error(f"unknown corpora {bad}; known: {list(CORPORA)}")
+    chosen = [s for s in args.setups.split(",") if s]
+    unknown = [s for s in chosen if s not in setups("tuning")]
+    if unknown:
+        ap.error(f"unknown setups {unknown}; known: {list(setups('tuning'))}")
+    curve = [float(x) for x in args.similarities.split(",") if x.strip()]
+    out = {corpus: evaluate(corpus, args, chosen, curve) for corpus in corpora}
     if args.json:
-        out = {
-            name: [
-                {"id": r.scenario["id"], "label": r.scenario["label"], "kind": r.scenario["kind"],
-                 "loop_turn": r.scenario["loop_turn"], "touched": r.touched(),
-                 "outcomes": [{"status": o.status, "effects": o.effects, "upstream": o.reached_upstream} for o in r.outcomes]}
-                for r in reps
-            ]
-            for name, reps in per_setup.items()
-        }
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 

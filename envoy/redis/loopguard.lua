@@ -13,17 +13,30 @@ every call: Redis needs no configuration of its own.
 
   FCALL loopguard_near 3 <history key> <cooldowns key> <events key>
         <window_ms> <capacity> <trip_at> <cooldown_ms> <detect_at> <event_every_ms> <nonce>
-        <simhash> <distance>
+        <signature> <min_matches>
 
 Near mode: the keys name a caller's record (lg:<plugin name>:{<digest of
 policy, caller, model>}:n / :ncd / :nev). The history is a sorted set of
-the caller's recent hits, each member a unique time stamp and its 64-bit
-SimHash (16 hex digits, last), scored by Redis time, at most <capacity> of
-them; the count is the hits in the window whose SimHash is at most
-<distance> bits from this one, this one included. Cooldowns are kept per
-SimHash (a sorted set scored by the time each ends, at most 8), so a
-cooldown holds its loop, not the caller; so is the event state (a hash of
-SimHash -> "last:suppressed", at most 8 loops), so each loop is reported.
+the caller's recent hits, each member a unique time stamp and its
+signature (120 hex digits, last: an 8-digit anchor, then 7 words of 32
+two-bit bins), scored by Redis time, at most <capacity> of them; the count
+is the hits in the window near this one, this one included: the same
+anchor, and at least <min_matches> of the 224 bins agreeing (the filter
+turns near_similarity into that count, so both decide in integers alike).
+Cooldowns are kept per signature (a sorted set scored by the time each
+ends, at most 8), so a cooldown holds its loop, not the caller; so is the
+event state (a hash of signature -> "last:suppressed", at most 8 loops),
+so each loop is reported.
+
+  FCALL loopguard_forgive 2 <log key> <forgiven key> <nonce> <window_ms> <max>
+
+An attempt the provider failed (the filter saw a 5xx or 429 answer): take
+its hit (the log member carrying <nonce>) back out of the log, unless
+<max> attempts like it (any of an exact fingerprint's; the same signature
+in a near record) were taken back within the window (the forgiven key, a
+sorted set of what was taken back, scored by time, at most 16).
+Returns 1 (taken back), 0 (over the budget: it stays counted) or -1 (no
+such hit: it left the window or the log).
 
 Both return {count, until_allowed_ms, cooldown_remaining_ms, event}:
   count                  identical hits in the window, this one included
@@ -174,37 +187,71 @@ local function popcount(x)
   return n
 end
 
+-- A signature: 120 hex digits, the anchor (8) then 7 bin words (16 each).
+local sig_len = 120
+
+-- The bins (as 14 32-bit halves) of a signature, or nil if unreadable.
+local function bin_words(s)
+  if type(s) ~= 'string' or #s ~= sig_len then
+    return nil
+  end
+  local words = {}
+  for i = 0, 13 do
+    local w = tonumber(string.sub(s, 9 + 8 * i, 16 + 8 * i), 16)
+    if not w then
+      return nil
+    end
+    words[i + 1] = w
+  end
+  return words
+end
+
+-- Bins on which two signatures' halves agree (a bin is 2 bits; it differs
+-- when either of its bits does).
+local function agreeing(a, b)
+  local m = 0
+  for i = 1, 14 do
+    local x = bit.bxor(a[i], b[i])
+    local differ = bit.band(bit.bor(x, bit.rshift(x, 1)), 0x55555555)
+    m = m + 16 - popcount(differ)
+  end
+  return m
+end
+
 local function near(keys, args)
   local history_key, cooldowns_key, events_key = keys[1], keys[2], keys[3]
   local a = window_args(args)
-  local simhash, distance = args[8], tonumber(args[9])
-  if not a or type(simhash) ~= 'string' or not string.match(simhash, '^%x+$') or #simhash ~= 16
-      or not distance or distance < 0 or distance > 16 then
+  local signature, min_matches = args[8], tonumber(args[9])
+  if not a or type(signature) ~= 'string' or #signature ~= sig_len or not string.match(signature, '^%x+$')
+      or not min_matches or min_matches < 1 or min_matches > 224 then
     return redis.error_reply('loopguard: bad arguments')
   end
-  simhash = string.lower(simhash)
-  local hi, lo = tonumber(string.sub(simhash, 1, 8), 16), tonumber(string.sub(simhash, 9, 16), 16)
-  -- Bits between `h` (16 hex digits) and this hit's SimHash; 99 if unreadable.
-  local function bits_to(h)
-    local x = tonumber(string.sub(h, 1, 8), 16)
-    local y = tonumber(string.sub(h, 9, 16), 16)
-    if #h ~= 16 or not x or not y then
-      return 99
+  signature = string.lower(signature)
+  local anchor, bins = string.sub(signature, 1, 8), bin_words(signature)
+  -- Whether the signature `s` (120 hex digits) is near this hit's.
+  local function near_to(s)
+    if string.sub(s, 1, 8) ~= anchor then
+      return false
     end
-    return popcount(bit.bxor(x, hi)) + popcount(bit.bxor(y, lo))
+    local other = bin_words(s)
+    return other ~= nil and agreeing(bins, other) >= min_matches
   end
-  local function near_to(h)
-    return bits_to(h) <= distance
+  -- Bins agreeing with this hit's signature (-1 when not near).
+  local function closeness(s)
+    if not near_to(s) then
+      return -1
+    end
+    return agreeing(bins, bin_words(s))
   end
   local now, stamp = now_ms()
 
   -- Members start with the time stamp, so hits of one millisecond still
-  -- trim oldest first; the SimHash is the last 16 characters.
-  push_log(history_key, stamp .. ':' .. a.nonce .. ':' .. simhash, now, a)
+  -- trim oldest first; the signature is the last 120 characters.
+  push_log(history_key, stamp .. ':' .. a.nonce .. ':' .. signature, now, a)
   local entries = redis.call('ZRANGE', history_key, 0, -1, 'WITHSCORES')
   local times = {}
   for i = 1, #entries, 2 do
-    if near_to(string.sub(entries[i], -16)) then
+    if near_to(string.sub(entries[i], -sig_len)) then
       times[#times + 1] = tonumber(entries[i + 1])
     end
   end
@@ -220,7 +267,7 @@ local function near(keys, args)
     end
   end
   if remaining == 0 and a.cooldown_ms > 0 and count >= a.trip_at then
-    redis.call('ZADD', cooldowns_key, now + a.cooldown_ms, simhash)
+    redis.call('ZADD', cooldowns_key, now + a.cooldown_ms, signature)
     local m = redis.call('ZCARD', cooldowns_key)
     if m > max_loops then
       redis.call('ZREMRANGEBYRANK', cooldowns_key, 0, m - max_loops - 1)
@@ -233,12 +280,12 @@ local function near(keys, args)
   end
 
   -- Report each loop once per interval: the event state of the nearest
-  -- loop within <distance>, or a new one.
+  -- near loop, or a new one.
   local event = -1
   if count >= a.detect_at or remaining > 0 then
     local keep = math.max(a.event_every_ms, a.window_ms)
     local states = redis.call('HGETALL', events_key)
-    local best, best_bits, best_last, best_suppressed = nil, distance + 1, 0, 0
+    local best, best_close, best_last, best_suppressed = nil, -1, 0, 0
     local kept, oldest, oldest_last = 0, nil, nil
     for i = 1, #states, 2 do
       local field = states[i]
@@ -247,9 +294,9 @@ local function near(keys, args)
         redis.call('HDEL', events_key, field)
       else
         kept = kept + 1
-        local b = bits_to(field)
-        if b < best_bits then
-          best, best_bits, best_last, best_suppressed = field, b, last, suppressed
+        local c = closeness(field)
+        if c > best_close then
+          best, best_close, best_last, best_suppressed = field, c, last, suppressed
         end
         if oldest_last == nil or last < oldest_last then
           oldest, oldest_last = field, last
@@ -260,7 +307,7 @@ local function near(keys, args)
       if kept >= max_loops and oldest then
         redis.call('HDEL', events_key, oldest)
       end
-      best, best_last, best_suppressed = simhash, 0, 0
+      best, best_last, best_suppressed = signature, 0, 0
     end
     local state
     event, state = next_state(best_last, best_suppressed, now, a)
@@ -270,5 +317,54 @@ local function near(keys, args)
   return {count, allowed, remaining, event}
 end
 
+-- Take back the hit logged with <nonce> (its attempt was failed by the
+-- provider), within the budget of attempts like it: every attempt of an
+-- exact fingerprint's log, the same signature in a near record (a retry
+-- repeats its attempt; a caller's other requests keep their own budget).
+local function forgive(keys, args)
+  local log_key, forgiven_key = keys[1], keys[2]
+  local nonce, window_ms, max = args[1], tonumber(args[2]), tonumber(args[3])
+  if type(nonce) ~= 'string' or #nonce == 0 or #nonce > 64 or string.find(nonce, ':', 1, true)
+      or not window_ms or window_ms < 1 or window_ms > day_ms or not max or max < 0 or max > 16 then
+    return redis.error_reply('loopguard: bad arguments')
+  end
+  local now = now_ms()
+  -- A member is "<stamp>:<nonce>" or "<stamp>:<nonce>:<signature>".
+  local found, signature = nil, nil
+  for _, member in ipairs(redis.call('ZRANGE', log_key, 0, -1)) do
+    local rest = string.sub(member, (string.find(member, ':', 1, true) or 0) + 1)
+    if rest == nonce then
+      found = member
+      break
+    elseif string.sub(rest, 1, #nonce + 1) == nonce .. ':' then
+      found, signature = member, string.sub(rest, #nonce + 2)
+      break
+    end
+  end
+  if not found then
+    return -1
+  end
+  redis.call('ZREMRANGEBYSCORE', forgiven_key, '-inf', now - window_ms)
+  local alike = 0
+  for _, member in ipairs(redis.call('ZRANGE', forgiven_key, 0, -1)) do
+    if signature == nil or string.sub(member, -#signature) == signature then
+      alike = alike + 1
+    end
+  end
+  if alike >= max then
+    return 0
+  end
+  redis.call('ZREM', log_key, found)
+  redis.call('ZADD', forgiven_key, now, signature and (nonce .. ':' .. signature) or nonce)
+  -- What is remembered is bounded, like the table's record.
+  local kept = redis.call('ZCARD', forgiven_key)
+  if kept > 16 then
+    redis.call('ZREMRANGEBYRANK', forgiven_key, 0, kept - 17)
+  end
+  redis.call('PEXPIRE', forgiven_key, window_ms)
+  return 1
+end
+
 redis.register_function('loopguard_hit', hit)
 redis.register_function('loopguard_near', near)
+redis.register_function('loopguard_forgive', forgive)

@@ -125,8 +125,11 @@ def test_explain_digest_equals_the_fingerprint_in_the_filters_429(tmp_path, star
     assert f"fingerprint: {fingerprint}" in text
     assert "fingerprint components, in order:" in text and " 1. domain" in text
     if similarity == "near":
-        # The masked tail that went into the SimHash, and the SimHash.
+        # The masked tail that went into the signature, the signature and
+        # its anchor (its first 8 hex digits).
         shown = {c["name"]: c["value"] for c in explained["components"]}
         assert any("<datetime>" in v and "req_<id>" in v for v in shown.values()), shown
-        assert len(shown["simhash"]) == 16 and int(shown["simhash"], 16) >= 0
-        assert "simhash" in text and "<datetime>" in text
+        assert len(shown["signature"]) == 120 and int(shown["signature"], 16) >= 0
+        assert shown["signature anchor"] == shown["signature"][:8]
+        assert "signature" in text and "<datetime>" in text
+        assert "shares at least 0.350 of its words" in explained["detection"]["detail"]

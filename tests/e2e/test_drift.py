@@ -142,8 +142,8 @@ def test_each_loop_kind_is_caught_through_the_sdks(kind, store, start_envoy, req
 
 
 def test_near_history_lives_in_redis_with_expiry(redis_backend, start_envoy):
-    """A near-mode loop's record is a sorted set of SimHashes under the
-    caller's key, expiring with the window."""
+    """A near-mode loop's record is a sorted set of signatures (120 hex
+    digits each) under the caller's key, expiring with the window."""
     redis, webdis = redis_backend
     redis.flush()
     sc = scenario("volatile_tool_error")
@@ -157,7 +157,7 @@ def test_near_history_lives_in_redis_with_expiry(redis_backend, start_envoy):
     near = [k for k in redis.keys("lg:*") if k.endswith(":n")]
     assert near, redis.keys("lg:*")
     members = redis.admin("ZRANGE", near[0], "0", "-1").split()
-    assert members and all(len(m.split(":")[-1]) == 16 for m in members), members
+    assert members and all(len(m.split(":")[-1]) == 120 for m in members), members
     ttl = int(redis.admin("PTTL", near[0]))
     assert 0 < ttl <= corpus.WINDOW * 1000
 

@@ -415,10 +415,11 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
         }
         Similarity::Near {
             tail_messages,
-            distance,
+            similarity_milli,
             history,
         } => format!(
-            "last {tail_messages} messages, {masked}, as a SimHash salted by the conversation's opening; a repeat is at most {distance} bits away from one of the caller's last {history} hits"
+            "last {tail_messages} messages, {masked}, as a signature salted by the conversation's first user message; a repeat has the same anchor (roles, tool calls, numbers that carry meaning) and shares at least {:.3} of its words with one of the caller's last {history} hits",
+            f64::from(*similarity_milli) / 1000.0
         ),
         Similarity::Session { header, .. } => format!("session header {header}"),
     };

@@ -12,6 +12,8 @@
 //!    answers the window state (the local slot table now, Redis later).
 //! 4. [`act`]: [`act::decision::decide`] turns policy + window state into a
 //!    verdict, and [`act::reply`] renders a rejection.
+//! 5. [`response`]: what the answer says (an attempt the provider failed
+//!    is taken back: a retry of it is not a loop).
 //!
 //! [`config`] is the validated configuration every stage reads; [`metrics`]
 //! names what is counted.
@@ -22,6 +24,7 @@ pub mod detect;
 pub mod flow;
 pub mod metrics;
 pub mod request;
+pub mod response;
 pub mod state;
 
 /// A source of wall-clock time in milliseconds since the Unix epoch.

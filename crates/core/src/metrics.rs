@@ -14,6 +14,7 @@
 
 use crate::config::{Action, Config, OnStoreError, ToolStep};
 use crate::detect::tool_loops::Tier;
+use crate::state::window::Forgave;
 
 /// How a metric behaves in Envoy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,8 +116,12 @@ const CALL_RESULTS: [&str; 4] = ["ok", "unavailable", "status", "reply"];
 const FALLBACKS: [&str; 2] = ["local", "allow"];
 const WEBHOOK_RESULTS: [&str; 3] = ["sent", "failed", "dropped"];
 
+/// What became of an attempt the provider failed (its hit taken back or
+/// not), as a label.
+const FAILED_ATTEMPT_RESULTS: [&str; 4] = ["forgiven", "counted", "gone", "unrecorded"];
+
 /// Per policy: the offset of its block of ids.
-const PER_POLICY: u32 = 6 + 2 + 5 + 12;
+const PER_POLICY: u32 = 6 + 2 + 5 + 12 + 4;
 
 /// Every metric of a configuration.
 #[derive(Debug, Clone)]
@@ -198,6 +203,9 @@ impl Registry {
                         &format!(".tier.{t}.step.{s}"),
                     ));
                 }
+            }
+            for r in FAILED_ATTEMPT_RESULTS {
+                defs.push(pc("failed_attempts_total", &format!(".result.{r}")));
             }
         }
         Registry {
@@ -322,6 +330,17 @@ impl Registry {
             ToolStep::Reject => 2,
         };
         self.at(policy, 13 + t * 3 + s)
+    }
+    /// An attempt the provider failed (5xx, 429): `None` when its hit
+    /// could not be taken back because the store failed.
+    pub fn failed_attempt(&self, policy: usize, forgave: Option<Forgave>) -> Option<MetricId> {
+        let i = match forgave {
+            Some(Forgave::Forgiven) => 0,
+            Some(Forgave::OverBudget) => 1,
+            Some(Forgave::NotFound) => 2,
+            None => 3,
+        };
+        self.at(policy, 25 + i)
     }
 }
 

@@ -1,7 +1,7 @@
 //! The core's folders are the stages of a request, and each stage may use
 //! only the stages before it: `config` (the model every stage reads),
 //! then `request` (reading a request), `detect`, `state` (keeping it),
-//! `act`, and last `flow`, which drives them all. This test reads the
+//! `act`, `response` (reading the answer), and last `flow`, which drives them all. This test reads the
 //! sources and fails if a file reaches up (a `crate::` path naming a later
 //! stage), so the arrows keep pointing one way as the code grows.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test
@@ -10,7 +10,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The stages in order; a stage may use the ones before it.
-const STAGES: &[&str] = &["config", "request", "detect", "state", "act", "flow"];
+const STAGES: &[&str] = &[
+    "config", "request", "detect", "state", "act", "response", "flow",
+];
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in fs::read_dir(dir).unwrap() {

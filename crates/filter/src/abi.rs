@@ -183,6 +183,11 @@ pub fn http_call_status(num_headers: usize) -> Option<String> {
     })
 }
 
+/// The response's `:status` (in the response headers phase).
+pub fn response_status() -> Option<Vec<u8>> {
+    map_value(MAP_RESPONSE_HEADERS, ":status").ok().flatten()
+}
+
 fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {
     let mut data = null_mut();
     let mut size = 0;

@@ -12,8 +12,9 @@ use std::time::Duration;
 pub struct Pending {
     /// A store call to send for this stream, and report to the engine.
     pub store_call: Option<StoreCall>,
-    /// Alerts sent (or refused) from the root context, to report.
-    pub alerts_sent: Vec<Result<(), String>>,
+    /// Calls sent (their tokens) or refused from the root context, in
+    /// order, to report.
+    pub root_calls_sent: Vec<Result<u32, String>>,
     /// A local reply could not be sent: the request goes on instead.
     pub reply_failed: bool,
 }
@@ -68,9 +69,9 @@ pub fn apply(plugin: &Plugin, effects: &mut Effects) -> Pending {
                 }
             }
             Effect::SendStoreCall(call) => pending.store_call = Some(call),
-            Effect::SendAlert(call) => {
+            Effect::SendFromRoot(call) => {
                 let _ = abi::set_effective_context(plugin.root_id);
-                pending.alerts_sent.push(dispatch(&call).map(|_| ()));
+                pending.root_calls_sent.push(dispatch(&call));
             }
             Effect::Resume(stream) => {
                 // A stream whose client left is gone: nothing to resume.

@@ -205,8 +205,10 @@ impl HttpContext for Stream {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        let status = abi::response_status().and_then(|s| loopguard_core::response::status(&s));
+        let now = abi::now_ms();
         self.run(|e, r, out| {
-            e.on_response_headers(r, out);
+            e.on_response_headers(r, status, now, out);
             Step::Continue
         });
         Action::Continue

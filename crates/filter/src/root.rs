@@ -75,21 +75,23 @@ impl Root {
 }
 
 impl Context for Root {
-    /// The answer to an alert (store calls are answered to their streams).
+    /// The answer to a call sent from the root context (an alert, a
+    /// take-back); a stream's store calls are answered to the stream.
     fn on_http_call_response(
         &mut self,
-        _token: u32,
+        token: u32,
         num_headers: usize,
-        _body: usize,
+        body_size: usize,
         _trailers: usize,
     ) {
         let Some(plugin) = &self.plugin else {
             return;
         };
         let status = abi::http_call_status(num_headers);
+        let body = abi::http_call_response_body(body_size).unwrap_or_default();
         let mut out = plugin.take_scratch();
         if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
-            engine.on_alert_reply(status.as_deref(), abi::now_ms(), &mut out);
+            engine.on_root_reply(token, status.as_deref(), &body, abi::now_ms(), &mut out);
         }
         effects::apply(plugin, &mut out);
         plugin.put_back(out);
@@ -130,11 +132,11 @@ impl RootContext for Root {
         if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
             engine.on_tick(now, &mut out);
         }
-        let sent = effects::apply(plugin, &mut out).alerts_sent;
+        let sent = effects::apply(plugin, &mut out).root_calls_sent;
         if !sent.is_empty() {
             if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
                 for result in sent {
-                    engine.on_alert_sent(result, now, &mut out);
+                    engine.on_root_call_sent(result, now, &mut out);
                 }
             }
             effects::apply(plugin, &mut out);

@@ -2,6 +2,7 @@
 
 use crate::config::{Action, Detection, Mode, Policy, Similarity};
 use crate::detect::fingerprint::{Fingerprint, Fingerprinted};
+use crate::detect::similarity::NearThreshold;
 use crate::state::near::NearProbe;
 use crate::state::store::Hit;
 use crate::state::window::{WindowQuery, WindowState};
@@ -84,21 +85,24 @@ pub fn window_query(d: &Detection, fallback: bool) -> WindowQuery {
 }
 
 /// The hit a finished fingerprint records: its key, the window, and for
-/// near mode the SimHash to compare in the caller's record (whose history
-/// is `near_history` long).
-pub fn hit(policy: &Policy, d: &Detection, made: &Fingerprinted, now_ms: u64) -> Hit {
+/// near mode the signature to compare in the caller's record (whose
+/// history is `near_history` long). `id` tells this hit from every other
+/// (the shared store's log member), so a failed attempt can be taken back.
+pub fn hit(policy: &Policy, d: &Detection, made: &Fingerprinted, now_ms: u64, id: u64) -> Hit {
     let mut query = window_query(d, made.fallback);
     let near = match (&d.similarity, made.near) {
         (
             Similarity::Near {
-                distance, history, ..
+                similarity_milli,
+                history,
+                ..
             },
-            Some(simhash),
+            Some(signature),
         ) => {
             query.capacity = *history;
             Some(NearProbe {
-                simhash,
-                distance: *distance,
+                signature,
+                threshold: NearThreshold::from_milli(*similarity_milli),
             })
         }
         _ => None,
@@ -108,6 +112,7 @@ pub fn hit(policy: &Policy, d: &Detection, made: &Fingerprinted, now_ms: u64) ->
         now_ms,
         query,
         near,
+        id,
     }
 }
 

@@ -149,6 +149,14 @@ pub fn from_serde(e: serde_path_to_error::Error<serde_json::Error>, root: &Value
         // The path already ends at the unknown key.
         let (key, expected) = rest.split_once('`').unwrap_or((rest, ""));
         let known = backticked(expected);
+        if let Some((_, replaced)) = REPLACED.iter().find(|(old, _)| *old == key) {
+            let (policy, field) = place(root, &segs);
+            return ConfigError {
+                policy,
+                field,
+                reason: (*replaced).to_string(),
+            };
+        }
         let mut reason = "is not a known field".to_string();
         if let Some(near) = nearest(key, &known) {
             reason.push_str(&format!(" (did you mean \"{near}\"?)"));
@@ -187,6 +195,12 @@ pub fn from_serde(e: serde_path_to_error::Error<serde_json::Error>, root: &Value
         reason,
     }
 }
+
+/// Fields that were replaced, and what to write instead.
+const REPLACED: &[(&str, &str)] = &[(
+    "near_distance",
+    "was replaced by \"near_similarity\": the fraction of their words two tails must share, above 0 and at most 1 (default 0.35); a SimHash distance of 3 or 4 bits joined only tails about 98% alike (see docs/detection.md)",
+)];
 
 /// The names between backticks in serde's "expected one of `a`, `b`".
 fn backticked(s: &str) -> Vec<&str> {

@@ -30,6 +30,12 @@ pub const MAX_WINDOW_SECONDS: u64 = 86_400;
 pub const MAX_THROTTLE_DELAY_MS: u64 = 60_000;
 /// The most conversation items a request keeps for a policy.
 pub const MAX_ITEMS_KEPT: usize = 512;
+/// `near_similarity` unless a policy sets it, in thousandths.
+pub const DEFAULT_NEAR_SIMILARITY_MILLI: u32 = 350;
+/// Failed attempts forgiven per fingerprint and window, unless a policy
+/// sets `forgive_failed_attempts`, and at most.
+pub const DEFAULT_FORGIVEN: u32 = 3;
+pub const MAX_FORGIVEN: u32 = 16;
 const MAX_POLICIES: usize = 256;
 const MAX_LIMIT_KEYS: usize = 16;
 const MAX_EXEMPTIONS: usize = 32;
@@ -165,9 +171,11 @@ impl Policy {
     /// (and the first item), however long the conversation.
     pub fn items_needed(&self) -> usize {
         let tail = match self.detection.as_ref().map(|d| &d.similarity) {
-            Some(
-                Similarity::LlmTail { tail_messages } | Similarity::Near { tail_messages, .. },
-            ) => *tail_messages as usize + 1,
+            Some(Similarity::LlmTail { tail_messages }) => *tail_messages as usize + 1,
+            // Near mode also reads the newest answers to see whether the
+            // newest one made progress: three answers and the user's
+            // messages between them.
+            Some(Similarity::Near { tail_messages, .. }) => (*tail_messages as usize + 1).max(7),
             _ => 1,
         };
         let tools = self.tool_loops.as_ref().map_or(0, |t| {
@@ -339,10 +347,12 @@ pub enum Similarity {
     /// Caller, model and the last `tail_messages` messages, normalised.
     LlmTail { tail_messages: u32 },
     /// Caller and model name a record of recent hits; a hit counts the
-    /// earlier ones whose tail's SimHash is at most `distance` bits away.
+    /// earlier ones whose tail shares at least `similarity_milli` / 1000 of
+    /// its words with this one's (and the same anchor: calls and numbers).
     Near {
         tail_messages: u32,
-        distance: u32,
+        /// `near_similarity` in thousandths, 1..=1000.
+        similarity_milli: u32,
         history: u32,
     },
     /// Caller, session id, model and whether tools are offered. Requests
@@ -382,6 +392,9 @@ pub struct Detection {
     pub throttle_max_delay_ms: u64,
     pub cooldown_seconds: u64,
     pub similarity: Similarity,
+    /// Failed attempts (the provider answered 5xx or 429) not counted per
+    /// fingerprint and window.
+    pub forgive_failed_attempts: u32,
 }
 
 impl Detection {

@@ -104,7 +104,7 @@ pub struct RawSpec {
 pub struct RawVolatile {
     /// `false` compares text as it is. Default `true`.
     pub enabled: Option<bool>,
-    /// The classes masked. Default: all of them.
+    /// The classes masked. Default: all but `tool_result_numbers`.
     pub classes: Option<Vec<VolatileClassName>>,
     /// Also mask tool-call arguments (every class but numbers). Default
     /// `false`: ids in arguments usually name different resources.
@@ -121,6 +121,7 @@ pub enum VolatileClassName {
     Epoch,
     Hex,
     PrefixedId,
+    NoiseNumbers,
     ToolResultNumbers,
 }
 
@@ -194,14 +195,20 @@ pub struct RawDetection {
     /// Default 3.
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 64)))]
     pub tail_messages: Option<Int>,
-    /// `near`: at most this many differing SimHash bits make two requests
-    /// near-identical, 0..16. Default 3.
-    #[cfg_attr(feature = "schema", schemars(range(min = 0, max = 16)))]
-    pub near_distance: Option<Int>,
+    /// `near`: two requests are near-identical when their tails share at
+    /// least this fraction of their words (estimated Jaccard similarity),
+    /// above 0 and at most 1. Default 0.35.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0.001, max = 1)))]
+    pub near_similarity: Option<Fraction>,
     /// `near`: recent hits kept per caller and model, 1..1024 (at least
     /// the ladder's last step). Default 64.
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 1024)))]
     pub near_history: Option<Int>,
+    /// Attempts the provider failed (a 5xx or 429 answer) that are not
+    /// counted, per fingerprint and window, so an SDK retrying them is not
+    /// a loop; 0..16. Default 3.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0, max = 16)))]
+    pub forgive_failed_attempts: Option<Int>,
     /// `session`: the header carrying the session id. Default
     /// `x-session-id`.
     pub session_header: Option<String>,
@@ -483,6 +490,37 @@ impl<'de> Deserialize<'de> for Int {
             }
         }
         d.deserialize_any(V)
+    }
+}
+
+/// A number that may have a fraction (JSON numbers, integral or not);
+/// what is not a number is kept as JSON so validation can show it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fraction {
+    Number(f64),
+    NotNumber(String),
+}
+
+impl<'de> Deserialize<'de> for Fraction {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        Ok(match v.as_f64() {
+            Some(f) if v.is_number() => Fraction::Number(f),
+            _ => Fraction::NotNumber(v.to_string()),
+        })
+    }
+}
+
+#[cfg(feature = "schema")]
+impl JsonSchema for Fraction {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Fraction".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "number"})
+    }
+    fn inline_schema() -> bool {
+        true
     }
 }
 

@@ -963,32 +963,48 @@ fn near_mode_settings() {
         cfg.policies[0].detection.as_ref().unwrap().similarity,
         Similarity::Near {
             tail_messages: 3,
-            distance: 3,
+            similarity_milli: crate::config::DEFAULT_NEAR_SIMILARITY_MILLI,
             history: 64
         }
     );
     let cfg = Config::from_value(&near(
-        json!({"near_distance": 16, "near_history": 1024, "tail_messages": 5}),
+        json!({"near_similarity": 0.35, "near_history": 1024, "tail_messages": 5}),
     ))
     .unwrap();
     assert_eq!(
         cfg.policies[0].detection.as_ref().unwrap().similarity,
         Similarity::Near {
             tail_messages: 5,
-            distance: 16,
+            similarity_milli: 350,
             history: 1024
         }
     );
-    assert!(err_of(near(json!({"near_distance": 17})))
-        .contains("policy \"llm-policy\": loop_detection.near_distance must be <= 16 (got 17)"));
+    // 1 is allowed (every word shared); an integral 1.0 too.
+    assert!(Config::from_value(&near(json!({"near_similarity": 1}))).is_ok());
+    for bad in [json!(0), json!(-0.2), json!(1.01), json!(2)] {
+        let e = err_of(near(json!({ "near_similarity": bad })));
+        assert!(
+            e.contains("policy \"llm-policy\": loop_detection.near_similarity must be above 0 and at most 1"),
+            "{e}"
+        );
+    }
+    assert!(err_of(near(json!({"near_similarity": "0.5"}))).contains(
+        "loop_detection.near_similarity must be a number above 0 and at most 1 (got \"0.5\")"
+    ));
+    // The SimHash distance is gone: its replacement is named.
+    let e = err_of(near(json!({"near_distance": 3})));
+    assert!(
+        e.contains("policy \"llm-policy\": loop_detection.near_distance was replaced by \"near_similarity\""),
+        "{e}"
+    );
     assert!(err_of(near(json!({"near_history": 0})))
         .contains("loop_detection.near_history must be >= 1 (got 0)"));
     // The history must hold the threshold's count.
     assert!(err_of(near(json!({"near_history": 4})))
         .contains("loop_detection.near_history must be >= the count of the last step (4 < 5)"));
     // Near settings elsewhere are errors.
-    assert!(err_of(with(&ld("near_distance"), json!(3)))
-        .contains("loop_detection.near_distance applies only to similarity \"near\""));
+    assert!(err_of(with(&ld("near_similarity"), json!(0.5)))
+        .contains("loop_detection.near_similarity applies only to similarity \"near\""));
     assert!(err_of(with(&ld("tail_messages"), json!(3)))
         .contains("applies only to similarity \"llm_tail\" or \"near\""));
 }
@@ -1001,7 +1017,7 @@ fn volatile_masking_settings() {
         v
     };
     use crate::request::llm::volatile::Class;
-    // Default: every class, arguments unmasked.
+    // Default: every class but every-number masking, arguments unmasked.
     let cfg = Config::from_value(&with(&ld("similarity"), json!("llm_tail"))).unwrap();
     assert_eq!(cfg.policies[0].volatile, Volatile::default_on());
     let cfg = Config::from_value(&spec(

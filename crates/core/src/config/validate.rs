@@ -330,13 +330,11 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
 fn volatile(ctx: &Ctx, v: RawVolatile) -> Result<Volatile, ConfigError> {
     use crate::config::volatile::Class;
     let classes = match v.classes.as_deref() {
-        None => Classes::all(),
-        Some([]) => {
-            return Err(ctx.err(
-                "volatile.classes",
-                "must not be empty (leave it out for every class, or set \"enabled\": false)",
-            ))
-        }
+        None => Classes::defaults(),
+        Some([]) => return Err(ctx.err(
+            "volatile.classes",
+            "must not be empty (leave it out for the default classes, or set \"enabled\": false)",
+        )),
         Some(list) => list
             .iter()
             .map(|c| match c {
@@ -345,6 +343,7 @@ fn volatile(ctx: &Ctx, v: RawVolatile) -> Result<Volatile, ConfigError> {
                 VolatileClassName::Epoch => Class::Epoch,
                 VolatileClassName::Hex => Class::Hex,
                 VolatileClassName::PrefixedId => Class::PrefixedId,
+                VolatileClassName::NoiseNumbers => Class::NoiseNumbers,
                 VolatileClassName::ToolResultNumbers => Class::ToolResultNumbers,
             })
             .collect(),
@@ -613,7 +612,39 @@ fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>, ConfigErro
         2,
         u64::from(MAX_HITS_PER_FINGERPRINT),
     )?;
-    let near_distance = ctx.int(&f("near_distance"), &d.near_distance, 0, 16)?;
+    let near_similarity = match &d.near_similarity {
+        None => None,
+        Some(Fraction::Number(x)) if *x > 0.0 && *x <= 1.0 => {
+            // Thousandths: the decision is made in integers, alike in the
+            // filter and in Redis.
+            Some(((x * 1000.0).round() as u32).clamp(1, 1000))
+        }
+        Some(Fraction::Number(x)) => {
+            return Err(ctx.err(
+                &f("near_similarity"),
+                format!("must be above 0 and at most 1 (got {x})"),
+            ))
+        }
+        Some(Fraction::NotNumber(s)) => {
+            return Err(ctx.err(
+                &f("near_similarity"),
+                format!(
+                    "must be a number above 0 and at most 1 (got {})",
+                    shorten(s)
+                ),
+            ))
+        }
+    };
+    let forgive_failed_attempts = ctx
+        .int(
+            &f("forgive_failed_attempts"),
+            &d.forgive_failed_attempts,
+            0,
+            u64::from(MAX_FORGIVEN),
+        )?
+        .map_or(DEFAULT_FORGIVEN, |n| {
+            u32::try_from(n).unwrap_or(MAX_FORGIVEN)
+        });
     let near_history = ctx.int(
         &f("near_history"),
         &d.near_history,
@@ -628,7 +659,7 @@ fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>, ConfigErro
         ));
     }
     for (name, given) in [
-        ("near_distance", near_distance.is_some()),
+        ("near_similarity", near_similarity.is_some()),
         ("near_history", near_history.is_some()),
     ] {
         if given && similarity_name != SimilarityName::Near {
@@ -686,7 +717,7 @@ fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>, ConfigErro
             }
             Similarity::Near {
                 tail_messages,
-                distance: near_distance.map_or(3, |n| u32::try_from(n).unwrap_or(16)),
+                similarity_milli: near_similarity.unwrap_or(DEFAULT_NEAR_SIMILARITY_MILLI),
                 history,
             }
         }
@@ -719,6 +750,7 @@ fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>, ConfigErro
         throttle_max_delay_ms,
         cooldown_seconds,
         similarity,
+        forgive_failed_attempts,
     };
     let throttles = detection.steps.iter().any(|s| s.action == Action::Throttle);
     if throttles && detection.throttle_max_delay_ms < detection.throttle_step_ms {

@@ -19,20 +19,37 @@ pub enum Class {
     /// A short alphabetic prefix, `_` or `-`, then 10 or more letters and
     /// digits mixed (`req_…`, `call_…`, `chatcmpl-…`, `toolu_…`): `<id>`.
     PrefixedId,
-    /// Every number inside a tool result (latencies, byte counts, attempt
-    /// counters): `#` (one character: masking never lengthens a text).
+    /// Numbers whose context says they are noise, in tool results and the
+    /// model's text: durations and latencies (`1843 ms`, `1.04s`,
+    /// `10m07s`), times of day (`13:40:01`), the day and year of a written
+    /// date (`Nov 23`, `23 Nov 2026`), and the value of a key that names a
+    /// time, an attempt or an id (`attempt 4`, `took_ms: 31`, `pid 2231`).
+    /// Every other number (counts, percentages, amounts, sizes, line
+    /// numbers, status codes) is kept: `5 failed, 20 passed` then `4 failed,
+    /// 21 passed` is progress. `#`, as for `ToolResultNumbers`.
+    NoiseNumbers,
+    /// Every number inside a tool result, whatever it means (counts and
+    /// sizes too): `#` (one character: masking never lengthens a text). Not
+    /// in the default set: progress that shows only in numbers would read
+    /// as the same answer.
     ToolResultNumbers,
 }
 
 impl Class {
-    pub const ALL: [Class; 6] = [
+    pub const ALL: [Class; 7] = [
         Class::Uuid,
         Class::DateTime,
         Class::Epoch,
         Class::Hex,
         Class::PrefixedId,
+        Class::NoiseNumbers,
         Class::ToolResultNumbers,
     ];
+
+    /// Whether the class masks numbers (never in a call's arguments).
+    pub fn is_numbers(self) -> bool {
+        matches!(self, Class::NoiseNumbers | Class::ToolResultNumbers)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -41,6 +58,7 @@ impl Class {
             Class::Epoch => "epoch",
             Class::Hex => "hex",
             Class::PrefixedId => "prefixed_id",
+            Class::NoiseNumbers => "noise_numbers",
             Class::ToolResultNumbers => "tool_result_numbers",
         }
     }
@@ -63,6 +81,15 @@ impl Classes {
 
     pub fn all() -> Classes {
         Class::ALL.into_iter().collect()
+    }
+
+    /// The classes masked unless a policy lists its own: every class but
+    /// `tool_result_numbers` (numbers that carry meaning are kept).
+    pub fn defaults() -> Classes {
+        Class::ALL
+            .into_iter()
+            .filter(|c| *c != Class::ToolResultNumbers)
+            .collect()
     }
 
     pub fn contains(self, c: Class) -> bool {
@@ -98,10 +125,11 @@ impl Volatile {
         tool_arguments: false,
     };
 
-    /// Every class in text and tool results; arguments as they are.
+    /// The default classes in text and tool results; arguments as they
+    /// are.
     pub fn default_on() -> Volatile {
         Volatile {
-            classes: Classes::all(),
+            classes: Classes::defaults(),
             tool_arguments: false,
         }
     }
@@ -109,10 +137,7 @@ impl Volatile {
     /// The classes that apply to tool-call arguments (never numbers).
     pub fn argument_classes(&self) -> Classes {
         if self.tool_arguments {
-            self.classes
-                .iter()
-                .filter(|c| *c != Class::ToolResultNumbers)
-                .collect()
+            self.classes.iter().filter(|c| !c.is_numbers()).collect()
         } else {
             Classes::NONE
         }

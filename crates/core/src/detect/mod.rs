@@ -3,5 +3,6 @@
 //! loops). Pure functions of the request; nothing here keeps state.
 
 pub mod fingerprint;
-pub mod simhash;
+pub mod progress;
+pub mod similarity;
 pub mod tool_loops;

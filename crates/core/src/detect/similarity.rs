@@ -1,159 +1,233 @@
-//! SimHash: a 64-bit fingerprint of a text such that similar texts get
-//! fingerprints a few bits apart (Charikar, 2002). Near mode compares a
-//! conversation's normalised, masked tail with the caller's recent ones by
-//! the Hamming distance of their SimHashes.
+//! Near mode's signature of a conversation tail: an estimate of how many
+//! words two tails share, and an anchor of what must not differ at all.
 //!
-//! The features are the text's words and word pairs (shingles of one and
-//! two words, ASCII case ignored), each hashed to 64 bits; bit `i` of the
-//! SimHash is set when the features with bit `i` set outweigh the others.
-//! A word changed in a 40-word text changes three of its ~80 features; a
-//! different text changes most.
+//! **The similarity** is the Jaccard similarity of the tails' word sets
+//! (each word salted with its message's place in the tail): 0.5 means half
+//! of the words the two tails hold between them are in both. It is
+//! estimated from a b-bit one-permutation MinHash (Li & König 2010; Li,
+//! Owen & Zhang 2012): every word is hashed into 4 of [`BINS`] bins, each
+//! bin keeps its smallest hash, empty bins borrow from the next full one
+//! (rotation densification, Shrivastava & Li 2014), and the signature
+//! keeps 2 bits of each bin. Two tails' bins agree with probability
+//! `J + (1 - J) / 4`, so the fraction of agreeing bins gives `J` back with
+//! a standard error of about 0.04 to 0.055 (20 to 150 words). A word
+//! costs four hashes and comparisons, however many bins there are.
 //!
-//! For a conversation tail, each message's features are salted with its
-//! place in the tail (the same messages in another order are another
-//! tail), and a tool call's name and arguments weigh four times a word of
-//! text: asking for another resource is another action, however much the
-//! surrounding text repeats.
+//! **The anchor** is a digest of what a near repeat must have exactly: the
+//! roles in order, every tool call (its name and the words of its
+//! arguments, case and punctuation aside), and
+//! the numbers left in tool results and the model's text once noise numbers
+//! are masked (counts, percentages, amounts, sizes). A coding agent whose
+//! test results differ only in their counts, an agent paging with another
+//! cursor, or fetching another order, is never a near repeat, however
+//! alike the words are.
+//!
+//! A signature is 4 bytes of anchor and [`BINS`] × 2 bits (56 bytes): 60
+//! bytes; a hit in the near record is 64 with its time.
 
 use crate::request::llm::{Message, Part};
 
-/// Hamming distance of two SimHashes.
-pub fn distance(a: u64, b: u64) -> u32 {
-    (a ^ b).count_ones()
+/// Bins of the MinHash.
+pub const BINS: usize = 224;
+/// 64-bit words holding the bins' 2-bit values.
+const WORDS: usize = BINS / 32;
+/// A signature's encoded size.
+pub const SIGNATURE_BYTES: usize = 4 + 8 * WORDS;
+/// Places each word takes in the MinHash.
+const COPIES: usize = 4;
+const USER_COPIES: usize = 1;
+
+/// A tail's signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Signature {
+    pub anchor: u32,
+    /// 2 bits per bin, 32 bins to a word.
+    pub bins: [u64; WORDS],
 }
 
-/// Accumulates features into a SimHash.
-///
-/// Per bit it needs the weight of the features with the bit set (set
-/// weight - unset weight decides the bit). Counting bit by bit would cost
-/// 64 steps a feature; instead each byte of a feature's hash indexes a
-/// table that spreads its 8 bits into the 8 byte lanes of a `u64`, so one
-/// addition counts 8 bits at once, and the lanes are emptied into wide
-/// counters before they can overflow.
-pub struct SimHasher {
-    /// Per byte of the hash: 8 lanes, each the weight of the features whose
-    /// bit is set, since the last flush.
-    lanes: [u64; 8],
-    /// Weight added to the lanes since the last flush (at most 255).
-    pending: u32,
-    /// Per bit: the weight of the features with the bit set.
-    set: [u32; 64],
-    /// The weight of every feature.
-    total: u32,
-    /// The previous word's hash (for the pair feature), 0 at a boundary.
-    previous: u64,
-    features: u32,
-    /// Mixed into every feature (the message's place in a tail).
+/// The least similarity that makes two tails near, as the number of bins
+/// that must agree (the same decision in the filter and in Redis, in
+/// integers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NearThreshold {
+    pub min_matches: u32,
+}
+
+impl NearThreshold {
+    /// The threshold for `near_similarity` in thousandths (1..=1000): bins
+    /// agree with probability `(1 + 3J) / 4`, so `J >= s` reads `matches >=
+    /// BINS * (1 + 3s) / 4`, in integers only.
+    pub fn from_milli(milli: u32) -> NearThreshold {
+        let milli = milli.min(1000);
+        let need = (BINS as u32 * (1000 + 3 * milli)).div_ceil(4000);
+        NearThreshold {
+            min_matches: need.min(BINS as u32),
+        }
+    }
+}
+
+impl Signature {
+    /// Bins whose values agree.
+    pub fn matches(&self, other: &Signature) -> u32 {
+        self.bins
+            .iter()
+            .zip(other.bins.iter())
+            .map(|(a, b)| {
+                let x = a ^ b;
+                // A bin differs when either of its bits does.
+                let differ = (x | (x >> 1)) & 0x5555_5555_5555_5555;
+                32 - differ.count_ones()
+            })
+            .sum()
+    }
+
+    /// The estimated similarity of two tails (0 when their anchors differ).
+    pub fn similarity(&self, other: &Signature) -> f64 {
+        if self.anchor != other.anchor {
+            return 0.0;
+        }
+        let p = f64::from(self.matches(other)) / BINS as f64;
+        ((4.0 * p - 1.0) / 3.0).clamp(0.0, 1.0)
+    }
+
+    /// Whether `other` is a near repeat of this tail: the same anchor and
+    /// at least the threshold's agreeing bins.
+    pub fn is_near(&self, other: &Signature, t: NearThreshold) -> bool {
+        self.anchor == other.anchor && self.matches(other) >= t.min_matches
+    }
+
+    pub fn to_bytes(&self) -> [u8; SIGNATURE_BYTES] {
+        let mut out = [0u8; SIGNATURE_BYTES];
+        let (anchor, rest) = out.split_at_mut(4);
+        anchor.copy_from_slice(&self.anchor.to_le_bytes());
+        for (dst, w) in rest.chunks_exact_mut(8).zip(self.bins.iter()) {
+            dst.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Option<Signature> {
+        if b.len() != SIGNATURE_BYTES {
+            return None;
+        }
+        let (anchor, rest) = b.split_at(4);
+        let mut s = Signature {
+            anchor: u32::from_le_bytes(anchor.try_into().ok()?),
+            bins: [0; WORDS],
+        };
+        for (w, src) in s.bins.iter_mut().zip(rest.chunks_exact(8)) {
+            *w = u64::from_le_bytes(src.try_into().ok()?);
+        }
+        Some(s)
+    }
+
+    /// 120 hex digits: the anchor (8), then the bins' words (16 each), as
+    /// the Redis function reads them.
+    pub fn hex(&self) -> String {
+        let mut s = format!("{:08x}", self.anchor);
+        for w in &self.bins {
+            s.push_str(&format!("{w:016x}"));
+        }
+        s
+    }
+
+    pub fn from_hex(h: &str) -> Option<Signature> {
+        if h.len() != 2 * SIGNATURE_BYTES || !h.is_ascii() {
+            return None;
+        }
+        let mut s = Signature {
+            anchor: u32::from_str_radix(h.get(..8)?, 16).ok()?,
+            bins: [0; WORDS],
+        };
+        for (i, w) in s.bins.iter_mut().enumerate() {
+            *w = u64::from_str_radix(h.get(8 + 16 * i..8 + 16 * (i + 1))?, 16).ok()?;
+        }
+        Some(s)
+    }
+}
+
+/// Builds a signature from a tail's words.
+pub struct Sketcher {
+    /// Per bin, the smallest value of the words hashed into it.
+    mins: [u32; BINS],
+    /// Mixed into every word (the task, and the message's place).
     salt: u64,
-    /// The weight of the features being added.
-    weight: u32,
-    /// Whether random-looking words are read as one placeholder word (in
-    /// tool results and the model's text; never in what a user wrote or in
-    /// a call's arguments).
-    fold_ids: bool,
+    anchor: u64,
+    words: u32,
+    /// In tool results and the model's text: random-looking words read as
+    /// one placeholder word, and numbers folded into the anchor. Never in
+    /// what a user wrote or in a call's arguments.
+    machine_text: bool,
+    authored: bool,
+    /// Every word is part of the anchor too (a call's arguments).
+    anchor_words: bool,
 }
 
-impl Default for SimHasher {
+impl Default for Sketcher {
     fn default() -> Self {
-        SimHasher {
-            lanes: [0; 8],
-            pending: 0,
-            set: [0; 64],
-            total: 0,
-            previous: 0,
-            features: 0,
+        Sketcher {
+            mins: [u32::MAX; BINS],
             salt: 0,
-            weight: 1,
-            fold_ids: false,
+            anchor: fnv1a(b"anchor"),
+            words: 0,
+            machine_text: false,
+            authored: false,
+            anchor_words: false,
         }
     }
 }
 
-/// `SPREAD[b]`: the 8 bits of `b` as 8 bytes, bit `i` in byte `i`.
-// Evaluated at compile time: an index out of range fails the build.
-#[allow(clippy::indexing_slicing)]
-const SPREAD: [u64; 256] = {
-    let mut t = [0u64; 256];
-    let mut b = 0;
-    while b < 256 {
-        let mut i = 0;
-        while i < 8 {
-            if b & (1 << i) != 0 {
-                t[b] |= 1 << (8 * i);
-            }
-            i += 1;
-        }
-        b += 1;
-    }
-    t
-};
-
-/// How much more a tool call's name and arguments weigh than text.
-const CALL_WEIGHT: u32 = 4;
-
-impl SimHasher {
+impl Sketcher {
     pub fn new() -> Self {
         Self::default()
     }
 
-    fn feature(&mut self, h: u64) {
-        let h = mix(h ^ self.salt);
-        let w = self.weight;
-        if self.pending + w > 255 {
-            self.flush();
-        }
-        self.features += 1;
-        self.total += w;
-        self.pending += w;
-        for (i, lane) in self.lanes.iter_mut().enumerate() {
-            let byte = (h >> (8 * i)) as u8;
-            // Each lane holds at most 255: no carry into the next.
-            // A byte always indexes the 256 entries (the check compiles away).
-            let spread = SPREAD.get(usize::from(byte)).copied().unwrap_or(0);
-            *lane += spread * u64::from(w);
-        }
-    }
-
-    /// Empty the byte lanes into the wide counters.
-    fn flush(&mut self) {
-        for (i, lane) in self.lanes.iter_mut().enumerate() {
-            for j in 0..8 {
-                if let Some(c) = self.set.get_mut(8 * i + j) {
-                    *c += ((*lane >> (8 * j)) & 0xff) as u32;
-                }
-            }
-            *lane = 0;
-        }
-        self.pending = 0;
-    }
-
-    /// Salt the features that follow (a message's place in a tail).
+    /// Salt the words that follow (a message's place in a tail, with the
+    /// task's salt).
     pub fn salt(&mut self, salt: u64) {
-        self.salt = mix(salt.wrapping_add(PAIR));
+        self.salt = mix(salt.wrapping_add(GOLDEN));
     }
 
-    /// One word (or any token): itself, and the pair it makes with the
-    /// word before it.
+    /// A word goes into [`COPIES`] places: the MinHash of the set of
+    /// (word, copy) pairs estimates the same similarity, and a short tail
+    /// fills four times as many bins (half the error on 20 words).
+    fn hash(&mut self, h: u64) {
+        let mut h = mix(h ^ self.salt);
+        let copies = if self.authored { USER_COPIES } else { COPIES };
+        for _ in 0..copies {
+            // The high bits pick the bin, the low bits are the value.
+            let bin = ((u128::from(h) * BINS as u128) >> 64) as usize;
+            if let Some(m) = self.mins.get_mut(bin) {
+                *m = (*m).min(h as u32);
+            }
+            h = mix(h.wrapping_add(GOLDEN));
+        }
+        self.words += 1;
+    }
+
+    fn anchor(&mut self, b: &[u8]) {
+        self.anchor = mix(self.anchor ^ fnv1a(b));
+    }
+
+    /// One word (or any token).
     pub fn word(&mut self, w: &[u8]) {
-        let w = if self.fold_ids && looks_random(w) {
+        if self.anchor_words || (self.machine_text && is_number(w)) {
+            // A number left by masking carries meaning: it must not differ.
+            self.anchor(w);
+        }
+        let w = if self.machine_text && looks_random(w) {
             b"<rand>".as_slice()
         } else {
             w
         };
-        let h = mix(fnv1a(w));
-        self.feature(h);
-        if self.previous != 0 {
-            self.feature(mix(self.previous.rotate_left(17) ^ h ^ PAIR));
-        }
-        self.previous = h;
+        self.hash(fnv1a(w));
     }
 
     /// Every word of `text`: runs of letters and digits (any script), plus
-    /// `<`, `>` and `#` so masking placeholders stay whole (a token whose
-    /// digits were masked, `j#U#w#M#fHq`, is one word, not seven).
+    /// `<`, `>`, `_` and `#` so masking placeholders stay whole (a token
+    /// whose digits were masked, `j#U#w#M#fHq`, is one word).
     pub fn text(&mut self, text: &str) {
         if text.is_ascii() {
-            // The common case, a byte at a time.
             let b = text.as_bytes();
             let mut start = None;
             for (i, &c) in b.iter().enumerate() {
@@ -189,97 +263,142 @@ impl SimHasher {
         }
     }
 
-    /// A marker token (a role, a part kind) that starts a new run of pairs.
+    /// A marker (a role, a part's kind): a word, and part of the anchor.
     pub fn marker(&mut self, m: &[u8]) {
-        self.previous = 0;
-        self.word(m);
+        self.anchor(m);
+        self.hash(fnv1a(m));
     }
 
-    pub fn finish(&mut self) -> u64 {
-        if self.features == 0 {
-            return 0;
+    /// Words hashed so far.
+    pub fn words(&self) -> u32 {
+        self.words
+    }
+
+    pub fn finish(&self) -> Signature {
+        let mut mins = self.mins;
+        densify(&mut mins);
+        let mut bins = [0u64; WORDS];
+        for (i, m) in mins.iter().enumerate() {
+            if let Some(w) = bins.get_mut(i / 32) {
+                *w |= u64::from(m & 3) << (2 * (i % 32));
+            }
         }
-        self.flush();
-        // A bit is set when the features with it set outweigh the others.
-        let total = self.total;
-        self.set.iter().enumerate().fold(
-            0u64,
-            |acc, (bit, c)| if 2 * c > total { acc | (1 << bit) } else { acc },
-        )
-    }
-
-    /// Features seen.
-    pub fn features(&self) -> u32 {
-        self.features
+        Signature {
+            anchor: (self.anchor ^ (self.anchor >> 32)) as u32,
+            bins,
+        }
     }
 }
 
-/// The salt of a conversation's tail: a digest of its opening (system
-/// prompt and first user message). Salted with it, two turns of one
-/// conversation compare by their tails, while two tasks that merely look
-/// alike (a batch job's runs through the same tools) get unrelated
-/// SimHashes. Computed apart from the tail so that the opening need not be
-/// held in memory while the tail is.
+/// Fill each empty bin from the next full one to its right (wrapping),
+/// mixed with the distance, so two tails that leave the same bins empty
+/// fill them alike. A tail with no words keeps every bin empty.
+fn densify(mins: &mut [u32; BINS]) {
+    let Some(first_full) = mins.iter().position(|&m| m != u32::MAX) else {
+        return;
+    };
+    let full: Vec<bool> = mins.iter().map(|&m| m != u32::MAX).collect();
+    // Walk right to left from the first full bin, remembering the nearest
+    // full bin to the right.
+    let mut source = mins.get(first_full).copied().unwrap_or(0);
+    let mut distance = 0u64;
+    for k in 1..=BINS {
+        let i = (first_full + BINS - k) % BINS;
+        distance += 1;
+        if full.get(i).copied().unwrap_or(false) {
+            source = mins.get(i).copied().unwrap_or(0);
+            distance = 0;
+        } else if let Some(m) = mins.get_mut(i) {
+            *m = mix(u64::from(source) ^ distance.wrapping_mul(GOLDEN)) as u32;
+        }
+    }
+}
+
+/// The salt of a conversation's tail: a digest of its task, the first
+/// message a user wrote (as written). Salted with it, turns of one task (or
+/// the same task started again) compare by their tails, while two tasks
+/// that merely look alike (a batch job's runs through the same tools) get
+/// unrelated signatures. The system prompt is left out: agents rewrite it
+/// between turns (the current time, a scratchpad, a token budget), and a
+/// loop must stay one loop. With no user message, the prompts stand in.
 pub fn opening_salt(opening: &[Message]) -> u64 {
+    let task: Vec<&Message> = match opening.iter().find(|m| !m.is_prompt()) {
+        Some(first) => vec![first],
+        None => opening.iter().collect(),
+    };
     let mut d = fnv1a(b"opening");
-    for m in opening {
+    for m in task {
         d = mix(d ^ fnv1a(m.role.as_bytes()));
         for p in &m.parts {
-            if let Part::Text(t) = p {
-                d = mix(d ^ fnv1a(t.as_bytes()));
+            match p {
+                Part::Text(t) => d = mix(d ^ fnv1a(t.as_bytes())),
+                Part::Media(h) => d = mix(d ^ fnv1a(h)),
+                _ => {}
             }
         }
     }
     d
 }
 
-/// The SimHash of a conversation's tail, salted with [`opening_salt`]:
+/// The signature of a conversation's tail, salted with [`opening_salt`]:
 /// each message's role, then its parts (text words; a tool call's name and
-/// argument words; a tool result's words; a media hash; another block's
-/// type), each message's features salted with its place in the tail too.
-pub fn of_conversation(salt: u64, tail: &[Message]) -> u64 {
-    let mut h = SimHasher::new();
+/// argument words; a tool result's words; a media digest; another block's
+/// type), each message's words salted with its place in the tail too.
+pub fn of_conversation(salt: u64, tail: &[Message]) -> Signature {
+    let mut s = Sketcher::new();
     for (i, m) in tail.iter().enumerate() {
-        h.salt(salt ^ (i as u64 + 1));
-        h.marker(m.role.as_bytes());
-        h.fold_ids = !m.is_authored();
-        parts(&mut h, &m.parts);
+        s.salt(salt ^ (i as u64 + 1));
+        s.machine_text = false;
+        s.authored = m.is_authored();
+        s.marker(m.role.as_bytes());
+        s.machine_text = !m.is_authored();
+        parts(&mut s, &m.parts);
     }
-    h.finish()
+    s.finish()
 }
 
-fn parts(h: &mut SimHasher, parts: &[Part]) {
+fn parts(s: &mut Sketcher, parts: &[Part]) {
     for p in parts {
         match p {
-            Part::Text(t) => h.text(t),
+            Part::Text(t) => s.text(t),
             Part::Media(hash) => {
-                h.marker(b"<media>");
-                // A digest's bytes, never a token to fold.
-                let fold = std::mem::replace(&mut h.fold_ids, false);
-                h.word(hash);
-                h.fold_ids = fold;
+                s.marker(b"<media>");
+                // A digest's bytes: part of the anchor, never folded.
+                s.marker(hash);
             }
             Part::ToolCall { name, arguments } => {
-                h.marker(b"<call>");
-                let fold = std::mem::replace(&mut h.fold_ids, false);
-                h.weight = CALL_WEIGHT;
-                h.word(name.as_bytes());
-                h.text(arguments);
-                h.weight = 1;
-                h.fold_ids = fold;
+                s.marker(b"<call>");
+                let machine = std::mem::replace(&mut s.machine_text, false);
+                s.marker(name.as_bytes());
+                // Every word of the arguments is anchored (another order,
+                // another cursor, is another action); case, spacing and
+                // punctuation are not (`"USB-C  charger"` is `"usb c
+                // charger"`).
+                s.anchor_words = true;
+                s.text(arguments);
+                s.anchor_words = false;
+                s.machine_text = machine;
             }
             Part::ToolResult { content, is_error } => {
-                h.marker(if *is_error { b"<error>" } else { b"<result>" });
-                let fold = std::mem::replace(&mut h.fold_ids, true);
-                self::parts(h, content);
-                h.fold_ids = fold;
+                s.marker(if *is_error { b"<error>" } else { b"<result>" });
+                // A tool's words, even inside a user message (Anthropic).
+                let machine = std::mem::replace(&mut s.machine_text, true);
+                let authored = std::mem::replace(&mut s.authored, false);
+                self::parts(s, content);
+                s.machine_text = machine;
+                s.authored = authored;
             }
             Part::Other(kind) => {
-                h.marker(b"<other>");
-                h.word(kind.as_bytes());
+                s.marker(b"<other>");
+                s.word(kind.as_bytes());
             }
         }
     }
+}
+
+/// Digits only: a number (`1,843.5` reads as the words `1`, `843`, `5`).
+fn is_number(w: &[u8]) -> bool {
+    !w.is_empty() && w.iter().all(u8::is_ascii_digit)
 }
 
 /// A word that looks machine-made rather than written: 8 or more
@@ -312,7 +431,7 @@ fn looks_random(w: &[u8]) -> bool {
     digits >= 2 && letters >= 2 && switches >= 3
 }
 
-const PAIR: u64 = 0x9e37_79b9_7f4a_7c15;
+const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// FNV-1a over the bytes, ASCII letters lower-cased.
 fn fnv1a(b: &[u8]) -> u64 {
@@ -329,205 +448,4 @@ fn mix(mut z: u64) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A tail's SimHash with no opening salt.
-    fn of_messages(messages: &[Message]) -> u64 {
-        of_conversation(0, messages)
-    }
-
-    fn of(s: &str) -> u64 {
-        let mut h = SimHasher::new();
-        h.text(s);
-        h.finish()
-    }
-
-    const APOLOGY: &str = "i am sorry, i could not complete the deployment because the staging cluster rejected the manifest. the error says the image tag is missing. i will try again with the same manifest and report back as soon as the rollout finishes, unless you want me to stop here and wait for instructions from the release team";
-
-    #[test]
-    fn the_same_text_is_the_same_hash() {
-        assert_eq!(of(APOLOGY), of(APOLOGY));
-        assert_eq!(distance(of(APOLOGY), of(APOLOGY)), 0);
-        assert_eq!(of(""), 0);
-    }
-
-    #[test]
-    fn one_word_changed_is_near_another_text_is_far() {
-        let one = APOLOGY.replace("complete", "finish");
-        let d_one = distance(of(APOLOGY), of(&one));
-        let other = "the quarterly revenue grew by eight percent, driven by the new subscription tier and lower churn in the enterprise segment; marketing spend stayed flat while the support backlog shrank to its lowest level this year";
-        let d_other = distance(of(APOLOGY), of(other));
-        assert!(d_one <= 6, "one word changed: {d_one}");
-        assert!(d_other >= 20, "another text: {d_other}");
-    }
-
-    proptest::proptest! {
-        /// The byte-lane counters agree with counting every bit.
-        #[test]
-        fn lanes_count_like_bits(features in proptest::collection::vec((proptest::prelude::any::<u64>(), 1u32..=4), 0..700)) {
-            let mut h = SimHasher::new();
-            let mut set = [0u32; 64];
-            let mut total = 0u32;
-            for &(f, w) in &features {
-                h.weight = w;
-                h.feature(f);
-                let m = mix(f ^ h.salt);
-                total += w;
-                for (bit, c) in set.iter_mut().enumerate() {
-                    if m >> bit & 1 == 1 {
-                        *c += w;
-                    }
-                }
-            }
-            let want = if features.is_empty() {
-                0
-            } else {
-                (0..64).fold(0u64, |acc, bit| if 2 * set[bit] > total { acc | 1 << bit } else { acc })
-            };
-            proptest::prop_assert_eq!(h.finish(), want);
-        }
-    }
-
-    #[test]
-    fn distance_counts_differing_bits() {
-        assert_eq!(distance(0, u64::MAX), 64);
-        assert_eq!(distance(0b1011, 0b0001), 2);
-    }
-
-    #[test]
-    fn a_tail_in_another_order_is_another_tail() {
-        use crate::request::llm::{Message, Part};
-        let m = |role: &str, t: &str| Message {
-            role: role.into(),
-            parts: vec![Part::Text(t.into())],
-        };
-        let a = [
-            m("user", "run the linter"),
-            m("assistant", "found one error in handlers"),
-        ];
-        let b = [a[1].clone(), a[0].clone()];
-        assert_eq!(of_messages(&a), of_messages(&a));
-        assert!(distance(of_messages(&a), of_messages(&b)) > 8);
-    }
-
-    #[test]
-    fn arguments_outweigh_text() {
-        use crate::request::llm::{Message, Part};
-        let call = |id: &str| Message {
-            role: "assistant".into(),
-            parts: vec![
-                Part::Text("fetching the next order now, as before, for the report".into()),
-                Part::ToolCall {
-                    name: "get_order".into(),
-                    arguments: format!("{{\"order_id\":\"{id}\"}}"),
-                },
-            ],
-        };
-        let d = distance(
-            of_messages(&[call("7010651600")]),
-            of_messages(&[call("7090168683")]),
-        );
-        assert!(d > 8, "another resource: {d}");
-        let case = |q: &str| Message {
-            role: "assistant".into(),
-            parts: vec![Part::ToolCall {
-                name: "search".into(),
-                arguments: format!("{{\"query\":\"{q}\"}}"),
-            }],
-        };
-        assert_eq!(
-            of_messages(&[case("USB-C charger 65W")]),
-            of_messages(&[case("usb-c  charger 65w")])
-        );
-    }
-
-    #[test]
-    fn unicode_words_count() {
-        assert_ne!(of("fehler über alles"), of("fehler unter alles"));
-        assert_eq!(of("日本語 テキスト"), of("日本語  テキスト"));
-    }
-
-    #[test]
-    fn random_looking_words() {
-        for w in [
-            "j9U91w8M0730fHqnp3ue9RLAq",
-            "f7167b20",
-            "itH0Q8K8Al1VGZmhdq_Ai0WV",
-            "j#U#w#M#fHqnp#ue#RLAq",
-        ] {
-            assert!(looks_random(w.as_bytes()), "{w}");
-        }
-        for w in [
-            "sha256sum",
-            "base64encoded",
-            "gpt4o",
-            "deployment",
-            "12345678",
-            "x86_64",
-            "f#b#",
-        ] {
-            assert!(!looks_random(w.as_bytes()), "{w}");
-        }
-    }
-
-    #[test]
-    fn random_tokens_fold_in_results_and_model_text_not_in_user_words_or_arguments() {
-        use crate::request::llm::{Message, Part};
-        let result = |token: &str| Message {
-            role: "tool".into(),
-            parts: vec![Part::ToolResult {
-                content: vec![Part::Text(format!(
-                    "build failed: unexpected eof (session {token})"
-                ))],
-                is_error: true,
-            }],
-        };
-        // Digits already masked in a tool result, as the filter sees it.
-        assert_eq!(
-            of_messages(&[result("j#U#w#M#fHqnp#ue#RLAq")]),
-            of_messages(&[result("T#CdW#UvtQ#XJVWzdXqLP#TZC")])
-        );
-        let said = |role: &str, token: &str| Message {
-            role: role.into(),
-            parts: vec![Part::Text(format!("the session {token} expired, retrying"))],
-        };
-        assert_eq!(
-            of_messages(&[said("assistant", "j9U91w8M0730f")]),
-            of_messages(&[said("assistant", "x0pdAB4vzyn9Q")])
-        );
-        // What a user wrote is their question: another order is another one.
-        assert_ne!(
-            of_messages(&[said("user", "j9U91w8M0730f")]),
-            of_messages(&[said("user", "x0pdAB4vzyn9Q")])
-        );
-        let call = |id: &str| Message {
-            role: "assistant".into(),
-            parts: vec![Part::ToolCall {
-                name: "get_order".into(),
-                arguments: format!("{{\"id\":\"{id}\"}}"),
-            }],
-        };
-        assert_ne!(
-            of_messages(&[call("A7K2M9P4Q1")]),
-            of_messages(&[call("B3N8L2W5R7")])
-        );
-    }
-
-    #[test]
-    fn media_digests_are_never_folded() {
-        use crate::request::llm::{Message, Part};
-        // Two digests whose bytes happen to read as random-looking words.
-        let shot = |d: &[u8; 32]| Message {
-            role: "tool".into(),
-            parts: vec![Part::ToolResult {
-                content: vec![Part::Media(*d)],
-                is_error: false,
-            }],
-        };
-        let a = *b"a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6";
-        let b = *b"z9y8x7w6v5u4t3s2r1q0p9o8n7m6l5k4";
-        assert!(looks_random(&a) && looks_random(&b));
-        assert_ne!(of_messages(&[shot(&a)]), of_messages(&[shot(&b)]));
-    }
-}
+mod tests;

@@ -6,15 +6,17 @@
 //!
 //! A repetition counts only while the tool keeps answering the same:
 //! results are compared, so an agent that reruns its tests after an edit
-//! (and sees them pass), pages through results or fetches one order after
-//! another is making progress, not looping. Identical calls and cycles
-//! compare results with every volatile class masked (numbers too: the same
-//! call answered with another latency is the same answer); pattern thrash,
-//! whose arguments differ, masks only timestamps and random ids, so a
-//! result that changes with its arguments (another amount, another date)
-//! is progress.
+//! (and sees fewer failures), pages through results or fetches one order
+//! after another is making progress, not looping. Identical calls and
+//! cycles compare results with the policy's volatile classes masked (a
+//! latency or a timestamp is noise; a count, a percentage or a size that
+//! changed is progress); pattern thrash, whose arguments differ, masks
+//! only what changes on every call whatever is asked (timestamps, random
+//! ids, noise numbers), so a result that changes with its arguments
+//! (another amount, another date) is progress.
 
 use crate::config::{Classes, ToolLoops, ToolStep};
+use crate::detect::progress;
 use crate::request::llm::volatile::{self, Class, Context};
 use crate::request::llm::{ModelTurn, Request, ResultAt, ToolCall, ToolHistory};
 use std::borrow::Cow;
@@ -72,12 +74,20 @@ impl Results for Request<'_> {
 }
 
 /// The classes pattern thrash masks in results: of the policy's, the ones
-/// that change on every call whatever is asked.
+/// that change on every call whatever is asked (never every number: a
+/// conversion of another amount answers another number).
 fn noise(classes: Classes) -> Classes {
-    [Class::DateTime, Class::Epoch, Class::Hex, Class::PrefixedId]
-        .into_iter()
-        .filter(|c| classes.contains(*c))
-        .collect()
+    [
+        Class::Uuid,
+        Class::DateTime,
+        Class::Epoch,
+        Class::Hex,
+        Class::PrefixedId,
+        Class::NoiseNumbers,
+    ]
+    .into_iter()
+    .filter(|c| classes.contains(*c))
+    .collect()
 }
 
 /// What a call was answered, as compared.
@@ -338,42 +348,20 @@ fn cycle<R: Results>(
     )
 }
 
-/// Answers shorter than this (normalised characters) are not compared: a
-/// short reply ("done", "1000 eur is 1084.20 usd") repeats legitimately.
-pub const ANSWER_MIN_CHARS: usize = 40;
-/// Of an answer, only this much is compared.
-pub const ANSWER_MAX_BYTES: usize = 8 << 10;
-
 /// The model's newest turn is a text answer and the answers before it
 /// (consecutive turns without tool calls) say the same thing in other
 /// words: at least half of the shorter one's 4-character shingles appear
 /// in the newest (`answer_min` answers in a row, the newest included).
 ///
-/// The run stops at an answer that made progress over the one before it,
-/// which is how revising a text turn by turn (nearly the same answer every
-/// time, but each one doing what was asked) is told from a loop:
-/// - it took up the user's message (shingles of the request new in the
-///   answer: "sign it from Maria", then "Maria" in the letter);
-/// - it only removed text (a deletion asked for);
-/// - it kept what the answer before it had introduced: edits accumulate,
-///   while a model stuck rephrasing drops its last wording for a new one.
+/// The run stops at an answer that made progress over the one before it
+/// ([`progress::progressed`]): how revising a text turn by turn (nearly
+/// the same answer every time, but each one doing what was asked) is told
+/// from a loop.
 fn answer<R: Results>(cfg: &ToolLoops, history: &ToolHistory, results: &R) -> Option<ToolVerdict> {
     if cfg.answer_min == 0 {
         return None;
     }
-    let read = |at: ResultAt, min: usize| -> Option<Vec<u32>> {
-        let mut raw = results.result_text(at)?;
-        // Only the beginning is compared: cut it before masking.
-        if raw.len() > ANSWER_MAX_BYTES {
-            let mut cut = ANSWER_MAX_BYTES;
-            while !raw.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            raw.truncate(cut);
-        }
-        let masked = volatile::mask(&raw, cfg.result_classes, Context::Text);
-        shingles(&masked, min)
-    };
+    let read = |at: ResultAt, min: usize| progress::read(results, at, cfg.result_classes, min);
     // The newest answers, newest first, as far as the ladder can need
     // (and one more, to see what the oldest of them introduced).
     let wanted = cfg.answer_min as usize + cfg.ladder.len() + 1;
@@ -382,7 +370,7 @@ fn answer<R: Results>(cfg: &ToolLoops, history: &ToolHistory, results: &R) -> Op
         if t.calls > 0 {
             break;
         }
-        let Some(text) = t.answer.and_then(|at| read(at, ANSWER_MIN_CHARS)) else {
+        let Some(text) = t.answer.and_then(|at| read(at, progress::ANSWER_MIN_CHARS)) else {
             break;
         };
         answers.push((t, text));
@@ -394,16 +382,12 @@ fn answer<R: Results>(cfg: &ToolLoops, history: &ToolHistory, results: &R) -> Op
         else {
             break;
         };
-        if !similar(newest, earlier) {
+        if !progress::similar(newest, earlier) {
             break;
         }
         let prompt = later_turn.prompt.and_then(|at| read(at, 4));
-        let took_up_prompt = prompt.is_some_and(|p| new_in(&p, later, earlier) >= PROMPT_TAKEN_UP);
-        let deletion = only_removes(later, earlier);
-        let accumulated = answers
-            .get(k + 1)
-            .is_some_and(|(_, before)| keeps_what_was_introduced(later, earlier, before));
-        if took_up_prompt || deletion || accumulated {
+        let before = answers.get(k + 1).map(|(_, b)| b.as_slice());
+        if progress::progressed(prompt.as_deref(), later, earlier, before) {
             break;
         }
         occurrences += 1;
@@ -412,84 +396,6 @@ fn answer<R: Results>(cfg: &ToolLoops, history: &ToolHistory, results: &R) -> Op
         return None;
     }
     verdict(cfg, Tier::Answer, "", None, occurrences, cfg.answer_min)
-}
-
-/// Shingles of the user's message an answer must take up (have, when the
-/// answer before it had not) to count as doing what was asked.
-const PROMPT_TAKEN_UP: usize = 3;
-
-/// Shingles of `of` in `into` and not in `not_in`.
-fn new_in(of: &[u32], into: &[u32], not_in: &[u32]) -> usize {
-    of.iter()
-        .filter(|s| into.binary_search(s).is_ok() && not_in.binary_search(s).is_err())
-        .count()
-}
-
-/// `later` only removed text from `earlier` (a handful of new shingles
-/// where the cut joins the text, and a real cut).
-fn only_removes(later: &[u32], earlier: &[u32]) -> bool {
-    let added = later
-        .iter()
-        .filter(|s| earlier.binary_search(s).is_err())
-        .count();
-    let removed = earlier
-        .iter()
-        .filter(|s| later.binary_search(s).is_err())
-        .count();
-    added <= 3 && removed >= 8
-}
-
-/// What `earlier` introduced over `before` (at least a word's worth) is
-/// still, almost all of it, in `later`: an edit kept, not a wording
-/// replaced.
-fn keeps_what_was_introduced(later: &[u32], earlier: &[u32], before: &[u32]) -> bool {
-    let introduced: Vec<u32> = earlier
-        .iter()
-        .copied()
-        .filter(|s| before.binary_search(s).is_err())
-        .collect();
-    if introduced.len() < 4 {
-        return false;
-    }
-    let kept = introduced
-        .iter()
-        .filter(|s| later.binary_search(s).is_ok())
-        .count();
-    10 * kept >= 9 * introduced.len()
-}
-
-/// A text's distinct 4-byte shingles, sorted (`None` if it is shorter
-/// than `min` bytes).
-fn shingles(text: &str, min: usize) -> Option<Vec<u32>> {
-    let b = text.as_bytes();
-    let b = b.get(..b.len().min(ANSWER_MAX_BYTES)).unwrap_or(b);
-    if b.len() < min.max(4) {
-        return None;
-    }
-    let mut out: Vec<u32> = b
-        .windows(4)
-        .map(|w| w.iter().fold(0u32, |acc, &c| (acc << 8) | u32::from(c)))
-        .collect();
-    out.sort_unstable();
-    out.dedup();
-    Some(out)
-}
-
-/// At least half of the smaller set is in the other.
-fn similar(a: &[u32], b: &[u32]) -> bool {
-    let (mut i, mut j, mut common) = (0, 0, 0usize);
-    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
-        match x.cmp(y) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                common += 1;
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    2 * common >= a.len().min(b.len())
 }
 
 /// step = occurrences - threshold + 1, capped at the ladder's last step.

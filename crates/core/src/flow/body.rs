@@ -4,8 +4,9 @@
 use super::*;
 use crate::act::events;
 use crate::act::reply;
-use crate::config::{Mode, Policy, ToolStep};
+use crate::config::{Mode, Policy, Similarity, ToolStep};
 use crate::detect::fingerprint;
+use crate::detect::progress;
 use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::metrics::{SkipReason, WouldBe};
 use crate::request::llm::{self, scan::Refusal, NotRead};
@@ -120,12 +121,23 @@ impl<B: BucketBackend> Engine<B> {
             None
         };
         let mut polling = false;
-        if let (Some(cfg), Some(req)) = (&p.tool_loops, &parsed) {
-            let history = req.tool_history(Some(&mut self.call_cache));
+        let near = p
+            .detection
+            .as_ref()
+            .is_some_and(|d| matches!(d.similarity, Similarity::Near { .. }));
+        // The conversation's calls and turns, read once for the tool-loop
+        // judge and near mode's progress check.
+        let history = match &parsed {
+            Some(req) if p.tool_loops.is_some() || near => {
+                Some(req.tool_history(Some(&mut self.call_cache)))
+            }
+            _ => None,
+        };
+        if let (Some(cfg), Some(req), Some(history)) = (&p.tool_loops, &parsed, &history) {
             let verdict = if req.over_budget() {
                 None
             } else {
-                tool_loops::judge(cfg, &history, req)
+                tool_loops::judge(cfg, history, req)
             };
             if req.over_budget() {
                 // Reading the history or its results ran out of budget:
@@ -142,7 +154,7 @@ impl<B: BucketBackend> Engine<B> {
                 .detection
                 .as_ref()
                 .is_some_and(|d| d.similarity.compares_content())
-                && tool_loops::only_exempt_calls(cfg, &history);
+                && tool_loops::only_exempt_calls(cfg, history);
         }
         if p.detection.is_none() {
             self.count_refusal(refused, out);
@@ -158,6 +170,20 @@ impl<B: BucketBackend> Engine<B> {
                 events::access_log(&p.id, p.mode, "exempt", None, None)
             });
             return Step::Continue;
+        }
+        if let (true, Some(req), Some(history)) = (near, &parsed, &history) {
+            if !req.over_budget()
+                && progress::newest_answer_progressed(history, req, p.volatile.classes)
+            {
+                // The model's newest answer did what was asked of it (an
+                // edit kept, the user's words taken up): a new step of the
+                // conversation, not a repeat. Not counted.
+                self.count_refusal(refused, out);
+                self.publish_decision(out, false, || {
+                    events::access_log(&p.id, p.mode, "progress", None, None)
+                });
+                return Step::Continue;
+            }
         }
         let mut made = pending.finish_parsed(body, parsed.as_ref());
         if parsed.as_ref().is_some_and(llm::Request::over_budget) {

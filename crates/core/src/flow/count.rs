@@ -6,7 +6,7 @@ use super::*;
 use crate::act::decision::{self, Verdict};
 use crate::act::events;
 use crate::act::reply;
-use crate::config::{OnStoreError, StoreConfig};
+use crate::config::{Detection, OnStoreError, StoreConfig};
 use crate::metrics::{CallResult, WouldBe};
 use crate::state::store::{CallReply, StoreAnswer, StoreFailure, StoreStep, WindowStore};
 
@@ -35,13 +35,17 @@ impl<B: BucketBackend> Engine<B> {
                 1,
             ));
         }
-        let hit = decision::hit(p, detection, &made, now);
+        self.hits = self.hits.wrapping_add(1);
+        let hit = decision::hit(p, detection, &made, now, self.hits);
         let step = match self.shared.as_mut() {
             Some(shared) => shared.record(&hit),
             None => StoreStep::Answer(self.local.record(&hit)),
         };
         match step {
-            StoreStep::Answer(answer) => self.act(r, policy, &made, phase, answer, now, now, out),
+            StoreStep::Answer(answer) => {
+                r.counted = Some(counted(policy, detection, &hit, false));
+                self.act(r, policy, &made, phase, answer, now, now, out)
+            }
             StoreStep::Call(call) => {
                 r.state = State::Waiting(Box::new(Waiting {
                     token: None,
@@ -80,6 +84,7 @@ impl<B: BucketBackend> Engine<B> {
                 };
                 out.push(count(self.registry.store_call(CallResult::Unavailable), 1));
                 let answer = self.store_failed(&w.hit, &StoreFailure::Unavailable(why), now, out);
+                r.counted = self.counted_at(w.policy, &w.hit, false);
                 match answer {
                     Some(a) => self.act(r, w.policy, &w.made, w.phase, a, w.since_ms, now, out),
                     None => Step::Continue,
@@ -121,13 +126,27 @@ impl<B: BucketBackend> Engine<B> {
         let answer = match answer {
             StoreAnswer::Failed(f) if f.is_remote() => {
                 match self.store_failed(&w.hit, &f, now, out) {
-                    Some(a) => a,
+                    Some(a) => {
+                        r.counted = self.counted_at(w.policy, &w.hit, false);
+                        a
+                    }
                     None => return Step::Continue,
                 }
             }
-            a => a,
+            a => {
+                r.counted = self.counted_at(w.policy, &w.hit, true);
+                a
+            }
         };
         self.act(r, w.policy, &w.made, w.phase, answer, w.since_ms, now, out)
+    }
+
+    /// What a forwarded request's hit needs to be taken back (`shared`:
+    /// recorded in the shared store).
+    fn counted_at(&self, policy: usize, hit: &Hit, shared: bool) -> Option<Counted> {
+        let p = self.config.policies.get(policy)?;
+        let detection = p.detection.as_ref()?;
+        Some(counted(policy, detection, hit, shared))
     }
 
     /// The shared store failed a hit: count it in the local table or let
@@ -183,6 +202,8 @@ impl<B: BucketBackend> Engine<B> {
         let receipt = match answer {
             StoreAnswer::Ready(receipt) => receipt,
             StoreAnswer::Failed(failure) => {
+                // Nothing recorded: nothing to take back.
+                r.counted = None;
                 out.push(count(self.registry.fail_open(), 1));
                 if LogLimits::allow(&mut self.logs.fail_open, now) {
                     out.push(Effect::Log(
@@ -268,6 +289,8 @@ impl<B: BucketBackend> Engine<B> {
                 Step::Pause
             }
             Verdict::Reject(rejection) => {
+                // Never upstream: the provider cannot fail it.
+                r.counted = None;
                 out.push(Effect::LocalReply(
                     reply::rejection(&rejection, r.api),
                     "loopguard_loop_detected",
@@ -276,5 +299,13 @@ impl<B: BucketBackend> Engine<B> {
                 Step::Pause
             }
         }
+    }
+}
+
+fn counted(policy: usize, detection: &Detection, hit: &Hit, shared: bool) -> Counted {
+    Counted {
+        policy,
+        take_back: hit.take_back(detection.forgive_failed_attempts),
+        shared,
     }
 }

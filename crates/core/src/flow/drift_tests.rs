@@ -68,21 +68,37 @@ const UNMASKED: [&str; 5] = [
     "Export aborted: worker 31bd07aa lost its lease on the export queue for report monthly-revenue; no rows were written and the job was returned to the queue",
 ];
 
+/// Failures worded a little differently each time (the same error, in a
+/// rotating phrasing no mask could name).
+const REWORDED: [&str; 5] = [
+    "Export aborted: the worker lost its lease on the export queue for report monthly-revenue; no rows were written and the job went back to the queue",
+    "Export aborted: the worker lost the lease on the export queue for report monthly-revenue; no rows were written, the job went back to the queue",
+    "Export failed: the worker lost its lease on the export queue for report monthly-revenue; nothing was written and the job went back to the queue",
+    "Export aborted: a worker lost its lease on the export queue for report monthly-revenue; no rows were written and the job was put back in the queue",
+    "Export aborted: the worker dropped its lease on the export queue for report monthly-revenue; no rows were written and the job went back to the queue",
+];
+
 #[test]
-fn near_mode_counts_tails_a_few_bits_apart() {
+fn near_mode_counts_tails_that_share_most_of_their_words() {
     let mut exact_tail = policy("llm_tail", json!({}));
     assert_eq!(statuses(&mut exact_tail, &UNMASKED), vec![200; 5]);
-    // The repeated tails' SimHashes are 4 to 10 bits apart (a short token
-    // differs in each result); the first request's tail (the user's
-    // message, not a result, comes first) is 11 or more from each.
-    let mut near = policy("near", json!({"near_distance": 10}));
+    assert_eq!(statuses(&mut exact_tail, &REWORDED), vec![200; 5]);
+    // The worker ids look machine-made: read as one placeholder word, the
+    // tails are the same however strict the similarity.
+    let mut strict = policy("near", json!({"near_similarity": 1.0}));
     assert_eq!(
-        statuses(&mut near, &UNMASKED),
+        statuses(&mut strict, &UNMASKED),
         vec![200, 200, 200, 429, 429]
     );
-    // At distance 0 only identical SimHashes count.
-    let mut strict = policy("near", json!({"near_distance": 0}));
-    assert_eq!(statuses(&mut strict, &UNMASKED), vec![200; 5]);
+    // Reworded results share most of their words: near at the default
+    // similarity counts them; only identical tails count at 1.0.
+    let mut near = policy("near", json!({}));
+    assert_eq!(
+        statuses(&mut near, &REWORDED),
+        vec![200, 200, 200, 429, 429]
+    );
+    let mut strict = policy("near", json!({"near_similarity": 1.0}));
+    assert_eq!(statuses(&mut strict, &REWORDED), vec![200; 5]);
 }
 
 #[test]
@@ -123,7 +139,7 @@ fn near_mode_keeps_callers_and_models_apart_and_bounds_the_history() {
 
 #[test]
 fn near_mode_compares_a_first_turn_exactly() {
-    let mut h = policy("near", json!({"near_distance": 16}));
+    let mut h = policy("near", json!({"near_similarity": 0.2}));
     // A batch job's prompts: one template, different documents.
     for ticket in [
         "Printer offline.",
@@ -163,7 +179,7 @@ fn near_mode_through_the_shared_store() {
     let mut h = Harness::new(
         json!({"store": {"type": "redis_webdis", "cluster": "webdis"},
         "policies": [{"id": "p", "spec": detection(json!({"enabled": true, "window_seconds": 60,
-            "threshold_identical_requests": 3, "similarity": "near", "near_distance": 5, "near_history": 32}))}]}),
+            "threshold_identical_requests": 3, "similarity": "near", "near_similarity": 0.5, "near_history": 32}))}]}),
     );
     let mut s = h.post(&failing(&MASKED[..2]));
     assert_eq!(s.step, Step::Pause);
@@ -173,11 +189,11 @@ fn near_mode_through_the_shared_store() {
     assert!(parts[3].starts_with("lg:test:{") && parts[3].ends_with("}:n"));
     assert!(parts[4].ends_with("}:ncd") && parts[5].ends_with("}:nev"));
     // window, capacity = near_history, trip_at, cooldown, detect_at,
-    // event interval, nonce, SimHash, distance.
+    // event interval, nonce, signature, the bins that must agree.
     assert_eq!(&parts[6..9], &["60000", "32", "3"]);
-    assert_eq!(parts[13].len(), 16);
+    assert_eq!(parts[13].len(), 120);
     assert!(parts[13].chars().all(|c| c.is_ascii_hexdigit()));
-    assert_eq!(parts[14], "5");
+    assert_eq!(parts[14], "140");
     s.step = h
         .engine
         .on_call_sent(&mut s.req, Ok(1), h.now, &mut s.effects);

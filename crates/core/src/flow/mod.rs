@@ -20,10 +20,13 @@
 mod body;
 mod count;
 mod headers;
+mod response;
 mod tick;
 
 #[cfg(test)]
 mod drift_tests;
+#[cfg(test)]
+mod retry_tests;
 #[cfg(test)]
 mod tests;
 
@@ -37,7 +40,7 @@ use crate::metrics::{MetricId, Registry};
 use crate::request::llm::CallCache;
 use crate::state::redis::RedisStore;
 use crate::state::slot_table::TableLayout;
-use crate::state::store::{BucketBackend, Hit, SlotStore, StoreCall};
+use crate::state::store::{BucketBackend, Hit, SlotStore, StoreCall, TakeBack};
 use std::collections::VecDeque;
 use std::rc::Rc;
 
@@ -77,9 +80,11 @@ pub enum Effect {
     /// Send a store call for this request; report the outcome with
     /// [`Engine::on_call_sent`].
     SendStoreCall(StoreCall),
-    /// Send a webhook alert from the root context; report the outcome with
-    /// [`Engine::on_alert_sent`] and [`Engine::on_alert_reply`].
-    SendAlert(StoreCall),
+    /// Send a call from the root context (a webhook alert, or taking back
+    /// a failed attempt's hit in the shared store): report each call's
+    /// token, in order, with [`Engine::on_root_call_sent`], and its answer
+    /// with [`Engine::on_root_reply`].
+    SendFromRoot(StoreCall),
     /// Resume the paused request of this stream (from a tick).
     Resume(u32),
     /// Make sure the tick runs (something waits for it).
@@ -161,7 +166,43 @@ pub struct Request {
     length_dropped: bool,
     /// A body (or trailers) callback has come.
     body_seen: bool,
+    /// The hit this request recorded, while it goes upstream: taken back
+    /// if the provider fails the attempt.
+    counted: Option<Counted>,
 }
+
+/// A hit a forwarded request recorded.
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    policy: usize,
+    take_back: TakeBack,
+    /// Recorded in the shared store (else in the local table).
+    shared: bool,
+}
+
+/// What a call sent from the root context is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RootCall {
+    Alert,
+    /// Taking back a failed attempt's hit, for this policy.
+    TakeBack(usize),
+}
+
+/// Calls from the root context: waiting for the tick, sent and waiting for
+/// their tokens, and take-backs waiting for their answers.
+#[derive(Default)]
+struct RootCalls {
+    /// Take-back calls waiting for the tick (policy, call).
+    queued: VecDeque<(usize, StoreCall)>,
+    /// What the calls sent at the last tick were, in order.
+    sent: VecDeque<RootCall>,
+    /// Take-backs answered later: (token, policy).
+    awaiting: VecDeque<(u32, usize)>,
+}
+
+/// Take-back calls waiting for the tick, and for their answers, at most
+/// (more are counted as unrecorded).
+const MAX_TAKE_BACKS: usize = 1024;
 
 impl Request {
     pub fn new(id: u32) -> Request {
@@ -175,6 +216,7 @@ impl Request {
             headers_held: false,
             length_dropped: false,
             body_seen: false,
+            counted: None,
         }
     }
 
@@ -253,6 +295,10 @@ pub struct Engine<B> {
     alerts: Alerts,
     logs: LogLimits,
     unknown_route_policies: Vec<String>,
+    /// Hits recorded by this engine, for each hit's id (with the seed, the
+    /// shared store's log member).
+    hits: u64,
+    root_calls: RootCalls,
 }
 
 impl<B: BucketBackend> Engine<B> {
@@ -298,6 +344,8 @@ impl<B: BucketBackend> Engine<B> {
             },
             logs: LogLimits::default(),
             unknown_route_policies: Vec::new(),
+            hits: 0,
+            root_calls: RootCalls::default(),
             config: Rc::new(config),
         })
     }

@@ -162,10 +162,18 @@ impl Harness {
         out
     }
 
-    pub(super) fn response(&mut self, s: &mut Sent) -> Vec<(&'static str, String)> {
+    /// The upstream's answer with `status` reaches the request: the
+    /// effects of its response headers.
+    pub(super) fn answer(&mut self, s: &mut Sent, status: u32) -> Effects {
         let mut out = Effects::new();
-        self.engine.on_response_headers(&mut s.req, &mut out);
-        out.into_iter()
+        self.engine
+            .on_response_headers(&mut s.req, Some(status), self.now, &mut out);
+        out
+    }
+
+    pub(super) fn response(&mut self, s: &mut Sent) -> Vec<(&'static str, String)> {
+        self.answer(s, 200)
+            .into_iter()
             .filter_map(|e| match e {
                 Effect::AddResponseHeader(n, v) => Some((n, v)),
                 _ => None,
@@ -1031,7 +1039,7 @@ fn alerts_are_queued_sent_from_the_tick_and_bounded() {
     let sent: Vec<&StoreCall> = t
         .iter()
         .filter_map(|e| match e {
-            Effect::SendAlert(c) => Some(c),
+            Effect::SendFromRoot(c) => Some(c),
             _ => None,
         })
         .collect();
@@ -1042,11 +1050,12 @@ fn alerts_are_queued_sent_from_the_tick_and_bounded() {
         .iter()
         .any(|(k, v)| *k == "x-loopguard-signature" && v.starts_with("sha256=")));
     let mut out = Effects::new();
-    h.engine.on_alert_reply(Some("204"), h.now, &mut out);
+    h.engine.on_root_call_sent(Ok(5), h.now, &mut out);
+    h.engine.on_root_reply(5, Some("204"), b"", h.now, &mut out);
     assert_eq!(h.metric(&out, "loopguard.webhook_total.result.sent"), 1);
-    h.engine.on_alert_reply(None, h.now, &mut out);
+    h.engine.on_root_reply(6, None, b"", h.now, &mut out);
     h.engine
-        .on_alert_sent(Err("no cluster".into()), h.now, &mut out);
+        .on_root_call_sent(Err("no cluster".into()), h.now, &mut out);
     assert_eq!(h.metric(&out, "loopguard.webhook_total.result.failed"), 2);
     assert_eq!(
         out.iter()

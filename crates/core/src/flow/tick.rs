@@ -1,6 +1,5 @@
 //! Time and endings: the tick that resumes throttled requests, releases
-//! held ones the probe gave up on and sends alerts; the response headers;
-//! a client that left.
+//! held ones the probe gave up on and sends alerts; a client that left.
 
 use super::*;
 use crate::act::events;
@@ -9,14 +8,6 @@ use crate::metrics::WebhookResult;
 use serde_json::Value;
 
 impl<B: BucketBackend> Engine<B> {
-    /// The response headers are on their way to the client: add what the
-    /// decision says the client should see.
-    pub fn on_response_headers(&mut self, r: &mut Request, out: &mut Effects) {
-        for (name, value) in std::mem::take(&mut r.response_headers) {
-            out.push(Effect::AddResponseHeader(name, value));
-        }
-    }
-
     /// The stream ended (answered, or its client left): forget it wherever
     /// it waits.
     pub fn on_done(&mut self, r: &mut Request, out: &mut Effects) {
@@ -34,6 +25,7 @@ impl<B: BucketBackend> Engine<B> {
     /// when nothing waits.
     pub fn on_tick(&mut self, now: u64, out: &mut Effects) {
         self.send_alerts(out);
+        self.send_take_backs(out);
         let released = self.hold.due(now);
         if released.turned_off {
             out.push(Effect::Log(
@@ -56,7 +48,11 @@ impl<B: BucketBackend> Engine<B> {
             ));
         }
         out.extend(due.into_iter().map(Effect::Resume));
-        if self.throttled.is_empty() && self.alerts.queue.is_empty() && !self.hold.watching() {
+        if self.throttled.is_empty()
+            && self.alerts.queue.is_empty()
+            && self.root_calls.queued.is_empty()
+            && !self.hold.watching()
+        {
             out.push(Effect::StopTick);
         }
     }
@@ -85,7 +81,8 @@ impl<B: BucketBackend> Engine<B> {
                 return;
             };
             let headers = events::alert_headers(webhook, &alert);
-            out.push(Effect::SendAlert(StoreCall {
+            self.root_calls.sent.push_back(RootCall::Alert);
+            out.push(Effect::SendFromRoot(StoreCall {
                 cluster: webhook.cluster.clone(),
                 headers,
                 body: alert.body.into_bytes(),
@@ -94,8 +91,8 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
-    /// The host could not send an alert ([`Effect::SendAlert`]).
-    pub fn on_alert_sent(&mut self, sent: Result<(), String>, now: u64, out: &mut Effects) {
+    /// The host could not send an alert.
+    pub(super) fn on_alert_sent(&mut self, sent: Result<(), String>, now: u64, out: &mut Effects) {
         if let Err(why) = sent {
             let cluster = self
                 .alerts
@@ -108,7 +105,7 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// An alert's answer: its `:status`, or `None` when none came.
-    pub fn on_alert_reply(&mut self, status: Option<&str>, now: u64, out: &mut Effects) {
+    pub(super) fn on_alert_reply(&mut self, status: Option<&str>, now: u64, out: &mut Effects) {
         match status {
             None => {
                 self.webhook_failed("no response (timeout, reset or no healthy host)", now, out)

@@ -1,18 +1,21 @@
 //! Near mode's window record: one per (policy, caller, model), holding the
-//! SimHashes of the caller's recent hits. A hit is a repeat of an earlier
-//! one when their SimHashes differ in at most `distance` bits; the count
-//! of a hit is the number of its repeats in the window, itself included,
-//! and drives the same decision as an exact count.
+//! signatures of the caller's recent hits. A hit is a repeat of an earlier
+//! one when their tails share at least the policy's `near_similarity` of
+//! their words and the same anchor (see [`crate::detect::similarity`]);
+//! the count of a hit is the number of its repeats in the window, itself
+//! included, and drives the same decision as an exact count.
 //!
 //! The record keeps the newest `capacity` hits (`near_history`), so a
 //! caller with many conversations in parallel sees the oldest ones pushed
-//! out; the cooldowns its loops started, each for the SimHash that tripped
-//! it, so a cooldown stops that loop, not every request of the caller; and
-//! each loop's event state, so every loop is reported (once per interval),
-//! not only the caller's first.
+//! out; the cooldowns its loops started, each for the signature that
+//! tripped it, so a cooldown stops that loop, not every request of the
+//! caller; each loop's event state, so every loop is reported (once per
+//! interval), not only the caller's first; and the attempts forgiven
+//! because the provider failed them (per signature: a retry repeats its
+//! attempt).
 
-use crate::detect::simhash;
-use crate::state::window::{self, WindowQuery, WindowState};
+use crate::detect::similarity::{NearThreshold, Signature};
+use crate::state::window::{self, Forgave, Forgiveness, WindowQuery, WindowState};
 
 /// Cooldowns a record keeps (the newest ones).
 pub const MAX_COOLDOWNS: usize = 8;
@@ -22,27 +25,37 @@ pub const MAX_EVENTS: usize = 8;
 /// What a near hit compares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NearProbe {
-    pub simhash: u64,
-    /// At most this many differing bits make a repeat.
-    pub distance: u32,
+    pub signature: Signature,
+    pub threshold: NearThreshold,
+}
+
+impl NearProbe {
+    fn near(&self, other: &Signature) -> bool {
+        self.signature.is_near(other, self.threshold)
+    }
 }
 
 /// A caller's recent near hits.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NearRecord {
-    /// `(simhash, time)`, oldest first.
-    pub hits: Vec<(u64, u64)>,
-    /// `(simhash, until)`: loops in cooldown.
-    pub cooldowns: Vec<(u64, u64)>,
+    /// `(signature, time)`, oldest first.
+    pub hits: Vec<(Signature, u64)>,
+    /// `(signature, until)`: loops in cooldown.
+    pub cooldowns: Vec<(Signature, u64)>,
     /// Per loop: when its detection was last reported, and how many since
     /// were not.
     pub events: Vec<NearEvent>,
+    /// Attempts the provider failed that were forgiven (in the window):
+    /// their signature, and when. A retry repeats its attempt byte for
+    /// byte, so the budget is per signature: a provider failing every
+    /// request of a busy caller does not spend one loop's forgiveness.
+    pub forgiven: Vec<(Signature, u64)>,
 }
 
-/// A loop's event state, by the SimHash of its first reported hit.
+/// A loop's event state, by the signature of its first reported hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NearEvent {
-    pub simhash: u64,
+    pub signature: Signature,
     pub last: u64,
     pub suppressed: u32,
 }
@@ -50,11 +63,11 @@ pub struct NearEvent {
 impl NearRecord {
     /// Record a hit at `now` and answer the window state of its repeats.
     pub fn record(&mut self, now: u64, q: &WindowQuery, probe: NearProbe) -> WindowState {
-        window::push_hit(&mut self.hits, (probe.simhash, now), now, q, |e| &mut e.1);
+        window::push_hit(&mut self.hits, (probe.signature, now), now, q, |e| &mut e.1);
         let repeats: Vec<u64> = self
             .hits
             .iter()
-            .filter(|(h, _)| simhash::distance(*h, probe.simhash) <= probe.distance)
+            .filter(|(h, _)| probe.near(h))
             .map(|&(_, t)| t)
             .collect();
         let count = u32::try_from(repeats.len()).unwrap_or(u32::MAX);
@@ -69,7 +82,7 @@ impl NearRecord {
         let running = self
             .cooldowns
             .iter()
-            .filter(|(h, _)| simhash::distance(*h, probe.simhash) <= probe.distance)
+            .filter(|(h, _)| probe.near(h))
             .map(|&(_, until)| until)
             .max();
         let cooldown_until = match running {
@@ -78,7 +91,7 @@ impl NearRecord {
                 if self.cooldowns.len() >= MAX_COOLDOWNS {
                     self.cooldowns.remove(0);
                 }
-                self.cooldowns.push((probe.simhash, limit));
+                self.cooldowns.push((probe.signature, limit));
                 limit
             }
             None => now,
@@ -99,6 +112,30 @@ impl NearRecord {
         }
     }
 
+    /// The attempt recorded at `at` with `signature` was failed by the
+    /// provider: take its hit back, as the window's forgiveness allows.
+    pub fn forgive(
+        &mut self,
+        signature: &Signature,
+        at: u64,
+        now: u64,
+        f: &Forgiveness,
+    ) -> Forgave {
+        let found = self
+            .hits
+            .iter()
+            .rposition(|(h, t)| *t == at && h == signature);
+        window::forgive(
+            &mut self.hits,
+            found,
+            &mut self.forgiven,
+            (*signature, now),
+            |e| e.0 == *signature,
+            now,
+            f,
+        )
+    }
+
     /// Report a detection of the loop near `probe`, once per interval.
     fn report(&mut self, now: u64, q: &WindowQuery, probe: NearProbe) -> Option<u32> {
         // A loop's state lasts while it can still suppress, or has
@@ -106,14 +143,14 @@ impl NearRecord {
         let keep = q.event_every_ms.max(q.window_ms);
         self.events
             .retain(|e| e.suppressed > 0 || now.saturating_sub(e.last.min(now)) < keep);
+        // The loop whose signature agrees most with this one.
         let nearest = self
             .events
             .iter()
             .enumerate()
-            .map(|(i, e)| (simhash::distance(e.simhash, probe.simhash), i))
-            .filter(|(d, _)| *d <= probe.distance)
-            .min()
-            .map(|(_, i)| i);
+            .filter(|(_, e)| probe.near(&e.signature))
+            .max_by_key(|(_, e)| e.signature.matches(&probe.signature))
+            .map(|(i, _)| i);
         let i = match nearest {
             Some(i) => i,
             None => {
@@ -125,7 +162,7 @@ impl NearRecord {
                     }
                 }
                 self.events.push(NearEvent {
-                    simhash: probe.simhash,
+                    signature: probe.signature,
                     last: 0,
                     suppressed: 0,
                 });
@@ -151,6 +188,7 @@ impl NearRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::detect::similarity::BINS;
     use proptest::prelude::*;
 
     fn q(window_ms: u64, trip_at: u32, capacity: u32) -> WindowQuery {
@@ -164,10 +202,30 @@ mod tests {
         }
     }
 
-    fn probe(simhash: u64) -> NearProbe {
+    /// A signature whose bin `i` holds 1 where bit `i` of `h` is set (0
+    /// elsewhere): two of them disagree in as many bins as their `h`
+    /// differ in bits.
+    fn sig(h: u64) -> Signature {
+        let mut s = Signature::default();
+        for i in 0..64 {
+            if h >> i & 1 == 1 {
+                s.bins[i / 32] |= 1 << (2 * (i % 32));
+            }
+        }
+        s
+    }
+
+    /// Near when at most `distance` bins disagree.
+    fn within(distance: u32) -> NearThreshold {
+        NearThreshold {
+            min_matches: BINS as u32 - distance,
+        }
+    }
+
+    fn probe(h: u64) -> NearProbe {
         NearProbe {
-            simhash,
-            distance: 3,
+            signature: sig(h),
+            threshold: within(3),
         }
     }
 
@@ -176,11 +234,11 @@ mod tests {
         let mut r = NearRecord::default();
         let q = q(60_000, 3, 64);
         assert_eq!(r.record(0, &q, probe(0b0000)).count, 1);
-        // Three bits away: a repeat.
+        // Three bins apart: a repeat.
         assert_eq!(r.record(10, &q, probe(0b0111)).count, 2);
         // Far from both: its own first hit.
         assert_eq!(r.record(20, &q, probe(u64::MAX)).count, 1);
-        // One bit from the first, two from the second: the third repeat.
+        // One bin from the first, two from the second: the third repeat.
         let s = r.record(30, &q, probe(0b0001));
         assert_eq!(s.count, 3);
         assert_eq!(s.event, Some(0));
@@ -253,6 +311,40 @@ mod tests {
         assert_eq!(r.record(60_040, &q, probe(1)).event, None);
     }
 
+    #[test]
+    fn a_failed_attempt_is_taken_back_up_to_the_budget_of_its_signature() {
+        let mut r = NearRecord::default();
+        let q = q(60_000, 3, 64);
+        let f = Forgiveness {
+            window_ms: 60_000,
+            max: 2,
+        };
+        // An attempt failed twice by the provider and retried as it was.
+        r.record(0, &q, probe(0));
+        assert_eq!(r.forgive(&sig(0), 0, 5, &f), Forgave::Forgiven);
+        r.record(10, &q, probe(0));
+        assert_eq!(r.forgive(&sig(0), 10, 15, &f), Forgave::Forgiven);
+        assert!(r.hits.is_empty());
+        r.record(20, &q, probe(0));
+        // Its forgiveness is used up: the third failure stays counted.
+        assert_eq!(r.forgive(&sig(0), 20, 25, &f), Forgave::OverBudget);
+        assert_eq!(r.hits.len(), 1);
+        // Another request of the caller (another signature) has its own.
+        r.record(30, &q, probe(0b1));
+        assert_eq!(r.forgive(&sig(0b1), 30, 35, &f), Forgave::Forgiven);
+        // A hit that is not there (another time).
+        assert_eq!(r.forgive(&sig(0), 21, 40, &f), Forgave::NotFound);
+        // After the window, forgiveness is back.
+        r.record(70_000, &q, probe(0));
+        assert_eq!(r.forgive(&sig(0), 70_000, 70_001, &f), Forgave::Forgiven);
+        // What is remembered is bounded.
+        for i in 0..40u64 {
+            r.record(80_000 + i, &q, probe(i << 8));
+            r.forgive(&sig(i << 8), 80_000 + i, 80_000 + i, &f);
+        }
+        assert!(r.forgiven.len() <= window::MAX_FORGIVEN);
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -270,9 +362,9 @@ mod tests {
             let mut now = 0u64;
             for (which, gap) in events {
                 now += gap;
-                // Four SimHashes 0, 1, 3, 7 bits apart from 0.
+                // Four signatures 0, 1, 3, 7 bins apart from the first.
                 let h = (1u64 << (which * 2)) - 1;
-                let s = r.record(now, &q, NearProbe { simhash: h, distance });
+                let s = r.record(now, &q, NearProbe { signature: sig(h), threshold: within(distance) });
                 all.push((h, now));
                 let in_window: Vec<_> = all.iter().filter(|(_, t)| now - t < q.window_ms).collect();
                 let kept = &in_window[in_window.len().saturating_sub(capacity as usize)..];

@@ -5,9 +5,10 @@
 use crate::config;
 use crate::detect::fingerprint::Fingerprint;
 use crate::state::store::{
-    CallReply, Hit, StoreAnswer, StoreCall, StoreFailure, StoreReceipt, StoreStep, WindowStore,
+    CallReply, Hit, StoreAnswer, StoreCall, StoreFailure, StoreReceipt, StoreStep, TakeBack,
+    WindowStore,
 };
-use crate::state::window::WindowState;
+use crate::state::window::{Forgave, WindowState};
 use serde_json::Value;
 
 /// The shared store: one Redis Function call per hit through webdis. It
@@ -18,9 +19,8 @@ pub struct RedisStore {
     /// The plugin's name: keeps deployments sharing one Redis apart.
     namespace: String,
     /// Makes each hit's log member unique among every Envoy sharing the
-    /// store: a random seed per plugin instance and a counter.
+    /// store: a random seed per plugin instance, and the hit's id.
     seed: u64,
-    counter: u64,
 }
 
 impl RedisStore {
@@ -29,20 +29,16 @@ impl RedisStore {
             cfg,
             namespace: namespace.to_string(),
             seed,
-            counter: 0,
         }
     }
 
-    fn nonce(&mut self) -> String {
-        self.counter = self.counter.wrapping_add(1);
-        format!("{:x}-{:x}", self.seed, self.counter)
+    /// A hit's log member: unique among every Envoy sharing the store.
+    fn nonce(&self, id: u64) -> String {
+        format!("{:x}-{:x}", self.seed, id)
     }
-}
 
-impl WindowStore for RedisStore {
-    fn record(&mut self, hit: &Hit) -> StoreStep {
-        let nonce = self.nonce();
-        StoreStep::Call(StoreCall {
+    fn call(&self, body: String) -> StoreCall {
+        StoreCall {
             cluster: self.cfg.cluster.clone(),
             headers: vec![
                 (":method", "POST".to_string()),
@@ -50,9 +46,22 @@ impl WindowStore for RedisStore {
                 (":authority", self.cfg.authority.clone()),
                 ("content-type", "text/plain".to_string()),
             ],
-            body: call_body(&self.namespace, hit, &nonce).into_bytes(),
+            body: body.into_bytes(),
             timeout_ms: self.cfg.timeout_ms,
-        })
+        }
+    }
+
+    /// The call taking a hit back (`loopguard_forgive`): its attempt was
+    /// failed by the provider. Its reply is read by [`parse_take_back`].
+    pub fn take_back(&self, t: &TakeBack) -> StoreCall {
+        self.call(take_back_body(&self.namespace, t, &self.nonce(t.id)))
+    }
+}
+
+impl WindowStore for RedisStore {
+    fn record(&mut self, hit: &Hit) -> StoreStep {
+        let nonce = self.nonce(hit.id);
+        StoreStep::Call(self.call(call_body(&self.namespace, hit, &nonce)))
     }
 
     fn complete(&mut self, _hit: &Hit, reply: &CallReply) -> StoreAnswer {
@@ -88,7 +97,7 @@ pub fn keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
 }
 
 /// The store keys of a near-mode record (a caller and model): the history
-/// of SimHashes, the cooldowns and each loop's event state.
+/// of signatures, the cooldowns and each loop's event state.
 pub fn near_keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
     let hex = fp.hex();
     [
@@ -115,17 +124,64 @@ pub fn call_body(namespace: &str, hit: &Hit, nonce: &str) -> String {
     let (function, [a, b, c]) = match &hit.near {
         None => ("loopguard_hit", keys(namespace, &hit.key)),
         Some(p) => {
-            args.push(format!("{:016x}", p.simhash));
-            args.push(p.distance.to_string());
+            args.push(p.signature.hex());
+            args.push(p.threshold.min_matches.to_string());
             ("loopguard_near", near_keys(namespace, &hit.key))
         }
     };
-    let mut out = format!("FCALL/{function}/3");
-    for part in [a, b, c].iter().chain(args.iter()) {
+    fcall(function, &[a, b, c], &args)
+}
+
+/// `FCALL/<function>/<n keys>/<keys>/<args>`, each part encoded.
+fn fcall(function: &str, keys: &[String], args: &[String]) -> String {
+    let mut out = format!("FCALL/{function}/{}", keys.len());
+    for part in keys.iter().chain(args.iter()) {
         out.push('/');
         out.push_str(&encode_arg(part));
     }
     out
+}
+
+/// The keys of what a record forgave: beside its log, in its hash tag.
+fn forgiven_key(log_key: &str) -> String {
+    format!("{log_key}fg")
+}
+
+/// The webdis request body taking back the hit logged as `nonce`
+/// (`loopguard_forgive`).
+pub fn take_back_body(namespace: &str, t: &TakeBack, nonce: &str) -> String {
+    let [log, _, _] = match t.near {
+        None => keys(namespace, &t.key),
+        Some(_) => near_keys(namespace, &t.key),
+    };
+    let forgiven = forgiven_key(&log);
+    fcall(
+        "loopguard_forgive",
+        &[log, forgiven],
+        &[
+            nonce.to_string(),
+            t.forgiveness.window_ms.to_string(),
+            t.forgiveness.max.to_string(),
+        ],
+    )
+}
+
+/// Read the answer to [`take_back_body`]: `{"FCALL": 1}` forgiven, `0` the
+/// window's forgiveness used up, `-1` the hit is gone.
+pub fn parse_take_back(status: &str, body: &[u8]) -> Result<Forgave, StoreFailure> {
+    if !status.starts_with('2') {
+        return Err(StoreFailure::Status(status.to_string()));
+    }
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|_| StoreFailure::Reply("the answer is not JSON".to_string()))?;
+    match v.get("FCALL").and_then(Value::as_i64) {
+        Some(1) => Ok(Forgave::Forgiven),
+        Some(0) => Ok(Forgave::OverBudget),
+        Some(-1) => Ok(Forgave::NotFound),
+        _ => Err(StoreFailure::Reply(
+            "the FCALL result is not 1, 0 or -1".to_string(),
+        )),
+    }
 }
 
 /// Percent-encode an argument for webdis: `/` separates arguments, `?`
@@ -224,23 +280,90 @@ mod tests {
     }
 
     #[test]
-    fn a_near_hit_calls_the_near_function_with_its_simhash() {
+    fn a_near_hit_calls_the_near_function_with_its_signature() {
         let fp = Fingerprint([0xcd; 16]);
+        let signature = crate::detect::similarity::Signature {
+            anchor: 0x0102_0304,
+            bins: [0x00ff_0000_0000_0a0b, 0, 0, 0, 0, 0, u64::MAX],
+        };
         let hit = Hit {
             key: fp,
             now_ms: 0,
             query: q(),
             near: Some(crate::state::near::NearProbe {
-                simhash: 0x00ff_0000_0000_0a0b,
-                distance: 3,
+                signature,
+                threshold: crate::detect::similarity::NearThreshold { min_matches: 140 },
             }),
+            id: 1,
         };
         let body = call_body("edge-1", &hit, "n1");
         let hex = "cd".repeat(16);
+        let sig = format!(
+            "01020304{}{}{}",
+            "00ff000000000a0b",
+            "0".repeat(16 * 5),
+            "f".repeat(16)
+        );
         assert_eq!(
             body,
-            format!("FCALL/loopguard_near/3/lg:edge-1:{{{hex}}}:n/lg:edge-1:{{{hex}}}:ncd/lg:edge-1:{{{hex}}}:nev/60000/5/5/30000/3/60000/n1/00ff000000000a0b/3")
+            format!("FCALL/loopguard_near/3/lg:edge-1:{{{hex}}}:n/lg:edge-1:{{{hex}}}:ncd/lg:edge-1:{{{hex}}}:nev/60000/5/5/30000/3/60000/n1/{sig}/140")
         );
+    }
+
+    #[test]
+    fn a_failed_attempt_is_taken_back_by_its_nonce() {
+        let fp = Fingerprint([0xab; 16]);
+        let mut hit = Hit::exact(fp, 7, q());
+        hit.id = 0x2a;
+        let store = RedisStore::new(
+            config::RedisStore {
+                cluster: "redis".into(),
+                path: "/".into(),
+                authority: "webdis".into(),
+                timeout_ms: 100,
+                on_error: config::OnStoreError::Local,
+            },
+            "edge-1",
+            0xbeef,
+        );
+        let call = store.take_back(&hit.take_back(3));
+        let hex = "ab".repeat(16);
+        assert_eq!(
+            String::from_utf8(call.body).unwrap(),
+            format!("FCALL/loopguard_forgive/2/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:wfg/beef-2a/60000/3")
+        );
+        // The hit's own call logs it under the same member.
+        let StoreStep::Call(recorded) = RedisStore::new(
+            config::RedisStore {
+                cluster: "redis".into(),
+                path: "/".into(),
+                authority: "webdis".into(),
+                timeout_ms: 100,
+                on_error: config::OnStoreError::Local,
+            },
+            "edge-1",
+            0xbeef,
+        )
+        .record(&hit) else {
+            panic!("the shared store always calls");
+        };
+        assert!(String::from_utf8(recorded.body)
+            .unwrap()
+            .ends_with("/beef-2a"));
+        assert_eq!(
+            parse_take_back("200", br#"{"FCALL":1}"#),
+            Ok(Forgave::Forgiven)
+        );
+        assert_eq!(
+            parse_take_back("200", br#"{"FCALL":0}"#),
+            Ok(Forgave::OverBudget)
+        );
+        assert_eq!(
+            parse_take_back("200", br#"{"FCALL":-1}"#),
+            Ok(Forgave::NotFound)
+        );
+        assert!(parse_take_back("200", br#"{"FCALL":[false,"x"]}"#).is_err());
+        assert!(parse_take_back("503", b"").is_err());
     }
 
     #[test]

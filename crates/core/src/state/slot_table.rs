@@ -12,14 +12,15 @@
 //! host stores them (Envoy shared data, compare-and-swap).
 
 use crate::detect::fingerprint::Fingerprint;
+use crate::detect::similarity::{Signature, SIGNATURE_BYTES};
 use crate::state::near::{NearEvent, NearProbe, NearRecord};
-use crate::state::window::{HitRecord, WindowQuery, WindowState};
+use crate::state::window::{Forgave, Forgiveness, HitRecord, WindowQuery, WindowState};
 
 /// Entries per bucket.
 pub const BUCKET_ENTRIES: usize = 4;
 /// Bumped whenever the bucket encoding changes: it is part of the layout
 /// hash, so a new encoding never misreads old slots.
-const FORMAT_VERSION: u8 = 5;
+const FORMAT_VERSION: u8 = 6;
 
 /// The shape of the table, fixed at configure time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +111,14 @@ impl Record {
             Record::Near(r) => r.expires_at(window_ms),
         }
     }
+
+    fn forgive(&mut self, at: u64, near: Option<&Signature>, now: u64, f: &Forgiveness) -> Forgave {
+        match (self, near) {
+            (Record::Hits(r), None) => r.forgive(at, now, f),
+            (Record::Near(r), Some(sig)) => r.forgive(sig, at, now, f),
+            _ => Forgave::NotFound,
+        }
+    }
 }
 
 /// A decoded bucket.
@@ -195,14 +204,42 @@ pub fn record(
     }
 }
 
+/// Take back the hit of `fp` recorded at `at` (`near`: its signature) in
+/// the bucket `old`: an attempt the provider failed. The new bucket bytes
+/// when something changed.
+pub fn forgive(
+    old: &[u8],
+    fp: &Fingerprint,
+    at: u64,
+    near: Option<&Signature>,
+    now: u64,
+    f: &Forgiveness,
+) -> (Forgave, Option<Vec<u8>>) {
+    let Some(mut bucket) = Bucket::decode(old) else {
+        return (Forgave::NotFound, None);
+    };
+    let Some(entry) = bucket.entries.iter_mut().find(|e| e.fingerprint == *fp) else {
+        return (Forgave::NotFound, None);
+    };
+    let forgave = entry.record.forgive(at, near, now, f);
+    if forgave == Forgave::Forgiven {
+        // The entry may expire sooner now; it never lives longer.
+        (forgave, Some(bucket.encode()))
+    } else {
+        (forgave, None)
+    }
+}
+
 // Encoding (little-endian):
 //   bucket := version:u8 count:u8 entry*
 //   entry  := kind:u8 fingerprint:[16] last_seen:u64 expires_at:u64
 //             last_event:u64 suppressed:u32 record
 //   record := (kind 0, hits) cooldown_until:u64 n:u16 age:u32*n
-//           | (kind 1, near) n:u16 (simhash:u64 age:u32)*n
-//                            m:u8 (simhash:u64 until:u64)*m
-//                            e:u8 (simhash:u64 last:u64 suppressed:u32)*e
+//                            f:u8 forgiven:u64*f
+//           | (kind 1, near) n:u16 (signature:[60] age:u32)*n
+//                            m:u8 (signature:[60] until:u64)*m
+//                            e:u8 (signature:[60] last:u64 suppressed:u32)*e
+//                            f:u8 (signature:[60] forgiven:u64)*f
 // (a near record's event state is per loop: its entry-level last_event and
 // suppressed are 0)
 // Hit times are stored as ages in ms before `last_seen` (a window is at
@@ -247,34 +284,42 @@ impl Bucket {
                         cooldown_until,
                         last_event,
                         suppressed,
+                        forgiven: r.times()?,
                     })
                 }
                 KIND_NEAR => {
                     let count = r.u16()? as usize;
                     let mut hits = Vec::with_capacity(count);
                     for _ in 0..count {
-                        let h = r.u64()?;
+                        let h = r.signature()?;
                         hits.push((h, at(r.u32()?)));
                     }
                     let cooling = r.u8()? as usize;
                     let mut cooldowns = Vec::with_capacity(cooling);
                     for _ in 0..cooling {
-                        let h = r.u64()?;
+                        let h = r.signature()?;
                         cooldowns.push((h, r.u64()?));
                     }
                     let loops = r.u8()? as usize;
                     let mut events = Vec::with_capacity(loops);
                     for _ in 0..loops {
                         events.push(NearEvent {
-                            simhash: r.u64()?,
+                            signature: r.signature()?,
                             last: r.u64()?,
                             suppressed: r.u32()?,
                         });
+                    }
+                    let f = r.u8()? as usize;
+                    let mut forgiven = Vec::with_capacity(f);
+                    for _ in 0..f {
+                        let h = r.signature()?;
+                        forgiven.push((h, r.u64()?));
                     }
                     Record::Near(NearRecord {
                         hits,
                         cooldowns,
                         events,
+                        forgiven,
                     })
                 }
                 _ => return None,
@@ -299,13 +344,15 @@ impl Bucket {
             .map(|e| {
                 ENTRY_FIXED
                     + match &e.record {
-                        Record::Hits(r) => 8 + 2 + 4 * r.hits.len(),
+                        Record::Hits(r) => 8 + 2 + 4 * r.hits.len() + 1 + 8 * r.forgiven.len(),
                         Record::Near(r) => {
-                            2 + 12 * r.hits.len()
+                            2 + (SIGNATURE_BYTES + 4) * r.hits.len()
                                 + 1
-                                + 16 * r.cooldowns.len()
+                                + (SIGNATURE_BYTES + 8) * r.cooldowns.len()
                                 + 1
-                                + 20 * r.events.len()
+                                + (SIGNATURE_BYTES + 12) * r.events.len()
+                                + 1
+                                + (SIGNATURE_BYTES + 8) * r.forgiven.len()
                         }
                     }
             })
@@ -333,31 +380,47 @@ impl Bucket {
                     for &t in r.hits.iter().skip(r.hits.len() - n) {
                         out.extend_from_slice(&age(t).to_le_bytes());
                     }
+                    put_times(&mut out, &r.forgiven);
                 }
                 Record::Near(r) => {
                     let n = r.hits.len().min(usize::from(u16::MAX));
                     out.extend_from_slice(&(n as u16).to_le_bytes());
-                    for &(h, t) in r.hits.iter().skip(r.hits.len() - n) {
-                        out.extend_from_slice(&h.to_le_bytes());
-                        out.extend_from_slice(&age(t).to_le_bytes());
+                    for (h, t) in r.hits.iter().skip(r.hits.len() - n) {
+                        out.extend_from_slice(&h.to_bytes());
+                        out.extend_from_slice(&age(*t).to_le_bytes());
                     }
                     let m = r.cooldowns.len().min(usize::from(u8::MAX));
                     out.push(m as u8);
-                    for &(h, until) in r.cooldowns.iter().take(m) {
-                        out.extend_from_slice(&h.to_le_bytes());
+                    for (h, until) in r.cooldowns.iter().take(m) {
+                        out.extend_from_slice(&h.to_bytes());
                         out.extend_from_slice(&until.to_le_bytes());
                     }
                     let e = r.events.len().min(usize::from(u8::MAX));
                     out.push(e as u8);
                     for ev in r.events.iter().take(e) {
-                        out.extend_from_slice(&ev.simhash.to_le_bytes());
+                        out.extend_from_slice(&ev.signature.to_bytes());
                         out.extend_from_slice(&ev.last.to_le_bytes());
                         out.extend_from_slice(&ev.suppressed.to_le_bytes());
+                    }
+                    let f = r.forgiven.len().min(usize::from(u8::MAX));
+                    out.push(f as u8);
+                    for (h, t) in r.forgiven.iter().take(f) {
+                        out.extend_from_slice(&h.to_bytes());
+                        out.extend_from_slice(&t.to_le_bytes());
                     }
                 }
             }
         }
         out
+    }
+}
+
+/// A short list of times: `f:u8 time:u64*f`.
+fn put_times(out: &mut Vec<u8>, times: &[u64]) {
+    let f = times.len().min(usize::from(u8::MAX));
+    out.push(f as u8);
+    for t in times.iter().take(f) {
+        out.extend_from_slice(&t.to_le_bytes());
     }
 }
 
@@ -384,6 +447,17 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
+    fn signature(&mut self) -> Option<Signature> {
+        Signature::from_bytes(self.take(SIGNATURE_BYTES)?)
+    }
+    fn times(&mut self) -> Option<Vec<u64>> {
+        let f = self.u8()? as usize;
+        let mut out = Vec::with_capacity(f);
+        for _ in 0..f {
+            out.push(self.u64()?);
+        }
+        Some(out)
+    }
 }
 
 #[cfg(test)]
@@ -394,6 +468,13 @@ mod tests {
 
     fn fp(n: u8) -> Fingerprint {
         Fingerprint([n; 16])
+    }
+
+    fn sig(n: u64) -> Signature {
+        Signature {
+            anchor: n as u32,
+            bins: [n, !n, n << 3, 0, 1, 2, n],
+        }
     }
 
     fn q(window_ms: u64, trip_at: u32) -> WindowQuery {
@@ -432,6 +513,7 @@ mod tests {
                         cooldown_until: 9_000,
                         last_event: 4_000,
                         suppressed: 7,
+                        forgiven: vec![4_500],
                     }),
                 },
                 Entry {
@@ -439,13 +521,14 @@ mod tests {
                     last_seen: 6_000,
                     expires_at: 66_000,
                     record: Record::Near(NearRecord {
-                        hits: vec![(u64::MAX, 2_000), (7, 6_000)],
-                        cooldowns: vec![(7, 36_000)],
+                        hits: vec![(sig(u64::MAX), 2_000), (sig(7), 6_000)],
+                        cooldowns: vec![(sig(7), 36_000)],
                         events: vec![NearEvent {
-                            simhash: 7,
+                            signature: sig(7),
                             last: 6_000,
                             suppressed: 2,
                         }],
+                        forgiven: vec![(sig(7), 3_000), (sig(9), 5_500)],
                     }),
                 },
             ],

@@ -8,9 +8,10 @@
 //! answer, then a pure decision.
 
 use crate::detect::fingerprint::Fingerprint;
+use crate::detect::similarity::Signature;
 use crate::state::near::NearProbe;
 use crate::state::slot_table::{self, TableLayout};
-use crate::state::window::{WindowQuery, WindowState};
+use crate::state::window::{Forgave, Forgiveness, WindowQuery, WindowState};
 
 /// CAS attempts before a hit is given up on (the request then passes).
 pub const MAX_CAS_ATTEMPTS: u32 = 32;
@@ -56,6 +57,9 @@ pub struct Hit {
     /// A near-mode hit: `key` names the caller's record, and this is what
     /// is compared in it.
     pub near: Option<NearProbe>,
+    /// Tells the hit from every other: the shared store's log member (with
+    /// the engine's random seed), so a failed attempt can be taken back.
+    pub id: u64,
 }
 
 impl Hit {
@@ -66,8 +70,35 @@ impl Hit {
             now_ms,
             query,
             near: None,
+            id: 0,
         }
     }
+
+    /// What taking this hit back (the provider failed the attempt) needs.
+    pub fn take_back(&self, max: u32) -> TakeBack {
+        TakeBack {
+            key: self.key,
+            at: self.now_ms,
+            near: self.near.map(|p| p.signature),
+            id: self.id,
+            forgiveness: Forgiveness {
+                window_ms: self.query.window_ms,
+                max,
+            },
+        }
+    }
+}
+
+/// A hit to take back: the attempt it counted was failed by the provider
+/// (a 5xx or 429 answer), so a retry of it is not a loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TakeBack {
+    pub key: Fingerprint,
+    /// When the hit was recorded (the local table's time of it).
+    pub at: u64,
+    pub near: Option<Signature>,
+    pub id: u64,
+    pub forgiveness: Forgiveness,
 }
 
 /// What a store does with a hit: answer now (the local table), or ask the
@@ -211,6 +242,30 @@ impl<B: BucketBackend> SlotStore<B> {
             }
         }
         StoreAnswer::Failed(StoreFailure::Contention)
+    }
+}
+
+impl<B: BucketBackend> SlotStore<B> {
+    /// Take a hit back (the provider failed its attempt), retrying lost
+    /// races. `Err` when the table could not be updated.
+    pub fn take_back(&mut self, t: &TakeBack, now: u64) -> Result<Forgave, StoreFailure> {
+        let bucket = self.layout.bucket_of(&t.key);
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some((old, version)) = self.backend.read(bucket) else {
+                return Err(StoreFailure::Backend);
+            };
+            let (forgave, new) =
+                slot_table::forgive(&old, &t.key, t.at, t.near.as_ref(), now, &t.forgiveness);
+            let Some(new) = new else {
+                return Ok(forgave);
+            };
+            match self.backend.write(bucket, &new, version) {
+                CasWrite::Written => return Ok(forgave),
+                CasWrite::Conflict => continue,
+                CasWrite::Failed => return Err(StoreFailure::Backend),
+            }
+        }
+        Err(StoreFailure::Contention)
     }
 }
 

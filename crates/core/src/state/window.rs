@@ -63,6 +63,8 @@ pub struct HitRecord {
     pub last_event: u64,
     /// Detections since then that were not reported.
     pub suppressed: u32,
+    /// When attempts the provider failed were forgiven (in the window).
+    pub forgiven: Vec<u64>,
 }
 
 impl HitRecord {
@@ -93,6 +95,21 @@ impl HitRecord {
         }
     }
 
+    /// The attempt recorded at `at` was failed by the provider: take its
+    /// hit back, as the window's forgiveness allows.
+    pub fn forgive(&mut self, at: u64, now: u64, f: &Forgiveness) -> Forgave {
+        let found = self.hits.iter().rposition(|&t| t == at);
+        forgive(
+            &mut self.hits,
+            found,
+            &mut self.forgiven,
+            now,
+            |_| true,
+            now,
+            f,
+        )
+    }
+
     /// When this record stops mattering: its newest hit has left the window
     /// and its cooldown is over.
     pub fn expires_at(&self, window_ms: u64) -> u64 {
@@ -100,6 +117,84 @@ impl HitRecord {
         newest.max(self.cooldown_until)
     }
 }
+
+/// How many attempts the provider failed a record may take back within
+/// a window (`forgive_failed_attempts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forgiveness {
+    pub window_ms: u64,
+    pub max: u32,
+}
+
+/// What became of a failed attempt's hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forgave {
+    /// Taken back: the attempt is not loop evidence.
+    Forgiven,
+    /// The window's forgiveness is used up: the attempt counts.
+    OverBudget,
+    /// The hit is no longer in the record (it left the window, or was
+    /// evicted): nothing to take back.
+    NotFound,
+}
+
+impl Forgave {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Forgave::Forgiven => "forgiven",
+            Forgave::OverBudget => "over_budget",
+            Forgave::NotFound => "not_found",
+        }
+    }
+}
+
+/// What a record remembers of a forgiven attempt: at least when.
+pub trait Stamped {
+    fn time(&self) -> u64;
+}
+
+impl Stamped for u64 {
+    fn time(&self) -> u64 {
+        *self
+    }
+}
+
+impl<K> Stamped for (K, u64) {
+    fn time(&self) -> u64 {
+        self.1
+    }
+}
+
+/// Take back the hit at `found` in `log` (an attempt the provider failed)
+/// if fewer than `f.max` attempts like it (`alike`) were taken back within
+/// the window. `forgiven` remembers what was taken back (`entry`), at most
+/// [`MAX_FORGIVEN`] entries.
+pub fn forgive<T, F: Stamped>(
+    log: &mut Vec<T>,
+    found: Option<usize>,
+    forgiven: &mut Vec<F>,
+    entry: F,
+    alike: impl Fn(&F) -> bool,
+    now: u64,
+    f: &Forgiveness,
+) -> Forgave {
+    forgiven.retain(|e| now.saturating_sub(e.time().min(now)) < f.window_ms);
+    let Some(i) = found.filter(|&i| i < log.len()) else {
+        return Forgave::NotFound;
+    };
+    if forgiven.iter().filter(|e| alike(e)).count() >= f.max as usize {
+        return Forgave::OverBudget;
+    }
+    log.remove(i);
+    if forgiven.len() >= MAX_FORGIVEN {
+        forgiven.remove(0);
+    }
+    forgiven.push(entry);
+    Forgave::Forgiven
+}
+
+/// Forgiven attempts a record remembers (the budget is at most 16).
+pub const MAX_FORGIVEN: usize = 16;
 
 /// Whether a detection at `now` is reported: the first in `every_ms`
 /// (answering how many were not reported since the last one), or counted

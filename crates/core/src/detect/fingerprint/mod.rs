@@ -12,7 +12,7 @@
 //! the notes, so it pays nothing for them).
 
 use crate::config::{Config, Policy, Similarity, Volatile};
-use crate::detect::simhash;
+use crate::detect::similarity::{self, Signature};
 use crate::request::llm::{self, Format};
 use crate::request::{self, RequestFacts, RequestHead};
 use std::fmt;
@@ -132,10 +132,9 @@ pub struct Fingerprinted {
     pub model: Option<String>,
     /// The session id (session mode), for events.
     pub session: Option<String>,
-    /// Near mode: the SimHash of the masked tail (`fingerprint` then names
-    /// the caller's record: policy, caller and model). `None` for a
-    /// conversation with no model turn yet, fingerprinted exactly.
-    pub near: Option<u64>,
+    /// Near mode: the signature of the masked tail (`fingerprint` then
+    /// names the caller's record: policy, caller and model).
+    pub near: Option<Signature>,
 }
 
 impl Pending<Sha256> {
@@ -312,10 +311,10 @@ impl<S: Hashing> Pending<S> {
             }
             PendingMode::Near { tail_messages } => {
                 // The fingerprint names the caller's record; the tail goes
-                // into the SimHash compared inside it, salted with the
-                // conversation's opening, so only turns of one task (or
-                // the same task started again) can be near each other.
-                let mut c = Canon::<S>::new(b"lg/near/2");
+                // into the signature compared inside it, salted with the
+                // conversation's task, so only turns of one task (or the
+                // same task started again) can be near each other.
+                let mut c = Canon::<S>::new(b"lg/near/3");
                 c.named("policy", self.policy_id.as_bytes());
                 c.identity(&self.identity);
                 c.named_optional("model", req.model.as_deref().map(str::as_bytes));
@@ -323,9 +322,12 @@ impl<S: Hashing> Pending<S> {
                 // read: a long first message is held once, not twice.
                 let mut opening = req.opening();
                 self.volatile.mask_opening(&mut opening);
-                let salt = simhash::opening_salt(&opening);
+                let salt = similarity::opening_salt(&opening);
                 c.0.note(|| {
-                    Component::new("opening (salts the SimHash)", opening.len().to_string())
+                    Component::new(
+                        "opening (its first user message salts the signature)",
+                        opening.len().to_string(),
+                    )
                 });
                 for (i, m) in opening.iter().enumerate() {
                     note_message(&mut c.0, m, "opening", i);
@@ -335,14 +337,15 @@ impl<S: Hashing> Pending<S> {
                     return self.unparsed(body);
                 };
                 self.volatile.mask_messages(&mut tail);
-                let h = simhash::of_conversation(salt, &tail);
+                let h = similarity::of_conversation(salt, &tail);
                 c.0.note(|| {
-                    Component::new("tail messages (in the SimHash)", tail.len().to_string())
+                    Component::new("tail messages (in the signature)", tail.len().to_string())
                 });
                 for (i, m) in tail.iter().enumerate() {
                     note_message(&mut c.0, m, "message", i);
                 }
-                c.0.note(|| Component::new("simhash", format!("{h:016x}")));
+                c.0.note(|| Component::new("signature anchor", format!("{:08x}", h.anchor)));
+                c.0.note(|| Component::new("signature", h.hex()));
                 near = Some(h);
                 c.finish()
             }

@@ -230,7 +230,14 @@ struct Cursor {
     in_word: bool,
     classes: Classes,
     context: Context,
+    /// Every number is masked (`tool_result_numbers`, in a tool result).
     numbers: bool,
+    /// Numbers whose context says they are noise are masked
+    /// (`noise_numbers`, in a tool result or the model's text).
+    noise: bool,
+    /// Words left in which a number is noise because a word before it
+    /// named a time, an attempt or an id (`attempt 4`, `nov 23`).
+    keyed: u8,
 }
 
 impl Cursor {
@@ -241,6 +248,8 @@ impl Cursor {
             classes,
             context,
             numbers: context == Context::ToolResult && classes.contains(Class::ToolResultNumbers),
+            noise: context != Context::Arguments && classes.contains(Class::NoiseNumbers),
+            keyed: 0,
         }
     }
 
@@ -264,12 +273,15 @@ impl Cursor {
             let found = found.or_else(|| {
                 if self.numbers && c.is_ascii_digit() {
                     Some((i, number_end(b, i), "#"))
+                } else if self.noise && !self.in_word && c.is_ascii_digit() {
+                    noise_number(b, i, self.keyed > 0).map(|end| (i, end, "#"))
                 } else {
                     None
                 }
             });
             match found {
                 Some(t) => {
+                    self.keyed = 0;
                     self.i = t.1.max(i + 1);
                     self.in_word = is_alnum(b, self.i - 1);
                     return Some(t);
@@ -285,13 +297,218 @@ impl Cursor {
                     self.in_word = true;
                 }
                 None => {
-                    self.i = word_end(b, i);
+                    let end = if c.is_ascii_digit() {
+                        // A kept number, `1,843.5` whole, and any letters
+                        // after it.
+                        word_end(b, number_end(b, i))
+                    } else {
+                        word_end(b, i)
+                    };
+                    if self.noise && !self.in_word {
+                        self.keyed = match b.get(i..end) {
+                            Some(w) if names_noise(w) => 2,
+                            _ => self.keyed.saturating_sub(1),
+                        };
+                    }
+                    self.i = end.max(i + 1);
                     self.in_word = true;
                 }
             }
         }
         None
     }
+}
+
+/// Words after which a number is noise: times, attempts, ids (`attempt
+/// 4`, `latency_ms: 31`, `pid 2231`, `retry budget 4/10`), and the names
+/// of months and weekdays (`Nov 23`, `Thu, 05 Nov 2026`). `may` is left
+/// out: it is a verb far more often than a month.
+const NOISE_KEYS: &[&str] = &[
+    "attempt",
+    "attempts",
+    "retry",
+    "retries",
+    "try",
+    "tries",
+    "took",
+    "elapsed",
+    "latency",
+    "duration",
+    "uptime",
+    "time",
+    "ts",
+    "timestamp",
+    "pid",
+    "tid",
+    "port",
+    "seq",
+    "nonce",
+    "trace",
+    "span",
+    "session",
+    "worker",
+    "thread",
+    "request",
+    "req",
+    "wait",
+    "waited",
+    "delay",
+    "backoff",
+    "deadline",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+    "january",
+    "february",
+    "march",
+    "april",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+    "mon",
+    "tue",
+    "tues",
+    "wed",
+    "thu",
+    "thur",
+    "thurs",
+    "fri",
+    "sat",
+    "sun",
+    "monday",
+    "tuesday",
+    "wednesday",
+    "thursday",
+    "friday",
+    "saturday",
+    "sunday",
+];
+
+/// Units of time a number may carry (`1843 ms`, `1.04s`, `5 seconds`).
+/// `m` alone is left out (minutes, metres or millions); it counts inside a
+/// compound duration (`10m07s`).
+const TIME_UNITS: &[&str] = &[
+    "ms", "s", "sec", "secs", "second", "seconds", "us", "ns", "min", "mins", "minute", "minutes",
+    "h", "hr", "hrs", "hour", "hours",
+];
+
+fn names_noise(word: &[u8]) -> bool {
+    word.len() <= 9
+        && NOISE_KEYS
+            .iter()
+            .any(|k| k.as_bytes().eq_ignore_ascii_case(word))
+}
+
+/// Whether the number at `i` (a word start) is noise, and where the masked
+/// part ends: a time of day (`13:40:01`, all of it), a compound duration
+/// (`10m07s`, all of it), a number with a unit of time after it (the
+/// number), or any number right after a word that names a time, an
+/// attempt or an id (`keyed`).
+fn noise_number(b: &[u8], i: usize, keyed: bool) -> Option<usize> {
+    if let Some(end) = clock_time(b, i).or_else(|| compound_duration(b, i)) {
+        return Some(end);
+    }
+    let end = number_end(b, i);
+    if time_unit_at(b, end) {
+        return Some(end);
+    }
+    // After a key, a number standing alone (`worker 31bd07aa` is an id
+    // that starts with digits, not a number).
+    (keyed && !is_alnum(b, end)).then_some(end)
+}
+
+/// A unit of time at `p`, directly or after one space, ending its word.
+fn time_unit_at(b: &[u8], p: usize) -> bool {
+    let p = if b.get(p) == Some(&b' ') { p + 1 } else { p };
+    // `µs`: U+00B5 then `s`.
+    if b.get(p..p + 3) == Some(&[0xC2, 0xB5, b's'][..]) {
+        return !is_alnum(b, p + 3);
+    }
+    let mut q = p;
+    while b.get(q).is_some_and(u8::is_ascii_alphabetic) {
+        q += 1;
+    }
+    let unit = b.get(p..q).unwrap_or_default();
+    !unit.is_empty()
+        && !is_alnum(b, q)
+        && TIME_UNITS
+            .iter()
+            .any(|u| u.as_bytes().eq_ignore_ascii_case(unit))
+}
+
+/// `h:mm`, `hh:mm`, `hh:mm:ss`, with a fraction: a time of day (hours up to
+/// 23, minutes and seconds up to 59). `16:9` or `88:50` are not.
+fn clock_time(b: &[u8], i: usize) -> Option<usize> {
+    let h_end = digits_end(b, i)?;
+    let hours = two_digit_value(b.get(i..h_end)?)?;
+    if hours > 23 {
+        return None;
+    }
+    let mut p = byte(b, h_end, b':')?;
+    let m_end = run(b, p, 2, digit)?;
+    if two_digit_value(b.get(p..m_end)?)? > 59 {
+        return None;
+    }
+    p = m_end;
+    if let Some(q) = byte(b, p, b':').and_then(|q| run(b, q, 2, digit)) {
+        if two_digit_value(b.get(p + 1..q)?)? > 60 {
+            return None;
+        }
+        p = q;
+        if let Some(q) = b
+            .get(p)
+            .filter(|c| matches!(c, b'.' | b','))
+            .and_then(|_| digits_end(b, p + 1))
+        {
+            p = q;
+        }
+    }
+    ends(b, p)
+}
+
+/// The value of one or two digits.
+fn two_digit_value(d: &[u8]) -> Option<u32> {
+    if d.is_empty() || d.len() > 2 {
+        return None;
+    }
+    Some(d.iter().fold(0, |v, c| v * 10 + u32::from(c - b'0')))
+}
+
+/// Two or more `<digits><unit>` parts of `h`, `m`, `s` or `ms` run
+/// together: `10m07s`, `1h30m`, `2m3.5s`.
+fn compound_duration(b: &[u8], i: usize) -> Option<usize> {
+    let mut p = i;
+    let mut parts = 0;
+    while let Some(d) = digits_end(b, p) {
+        let d = match b.get(d) {
+            Some(b'.') => digits_end(b, d + 1).unwrap_or(d),
+            _ => d,
+        };
+        let unit = match (
+            b.get(d).map(u8::to_ascii_lowercase),
+            b.get(d + 1).map(u8::to_ascii_lowercase),
+        ) {
+            (Some(b'm'), Some(b's')) => 2,
+            (Some(b'h' | b'm' | b's'), _) => 1,
+            _ => break,
+        };
+        p = d + unit;
+        parts += 1;
+    }
+    (parts >= 2).then_some(p).and_then(|e| ends(b, e))
 }
 
 /// The volatile token starting at `i` (a word start), if any: where the
@@ -607,19 +824,124 @@ mod tests {
     #[test]
     fn near_misses_are_left_alone() {
         for s in [
-            "customer 4829103746",           // a 10-digit id outside the epoch range
-            "get_build_status for main",     // snake_case words are not ids
-            "deadbeefcafebabedeadbeef",      // hex letters only
-            "abc123",                        // too short
-            "x-request-idabcdefghij",        // no digits after the prefix
-            "nov 23 13:40:01",               // syslog time: outside the classes
-            "mon, 23 nov 2026 13:40:01 gmt", // rfc 1123: outside the classes
-            "8f3a9c1e",                      // short hex
-            "12026-11-23",                   // not a date: runs on
+            "customer 4829103746",       // a 10-digit id outside the epoch range
+            "get_build_status for main", // snake_case words are not ids
+            "deadbeefcafebabedeadbeef",  // hex letters only
+            "abc123",                    // too short
+            "x-request-idabcdefghij",    // no digits after the prefix
+            "8f3a9c1e",                  // short hex
+            "12026-11-23",               // not a date: runs on
         ] {
             assert_eq!(text(s), s, "{s}");
         }
         assert_eq!(tool("customer 4829103746"), "customer #");
+    }
+
+    /// The default classes (noise numbers, not every number).
+    fn default_tool(s: &str) -> String {
+        mask(s, Classes::defaults(), Context::ToolResult).into_owned()
+    }
+
+    fn default_text(s: &str) -> String {
+        mask(s, Classes::defaults(), Context::Text).into_owned()
+    }
+
+    #[test]
+    fn numbers_that_carry_meaning_are_kept_noise_is_masked() {
+        let cases = [
+            // Progress: counts, percentages, amounts, sizes, items left.
+            ("5 failed, 20 passed in 1.04s", "5 failed, 20 passed in #s"),
+            (
+                "=== 4 failed, 21 passed in 1.10 seconds ===",
+                "=== 4 failed, 21 passed in # seconds ===",
+            ),
+            (
+                "progress 45% (1,204 of 2,000 rows)",
+                "progress 45% (1,204 of 2,000 rows)",
+            ),
+            ("wrote 4096 bytes to out.csv", "wrote 4096 bytes to out.csv"),
+            ("remaining: 37 items", "remaining: 37 items"),
+            ("total $1,843.50 due", "total $1,843.50 due"),
+            ("handlers.py:88:5: b006", "handlers.py:88:5: b006"),
+            (
+                "http 503 service unavailable",
+                "http 503 service unavailable",
+            ),
+            // Noise: durations and latencies, with or without a space.
+            ("timed out after 30012 ms", "timed out after # ms"),
+            ("elapsed 30211ms", "elapsed #ms"),
+            (
+                "took 2.5 sec; 120µs in the kernel",
+                "took # sec; #µs in the kernel",
+            ),
+            ("export aborted after 10m07s", "export aborted after #"),
+            ("ok  \tpkg/api\t0.012s", "ok  \tpkg/api\t#s"),
+            // Times of day and written dates.
+            ("nov 19 10:41:14 ci-runner-3", "nov # # ci-runner-3"),
+            ("at thu, 05 nov 2026 08:16:21 gmt", "at thu, # nov # # gmt"),
+            ("started 09:05", "started #"),
+            // The value of a key that names a time, an attempt or an id.
+            ("attempt 4 of 10", "attempt # of 10"),
+            ("retry budget 4/10 used", "retry budget #/10 used"),
+            (
+                r#"{"took_ms": 31, "total": 0}"#,
+                r#"{"took_ms": #, "total": 0}"#,
+            ),
+            (
+                r#"{"attempt": 6, "items": 3}"#,
+                r#"{"attempt": #, "items": 3}"#,
+            ),
+            ("buildkitd pid 2231 exited", "buildkitd pid # exited"),
+            (
+                "worker 31bd07aa lost its lease",
+                "worker 31bd07aa lost its lease",
+            ),
+        ];
+        for (input, want) in cases {
+            assert_eq!(default_tool(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn near_misses_of_noise_numbers_are_kept() {
+        for s in [
+            "16:9 aspect",       // not a time of day
+            "88:50 in the log",  // hours above 23
+            "5 sheep, 3 m long", // not units of time (m alone is ambiguous)
+            "10m of cable",      // one part: not a compound duration
+            "5 retries left",    // the count comes before the word
+            "may 5 tests fail",  // may is not read as a month
+            "http2 and v1.2.3",  // numbers inside words and versions
+        ] {
+            assert_eq!(default_tool(s), s, "{s}");
+        }
+    }
+
+    #[test]
+    fn the_model_text_masks_noise_numbers_but_keeps_the_rest() {
+        assert_eq!(
+            default_text("retrying: the call took 1843 ms; 4 tests still fail"),
+            "retrying: the call took # ms; 4 tests still fail"
+        );
+        assert_eq!(
+            default_text("convert 1000 eur to usd"),
+            "convert 1000 eur to usd"
+        );
+        // Arguments keep every number, even with the policy masking them.
+        assert_eq!(
+            mask("latency 5 ms", Classes::defaults(), Context::Arguments),
+            "latency 5 ms"
+        );
+    }
+
+    #[test]
+    fn every_number_is_masked_only_on_request() {
+        assert!(!Classes::defaults().contains(Class::ToolResultNumbers));
+        assert!(Classes::defaults().contains(Class::NoiseNumbers));
+        assert_eq!(
+            tool("5 failed, 20 passed in 1.04s"),
+            "# failed, # passed in #s"
+        );
     }
 
     #[test]

@@ -1,0 +1,95 @@
+//! The response headers: what the client should see of the decision, and
+//! whether the provider failed the attempt (its hit is then taken back: an
+//! SDK retrying it is not looping). The shared store is told from the root
+//! context at the next tick, so the answer is counted even when the stream
+//! is long gone.
+
+use super::*;
+use crate::response;
+use crate::state::redis;
+
+impl<B: BucketBackend> Engine<B> {
+    /// The response headers are on their way to the client (`status`: its
+    /// `:status`): add what the decision says the client should see, and
+    /// take the request's hit back if the provider failed the attempt.
+    pub fn on_response_headers(
+        &mut self,
+        r: &mut Request,
+        status: Option<u32>,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        for (name, value) in std::mem::take(&mut r.response_headers) {
+            out.push(Effect::AddResponseHeader(name, value));
+        }
+        let Some(counted) = r.counted.take() else {
+            return;
+        };
+        if !status.is_some_and(response::failed_attempt) || counted.take_back.forgiveness.max == 0 {
+            return;
+        }
+        if !counted.shared {
+            let forgave = self.local.take_back(&counted.take_back, now).ok();
+            count_opt(
+                out,
+                self.registry.failed_attempt(counted.policy, forgave),
+                1,
+            );
+            return;
+        }
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let calls = &mut self.root_calls;
+        if calls.queued.len() >= MAX_TAKE_BACKS {
+            count_opt(out, self.registry.failed_attempt(counted.policy, None), 1);
+            return;
+        }
+        calls
+            .queued
+            .push_back((counted.policy, shared.take_back(&counted.take_back)));
+        out.push(Effect::ArmTick);
+    }
+
+    /// The tick: send the queued take-backs.
+    pub(super) fn send_take_backs(&mut self, out: &mut Effects) {
+        while let Some((policy, call)) = self.root_calls.queued.pop_front() {
+            self.root_calls.sent.push_back(RootCall::TakeBack(policy));
+            out.push(Effect::SendFromRoot(call));
+        }
+    }
+
+    /// The host sent a call of the last tick ([`Effect::SendFromRoot`], in
+    /// order): its token, or why it could not.
+    pub fn on_root_call_sent(&mut self, sent: Result<u32, String>, now: u64, out: &mut Effects) {
+        match self.root_calls.sent.pop_front() {
+            Some(RootCall::TakeBack(policy)) => match sent {
+                Ok(token) if self.root_calls.awaiting.len() < MAX_TAKE_BACKS => {
+                    self.root_calls.awaiting.push_back((token, policy));
+                }
+                _ => count_opt(out, self.registry.failed_attempt(policy, None), 1),
+            },
+            Some(RootCall::Alert) | None => self.on_alert_sent(sent.map(|_| ()), now, out),
+        }
+    }
+
+    /// The answer to a call sent from the root context: a take-back's is
+    /// counted, any other is an alert's.
+    pub fn on_root_reply(
+        &mut self,
+        token: u32,
+        status: Option<&str>,
+        body: &[u8],
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let awaiting = &mut self.root_calls.awaiting;
+        let Some(i) = awaiting.iter().position(|(t, _)| *t == token) else {
+            self.on_alert_reply(status, now, out);
+            return;
+        };
+        let policy = awaiting.remove(i).map_or(0, |(_, p)| p);
+        let forgave = status.and_then(|s| redis::parse_take_back(s, body).ok());
+        count_opt(out, self.registry.failed_attempt(policy, forgave), 1);
+    }
+}
