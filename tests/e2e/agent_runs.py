@@ -140,17 +140,20 @@ def langgraph(url: str, key: str, given: str | list, tools: list[Callable], *, s
 # --- Anthropic SDK tool runner -----------------------------------------------------------
 
 
-def anthropic_tool_runner(url: str, key: str, given: str | list, tools: list[Callable], *, system: str, run: Run) -> None:
+def anthropic_tool_runner(url: str, key: str, given: str | list, tools: list[Callable], *, system: str, run: Run,
+                          threads: bool = True) -> None:
     """client.beta.messages.tool_runner(...).until_done() with @beta_tool
-    functions (a raised exception becomes an is_error tool result). It
-    runs over a message thread, as by default: each turn after the first
-    sends only the new messages."""
+    functions (a raised exception becomes an is_error tool result). By
+    default it runs over a message thread: each turn after the first sends
+    only the new messages. threads=False is its `thread=False`: the whole
+    history every turn."""
     import anthropic
 
     client = anthropic.Anthropic(base_url=url, api_key=key, http_client=anthropic.DefaultHttpxClient(event_hooks=run.hooks()))
     messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
     runner = client.beta.messages.tool_runner(model="claude-sonnet-5-5", max_tokens=1024, system=system, messages=messages,
-                                              tools=[anthropic.beta_tool(t) for t in tools], max_iterations=40)
+                                              tools=[anthropic.beta_tool(t) for t in tools], max_iterations=40,
+                                              **({} if threads else {"thread": False}))
     try:
         final = runner.until_done()
         run.output = "".join(b.text for b in final.content if b.type == "text")

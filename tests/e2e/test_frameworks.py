@@ -119,7 +119,7 @@ def assert_rejected(fw: str, run: Run, model: ScriptedModel, envoy: Envoy) -> tu
         assert isinstance(err, openai.RateLimitError)
         code, message = err.code, err.body["message"]
         assert err.body["policy"] == POLICY["id"]
-        assert err.body["type"] in ("loop_detected", "tool_loop_detected"), err.body
+        assert err.body["type"] == "loop_detected", err.body
     assert err.status_code == 429
     assert str(err).startswith("Error code: 429 - ")
     assert err.response.headers["x-should-retry"] == "false"
@@ -165,6 +165,14 @@ def assert_stopped(fw: str, sc: scripts.Scenario, run: Run, model: ScriptedModel
     return turn, how
 
 
+def assert_obeyed_or_rejected(fw: str, sc: scripts.Scenario, run: Run, model: ScriptedModel, envoy: Envoy) -> None:
+    """An obedient model's loop: stopped by a 429, or by a note the model
+    answered with its scripted stop."""
+    _, how = assert_stopped(fw, sc, run, model, envoy)
+    if how != "429":
+        assert run.output == scripts.STOP
+
+
 def assert_untouched(run: Run, model: ScriptedModel, envoy: Envoy, *, requests: int, output: str, statuses: list[int] | None = None) -> None:
     ended = run.output if run.error is None else repr(run.error)
     assert run.error is None and run.output == output, ended
@@ -206,21 +214,21 @@ def test_model_rephrasing_the_same_answer_is_rejected(fw, served):
     run, model, envoy = play(served, fw, sc, f"sk-rephrase-{fw}")
     assert_stopped(fw, sc, run, model, envoy, by={"429"})
     texts = [r.text for r in model.replies]
-    assert len(set(texts)) == len(texts), "the answer never repeated word for word"
+    assert len(set(texts)) == len(texts), "an answer repeated word for word"
 
 
 @pytest.mark.parametrize("fw", FRAMEWORK_NAMES)
 def test_alternating_tools_with_unchanged_results_are_stopped(fw, served):
     sc = scripts.alternating_tools()
     run, model, envoy = play(served, fw, sc, f"sk-alternate-{fw}")
-    assert_stopped(fw, sc, run, model, envoy)
+    assert_obeyed_or_rejected(fw, sc, run, model, envoy)
 
 
 @pytest.mark.parametrize("fw", FRAMEWORK_NAMES)
 def test_page_that_never_advances_is_stopped(fw, served):
     sc = scripts.stuck_page()
     run, model, envoy = play(served, fw, sc, f"sk-pages-{fw}")
-    assert_stopped(fw, sc, run, model, envoy)
+    assert_obeyed_or_rejected(fw, sc, run, model, envoy)
 
 
 @pytest.mark.parametrize("fw", FRAMEWORK_NAMES)
@@ -236,7 +244,23 @@ def test_sub_agent_handing_the_task_back_is_stopped(fw, served):
     else:
         sc = scripts.task_handed_back()
         run, model, envoy = play(served, fw, sc, f"sk-handback-{fw}")
-    assert_stopped(fw, sc, run, model, envoy)
+    assert_obeyed_or_rejected(fw, sc, run, model, envoy)
+
+
+def test_anthropic_tool_runner_is_nudged_when_it_sends_the_whole_history(served):
+    """Over its default message thread the tool runner sends only each
+    turn's new messages, so only near mode's count can stop its loops (the
+    tests above: a 429). With thread=False it sends the whole history and
+    tool_loops reads it: the model gets the nudge, as a text block after
+    the tool results in the last user turn, and obeys it."""
+    sc = scripts.stuck_page()
+    run, model, envoy = play(served, "anthropic-tool-runner", sc, "sk-pages-unthreaded", threads=False)
+    assert not any(b"\"thread\"" in s.body for s in run.sent)
+    assert_stopped("anthropic-tool-runner", sc, run, model, envoy, by={"nudge"})
+    last = json.loads(model.requests[-1]["body"])["messages"][-1]
+    assert last["role"] == "user"
+    assert [b["type"] for b in last["content"]] == ["tool_result", "text"]
+    assert last["content"][1]["text"].startswith("Note from the API gateway: you have called the tool `list_tickets` 3 times")
 
 
 # --- healthy runs -------------------------------------------------------------------------
