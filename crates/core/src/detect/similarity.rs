@@ -20,7 +20,10 @@
 //! are masked (counts, percentages, amounts, sizes). A coding agent whose
 //! test results differ only in their counts, an agent paging with another
 //! cursor, or fetching another order, is never a near repeat, however
-//! alike the words are.
+//! alike the words are. A tail of fewer than [`SHORT_TAIL_WORDS`] words
+//! (a one-line tool result a threaded conversation sends alone, a short
+//! prompt) anchors all its words: too few to estimate a similarity from,
+//! it is near only to the same words.
 //!
 //! A signature is 4 bytes of anchor and [`BINS`] × 2 bits (56 bytes): 60
 //! bytes; a hit in the near record is 64 with its time.
@@ -33,6 +36,8 @@ pub const BINS: usize = 224;
 const WORDS: usize = BINS / 32;
 /// A signature's encoded size.
 pub const SIGNATURE_BYTES: usize = 4 + 8 * WORDS;
+/// A tail with fewer words is near only to a tail with the same words.
+pub const SHORT_TAIL_WORDS: u32 = 24;
 /// Places each word takes in the MinHash.
 const COPIES: usize = 4;
 const USER_COPIES: usize = 1;
@@ -153,6 +158,8 @@ pub struct Sketcher {
     /// Mixed into every word (the task, and the message's place).
     salt: u64,
     anchor: u64,
+    /// Every word in order: a short tail's anchor.
+    all_words: u64,
     words: u32,
     /// In tool results and the model's text: random-looking words read as
     /// one placeholder word, and numbers folded into the anchor. Never in
@@ -169,6 +176,7 @@ impl Default for Sketcher {
             mins: [u32::MAX; BINS],
             salt: 0,
             anchor: fnv1a(b"anchor"),
+            all_words: 0,
             words: 0,
             machine_text: false,
             authored: false,
@@ -202,7 +210,6 @@ impl Sketcher {
             }
             h = mix(h.wrapping_add(GOLDEN));
         }
-        self.words += 1;
     }
 
     fn anchor(&mut self, b: &[u8]) {
@@ -220,7 +227,10 @@ impl Sketcher {
         } else {
             w
         };
-        self.hash(fnv1a(w));
+        let h = fnv1a(w);
+        self.all_words = mix(self.all_words ^ h);
+        self.words += 1;
+        self.hash(h);
     }
 
     /// Every word of `text`: runs of letters and digits (any script), plus
@@ -283,8 +293,15 @@ impl Sketcher {
                 *w |= u64::from(m & 3) << (2 * (i % 32));
             }
         }
+        // Too few words to estimate a similarity from (a handful of shared
+        // words would dominate): a short tail is near only to the same words.
+        let anchor = if self.words < SHORT_TAIL_WORDS {
+            mix(self.anchor ^ self.all_words)
+        } else {
+            self.anchor
+        };
         Signature {
-            anchor: (self.anchor ^ (self.anchor >> 32)) as u32,
+            anchor: (anchor ^ (anchor >> 32)) as u32,
             bins,
         }
     }

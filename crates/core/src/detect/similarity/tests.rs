@@ -101,7 +101,7 @@ fn the_estimate_follows_the_true_similarity() {
     }
 }
 
-/// Over 600 pairs of word sets (20 to 150 words, any overlap) drawn from a
+/// Over 600 pairs of word sets (24 to 154 words, any overlap) drawn from a
 /// fixed seed: the estimate has no bias, its typical error is the
 /// standard error the module states, and it is never far off.
 #[test]
@@ -113,7 +113,7 @@ fn the_estimate_is_calibrated() {
     };
     let mut errors = Vec::new();
     for _ in 0..600 {
-        let (na, nb) = (20 + next(131) as usize, 20 + next(131) as usize);
+        let (na, nb) = (24 + next(131) as usize, 24 + next(131) as usize);
         let shared = next(na.min(nb) as u64 + 1) as usize;
         let a: Vec<String> = (0..na)
             .map(|i| {
@@ -211,12 +211,29 @@ fn calls_anchor_what_users_write_does_not() {
             1,
             &[text(
                 "user",
-                &format!("please convert {n} eur to usd at today's rate and round to cents"),
+                &format!("please convert {n} eur to usd at today's rate, round the result to cents, and tell me which rate you used and when it was published by the bank"),
             )],
         )
     };
     assert_eq!(ask("1000").anchor, ask("1037").anchor);
     assert!(ask("1000").similarity(&ask("1037")) < 1.0);
+}
+
+#[test]
+fn a_short_tail_is_near_only_to_the_same_words() {
+    // A threaded conversation sends a tool's one-line result alone: a few
+    // words shared say nothing about a repeat.
+    let edited =
+        |change: &str| of_conversation(1, &[result(&format!("edited src/parser.py: {change}"))]);
+    let a = edited("parse_date: accept two-digit years");
+    let b = edited("parse_amount: strip thousands separators");
+    assert_ne!(a.anchor, b.anchor);
+    assert!(!a.is_near(&b, NearThreshold::from_milli(100)));
+    // The same words are still a repeat.
+    assert!(a.is_near(
+        &edited("parse_date: accept two-digit years"),
+        NearThreshold::from_milli(1000)
+    ));
 }
 
 #[test]
