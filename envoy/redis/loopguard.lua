@@ -18,11 +18,12 @@ every call: Redis needs no configuration of its own.
 Near mode: the keys name a caller's record (lg:<plugin name>:{<digest of
 policy, caller, model>}:n / :ncd / :nev). The history is a sorted set of
 the caller's recent hits, each member a unique time stamp and its
-signature (120 hex digits, last: an 8-digit anchor, then 7 words of 32
-two-bit bins), scored by Redis time, at most <capacity> of them; the count
-is the hits in the window near this one, this one included: the same
-anchor, and at least <min_matches> of the 224 bins agreeing (the filter
-turns near_similarity into that count, so both decide in integers alike).
+signature (112 hex digits, last: an 8-digit anchor, an 8-digit payload,
+then 6 words of 32 two-bit bins), scored by Redis time, at most <capacity>
+of them; the count is the hits in the window near this one, this one
+included: the same anchor, and the same payload (not 0) or at least
+<min_matches> of the 192 bins agreeing (the filter turns near_similarity
+into that count, so both decide in integers alike).
 Cooldowns are kept per signature (a sorted set scored by the time each
 ends, at most 8), so a cooldown holds its loop, not the caller; so is the
 event state (a hash of signature -> "last:suppressed", at most 8 loops),
@@ -187,17 +188,19 @@ local function popcount(x)
   return n
 end
 
--- A signature: 120 hex digits, the anchor (8) then 7 bin words (16 each).
-local sig_len = 120
+-- A signature: 112 hex digits, the anchor (8), the payload (8), then 6
+-- bin words (16 each).
+local sig_len = 112
+local halves = 12
 
--- The bins (as 14 32-bit halves) of a signature, or nil if unreadable.
+-- The bins (as 12 32-bit halves) of a signature, or nil if unreadable.
 local function bin_words(s)
   if type(s) ~= 'string' or #s ~= sig_len then
     return nil
   end
   local words = {}
-  for i = 0, 13 do
-    local w = tonumber(string.sub(s, 9 + 8 * i, 16 + 8 * i), 16)
+  for i = 0, halves - 1 do
+    local w = tonumber(string.sub(s, 17 + 8 * i, 24 + 8 * i), 16)
     if not w then
       return nil
     end
@@ -210,7 +213,7 @@ end
 -- when either of its bits does).
 local function agreeing(a, b)
   local m = 0
-  for i = 1, 14 do
+  for i = 1, halves do
     local x = bit.bxor(a[i], b[i])
     local differ = bit.band(bit.bor(x, bit.rshift(x, 1)), 0x55555555)
     m = m + 16 - popcount(differ)
@@ -223,15 +226,21 @@ local function near(keys, args)
   local a = window_args(args)
   local signature, min_matches = args[8], tonumber(args[9])
   if not a or type(signature) ~= 'string' or #signature ~= sig_len or not string.match(signature, '^%x+$')
-      or not min_matches or min_matches < 1 or min_matches > 224 then
+      or not min_matches or min_matches < 1 or min_matches > 192 then
     return redis.error_reply('loopguard: bad arguments')
   end
   signature = string.lower(signature)
-  local anchor, bins = string.sub(signature, 1, 8), bin_words(signature)
-  -- Whether the signature `s` (120 hex digits) is near this hit's.
+  local anchor, payload = string.sub(signature, 1, 8), string.sub(signature, 9, 16)
+  local bins = bin_words(signature)
+  -- Whether the signature `s` (112 hex digits) is near this hit's: the
+  -- same anchor, and the same code (a payload other than 0) or enough
+  -- bins agreeing.
   local function near_to(s)
     if string.sub(s, 1, 8) ~= anchor then
       return false
+    end
+    if payload ~= '00000000' and string.sub(s, 9, 16) == payload then
+      return true
     end
     local other = bin_words(s)
     return other ~= nil and agreeing(bins, other) >= min_matches
@@ -246,7 +255,7 @@ local function near(keys, args)
   local now, stamp = now_ms()
 
   -- Members start with the time stamp, so hits of one millisecond still
-  -- trim oldest first; the signature is the last 120 characters.
+  -- trim oldest first; the signature is the last 112 characters.
   push_log(history_key, stamp .. ':' .. a.nonce .. ':' .. signature, now, a)
   local entries = redis.call('ZRANGE', history_key, 0, -1, 'WITHSCORES')
   local times = {}

@@ -142,7 +142,7 @@ def test_each_loop_kind_is_caught_through_the_sdks(kind, store, start_envoy, req
 
 
 def test_near_history_lives_in_redis_with_expiry(redis_backend, start_envoy):
-    """A near-mode loop's record is a sorted set of signatures (120 hex
+    """A near-mode loop's record is a sorted set of signatures (112 hex
     digits each) under the caller's key, expiring with the window."""
     redis, webdis = redis_backend
     redis.flush()
@@ -157,7 +157,7 @@ def test_near_history_lives_in_redis_with_expiry(redis_backend, start_envoy):
     near = [k for k in redis.keys("lg:*") if k.endswith(":n")]
     assert near, redis.keys("lg:*")
     members = redis.admin("ZRANGE", near[0], "0", "-1").split()
-    assert members and all(len(m.split(":")[-1]) == 120 for m in members), members
+    assert members and all(len(m.split(":")[-1]) == 112 for m in members), members
     ttl = int(redis.admin("PTTL", near[0]))
     assert 0 < ttl <= corpus.WINDOW * 1000
 
@@ -207,3 +207,46 @@ def test_langgraph_agent_with_a_drifting_tool_error_is_stopped(start_envoy):
         assert up.count == 4
     finally:
         up.stop()
+
+
+# --- rephrasing, near mode alone at its defaults ---------------------------
+
+APOLOGIES = [
+    "I apologize for the confusion. Let me try again to fix the failing unit test in parser.rs: the tokenizer must skip the trailing comma before it reads the closing bracket, so the loop now peeks at the next byte first.",
+    "Sorry about that confusion. Let me try again: to fix the failing unit test in parser.rs, the tokenizer has to skip the trailing comma before reading the closing bracket, so I changed the loop to peek at the next byte first.",
+    "My apologies, let me try once more. The failing unit test in parser.rs needs the tokenizer to skip a trailing comma before the closing bracket; the loop peeks at the next byte first now.",
+    "Apologies again. Let me try again to fix the failing test in parser.rs: skip the trailing comma before reading the closing bracket, by peeking at the next byte first in the tokenizer loop.",
+    "I'm sorry for the trouble. Trying again: in parser.rs the tokenizer must skip the trailing comma before the closing bracket, so the loop peeks at the next byte first. This should fix the failing unit test.",
+    "Sorry, let me try again. The failing unit test in parser.rs is fixed by making the tokenizer skip the trailing comma before it reads the closing bracket: the loop now peeks at the next byte first.",
+]
+PUSHBACK = ["Still failing.", "Same test fails.", "No, it still fails.", "Test still red.", "Nope.", "Still broken."]
+
+
+def test_near_alone_stops_a_model_apologising_in_other_words(upstream, start_envoy):
+    """The model proposes the same fix in other words each turn: near mode
+    alone, at its defaults, rejects the third such request (the tails share
+    far more than 35% of their words), where the SimHash it replaced let all
+    six through."""
+    cfg = plugin([{"id": "p", "spec": {"selector": {}, "loop_detection": {
+        "enabled": True, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "near"}}}])
+    e = start_envoy(bootstrap(cfg, upstream.port, hold=True))
+    client = openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-apology", max_retries=0)
+    messages = [{"role": "user", "content": "The unit test test_parse_trailing_comma in parser.rs fails. Fix it."}]
+    statuses = []
+    for answer, pushback in zip(APOLOGIES, PUSHBACK):
+        messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": pushback}]
+        try:
+            client.chat.completions.create(model="gpt-4o", messages=messages)
+            statuses.append(200)
+        except openai.RateLimitError as err:
+            assert err.code == "recursive_loop_detected"
+            statuses.append(429)
+    # The third request carries the third rephrasing.
+    assert statuses == [200, 200, 429, 429, 429, 429], statuses
+
+
+def test_the_simhash_distance_is_refused_with_its_replacement_named(upstream, start_envoy):
+    cfg = plugin([{"id": "agents", "spec": {"selector": {}, "loop_detection": {
+        "enabled": True, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "near", "near_distance": 4}}}])
+    log = start_envoy.make(bootstrap(cfg, upstream.port)).expect_startup_failure()
+    assert 'policy "agents": loop_detection.near_distance was replaced by "near_similarity"' in log, log

@@ -95,7 +95,12 @@ fn main() {
             .take(8)
             .map(|(_, n, s)| {
                 if s.anchor == sig.anchor {
-                    format!("{n}:{:.2}", sig.similarity(s))
+                    let code = if sig.payload != 0 && sig.payload == s.payload {
+                        "=code"
+                    } else {
+                        ""
+                    };
+                    format!("{n}:{:.2}{code}", sig.similarity(s))
                 } else {
                     format!("{n}:anchor")
                 }

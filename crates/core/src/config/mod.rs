@@ -30,6 +30,9 @@ pub const MAX_WINDOW_SECONDS: u64 = 86_400;
 pub const MAX_THROTTLE_DELAY_MS: u64 = 60_000;
 /// The most conversation items a request keeps for a policy.
 pub const MAX_ITEMS_KEPT: usize = 512;
+/// Messages a near-mode tail reaches back, at most, to hold whole steps
+/// (tool results and the calls they answer).
+pub const MAX_STEP_EXTENSION: usize = 12;
 /// `near_similarity` unless a policy sets it, in thousandths.
 pub const DEFAULT_NEAR_SIMILARITY_MILLI: u32 = 350;
 /// Failed attempts forgiven per fingerprint and window, unless a policy
@@ -173,9 +176,12 @@ impl Policy {
         let tail = match self.detection.as_ref().map(|d| &d.similarity) {
             Some(Similarity::LlmTail { tail_messages }) => *tail_messages as usize + 1,
             // Near mode also reads the newest answers to see whether the
-            // newest one made progress: three answers and the user's
-            // messages between them.
-            Some(Similarity::Near { tail_messages, .. }) => (*tail_messages as usize + 1).max(7),
+            // newest one made progress (three answers and the user's
+            // messages between them), and reaches back over a tail's
+            // results to their calls.
+            Some(Similarity::Near { tail_messages, .. }) => {
+                (*tail_messages as usize + 1 + MAX_STEP_EXTENSION).max(7)
+            }
             _ => 1,
         };
         let tools = self.tool_loops.as_ref().map_or(0, |t| {

@@ -3,17 +3,20 @@
 //! returns nearly the same answer every time, as a model stuck rephrasing
 //! does; what tells them apart is what each answer does with the one
 //! before it. An answer made progress when:
-//! - it took up the user's message (shingles of the request new in the
-//!   answer: "sign it from Maria", then "Maria" in the letter);
+//! - it took up the user's message (a word of the request new to the
+//!   conversation, now in the answer: "sign it from Maria", then "Maria"
+//!   in the letter);
 //! - it only removed text (a deletion asked for);
 //! - it kept what the answer before it had introduced: edits accumulate,
 //!   while a model stuck rephrasing drops its last wording for a new one.
 //!
 //! The answer tier of [`crate::detect::tool_loops`] stops a run of similar
-//! answers at one that made progress; `near` mode does not count a request
-//! whose newest answer made progress.
+//! answers at one that made progress; in `near` mode a request whose newest
+//! answer made progress repeats only word for word (a client resending it
+//! is still a loop; the next edit is not a repeat of the last).
 
 use crate::config::Classes;
+use crate::detect::similarity;
 use crate::detect::tool_loops::Results;
 use crate::request::llm::volatile::{self, Context};
 use crate::request::llm::{ResultAt, ToolHistory};
@@ -24,14 +27,21 @@ pub const ANSWER_MIN_CHARS: usize = 40;
 /// Of an answer, only this much is compared.
 pub const ANSWER_MAX_BYTES: usize = 8 << 10;
 
+/// A text as compared: its distinct 4-byte shingles, its distinct words
+/// (as hashes; see [`similarity::words`]), each sorted, and (of a user's
+/// message) the phrases it quotes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Text {
+    pub shingles: Vec<u32>,
+    pub words: Vec<u64>,
+    pub quoted: Vec<String>,
+    /// The masked text itself, for finding quoted phrases in it.
+    pub text: String,
+}
+
 /// The text at `at` (an answer or a user's message), masked as the model's
-/// text is, as sorted shingles; `None` if unreadable or shorter than `min`.
-pub fn read(
-    results: &impl Results,
-    at: ResultAt,
-    classes: Classes,
-    min: usize,
-) -> Option<Vec<u32>> {
+/// text is; `None` if unreadable or shorter than `min`.
+pub fn read(results: &impl Results, at: ResultAt, classes: Classes, min: usize) -> Option<Text> {
     let mut raw = results.result_text(at)?;
     // Only the beginning is compared: cut it before masking.
     if raw.len() > ANSWER_MAX_BYTES {
@@ -42,21 +52,83 @@ pub fn read(
         raw.truncate(cut);
     }
     let masked = volatile::mask(&raw, classes, Context::Text);
-    shingles(&masked, min)
+    // Words that say something: four letters or more, a number, a pair of
+    // characters of a script written without spaces ("no", "em", "de"
+    // would match by chance).
+    let mut words = Vec::new();
+    similarity::words(&masked, |w| {
+        let telling = w.iter().any(u8::is_ascii_digit)
+            || std::str::from_utf8(w)
+                .is_ok_and(|s| s.chars().count() >= 4 || s.chars().any(similarity::unsegmented));
+        if telling {
+            words.push(similarity::fnv1a(w));
+        }
+    });
+    words.sort_unstable();
+    words.dedup();
+    Some(Text {
+        shingles: shingles(&masked, min)?,
+        words,
+        quoted: similarity::quoted(&masked),
+        text: masked.into_owned(),
+    })
 }
 
-/// Whether `later` (answering the user's message `prompt`) made progress
-/// over `earlier` (`before`: the answer before that, when there is one).
-pub fn progressed(
-    prompt: Option<&[u32]>,
-    later: &[u32],
-    earlier: &[u32],
-    before: Option<&[u32]>,
-) -> bool {
-    let took_up_prompt = prompt.is_some_and(|p| new_in(p, later, earlier) >= PROMPT_TAKEN_UP);
-    let deletion = only_removes(later, earlier);
-    let accumulated = before.is_some_and(|b| keeps_what_was_introduced(later, earlier, b));
+/// One turn as compared: the model's answer, and the user's message it
+/// answered (when one came since the turn before).
+#[derive(Debug, Clone, Copy)]
+pub struct Turn<'a> {
+    pub answer: &'a Text,
+    pub prompt: Option<&'a Text>,
+}
+
+/// Whether `later` made progress over `earlier` (`before`: the turn before
+/// that, when there is one). Taking up the user's message counts for a
+/// phrase the message quotes, now in the answer, and for what is new to
+/// the conversation: a word (or number) of the message that
+/// the answer now holds and that neither the earlier turns' answers nor
+/// their messages held. A user pushing back repeats what was said ("still
+/// the same ModuleNotFoundError", "still crashing with 137"), and an answer
+/// that echoes it has done nothing new; "sign it from Maria" or "change 30%
+/// to 35%" brings something new, and an answer that carries it did what was
+/// asked.
+pub fn progressed(later: Turn<'_>, earlier: Turn<'_>, before: Option<Turn<'_>>) -> bool {
+    let seen: Vec<&Text> = [Some(earlier), before]
+        .into_iter()
+        .flatten()
+        .flat_map(|t| [Some(t.answer), t.prompt])
+        .flatten()
+        .collect();
+    let answer = later.answer;
+    // A phrase the user quoted, now in the answer and not in the one before
+    // ("change the subject to 'Shipping delay'").
+    let took_up_quote = later.prompt.is_some_and(|p| {
+        p.quoted
+            .iter()
+            .any(|q| answer.text.contains(q.as_str()) && !earlier.answer.text.contains(q.as_str()))
+    });
+    let took_up_prompt = took_up_quote
+        || later.prompt.is_some_and(|p| {
+            p.words.iter().any(|w| {
+                answer.words.binary_search(w).is_ok()
+                    && seen.iter().all(|t| t.words.binary_search(w).is_err())
+            })
+        });
+    let deletion = only_removes(&answer.shingles, &earlier.answer.shingles);
+    let accumulated = before.is_some_and(|b| {
+        keeps_what_was_introduced(
+            &answer.shingles,
+            &earlier.answer.shingles,
+            &b.answer.shingles,
+        )
+    });
     took_up_prompt || deletion || accumulated
+}
+
+/// [`newest_answer_progressed`] for a request whose history is not read
+/// otherwise (`loopguard explain`, a policy without tool loops).
+pub fn of_request(req: &crate::request::llm::Request<'_>, classes: Classes) -> bool {
+    !req.over_budget() && newest_answer_progressed(&req.tool_history(None), req, classes)
 }
 
 /// Whether the conversation's newest model turn is a text answer that made
@@ -79,30 +151,39 @@ pub fn newest_answer_progressed(
         t.answer
             .and_then(|at| read(results, at, classes, ANSWER_MIN_CHARS))
     };
+    let read_prompt =
+        |t: &crate::request::llm::ModelTurn| t.prompt.and_then(|at| read(results, at, classes, 4));
     let (Some(later), Some(earlier)) = (read_answer(newest), read_answer(previous)) else {
         return false;
     };
-    let before = answers
-        .next()
-        .filter(|t| t.calls == 0)
-        .and_then(read_answer);
-    let prompt = newest.prompt.and_then(|at| read(results, at, classes, 4));
-    progressed(prompt.as_deref(), &later, &earlier, before.as_deref())
+    let third = answers.next().filter(|t| t.calls == 0);
+    let before = third.and_then(read_answer);
+    let prompts = [
+        read_prompt(newest),
+        read_prompt(previous),
+        third.and_then(read_prompt),
+    ];
+    let [p_later, p_earlier, p_before] = &prompts;
+    progressed(
+        Turn {
+            answer: &later,
+            prompt: p_later.as_ref(),
+        },
+        Turn {
+            answer: &earlier,
+            prompt: p_earlier.as_ref(),
+        },
+        before.as_ref().map(|b| Turn {
+            answer: b,
+            prompt: p_before.as_ref(),
+        }),
+    )
 }
 
-/// Shingles of the user's message an answer must take up (have, when the
-/// answer before it had not) to count as doing what was asked.
-const PROMPT_TAKEN_UP: usize = 3;
-
-/// Shingles of `of` in `into` and not in `not_in`.
-fn new_in(of: &[u32], into: &[u32], not_in: &[u32]) -> usize {
-    of.iter()
-        .filter(|s| into.binary_search(s).is_ok() && not_in.binary_search(s).is_err())
-        .count()
-}
-
-/// `later` only removed text from `earlier` (a handful of new shingles
-/// where the cut joins the text, and a real cut).
+/// `later` only removed text from `earlier`: a real cut, and little added
+/// (where the cut joins the text, and a reworded opening line such as
+/// "Updated:" for "Here is the full text:"): at most a quarter of what was
+/// removed.
 fn only_removes(later: &[u32], earlier: &[u32]) -> bool {
     let added = later
         .iter()
@@ -112,7 +193,7 @@ fn only_removes(later: &[u32], earlier: &[u32]) -> bool {
         .iter()
         .filter(|s| later.binary_search(s).is_err())
         .count();
-    added <= 3 && removed >= 8
+    removed >= 8 && added <= 3.max(removed / 4)
 }
 
 /// What `earlier` introduced over `before` (at least a word's worth) is
@@ -151,8 +232,12 @@ pub fn shingles(text: &str, min: usize) -> Option<Vec<u32>> {
     Some(out)
 }
 
-/// At least half of the smaller set is in the other.
-pub fn similar(a: &[u32], b: &[u32]) -> bool {
+/// At least half of the smaller text's shingles are in the other.
+pub fn similar(a: &Text, b: &Text) -> bool {
+    shared_half(&a.shingles, &b.shingles)
+}
+
+fn shared_half(a: &[u32], b: &[u32]) -> bool {
     let (mut i, mut j, mut common) = (0, 0, 0usize);
     while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
         match x.cmp(y) {
@@ -166,4 +251,108 @@ pub fn similar(a: &[u32], b: &[u32]) -> bool {
         }
     }
     2 * common >= a.len().min(b.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> Text {
+        let masked = t.to_lowercase();
+        let mut words = Vec::new();
+        similarity::words(&masked, |w| {
+            let telling = w.iter().any(u8::is_ascii_digit)
+                || std::str::from_utf8(w).is_ok_and(|s| {
+                    s.chars().count() >= 4 || s.chars().any(similarity::unsegmented)
+                });
+            if telling {
+                words.push(similarity::fnv1a(w));
+            }
+        });
+        words.sort_unstable();
+        words.dedup();
+        Text {
+            shingles: shingles(&masked, 4).unwrap_or_default(),
+            words,
+            quoted: similarity::quoted(&masked),
+            text: masked,
+        }
+    }
+
+    fn turn<'a>(answer: &'a Text, prompt: &'a Text) -> Turn<'a> {
+        Turn {
+            answer,
+            prompt: Some(prompt),
+        }
+    }
+
+    const LETTER: &str = "Dear colleagues, I would like to invite you to meet on Wednesday at 10:00 to plan Q4. Please bring your top three priorities and any open risks. Kind regards, Jordan";
+
+    #[test]
+    fn an_edit_that_takes_up_something_new_is_progress() {
+        let before = text(LETTER);
+        let earlier_prompt = text("Make it a bit more formal.");
+        let prompt = text("Sign it from Maria instead of Jordan.");
+        let later = text(&LETTER.replace("Jordan", "Maria"));
+        assert!(progressed(
+            turn(&later, &prompt),
+            turn(&before, &earlier_prompt),
+            None
+        ));
+        // A number asked for: 30% to 35%.
+        let base = text("Reduced invoice processing time by 30% over two quarters, with a team of four analysts and one engineer.");
+        let asked = text("Change 30% to 35%.");
+        let edited = text("Reduced invoice processing time by 35% over two quarters, with a team of four analysts and one engineer.");
+        assert!(progressed(
+            turn(&edited, &asked),
+            turn(&base, &earlier_prompt),
+            None
+        ));
+        // A quoted phrase, even made of words seen before.
+        let subject = text("件名：商品発送遅延のお詫び 山田 花子 様 いつも当店をご利用いただき、誠にありがとうございます。ゆずリビング");
+        let ask = text("件名を「【ゆずリビング】発送遅延のお詫び」にしてください。");
+        let renamed = text("件名：【ゆずリビング】発送遅延のお詫び 山田 花子 様 いつも当店をご利用いただき、誠にありがとうございます。ゆずリビング");
+        assert!(progressed(
+            turn(&renamed, &ask),
+            turn(&subject, &earlier_prompt),
+            None
+        ));
+    }
+
+    #[test]
+    fn echoing_the_users_pushback_is_not_progress() {
+        let first_prompt = text(
+            "Running my script gives ModuleNotFoundError: No module named 'yaml'. How do I fix it?",
+        );
+        let first = text("The error means the PyYAML package isn't installed in your environment. Install it with pip install pyyaml, then run it again.");
+        let pushback = text("Still the same ModuleNotFoundError, I already installed it.");
+        let again = text("Apologies for the ModuleNotFoundError. The yaml module comes from PyYAML, which your interpreter can't find. Installing it should fix this: pip install PyYAML.");
+        assert!(!progressed(
+            turn(&again, &pushback),
+            turn(&first, &first_prompt),
+            None
+        ));
+    }
+
+    #[test]
+    fn a_cut_with_a_reworded_opening_line_is_a_deletion() {
+        let full = text("Updated: Dear team, the release ships on Friday. Please review the notes before Thursday. The migration runs on Saturday night and takes two hours. Thanks, Ana");
+        let cut = text("Done: Dear team, the release ships on Friday. Please review the notes before Thursday. Thanks, Ana");
+        assert!(only_removes(&cut.shingles, &full.shingles));
+        assert!(!only_removes(&full.shingles, &cut.shingles));
+    }
+
+    #[test]
+    fn quotes_are_found_apostrophes_are_not() {
+        use similarity::quoted;
+        assert_eq!(
+            quoted("change the greeting to 'olá, time da lumina,' please, it's too formal"),
+            vec!["olá, time da lumina,".to_string()]
+        );
+        assert_eq!(
+            quoted("「担当：佐藤」を追加"),
+            vec!["担当：佐藤".to_string()]
+        );
+        assert!(quoted("it's fine, don't worry").is_empty());
+    }
 }

@@ -25,17 +25,25 @@
 //! prompt) anchors all its words: too few to estimate a similarity from,
 //! it is near only to the same words.
 //!
-//! A signature is 4 bytes of anchor and [`BINS`] × 2 bits (56 bytes): 60
-//! bytes; a hit in the near record is 64 with its time.
+//! **The payload** is a digest of what the model's text in the tail
+//! presents verbatim (its longest piece of code, fenced or inline, or with
+//! no code its longest quoted phrase; its words as a set): a model
+//! rewording its prose around the same fix (`pip install pyyaml`, a config
+//! block with its lines reordered, the same "Cancel subscription" button)
+//! repeats its payload, and two tails with the same anchor and payload are
+//! near whatever their prose shares.
+//!
+//! A signature is 4 bytes of anchor, 4 of payload and [`BINS`] × 2 bits
+//! (48 bytes): 56 bytes; a hit in the near record is 60 with its time.
 
 use crate::request::llm::{Message, Part};
 
 /// Bins of the MinHash.
-pub const BINS: usize = 224;
+pub const BINS: usize = 192;
 /// 64-bit words holding the bins' 2-bit values.
 const WORDS: usize = BINS / 32;
-/// A signature's encoded size.
-pub const SIGNATURE_BYTES: usize = 4 + 8 * WORDS;
+/// A signature's encoded size: anchor, payload, bins.
+pub const SIGNATURE_BYTES: usize = 4 + 4 + 8 * WORDS;
 /// A tail with fewer words is near only to a tail with the same words.
 pub const SHORT_TAIL_WORDS: u32 = 24;
 /// Places each word takes in the MinHash.
@@ -46,6 +54,9 @@ const USER_COPIES: usize = 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Signature {
     pub anchor: u32,
+    /// A digest of the code the model's text in the tail carries (its
+    /// words, as a set); 0 for none.
+    pub payload: u32,
     /// 2 bits per bin, 32 bins to a word.
     pub bins: [u64; WORDS],
 }
@@ -95,16 +106,21 @@ impl Signature {
         ((4.0 * p - 1.0) / 3.0).clamp(0.0, 1.0)
     }
 
-    /// Whether `other` is a near repeat of this tail: the same anchor and
-    /// at least the threshold's agreeing bins.
+    /// Whether `other` is a near repeat of this tail: the same anchor, and
+    /// at least the threshold's agreeing bins or the same code in the
+    /// model's text (a model rewording its prose around the same fix).
     pub fn is_near(&self, other: &Signature, t: NearThreshold) -> bool {
-        self.anchor == other.anchor && self.matches(other) >= t.min_matches
+        self.anchor == other.anchor
+            && ((self.payload != 0 && self.payload == other.payload)
+                || self.matches(other) >= t.min_matches)
     }
 
     pub fn to_bytes(&self) -> [u8; SIGNATURE_BYTES] {
         let mut out = [0u8; SIGNATURE_BYTES];
-        let (anchor, rest) = out.split_at_mut(4);
+        let (head, rest) = out.split_at_mut(8);
+        let (anchor, payload) = head.split_at_mut(4);
         anchor.copy_from_slice(&self.anchor.to_le_bytes());
+        payload.copy_from_slice(&self.payload.to_le_bytes());
         for (dst, w) in rest.chunks_exact_mut(8).zip(self.bins.iter()) {
             dst.copy_from_slice(&w.to_le_bytes());
         }
@@ -115,9 +131,11 @@ impl Signature {
         if b.len() != SIGNATURE_BYTES {
             return None;
         }
-        let (anchor, rest) = b.split_at(4);
+        let (head, rest) = b.split_at(8);
+        let (anchor, payload) = head.split_at(4);
         let mut s = Signature {
             anchor: u32::from_le_bytes(anchor.try_into().ok()?),
+            payload: u32::from_le_bytes(payload.try_into().ok()?),
             bins: [0; WORDS],
         };
         for (w, src) in s.bins.iter_mut().zip(rest.chunks_exact(8)) {
@@ -126,10 +144,10 @@ impl Signature {
         Some(s)
     }
 
-    /// 120 hex digits: the anchor (8), then the bins' words (16 each), as
-    /// the Redis function reads them.
+    /// 112 hex digits: the anchor (8), the payload (8), then the bins'
+    /// words (16 each), as the Redis function reads them.
     pub fn hex(&self) -> String {
-        let mut s = format!("{:08x}", self.anchor);
+        let mut s = format!("{:08x}{:08x}", self.anchor, self.payload);
         for w in &self.bins {
             s.push_str(&format!("{w:016x}"));
         }
@@ -142,10 +160,11 @@ impl Signature {
         }
         let mut s = Signature {
             anchor: u32::from_str_radix(h.get(..8)?, 16).ok()?,
+            payload: u32::from_str_radix(h.get(8..16)?, 16).ok()?,
             bins: [0; WORDS],
         };
         for (i, w) in s.bins.iter_mut().enumerate() {
-            *w = u64::from_str_radix(h.get(8 + 16 * i..8 + 16 * (i + 1))?, 16).ok()?;
+            *w = u64::from_str_radix(h.get(16 + 16 * i..16 + 16 * (i + 1))?, 16).ok()?;
         }
         Some(s)
     }
@@ -168,6 +187,10 @@ pub struct Sketcher {
     authored: bool,
     /// Every word is part of the anchor too (a call's arguments).
     anchor_words: bool,
+    /// The whole tail is the anchor: near only to the same words.
+    exact: bool,
+    /// The words of the code in the model's text.
+    code: Vec<u64>,
 }
 
 impl Default for Sketcher {
@@ -181,6 +204,8 @@ impl Default for Sketcher {
             machine_text: false,
             authored: false,
             anchor_words: false,
+            exact: false,
+            code: Vec::new(),
         }
     }
 }
@@ -235,42 +260,59 @@ impl Sketcher {
 
     /// Every word of `text`: runs of letters and digits (any script), plus
     /// `<`, `>`, `_` and `#` so masking placeholders stay whole (a token
-    /// whose digits were masked, `j#U#w#M#fHq`, is one word).
+    /// whose digits were masked, `j#U#w#M#fHq`, is one word); in a script
+    /// written without spaces (Chinese, Japanese, Thai), each pair of
+    /// neighbouring characters.
     pub fn text(&mut self, text: &str) {
-        if text.is_ascii() {
-            let b = text.as_bytes();
-            let mut start = None;
-            for (i, &c) in b.iter().enumerate() {
-                let inside = c.is_ascii_alphanumeric() || matches!(c, b'<' | b'>' | b'_' | b'#');
-                match (inside, start) {
-                    (true, None) => start = Some(i),
-                    (false, Some(s)) => {
-                        self.word(b.get(s..i).unwrap_or_default());
-                        start = None;
-                    }
-                    _ => {}
-                }
-            }
-            if let Some(s) = start {
-                self.word(b.get(s..).unwrap_or_default());
-            }
-            return;
-        }
-        let mut start = None;
-        for (i, c) in text.char_indices() {
-            let inside = c.is_alphanumeric() || matches!(c, '<' | '>' | '_' | '#');
-            match (inside, start) {
-                (true, None) => start = Some(i),
-                (false, Some(s)) => {
-                    self.word(text.as_bytes().get(s..i).unwrap_or_default());
-                    start = None;
-                }
-                _ => {}
+        words_in_context(text, |w, after| {
+            // A list's markers (`1)`, `2.`) are its layout, not numbers
+            // that carry meaning: a reworded answer numbers its steps or not.
+            let machine = self.machine_text;
+            self.machine_text = machine && !is_list_marker(w, after);
+            self.word(w);
+            self.machine_text = machine;
+        });
+    }
+
+    /// What a text of the model's presents verbatim: its longest piece of
+    /// code (fenced or inline, between backticks) or, with no code, its
+    /// longest quoted phrase (a UI label, a path). Its words, as a set,
+    /// make the tail's payload. A fence's language tag is not a word of
+    /// the code (`bash`, `sh`: the same command).
+    pub fn payload(&mut self, text: &str) {
+        fn keep_longest(longest: &mut Vec<u64>, words: Vec<u64>) {
+            if words.len() > longest.len() {
+                *longest = words;
             }
         }
-        if let Some(s) = start {
-            self.word(text.as_bytes().get(s..).unwrap_or_default());
+        let mut longest: Vec<u64> = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find('`') {
+            let after = rest.get(open..).unwrap_or_default();
+            let fence = if after.starts_with("```") { "```" } else { "`" };
+            let body_start = open + fence.len();
+            let Some(len) = rest.get(body_start..).and_then(|r| r.find(fence)) else {
+                break;
+            };
+            let body = rest.get(body_start..body_start + len).unwrap_or_default();
+            let mut words = code_words(body).peekable();
+            if fence == "```" && words.peek().is_some_and(|w| LANGUAGE_TAGS.contains(w)) {
+                words.next();
+            }
+            keep_longest(&mut longest, words.map(|w| fnv1a(w.as_bytes())).collect());
+            rest = rest
+                .get(body_start + len + fence.len()..)
+                .unwrap_or_default();
         }
+        if longest.is_empty() {
+            for q in quoted(text) {
+                keep_longest(
+                    &mut longest,
+                    code_words(&q).map(|w| fnv1a(w.as_bytes())).collect(),
+                );
+            }
+        }
+        self.code.extend(longest);
     }
 
     /// A marker (a role, a part's kind): a word, and part of the anchor.
@@ -295,17 +337,214 @@ impl Sketcher {
         }
         // Too few words to estimate a similarity from (a handful of shared
         // words would dominate): a short tail is near only to the same words.
-        let anchor = if self.words < SHORT_TAIL_WORDS {
+        let anchor = if self.exact || self.words < SHORT_TAIL_WORDS {
             mix(self.anchor ^ self.all_words)
         } else {
             self.anchor
         };
+        let mut code = self.code.clone();
+        code.sort_unstable();
+        code.dedup();
+        let payload = match code.iter().fold(0u64, |d, w| mix(d ^ w)) {
+            _ if code.is_empty() => 0,
+            d => ((d ^ (d >> 32)) as u32).max(1),
+        };
         Signature {
             anchor: (anchor ^ (anchor >> 32)) as u32,
+            payload,
             bins,
         }
     }
 }
+
+/// Every word of `text`, in order: runs of letters and digits (any
+/// script), plus `<`, `>`, `_` and `#` so masking placeholders stay whole
+/// (a token whose digits were masked, `j#U#w#M#fHq`, is one word); in a
+/// script written without spaces (Chinese, Japanese, Thai), each pair of
+/// neighbouring characters (a lone character, itself).
+pub fn words(text: &str, mut word: impl FnMut(&[u8])) {
+    words_in_context(text, |w, _| word(w));
+}
+
+/// [`words`], each with the text that follows it.
+pub fn words_in_context(text: &str, mut word: impl FnMut(&[u8], &[u8])) {
+    let b = text.as_bytes();
+    if text.is_ascii() {
+        let mut start = None;
+        for (i, &c) in b.iter().enumerate() {
+            let inside = c.is_ascii_alphanumeric() || matches!(c, b'<' | b'>' | b'_' | b'#');
+            match (inside, start) {
+                (true, None) => start = Some(i),
+                (false, Some(s)) => {
+                    word(
+                        b.get(s..i).unwrap_or_default(),
+                        b.get(i..).unwrap_or_default(),
+                    );
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = start {
+            word(b.get(s..).unwrap_or_default(), &[]);
+        }
+        return;
+    }
+    let mut start = None;
+    // A run of an unsegmented script: where its previous character
+    // starts, and how long the run is.
+    let mut run: Option<(usize, u32)> = None;
+    for (i, c) in text.char_indices() {
+        if unsegmented(c) {
+            if let Some(s) = start.take() {
+                word(
+                    b.get(s..i).unwrap_or_default(),
+                    b.get(i..).unwrap_or_default(),
+                );
+            }
+            let end = i + c.len_utf8();
+            run = Some(match run {
+                Some((prev, n)) => {
+                    word(
+                        b.get(prev..end).unwrap_or_default(),
+                        b.get(end..).unwrap_or_default(),
+                    );
+                    (i, n + 1)
+                }
+                None => (i, 1),
+            });
+            continue;
+        }
+        if let Some((prev, n)) = run.take() {
+            if n == 1 {
+                word(
+                    b.get(prev..i).unwrap_or_default(),
+                    b.get(i..).unwrap_or_default(),
+                );
+            }
+        }
+        let inside = c.is_alphanumeric() || matches!(c, '<' | '>' | '_' | '#');
+        match (inside, start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                word(
+                    b.get(s..i).unwrap_or_default(),
+                    b.get(i..).unwrap_or_default(),
+                );
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        word(b.get(s..).unwrap_or_default(), &[]);
+    }
+    if let Some((prev, 1)) = run {
+        word(b.get(prev..).unwrap_or_default(), &[]);
+    }
+}
+
+/// The phrases a text quotes (`'Olá, time da Lumina,'`, `「【ゆずリビング】発送遅延
+/// のお詫び」`, `"Maria"`): between matching quotes, at least 2 characters.
+pub fn quoted(text: &str) -> Vec<String> {
+    const PAIRS: [(char, char); 8] = [
+        ('"', '"'),
+        ('\'', '\''),
+        ('“', '”'),
+        ('‘', '’'),
+        ('«', '»'),
+        ('「', '」'),
+        ('『', '』'),
+        ('„', '“'),
+    ];
+    // An ASCII quote opens after a space or punctuation and closes before
+    // one: an apostrophe (`it's`, `don't`) is not a quote.
+    let opens = |t: &str, i: usize| {
+        t.get(..i)
+            .and_then(|h| h.chars().next_back())
+            .is_none_or(|c| !c.is_alphanumeric())
+    };
+    let closes = |t: &str, j: usize| {
+        t.get(j..)
+            .and_then(|r| r.chars().nth(1))
+            .is_none_or(|c| !c.is_alphanumeric())
+    };
+    let mut out = Vec::new();
+    for (open, close) in PAIRS {
+        let ascii = open.is_ascii();
+        let mut from = 0;
+        while let Some(i) = text
+            .get(from..)
+            .and_then(|r| r.find(open))
+            .map(|i| from + i)
+        {
+            let start = i + open.len_utf8();
+            from = start;
+            if ascii && !opens(text, i) {
+                continue;
+            }
+            let Some(j) = text.get(start..).and_then(|r| {
+                r.match_indices(close)
+                    .map(|(j, _)| start + j)
+                    .find(|&j| !ascii || closes(text, j))
+            }) else {
+                break;
+            };
+            let phrase = text.get(start..j).unwrap_or_default().trim();
+            if (2..=200).contains(&phrase.chars().count()) {
+                out.push(phrase.to_string());
+            }
+            from = j + close.len_utf8();
+        }
+    }
+    out
+}
+
+/// Words of code: runs of letters, digits and `_`, lower-cased by the
+/// digest.
+fn code_words(code: &str) -> impl Iterator<Item = &str> {
+    code.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+}
+
+/// Fence tags that name a language, not code.
+const LANGUAGE_TAGS: &[&str] = &[
+    "bash",
+    "sh",
+    "shell",
+    "zsh",
+    "console",
+    "powershell",
+    "ps1",
+    "bat",
+    "cmd",
+    "python",
+    "py",
+    "yaml",
+    "yml",
+    "json",
+    "nginx",
+    "sql",
+    "js",
+    "javascript",
+    "ts",
+    "typescript",
+    "go",
+    "rust",
+    "java",
+    "c",
+    "cpp",
+    "text",
+    "txt",
+    "ini",
+    "toml",
+    "xml",
+    "html",
+    "css",
+    "dockerfile",
+    "diff",
+    "regex",
+];
 
 /// Fill each empty bin from the next full one to its right (wrapping),
 /// mixed with the distance, so two tails that leave the same bins empty
@@ -361,8 +600,11 @@ pub fn opening_salt(opening: &[Message]) -> u64 {
 /// each message's role, then its parts (text words; a tool call's name and
 /// argument words; a tool result's words; a media digest; another block's
 /// type), each message's words salted with its place in the tail too.
-pub fn of_conversation(salt: u64, tail: &[Message]) -> Signature {
+/// `exact`: the tail is near only to the same words (its newest answer
+/// made progress: the next edit of a text is not a repeat of the last).
+pub fn of_conversation(salt: u64, tail: &[Message], exact: bool) -> Signature {
     let mut s = Sketcher::new();
+    s.exact = exact;
     for (i, m) in tail.iter().enumerate() {
         s.salt(salt ^ (i as u64 + 1));
         s.machine_text = false;
@@ -370,6 +612,13 @@ pub fn of_conversation(salt: u64, tail: &[Message]) -> Signature {
         s.marker(m.role.as_bytes());
         s.machine_text = !m.is_authored();
         parts(&mut s, &m.parts);
+        if !m.is_authored() {
+            for p in &m.parts {
+                if let Part::Text(t) = p {
+                    s.payload(t);
+                }
+            }
+        }
     }
     s.finish()
 }
@@ -413,6 +662,28 @@ fn parts(s: &mut Sketcher, parts: &[Part]) {
     }
 }
 
+/// A character of a script written without spaces between words: its
+/// text is read as character pairs (Han, Hiragana, Katakana, Thai, Lao,
+/// Khmer, Myanmar).
+pub fn unsegmented(c: char) -> bool {
+    matches!(u32::from(c),
+        0x3040..=0x30FF | 0x31F0..=0x31FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF
+        | 0xF900..=0xFAFF | 0x20000..=0x2FA1F | 0x0E00..=0x0EFF | 0x1780..=0x17FF
+        | 0x1000..=0x109F)
+}
+
+/// A list's marker: a number up to 20 followed by `)`, or by `.` and a
+/// space (`1) open settings`, `2. clear the cache`).
+fn is_list_marker(w: &[u8], after: &[u8]) -> bool {
+    is_number(w)
+        && w.len() <= 2
+        && std::str::from_utf8(w)
+            .ok()
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| n <= 20)
+        && (after.first() == Some(&b')') || after.starts_with(b". "))
+}
+
 /// Digits only: a number (`1,843.5` reads as the words `1`, `843`, `5`).
 fn is_number(w: &[u8]) -> bool {
     !w.is_empty() && w.iter().all(u8::is_ascii_digit)
@@ -451,7 +722,7 @@ fn looks_random(w: &[u8]) -> bool {
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// FNV-1a over the bytes, ASCII letters lower-cased.
-fn fnv1a(b: &[u8]) -> u64 {
+pub fn fnv1a(b: &[u8]) -> u64 {
     b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
         (h ^ u64::from(c.to_ascii_lowercase())).wrapping_mul(0x0000_0100_0000_01b3)
     })

@@ -11,14 +11,15 @@
 //! cycles compare results with the policy's volatile classes masked (a
 //! latency or a timestamp is noise; a count, a percentage or a size that
 //! changed is progress); pattern thrash, whose arguments differ, masks
-//! only what changes on every call whatever is asked (timestamps, random
-//! ids, noise numbers), so a result that changes with its arguments
-//! (another amount, another date) is progress.
+//! only what changes at random on every call whatever is asked
+//! (timestamps, random ids), never a number, so a result that changes with
+//! its arguments (another amount, another date, another latency for
+//! another window) is progress.
 
 use crate::config::{Classes, ToolLoops, ToolStep};
 use crate::detect::progress;
 use crate::request::llm::volatile::{self, Class, Context};
-use crate::request::llm::{ModelTurn, Request, ResultAt, ToolCall, ToolHistory};
+use crate::request::llm::{Request, ResultAt, ToolCall, ToolHistory};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -73,9 +74,10 @@ impl Results for Request<'_> {
     }
 }
 
-/// The classes pattern thrash masks in results: of the policy's, the ones
-/// that change on every call whatever is asked (never every number: a
-/// conversion of another amount answers another number).
+/// The classes pattern thrash masks in results: of the policy's, the
+/// random ones that change on every call whatever is asked (no numbers: a
+/// conversion of another amount answers another number, and a query of
+/// another window another latency).
 fn noise(classes: Classes) -> Classes {
     [
         Class::Uuid,
@@ -83,7 +85,6 @@ fn noise(classes: Classes) -> Classes {
         Class::Epoch,
         Class::Hex,
         Class::PrefixedId,
-        Class::NoiseNumbers,
     ]
     .into_iter()
     .filter(|c| classes.contains(*c))
@@ -273,8 +274,8 @@ fn identical<R: Results>(
     )
 }
 
-/// A tool of the newest turn called often with differing arguments and
-/// answered the same each time.
+/// A tool of the newest turn called often (in as many turns) with
+/// differing arguments and answered the same each time.
 fn pattern<R: Results>(
     cfg: &ToolLoops,
     calls: &Calls<'_, '_, R>,
@@ -289,7 +290,15 @@ fn pattern<R: Results>(
             .copied()
             .filter(|&o| calls.get(o).map(|o| &o.name) == name && calls.same(o, c, false))
             .collect();
-        let n = same.len() as u32;
+        // Calls made at once (parallel calls of one turn) are an agent
+        // fanning out over many resources, not retrying: one occurrence
+        // per turn.
+        let mut turns: Vec<usize> = same
+            .iter()
+            .filter_map(|&o| calls.get(o).map(|c| c.turn))
+            .collect();
+        turns.dedup();
+        let n = turns.len() as u32;
         let varied = same.iter().any(|&o| calls.arg(o) != calls.arg(c));
         if varied && n >= cfg.pattern_min && best.is_none_or(|(m, _)| n > m) {
             best = Some((n, c));
@@ -365,7 +374,8 @@ fn answer<R: Results>(cfg: &ToolLoops, history: &ToolHistory, results: &R) -> Op
     // The newest answers, newest first, as far as the ladder can need
     // (and one more, to see what the oldest of them introduced).
     let wanted = cfg.answer_min as usize + cfg.ladder.len() + 1;
-    let mut answers: Vec<(&ModelTurn, Vec<u32>)> = Vec::new();
+    // (answer, the user's message it answered)
+    let mut answers: Vec<(progress::Text, Option<progress::Text>)> = Vec::new();
     for t in history.turns.iter().rev().take(wanted) {
         if t.calls > 0 {
             break;
@@ -373,21 +383,24 @@ fn answer<R: Results>(cfg: &ToolLoops, history: &ToolHistory, results: &R) -> Op
         let Some(text) = t.answer.and_then(|at| read(at, progress::ANSWER_MIN_CHARS)) else {
             break;
         };
-        answers.push((t, text));
+        answers.push((text, t.prompt.and_then(|at| read(at, 4))));
     }
-    let (_, newest) = answers.first()?;
+    let turn = |k: usize| {
+        answers.get(k).map(|(answer, prompt)| progress::Turn {
+            answer,
+            prompt: prompt.as_ref(),
+        })
+    };
+    let newest = turn(0)?;
     let mut occurrences = 1u32;
     for k in 1..answers.len() {
-        let (Some((later_turn, later)), Some((_, earlier))) = (answers.get(k - 1), answers.get(k))
-        else {
+        let (Some(later), Some(earlier)) = (turn(k - 1), turn(k)) else {
             break;
         };
-        if !progress::similar(newest, earlier) {
+        if !progress::similar(newest.answer, earlier.answer) {
             break;
         }
-        let prompt = later_turn.prompt.and_then(|at| read(at, 4));
-        let before = answers.get(k + 1).map(|(_, b)| b.as_slice());
-        if progress::progressed(prompt.as_deref(), later, earlier, before) {
+        if progress::progressed(later, earlier, turn(k + 1)) {
             break;
         }
         occurrences += 1;

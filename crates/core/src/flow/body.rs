@@ -171,21 +171,17 @@ impl<B: BucketBackend> Engine<B> {
             });
             return Step::Continue;
         }
-        if let (true, Some(req), Some(history)) = (near, &parsed, &history) {
-            if !req.over_budget()
-                && progress::newest_answer_progressed(history, req, p.volatile.classes)
-            {
-                // The model's newest answer did what was asked of it (an
-                // edit kept, the user's words taken up): a new step of the
-                // conversation, not a repeat. Not counted.
-                self.count_refusal(refused, out);
-                self.publish_decision(out, false, || {
-                    events::access_log(&p.id, p.mode, "progress", None, None)
-                });
-                return Step::Continue;
+        // Near mode: a request whose newest answer made progress repeats
+        // only word for word (a resend is still a loop; the next edit of a
+        // text is not a repeat of the last).
+        let progress = match (near, &parsed, &history) {
+            (true, Some(req), Some(history)) => {
+                !req.over_budget()
+                    && progress::newest_answer_progressed(history, req, p.volatile.classes)
             }
-        }
-        let mut made = pending.finish_parsed(body, parsed.as_ref());
+            _ => false,
+        };
+        let mut made = pending.finish_parsed(body, parsed.as_ref(), progress);
         if parsed.as_ref().is_some_and(llm::Request::over_budget) {
             refused = Some(Refusal::TooMany);
         }

@@ -191,9 +191,9 @@ fn near_mode_through_the_shared_store() {
     // window, capacity = near_history, trip_at, cooldown, detect_at,
     // event interval, nonce, signature, the bins that must agree.
     assert_eq!(&parts[6..9], &["60000", "32", "3"]);
-    assert_eq!(parts[13].len(), 120);
+    assert_eq!(parts[13].len(), 112);
     assert!(parts[13].chars().all(|c| c.is_ascii_hexdigit()));
-    assert_eq!(parts[14], "140");
+    assert_eq!(parts[14], "120");
     s.step = h
         .engine
         .on_call_sent(&mut s.req, Ok(1), h.now, &mut s.effects);

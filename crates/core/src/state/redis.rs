@@ -284,7 +284,8 @@ mod tests {
         let fp = Fingerprint([0xcd; 16]);
         let signature = crate::detect::similarity::Signature {
             anchor: 0x0102_0304,
-            bins: [0x00ff_0000_0000_0a0b, 0, 0, 0, 0, 0, u64::MAX],
+            payload: 0,
+            bins: [0x00ff_0000_0000_0a0b, 0, 0, 0, 0, u64::MAX],
         };
         let hit = Hit {
             key: fp,
@@ -292,21 +293,21 @@ mod tests {
             query: q(),
             near: Some(crate::state::near::NearProbe {
                 signature,
-                threshold: crate::detect::similarity::NearThreshold { min_matches: 140 },
+                threshold: crate::detect::similarity::NearThreshold { min_matches: 120 },
             }),
             id: 1,
         };
         let body = call_body("edge-1", &hit, "n1");
         let hex = "cd".repeat(16);
         let sig = format!(
-            "01020304{}{}{}",
+            "0102030400000000{}{}{}",
             "00ff000000000a0b",
-            "0".repeat(16 * 5),
+            "0".repeat(16 * 4),
             "f".repeat(16)
         );
         assert_eq!(
             body,
-            format!("FCALL/loopguard_near/3/lg:edge-1:{{{hex}}}:n/lg:edge-1:{{{hex}}}:ncd/lg:edge-1:{{{hex}}}:nev/60000/5/5/30000/3/60000/n1/{sig}/140")
+            format!("FCALL/loopguard_near/3/lg:edge-1:{{{hex}}}:n/lg:edge-1:{{{hex}}}:ncd/lg:edge-1:{{{hex}}}:nev/60000/5/5/30000/3/60000/n1/{sig}/120")
         );
     }
 

@@ -473,7 +473,8 @@ mod tests {
     fn sig(n: u64) -> Signature {
         Signature {
             anchor: n as u32,
-            bins: [n, !n, n << 3, 0, 1, 2, n],
+            payload: (n >> 3) as u32,
+            bins: [n, !n, n << 3, 0, 1, n],
         }
     }
 

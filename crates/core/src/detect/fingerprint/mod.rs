@@ -12,6 +12,7 @@
 //! the notes, so it pays nothing for them).
 
 use crate::config::{Config, Policy, Similarity, Volatile};
+use crate::detect::progress;
 use crate::detect::similarity::{self, Signature};
 use crate::request::llm::{self, Format};
 use crate::request::{self, RequestFacts, RequestHead};
@@ -154,13 +155,30 @@ impl Pending<Sha256> {
         } else {
             None
         };
-        self.finish_parsed(body, parsed.as_ref())
+        let progress = parsed.as_ref().is_some_and(|req| {
+            self.reads_progress() && progress::of_request(req, self.volatile.classes)
+        });
+        self.finish_parsed(body, parsed.as_ref(), progress)
     }
 
     /// Finish with the body and what [`llm::parse`] made of it (parsed once
-    /// by the caller, who may need it too).
-    pub fn finish_parsed(self, body: &[u8], parsed: Option<&llm::Request<'_>>) -> Fingerprinted {
-        self.complete(body, parsed).0
+    /// by the caller, who may need it too); `progress`: the newest answer
+    /// made progress over the one before it
+    /// ([`progress::newest_answer_progressed`]), so in near mode the tail
+    /// repeats only as it is.
+    pub fn finish_parsed(
+        self,
+        body: &[u8],
+        parsed: Option<&llm::Request<'_>>,
+        progress: bool,
+    ) -> Fingerprinted {
+        self.complete(body, parsed, progress).0
+    }
+
+    /// Whether finishing needs to know if the newest answer made progress
+    /// (near mode).
+    pub fn reads_progress(&self) -> bool {
+        matches!(self.mode, PendingMode::Near { .. })
     }
 
     /// The caller's identity, framed (never logged or stored).
@@ -193,7 +211,11 @@ pub fn explain(
     } else {
         None
     };
-    let (made, trace) = pending.complete(body, parsed.as_ref());
+    let progress = parsed.as_ref().is_some_and(|req| {
+        matches!(pending.mode, PendingMode::Near { .. })
+            && progress::of_request(req, pending.volatile.classes)
+    });
+    let (made, trace) = pending.complete(body, parsed.as_ref(), progress);
     Explained {
         made,
         components: trace.components,
@@ -269,6 +291,7 @@ impl<S: Hashing> Pending<S> {
         self,
         body: &[u8],
         parsed: Option<&llm::Request<'_>>,
+        progress: bool,
     ) -> (Fingerprinted, S::Residue) {
         let parsed = if self.reads_llm_body() { parsed } else { None };
         let Some(req) = parsed else {
@@ -333,11 +356,19 @@ impl<S: Hashing> Pending<S> {
                     note_message(&mut c.0, m, "opening", i);
                 }
                 drop(opening);
-                let Some(mut tail) = req.tail(*tail_messages) else {
+                let Some(mut tail) = req.tail_of_steps(*tail_messages) else {
                     return self.unparsed(body);
                 };
                 self.volatile.mask_messages(&mut tail);
-                let h = similarity::of_conversation(salt, &tail);
+                let h = similarity::of_conversation(salt, &tail, progress);
+                if progress {
+                    c.0.note(|| {
+                        Component::new(
+                            "newest answer made progress",
+                            "yes: the tail repeats only word for word",
+                        )
+                    });
+                }
                 c.0.note(|| {
                     Component::new("tail messages (in the signature)", tail.len().to_string())
                 });

@@ -1,5 +1,10 @@
 use super::*;
 
+/// A tail's signature, compared by similarity (no progress made).
+fn of_conversation(salt: u64, tail: &[Message]) -> Signature {
+    super::of_conversation(salt, tail, false)
+}
+
 fn of_words(words: &[String]) -> Signature {
     let mut s = Sketcher::new();
     for w in words {
@@ -69,7 +74,7 @@ fn thresholds_are_counted_in_agreeing_bins() {
     assert_eq!(NearThreshold::from_milli(1000).min_matches, BINS as u32);
     // J = 0 still agrees on a quarter of the bins by chance.
     assert_eq!(NearThreshold::from_milli(0).min_matches, BINS as u32 / 4);
-    assert_eq!(NearThreshold::from_milli(500).min_matches, 140);
+    assert_eq!(NearThreshold::from_milli(500).min_matches, 120);
     let mut last = 0;
     for s in 1..=1000 {
         let t = NearThreshold::from_milli(s).min_matches;
@@ -103,7 +108,8 @@ fn the_estimate_follows_the_true_similarity() {
 
 /// Over 600 pairs of word sets (24 to 154 words, any overlap) drawn from a
 /// fixed seed: the estimate has no bias, its typical error is the
-/// standard error the module states, and it is never far off.
+/// standard error the module states (0.04 to 0.06), and it is never far
+/// off.
 #[test]
 fn the_estimate_is_calibrated() {
     let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -161,7 +167,8 @@ fn the_estimate_is_calibrated() {
 fn bytes_and_hex_round_trip() {
     let mut s = Signature {
         anchor: 0xdead_beef,
-        bins: [0; 7],
+        payload: 0x0bad_cafe,
+        bins: [0; 6],
     };
     for (i, w) in s.bins.iter_mut().enumerate() {
         *w = mix(i as u64);
@@ -322,4 +329,89 @@ fn random_looking_words() {
 fn unicode_words_count() {
     assert_ne!(of_text("fehler über alles"), of_text("fehler unter alles"));
     assert_eq!(of_text("日本語 テキスト"), of_text("日本語  テキスト"));
+}
+
+#[test]
+fn scripts_without_spaces_are_read_as_character_pairs() {
+    // Two renderings of one apology and fix, in Japanese: one sentence
+    // each, no spaces. As whole words they would share nothing.
+    let a = "ご指摘ありがとうございます。失礼しました。こちらの訳はいかがでしょうか。予算管理をもっと簡単に、もっと楽しく。";
+    let b = "ご指摘ありがとうございます。大変失礼しました。こちらの訳でいかがでしょうか。予算管理をもっと簡単に、楽しく。";
+    let c = "会議は水曜日の午前十時からです。議題と資料は前日までに共有してください。";
+    assert!(of_text(a).similarity(&of_text(b)) > 0.5);
+    assert!(of_text(a).similarity(&of_text(c)) < 0.2);
+    // A lone character between other text is a word of its own.
+    let mut s = Sketcher::new();
+    s.text("価 is one");
+    assert_eq!(s.words(), 3);
+}
+
+#[test]
+fn a_tail_after_progress_is_near_only_to_the_same_words() {
+    let letter = |signed: &str| {
+        of_conversation(
+            2,
+            &[text("assistant", &format!("dear colleagues, i would like to invite you to meet on wednesday at ten to plan the fourth quarter; please bring your top three priorities and any open risks, and we will meet in room four b. kind regards, {signed}"))],
+        )
+    };
+    let exact = |signed: &str| {
+        super::of_conversation(
+            2,
+            &[text("assistant", &format!("dear colleagues, i would like to invite you to meet on wednesday at ten to plan the fourth quarter; please bring your top three priorities and any open risks, and we will meet in room four b. kind regards, {signed}"))],
+            true,
+        )
+    };
+    // Compared by similarity, two versions of a letter are near...
+    assert!(letter("jordan").is_near(&letter("maria"), NearThreshold::from_milli(350)));
+    // ...but once an edit made progress, only a resend of it repeats.
+    assert!(!exact("jordan").is_near(&exact("maria"), NearThreshold::from_milli(350)));
+    assert_eq!(exact("maria"), exact("maria"));
+}
+
+#[test]
+fn the_same_code_in_reworded_prose_is_a_repeat() {
+    let answer = |prose: &str, code: &str| {
+        of_conversation(
+            4,
+            &[
+                text("user", "nope, still broken"),
+                text(
+                    "assistant",
+                    &format!("{prose} ```{code}``` let me know if that works."),
+                ),
+            ],
+        )
+    };
+    let a = answer(
+        "the error means the pyyaml package is not installed in the environment you run the script with. install it with pip:",
+        "bash pip install PyYAML",
+    );
+    let b = answer(
+        "apologies for the confusion. the yaml module comes from the pyyaml distribution, which your interpreter cannot find. this should fix it:",
+        "sh pip install pyyaml",
+    );
+    // The prose shares few words...
+    assert!(a.matches(&b) < NearThreshold::from_milli(350).min_matches);
+    // ...the fix is the same: near.
+    assert_ne!(a.payload, 0);
+    assert!(a.is_near(&b, NearThreshold::from_milli(350)));
+    // Another fix is not.
+    let c = answer(
+        "try upgrading pip first:",
+        "bash python -m pip install --upgrade pip",
+    );
+    assert!(!a.is_near(&c, NearThreshold::from_milli(350)));
+    // Lines in another order are the same code.
+    let nginx = |order: &str| {
+        of_conversation(4, &[text("assistant", &format!("use a server block: ```nginx server {{ {order} return 301 https://www.example.de$request_uri; }}```"))])
+    };
+    assert_eq!(
+        nginx("listen 80; server_name shop.example.de;").payload,
+        nginx("server_name shop.example.de; listen 80;").payload
+    );
+    // No code, no payload.
+    assert_eq!(
+        of_conversation(4, &[text("assistant", "no code here at all")]).payload,
+        0
+    );
 }

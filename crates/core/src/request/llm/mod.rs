@@ -111,6 +111,27 @@ impl Message {
     pub fn is_authored(&self) -> bool {
         self.role == "user" || self.is_prompt()
     }
+
+    /// Only tool results (a `tool` message, a `function_call_output`, a
+    /// user turn of `tool_result` blocks).
+    pub fn is_results(&self) -> bool {
+        !self.parts.is_empty()
+            && self
+                .parts
+                .iter()
+                .all(|p| matches!(p, Part::ToolResult { .. }))
+    }
+
+    /// The model's turn that calls tools, or a part of it (a Responses
+    /// `function_call` or `reasoning` item).
+    pub fn is_model_step(&self) -> bool {
+        !self.is_authored()
+            && !self.is_results()
+            && self
+                .parts
+                .iter()
+                .any(|p| matches!(p, Part::ToolCall { .. } | Part::Other(_)))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -397,6 +418,52 @@ impl<'a> Request<'a> {
             }
         }
         Some(out)
+    }
+}
+
+use crate::config::MAX_STEP_EXTENSION;
+
+impl Request<'_> {
+    /// The last `n` messages as whole steps: a tail that would begin with
+    /// tool results reaches back over them to the calls they answer (an
+    /// agent's parallel calls come back one result a message, so the last
+    /// 3 messages can hold results with none of their calls, and two fan-
+    /// outs to different services would look alike), at most
+    /// [`MAX_STEP_EXTENSION`] messages more. Near mode compares such tails.
+    pub fn tail_of_steps(&self, n: usize) -> Option<Vec<Message>> {
+        let mut tail = self.tail(n)?;
+        let Items::List(items) = &self.items else {
+            return Some(tail);
+        };
+        if tail.len() < n || !tail.first().is_some_and(Message::is_results) {
+            return Some(tail);
+        }
+        let mut before = Vec::new();
+        let mut next = items.len().saturating_sub(n);
+        let mut calls_seen = false;
+        while next > 0 && before.len() < MAX_STEP_EXTENSION {
+            let i = next - 1;
+            let Some(m) = items.get(i).and_then(|e| self.item(i, e.0)) else {
+                break;
+            };
+            // Results, then the model's turn that called them.
+            let take = if calls_seen {
+                m.is_model_step()
+            } else if m.is_results() {
+                true
+            } else {
+                calls_seen = m.is_model_step();
+                calls_seen
+            };
+            if !take {
+                break;
+            }
+            before.push(m);
+            next = i;
+        }
+        before.reverse();
+        before.append(&mut tail);
+        Some(before)
     }
 }
 

@@ -397,12 +397,66 @@ const NOISE_KEYS: &[&str] = &[
     "sunday",
 ];
 
-/// Units of time a number may carry (`1843 ms`, `1.04s`, `5 seconds`).
-/// `m` alone is left out (minutes, metres or millions); it counts inside a
-/// compound duration (`10m07s`).
+/// Units of time a number may carry (`1843 ms`, `1.04s`, `5 seconds`,
+/// `30 Sekunden`, `2 horas`). `m` alone is left out (minutes, metres or
+/// millions); it counts inside a compound duration (`10m07s`).
 const TIME_UNITS: &[&str] = &[
-    "ms", "s", "sec", "secs", "second", "seconds", "us", "ns", "min", "mins", "minute", "minutes",
-    "h", "hr", "hrs", "hour", "hours",
+    "ms",
+    "s",
+    "sec",
+    "secs",
+    "second",
+    "seconds",
+    "us",
+    "ns",
+    "min",
+    "mins",
+    "minute",
+    "minutes",
+    "h",
+    "hr",
+    "hrs",
+    "hour",
+    "hours",
+    "sek",
+    "sekunde",
+    "sekunden",
+    "minuten",
+    "stunde",
+    "stunden",
+    "millisekunden",
+    "seg",
+    "segundo",
+    "segundos",
+    "minuto",
+    "minutos",
+    "hora",
+    "horas",
+    "milisegundos",
+    "milissegundos",
+    "seconde",
+    "secondes",
+    "heure",
+    "heures",
+    "millisecondes",
+];
+
+/// Units of time in scripts that write them right after the number, with
+/// no space and no word boundary (`10.06 秒`, `200ミリ秒`, `3 分钟后`): the
+/// unit's UTF-8 bytes.
+const TIME_UNITS_UNSPACED: &[&str] = &[
+    "毫秒",
+    "ミリ秒",
+    "秒",
+    "分钟",
+    "分鐘",
+    "小时",
+    "小時",
+    "時間",
+    "мс",
+    "сек",
+    "мин",
+    "초",
 ];
 
 fn names_noise(word: &[u8]) -> bool {
@@ -436,6 +490,13 @@ fn time_unit_at(b: &[u8], p: usize) -> bool {
     // `µs`: U+00B5 then `s`.
     if b.get(p..p + 3) == Some(&[0xC2, 0xB5, b's'][..]) {
         return !is_alnum(b, p + 3);
+    }
+    let rest = b.get(p..).unwrap_or_default();
+    if TIME_UNITS_UNSPACED
+        .iter()
+        .any(|u| rest.starts_with(u.as_bytes()))
+    {
+        return true;
     }
     let mut q = p;
     while b.get(q).is_some_and(u8::is_ascii_alphabetic) {
@@ -876,6 +937,16 @@ mod tests {
             ),
             ("export aborted after 10m07s", "export aborted after #"),
             ("ok  \tpkg/api\t0.012s", "ok  \tpkg/api\t#s"),
+            ("连接超时（耗时 10.06 秒）", "连接超时（耗时 # 秒）"),
+            ("応答まで200ミリ秒", "応答まで#ミリ秒"),
+            (
+                "nach 30 Sekunden abgebrochen",
+                "nach # Sekunden abgebrochen",
+            ),
+            (
+                "tiempo de espera: 12,5 segundos",
+                "tiempo de espera: # segundos",
+            ),
             // Times of day and written dates.
             ("nov 19 10:41:14 ci-runner-3", "nov # # ci-runner-3"),
             ("at thu, 05 nov 2026 08:16:21 gmt", "at thu, # nov # # gmt"),
