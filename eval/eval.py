@@ -420,7 +420,7 @@ def main() -> int:
     ap.add_argument("--setups", default="exact,llm_tail,near,tool_loops,session,recommended")
     ap.add_argument("--per-kind", type=int, default=None, help="replay only the first N scenarios of each kind")
     ap.add_argument("--ids", default=None, help="comma-separated scenario ids")
-    ap.add_argument("--similarities", default="0.3,0.4,0.5,0.6,0.7,0.8,0.9,1",
+    ap.add_argument("--similarities", default="0.3,0.35,0.4,0.5,0.6,0.7,0.8,0.9,1",
                     help="near_similarity curve ('' to skip)")
     ap.add_argument("--no-shadow", action="store_true", help="skip the shadow replays")
     ap.add_argument("--wasm", default=None, help="the loopguard module (default: the built one)")

@@ -9,7 +9,7 @@ occurrence of the repeated step), and no earlier than one turn before it:
 by a 429 the framework surfaces, or by a note loopguard appends that the
 model reads and obeys. Healthy runs finish untouched: no 429, no loopguard
 header, and every body reaches the model server byte for byte as the SDK
-sent it. tests/e2e/FRAMEWORKS.md records what each framework's user sees.
+sent it. docs/detection.md (Agent frameworks) records what each framework's user sees.
 """
 
 from __future__ import annotations

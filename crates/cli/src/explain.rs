@@ -418,7 +418,7 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
             similarity_milli,
             history,
         } => format!(
-            "last {tail_messages} messages, {masked}, as a signature salted by the conversation's first user message; a repeat has the same anchor (roles, tool calls, numbers that carry meaning) and shares at least {:.3} of its words with one of the caller's last {history} hits",
+            "last {tail_messages} messages and the calls their results answer, {masked}, as a signature salted by the conversation's first user message; a repeat has the same anchor (roles, tool calls, numbers that carry meaning) and shares at least {:.3} of its words (or the same code) with one of the caller's last {history} hits",
             f64::from(*similarity_milli) / 1000.0
         ),
         Similarity::Session { header, .. } => format!("session header {header}"),
