@@ -386,16 +386,18 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
         });
     }
     if let (Some(tl), Some(r)) = (&p.tool_loops, &parsed) {
-        out.tool_loops = Some(match tool_loops::judge(tl, &r.tool_history(None), r) {
-            None => ToolLoopFinding::None("no tool loop".to_string()),
-            Some(v) => ToolLoopFinding::Loop {
-                tier: v.tier.as_str().to_string(),
-                tool: v.tool,
-                occurrences: v.occurrences,
-                level: v.level,
-                step: v.step.as_str().to_string(),
+        out.tool_loops = Some(
+            match tool_loops::judge(tl, &r.tool_history(None), r, None) {
+                None => ToolLoopFinding::None("no tool loop".to_string()),
+                Some(v) => ToolLoopFinding::Loop {
+                    tier: v.tier.as_str().to_string(),
+                    tool: v.tool,
+                    occurrences: v.occurrences,
+                    level: v.level,
+                    step: v.step.as_str().to_string(),
+                },
             },
-        });
+        );
     }
     let Some(d) = &p.detection else {
         out.outcome =

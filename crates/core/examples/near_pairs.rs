@@ -81,6 +81,7 @@ fn main() {
                     &req.tool_history(None),
                     &req,
                     policy.volatile.classes,
+                    None,
                 )
             })
             .unwrap_or(false);

@@ -20,6 +20,9 @@ use crate::detect::similarity;
 use crate::detect::tool_loops::Results;
 use crate::request::llm::volatile::{self, Context};
 use crate::request::llm::{ResultAt, ToolHistory};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 
 /// Answers shorter than this (normalised characters) are not compared: a
 /// short reply ("done", "1000 eur is 1084.20 usd") repeats legitimately.
@@ -30,13 +33,128 @@ pub const ANSWER_MAX_BYTES: usize = 8 << 10;
 /// A text as compared: its distinct 4-byte shingles, its distinct words
 /// (as hashes; see [`similarity::words`]), each sorted, and (of a user's
 /// message) the phrases it quotes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Text {
-    pub shingles: Vec<u32>,
     pub words: Vec<u64>,
     pub quoted: Vec<String>,
     /// The masked text itself, for finding quoted phrases in it.
     pub text: String,
+    /// Its shingles, made when first asked for (most answers are judged
+    /// by their words alone).
+    shingles: std::cell::OnceCell<Vec<u32>>,
+}
+
+impl Text {
+    pub fn new(text: String, words: Vec<u64>, quoted: Vec<String>) -> Text {
+        Text {
+            words,
+            quoted,
+            text,
+            shingles: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Its distinct 4-byte shingles, sorted.
+    pub fn shingles(&self) -> &[u32] {
+        self.shingles
+            .get_or_init(|| shingles(&self.text, 0).unwrap_or_default())
+    }
+}
+
+/// Texts already read, keyed by their exact bytes in the body and how
+/// they were read (looked up by CRC, confirmed by comparison). A
+/// conversation's next request carries the same answers and messages
+/// again: each is masked and split into words once per worker, not once
+/// per request. Bounded: it starts over past [`TEXT_CACHE_BYTES`] (a
+/// text's bytes counted four times over, for what is made of it).
+#[derive(Debug, Default)]
+pub struct TextCache(RefCell<Texts>);
+
+#[derive(Debug, Default)]
+struct Texts {
+    entries: HashMap<u32, Vec<CachedText>>,
+    bytes: usize,
+}
+
+#[derive(Debug)]
+struct CachedText {
+    raw: Vec<u8>,
+    classes: Classes,
+    min: usize,
+    text: Rc<Text>,
+}
+
+const TEXT_CACHE_BYTES: usize = 2 << 20;
+/// Texts longer than this in the body are read without the cache.
+const MAX_CACHED_TEXT: usize = 64 << 10;
+
+impl TextCache {
+    /// Texts held.
+    pub fn len(&self) -> usize {
+        self.0.borrow().entries.values().map(Vec::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn get(&self, raw: &[u8], classes: Classes, min: usize) -> Option<Rc<Text>> {
+        let texts = self.0.borrow();
+        texts
+            .entries
+            .get(&crc32fast::hash(raw))?
+            .iter()
+            .find(|c| c.classes == classes && c.min == min && c.raw.as_slice() == raw)
+            .map(|c| c.text.clone())
+    }
+
+    fn put(&self, raw: &[u8], classes: Classes, min: usize, text: Rc<Text>) {
+        let mut texts = self.0.borrow_mut();
+        let cost = raw.len().saturating_mul(4);
+        if texts.bytes + cost > TEXT_CACHE_BYTES {
+            texts.entries.clear();
+            texts.bytes = 0;
+        }
+        texts.bytes += cost;
+        texts
+            .entries
+            .entry(crc32fast::hash(raw))
+            .or_default()
+            .push(CachedText {
+                raw: raw.to_vec(),
+                classes,
+                min,
+                text,
+            });
+    }
+}
+
+/// [`read`], through `cache` when there is one.
+pub fn read_cached(
+    cache: Option<&TextCache>,
+    results: &impl Results,
+    at: ResultAt,
+    classes: Classes,
+    min: usize,
+) -> Option<Rc<Text>> {
+    let key = cache.zip(
+        results
+            .result_bytes(at)
+            .filter(|b| b.len() <= MAX_CACHED_TEXT),
+    );
+    if let Some((cache, raw)) = key {
+        if let Some(text) = cache.get(raw, classes, min) {
+            return results.afford_result(at).then_some(text);
+        }
+    }
+    let text = read(results, at, classes, min).map(Rc::new);
+    // Only a text read is kept: `None` is a short text (cheap to read
+    // again) or the request's parsing budget running out (not the text's
+    // doing).
+    if let (Some((cache, raw)), Some(t)) = (key, &text) {
+        cache.put(raw, classes, min, t.clone());
+    }
+    text
 }
 
 /// The text at `at` (an answer or a user's message), masked as the model's
@@ -66,12 +184,11 @@ pub fn read(results: &impl Results, at: ResultAt, classes: Classes, min: usize) 
     });
     words.sort_unstable();
     words.dedup();
-    Some(Text {
-        shingles: shingles(&masked, min)?,
-        words,
-        quoted: similarity::quoted(&masked),
-        text: masked.into_owned(),
-    })
+    if masked.len() < min.max(4) {
+        return None;
+    }
+    let quoted = similarity::quoted(&masked);
+    Some(Text::new(masked.into_owned(), words, quoted))
 }
 
 /// One turn as compared: the model's answer, and the user's message it
@@ -114,21 +231,24 @@ pub fn progressed(later: Turn<'_>, earlier: Turn<'_>, before: Option<Turn<'_>>) 
                     && seen.iter().all(|t| t.words.binary_search(w).is_err())
             })
         });
-    let deletion = only_removes(&answer.shingles, &earlier.answer.shingles);
+    if took_up_prompt {
+        return true;
+    }
+    let deletion = only_removes(answer.shingles(), earlier.answer.shingles());
     let accumulated = before.is_some_and(|b| {
         keeps_what_was_introduced(
-            &answer.shingles,
-            &earlier.answer.shingles,
-            &b.answer.shingles,
+            answer.shingles(),
+            earlier.answer.shingles(),
+            b.answer.shingles(),
         )
     });
-    took_up_prompt || deletion || accumulated
+    deletion || accumulated
 }
 
 /// [`newest_answer_progressed`] for a request whose history is not read
 /// otherwise (`loopguard explain`, a policy without tool loops).
 pub fn of_request(req: &crate::request::llm::Request<'_>, classes: Classes) -> bool {
-    !req.over_budget() && newest_answer_progressed(&req.tool_history(None), req, classes)
+    !req.over_budget() && newest_answer_progressed(&req.tool_history(None), req, classes, None)
 }
 
 /// Whether the conversation's newest model turn is a text answer that made
@@ -139,6 +259,7 @@ pub fn newest_answer_progressed(
     history: &ToolHistory,
     results: &impl Results,
     classes: Classes,
+    cache: Option<&TextCache>,
 ) -> bool {
     let mut answers = history.turns.iter().rev().take(3);
     let (Some(newest), Some(previous)) = (answers.next(), answers.next()) else {
@@ -149,10 +270,13 @@ pub fn newest_answer_progressed(
     }
     let read_answer = |t: &crate::request::llm::ModelTurn| {
         t.answer
-            .and_then(|at| read(results, at, classes, ANSWER_MIN_CHARS))
+            .and_then(|at| read_cached(cache, results, at, classes, ANSWER_MIN_CHARS))
     };
-    let read_prompt =
-        |t: &crate::request::llm::ModelTurn| t.prompt.and_then(|at| read(results, at, classes, 4));
+    // What the user wrote is never masked.
+    let read_prompt = |t: &crate::request::llm::ModelTurn| {
+        t.prompt
+            .and_then(|at| read_cached(cache, results, at, Classes::NONE, 4))
+    };
     let (Some(later), Some(earlier)) = (read_answer(newest), read_answer(previous)) else {
         return false;
     };
@@ -167,15 +291,15 @@ pub fn newest_answer_progressed(
     progressed(
         Turn {
             answer: &later,
-            prompt: p_later.as_ref(),
+            prompt: p_later.as_deref(),
         },
         Turn {
             answer: &earlier,
-            prompt: p_earlier.as_ref(),
+            prompt: p_earlier.as_deref(),
         },
         before.as_ref().map(|b| Turn {
             answer: b,
-            prompt: p_before.as_ref(),
+            prompt: p_before.as_deref(),
         }),
     )
 }
@@ -185,14 +309,9 @@ pub fn newest_answer_progressed(
 /// "Updated:" for "Here is the full text:"): at most a quarter of what was
 /// removed.
 fn only_removes(later: &[u32], earlier: &[u32]) -> bool {
-    let added = later
-        .iter()
-        .filter(|s| earlier.binary_search(s).is_err())
-        .count();
-    let removed = earlier
-        .iter()
-        .filter(|s| later.binary_search(s).is_err())
-        .count();
+    let both = common(later, earlier);
+    let added = later.len() - both;
+    let removed = earlier.len() - both;
     removed >= 8 && added <= 3.max(removed / 4)
 }
 
@@ -200,19 +319,50 @@ fn only_removes(later: &[u32], earlier: &[u32]) -> bool {
 /// still, almost all of it, in `later`: an edit kept, not a wording
 /// replaced.
 fn keeps_what_was_introduced(later: &[u32], earlier: &[u32], before: &[u32]) -> bool {
-    let introduced: Vec<u32> = earlier
-        .iter()
-        .copied()
-        .filter(|s| before.binary_search(s).is_err())
-        .collect();
-    if introduced.len() < 4 {
+    let introduced = earlier.len() - common(earlier, before);
+    if introduced < 4 {
         return false;
     }
-    let kept = introduced
-        .iter()
-        .filter(|s| later.binary_search(s).is_ok())
-        .count();
-    10 * kept >= 9 * introduced.len()
+    // Of what `earlier` introduced, what `later` has: what the two share
+    // that `before` did not have.
+    let kept = common(later, earlier) - common3(later, earlier, before);
+    10 * kept >= 9 * introduced
+}
+
+/// How many values two sorted sets share (one pass over both).
+fn common(a: &[u32], b: &[u32]) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0usize);
+    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
+        match x.cmp(y) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                n += 1;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    n
+}
+
+/// How many values three sorted sets share (one pass over all three).
+fn common3(a: &[u32], b: &[u32], c: &[u32]) -> usize {
+    let (mut i, mut j, mut k, mut n) = (0, 0, 0, 0usize);
+    while let (Some(&x), Some(&y), Some(&z)) = (a.get(i), b.get(j), c.get(k)) {
+        let top = x.max(y).max(z);
+        if x == top && y == top && z == top {
+            n += 1;
+            i += 1;
+            j += 1;
+            k += 1;
+        } else {
+            i += usize::from(x < top);
+            j += usize::from(y < top);
+            k += usize::from(z < top);
+        }
+    }
+    n
 }
 
 /// A text's distinct 4-byte shingles, sorted (`None` if it is shorter
@@ -234,23 +384,11 @@ pub fn shingles(text: &str, min: usize) -> Option<Vec<u32>> {
 
 /// At least half of the smaller text's shingles are in the other.
 pub fn similar(a: &Text, b: &Text) -> bool {
-    shared_half(&a.shingles, &b.shingles)
+    shared_half(a.shingles(), b.shingles())
 }
 
 fn shared_half(a: &[u32], b: &[u32]) -> bool {
-    let (mut i, mut j, mut common) = (0, 0, 0usize);
-    while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
-        match x.cmp(y) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                common += 1;
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    2 * common >= a.len().min(b.len())
+    2 * common(a, b) >= a.len().min(b.len())
 }
 
 #[cfg(test)]
@@ -271,12 +409,8 @@ mod tests {
         });
         words.sort_unstable();
         words.dedup();
-        Text {
-            shingles: shingles(&masked, 4).unwrap_or_default(),
-            words,
-            quoted: similarity::quoted(&masked),
-            text: masked,
-        }
+        let quoted = similarity::quoted(&masked);
+        Text::new(masked, words, quoted)
     }
 
     fn turn<'a>(answer: &'a Text, prompt: &'a Text) -> Turn<'a> {
@@ -338,8 +472,8 @@ mod tests {
     fn a_cut_with_a_reworded_opening_line_is_a_deletion() {
         let full = text("Updated: Dear team, the release ships on Friday. Please review the notes before Thursday. The migration runs on Saturday night and takes two hours. Thanks, Ana");
         let cut = text("Done: Dear team, the release ships on Friday. Please review the notes before Thursday. Thanks, Ana");
-        assert!(only_removes(&cut.shingles, &full.shingles));
-        assert!(!only_removes(&full.shingles, &cut.shingles));
+        assert!(only_removes(cut.shingles(), full.shingles()));
+        assert!(!only_removes(full.shingles(), cut.shingles()));
     }
 
     #[test]
@@ -354,5 +488,37 @@ mod tests {
             vec!["担当：佐藤".to_string()]
         );
         assert!(quoted("it's fine, don't worry").is_empty());
+    }
+
+    fn set(v: Vec<u32>) -> Vec<u32> {
+        let mut v = v;
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    proptest::proptest! {
+        /// The one-pass counts agree with counting by lookup.
+        #[test]
+        fn shared_counts_agree_with_lookups(
+            a in proptest::collection::vec(0u32..64, 0..40),
+            b in proptest::collection::vec(0u32..64, 0..40),
+            c in proptest::collection::vec(0u32..64, 0..40),
+        ) {
+            let (a, b, c) = (set(a), set(b), set(c));
+            let in_ = |s: &[u32], x: &u32| s.binary_search(x).is_ok();
+            proptest::prop_assert_eq!(common(&a, &b), a.iter().filter(|x| in_(&b, x)).count());
+            proptest::prop_assert_eq!(
+                common3(&a, &b, &c),
+                a.iter().filter(|x| in_(&b, x) && in_(&c, x)).count()
+            );
+            // What `b` introduced over `c`, kept in `a`.
+            let introduced: Vec<u32> = b.iter().copied().filter(|x| !in_(&c, x)).collect();
+            let kept = introduced.iter().filter(|x| in_(&a, x)).count();
+            proptest::prop_assert_eq!(
+                keeps_what_was_introduced(&a, &b, &c),
+                introduced.len() >= 4 && 10 * kept >= 9 * introduced.len()
+            );
+        }
     }
 }

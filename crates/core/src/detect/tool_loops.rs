@@ -23,6 +23,7 @@ use crate::request::llm::{Request, ResultAt, ToolCall, ToolHistory};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
@@ -66,11 +67,31 @@ pub trait Results {
     /// The text at `at`, normalised; `None` when it cannot be read (the
     /// request's parsing budget ran out).
     fn result_text(&self, at: ResultAt) -> Option<String>;
+
+    /// The bytes in the body of the text at `at` (a cache's key); `None`
+    /// when there are none to key on.
+    fn result_bytes(&self, _at: ResultAt) -> Option<&[u8]> {
+        None
+    }
+
+    /// Take from the parsing budget what reading the text at `at` takes
+    /// (when it is found in a cache instead); false when it does not fit.
+    fn afford_result(&self, _at: ResultAt) -> bool {
+        true
+    }
 }
 
 impl Results for Request<'_> {
     fn result_text(&self, at: ResultAt) -> Option<String> {
         Request::result_text(self, at)
+    }
+
+    fn result_bytes(&self, at: ResultAt) -> Option<&[u8]> {
+        Request::result_bytes(self, at)
+    }
+
+    fn afford_result(&self, at: ResultAt) -> bool {
+        Request::afford_result(self, at)
     }
 }
 
@@ -189,6 +210,7 @@ pub fn judge(
     cfg: &ToolLoops,
     history: &ToolHistory,
     results: &impl Results,
+    texts: Option<&progress::TextCache>,
 ) -> Option<ToolVerdict> {
     let newest = history.newest_turn?;
     let calls: Vec<&ToolCall> = history
@@ -212,7 +234,7 @@ pub fn judge(
     let repeated = [
         identical(cfg, &calls, &recent, newest),
         cycle(cfg, &calls, newest),
-        answer(cfg, history, results),
+        answer(cfg, history, results, texts),
     ];
     repeated
         .into_iter()
@@ -366,16 +388,23 @@ fn cycle<R: Results>(
 /// ([`progress::progressed`]): how revising a text turn by turn (nearly
 /// the same answer every time, but each one doing what was asked) is told
 /// from a loop.
-fn answer<R: Results>(cfg: &ToolLoops, history: &ToolHistory, results: &R) -> Option<ToolVerdict> {
+fn answer<R: Results>(
+    cfg: &ToolLoops,
+    history: &ToolHistory,
+    results: &R,
+    texts: Option<&progress::TextCache>,
+) -> Option<ToolVerdict> {
     if cfg.answer_min == 0 {
         return None;
     }
-    let read = |at: ResultAt, min: usize| progress::read(results, at, cfg.result_classes, min);
+    let read = |at: ResultAt, min: usize| {
+        progress::read_cached(texts, results, at, cfg.result_classes, min)
+    };
     // The newest answers, newest first, as far as the ladder can need
     // (and one more, to see what the oldest of them introduced).
     let wanted = cfg.answer_min as usize + cfg.ladder.len() + 1;
     // (answer, the user's message it answered)
-    let mut answers: Vec<(progress::Text, Option<progress::Text>)> = Vec::new();
+    let mut answers: Vec<(Rc<progress::Text>, Option<Rc<progress::Text>>)> = Vec::new();
     for t in history.turns.iter().rev().take(wanted) {
         if t.calls > 0 {
             break;
@@ -383,12 +412,16 @@ fn answer<R: Results>(cfg: &ToolLoops, history: &ToolHistory, results: &R) -> Op
         let Some(text) = t.answer.and_then(|at| read(at, progress::ANSWER_MIN_CHARS)) else {
             break;
         };
-        answers.push((text, t.prompt.and_then(|at| read(at, 4))));
+        // What the user wrote is never masked.
+        let prompt = t
+            .prompt
+            .and_then(|at| progress::read_cached(texts, results, at, Classes::NONE, 4));
+        answers.push((text, prompt));
     }
     let turn = |k: usize| {
         answers.get(k).map(|(answer, prompt)| progress::Turn {
             answer,
-            prompt: prompt.as_ref(),
+            prompt: prompt.as_deref(),
         })
     };
     let newest = turn(0)?;

@@ -137,7 +137,7 @@ impl<B: BucketBackend> Engine<B> {
             let verdict = if req.over_budget() {
                 None
             } else {
-                tool_loops::judge(cfg, history, req)
+                tool_loops::judge(cfg, history, req, Some(&self.text_cache))
             };
             if req.over_budget() {
                 // Reading the history or its results ran out of budget:
@@ -177,7 +177,12 @@ impl<B: BucketBackend> Engine<B> {
         let progress = match (near, &parsed, &history) {
             (true, Some(req), Some(history)) => {
                 !req.over_budget()
-                    && progress::newest_answer_progressed(history, req, p.volatile.classes)
+                    && progress::newest_answer_progressed(
+                        history,
+                        req,
+                        p.volatile.classes,
+                        Some(&self.text_cache),
+                    )
             }
             _ => false,
         };

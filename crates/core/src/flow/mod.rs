@@ -36,6 +36,7 @@ use crate::act::hold::HeaderHold;
 use crate::act::reply::{Api, Headers, LocalReply};
 use crate::config::{Config, StoreConfig};
 use crate::detect::fingerprint::{Fingerprinted, Pending};
+use crate::detect::progress::TextCache;
 use crate::metrics::{MetricId, Registry};
 use crate::request::llm::CallCache;
 use crate::state::redis::RedisStore;
@@ -292,6 +293,9 @@ pub struct Engine<B> {
     throttled: DelayQueue,
     hold: HeaderHold,
     call_cache: CallCache,
+    /// Answers and messages read for the progress check and the answer
+    /// tier, kept for the conversation's next request.
+    text_cache: TextCache,
     alerts: Alerts,
     logs: LogLimits,
     unknown_route_policies: Vec<String>,
@@ -337,6 +341,7 @@ impl<B: BucketBackend> Engine<B> {
             throttled: DelayQueue::default(),
             hold: HeaderHold::new(config.hold_request_headers),
             call_cache: CallCache::default(),
+            text_cache: TextCache::default(),
             alerts: Alerts {
                 webhook: config.webhook.clone(),
                 secret,

@@ -341,21 +341,21 @@ impl<S: Hashing> Pending<S> {
                 c.named("policy", self.policy_id.as_bytes());
                 c.identity(&self.identity);
                 c.named_optional("model", req.model.as_deref().map(str::as_bytes));
-                // The opening is digested and dropped before the tail is
+                // The task is digested and dropped before the tail is
                 // read: a long first message is held once, not twice.
-                let mut opening = req.opening();
-                self.volatile.mask_opening(&mut opening);
-                let salt = similarity::opening_salt(&opening);
+                let mut task = req.task();
+                self.volatile.mask_opening(&mut task);
+                let salt = similarity::opening_salt(&task);
                 c.0.note(|| {
                     Component::new(
                         "opening (its first user message salts the signature)",
-                        opening.len().to_string(),
+                        task.len().to_string(),
                     )
                 });
-                for (i, m) in opening.iter().enumerate() {
+                for (i, m) in task.iter().enumerate() {
                     note_message(&mut c.0, m, "opening", i);
                 }
-                drop(opening);
+                drop(task);
                 let Some(mut tail) = req.tail_of_steps(*tail_messages) else {
                     return self.unparsed(body);
                 };

@@ -1,3 +1,4 @@
+use super::words::{looks_random, GOLDEN};
 use super::*;
 
 /// A tail's signature, compared by similarity (no progress made).

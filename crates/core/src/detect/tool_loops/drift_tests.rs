@@ -29,7 +29,14 @@ fn judged(c: &ToolLoops, body: &Value) -> Option<ToolVerdict> {
         "/v1/chat/completions"
     };
     let req = llm::parse(&bytes, path, usize::MAX).unwrap();
-    judge(c, &req.tool_history(None), &req)
+    let history = req.tool_history(None);
+    let verdict = judge(c, &history, &req, None);
+    // Read through a cache (empty, then holding every text), the verdict
+    // is the same.
+    let texts = crate::detect::progress::TextCache::default();
+    assert_eq!(judge(c, &history, &req, Some(&texts)), verdict);
+    assert_eq!(judge(c, &history, &req, Some(&texts)), verdict);
+    verdict
 }
 
 const TESTS: (&str, &str) = ("run_tests", "{\"path\":\"tests\"}");
@@ -433,14 +440,14 @@ fn an_unreadable_result_is_never_a_repeat() {
     let bytes = stuck_export().to_string().into_bytes();
     let req = llm::parse(&bytes, "/v1/chat/completions", usize::MAX).unwrap();
     let history = req.tool_history(None);
-    assert!(judge(&c, &history, &req).is_some());
-    assert_eq!(judge(&c, &history, &Unreadable), None);
+    assert!(judge(&c, &history, &req, None).is_some());
+    assert_eq!(judge(&c, &history, &Unreadable, None), None);
     // Calls without their results in the request are judged by the calls.
     let mut without = history.clone();
     for call in &mut without.calls {
         call.result = None;
     }
-    let v = judge(&c, &without, &Unreadable).unwrap();
+    let v = judge(&c, &without, &Unreadable, None).unwrap();
     assert_eq!((v.tier, v.occurrences), (Tier::Identical, 3));
 }
 

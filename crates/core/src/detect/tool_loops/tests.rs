@@ -39,7 +39,14 @@ fn chat(turns: &[&[(&str, &str)]]) -> Value {
 fn judge_body(c: &ToolLoops, body: &Value, path: &str) -> Option<ToolVerdict> {
     let bytes = body.to_string().into_bytes();
     let req = llm::parse(&bytes, path, usize::MAX).unwrap();
-    judge(c, &req.tool_history(None), &req)
+    let history = req.tool_history(None);
+    let verdict = judge(c, &history, &req, None);
+    // Read through a cache (empty, then holding every text), the verdict
+    // is the same.
+    let texts = crate::detect::progress::TextCache::default();
+    assert_eq!(judge(c, &history, &req, Some(&texts)), verdict);
+    assert_eq!(judge(c, &history, &req, Some(&texts)), verdict);
+    verdict
 }
 
 const READ: (&str, &str) = ("read_file", "{\"path\": \"/etc/app.conf\"}");
@@ -253,7 +260,7 @@ fn responses_and_anthropic_histories() {
 fn rewritten(c: &ToolLoops, body: &Value, path: &str) -> (Vec<u8>, Vec<u8>, Value) {
     let original = body.to_string().into_bytes();
     let req = llm::parse(&original, path, usize::MAX).unwrap();
-    let v = judge(c, &req.tool_history(None), &req).unwrap();
+    let v = judge(c, &req.tool_history(None), &req, None).unwrap();
     let out = rewrite(c, &req, &v).unwrap();
     let parsed: Value = serde_json::from_slice(&out).unwrap();
     (original, out, parsed)
@@ -369,7 +376,7 @@ fn odd_json_layouts_are_edited_correctly() {
         serde_json::to_string_pretty(&chat(&[&[READ], &[READ], &[READ]])).unwrap() + "\n\n";
     let req = llm::parse(pretty.as_bytes(), "/v1/chat/completions", usize::MAX).unwrap();
     assert_eq!(req.format, Format::OpenAiChat);
-    let v = judge(&c, &req.tool_history(None), &req).unwrap();
+    let v = judge(&c, &req.tool_history(None), &req, None).unwrap();
     let out = rewrite(&c, &req, &v).unwrap();
     let parsed: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(

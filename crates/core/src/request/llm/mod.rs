@@ -263,34 +263,58 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// The conversation's opening: its system prompt (out of band or
-    /// system and developer items) and its first user message, as far as
-    /// they are among the first [`scan::LEADING`] items. Stable across the
-    /// turns of one conversation, different between tasks.
-    pub fn opening(&self) -> Vec<Message> {
-        let mut out = Vec::with_capacity(2);
+    /// The conversation's task, as near mode's salt reads it: its first
+    /// user message (not one of tool results) among the first
+    /// [`scan::LEADING`] items or, with none there, its system prompt (out
+    /// of band, or system and developer items). Stable across the turns of
+    /// one conversation, different between tasks. Items the model or a
+    /// tool wrote are passed over unread, and the prompts are read only
+    /// when no user message stands for the task (a coding agent's system
+    /// prompt of many kilobytes is not read on every request).
+    pub fn task(&self) -> Vec<Message> {
+        let items = match &self.items {
+            Items::Text(text) => {
+                return vec![Message {
+                    role: "user".to_string(),
+                    parts: text_parts(text),
+                }]
+            }
+            Items::List(items) => items,
+        };
+        let mut prompts = Vec::new();
+        for i in 0..scan::LEADING {
+            let Some(e) = items.get(i) else { break };
+            let role = e.1.as_ref().map_or(&b""[..], |k| self.word(k, "role"));
+            if [&b"assistant"[..], b"tool", b"function"]
+                .iter()
+                .any(|r| role.eq_ignore_ascii_case(r))
+            {
+                continue;
+            }
+            if [&b"system"[..], b"developer"]
+                .iter()
+                .any(|r| role.eq_ignore_ascii_case(r))
+            {
+                prompts.push(i);
+                continue;
+            }
+            let Some(m) = self.item(i, e.0) else { break };
+            if m.is_prompt() {
+                prompts.push(i);
+            } else if m.role == "user"
+                && !m.parts.iter().any(|p| matches!(p, Part::ToolResult { .. }))
+            {
+                return vec![m];
+            }
+        }
+        let mut out = Vec::with_capacity(prompts.len() + 1);
         if let Some(sys) = self.system {
             out.extend(self.system_message(sys));
         }
-        match &self.items {
-            Items::Text(text) => out.push(Message {
-                role: "user".to_string(),
-                parts: text_parts(text),
-            }),
-            Items::List(items) => {
-                for i in 0..scan::LEADING {
-                    let Some(m) = items.get(i).and_then(|e| self.item(i, e.0)) else {
-                        break;
-                    };
-                    let user = m.role == "user"
-                        && !m.parts.iter().any(|p| matches!(p, Part::ToolResult { .. }));
-                    let system = m.is_prompt();
-                    if system || user {
-                        out.push(m);
-                    }
-                    if user {
-                        break;
-                    }
+        for i in prompts {
+            if let Some(m) = items.get(i).and_then(|e| self.item(i, e.0)) {
+                if m.is_prompt() {
+                    out.push(m);
                 }
             }
         }

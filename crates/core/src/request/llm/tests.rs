@@ -440,3 +440,62 @@ fn broken_json_strings_are_refused_like_serde_refuses_them() {
         Some("a b\u{e9} \u{1f600}")
     );
 }
+
+/// The task near mode salts with: the first user message (the prompts only
+/// when there is none), whatever comes before it.
+#[test]
+fn task_is_the_first_user_message_or_else_the_prompts() {
+    let task = |body: Value, path: &str| {
+        let bytes = body.to_string().into_bytes();
+        let req = parse(&bytes, path).expect("recognised");
+        req.task()
+            .into_iter()
+            .map(|m| (m.role, m.parts))
+            .collect::<Vec<_>>()
+    };
+    let user = |s: &str| ("user".to_string(), vec![text(s)]);
+    let system = |s: &str| ("system".to_string(), vec![text(s)]);
+    let chat = "/v1/chat/completions";
+    assert_eq!(
+        task(
+            json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Ship It"}]}),
+            chat
+        ),
+        vec![user("ship it")]
+    );
+    // The model's opening turn is passed over.
+    assert_eq!(
+        task(
+            json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "ship it"}]}),
+            chat
+        ),
+        vec![user("ship it")]
+    );
+    // No user message among the leading items: the prompts stand in.
+    assert_eq!(
+        task(
+            json!({"messages": [{"role": "system", "content": "Summarise ticket 1."}, {"role": "developer", "content": "JSON only."}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "b"}]}),
+            chat
+        ),
+        vec![
+            system("summarise ticket 1."),
+            ("developer".to_string(), vec![text("json only.")])
+        ]
+    );
+    // Anthropic: the system prompt is out of band; a user message of tool
+    // results is not the task.
+    let anthropic = json!({"system": "Be brief.", "messages": [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        {"role": "user", "content": "Fix the build"}]});
+    assert_eq!(task(anthropic, "/v1/messages"), vec![user("fix the build")]);
+    let anthropic = json!({"system": "Summarise ticket 2.", "messages": [{"role": "assistant", "content": "x"}]});
+    assert_eq!(
+        task(anthropic, "/v1/messages"),
+        vec![system("summarise ticket 2.")]
+    );
+    // Responses with a string input: that is the user's message.
+    assert_eq!(
+        task(json!({"input": "Find the bug"}), "/v1/responses"),
+        vec![user("find the bug")]
+    );
+}

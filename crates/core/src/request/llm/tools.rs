@@ -278,6 +278,26 @@ impl Request<'_> {
         Some(out)
     }
 
+    /// The bytes of the value at `at` in the body, read no further (a
+    /// cache's key).
+    pub fn result_bytes(&self, at: ResultAt) -> Option<&[u8]> {
+        let ResultAt::Value(span) = at else {
+            return None;
+        };
+        self.body.get(span.0..span.1)
+    }
+
+    /// Take from the parsing budget what [`Request::result_text`] takes
+    /// for `at` (a text found in a cache is charged as if read): a string
+    /// costs nothing, other content its values; false when they do not
+    /// fit.
+    pub fn afford_result(&self, at: ResultAt) -> bool {
+        match at {
+            ResultAt::Value(span) if self.body.get(span.0) != Some(&b'"') => self.afford(span),
+            _ => true,
+        }
+    }
+
     /// Whether the model wrote this item, by its `role` or `type`.
     fn written_by_model(&self, keys: &scan::Picked) -> bool {
         let role = self.word(keys, "role");
@@ -289,7 +309,7 @@ impl Request<'_> {
     }
 
     /// A key that is a plain word (`role`, `type`), or empty.
-    fn word(&self, keys: &scan::Picked, key: &str) -> &[u8] {
+    pub(super) fn word(&self, keys: &scan::Picked, key: &str) -> &[u8] {
         keys.get(key)
             .and_then(|s| scan::plain_str(self.body, s))
             .unwrap_or_default()

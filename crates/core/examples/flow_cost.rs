@@ -1,0 +1,96 @@
+//! Development aid: run one request body through the whole flow many
+//! times with a policy (the bench's 16 KB chat with `near`, say), for a
+//! profiler (`valgrind --tool=callgrind`) to count where the instructions
+//! go natively.
+//!
+//!     cargo run --release -p loopguard-core --example flow_cost -- BODY.json near 200
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
+
+use loopguard_core::config::Config;
+use loopguard_core::flow::{Effects, Engine, Request};
+use loopguard_core::request::{RequestFacts, RequestHead};
+use loopguard_core::state::store::{BucketBackend, CasWrite};
+use std::collections::HashMap;
+
+#[derive(Default)]
+struct Memory(HashMap<u32, (Vec<u8>, u32)>);
+
+impl BucketBackend for Memory {
+    fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)> {
+        Some(self.0.get(&bucket).cloned().unwrap_or((Vec::new(), 0)))
+    }
+    fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {
+        let cur = self.0.get(&bucket).map_or(0, |b| b.1);
+        if cur != version {
+            return CasWrite::Conflict;
+        }
+        self.0.insert(bucket, (bytes.to_vec(), cur + 1));
+        CasWrite::Written
+    }
+}
+
+struct Facts;
+
+impl RequestFacts for Facts {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        match name {
+            "authorization" => Some(b"Bearer sk-bench".to_vec()),
+            "content-type" => Some(b"application/json".to_vec()),
+            _ => None,
+        }
+    }
+    fn source_address(&self) -> Option<String> {
+        None
+    }
+    fn verified_claim(&self, _: &str, _: &str) -> Option<Vec<u8>> {
+        None
+    }
+    fn route_name(&self) -> Option<String> {
+        None
+    }
+    fn route_policy(&self) -> Option<String> {
+        None
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let body = std::fs::read(&args[1]).unwrap();
+    let similarity = args.get(2).map_or("near", String::as_str);
+    let n: u32 = args.get(3).map_or(200, |s| s.parse().unwrap());
+    let cfg = Config::from_value(&serde_json::json!({"policies": [{"id": "p", "spec": {"selector": {},
+        "loop_detection": {"enabled": true, "window_seconds": 1, "threshold_identical_requests": 64, "similarity": similarity}}}]}))
+    .unwrap();
+    let mut engine = Engine::new(cfg, "bench", |_| Ok(Memory::default()), |_| None, 1).unwrap();
+    let head = RequestHead {
+        method: "POST",
+        path: "/v1/chat/completions",
+        authority: "x",
+    };
+    let mut out = Effects::new();
+    for i in 0..n {
+        let mut r = Request::new(i);
+        engine.on_headers(
+            &mut r,
+            &head,
+            &Facts,
+            false,
+            1_000 + 100 * u64::from(i),
+            &mut out,
+        );
+        engine.on_body(
+            &mut r,
+            body.len(),
+            true,
+            Some(&body),
+            1_000 + 100 * u64::from(i),
+            &mut out,
+        );
+        out.clear();
+    }
+}

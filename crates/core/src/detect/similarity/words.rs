@@ -1,0 +1,218 @@
+//! Words as near mode reads them, in any script, and the hashes made of
+//! them.
+
+/// Every word of `text`, in order: runs of letters and digits (any
+/// script), plus `<`, `>`, `_` and `#` so masking placeholders stay whole
+/// (a token whose digits were masked, `j#U#w#M#fHq`, is one word); in a
+/// script written without spaces (Chinese, Japanese, Thai), each pair of
+/// neighbouring characters (a lone character, itself).
+pub fn words(text: &str, mut word: impl FnMut(&[u8])) {
+    words_in_context(text, |w, _| word(w));
+}
+
+/// [`words`], each with the text that follows it.
+pub fn words_in_context(text: &str, mut word: impl FnMut(&[u8], &[u8])) {
+    let b = text.as_bytes();
+    if text.is_ascii() {
+        let mut start = None;
+        for (i, &c) in b.iter().enumerate() {
+            let inside = c.is_ascii_alphanumeric() || matches!(c, b'<' | b'>' | b'_' | b'#');
+            match (inside, start) {
+                (true, None) => start = Some(i),
+                (false, Some(s)) => {
+                    word(
+                        b.get(s..i).unwrap_or_default(),
+                        b.get(i..).unwrap_or_default(),
+                    );
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = start {
+            word(b.get(s..).unwrap_or_default(), &[]);
+        }
+        return;
+    }
+    let mut start = None;
+    // A run of an unsegmented script: where its previous character
+    // starts, and how long the run is.
+    let mut run: Option<(usize, u32)> = None;
+    for (i, c) in text.char_indices() {
+        if unsegmented(c) {
+            if let Some(s) = start.take() {
+                word(
+                    b.get(s..i).unwrap_or_default(),
+                    b.get(i..).unwrap_or_default(),
+                );
+            }
+            let end = i + c.len_utf8();
+            run = Some(match run {
+                Some((prev, n)) => {
+                    word(
+                        b.get(prev..end).unwrap_or_default(),
+                        b.get(end..).unwrap_or_default(),
+                    );
+                    (i, n + 1)
+                }
+                None => (i, 1),
+            });
+            continue;
+        }
+        if let Some((prev, n)) = run.take() {
+            if n == 1 {
+                word(
+                    b.get(prev..i).unwrap_or_default(),
+                    b.get(i..).unwrap_or_default(),
+                );
+            }
+        }
+        let inside = c.is_alphanumeric() || matches!(c, '<' | '>' | '_' | '#');
+        match (inside, start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                word(
+                    b.get(s..i).unwrap_or_default(),
+                    b.get(i..).unwrap_or_default(),
+                );
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        word(b.get(s..).unwrap_or_default(), &[]);
+    }
+    if let Some((prev, 1)) = run {
+        word(b.get(prev..).unwrap_or_default(), &[]);
+    }
+}
+
+/// The phrases a text quotes (`'Olá, time da Lumina,'`, `「【ゆずリビング】発送遅延
+/// のお詫び」`, `"Maria"`): between matching quotes, at least 2 characters.
+pub fn quoted(text: &str) -> Vec<String> {
+    const PAIRS: [(char, char); 8] = [
+        ('"', '"'),
+        ('\'', '\''),
+        ('“', '”'),
+        ('‘', '’'),
+        ('«', '»'),
+        ('「', '」'),
+        ('『', '』'),
+        ('„', '“'),
+    ];
+    // An ASCII quote opens after a space or punctuation and closes before
+    // one: an apostrophe (`it's`, `don't`) is not a quote.
+    let opens = |t: &str, i: usize| {
+        t.get(..i)
+            .and_then(|h| h.chars().next_back())
+            .is_none_or(|c| !c.is_alphanumeric())
+    };
+    let closes = |t: &str, j: usize| {
+        t.get(j..)
+            .and_then(|r| r.chars().nth(1))
+            .is_none_or(|c| !c.is_alphanumeric())
+    };
+    let mut out = Vec::new();
+    for (open, close) in PAIRS {
+        let ascii = open.is_ascii();
+        let mut from = 0;
+        while let Some(i) = text
+            .get(from..)
+            .and_then(|r| r.find(open))
+            .map(|i| from + i)
+        {
+            let start = i + open.len_utf8();
+            from = start;
+            if ascii && !opens(text, i) {
+                continue;
+            }
+            let Some(j) = text.get(start..).and_then(|r| {
+                r.match_indices(close)
+                    .map(|(j, _)| start + j)
+                    .find(|&j| !ascii || closes(text, j))
+            }) else {
+                break;
+            };
+            let phrase = text.get(start..j).unwrap_or_default().trim();
+            if (2..=200).contains(&phrase.chars().count()) {
+                out.push(phrase.to_string());
+            }
+            from = j + close.len_utf8();
+        }
+    }
+    out
+}
+
+/// A character of a script written without spaces between words: its
+/// text is read as character pairs (Han, Hiragana, Katakana, Thai, Lao,
+/// Khmer, Myanmar).
+pub fn unsegmented(c: char) -> bool {
+    matches!(u32::from(c),
+        0x3040..=0x30FF | 0x31F0..=0x31FF | 0x3400..=0x4DBF | 0x4E00..=0x9FFF
+        | 0xF900..=0xFAFF | 0x20000..=0x2FA1F | 0x0E00..=0x0EFF | 0x1780..=0x17FF
+        | 0x1000..=0x109F)
+}
+
+/// A list's marker: a number up to 20 followed by `)`, or by `.` and a
+/// space (`1) open settings`, `2. clear the cache`).
+pub(super) fn is_list_marker(w: &[u8], after: &[u8]) -> bool {
+    is_number(w)
+        && w.len() <= 2
+        && std::str::from_utf8(w)
+            .ok()
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| n <= 20)
+        && (after.first() == Some(&b')') || after.starts_with(b". "))
+}
+
+/// Digits only: a number (`1,843.5` reads as the words `1`, `843`, `5`).
+pub(super) fn is_number(w: &[u8]) -> bool {
+    !w.is_empty() && w.iter().all(u8::is_ascii_digit)
+}
+
+/// A word that looks machine-made rather than written: 8 or more
+/// characters, letters and digits (at least 2 of each) switching kind at
+/// least 3 times (`j9U91w8M0730fHq`, `f7167b20`, `itH0Q8K8Al1VGZ_Ai0WV`),
+/// but not `sha256sum`, `base64encoded` or `gpt4`. Session tokens and
+/// worker ids that no masking class names.
+pub(super) fn looks_random(w: &[u8]) -> bool {
+    if w.len() < 8 {
+        return false;
+    }
+    let (mut digits, mut letters, mut switches) = (0u32, 0u32, 0u32);
+    let mut last_digit = None;
+    for &c in w {
+        // `#`: a digit masked in a tool result.
+        let digit = if c.is_ascii_digit() || c == b'#' {
+            digits += 1;
+            true
+        } else if c.is_ascii_alphabetic() {
+            letters += 1;
+            false
+        } else {
+            continue;
+        };
+        if last_digit.is_some_and(|d| d != digit) {
+            switches += 1;
+        }
+        last_digit = Some(digit);
+    }
+    digits >= 2 && letters >= 2 && switches >= 3
+}
+
+pub(super) const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// FNV-1a over the bytes, ASCII letters lower-cased.
+pub fn fnv1a(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| {
+        (h ^ u64::from(c.to_ascii_lowercase())).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// splitmix64's finaliser: every input bit reaches every output bit.
+pub(super) fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}

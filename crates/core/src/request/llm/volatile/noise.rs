@@ -1,0 +1,270 @@
+//! Numbers that are noise: what a time, an attempt or an id is counted
+//! in (`attempt 4`, `latency_ms: 31`, `nov 23`), a time of day, a
+//! duration. Numbers that carry meaning (an amount, a count, a version)
+//! are kept.
+
+use super::shapes::{byte, digit, digits_end, ends, is_alnum, number_end, run};
+
+/// Words after which a number is noise: times, attempts, ids (`attempt
+/// 4`, `latency_ms: 31`, `pid 2231`, `retry budget 4/10`), and the names
+/// of months and weekdays (`Nov 23`, `Thu, 05 Nov 2026`). `may` is left
+/// out: it is a verb far more often than a month. Sorted (a binary
+/// search per word; a test keeps it so).
+pub(super) const NOISE_KEYS: &[&[u8]] = &[
+    b"apr",
+    b"april",
+    b"attempt",
+    b"attempts",
+    b"aug",
+    b"august",
+    b"backoff",
+    b"deadline",
+    b"dec",
+    b"december",
+    b"delay",
+    b"duration",
+    b"elapsed",
+    b"feb",
+    b"february",
+    b"fri",
+    b"friday",
+    b"jan",
+    b"january",
+    b"jul",
+    b"july",
+    b"jun",
+    b"june",
+    b"latency",
+    b"mar",
+    b"march",
+    b"mon",
+    b"monday",
+    b"nonce",
+    b"nov",
+    b"november",
+    b"oct",
+    b"october",
+    b"pid",
+    b"port",
+    b"req",
+    b"request",
+    b"retries",
+    b"retry",
+    b"sat",
+    b"saturday",
+    b"sep",
+    b"sept",
+    b"september",
+    b"seq",
+    b"session",
+    b"span",
+    b"sun",
+    b"sunday",
+    b"thread",
+    b"thu",
+    b"thur",
+    b"thurs",
+    b"thursday",
+    b"tid",
+    b"time",
+    b"timestamp",
+    b"took",
+    b"trace",
+    b"tries",
+    b"try",
+    b"ts",
+    b"tue",
+    b"tues",
+    b"tuesday",
+    b"uptime",
+    b"wait",
+    b"waited",
+    b"wed",
+    b"wednesday",
+    b"worker",
+];
+
+/// Units of time a number may carry (`1843 ms`, `1.04s`, `5 seconds`,
+/// `30 Sekunden`, `2 horas`). `m` alone is left out (minutes, metres or
+/// millions); it counts inside a compound duration (`10m07s`).
+pub(super) const TIME_UNITS: &[&str] = &[
+    "ms",
+    "s",
+    "sec",
+    "secs",
+    "second",
+    "seconds",
+    "us",
+    "ns",
+    "min",
+    "mins",
+    "minute",
+    "minutes",
+    "h",
+    "hr",
+    "hrs",
+    "hour",
+    "hours",
+    "sek",
+    "sekunde",
+    "sekunden",
+    "minuten",
+    "stunde",
+    "stunden",
+    "millisekunden",
+    "seg",
+    "segundo",
+    "segundos",
+    "minuto",
+    "minutos",
+    "hora",
+    "horas",
+    "milisegundos",
+    "milissegundos",
+    "seconde",
+    "secondes",
+    "heure",
+    "heures",
+    "millisecondes",
+];
+
+/// Units of time in scripts that write them right after the number, with
+/// no space and no word boundary (`10.06 秒`, `200ミリ秒`, `3 分钟后`): the
+/// unit's UTF-8 bytes.
+pub(super) const TIME_UNITS_UNSPACED: &[&str] = &[
+    "毫秒",
+    "ミリ秒",
+    "秒",
+    "分钟",
+    "分鐘",
+    "小时",
+    "小時",
+    "時間",
+    "мс",
+    "сек",
+    "мин",
+    "초",
+];
+
+pub(super) fn names_noise(word: &[u8]) -> bool {
+    // Most words are longer than any key, or start with a letter none
+    // starts with: answered without a comparison.
+    let len = word.len();
+    if !(2..=9).contains(&len)
+        || !matches!(word.first().map(u8::to_ascii_lowercase), Some(b'a'..=b'w'))
+    {
+        return false;
+    }
+    let mut lower = [0u8; 9];
+    for (d, c) in lower.iter_mut().zip(word) {
+        *d = c.to_ascii_lowercase();
+    }
+    let lower = lower.get(..len).unwrap_or_default();
+    NOISE_KEYS.binary_search(&lower).is_ok()
+}
+
+/// Whether the number at `i` (a word start) is noise, and where the masked
+/// part ends: a time of day (`13:40:01`, all of it), a compound duration
+/// (`10m07s`, all of it), a number with a unit of time after it (the
+/// number), or any number right after a word that names a time, an
+/// attempt or an id (`keyed`).
+pub(super) fn noise_number(b: &[u8], i: usize, keyed: bool) -> Option<usize> {
+    if let Some(end) = clock_time(b, i).or_else(|| compound_duration(b, i)) {
+        return Some(end);
+    }
+    let end = number_end(b, i);
+    if time_unit_at(b, end) {
+        return Some(end);
+    }
+    // After a key, a number standing alone (`worker 31bd07aa` is an id
+    // that starts with digits, not a number).
+    (keyed && !is_alnum(b, end)).then_some(end)
+}
+
+/// A unit of time at `p`, directly or after one space, ending its word.
+pub(super) fn time_unit_at(b: &[u8], p: usize) -> bool {
+    let p = if b.get(p) == Some(&b' ') { p + 1 } else { p };
+    // `µs`: U+00B5 then `s`.
+    if b.get(p..p + 3) == Some(&[0xC2, 0xB5, b's'][..]) {
+        return !is_alnum(b, p + 3);
+    }
+    let rest = b.get(p..).unwrap_or_default();
+    if TIME_UNITS_UNSPACED
+        .iter()
+        .any(|u| rest.starts_with(u.as_bytes()))
+    {
+        return true;
+    }
+    let mut q = p;
+    while b.get(q).is_some_and(u8::is_ascii_alphabetic) {
+        q += 1;
+    }
+    let unit = b.get(p..q).unwrap_or_default();
+    !unit.is_empty()
+        && !is_alnum(b, q)
+        && TIME_UNITS
+            .iter()
+            .any(|u| u.as_bytes().eq_ignore_ascii_case(unit))
+}
+
+/// `h:mm`, `hh:mm`, `hh:mm:ss`, with a fraction: a time of day (hours up to
+/// 23, minutes and seconds up to 59). `16:9` or `88:50` are not.
+pub(super) fn clock_time(b: &[u8], i: usize) -> Option<usize> {
+    let h_end = digits_end(b, i)?;
+    let hours = two_digit_value(b.get(i..h_end)?)?;
+    if hours > 23 {
+        return None;
+    }
+    let mut p = byte(b, h_end, b':')?;
+    let m_end = run(b, p, 2, digit)?;
+    if two_digit_value(b.get(p..m_end)?)? > 59 {
+        return None;
+    }
+    p = m_end;
+    if let Some(q) = byte(b, p, b':').and_then(|q| run(b, q, 2, digit)) {
+        if two_digit_value(b.get(p + 1..q)?)? > 60 {
+            return None;
+        }
+        p = q;
+        if let Some(q) = b
+            .get(p)
+            .filter(|c| matches!(c, b'.' | b','))
+            .and_then(|_| digits_end(b, p + 1))
+        {
+            p = q;
+        }
+    }
+    ends(b, p)
+}
+
+/// The value of one or two digits.
+pub(super) fn two_digit_value(d: &[u8]) -> Option<u32> {
+    if d.is_empty() || d.len() > 2 {
+        return None;
+    }
+    Some(d.iter().fold(0, |v, c| v * 10 + u32::from(c - b'0')))
+}
+
+/// Two or more `<digits><unit>` parts of `h`, `m`, `s` or `ms` run
+/// together: `10m07s`, `1h30m`, `2m3.5s`.
+pub(super) fn compound_duration(b: &[u8], i: usize) -> Option<usize> {
+    let mut p = i;
+    let mut parts = 0;
+    while let Some(d) = digits_end(b, p) {
+        let d = match b.get(d) {
+            Some(b'.') => digits_end(b, d + 1).unwrap_or(d),
+            _ => d,
+        };
+        let unit = match (
+            b.get(d).map(u8::to_ascii_lowercase),
+            b.get(d + 1).map(u8::to_ascii_lowercase),
+        ) {
+            (Some(b'm'), Some(b's')) => 2,
+            (Some(b'h' | b'm' | b's'), _) => 1,
+            _ => break,
+        };
+        p = d + unit;
+        parts += 1;
+    }
+    (parts >= 2).then_some(p).and_then(|e| ends(b, e))
+}

@@ -1,0 +1,348 @@
+use super::noise::{names_noise, NOISE_KEYS};
+use super::*;
+
+fn tool(s: &str) -> String {
+    mask(s, Classes::all(), Context::ToolResult).into_owned()
+}
+
+fn text(s: &str) -> String {
+    mask(s, Classes::all(), Context::Text).into_owned()
+}
+
+#[test]
+fn a_failing_tool_repeats_once_masked() {
+    let a = tool("error 503 at 2026-11-23t13:40:01.123z (request id req_8f3ak29dlm01, trace 5b2c9e0f4a1d7c3b8e9f) after 1843 ms, attempt 4");
+    let b = tool("error 503 at 2026-11-23t13:40:07.981z (request id req_k2l9x0pq77za, trace 0a9f8e7d6c5b4a39d2c1) after 2210 ms, attempt 5");
+    assert_eq!(a, b);
+    assert_eq!(
+        a,
+        "error # at <datetime> (request id req_<id>, trace <hex>) after # ms, attempt #"
+    );
+}
+
+#[test]
+fn each_class_with_examples() {
+    let cases = [
+        (
+            "id 3f2a9c1e-7b4d-4e8a-9f01-23456789abcd done",
+            "id <uuid> done",
+        ),
+        ("at 2026-11-23t13:40:01z", "at <datetime>"),
+        ("at 2026-11-23t13:40:01.123456+01:00.", "at <datetime>."),
+        ("at 2026-11-23 13:40", "at <datetime>"),
+        ("at 2026-11-23t13:40:01-0500", "at <datetime>"),
+        ("on 2026-11-23, twice", "on <date>, twice"),
+        ("ts=1732370401 and 1732370401123", "ts=<epoch> and <epoch>"),
+        ("ts 1732370401.25", "ts <epoch>"),
+        ("sha 9f86d081884c7d659a2feaa0c55ad015", "sha <hex>"),
+        (
+            "chatcmpl-b7x9k2m4n6p8q0 and toolu_01abcdef23ghij",
+            "chatcmpl-<id> and toolu_<id>",
+        ),
+        ("took 12.5s for 1,843 bytes", "took #s for # bytes"),
+    ];
+    for (input, want) in cases {
+        assert_eq!(tool(input), want, "{input}");
+    }
+}
+
+#[test]
+fn message_text_keeps_numbers_and_bare_dates() {
+    assert_eq!(text("convert 1000 eur to usd"), "convert 1000 eur to usd");
+    assert_ne!(text("convert 1000 eur"), text("convert 1037 eur"));
+    assert_eq!(text("sales on 2026-11-03?"), "sales on 2026-11-03?");
+    // Machine-made tokens are masked in text too.
+    assert_eq!(
+        text("retrying request req_8f3ak29dlm01 at 2026-11-23t13:40:01z"),
+        "retrying request req_<id> at <datetime>"
+    );
+}
+
+#[test]
+fn upper_case_is_masked_too() {
+    let m = |s| mask(s, Classes::all(), Context::Arguments).into_owned();
+    assert_eq!(
+        m(r#"{"since":"2026-11-23T13:40:01Z","id":"3F2A9C1E-7B4D-4E8A-9F01-23456789ABCD"}"#),
+        r#"{"since":"<datetime>","id":"<uuid>"}"#
+    );
+    assert_eq!(m("trace 9F86D081884C7D659A2FEAA0C55AD015"), "trace <hex>");
+    assert_eq!(m("REQ_8F3AK29DLM01"), "REQ_<id>");
+}
+
+#[test]
+fn arguments_keep_numbers() {
+    let m = |s| mask(s, Classes::all(), Context::Arguments).into_owned();
+    assert_eq!(
+        m(r#"{"page":2,"since":"2026-11-23"}"#),
+        r#"{"page":2,"since":"<date>"}"#
+    );
+}
+
+#[test]
+fn near_misses_are_left_alone() {
+    for s in [
+        "customer 4829103746",       // a 10-digit id outside the epoch range
+        "get_build_status for main", // snake_case words are not ids
+        "deadbeefcafebabedeadbeef",  // hex letters only
+        "abc123",                    // too short
+        "x-request-idabcdefghij",    // no digits after the prefix
+        "8f3a9c1e",                  // short hex
+        "12026-11-23",               // not a date: runs on
+    ] {
+        assert_eq!(text(s), s, "{s}");
+    }
+    assert_eq!(tool("customer 4829103746"), "customer #");
+}
+
+/// The default classes (noise numbers, not every number).
+fn default_tool(s: &str) -> String {
+    mask(s, Classes::defaults(), Context::ToolResult).into_owned()
+}
+
+fn default_text(s: &str) -> String {
+    mask(s, Classes::defaults(), Context::Text).into_owned()
+}
+
+#[test]
+fn numbers_that_carry_meaning_are_kept_noise_is_masked() {
+    let cases = [
+        // Progress: counts, percentages, amounts, sizes, items left.
+        ("5 failed, 20 passed in 1.04s", "5 failed, 20 passed in #s"),
+        (
+            "=== 4 failed, 21 passed in 1.10 seconds ===",
+            "=== 4 failed, 21 passed in # seconds ===",
+        ),
+        (
+            "progress 45% (1,204 of 2,000 rows)",
+            "progress 45% (1,204 of 2,000 rows)",
+        ),
+        ("wrote 4096 bytes to out.csv", "wrote 4096 bytes to out.csv"),
+        ("remaining: 37 items", "remaining: 37 items"),
+        ("total $1,843.50 due", "total $1,843.50 due"),
+        ("handlers.py:88:5: b006", "handlers.py:88:5: b006"),
+        (
+            "http 503 service unavailable",
+            "http 503 service unavailable",
+        ),
+        // Noise: durations and latencies, with or without a space.
+        ("timed out after 30012 ms", "timed out after # ms"),
+        ("elapsed 30211ms", "elapsed #ms"),
+        (
+            "took 2.5 sec; 120µs in the kernel",
+            "took # sec; #µs in the kernel",
+        ),
+        ("export aborted after 10m07s", "export aborted after #"),
+        ("ok  \tpkg/api\t0.012s", "ok  \tpkg/api\t#s"),
+        ("连接超时（耗时 10.06 秒）", "连接超时（耗时 # 秒）"),
+        ("応答まで200ミリ秒", "応答まで#ミリ秒"),
+        (
+            "nach 30 Sekunden abgebrochen",
+            "nach # Sekunden abgebrochen",
+        ),
+        (
+            "tiempo de espera: 12,5 segundos",
+            "tiempo de espera: # segundos",
+        ),
+        // Times of day and written dates.
+        ("nov 19 10:41:14 ci-runner-3", "nov # # ci-runner-3"),
+        ("at thu, 05 nov 2026 08:16:21 gmt", "at thu, # nov # # gmt"),
+        ("started 09:05", "started #"),
+        // The value of a key that names a time, an attempt or an id.
+        ("attempt 4 of 10", "attempt # of 10"),
+        ("retry budget 4/10 used", "retry budget #/10 used"),
+        (
+            r#"{"took_ms": 31, "total": 0}"#,
+            r#"{"took_ms": #, "total": 0}"#,
+        ),
+        (
+            r#"{"attempt": 6, "items": 3}"#,
+            r#"{"attempt": #, "items": 3}"#,
+        ),
+        ("buildkitd pid 2231 exited", "buildkitd pid # exited"),
+        (
+            "worker 31bd07aa lost its lease",
+            "worker 31bd07aa lost its lease",
+        ),
+    ];
+    for (input, want) in cases {
+        assert_eq!(default_tool(input), want, "{input}");
+    }
+}
+
+#[test]
+fn noise_keys_are_sorted_lower_case_and_short() {
+    assert!(NOISE_KEYS.windows(2).all(|w| w[0] < w[1]));
+    assert!(NOISE_KEYS
+        .iter()
+        .all(|k| (2..=9).contains(&k.len()) && k.iter().all(u8::is_ascii_lowercase)));
+    assert!(names_noise(b"Attempt") && names_noise(b"NOV") && !names_noise(b"may"));
+}
+
+#[test]
+fn near_misses_of_noise_numbers_are_kept() {
+    for s in [
+        "16:9 aspect",       // not a time of day
+        "88:50 in the log",  // hours above 23
+        "5 sheep, 3 m long", // not units of time (m alone is ambiguous)
+        "10m of cable",      // one part: not a compound duration
+        "5 retries left",    // the count comes before the word
+        "may 5 tests fail",  // may is not read as a month
+        "http2 and v1.2.3",  // numbers inside words and versions
+    ] {
+        assert_eq!(default_tool(s), s, "{s}");
+    }
+}
+
+#[test]
+fn the_model_text_masks_noise_numbers_but_keeps_the_rest() {
+    assert_eq!(
+        default_text("retrying: the call took 1843 ms; 4 tests still fail"),
+        "retrying: the call took # ms; 4 tests still fail"
+    );
+    assert_eq!(
+        default_text("convert 1000 eur to usd"),
+        "convert 1000 eur to usd"
+    );
+    // Arguments keep every number, even with the policy masking them.
+    assert_eq!(
+        mask("latency 5 ms", Classes::defaults(), Context::Arguments),
+        "latency 5 ms"
+    );
+}
+
+#[test]
+fn every_number_is_masked_only_on_request() {
+    assert!(!Classes::defaults().contains(Class::ToolResultNumbers));
+    assert!(Classes::defaults().contains(Class::NoiseNumbers));
+    assert_eq!(
+        tool("5 failed, 20 passed in 1.04s"),
+        "# failed, # passed in #s"
+    );
+}
+
+#[test]
+fn classes_can_be_chosen() {
+    let only_uuid: Classes = [Class::Uuid].into_iter().collect();
+    let s = "3f2a9c1e-7b4d-4e8a-9f01-23456789abcd at 2026-11-23t13:40:01z took 5 ms";
+    assert_eq!(
+        mask(s, only_uuid, Context::ToolResult),
+        "<uuid> at 2026-11-23t13:40:01z took 5 ms"
+    );
+    assert!(matches!(
+        mask(s, Classes::NONE, Context::ToolResult),
+        Cow::Borrowed(_)
+    ));
+    assert!(matches!(
+        mask("nothing volatile here", Classes::all(), Context::ToolResult),
+        Cow::Borrowed(_)
+    ));
+    assert_eq!(Class::from_name("prefixed_id"), Some(Class::PrefixedId));
+    assert_eq!(Class::from_name("nope"), None);
+}
+
+#[test]
+fn non_ascii_text_is_safe() {
+    assert_eq!(tool("fehler — 503 über 12 ms…"), "fehler — # über # ms…");
+    assert_eq!(tool("日本 2026-11-23t13:40:01z"), "日本 <datetime>");
+}
+
+#[test]
+fn epochs_only_in_tool_results_and_hex_needs_digits_and_letters() {
+    // A 10-digit number a user or the model writes is a quantity or an
+    // id, not a clock reading.
+    assert_eq!(
+        text("invoice 1732370401 is due"),
+        "invoice 1732370401 is due"
+    );
+    assert_eq!(tool("expires 1732370401"), "expires <epoch>");
+    // Sixteen digits are a number (a card, an order), sixteen letters a
+    // word; a hash mixes both.
+    for s in ["order 4111111111111111", "deadbeefcafebabe"] {
+        assert_eq!(text(s), s, "{s}");
+    }
+    assert_eq!(text("commit 4111111111111111a"), "commit <hex>");
+}
+
+#[test]
+fn masking_never_lengthens_text() {
+    for s in ["1 2 3 4 5", "took 5 ms", "a1 b2", "2026-11-23 and 7"] {
+        assert!(tool(s).len() <= s.len(), "{s}");
+    }
+}
+
+#[test]
+fn a_digest_is_the_masked_texts_and_keeps_what_it_is_told() {
+    let a = "order 3f2a9c1e-7b4d-4e8a-9f01-23456789abcd failed at 2026-11-23t13:40:01z";
+    let b = "order 0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9 failed at 2026-11-23t13:40:09z";
+    let none = |_: &str| false;
+    let digest = |s| masked_digest(s, Classes::all(), Context::ToolResult, &none);
+    assert_eq!(digest(a), digest(b));
+    assert_eq!(
+        digest(a),
+        masked_digest(&tool(a), Classes::NONE, Context::ToolResult, &none)
+    );
+    // The ids the call's arguments name are kept: two orders differ.
+    let named = tokens(
+        r#"{"order":"3f2a9c1e-7b4d-4e8a-9f01-23456789abcd"}"#,
+        Classes::all(),
+        Context::Arguments,
+    );
+    assert_eq!(named, ["3f2a9c1e-7b4d-4e8a-9f01-23456789abcd"]);
+    let keep = |t: &str| named.iter().any(|n| n.eq_ignore_ascii_case(t));
+    assert_ne!(
+        masked_digest(a, Classes::all(), Context::ToolResult, &keep),
+        masked_digest(b, Classes::all(), Context::ToolResult, &keep)
+    );
+}
+
+#[test]
+fn masking_in_place_remembers_the_word_it_overwrote() {
+    // "1" becomes "#" in place; the id after it is still inside the
+    // word "1xreq_...", so it is no prefixed id.
+    let text = "1xreq_8f3ak29dlm01 took 5 ms";
+    let mut in_place = text.to_string();
+    replace(&mut in_place, Classes::all(), Context::ToolResult);
+    assert_eq!(in_place, "#xreq_#f#ak#dlm# took # ms");
+    assert_eq!(in_place, tool(text));
+}
+
+const PIECES: [&str; 18] = [
+    "1",
+    "42",
+    "1,843.5",
+    "2026-11-23",
+    "t13:40:01z",
+    "T13:40:01.123+01:00",
+    " ",
+    "-",
+    "req_",
+    "8f3ak29dlm01",
+    "3f2a9c1e-7b4d-4e8a-9f01-23456789abcd",
+    "9f86d081884c7d659a2feaa0c55ad015",
+    "1732370401",
+    "ms",
+    "é",
+    "x",
+    "_",
+    ".",
+];
+
+proptest::proptest! {
+    /// Masking in place (over the text as it is read) gives what the
+    /// copying mask gives, in every context.
+    #[test]
+    fn masking_in_place_equals_masking_by_copy(
+        picks in proptest::collection::vec(0usize..PIECES.len(), 0..40),
+        context in 0usize..3,
+    ) {
+        let text: String = picks.iter().filter_map(|&i| PIECES.get(i).copied()).collect();
+        let context = [Context::Text, Context::ToolResult, Context::Arguments]
+            .get(context)
+            .copied()
+            .unwrap_or(Context::Text);
+        let copied = mask(&text, Classes::all(), context).into_owned();
+        let mut in_place = text.clone();
+        replace(&mut in_place, Classes::all(), context);
+        proptest::prop_assert_eq!(in_place, copied);
+    }
+}
