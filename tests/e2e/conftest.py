@@ -41,7 +41,7 @@ def start_envoy(request):
     the test; its log is printed if the test failed."""
     started: list[Envoy] = []
 
-    def start(config: dict, concurrency: int = 2, **kw) -> Envoy:  # kw: name, env
+    def start(config: dict, concurrency: int = 2, **kw) -> Envoy:  # kw: name, env, timing
         e = Envoy(config, concurrency=concurrency, **kw)
         started.append(e)
         return e.start()
@@ -59,4 +59,6 @@ def start_envoy(request):
         if failed:
             log = e.log()
             print(f"\n--- log of {e.name} (admin {e.admin}) ---\n{log[-20000:]}", file=sys.stderr)
+            if e.timing_log and e.timing_log.exists():
+                print(f"--- Envoy's timing of {e.name}'s requests ---\n{e.timing_log.read_text()[-5000:]}", file=sys.stderr)
         shutil.rmtree(e.dir, ignore_errors=True)

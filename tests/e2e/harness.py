@@ -2,6 +2,28 @@
 
 Every process started here listens on loopback only, on free ports, and is
 stopped by PID when its test ends.
+
+Time in these tests (they must pass on a busy 2-CPU machine):
+- Speed is never asserted (that is `make bench`); behaviour in time is: a
+  throttle's delay, a window or cooldown expiring, the hold probe releasing a
+  request, a store timeout bounding a wait, a reload backoff.
+- Measure a wait where it happens: Envoy's own timing of the request
+  (`Envoy(timing=True)`, `Envoy.timings()`), not the client's wall clock,
+  which adds the client's and the upstream's scheduling.
+- Lower bounds are tight: a throttle holds at least its delay minus
+  CLOCK_SLACK; a wait that one of Envoy's own timers ends (a store call's
+  timeout) at least that minus TIMER_SLACK. Upper bounds leave headroom
+  (ENVOY_HEADROOM on Envoy's timings, more on the client's) yet stay below
+  what a wrong implementation would do (no delay, a delay of the wrong step,
+  waiting for the store instead of its timeout, Envoy's default backoff
+  instead of the configured one).
+- A schedule (`Schedule`) records when each request was really in flight and
+  asserts against that. A step that ran so late that the outcome it asserts
+  is no longer certain raises `Overrun`, and `on_schedule` runs the scenario
+  again with fresh fingerprints instead of failing; margins around a window
+  boundary are hundreds of ms, not tens.
+- Wait for something to happen by polling with a deadline (`wait_for`), not
+  with a fixed sleep before the assertion.
 """
 
 from __future__ import annotations
@@ -16,6 +38,8 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -428,6 +452,178 @@ def _endpoints(cluster: dict):
         yield from group.get("lb_endpoints", [])
 
 
+def _connection_managers(config: dict):
+    for listener in config.get("static_resources", {}).get("listeners", []):
+        for chain in listener.get("filter_chains", []):
+            for f in chain.get("filters", []):
+                if f.get("name") == "envoy.filters.network.http_connection_manager":
+                    yield f["typed_config"]
+
+
+# --- time --------------------------------------------------------------------
+
+# loopguard reads the clock in whole milliseconds (and Envoy's timers and
+# access log use other clocks than the client's): a delay may look up to
+# about 1 ms short from outside. Lower bounds allow this much.
+CLOCK_SLACK = 0.003
+# Envoy's own timers (a store call's timeout) count from its event loop's
+# cached time, which is stale by however long the loop has been busy: such a
+# wait can end a few ms before it is due by a precise clock (3.5 ms seen with
+# both CPUs saturated). loopguard's own waits (throttle, hold probe) compare
+# against the real time and need only CLOCK_SLACK.
+TIMER_SLACK = 0.02
+# Headroom above a wait that Envoy timed itself. Envoy's timers fire late on
+# a busy machine by a few ms (at most ~10 ms measured with both CPUs
+# saturated by `stress`); this is 25 times that, and still below what a wrong
+# delay (a step too many, a doubled delay) would show in the tests using it.
+ENVOY_HEADROOM = 0.25
+
+
+def wait_for(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:
+    """Poll `predicate` until it is true or `timeout` has passed; its last
+    answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+# An access log line per request with Envoy's own timing of it (see
+# Envoy.timings): durations between the stream's timestamps in microseconds,
+# "-" or null where a stream never reached a point (a local reply never
+# reaches the upstream).
+TIMING_LOG_FORMAT = {
+    "path": "%REQ(:PATH)%",
+    "status": "%RESPONSE_CODE%",
+    "start": "%START_TIME(%s.%6f)%",
+    "held": "%COMMON_DURATION(DS_RX_END:US_TX_BEG:us)%",
+    "headers_held": "%COMMON_DURATION(DS_RX_BEG:US_TX_BEG:us)%",
+    "to_reply": "%COMMON_DURATION(DS_RX_END:DS_TX_BEG:us)%",
+    "total": "%COMMON_DURATION(DS_RX_BEG:DS_TX_END:us)%",
+}
+
+
+def _seconds(value) -> float | None:
+    try:
+        return int(value) / 1e6
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class Timing:
+    """One request as Envoy timed it, in seconds; None where the stream
+    never got there."""
+
+    path: str
+    status: int
+    start: float  # when its first byte arrived (Unix time)
+    held: float | None  # from the whole request received to its first byte sent upstream
+    headers_held: float | None  # from its first byte received to its first byte sent upstream
+    to_reply: float | None  # from the whole request received to the first byte of the answer
+    total: float | None  # from its first byte received to the last byte of the answer
+
+    @property
+    def waited(self) -> float | None:
+        """How long Envoy kept the whole request before letting it go on:
+        upstream, or answered locally (a reject) if it never went there."""
+        return self.held if self.held is not None else self.to_reply
+
+    @property
+    def end(self) -> float:
+        """When the last byte of the answer left (Unix time)."""
+        return self.start + (self.total or 0.0)
+
+    @classmethod
+    def parse(cls, line: str) -> "Timing":
+        d = json.loads(line)
+        return cls(
+            path=d["path"],
+            status=int(d["status"]),
+            start=float(d["start"]),
+            held=_seconds(d["held"]),
+            headers_held=_seconds(d["headers_held"]),
+            to_reply=_seconds(d["to_reply"]),
+            total=_seconds(d["total"]),
+        )
+
+
+class Overrun(Exception):
+    """A scheduled step ran too late (or took too long) for the outcome its
+    test asserts to be certain: the scenario is run again (on_schedule)."""
+
+
+@dataclass
+class Sent:
+    """A request sent on a Schedule: Envoy (and Redis) saw it at some moment
+    between `start` and `end` (seconds since the schedule began)."""
+
+    start: float
+    end: float
+    response: httpx.Response
+
+    def within(self, seconds: float, of: "Sent") -> bool:
+        """Certainly seen less than `seconds` after `of`."""
+        return self.end - of.start < seconds - CLOCK_SLACK
+
+    def past(self, seconds: float, of: "Sent") -> bool:
+        """Certainly seen at least `seconds` after `of`."""
+        return self.start - of.end >= seconds + CLOCK_SLACK
+
+    def since(self, of: "Sent") -> tuple[float, float]:
+        """The least and the most time that can have passed between `of`
+        and this request where they were seen."""
+        return self.start - of.end, self.end - of.start
+
+
+class Schedule:
+    """Requests at planned moments, each recorded with when it was really in
+    flight. `at` never fails: a step that ran late is judged by `ensure`
+    before anything is asserted about it."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def at(self, seconds: float) -> None:
+        """Wait until `seconds` after the start (at once if that is past)."""
+        delay = seconds - self.now()
+        if delay > 0:
+            time.sleep(delay)
+
+    def send(self, request) -> Sent:
+        """Send `request()` (returning an httpx.Response) now."""
+        start = self.now()
+        response = request()
+        return Sent(start, self.now(), response)
+
+    def ensure(self, certain: bool, what: str) -> None:
+        """The timing a step needs for its outcome to be certain; if it did
+        not hold, the scenario is void (Overrun), not failed."""
+        if not certain:
+            raise Overrun(f"{what} did not hold (schedule at {self.now():.3f} s)")
+
+
+def on_schedule(scenario, tries: int = 3):
+    """Run `scenario(attempt)` until one run keeps to its schedule. A run
+    that overran (Overrun) is run again with the next attempt number, which
+    the scenario puts into its requests so that each run has fingerprints of
+    its own; an assertion failure fails at once. Fails only if every try
+    overran."""
+    overruns = []
+    for attempt in range(tries):
+        try:
+            return scenario(attempt)
+        except Overrun as e:
+            overruns.append(f"try {attempt + 1}: {e}")
+            warnings.warn(f"re-planned a schedule that overran: {e}", stacklevel=2)
+    raise AssertionError(f"every run of the schedule overran, so nothing could be judged: {overruns}")
+
+
 # --- Envoy process -----------------------------------------------------------
 
 
@@ -452,12 +648,29 @@ class EnvoyFailed(RuntimeError):
 class Envoy:
     """One real Envoy process with a given bootstrap."""
 
-    def __init__(self, config: dict, concurrency: int = 2, name: str = "envoy", env: dict | None = None) -> None:
+    def __init__(
+        self, config: dict, concurrency: int = 2, name: str = "envoy", env: dict | None = None, timing: bool = False
+    ) -> None:
+        """With timing, every HTTP connection manager also writes Envoy's own
+        timing of each request to a log of its own (see timings())."""
         self.config = copy.deepcopy(config)
         self.env = env or {}
         self.concurrency = concurrency
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix="loopguard-e2e-"))
+        self.timing_log = self.dir / "timing.log" if timing else None
+        if self.timing_log:
+            for hcm in _connection_managers(self.config):
+                hcm.setdefault("access_log", []).append(
+                    {
+                        "name": "envoy.access_loggers.file",
+                        "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+                            "path": str(self.timing_log),
+                            "log_format": {"json_format": TIMING_LOG_FORMAT},
+                        },
+                    }
+                )
         self.proc: subprocess.Popen | None = None
         admin = self.config["admin"]["address"]["socket_address"]
         if not admin.get("port_value"):
@@ -548,6 +761,24 @@ class Envoy:
             self._log.close()
 
     # --- observation --------------------------------------------------------
+
+    def timings(self, count: int, path: str | None = None, timeout: float = 10.0) -> list[Timing]:
+        """Envoy's own timing of the requests it has finished (started with
+        timing=True), to `path` if given, oldest first; waits until there
+        are `count` (the log is flushed every 0.2 s)."""
+        assert self.timing_log is not None, "start this Envoy with timing=True"
+
+        def read() -> list[Timing]:
+            try:
+                text = self.timing_log.read_text()
+            except OSError:
+                return []
+            timed = (Timing.parse(line) for line in text.splitlines() if line.strip())
+            return [t for t in timed if path is None or t.path == path]
+
+        if not wait_for(lambda: len(read()) >= count, timeout):
+            raise AssertionError(f"{self.name} timed {len(read())} requests, not {count}, within {timeout} s")
+        return sorted(read(), key=lambda t: t.start)
 
     def stats(self) -> dict[str, int]:
         text = httpx.get(f"{self.admin}/stats", timeout=5).text

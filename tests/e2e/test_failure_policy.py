@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from harness import ROOT, Upstream, bootstrap, plugin, policy
+from harness import CLOCK_SLACK, ROOT, Upstream, bootstrap, plugin, policy
 
 FAULT_WASM = os.environ.get(
     "LOOPGUARD_FAULT_WASM",
@@ -33,8 +33,9 @@ def faulty_envoy(start_envoy, upstream, failure_policy: str, backoff: str | None
     wasm["typed_config"]["config"]["failure_policy"] = failure_policy
     if backoff:
         wasm["typed_config"]["config"]["reload_config"] = {"backoff": {"base_interval": backoff}}
-    # One worker: every request meets the same VM.
-    return start_envoy(cfg, concurrency=1)
+    # One worker: every request meets the same VM. Envoy times every request
+    # (timing=True): the reload backoff is judged by Envoy's clock.
+    return start_envoy(cfg, concurrency=1, timing=True)
 
 
 def post(e, body=b"loop", fault=None) -> int:
@@ -46,17 +47,36 @@ def stat(e, name: str) -> int:
     return e.stats().get(name, 0)
 
 
-def until_served(e, pause: float) -> tuple[list[int], float]:
-    """Send requests until one is not answered 503 (at most 3 s): the codes
-    seen and how long that took."""
+def until_served(e, pause: float) -> list[int]:
+    """Send requests to /v1/y until one is not answered 503 (for at most
+    3 s): the codes seen."""
     t0 = time.monotonic()
     codes: list[int] = []
     while time.monotonic() - t0 < 3:
-        codes.append(post(e, b"y"))
+        codes.append(httpx.post(f"{e.url}/v1/y", content=b"y", timeout=10).status_code)
         if codes[-1] != 503:
             break
         time.sleep(pause)
-    return codes, time.monotonic() - t0
+    return codes
+
+
+def backoff_seen(e, codes: list[int]) -> tuple[float, float | None]:
+    """The 503 window of until_served (which saw `codes`), by Envoy's clock,
+    from the last reload before it: Envoy's backoff counts from the last
+    load, which happened while Envoy handled the last request to /v1/x that
+    followed a crash's 503 and was not a 503 itself. How long after that
+    request began the request served at last ended (at least the backoff),
+    and how long after that request ended the last 503 began (less than
+    the backoff; None if there was none). Envoy draws the backoff from
+    [base, 1.5 x base) for each request."""
+    e.timings(len(codes), path="/v1/y")  # all of them are in the log
+    timed = e.timings(0)
+    x = [t for t in timed if t.path == "/v1/x"]
+    reload = [t for prev, t in zip(x, x[1:]) if prev.status == 503 and t.status != 503][-1]
+    y = [t for t in timed if t.path == "/v1/y"]
+    served = next(t for t in y if t.status != 503)
+    failed = [t for t in y if t.status == 503]
+    return served.end - reload.start, (failed[-1].start - reload.end if failed else None)
 
 
 def test_fail_reload_a_crash_costs_the_crashing_request_and_detection_comes_back_with_its_counts(upstream, start_envoy):
@@ -73,9 +93,13 @@ def test_fail_reload_a_crash_costs_the_crashing_request_and_detection_comes_back
     # A second crash right after that reload: with a 0.1 s backoff, requests
     # fail for about 0.1-0.15 s, then the VM is reloaded again.
     assert post(e, b"x", fault="crash") == 503
-    codes, waited = until_served(e, 0.01)
+    codes = until_served(e, 0.01)
     assert codes[-1] == 200, codes
-    assert waited <= 1.0, waited
+    # By Envoy's clock, no request failed later than the configured backoff
+    # (0.1 s, at most 0.15 s with its jitter) after that reload; Envoy's
+    # default (1 s) would have answered 503 for a second.
+    _, last_503 = backoff_seen(e, codes)
+    assert last_503 is None or last_503 < 0.15 + CLOCK_SLACK, last_503
     assert stat(e, "wasm.loopguard.vm_reload_success") == 2
 
 
@@ -88,9 +112,13 @@ def test_fail_reload_within_the_backoff_requests_fail_closed_until_the_reload(up
     # A second crash right after that reload: requests within the backoff get
     # 503, then the VM is reloaded again.
     assert post(e, b"x", fault="crash") == 503
-    codes, waited = until_served(e, 0.05)
+    codes = until_served(e, 0.05)
     assert codes[-1] == 200 and codes[0] == 503, codes
-    assert 0.9 <= waited <= 2.5, waited
+    # By Envoy's clock, from that reload: served no sooner than the 1 s
+    # backoff, and no 503 began after 1.5 s (its jitter).
+    served, last_503 = backoff_seen(e, codes)
+    assert served >= 1.0 - CLOCK_SLACK, served
+    assert last_503 < 1.5 + CLOCK_SLACK, last_503
     assert stat(e, "wasm.loopguard.vm_reload_backoff") >= 1
     assert stat(e, "wasm.loopguard.vm_reload_success") == 2
 

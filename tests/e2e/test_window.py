@@ -1,48 +1,58 @@
-"""The sliding window in real time (windows of 2 s; every timing has at
-least 150 ms of margin around the boundary it tests)."""
-
-import time
+"""The sliding window in real time (windows of 2 s). Each step is planned
+with hundreds of ms of margin around the boundary it tests, and judged by
+when its request was really in flight (harness.Schedule): a step that ran too
+late to prove its point re-plans the scenario rather than failing it."""
 
 import httpx
 
-from harness import bootstrap, plugin, policy
+from harness import CLOCK_SLACK, Schedule, bootstrap, on_schedule, plugin, policy
 
 
-class Clock:
-    def __init__(self):
-        self.t0 = time.monotonic()
-
-    def at(self, seconds: float) -> None:
-        delay = self.t0 + seconds - time.monotonic()
-        assert delay > -0.05, f"fell behind schedule by {-delay:.3f}s"
-        if delay > 0:
-            time.sleep(delay)
+def sliding_window_boundary(s: Schedule, hit) -> None:
+    """N=3, W=2 s. A fixed window starting at the first hit would reset at
+    t=2.0 and allow the request at 2.2; the sliding window still holds the
+    hits at 1.2 and 1.6 (the latter was itself rejected, and still counts).
+    `hit(i)` sends the i-th request; times are from the first hit's answer,
+    so the first hit is certainly at or before t=0."""
+    first = s.send(lambda: hit(0))
+    assert first.response.status_code == 200
+    s.at(first.end + 1.2)
+    second = s.send(lambda: hit(1))
+    assert second.response.status_code == 200
+    s.at(first.end + 1.6)
+    third = s.send(lambda: hit(2))
+    s.ensure(third.within(2.0, of=first), "the 3rd hit within the window of the 1st")
+    assert third.response.status_code == 429
+    # The 1st hit has left the window (by construction), the 2nd and 3rd
+    # have not.
+    s.at(first.end + 2.2)
+    fourth = s.send(lambda: hit(3))
+    s.ensure(fourth.within(2.0, of=second), "the 4th hit within the window of the 2nd")
+    s.ensure(fourth.within(1.0, of=third), "the 4th hit less than 1 s after the 3rd")
+    r = fourth.response
+    assert r.status_code == 429
+    # Allowed again once the 2nd newest hit (t=1.6) leaves: at 3.6, i.e.
+    # 1.4 s from now, rounded up; in ms, as measured.
+    assert r.headers["retry-after"] == "2"
+    least, most = fourth.since(third)
+    ms = int(r.headers["retry-after-ms"])
+    assert (2 - most - CLOCK_SLACK) * 1000 <= ms <= (2 - least + CLOCK_SLACK) * 1000, (ms, least, most)
+    # Once the hit at 1.6 has left (at 3.9 as planned), only the hit at 2.2
+    # is in the window: allowed again.
+    s.at(max(first.end + 3.9, third.end + 2.0 + 0.3))
+    assert s.send(lambda: hit(4)).response.status_code == 200
 
 
 def test_sliding_not_fixed_window_and_rejected_hits_count(upstream, start_envoy):
-    """N=3, W=2 s. A fixed window starting at the first hit would reset at
-    t=2.0 and allow the request at 2.2; the sliding window still holds the
-    hits at 1.2 and 1.6 (the latter was itself rejected, and still counts)."""
     e = start_envoy(bootstrap(plugin([policy(threshold=3, window=2)]), upstream.port))
-    with httpx.Client(base_url=e.url) as c:
-        clock = Clock()
-        hit = lambda: c.post("/v1/w", content=b"same")  # noqa: E731
-        clock.at(0.0)
-        assert hit().status_code == 200
-        clock.at(1.2)
-        assert hit().status_code == 200
-        clock.at(1.6)
-        assert hit().status_code == 429
-        clock.at(2.2)
-        r = hit()
-        assert r.status_code == 429
-        # Allowed again once the 2nd newest hit (t=1.6) leaves: at 3.6, i.e.
-        # 1.4 s from now, rounded up.
-        assert r.headers["retry-after"] == "2"
-        # At 3.9 only the hit at 2.2 is in the window: allowed again.
-        clock.at(3.9)
-        assert hit().status_code == 200
-    assert upstream.count == 3
+
+    def scenario(attempt):
+        path = f"/v1/w/{attempt}"
+        with httpx.Client(base_url=e.url) as c:
+            sliding_window_boundary(Schedule(), lambda i: c.post(path, content=b"same"))
+        assert [r["path"] for r in upstream.requests].count(path) == 3
+
+    on_schedule(scenario)
 
 
 def test_not_a_ttl_refreshed_on_every_hit(upstream, start_envoy):
@@ -50,24 +60,46 @@ def test_not_a_ttl_refreshed_on_every_hit(upstream, start_envoy):
     window, so a loop this slow is never stopped. A counter whose TTL is
     refreshed on every hit would block the third."""
     e = start_envoy(bootstrap(plugin([policy(threshold=3, window=2)]), upstream.port))
-    codes = []
-    with httpx.Client(base_url=e.url) as c:
-        clock = Clock()
-        for i in range(5):
-            clock.at(i * 1.1)
-            codes.append(c.post("/v1/t", content=b"same").status_code)
-    assert codes == [200] * 5
+
+    def scenario(attempt):
+        codes, hits = [], []
+        with httpx.Client(base_url=e.url) as c:
+            s = Schedule()
+            for i in range(5):
+                # 1.1 s after the previous hit, and never less than a window
+                # after the one before it.
+                if hits:
+                    s.at(max(hits[-1].end + 1.1, hits[-2].end + 2.0 + 0.1 if len(hits) > 1 else 0.0))
+                hits.append(s.send(lambda: c.post(f"/v1/t/{attempt}", content=b"same")))
+                if len(hits) > 1:
+                    # Less than a window apart: a refreshed TTL never lapses.
+                    s.ensure(hits[-1].within(2.0, of=hits[-2]), "consecutive hits less than a window apart")
+                codes.append(hits[-1].response.status_code)
+        assert codes == [200] * 5
+
+    on_schedule(scenario)
 
 
 def test_window_expiry_allows_again_after_retry_after(upstream, start_envoy):
     e = start_envoy(bootstrap(plugin([policy(threshold=2, window=1)]), upstream.port))
-    with httpx.Client(base_url=e.url) as c:
-        assert c.post("/v1/e", content=b"x").status_code == 200
-        r = c.post("/v1/e", content=b"x")
-        assert r.status_code == 429
-        assert r.headers["retry-after"] == "1"
-        time.sleep(0.7)
-        assert c.post("/v1/e", content=b"x").status_code == 429
-        # The hit just rejected is the newest; it leaves 1 s after it was made.
-        time.sleep(1.2)
-        assert c.post("/v1/e", content=b"x").status_code == 200
+
+    def scenario(attempt):
+        with httpx.Client(base_url=e.url) as c:
+            s = Schedule()
+            hit = lambda: s.send(lambda: c.post(f"/v1/e/{attempt}", content=b"x"))  # noqa: E731
+            first = hit()
+            assert first.response.status_code == 200
+            second = hit()
+            s.ensure(second.within(1.0, of=first), "the 2nd hit within the 1 s window of the 1st")
+            r = second.response
+            assert r.status_code == 429
+            assert r.headers["retry-after"] == "1"
+            s.at(second.end + 0.5)
+            third = hit()
+            s.ensure(third.within(1.0, of=second), "the 3rd hit within the window of the 2nd")
+            assert third.response.status_code == 429
+            # The hit just rejected is the newest; it leaves 1 s after it was made.
+            s.at(third.end + 1.2)
+            assert hit().response.status_code == 200
+
+    on_schedule(scenario)
