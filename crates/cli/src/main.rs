@@ -8,6 +8,8 @@ mod check;
 mod discover;
 mod documents;
 mod explain;
+mod replay;
+mod request_file;
 
 use loopguard_core::config::Config;
 use std::io::Write;
@@ -49,6 +51,7 @@ fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let result = match args.first().map(String::as_str) {
         Some("check") => cmd_check(args.get(1..).unwrap_or(&[]), out),
         Some("explain") => cmd_explain(args.get(1..).unwrap_or(&[]), out),
+        Some("replay") => replay::command(args.get(1..).unwrap_or(&[]), out, err),
         Some("schema") => {
             let schema = loopguard_core::config::schema();
             let _ = writeln!(
@@ -167,6 +170,13 @@ fn cmd_explain(args: &[String], out: &mut dyn Write) -> Result<i32, String> {
 /// The one loopguard configuration in `file` (or the one `filter` names),
 /// validated by the filter's own code.
 fn load_config(file: &str, filter: Option<&str>) -> Result<Config, String> {
+    let (location, bytes) = config_bytes(file, filter)?;
+    Config::parse(&bytes).map_err(|e| format!("{location}: {e}"))
+}
+
+/// Where the one loopguard configuration in `file` (or the one `filter`
+/// names) is, and its JSON.
+fn config_bytes(file: &str, filter: Option<&str>) -> Result<(String, Vec<u8>), String> {
     let docs = documents::read(Path::new(file)).map_err(|e| e.to_string())?;
     let found = discover::find(&docs);
     let chosen: Vec<&discover::Found<'_>> = found
@@ -207,7 +217,7 @@ fn load_config(file: &str, filter: Option<&str>) -> Result<Config, String> {
         .bytes
         .as_ref()
         .map_err(|e| format!("{}: {e}", f.location()))?;
-    Config::parse(bytes).map_err(|e| format!("{}: {e}", f.location()))
+    Ok((f.location(), bytes.clone()))
 }
 
 #[cfg(test)]

@@ -14,25 +14,7 @@
 use loopguard_core::config::Config;
 use loopguard_core::flow::{Effects, Engine, Request};
 use loopguard_core::request::{RequestFacts, RequestHead};
-use loopguard_core::state::store::{BucketBackend, CasWrite};
-use std::collections::HashMap;
-
-#[derive(Default)]
-struct Memory(HashMap<u32, (Vec<u8>, u32)>);
-
-impl BucketBackend for Memory {
-    fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)> {
-        Some(self.0.get(&bucket).cloned().unwrap_or((Vec::new(), 0)))
-    }
-    fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {
-        let cur = self.0.get(&bucket).map_or(0, |b| b.1);
-        if cur != version {
-            return CasWrite::Conflict;
-        }
-        self.0.insert(bucket, (bytes.to_vec(), cur + 1));
-        CasWrite::Written
-    }
-}
+use loopguard_core::state::store::InProcess;
 
 struct Facts;
 
@@ -66,7 +48,7 @@ fn main() {
     let cfg = Config::from_value(&serde_json::json!({"policies": [{"id": "p", "spec": {"selector": {},
         "loop_detection": {"enabled": true, "window_seconds": 1, "threshold_identical_requests": 64, "similarity": similarity}}}]}))
     .unwrap();
-    let mut engine = Engine::new(cfg, "bench", |_| Ok(Memory::default()), |_| None, 1).unwrap();
+    let mut engine = Engine::new(cfg, "bench", |_| Ok(InProcess::default()), |_| None, 1).unwrap();
     let head = RequestHead {
         method: "POST",
         path: "/v1/chat/completions",

@@ -236,6 +236,12 @@ impl Request {
         matches!(self.state, State::Buffering { .. }) && size as u64 <= self.body_limit
     }
 
+    /// The headers the client's response will carry (warn, throttle,
+    /// tool loops), added when the response headers pass.
+    pub fn client_headers(&self) -> &[(&'static str, String)] {
+        &self.response_headers
+    }
+
     /// The body length buffered so far (for reading it at the trailers).
     pub fn body_len(&self) -> usize {
         self.body_len

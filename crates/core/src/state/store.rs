@@ -213,6 +213,31 @@ pub trait BucketBackend {
     fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite;
 }
 
+/// The fingerprint table in the process's own memory, for a host that
+/// runs the engine natively on one thread (`loopguard replay`, examples):
+/// at most one entry per bucket of the table's layout, so its size is
+/// bounded by the configuration, not by the traffic.
+#[derive(Debug, Default)]
+pub struct InProcess {
+    buckets: std::collections::HashMap<u32, (Vec<u8>, u32)>,
+}
+
+impl BucketBackend for InProcess {
+    fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)> {
+        Some(self.buckets.get(&bucket).cloned().unwrap_or_default())
+    }
+    fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {
+        let slot = self.buckets.entry(bucket).or_default();
+        if slot.1 != version {
+            return CasWrite::Conflict;
+        }
+        slot.0.clear();
+        slot.0.extend_from_slice(bytes);
+        slot.1 = slot.1.wrapping_add(1);
+        CasWrite::Written
+    }
+}
+
 /// The local store: the slot table over a CAS backend.
 pub struct SlotStore<B> {
     pub layout: TableLayout,

@@ -1,0 +1,267 @@
+//! `loopguard replay`: recorded traffic through one or more configurations,
+//! offline, with the filter's own engine on a clock driven by the recorded
+//! times. What it reports is what the filter would have done, request by
+//! request (the agreement test in `tests/e2e/test_replay.py` holds it to
+//! that against a real Envoy).
+//!
+//! - `input/`: the traffic formats (JSON Lines, HAR, Envoy tap traces),
+//!   merged in time order;
+//! - `simulate`: one configuration's engine and clock;
+//! - `report`: the tally, as JSON and text; `html`: the page;
+//! - `sweep`: `--set PATH=V1,V2,...`.
+
+mod html;
+mod input;
+pub mod record;
+mod report;
+mod simulate;
+mod sweep;
+
+use loopguard_core::config::{Config, StoreConfig};
+use report::Tally;
+use serde_json::{json, Value};
+use simulate::{Simulation, Verdict};
+use std::io::Write;
+use sweep::Sweep;
+
+/// Skipped entries listed in the report (all are counted).
+const MAX_SKIPPED_LISTED: usize = 100;
+
+/// One configuration to replay through (a sweep gives one per value).
+struct Run {
+    config_file: String,
+    setting: Option<(String, Value)>,
+    /// The configuration counts in Redis (replay counts locally).
+    shared: bool,
+    sim: Simulation,
+    tally: Tally,
+}
+
+#[derive(Default)]
+struct Args {
+    configs: Vec<String>,
+    filter: Option<String>,
+    sweep: Option<Sweep>,
+    json: bool,
+    html: Option<String>,
+    verdicts: Option<String>,
+    traffic: Vec<String>,
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut a = Args::default();
+    let mut it = args.iter();
+    let value = |it: &mut std::slice::Iter<'_, String>, flag: &str| {
+        it.next()
+            .cloned()
+            .ok_or_else(|| format!("replay: {flag} needs a value"))
+    };
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--config" => a.configs.push(value(&mut it, "--config")?),
+            "--filter" => a.filter = Some(value(&mut it, "--filter")?),
+            "--set" => {
+                if a.sweep.is_some() {
+                    return Err("replay: one --set per replay (a sweep varies one field)".to_string());
+                }
+                a.sweep = Some(Sweep::parse(&value(&mut it, "--set")?)?);
+            }
+            "--json" => a.json = true,
+            "--html" => a.html = Some(value(&mut it, "--html")?),
+            "--verdicts" => a.verdicts = Some(value(&mut it, "--verdicts")?),
+            flag if flag.starts_with("--") => {
+                return Err(format!("replay: unknown option {flag}"))
+            }
+            file => a.traffic.push(file.to_string()),
+        }
+    }
+    if a.configs.is_empty() {
+        return Err("replay: --config FILE is required (repeat it to compare configurations)".to_string());
+    }
+    if a.traffic.is_empty() {
+        return Err("replay: give at least one traffic file (JSON Lines, HAR or Envoy tap traces)".to_string());
+    }
+    Ok(a)
+}
+
+/// The runs: each configuration, or each configuration at each swept
+/// value.
+fn runs(a: &Args) -> Result<Vec<Run>, String> {
+    let mut runs = Vec::new();
+    for file in &a.configs {
+        let (location, bytes) = crate::config_bytes(file, a.filter.as_deref())?;
+        let settings: Vec<Option<(String, Value)>> = match &a.sweep {
+            None => vec![None],
+            Some(s) => s
+                .values
+                .iter()
+                .map(|v| Some((s.path.clone(), v.clone())))
+                .collect(),
+        };
+        for setting in settings {
+            let config = match &setting {
+                None => Config::parse(&bytes).map_err(|e| format!("{location}: {e}"))?,
+                Some((path, v)) => {
+                    let mut json: Value = serde_json::from_slice(&bytes)
+                        .map_err(|e| format!("{location}: {e}"))?;
+                    sweep::set(&mut json, path, v.clone())
+                        .map_err(|e| format!("{location}: {e}"))?;
+                    let changed = serde_json::to_vec(&json).map_err(|e| e.to_string())?;
+                    Config::parse(&changed)
+                        .map_err(|e| format!("{location} with {path}={v}: {e}"))?
+                }
+            };
+            let shared = matches!(config.store, StoreConfig::RedisWebdis(_));
+            let sim = Simulation::new(config).map_err(|e| format!("{location}: {e}"))?;
+            let tally = Tally::new(&sim);
+            runs.push(Run {
+                config_file: file.clone(),
+                setting,
+                shared,
+                sim,
+                tally,
+            });
+        }
+    }
+    Ok(runs)
+}
+
+/// Run `loopguard replay`; the exit code.
+pub fn command(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, String> {
+    let a = parse_args(args)?;
+    let mut runs = runs(&a)?;
+    let mut merged = input::Merged::open(&a.traffic)?;
+    let mut verdicts = match &a.verdicts {
+        None => None,
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| format!("{path}: cannot write: {e}"))?,
+        )),
+    };
+    let (mut read, mut skipped, mut no_response) = (0u64, 0u64, 0u64);
+    let mut skipped_entries = Vec::new();
+    let (mut first_ms, mut last_ms) = (None, None);
+    for entry in merged.by_ref() {
+        let rec = match entry {
+            Ok(rec) => rec,
+            Err(s) => {
+                skipped += 1;
+                if skipped_entries.len() < MAX_SKIPPED_LISTED {
+                    skipped_entries.push(json!({"place": s.place, "reason": s.reason}));
+                }
+                continue;
+            }
+        };
+        read += 1;
+        first_ms.get_or_insert(rec.at_ms);
+        last_ms = Some(rec.at_ms);
+        if rec.response.as_ref().and_then(|r| r.status).is_none() {
+            no_response += 1;
+        }
+        for (i, run) in runs.iter_mut().enumerate() {
+            let v = run.sim.request(&rec);
+            run.tally.add(&run.sim, &rec, &v);
+            if let Some(w) = verdicts.as_mut() {
+                let line = verdict_line(i, &rec, &v);
+                writeln!(w, "{line}").map_err(|e| format!("--verdicts: cannot write: {e}"))?;
+            }
+        }
+    }
+    for run in &mut runs {
+        run.sim.finish();
+    }
+    if let Some(mut w) = verdicts {
+        w.flush().map_err(|e| format!("--verdicts: cannot write: {e}"))?;
+    }
+    let mut notes = notes(&runs, no_response, merged.out_of_order, read);
+    notes.dedup();
+    let report = json!({
+        "inputs": {
+            "files": merged.files,
+            "read": read,
+            "skipped": skipped,
+            "skipped_entries": skipped_entries,
+            "skipped_not_listed": skipped.saturating_sub(MAX_SKIPPED_LISTED as u64),
+            "first_ms": first_ms,
+            "last_ms": last_ms,
+        },
+        "notes": notes,
+        "runs": runs.iter().map(|r| {
+            let mut v = r.tally.to_json();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("config".to_string(), json!(r.config_file));
+                o.insert("setting".to_string(), match &r.setting {
+                    None => Value::Null,
+                    Some((path, value)) => json!({"path": path, "value": value}),
+                });
+            }
+            v
+        }).collect::<Vec<_>>(),
+        "sweep": a.sweep.as_ref().map(|s| json!({
+            "path": s.path,
+            "rows": runs.iter().map(|r| {
+                let (loops, requests, callers) = r.tally.totals();
+                json!({
+                    "config": r.config_file,
+                    "value": r.setting.as_ref().map(|(_, v)| v.clone()),
+                    "loops_found": loops,
+                    "requests_touched": requests,
+                    "callers_touched": callers,
+                })
+            }).collect::<Vec<_>>(),
+        })),
+    });
+    if let Some(path) = &a.html {
+        std::fs::write(path, html::render(&report))
+            .map_err(|e| format!("{path}: cannot write: {e}"))?;
+        let _ = writeln!(err, "loopguard: wrote {path}");
+    }
+    let shown = if a.json {
+        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+    } else {
+        report::render(&report)
+    };
+    out.write_all(shown.as_bytes())
+        .map_err(|e| format!("cannot write the report: {e}"))?;
+    Ok(0)
+}
+
+/// One line of `--verdicts`: what the filter did to one request in one
+/// run.
+fn verdict_line(run: usize, rec: &record::Recorded, v: &Verdict) -> Value {
+    json!({
+        "run": run,
+        "place": rec.place,
+        "at_ms": rec.at_ms,
+        "policy": v.policy,
+        "action": v.action,
+        "shadow": v.shadow,
+        "status": v.status,
+        "delay_ms": v.delay_ms,
+        "count": v.count,
+        "tool_loop": v.tool_loop,
+        "body_judged": !v.skipped_body,
+    })
+}
+
+/// What the report header says about what replay cannot know.
+fn notes(runs: &[Run], no_response: u64, out_of_order: u64, read: u64) -> Vec<String> {
+    let mut notes = Vec::new();
+    for r in runs {
+        notes.push(if r.shared {
+            format!("{}: the configuration counts in Redis, shared by every replica: replay counts all of this traffic in one table, which is what Redis gives while it answers (when it does not, the filter falls back as configured and counts differ)", r.config_file)
+        } else {
+            format!("{}: the local store counts per Envoy process: replay counts all of this traffic in one table, as one Envoy seeing all of it would; behind a load balancer over N replicas, each sees part of it and counts fewer repeats", r.config_file)
+        });
+    }
+    if no_response > 0 {
+        notes.push(format!("{no_response} of {read} requests have no recorded response status: replay takes them as answered 200 (a retry after a provider error is forgiven only when that error was recorded)"));
+    }
+    if out_of_order > 0 {
+        notes.push(format!("{out_of_order} entries were earlier than the one before them in their file: replayed at the later time"));
+    }
+    notes.push("times are the recorded ones: a throttle's delay does not move later requests, and webhooks are not sent".to_string());
+    notes
+}
+
+#[cfg(test)]
+mod tests;

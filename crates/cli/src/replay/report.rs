@@ -1,0 +1,394 @@
+//! What a run found, gathered request by request in bounded memory: per
+//! policy, the requests seen and touched, the actions, the tokens, and the
+//! loops (who, when, how many turns, which detector).
+
+use super::record::Recorded;
+use super::simulate::{Simulation, Verdict};
+use loopguard_core::config::Similarity;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Loops listed per policy (more are counted, not listed).
+pub const MAX_LOOPS_LISTED: usize = 1000;
+/// Timeline marks kept per loop.
+pub const MAX_TIMELINE: usize = 500;
+/// Callers remembered per policy for the `callers touched` figure.
+const MAX_CALLERS: usize = 100_000;
+
+/// Actions that change what the client or the model gets.
+pub fn touches(action: &str) -> bool {
+    matches!(
+        action,
+        "warn" | "throttle" | "nudge" | "directive" | "reject"
+    )
+}
+
+/// Tokens of one request: as recorded, or estimated from the body (about 4
+/// bytes a token).
+fn tokens(rec: &Recorded) -> (u64, bool) {
+    match rec.response.as_ref().and_then(|a| a.usage) {
+        Some(u) => (u.input + u.output, false),
+        None => ((rec.request.body.len() as u64).div_ceil(4), true),
+    }
+}
+
+#[derive(Debug, Default)]
+struct LoopTally {
+    caller: String,
+    model: Option<String>,
+    kind: &'static str,
+    tier: Option<String>,
+    first_ms: u64,
+    last_ms: u64,
+    turns: u64,
+    actions: BTreeMap<&'static str, u64>,
+    tokens: u64,
+    tokens_estimated: bool,
+    timeline: Vec<(u64, &'static str)>,
+}
+
+#[derive(Debug, Default)]
+struct PolicyTally {
+    id: String,
+    kind: &'static str,
+    requests: u64,
+    requests_touched: u64,
+    actions: BTreeMap<&'static str, u64>,
+    tokens_touched: u64,
+    tokens_estimated: bool,
+    callers: BTreeSet<String>,
+    callers_overflow: bool,
+    loops: HashMap<String, LoopTally>,
+    loops_found: u64,
+    loops_not_listed: u64,
+    shadow: bool,
+}
+
+/// One run's tally.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub requests: u64,
+    policies: Vec<PolicyTally>,
+}
+
+impl Tally {
+    pub fn new(sim: &Simulation) -> Tally {
+        let policies = sim
+            .config()
+            .policies
+            .iter()
+            .map(|p| PolicyTally {
+                id: p.id.clone(),
+                kind: match p.detection.as_ref().map(|d| &d.similarity) {
+                    Some(Similarity::Near { .. }) => "near",
+                    _ => "fingerprint",
+                },
+                ..PolicyTally::default()
+            })
+            .collect();
+        Tally {
+            requests: 0,
+            policies,
+        }
+    }
+
+    /// Add one request's verdict.
+    pub fn add(&mut self, sim: &Simulation, rec: &Recorded, v: &Verdict) {
+        self.requests += 1;
+        let Some(id) = v.policy.as_deref() else {
+            return;
+        };
+        let Some(p) = self.policies.iter_mut().find(|p| p.id == id) else {
+            return;
+        };
+        p.requests += 1;
+        *p.actions.entry(v.action).or_default() += 1;
+        p.shadow |= v.shadow;
+        let touched = touches(v.action);
+        let (n, estimated) = tokens(rec);
+        if touched {
+            p.requests_touched += 1;
+            p.tokens_touched += n;
+            p.tokens_estimated |= estimated;
+        }
+        // Which loop the request belongs to: a fingerprint (or near record)
+        // that raised an event, or the tool loop it is judged part of.
+        let mut keys: Vec<(String, &'static str, Option<String>)> = Vec::new();
+        for e in &v.events {
+            match e.get("event").and_then(Value::as_str) {
+                Some("loop.detected") => {
+                    if let Some(fp) = e.get("fingerprint").and_then(Value::as_str) {
+                        keys.push((format!("fp {fp}"), p.kind, None));
+                    }
+                }
+                Some("loop.tool.detected") => {}
+                _ => {}
+            }
+        }
+        if keys.is_empty() {
+            if let Some(fp) = &v.fingerprint {
+                let key = format!("fp {fp}");
+                if p.loops.contains_key(&key) {
+                    keys.push((key, p.kind, None));
+                }
+            }
+        }
+        let mut caller: Option<(String, Option<String>)> = None;
+        if let Some(t) = &v.tool_loop {
+            let who = caller.get_or_insert_with(|| sim.caller(rec, id));
+            // `tier;tool=NAME;level=N`: one loop whatever level it reaches.
+            let tier = t.split(';').next().unwrap_or(t).trim().to_string();
+            let what: Vec<&str> = t.split(';').filter(|f| !f.starts_with("level=")).collect();
+            keys.push((format!("tool {} {}", who.0, what.join(";")), "tool_loop", Some(tier)));
+        }
+        for (key, kind, tier) in keys {
+            if !p.loops.contains_key(&key) {
+                p.loops_found += 1;
+                if p.loops.len() >= MAX_LOOPS_LISTED {
+                    p.loops_not_listed += 1;
+                    continue;
+                }
+                let (who, model) = caller
+                    .get_or_insert_with(|| sim.caller(rec, id))
+                    .clone();
+                p.loops.insert(
+                    key.clone(),
+                    LoopTally {
+                        caller: who,
+                        model,
+                        kind,
+                        tier,
+                        first_ms: rec.at_ms,
+                        ..LoopTally::default()
+                    },
+                );
+            }
+            let Some(l) = p.loops.get_mut(&key) else {
+                continue;
+            };
+            l.last_ms = rec.at_ms;
+            l.turns += 1;
+            *l.actions.entry(v.action).or_default() += 1;
+            l.tokens += n;
+            l.tokens_estimated |= estimated;
+            if l.timeline.len() < MAX_TIMELINE {
+                l.timeline.push((rec.at_ms, v.action));
+            }
+            if touched && !p.callers_overflow {
+                if p.callers.len() >= MAX_CALLERS {
+                    p.callers_overflow = true;
+                } else {
+                    p.callers.insert(l.caller.clone());
+                }
+            }
+        }
+    }
+
+    /// The figures a sweep row shows: loops found, requests and callers
+    /// touched (over all policies).
+    pub fn totals(&self) -> (u64, u64, u64) {
+        self.policies.iter().fold((0, 0, 0), |(l, r, c), p| {
+            (
+                l + p.loops_found,
+                r + p.requests_touched,
+                c + p.callers.len() as u64,
+            )
+        })
+    }
+
+    /// The run as JSON (`--json`; the text and HTML forms are drawn from
+    /// it).
+    pub fn to_json(&self) -> Value {
+        let policies: Vec<Value> = self
+            .policies
+            .iter()
+            .map(|p| {
+                let mut loops: Vec<&LoopTally> = p.loops.values().collect();
+                loops.sort_by(|a, b| (a.first_ms, &a.caller).cmp(&(b.first_ms, &b.caller)));
+                json!({
+                    "id": p.id,
+                    "shadow": p.shadow,
+                    "requests": p.requests,
+                    "loops_found": p.loops_found,
+                    "callers_touched": p.callers.len(),
+                    "callers_touched_at_least": p.callers_overflow,
+                    "requests_touched": p.requests_touched,
+                    "actions": p.actions,
+                    "tokens": {"touched": p.tokens_touched, "estimated": p.tokens_estimated},
+                    "loops": loops.iter().map(|l| json!({
+                        "caller": l.caller,
+                        "model": l.model,
+                        "kind": l.kind,
+                        "tier": l.tier,
+                        "first_ms": l.first_ms,
+                        "last_ms": l.last_ms,
+                        "turns": l.turns,
+                        "actions": l.actions,
+                        "tokens": l.tokens,
+                        "tokens_estimated": l.tokens_estimated,
+                        "timeline": l.timeline.iter().map(|(at, a)| json!({"at_ms": at, "action": a})).collect::<Vec<_>>(),
+                    })).collect::<Vec<_>>(),
+                    "loops_not_listed": p.loops_not_listed,
+                })
+            })
+            .collect();
+        json!({"requests": self.requests, "policies": policies})
+    }
+}
+
+/// The report as text.
+pub fn render(report: &Value) -> String {
+    let mut s = String::new();
+    let inputs = &report["inputs"];
+    let files: Vec<&str> = inputs["files"]
+        .as_array()
+        .map(|f| f.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    s.push_str(&format!(
+        "replayed {} request{} from {} ({} skipped)",
+        inputs["read"],
+        if inputs["read"] == 1 { "" } else { "s" },
+        files.join(", "),
+        inputs["skipped"]
+    ));
+    if let (Some(a), Some(b)) = (inputs["first_ms"].as_u64(), inputs["last_ms"].as_u64()) {
+        s.push_str(&format!(
+            ", {} to {}",
+            loopguard_core::act::events::rfc3339(a),
+            loopguard_core::act::events::rfc3339(b)
+        ));
+    }
+    s.push('\n');
+    for e in inputs["skipped_entries"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "  skipped {}: {}\n",
+            e["place"].as_str().unwrap_or(""),
+            e["reason"].as_str().unwrap_or("")
+        ));
+    }
+    if inputs["skipped_not_listed"].as_u64().unwrap_or(0) > 0 {
+        s.push_str(&format!(
+            "  ... and {} more skipped entries\n",
+            inputs["skipped_not_listed"]
+        ));
+    }
+    for n in report["notes"].as_array().into_iter().flatten() {
+        s.push_str(&format!("note: {}\n", n.as_str().unwrap_or("")));
+    }
+    if let Some(sweep) = report.get("sweep").filter(|v| !v.is_null()) {
+        s.push_str(&format!(
+            "\nsweep of {}\n",
+            sweep["path"].as_str().unwrap_or("")
+        ));
+        s.push_str(&format!(
+            "  {:<28} {:>12} {:>18} {:>17}\n",
+            "config / value", "loops found", "requests touched", "callers touched"
+        ));
+        for r in sweep["rows"].as_array().into_iter().flatten() {
+            s.push_str(&format!(
+                "  {:<28} {:>12} {:>18} {:>17}\n",
+                format!("{} = {}", short(r["config"].as_str().unwrap_or("")), r["value"]),
+                r["loops_found"],
+                r["requests_touched"],
+                r["callers_touched"]
+            ));
+        }
+    }
+    for run in report["runs"].as_array().into_iter().flatten() {
+        s.push_str(&format!("\n{}", run["config"].as_str().unwrap_or("")));
+        if let Some(set) = run.get("setting").filter(|v| !v.is_null()) {
+            s.push_str(&format!(
+                " with {} = {}",
+                set["path"].as_str().unwrap_or(""),
+                set["value"]
+            ));
+        }
+        s.push('\n');
+        for p in run["policies"].as_array().into_iter().flatten() {
+            render_policy(&mut s, p);
+        }
+    }
+    s
+}
+
+fn short(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn render_policy(s: &mut String, p: &Value) {
+    let shadow = if p["shadow"] == true {
+        " (shadow mode: actions were only logged)"
+    } else {
+        ""
+    };
+    s.push_str(&format!(
+        "  policy {}{shadow}: {} requests, {} loop{} found, {} request{} touched, {} caller{} touched\n",
+        p["id"].as_str().unwrap_or(""),
+        p["requests"],
+        p["loops_found"],
+        if p["loops_found"] == 1 { "" } else { "s" },
+        p["requests_touched"],
+        if p["requests_touched"] == 1 { "" } else { "s" },
+        p["callers_touched"],
+        if p["callers_touched"] == 1 { "" } else { "s" },
+    ));
+    let actions: Vec<String> = p["actions"]
+        .as_object()
+        .map(|m| {
+            ["reject", "throttle", "directive", "nudge", "warn", "allow", "exempt"]
+                .iter()
+                .filter_map(|a| m.get(*a).map(|n| format!("{a} {n}")))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !actions.is_empty() {
+        s.push_str(&format!("    actions: {}\n", actions.join(", ")));
+    }
+    let t = &p["tokens"];
+    s.push_str(&format!(
+        "    tokens in touched requests: {}{}\n",
+        t["touched"],
+        if t["estimated"] == true {
+            " (estimated from body sizes where no usage was recorded)"
+        } else {
+            ""
+        }
+    ));
+    for l in p["loops"].as_array().into_iter().flatten() {
+        let kind = match l["tier"].as_str() {
+            Some(tier) => format!("{} ({tier})", l["kind"].as_str().unwrap_or("")),
+            None => l["kind"].as_str().unwrap_or("").to_string(),
+        };
+        let actions: Vec<String> = l["actions"]
+            .as_object()
+            .map(|m| m.iter().map(|(a, n)| format!("{a} {n}")).collect())
+            .unwrap_or_default();
+        s.push_str(&format!(
+            "    loop: {} model {}: {kind}, {} turns from {} to {}: {}; {} tokens{}\n",
+            l["caller"].as_str().unwrap_or(""),
+            l["model"].as_str().unwrap_or("-"),
+            l["turns"],
+            l["first_ms"]
+                .as_u64()
+                .map(loopguard_core::act::events::rfc3339)
+                .unwrap_or_default(),
+            l["last_ms"]
+                .as_u64()
+                .map(loopguard_core::act::events::rfc3339)
+                .unwrap_or_default(),
+            actions.join(", "),
+            l["tokens"],
+            if l["tokens_estimated"] == true {
+                " (estimate)"
+            } else {
+                ""
+            }
+        ));
+    }
+    if p["loops_not_listed"].as_u64().unwrap_or(0) > 0 {
+        s.push_str(&format!(
+            "    ... and {} more loops not listed\n",
+            p["loops_not_listed"]
+        ));
+    }
+}

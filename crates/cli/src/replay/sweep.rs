@@ -1,0 +1,146 @@
+//! `--set PATH=V1,V2,...`: one run per value, with the configuration's
+//! field at PATH set to it.
+//!
+//! PATH walks the configuration's JSON: object fields by name, list items
+//! by their `id` (or position), and a policy's `spec` may be left out
+//! (`policies.agents.loop_detection.threshold_identical_requests` is
+//! `policies[id=agents].spec.loop_detection.threshold_identical_requests`).
+
+use serde_json::Value;
+
+/// A parsed `--set`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    pub path: String,
+    pub values: Vec<Value>,
+}
+
+impl Sweep {
+    /// `PATH=V1,V2,...`; each value is read as JSON when it is JSON (`3`,
+    /// `0.35`, `true`, `"x"`), else as text.
+    pub fn parse(arg: &str) -> Result<Sweep, String> {
+        let (path, values) = arg
+            .split_once('=')
+            .ok_or_else(|| format!("--set {arg}: expected PATH=VALUE[,VALUE...]"))?;
+        let path = path.trim();
+        if path.is_empty() || path.split('.').any(str::is_empty) {
+            return Err(format!("--set {arg}: the path is empty or has an empty part"));
+        }
+        let values: Vec<Value> = values
+            .split(',')
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|v| serde_json::from_str(v).unwrap_or_else(|_| Value::String(v.to_string())))
+            .collect();
+        if values.is_empty() {
+            return Err(format!("--set {arg}: give at least one value"));
+        }
+        Ok(Sweep {
+            path: path.to_string(),
+            values,
+        })
+    }
+}
+
+/// Set the field at `path` in `config` to `value`. The field must exist
+/// (a typo would otherwise add a field the configuration refuses, or one
+/// it ignores); a policy's `spec` may be left out of the path.
+pub fn set(config: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    let parts: Vec<&str> = path.split('.').collect();
+    let Some((last, walk)) = parts.split_last() else {
+        return Err("empty path".to_string());
+    };
+    let mut at = config;
+    let mut seen = String::new();
+    for part in walk {
+        at = step(at, part).ok_or_else(|| missing(&seen, part))?;
+        push(&mut seen, part);
+    }
+    let target = match at {
+        Value::Object(o) if o.contains_key(*last) => o.get_mut(*last),
+        Value::Object(o) => o
+            .get_mut("spec")
+            .and_then(Value::as_object_mut)
+            .and_then(|spec| spec.get_mut(*last)),
+        Value::Array(_) => step(at, last),
+        _ => None,
+    };
+    let target = target.ok_or_else(|| missing(&seen, last))?;
+    *target = value;
+    Ok(())
+}
+
+/// One step down: an object's field (or its `spec`'s), a list's item by
+/// `id` or position.
+fn step<'a>(at: &'a mut Value, part: &str) -> Option<&'a mut Value> {
+    match at {
+        Value::Object(o) => {
+            if o.contains_key(part) {
+                o.get_mut(part)
+            } else {
+                o.get_mut("spec")
+                    .and_then(Value::as_object_mut)
+                    .and_then(|spec| spec.get_mut(part))
+            }
+        }
+        Value::Array(items) => {
+            let by_id = items
+                .iter()
+                .position(|i| i.get("id").and_then(Value::as_str) == Some(part));
+            let index = by_id.or_else(|| part.parse::<usize>().ok())?;
+            items.get_mut(index)
+        }
+        _ => None,
+    }
+}
+
+fn push(seen: &mut String, part: &str) {
+    if !seen.is_empty() {
+        seen.push('.');
+    }
+    seen.push_str(part);
+}
+
+fn missing(seen: &str, part: &str) -> String {
+    if seen.is_empty() {
+        format!("--set: the configuration has no field {part}")
+    } else {
+        format!("--set: {seen} has no field or item {part} (lists are walked by item id or position; the field must be set in the configuration to be swept)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_values_as_json_or_text() {
+        let s = Sweep::parse("policies.a.x=3, 4,0.35,true,near").unwrap();
+        assert_eq!(s.path, "policies.a.x");
+        assert_eq!(
+            s.values,
+            vec![json!(3), json!(4), json!(0.35), json!(true), json!("near")]
+        );
+        assert!(Sweep::parse("nothing").is_err());
+        assert!(Sweep::parse("a..b=1").is_err());
+        assert!(Sweep::parse("a=").is_err());
+    }
+
+    #[test]
+    fn walks_policies_by_id_and_skips_spec() {
+        let mut c = json!({"policies": [
+            {"id": "other", "spec": {"loop_detection": {"threshold_identical_requests": 9}}},
+            {"id": "agents", "spec": {"loop_detection": {"threshold_identical_requests": 5}}}
+        ]});
+        set(&mut c, "policies.agents.loop_detection.threshold_identical_requests", json!(3)).unwrap();
+        assert_eq!(c["policies"][1]["spec"]["loop_detection"]["threshold_identical_requests"], 3);
+        assert_eq!(c["policies"][0]["spec"]["loop_detection"]["threshold_identical_requests"], 9);
+        set(&mut c, "policies.0.spec.loop_detection.threshold_identical_requests", json!(7)).unwrap();
+        assert_eq!(c["policies"][0]["spec"]["loop_detection"]["threshold_identical_requests"], 7);
+        let err = set(&mut c, "policies.agents.loop_detection.treshold", json!(3)).unwrap_err();
+        assert!(err.contains("policies.agents.loop_detection has no field or item treshold"), "{err}");
+        let err = set(&mut c, "policies.nobody.loop_detection", json!(3)).unwrap_err();
+        assert!(err.contains("policies has no field or item nobody"), "{err}");
+    }
+}
