@@ -160,6 +160,23 @@ def test_near_history_lives_in_redis_with_expiry(redis_backend, start_envoy):
     assert members and all(len(m.split(":")[-1]) == 112 for m in members), members
     ttl = int(redis.admin("PTTL", near[0]))
     assert 0 < ttl <= corpus.WINDOW * 1000
+    # What a hit costs Redis: the memory the history's members add (a
+    # sorted set of a time stamp, a nonce and 112 hex digits each), read
+    # off a copy with some of them taken out.
+    used = int(redis.admin("MEMORY", "USAGE", near[0], "SAMPLES", "0"))
+    assert int(redis.admin("COPY", near[0], "lg-test-copy")) == 1
+    removed = len(members) // 2 + 1
+    redis.admin("ZPOPMIN", "lg-test-copy", str(removed))
+    fewer = int(redis.admin("MEMORY", "USAGE", "lg-test-copy", "SAMPLES", "0"))
+    redis.admin("DEL", "lg-test-copy")
+    per_hit = (used - fewer) / removed
+    encoding = redis.admin("OBJECT", "ENCODING", near[0]).strip()
+    print(f"near history in Redis: {used} bytes for {len(members)} hits, {per_hit:.0f} bytes a hit, "
+          f"members of {len(members[0])} bytes, encoded as {encoding}")
+    # Members are longer than Redis's zset-max-listpack-value (64), so the
+    # set is a skip list: the member, a node and a dictionary entry a hit.
+    assert encoding == "skiplist", encoding
+    assert 112 < per_hit < 400, per_hit
 
 
 def test_langgraph_agent_with_a_drifting_tool_error_is_stopped(start_envoy):

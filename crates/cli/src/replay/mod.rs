@@ -240,6 +240,7 @@ fn verdict_line(run: usize, rec: &record::Recorded, v: &Verdict) -> Value {
         "count": v.count,
         "tool_loop": v.tool_loop,
         "body_judged": !v.skipped_body,
+        "decision": v.decision,
     })
 }
 

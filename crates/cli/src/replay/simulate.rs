@@ -41,6 +41,9 @@ pub struct Verdict {
     pub events: Vec<Value>,
     /// The body was not judged (over `max_body_bytes`, or not readable).
     pub skipped_body: bool,
+    /// The last decision record published (what Envoy's access log shows
+    /// as `%FILTER_STATE(wasm.loopguard:PLAIN)%`).
+    pub decision: Option<Value>,
 }
 
 /// Actions from weakest to strongest.
@@ -250,6 +253,7 @@ fn read_effects(out: &[Effect], v: &mut Verdict) {
                 let Ok(rec) = serde_json::from_str::<Value>(record) else {
                     continue;
                 };
+                v.decision = Some(rec.clone());
                 let action = rec.get("action").and_then(Value::as_str).unwrap_or("");
                 let action = known(action);
                 if rank(action) >= rank(v.action) {

@@ -16,7 +16,7 @@
 pub mod base64;
 pub mod har;
 pub mod jsonl;
-// pub mod tap;
+pub mod tap;
 pub mod time;
 
 use super::record::{Entry, Recorded, Skipped};
@@ -155,7 +155,7 @@ fn open_file(path: &Path, name: &str) -> Result<Source, String> {
     let format = sniff(&ext, &bytes);
     Ok(match format {
         Format::Har => Box::new(har::read(name, &bytes).into_iter()),
-        Format::Tap => Box::new(std::iter::empty()),
+        Format::Tap => Box::new(tap::read(name, &bytes).into_iter()),
         Format::Lines => Box::new(jsonl::Lines::new(name, std::io::Cursor::new(bytes))),
         Format::Unknown => Box::new(std::iter::once(Err(Skipped {
             place: name.to_string(),
