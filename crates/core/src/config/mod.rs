@@ -583,4 +583,14 @@ pub fn normalize_host(raw: &str) -> String {
 }
 
 #[cfg(test)]
+mod detection_tests;
+#[cfg(test)]
+mod selector_tests;
+#[cfg(test)]
+mod services_tests;
+#[cfg(test)]
+mod similarity_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tool_loop_tests;

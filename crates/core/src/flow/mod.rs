@@ -10,7 +10,7 @@
 //! failure means, what shadow mode reports, how tool-loop events are
 //! deduplicated, how bodies and `content-length` are handled. The host
 //! only translates between proxy-wasm and these types, so the whole flow is
-//! tested natively (`flow/tests.rs`).
+//! tested natively (`flow/tests.rs` and the `flow/*_tests.rs` beside it).
 //!
 //! One [`Engine`] per plugin instance and worker holds the configuration
 //! and what the worker's requests share (the fingerprint table through a
@@ -24,11 +24,21 @@ mod response;
 mod tick;
 
 #[cfg(test)]
+mod alert_tests;
+#[cfg(test)]
+mod body_tests;
+#[cfg(test)]
 mod drift_tests;
+#[cfg(test)]
+mod hold_tests;
 #[cfg(test)]
 mod retry_tests;
 #[cfg(test)]
+mod store_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tool_loop_tests;
 
 use crate::act::delay_queue::DelayQueue;
 use crate::act::events::Alert;

@@ -18,6 +18,10 @@ use crate::request::llm::{self, Format};
 use crate::request::{self, RequestFacts, RequestHead};
 use std::fmt;
 mod canon;
+#[cfg(test)]
+mod digest_tests;
+#[cfg(test)]
+mod llm_tests;
 mod show;
 #[cfg(test)]
 mod tests;

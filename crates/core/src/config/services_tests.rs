@@ -1,0 +1,123 @@
+//! The services the filter calls: the shared store (`store`) and the
+//! alert webhook (`alerts.webhook`).
+
+use super::tests::{base, err_of, with};
+use super::*;
+use serde_json::json;
+
+#[test]
+fn store_block() {
+    assert_eq!(
+        Config::from_value(&base()).unwrap().store,
+        StoreConfig::Local
+    );
+    assert_eq!(
+        Config::from_value(&with(&["store"], json!({"type": "local"})))
+            .unwrap()
+            .store,
+        StoreConfig::Local
+    );
+    let cfg = Config::from_value(&with(
+        &["store"],
+        json!({"type": "redis_webdis", "cluster": "loopguard_redis",
+        "authority": "webdis", "timeout_ms": 25, "on_error": "local"}),
+    ))
+    .unwrap();
+    assert_eq!(
+        cfg.store,
+        StoreConfig::RedisWebdis(RedisStore {
+            cluster: "loopguard_redis".into(),
+            authority: "webdis".into(),
+            path: "/".into(),
+            timeout_ms: 25,
+            on_error: OnStoreError::Local
+        })
+    );
+    let cfg = Config::from_value(&with(
+        &["store"],
+        json!({"type": "redis_webdis", "cluster": "r", "on_error": "allow"}),
+    ))
+    .unwrap();
+    assert!(matches!(
+        cfg.store,
+        StoreConfig::RedisWebdis(RedisStore {
+            on_error: OnStoreError::Allow,
+            ..
+        })
+    ));
+    assert!(err_of(with(&["store"], json!({"type": "redis_webdis"})))
+        .starts_with("store.cluster is required"));
+    assert!(err_of(with(&["store"], json!({"type": "redis"})))
+        .starts_with("store.type must be \"local\" or \"redis_webdis\""));
+    assert!(err_of(with(
+        &["store"],
+        json!({"type": "redis_webdis", "cluster": "r", "timeout_ms": 0})
+    ))
+    .contains("store.timeout_ms must be >= 1"));
+    assert!(err_of(with(
+        &["store"],
+        json!({"type": "redis_webdis", "cluster": "r", "on_error": "deny"})
+    ))
+    .contains("store.on_error must be"));
+    assert!(
+        err_of(with(&["store"], json!({"type": "local", "cluster": "r"})))
+            .contains("store.cluster applies only to the \"redis_webdis\" store")
+    );
+    assert!(err_of(with(
+        &["store"],
+        json!({"type": "redis_webdis", "cluster": "r", "host": "x"})
+    ))
+    .contains("store.host is not a known field"));
+}
+
+#[test]
+fn webhook_alerts() {
+    let cfg = Config::from_value(&with(
+        &["alerts"],
+        json!({"webhook": {"cluster": "alerts", "authority": "hooks.example.com",
+        "path": "/loopguard", "timeout_ms": 500, "hmac_secret_env": "LOOPGUARD_WEBHOOK_SECRET"}}),
+    ))
+    .unwrap();
+    assert_eq!(
+        cfg.webhook,
+        Some(Webhook {
+            cluster: "alerts".into(),
+            authority: "hooks.example.com".into(),
+            path: "/loopguard".into(),
+            timeout_ms: 500,
+            hmac_secret_env: Some("LOOPGUARD_WEBHOOK_SECRET".into())
+        })
+    );
+    let cfg = Config::from_value(&with(
+        &["alerts"],
+        json!({"webhook": {"cluster": "a", "authority": "h"}}),
+    ))
+    .unwrap();
+    let w = cfg.webhook.unwrap();
+    assert_eq!(
+        (w.path.as_str(), w.timeout_ms, w.hmac_secret_env),
+        ("/", 2_000, None)
+    );
+    assert!(Config::from_value(&base()).unwrap().webhook.is_none());
+    assert!(
+        err_of(with(&["alerts"], json!({"webhook": {"authority": "h"}})))
+            .starts_with("alerts.webhook.cluster is required")
+    );
+    assert!(err_of(with(
+        &["alerts"],
+        json!({"webhook": {"cluster": "a", "authority": "h", "path": "x"}})
+    ))
+    .contains("alerts.webhook.path must start with"));
+    assert!(err_of(with(
+        &["alerts"],
+        json!({"webhook": {"cluster": "a", "authority": "h", "timeout_ms": 0}})
+    ))
+    .contains("alerts.webhook.timeout_ms must be >= 1"));
+    assert!(err_of(with(
+        &["alerts"],
+        json!({"webhook": {"cluster": "a", "authority": "h", "hmac_secret_env": "A B"}})
+    ))
+    .contains("hmac_secret_env must be an environment variable name"));
+    assert!(err_of(with(&["alerts"], json!({"slack": {}})))
+        .starts_with("alerts.slack is not a known field"));
+}

@@ -1,0 +1,296 @@
+//! From the configuration as written ([`super::raw`]) to the model the
+//! filter runs ([`super::Config`]): ranges, defaults and the rules that
+//! tie fields together. Every error names the policy and the field.
+
+use super::error::{shorten, valid_id, ConfigError};
+use super::raw::*;
+use super::*;
+
+mod detection;
+mod selector;
+mod services;
+mod tool_loops;
+
+use detection::detection;
+use selector::{exempt, limit_keys, selector};
+use services::{store, webhook};
+use tool_loops::tool_loops;
+
+/// Error construction within one policy (or the top level).
+struct Ctx {
+    policy: Option<String>,
+}
+
+impl Ctx {
+    fn err(&self, field: &str, reason: impl Into<String>) -> ConfigError {
+        ConfigError {
+            policy: self.policy.clone(),
+            field: field.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    /// A whole number within `min..=max`, if given.
+    fn int(
+        &self,
+        field: &str,
+        v: &Option<Int>,
+        min: u64,
+        max: u64,
+    ) -> Result<Option<u64>, ConfigError> {
+        match v {
+            None => Ok(None),
+            Some(Int::Whole(n)) if *n < min => {
+                Err(self.err(field, format!("must be >= {min} (got {n})")))
+            }
+            Some(Int::Whole(n)) if *n > max => {
+                Err(self.err(field, format!("must be <= {max} (got {n})")))
+            }
+            Some(Int::Whole(n)) => Ok(Some(*n)),
+            Some(Int::OutOfRange(s)) => Err(self.err(field, format!("must be <= {max} (got {s})"))),
+            Some(Int::Fraction(s)) => Err(self.err(
+                field,
+                format!("must be a whole number from {min} to {max} (got {s})"),
+            )),
+            Some(Int::NotNumber(s)) => Err(self.err(
+                field,
+                format!(
+                    "must be an integer from {min} to {max} (got {})",
+                    shorten(s)
+                ),
+            )),
+        }
+    }
+
+    /// A count from 2 to `max` where 0 switches `what` off (1 would make
+    /// every occurrence a repeat).
+    fn off_or_from_2(
+        &self,
+        field: &str,
+        v: &Option<Int>,
+        max: u64,
+        what: &str,
+    ) -> Result<Option<u64>, ConfigError> {
+        match self.int(field, v, 0, max)? {
+            Some(1) => Err(self.err(
+                field,
+                format!("must be >= 2 (got 1); use 0 to switch {what} off"),
+            )),
+            n => Ok(n),
+        }
+    }
+
+    /// A list that, when given, must not be empty.
+    fn non_empty<'v, T>(
+        &self,
+        field: &str,
+        v: &'v Option<Vec<T>>,
+    ) -> Result<Option<&'v [T]>, ConfigError> {
+        match v {
+            None => Ok(None),
+            Some(list) if list.is_empty() => Err(self.err(
+                field,
+                "must not be empty (leave the field out to match everything)",
+            )),
+            Some(list) => Ok(Some(list.as_slice())),
+        }
+    }
+}
+
+impl TryFrom<RawConfig> for Config {
+    type Error = ConfigError;
+
+    fn try_from(raw: RawConfig) -> Result<Config, ConfigError> {
+        let top = Ctx { policy: None };
+        let max_tracked = top
+            .int(
+                "max_tracked_fingerprints",
+                &raw.max_tracked_fingerprints,
+                1,
+                MAX_TRACKED_FINGERPRINTS,
+            )?
+            .unwrap_or(65_536);
+        let max_body_bytes = top
+            .int("max_body_bytes", &raw.max_body_bytes, 1, MAX_BODY_BYTES)?
+            .unwrap_or(1_048_576);
+        let shadow_all = raw.shadow.unwrap_or(false);
+        let jwt_payload_in_metadata = match raw.jwt_payload_in_metadata {
+            None => "jwt_payload".to_string(),
+            Some(k) if k.is_empty() => {
+                return Err(top.err("jwt_payload_in_metadata", "must not be empty"))
+            }
+            Some(k) => k,
+        };
+        let access_log = match raw.access_log {
+            None | Some(AccessLogName::Actions) => AccessLog::Actions,
+            Some(AccessLogName::All) => AccessLog::All,
+            Some(AccessLogName::Off) => AccessLog::Off,
+        };
+        let store = match raw.store {
+            None => StoreConfig::Local,
+            Some(Obj(s)) => store(&top, s)?,
+        };
+        let webhook = match raw.alerts.and_then(|Obj(a)| a.webhook) {
+            None => None,
+            Some(Obj(w)) => Some(webhook(&top, w)?),
+        };
+        let list = raw
+            .policies
+            .ok_or_else(|| top.err("policies", "is required"))?;
+        if list.is_empty() {
+            return Err(top.err("policies", "must list at least one policy"));
+        }
+        if list.len() > MAX_POLICIES {
+            return Err(top.err(
+                "policies",
+                format!(
+                    "may list at most {MAX_POLICIES} policies (got {})",
+                    list.len()
+                ),
+            ));
+        }
+        let mut policies: Vec<Policy> = Vec::with_capacity(list.len());
+        for (i, Obj(item)) in list.into_iter().enumerate() {
+            let mut p = policy(item, i)?;
+            if policies.iter().any(|q| q.id == p.id) {
+                return Err(ConfigError {
+                    policy: Some(p.id.clone()),
+                    field: "id".to_string(),
+                    reason: "is used by more than one policy; ids must be unique".to_string(),
+                });
+            }
+            if shadow_all {
+                p.mode = Mode::Shadow;
+            }
+            policies.push(p);
+        }
+        Ok(Config {
+            max_tracked_fingerprints: u32::try_from(max_tracked).unwrap_or(u32::MAX),
+            max_body_bytes,
+            jwt_payload_in_metadata,
+            policies,
+            webhook,
+            route_metadata: raw.route_metadata.unwrap_or(false),
+            access_log,
+            store,
+            hold_request_headers: raw.hold_request_headers.unwrap_or(false),
+        })
+    }
+}
+
+fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
+    let anon = Ctx { policy: None };
+    let id = match raw.id {
+        None => return Err(anon.err(&format!("policies[{index}].id"), "is required")),
+        Some(id) if valid_id(&id) => id,
+        Some(other) => {
+            return Err(anon.err(
+                &format!("policies[{index}].id"),
+                format!(
+                    "must match [A-Za-z0-9_-]{{1,64}} (got {})",
+                    serde_json::Value::from(other)
+                ),
+            ))
+        }
+    };
+    let ctx = Ctx {
+        policy: Some(id.clone()),
+    };
+    let Some(Obj(spec)) = raw.spec else {
+        return Err(ctx.err("spec", "is required"));
+    };
+    let mode = match spec.mode {
+        None | Some(ModeName::Enforce) => Mode::Enforce,
+        Some(ModeName::Shadow) => Mode::Shadow,
+    };
+    let selector = match spec.selector {
+        None => return Err(ctx.err("selector", "is required (use {} to match every request)")),
+        Some(Obj(s)) => selector(&ctx, s)?,
+    };
+    let limit_keys = limit_keys(&ctx, spec.limit_keys)?;
+    let exempt = exempt(&ctx, spec.exempt)?;
+    let has_tool_loops = spec.tool_loops.is_some();
+    let reads_text = spec
+        .loop_detection
+        .as_ref()
+        .is_some_and(|Obj(d)| d.similarity.is_some_and(SimilarityName::reads_tail));
+    let volatile = match spec.volatile {
+        None => Volatile::default_on(),
+        Some(_) if !reads_text && !has_tool_loops => {
+            return Err(ctx.err(
+                "volatile",
+                "applies only to similarity \"llm_tail\" or \"near\", or to tool_loops",
+            ))
+        }
+        Some(Obj(v)) => volatile(&ctx, v)?,
+    };
+    let tool_loops = match spec.tool_loops {
+        None => None,
+        Some(Obj(t)) => tool_loops(&ctx, t, &volatile)?,
+    };
+    let detection = match spec.loop_detection {
+        None if has_tool_loops => None,
+        None => return Err(ctx.err("loop_detection", "is required (or give tool_loops)")),
+        Some(Obj(d)) => detection(&ctx, d)?,
+    };
+    Ok(Policy {
+        id,
+        mode,
+        selector,
+        limit_keys,
+        exempt,
+        detection,
+        tool_loops,
+        volatile,
+    })
+}
+
+fn volatile(ctx: &Ctx, v: RawVolatile) -> Result<Volatile, ConfigError> {
+    use crate::config::volatile::Class;
+    let classes = match v.classes.as_deref() {
+        None => Classes::defaults(),
+        Some([]) => return Err(ctx.err(
+            "volatile.classes",
+            "must not be empty (leave it out for the default classes, or set \"enabled\": false)",
+        )),
+        Some(list) => list
+            .iter()
+            .map(|c| match c {
+                VolatileClassName::Uuid => Class::Uuid,
+                VolatileClassName::Datetime => Class::DateTime,
+                VolatileClassName::Epoch => Class::Epoch,
+                VolatileClassName::Hex => Class::Hex,
+                VolatileClassName::PrefixedId => Class::PrefixedId,
+                VolatileClassName::NoiseNumbers => Class::NoiseNumbers,
+                VolatileClassName::ToolResultNumbers => Class::ToolResultNumbers,
+            })
+            .collect(),
+    };
+    let tool_arguments = v.tool_arguments.unwrap_or(false);
+    if v.enabled == Some(false) {
+        if v.classes.is_some() || tool_arguments {
+            return Err(ctx.err(
+                "volatile.enabled",
+                "is false, so \"classes\" and \"tool_arguments\" would do nothing; remove them or enable masking",
+            ));
+        }
+        return Ok(Volatile::OFF);
+    }
+    Ok(Volatile {
+        classes,
+        tool_arguments,
+    })
+}
+
+/// A path that starts with `/`.
+fn absolute(ctx: &Ctx, field: &str, p: String) -> Result<String, ConfigError> {
+    if !p.starts_with('/') {
+        return Err(ctx.err(field, format!("must start with \"/\" (got \"{p}\")")));
+    }
+    Ok(p)
+}
+
+/// RFC 9110 token characters.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
