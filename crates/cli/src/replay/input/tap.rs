@@ -155,9 +155,9 @@ fn buffered(place: &str, trace: &Value) -> Result<Recorded, String> {
     let req = field(trace, "request").ok_or_else(|| format!("{at}.request is missing"))?;
     let request = message(req, &format!("{at}.request"))?;
     let received = match field(req, "headers_received_time") {
-        Some(Value::String(s)) => Some(
-            time::rfc3339(s).map_err(|e| format!("{at}.request.headers_received_time: {e}"))?,
-        ),
+        Some(Value::String(s)) => {
+            Some(time::rfc3339(s).map_err(|e| format!("{at}.request.headers_received_time: {e}"))?)
+        }
         Some(other) => {
             return Err(format!(
                 "{at}.request.headers_received_time: not RFC 3339 text (got {other})"
@@ -480,7 +480,8 @@ mod tests {
         const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         let mut out = String::new();
         for chunk in bytes.chunks(3) {
-            let n = chunk.iter().fold(0u32, |acc, &b| (acc << 8) | u32::from(b)) << (8 * (3 - chunk.len()));
+            let n = chunk.iter().fold(0u32, |acc, &b| (acc << 8) | u32::from(b))
+                << (8 * (3 - chunk.len()));
             for k in 0..4 {
                 if k <= chunk.len() {
                     out.push(ABC[((n >> (18 - 6 * k)) & 63) as usize] as char);
@@ -546,7 +547,10 @@ mod tests {
             r.response,
             Some(Answer {
                 status: Some(200),
-                usage: Some(Usage { input: 12, output: 3 })
+                usage: Some(Usage {
+                    input: 12,
+                    output: 3
+                })
             })
         );
     }
@@ -578,8 +582,14 @@ mod tests {
                         {"key": "host", "value": "h.example"}, {"key": "x-bin", "rawValue": b64(b"a\xffb")}],
             "headersReceivedTime": "2026-11-25T18:40:30Z"}}});
         let r = one("t.json", &doc).unwrap();
-        assert_eq!((r.request.method.as_str(), r.request.path.as_str()), ("GET", "/v1/models"));
-        assert_eq!(r.request.authority, "h.example", "host stands in for a missing :authority");
+        assert_eq!(
+            (r.request.method.as_str(), r.request.path.as_str()),
+            ("GET", "/v1/models")
+        );
+        assert_eq!(
+            r.request.authority, "h.example",
+            "host stands in for a missing :authority"
+        );
         assert_eq!(r.request.header("x-bin"), Some(b"a\xffb".to_vec()));
         assert!(r.request.body.is_empty());
         assert_eq!(r.response, None);
@@ -594,7 +604,13 @@ mod tests {
         );
         let s = one("trace_3.json", &doc).unwrap_err();
         assert_eq!(s.place, "trace_3.json");
-        assert!(s.reason.starts_with("http_buffered_trace.request.body.truncated: Envoy kept only the first 16 bytes"), "{}", s.reason);
+        assert!(
+            s.reason.starts_with(
+                "http_buffered_trace.request.body.truncated: Envoy kept only the first 16 bytes"
+            ),
+            "{}",
+            s.reason
+        );
         assert!(s.reason.contains("max_buffered_rx_bytes"));
     }
 
@@ -605,8 +621,18 @@ mod tests {
             json!({"as_bytes": b64(&USAGE.as_bytes()[..10]), "truncated": true}),
         );
         let r = one("t.json", &doc).unwrap();
-        assert_eq!(r.response, Some(Answer { status: Some(200), usage: None }));
-        assert!(r.request.notes.iter().any(|n| n.contains("max_buffered_tx_bytes")));
+        assert_eq!(
+            r.response,
+            Some(Answer {
+                status: Some(200),
+                usage: None
+            })
+        );
+        assert!(r
+            .request
+            .notes
+            .iter()
+            .any(|n| n.contains("max_buffered_tx_bytes")));
     }
 
     #[test]
@@ -614,20 +640,47 @@ mod tests {
         let mut doc = trace(json!({"as_bytes": b64(CHAT.as_bytes())}), json!({}));
         let req = &mut doc["http_buffered_trace"]["request"];
         req.as_object_mut().unwrap().remove("headers_received_time");
-        req["headers"].as_array_mut().unwrap().push(hv("x-loopguard-received-at", "1795632030123"));
+        req["headers"]
+            .as_array_mut()
+            .unwrap()
+            .push(hv("x-loopguard-received-at", "1795632030123"));
         let r = one("t.json", &doc).unwrap();
         assert_eq!(r.at_ms, 1_795_632_030_123);
-        assert_eq!(r.request.header(RECEIVED_AT_HEADER), None, "capture metadata is not a request header");
+        assert_eq!(
+            r.request.header(RECEIVED_AT_HEADER),
+            None,
+            "capture metadata is not a request header"
+        );
         // A response without a body: the status, no usage.
-        assert_eq!(r.response, Some(Answer { status: Some(200), usage: None }));
+        assert_eq!(
+            r.response,
+            Some(Answer {
+                status: Some(200),
+                usage: None
+            })
+        );
 
-        doc["http_buffered_trace"]["request"]["headers"][6] = hv("x-loopguard-received-at", "yesterday");
+        doc["http_buffered_trace"]["request"]["headers"][6] =
+            hv("x-loopguard-received-at", "yesterday");
         let s = one("t.json", &doc).unwrap_err();
-        assert!(s.reason.contains("x-loopguard-received-at: \"yesterday\" is not milliseconds"), "{}", s.reason);
+        assert!(
+            s.reason
+                .contains("x-loopguard-received-at: \"yesterday\" is not milliseconds"),
+            "{}",
+            s.reason
+        );
 
-        doc["http_buffered_trace"]["request"]["headers"].as_array_mut().unwrap().pop();
+        doc["http_buffered_trace"]["request"]["headers"]
+            .as_array_mut()
+            .unwrap()
+            .pop();
         let s = one("t.json", &doc).unwrap_err();
-        assert!(s.reason.starts_with("http_buffered_trace.request: no time recorded"), "{}", s.reason);
+        assert!(
+            s.reason
+                .starts_with("http_buffered_trace.request: no time recorded"),
+            "{}",
+            s.reason
+        );
         assert!(s.reason.contains("record_headers_received_time: true"));
     }
 
@@ -636,27 +689,56 @@ mod tests {
         let reason = |doc: Value| one("trace.json", &doc).unwrap_err().reason;
         let mut doc = trace(json!({"as_bytes": b64(CHAT.as_bytes())}), json!({}));
         doc["http_buffered_trace"]["request"]["headers"][2]["value"] = json!(7);
-        assert_eq!(reason(doc.clone()), "http_buffered_trace.request.headers[2]: value is not a string");
+        assert_eq!(
+            reason(doc.clone()),
+            "http_buffered_trace.request.headers[2]: value is not a string"
+        );
         doc["http_buffered_trace"]["request"]["headers"][2] = json!({"value": "POST"});
-        assert_eq!(reason(doc.clone()), "http_buffered_trace.request.headers[2]: key is missing");
+        assert_eq!(
+            reason(doc.clone()),
+            "http_buffered_trace.request.headers[2]: key is missing"
+        );
         doc["http_buffered_trace"]["request"]["headers"][2] = hv(":method", "POST");
         doc["http_buffered_trace"]["request"]["body"] = json!({"as_bytes": "***"});
-        assert!(reason(doc.clone()).starts_with("http_buffered_trace.request.body.as_bytes: not base64"));
+        assert!(reason(doc.clone())
+            .starts_with("http_buffered_trace.request.body.as_bytes: not base64"));
         doc["http_buffered_trace"]["request"]["body"] = json!({"as_bytes": "", "truncated": "no"});
-        assert!(reason(doc.clone()).starts_with("http_buffered_trace.request.body.truncated: not true or false"));
+        assert!(reason(doc.clone())
+            .starts_with("http_buffered_trace.request.body.truncated: not true or false"));
         doc["http_buffered_trace"]["request"]["body"] = json!({});
         doc["http_buffered_trace"]["request"]["headers_received_time"] = json!("noon");
-        assert!(reason(doc.clone()).starts_with("http_buffered_trace.request.headers_received_time: \"noon\" is not an RFC 3339 time"));
-        doc["http_buffered_trace"]["request"]["headers_received_time"] = json!("2026-11-25T18:40:30Z");
+        assert!(reason(doc.clone()).starts_with(
+            "http_buffered_trace.request.headers_received_time: \"noon\" is not an RFC 3339 time"
+        ));
+        doc["http_buffered_trace"]["request"]["headers_received_time"] =
+            json!("2026-11-25T18:40:30Z");
         doc["http_buffered_trace"]["response"]["headers"][0] = hv(":status", "OK");
-        assert_eq!(reason(doc.clone()), "http_buffered_trace.response.headers: :status \"OK\" is not a number");
-        doc["http_buffered_trace"]["request"]["headers"].as_array_mut().unwrap().remove(1);
-        assert_eq!(reason(doc.clone()), "http_buffered_trace.request.headers: no :path");
-        assert_eq!(reason(json!({"http_buffered_trace": {}})), "http_buffered_trace.request is missing");
+        assert_eq!(
+            reason(doc.clone()),
+            "http_buffered_trace.response.headers: :status \"OK\" is not a number"
+        );
+        doc["http_buffered_trace"]["request"]["headers"]
+            .as_array_mut()
+            .unwrap()
+            .remove(1);
+        assert_eq!(
+            reason(doc.clone()),
+            "http_buffered_trace.request.headers: no :path"
+        );
+        assert_eq!(
+            reason(json!({"http_buffered_trace": {}})),
+            "http_buffered_trace.request is missing"
+        );
         assert!(reason(json!({"socket_buffered_trace": {}})).contains("not an HTTP one"));
         assert!(reason(json!({"log": {"entries": []}})).starts_with("not an Envoy HTTP tap trace"));
 
-        let whole = |bytes: &[u8]| read("trace.json", bytes)[0].as_ref().unwrap_err().reason.clone();
+        let whole = |bytes: &[u8]| {
+            read("trace.json", bytes)[0]
+                .as_ref()
+                .unwrap_err()
+                .reason
+                .clone()
+        };
         assert!(whole(b"{\"http_buffered_trace\": {\"request\": ").starts_with("not JSON"));
         assert!(whole(b"http_buffered_trace {}").starts_with("not JSON"));
         assert!(whole(b"  \n").starts_with("empty"));
@@ -670,8 +752,12 @@ mod tests {
             seg(json!({"trace_id": "7", "request_headers": {"headers": [
                 hv(":authority", "gw"), hv(":path", "/v1/chat/completions"), hv(":method", "POST"),
                 hv("x-loopguard-received-at", "1795632030123")]}})),
-            seg(json!({"trace_id": "7", "request_body_chunk": {"as_bytes": b64(&CHAT.as_bytes()[..9])}})),
-            seg(json!({"trace_id": "7", "request_body_chunk": {"as_bytes": b64(&CHAT.as_bytes()[9..])}})),
+            seg(
+                json!({"trace_id": "7", "request_body_chunk": {"as_bytes": b64(&CHAT.as_bytes()[..9])}}),
+            ),
+            seg(
+                json!({"trace_id": "7", "request_body_chunk": {"as_bytes": b64(&CHAT.as_bytes()[9..])}}),
+            ),
             seg(json!({"trace_id": "7", "response_headers": {"headers": [hv(":status", "429")]}})),
             seg(json!({"trace_id": "7", "response_body_chunk": {"as_string": USAGE}})),
         ] {
@@ -684,15 +770,33 @@ mod tests {
         assert_eq!(r.at_ms, 1_795_632_030_123);
         assert_eq!(r.request.body, CHAT.as_bytes());
         assert_eq!(r.place, "trace_7.json");
-        assert_eq!(r.response, Some(Answer { status: Some(429), usage: Some(Usage { input: 12, output: 3 }) }));
+        assert_eq!(
+            r.response,
+            Some(Answer {
+                status: Some(429),
+                usage: Some(Usage {
+                    input: 12,
+                    output: 3
+                })
+            })
+        );
 
         // Without the header a streamed trace has no time.
         let no_time = file.replace("x-loopguard-received-at", "x-other");
-        let s = read("trace_7.json", no_time.as_bytes())[0].clone().unwrap_err();
-        assert!(s.reason.starts_with("http_streamed_trace_segment.request: no time recorded"), "{}", s.reason);
+        let s = read("trace_7.json", no_time.as_bytes())[0]
+            .clone()
+            .unwrap_err();
+        assert!(
+            s.reason
+                .starts_with("http_streamed_trace_segment.request: no time recorded"),
+            "{}",
+            s.reason
+        );
         // A broken segment is named by its place in the file.
         let broken = file.replace("\"429\"", "429");
-        let s = read("trace_7.json", broken.as_bytes())[0].clone().unwrap_err();
+        let s = read("trace_7.json", broken.as_bytes())[0]
+            .clone()
+            .unwrap_err();
         assert_eq!(s.reason, "segments[3].http_streamed_trace_segment.response_headers.headers[0]: value is not a string");
     }
 
@@ -722,10 +826,22 @@ mod tests {
         assert_eq!(r.request.path, "/v1/chat/completions");
         assert_eq!(r.request.authority, "localhost:19000");
         assert_eq!(r.request.body, REAL_CHAT.as_bytes());
-        assert_eq!(r.request.header("authorization"), Some(b"Bearer sk-test".to_vec()));
+        assert_eq!(
+            r.request.header("authorization"),
+            Some(b"Bearer sk-test".to_vec())
+        );
         assert_eq!(r.request.header("content-length"), Some(b"70".to_vec()));
         assert_eq!(r.request.source_address.as_deref(), Some("127.0.0.1:42654"));
-        assert_eq!(r.response, Some(Answer { status: Some(200), usage: Some(Usage { input: 3, output: 4 }) }));
+        assert_eq!(
+            r.response,
+            Some(Answer {
+                status: Some(200),
+                usage: Some(Usage {
+                    input: 3,
+                    output: 4
+                })
+            })
+        );
         assert!(r.request.notes.is_empty());
     }
 
@@ -737,13 +853,25 @@ mod tests {
         let r = got[0].as_ref().unwrap();
         assert!(r.at_ms > 1_700_000_000_000, "{}", r.at_ms);
         assert_eq!(r.request.body, REAL_CHAT.as_bytes());
-        assert_eq!(r.response.as_ref().unwrap().usage, Some(Usage { input: 3, output: 4 }));
+        assert_eq!(
+            r.response.as_ref().unwrap().usage,
+            Some(Usage {
+                input: 3,
+                output: 4
+            })
+        );
     }
 
     #[test]
     fn a_real_truncated_trace_with_bodies_as_string() {
         let bytes = include_bytes!("../../../tests/data/tap/string_truncated.json");
         let s = read("string_truncated.json", bytes)[0].clone().unwrap_err();
-        assert!(s.reason.starts_with("http_buffered_trace.request.body.truncated: Envoy kept only the first 16 bytes"), "{}", s.reason);
+        assert!(
+            s.reason.starts_with(
+                "http_buffered_trace.request.body.truncated: Envoy kept only the first 16 bytes"
+            ),
+            "{}",
+            s.reason
+        );
     }
 }
