@@ -176,7 +176,7 @@ $(BARE_WASM): bench/bare/src/lib.rs bench/bare/Cargo.toml
 bench-tools: test-tools
 	@if echo "$(BENCH_ARGS)" | grep -q callgrind; then command -v valgrind >/dev/null || $(call apt_install,valgrind); fi
 
-bench: build $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) bench-tools
+bench: build cli $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) bench-tools
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
 	  $(VENV_PY) bench/bench.py $(BENCH_ARGS)
 

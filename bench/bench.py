@@ -264,6 +264,7 @@ def main() -> int:
     ap.add_argument("--table", type=int, default=65_536)
     ap.add_argument("--callgrind", action="store_true", help="also count instructions per request (slow)")
     ap.add_argument("--no-redis", action="store_true", help="skip the distributed rows (Redis store)")
+    ap.add_argument("--replay", type=int, default=20_000, help="requests for the `loopguard replay` speed row (0: skip)")
     ap.add_argument("--only", default="", help="comma-separated parts of row names to measure (their baselines come along)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
@@ -351,9 +352,53 @@ def run(args, tmp: Path, webdis: Webdis | None) -> int:
             failures.append(f"flood: RSS grew {grown / 1e6:.1f} MB > {limit / 1e6:.1f} MB")
         if f["evicted"] < f["sent"] - 2 * args.table:
             failures.append(f"flood: only {f['evicted']} evictions for {f['sent']} unique fingerprints")
+    if args.replay:
+        runs = [replay_speed(tmp, n) for n in (args.replay, 2 * args.replay)]
+        print(f"\nreplay: `loopguard replay` through examples/recommended/envoy.yaml, healthy 16 KB chat bodies from 1000 callers, one core")
+        for r in runs:
+            print(f"  {r['requests']} requests ({r['mb']:.0f} MB of JSON Lines): {r['rps']:.0f} req/s ({r['cpu_s']:.2f} s CPU), max RSS {r['rss_mb']:.0f} MB")
+        if min(r["rps"] for r in runs) < 10_000:
+            failures.append(f"replay: {min(r['rps'] for r in runs):.0f} req/s < 10000")
+        # Memory follows the configured tables, not the input.
+        if runs[1]["rss_mb"] > runs[0]["rss_mb"] * 1.25 + 4:
+            failures.append(f"replay: RSS grew with the input ({runs[0]['rss_mb']:.0f} -> {runs[1]['rss_mb']:.0f} MB)")
     for line in failures:
         print(f"target missed: {line}")
     return 0
+
+
+def replay_speed(tmp: Path, n: int) -> dict:
+    """`loopguard replay` over `n` recorded requests: CPU time and peak RSS
+    of the process (one thread)."""
+    import random
+
+    cli = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopguard"))
+    base = json.loads(chat_body(16))
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
+    rnd = random.Random(n)
+    path = tmp / f"replay-{n}.jsonl"
+    with open(path, "w") as f:
+        for i in range(n):
+            # Each caller's conversation moves on: a new answer and a new
+            # question every turn (no loops: the full path of every check).
+            messages = base["messages"][:-1] + [
+                {"role": "assistant", "content": " ".join(rnd.choice(words) for _ in range(40)) + f" step {i}"},
+                {"role": "user", "content": f"Now part {i}: " + " ".join(rnd.choice(words) for _ in range(12))},
+            ]
+            line = {"timestamp": 1_795_000_000_000 + i * 5, "method": "POST", "path": "/v1/chat/completions",
+                    "headers": {"authorization": f"Bearer sk-bench-{i % 1000}", "content-type": "application/json"},
+                    "body": json.dumps({**base, "messages": messages}),
+                    "response": {"status": 200, "usage": {"prompt_tokens": 4000, "completion_tokens": 60}}}
+            f.write(json.dumps(line) + "\n")
+    proc = subprocess.Popen([cli, "replay", "--config", str(ROOT / "examples" / "recommended" / "envoy.yaml"), str(path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"loopguard replay failed: {proc.stderr.read().decode() if proc.stderr else status}")
+    cpu = usage.ru_utime + usage.ru_stime
+    size = path.stat().st_size
+    path.unlink()
+    return {"requests": n, "mb": size / 1e6, "cpu_s": cpu, "rps": n / cpu, "rss_mb": usage.ru_maxrss / 1024}
 
 
 if __name__ == "__main__":

@@ -62,24 +62,29 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--filter" => a.filter = Some(value(&mut it, "--filter")?),
             "--set" => {
                 if a.sweep.is_some() {
-                    return Err("replay: one --set per replay (a sweep varies one field)".to_string());
+                    return Err(
+                        "replay: one --set per replay (a sweep varies one field)".to_string()
+                    );
                 }
                 a.sweep = Some(Sweep::parse(&value(&mut it, "--set")?)?);
             }
             "--json" => a.json = true,
             "--html" => a.html = Some(value(&mut it, "--html")?),
             "--verdicts" => a.verdicts = Some(value(&mut it, "--verdicts")?),
-            flag if flag.starts_with("--") => {
-                return Err(format!("replay: unknown option {flag}"))
-            }
+            flag if flag.starts_with("--") => return Err(format!("replay: unknown option {flag}")),
             file => a.traffic.push(file.to_string()),
         }
     }
     if a.configs.is_empty() {
-        return Err("replay: --config FILE is required (repeat it to compare configurations)".to_string());
+        return Err(
+            "replay: --config FILE is required (repeat it to compare configurations)".to_string(),
+        );
     }
     if a.traffic.is_empty() {
-        return Err("replay: give at least one traffic file (JSON Lines, HAR or Envoy tap traces)".to_string());
+        return Err(
+            "replay: give at least one traffic file (JSON Lines, HAR or Envoy tap traces)"
+                .to_string(),
+        );
     }
     Ok(a)
 }
@@ -102,8 +107,8 @@ fn runs(a: &Args) -> Result<Vec<Run>, String> {
             let config = match &setting {
                 None => Config::parse(&bytes).map_err(|e| format!("{location}: {e}"))?,
                 Some((path, v)) => {
-                    let mut json: Value = serde_json::from_slice(&bytes)
-                        .map_err(|e| format!("{location}: {e}"))?;
+                    let mut json: Value =
+                        serde_json::from_slice(&bytes).map_err(|e| format!("{location}: {e}"))?;
                     sweep::set(&mut json, path, v.clone())
                         .map_err(|e| format!("{location}: {e}"))?;
                     let changed = serde_json::to_vec(&json).map_err(|e| e.to_string())?;
@@ -170,7 +175,8 @@ pub fn command(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
         run.sim.finish();
     }
     if let Some(mut w) = verdicts {
-        w.flush().map_err(|e| format!("--verdicts: cannot write: {e}"))?;
+        w.flush()
+            .map_err(|e| format!("--verdicts: cannot write: {e}"))?;
     }
     let mut notes = notes(&runs, no_response, merged.out_of_order, read);
     notes.dedup();

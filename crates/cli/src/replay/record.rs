@@ -84,7 +84,11 @@ impl Usage {
                 let merged = found.unwrap_or_default();
                 found = Some(Usage {
                     input: if u.input > 0 { u.input } else { merged.input },
-                    output: if u.output > 0 { u.output } else { merged.output },
+                    output: if u.output > 0 {
+                        u.output
+                    } else {
+                        merged.output
+                    },
                 });
             }
         }
@@ -108,16 +112,47 @@ mod tests {
 
     #[test]
     fn usage_in_each_format() {
-        let chat = br#"{"id":"x","usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}"#;
-        assert_eq!(Usage::in_body(chat), Some(Usage { input: 12, output: 3 }));
+        let chat =
+            br#"{"id":"x","usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15}}"#;
+        assert_eq!(
+            Usage::in_body(chat),
+            Some(Usage {
+                input: 12,
+                output: 3
+            })
+        );
         let anthropic = br#"{"type":"message","usage":{"input_tokens":7,"cache_read_input_tokens":100,"output_tokens":4}}"#;
-        assert_eq!(Usage::in_body(anthropic), Some(Usage { input: 107, output: 4 }));
+        assert_eq!(
+            Usage::in_body(anthropic),
+            Some(Usage {
+                input: 107,
+                output: 4
+            })
+        );
         let responses = br#"{"object":"response","usage":{"input_tokens":9,"output_tokens":2}}"#;
-        assert_eq!(Usage::in_body(responses), Some(Usage { input: 9, output: 2 }));
+        assert_eq!(
+            Usage::in_body(responses),
+            Some(Usage {
+                input: 9,
+                output: 2
+            })
+        );
         let stream = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":20,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":30}}\n\n";
-        assert_eq!(Usage::in_body(stream), Some(Usage { input: 20, output: 30 }));
+        assert_eq!(
+            Usage::in_body(stream),
+            Some(Usage {
+                input: 20,
+                output: 30
+            })
+        );
         let chat_stream = b"data: {\"choices\":[]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}\n\ndata: [DONE]\n\n";
-        assert_eq!(Usage::in_body(chat_stream), Some(Usage { input: 5, output: 6 }));
+        assert_eq!(
+            Usage::in_body(chat_stream),
+            Some(Usage {
+                input: 5,
+                output: 6
+            })
+        );
         assert_eq!(Usage::in_body(br#"{"choices":[]}"#), None);
         assert_eq!(Usage::in_body(b"not json"), None);
     }

@@ -135,11 +135,15 @@ impl Tally {
         }
         let mut caller: Option<(String, Option<String>)> = None;
         if let Some(t) = &v.tool_loop {
-            let who = caller.get_or_insert_with(|| sim.caller(rec, id));
+            let who = sim.caller_key(rec, id);
             // `tier;tool=NAME;level=N`: one loop whatever level it reaches.
             let tier = t.split(';').next().unwrap_or(t).trim().to_string();
             let what: Vec<&str> = t.split(';').filter(|f| !f.starts_with("level=")).collect();
-            keys.push((format!("tool {} {}", who.0, what.join(";")), "tool_loop", Some(tier)));
+            keys.push((
+                format!("tool {who:016x} {}", what.join(";")),
+                "tool_loop",
+                Some(tier),
+            ));
         }
         for (key, kind, tier) in keys {
             if !p.loops.contains_key(&key) {
@@ -148,9 +152,7 @@ impl Tally {
                     p.loops_not_listed += 1;
                     continue;
                 }
-                let (who, model) = caller
-                    .get_or_insert_with(|| sim.caller(rec, id))
-                    .clone();
+                let (who, model) = caller.get_or_insert_with(|| sim.caller(rec, id)).clone();
                 p.loops.insert(
                     key.clone(),
                     LoopTally {
@@ -287,7 +289,11 @@ pub fn render(report: &Value) -> String {
         for r in sweep["rows"].as_array().into_iter().flatten() {
             s.push_str(&format!(
                 "  {:<28} {:>12} {:>18} {:>17}\n",
-                format!("{} = {}", short(r["config"].as_str().unwrap_or("")), r["value"]),
+                format!(
+                    "{} = {}",
+                    short(r["config"].as_str().unwrap_or("")),
+                    r["value"]
+                ),
                 r["loops_found"],
                 r["requests_touched"],
                 r["callers_touched"]
@@ -335,10 +341,18 @@ fn render_policy(s: &mut String, p: &Value) {
     let actions: Vec<String> = p["actions"]
         .as_object()
         .map(|m| {
-            ["reject", "throttle", "directive", "nudge", "warn", "allow", "exempt"]
-                .iter()
-                .filter_map(|a| m.get(*a).map(|n| format!("{a} {n}")))
-                .collect()
+            [
+                "reject",
+                "throttle",
+                "directive",
+                "nudge",
+                "warn",
+                "allow",
+                "exempt",
+            ]
+            .iter()
+            .filter_map(|a| m.get(*a).map(|n| format!("{a} {n}")))
+            .collect()
         })
         .unwrap_or_default();
     if !actions.is_empty() {

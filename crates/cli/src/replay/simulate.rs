@@ -7,7 +7,7 @@
 use super::record::Recorded;
 use loopguard_core::act::reply::LocalReply;
 use loopguard_core::config::{AccessLog, Config, StoreConfig};
-use loopguard_core::detect::fingerprint;
+use loopguard_core::detect::fingerprint::{self, Pending};
 use loopguard_core::flow::{Effect, Effects, Engine, Request, Step};
 use loopguard_core::request::policy::{self, Selection};
 use loopguard_core::request::RequestHead;
@@ -63,7 +63,11 @@ fn rank(action: &str) -> usize {
 }
 
 fn known(action: &str) -> &'static str {
-    ORDER.iter().find(|a| **a == action).copied().unwrap_or("allow")
+    ORDER
+        .iter()
+        .find(|a| **a == action)
+        .copied()
+        .unwrap_or("allow")
 }
 
 /// One configuration's engine on a simulated clock.
@@ -143,9 +147,7 @@ impl Simulation {
             if step == Step::Pause && body.is_none() {
                 verdict.skipped_body = true;
             }
-            step = self
-                .engine
-                .on_body(&mut r, size, true, body, now, &mut out);
+            step = self.engine.on_body(&mut r, size, true, body, now, &mut out);
         }
         read_effects(&out, &mut verdict);
         for (name, value) in r.client_headers() {
@@ -208,11 +210,32 @@ impl Simulation {
         for id in resumed {
             if let Some((mut r, status)) = self.held.remove(&id) {
                 out.clear();
-                self.engine.on_response_headers(&mut r, status, at, &mut out);
+                self.engine
+                    .on_response_headers(&mut r, status, at, &mut out);
                 self.engine.on_done(&mut r, &mut out);
             }
         }
         self.out = out;
+    }
+
+    /// Who is calling under `policy_id`, as a digest of the caller's
+    /// identity (the policy's limit keys, or the API key): cheap, and never
+    /// the key itself.
+    pub fn caller_key(&self, rec: &Recorded, policy_id: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let Some(p) = self.config.policies.iter().find(|p| p.id == policy_id) else {
+            return 0;
+        };
+        let req = &rec.request;
+        let head = RequestHead {
+            method: &req.method,
+            path: &req.path,
+            authority: &req.authority,
+        };
+        let pending = Pending::start(&self.config, p, &head, req);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        pending.identity().hash(&mut h);
+        h.finish()
     }
 
     /// The caller as `explain` shows it (keys redacted) and the model, for

@@ -24,7 +24,9 @@ impl Sweep {
             .ok_or_else(|| format!("--set {arg}: expected PATH=VALUE[,VALUE...]"))?;
         let path = path.trim();
         if path.is_empty() || path.split('.').any(str::is_empty) {
-            return Err(format!("--set {arg}: the path is empty or has an empty part"));
+            return Err(format!(
+                "--set {arg}: the path is empty or has an empty part"
+            ));
         }
         let values: Vec<Value> = values
             .split(',')
@@ -133,14 +135,39 @@ mod tests {
             {"id": "other", "spec": {"loop_detection": {"threshold_identical_requests": 9}}},
             {"id": "agents", "spec": {"loop_detection": {"threshold_identical_requests": 5}}}
         ]});
-        set(&mut c, "policies.agents.loop_detection.threshold_identical_requests", json!(3)).unwrap();
-        assert_eq!(c["policies"][1]["spec"]["loop_detection"]["threshold_identical_requests"], 3);
-        assert_eq!(c["policies"][0]["spec"]["loop_detection"]["threshold_identical_requests"], 9);
-        set(&mut c, "policies.0.spec.loop_detection.threshold_identical_requests", json!(7)).unwrap();
-        assert_eq!(c["policies"][0]["spec"]["loop_detection"]["threshold_identical_requests"], 7);
+        set(
+            &mut c,
+            "policies.agents.loop_detection.threshold_identical_requests",
+            json!(3),
+        )
+        .unwrap();
+        assert_eq!(
+            c["policies"][1]["spec"]["loop_detection"]["threshold_identical_requests"],
+            3
+        );
+        assert_eq!(
+            c["policies"][0]["spec"]["loop_detection"]["threshold_identical_requests"],
+            9
+        );
+        set(
+            &mut c,
+            "policies.0.spec.loop_detection.threshold_identical_requests",
+            json!(7),
+        )
+        .unwrap();
+        assert_eq!(
+            c["policies"][0]["spec"]["loop_detection"]["threshold_identical_requests"],
+            7
+        );
         let err = set(&mut c, "policies.agents.loop_detection.treshold", json!(3)).unwrap_err();
-        assert!(err.contains("policies.agents.loop_detection has no field or item treshold"), "{err}");
+        assert!(
+            err.contains("policies.agents.loop_detection has no field or item treshold"),
+            "{err}"
+        );
         let err = set(&mut c, "policies.nobody.loop_detection", json!(3)).unwrap_err();
-        assert!(err.contains("policies has no field or item nobody"), "{err}");
+        assert!(
+            err.contains("policies has no field or item nobody"),
+            "{err}"
+        );
     }
 }

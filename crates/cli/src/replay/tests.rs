@@ -8,7 +8,8 @@ struct Dir(PathBuf);
 
 impl Dir {
     fn new(name: &str) -> Dir {
-        let d = std::env::temp_dir().join(format!("loopguard-replay-{name}-{}", std::process::id()));
+        let d =
+            std::env::temp_dir().join(format!("loopguard-replay-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         Dir(d)
@@ -66,7 +67,10 @@ fn a_loop_is_found_and_rejected_from_its_threshold() {
     let r: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["inputs"]["read"], 7);
     assert_eq!(r["inputs"]["skipped"], 1);
-    assert_eq!(r["inputs"]["skipped_entries"][0]["reason"], "timestamp is required");
+    assert_eq!(
+        r["inputs"]["skipped_entries"][0]["reason"],
+        "timestamp is required"
+    );
     let p = &r["runs"][0]["policies"][0];
     assert_eq!(p["id"], "agents");
     assert_eq!(p["requests"], 7);
@@ -77,9 +81,18 @@ fn a_loop_is_found_and_rejected_from_its_threshold() {
     assert_eq!(p["callers_touched"], 1);
     assert_eq!(p["tokens"], json!({"touched": 330, "estimated": false}));
     let l = &p["loops"][0];
-    assert!(l["caller"].as_str().unwrap().starts_with("header:authorization=<redacted"), "{l}");
+    assert!(
+        l["caller"]
+            .as_str()
+            .unwrap()
+            .starts_with("header:authorization=<redacted"),
+        "{l}"
+    );
     assert!(!l["caller"].as_str().unwrap().contains("sk-loop"));
-    assert_eq!((l["turns"].as_u64(), l["kind"].as_str()), (Some(3), Some("fingerprint")));
+    assert_eq!(
+        (l["turns"].as_u64(), l["kind"].as_str()),
+        (Some(3), Some("fingerprint"))
+    );
     assert_eq!(l["first_ms"], 1_795_000_002_000u64);
     assert_eq!(l["last_ms"], 1_795_000_004_000u64);
     let v: Vec<Value> = std::fs::read_to_string(&verdicts)
@@ -89,22 +102,42 @@ fn a_loop_is_found_and_rejected_from_its_threshold() {
         .collect();
     let actions: Vec<&str> = v.iter().map(|v| v["action"].as_str().unwrap()).collect();
     // In time order: loop at 0, 1000, 2000..; the other caller at 500, 1500.
-    assert_eq!(actions, ["allow", "allow", "allow", "allow", "reject", "reject", "reject"]);
+    assert_eq!(
+        actions,
+        ["allow", "allow", "allow", "allow", "reject", "reject", "reject"]
+    );
     assert_eq!(v[4]["status"], 429);
-    assert!(v[4]["place"].as_str().unwrap().ends_with("t.jsonl:5"), "{}", v[4]);
-    assert!(r["notes"].as_array().unwrap().iter().all(|n| !n.as_str().unwrap().contains("earlier than")));
+    assert!(
+        v[4]["place"].as_str().unwrap().ends_with("t.jsonl:5"),
+        "{}",
+        v[4]
+    );
+    assert!(r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|n| !n.as_str().unwrap().contains("earlier than")));
 }
 
 #[test]
 fn a_window_expires_on_the_recorded_clock() {
     let d = Dir::new("window");
-    let cfg = d.write("cfg.json", &EXACT.replace("\"window_seconds\": 60", "\"window_seconds\": 2"));
+    let cfg = d.write(
+        "cfg.json",
+        &EXACT.replace("\"window_seconds\": 60", "\"window_seconds\": 2"),
+    );
     // Repeats 1.5 s apart never reach 3 in a 2 s window.
-    let t = d.write("t.jsonl", &(lines("sk", "{}", 6, 1_795_000_000_000, 1500).join("\n") + "\n"));
+    let t = d.write(
+        "t.jsonl",
+        &(lines("sk", "{}", 6, 1_795_000_000_000, 1500).join("\n") + "\n"),
+    );
     let (_, out) = replay(&["--config", &cfg, "--json", &t]).unwrap();
     let r: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["runs"][0]["policies"][0]["loops_found"], 0);
-    let t = d.write("t2.jsonl", &(lines("sk", "{}", 6, 1_795_000_000_000, 500).join("\n") + "\n"));
+    let t = d.write(
+        "t2.jsonl",
+        &(lines("sk", "{}", 6, 1_795_000_000_000, 500).join("\n") + "\n"),
+    );
     let (_, out) = replay(&["--config", &cfg, "--json", &t]).unwrap();
     let r: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["runs"][0]["policies"][0]["actions"]["reject"], 4);
@@ -114,10 +147,17 @@ fn a_window_expires_on_the_recorded_clock() {
 fn a_sweep_gives_one_row_per_value() {
     let d = Dir::new("sweep");
     let cfg = d.write("cfg.json", EXACT);
-    let t = d.write("t.jsonl", &(lines("sk", "{}", 5, 1_795_000_000_000, 1000).join("\n") + "\n"));
+    let t = d.write(
+        "t.jsonl",
+        &(lines("sk", "{}", 5, 1_795_000_000_000, 1000).join("\n") + "\n"),
+    );
     let (_, out) = replay(&[
-        "--config", &cfg, "--json", "--set",
-        "policies.agents.loop_detection.threshold_identical_requests=2,3,5,6", &t,
+        "--config",
+        &cfg,
+        "--json",
+        "--set",
+        "policies.agents.loop_detection.threshold_identical_requests=2,3,5,6",
+        &t,
     ])
     .unwrap();
     let r: Value = serde_json::from_str(&out).unwrap();
@@ -125,18 +165,35 @@ fn a_sweep_gives_one_row_per_value() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|row| (row["value"].as_i64().unwrap(), row["requests_touched"].as_u64().unwrap()))
+        .map(|row| {
+            (
+                row["value"].as_i64().unwrap(),
+                row["requests_touched"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(rows, [(2, 4), (3, 3), (5, 1), (6, 0)]);
     assert_eq!(r["runs"].as_array().unwrap().len(), 4);
     let (_, text) = replay(&[
-        "--config", &cfg, "--set",
-        "policies.agents.loop_detection.threshold_identical_requests=2,3", &t,
+        "--config",
+        &cfg,
+        "--set",
+        "policies.agents.loop_detection.threshold_identical_requests=2,3",
+        &t,
     ])
     .unwrap();
-    assert!(text.contains("sweep of policies.agents.loop_detection.threshold_identical_requests"), "{text}");
-    let err = replay(&["--config", &cfg, "--set", "policies.agents.loop_detection.threshold_identical_requests=0.5", &t])
-        .unwrap_err();
+    assert!(
+        text.contains("sweep of policies.agents.loop_detection.threshold_identical_requests"),
+        "{text}"
+    );
+    let err = replay(&[
+        "--config",
+        &cfg,
+        "--set",
+        "policies.agents.loop_detection.threshold_identical_requests=0.5",
+        &t,
+    ])
+    .unwrap_err();
     assert!(err.contains("threshold_identical_requests=0.5"), "{err}");
 }
 
@@ -151,21 +208,43 @@ fn tokens_are_estimated_without_usage_and_said_so() {
     let t = d.write("t.jsonl", &(t.join("\n") + "\n"));
     let (_, out) = replay(&["--config", &cfg, "--json", &t]).unwrap();
     let r: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(r["runs"][0]["policies"][0]["tokens"], json!({"touched": 200, "estimated": true}));
-    assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().starts_with("4 of 4 requests have no recorded response status")));
+    assert_eq!(
+        r["runs"][0]["policies"][0]["tokens"],
+        json!({"touched": 200, "estimated": true})
+    );
+    assert!(r["notes"].as_array().unwrap().iter().any(|n| n
+        .as_str()
+        .unwrap()
+        .starts_with("4 of 4 requests have no recorded response status")));
     let (_, text) = replay(&["--config", &cfg, &t]).unwrap();
-    assert!(text.contains("tokens in touched requests: 200 (estimated"), "{text}");
+    assert!(
+        text.contains("tokens in touched requests: 200 (estimated"),
+        "{text}"
+    );
 }
 
 #[test]
 fn usage_errors() {
     let d = Dir::new("errors");
     let cfg = d.write("cfg.json", EXACT);
-    assert!(replay(&["t.jsonl"]).unwrap_err().contains("--config FILE is required"));
-    assert!(replay(&["--config", &cfg]).unwrap_err().contains("at least one traffic file"));
-    assert!(replay(&["--config", &cfg, "--bogus", "x"]).unwrap_err().contains("unknown option --bogus"));
-    assert!(replay(&["--config", &cfg, "/nonexistent/t.jsonl"]).unwrap_err().contains("no such file or directory"));
-    let bad = d.write("bad.json", r#"{"policies": [{"id": "p", "spec": {"selector": {}, "loop_detecton": {}}}]}"#);
+    assert!(replay(&["t.jsonl"])
+        .unwrap_err()
+        .contains("--config FILE is required"));
+    assert!(replay(&["--config", &cfg])
+        .unwrap_err()
+        .contains("at least one traffic file"));
+    assert!(replay(&["--config", &cfg, "--bogus", "x"])
+        .unwrap_err()
+        .contains("unknown option --bogus"));
+    assert!(replay(&["--config", &cfg, "/nonexistent/t.jsonl"])
+        .unwrap_err()
+        .contains("no such file or directory"));
+    let bad = d.write(
+        "bad.json",
+        r#"{"policies": [{"id": "p", "spec": {"selector": {}, "loop_detecton": {}}}]}"#,
+    );
     let t = d.write("t.jsonl", "");
-    assert!(replay(&["--config", &bad, &t]).unwrap_err().contains("loop_detecton"));
+    assert!(replay(&["--config", &bad, &t])
+        .unwrap_err()
+        .contains("loop_detecton"));
 }

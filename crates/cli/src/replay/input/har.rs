@@ -47,7 +47,8 @@ fn entry(place: &str, e: &Value) -> Result<Recorded, String> {
     };
     let method = text(req, "method")?.to_ascii_uppercase();
     let url = text(req, "url")?;
-    let (authority, path) = split_url(&url).ok_or_else(|| format!("request.url: {url:?} is not an http(s) URL"))?;
+    let (authority, path) =
+        split_url(&url).ok_or_else(|| format!("request.url: {url:?} is not an http(s) URL"))?;
     let mut r = RequestFile {
         method,
         path,
@@ -66,7 +67,8 @@ fn entry(place: &str, e: &Value) -> Result<Recorded, String> {
             // HTTP/2 pseudo-headers (devtools list them) are the request
             // line, already read from method and url.
             if !name.starts_with(':') {
-                r.headers.push((name.to_ascii_lowercase(), value.as_bytes().to_vec()));
+                r.headers
+                    .push((name.to_ascii_lowercase(), value.as_bytes().to_vec()));
             }
         }
     }
@@ -162,14 +164,29 @@ mod tests {
         assert_eq!(first.request.method, "POST");
         assert_eq!(first.request.authority, "api.openai.com");
         assert_eq!(first.request.path, "/v1/chat/completions?x=1");
-        assert_eq!(first.request.headers, vec![("authorization".to_string(), b"Bearer sk-1".to_vec())]);
+        assert_eq!(
+            first.request.headers,
+            vec![("authorization".to_string(), b"Bearer sk-1".to_vec())]
+        );
         assert_eq!(first.request.body, body.as_bytes());
         assert_eq!(first.place, "t.har entry 1");
         let answer = first.response.as_ref().unwrap();
         assert_eq!(answer.status, Some(200));
-        assert_eq!(answer.usage, Some(Usage { input: 5, output: 2 }));
+        assert_eq!(
+            answer.usage,
+            Some(Usage {
+                input: 5,
+                output: 2
+            })
+        );
         let second = got[1].as_ref().unwrap();
-        assert_eq!((second.request.path.as_str(), second.request.authority.as_str()), ("/", "localhost:8080"));
+        assert_eq!(
+            (
+                second.request.path.as_str(),
+                second.request.authority.as_str()
+            ),
+            ("/", "localhost:8080")
+        );
         assert_eq!(second.response.as_ref().unwrap().status, None);
     }
 
@@ -186,16 +203,38 @@ mod tests {
         let got = read("t.har", &bytes);
         let reasons: Vec<String> = got
             .iter()
-            .filter_map(|e| e.as_ref().err().map(|s| format!("{}: {}", s.place, s.reason)))
+            .filter_map(|e| {
+                e.as_ref()
+                    .err()
+                    .map(|s| format!("{}: {}", s.place, s.reason))
+            })
             .collect();
         assert_eq!(reasons.len(), 5, "{reasons:?}");
         assert_eq!(reasons[0], "t.har entry 1: startedDateTime is required");
-        assert!(reasons[1].starts_with("t.har entry 2: startedDateTime: \"yesterday\" is not an RFC 3339 time"));
+        assert!(reasons[1]
+            .starts_with("t.har entry 2: startedDateTime: \"yesterday\" is not an RFC 3339 time"));
         assert!(reasons[2].contains("entry 3: request.url: \"ftp://a/\" is not an http(s) URL"));
-        assert_eq!(reasons[3], "t.har entry 4: request.headers[0] must have a name and a value");
-        assert!(reasons[4].starts_with("t.har entry 5: request.postData.text: "), "{}", reasons[4]);
+        assert_eq!(
+            reasons[3],
+            "t.har entry 4: request.headers[0] must have a name and a value"
+        );
+        assert!(
+            reasons[4].starts_with("t.har entry 5: request.postData.text: "),
+            "{}",
+            reasons[4]
+        );
         assert_eq!(got[5].as_ref().unwrap().request.path, "/ok");
-        assert_eq!(read("x.har", b"{\"log\": {}}")[0].as_ref().unwrap_err().reason, "log.entries is missing: not a HAR file");
-        assert!(read("x.har", b"nope")[0].as_ref().unwrap_err().reason.starts_with("not JSON"));
+        assert_eq!(
+            read("x.har", b"{\"log\": {}}")[0]
+                .as_ref()
+                .unwrap_err()
+                .reason,
+            "log.entries is missing: not a HAR file"
+        );
+        assert!(read("x.har", b"nope")[0]
+            .as_ref()
+            .unwrap_err()
+            .reason
+            .starts_with("not JSON"));
     }
 }

@@ -187,11 +187,16 @@ fn sniff(ext: &str, bytes: &[u8]) -> Format {
     let first_line = start.lines().next().unwrap_or("");
     // One object a line: the first line is a whole JSON object.
     if serde_json::from_str::<serde_json::Value>(first_line).is_ok_and(|v| v.is_object())
-        && start.lines().filter(|l| !l.trim().is_empty()).nth(1).is_some()
+        && start
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .nth(1)
+            .is_some()
     {
         return Format::Lines;
     }
-    if text.contains("\"http_buffered_trace\"") || text.contains("\"http_streamed_trace_segment\"") {
+    if text.contains("\"http_buffered_trace\"") || text.contains("\"http_streamed_trace_segment\"")
+    {
         return Format::Tap;
     }
     if text.contains("\"log\"") {
@@ -216,7 +221,13 @@ mod tests {
             sniff("json", b"{\"http_buffered_trace\": {\n\"request\": {}}}"),
             Format::Tap
         );
-        assert_eq!(sniff("json", b"{\"timestamp\": 1, \"path\": \"/\"}\n{\"timestamp\": 2, \"path\": \"/\"}\n"), Format::Lines);
+        assert_eq!(
+            sniff(
+                "json",
+                b"{\"timestamp\": 1, \"path\": \"/\"}\n{\"timestamp\": 2, \"path\": \"/\"}\n"
+            ),
+            Format::Lines
+        );
         assert_eq!(sniff("txt", b"GET / HTTP/1.1"), Format::Unknown);
     }
 
@@ -240,7 +251,13 @@ mod tests {
         }
         assert_eq!(
             seen,
-            ["1000000 /a1", "2500000 /b", "skip b.jsonl:2", "3000000 /a3", "3000000 /a2-late"]
+            [
+                "1000000 /a1",
+                "2500000 /b",
+                "skip b.jsonl:2",
+                "3000000 /a3",
+                "3000000 /a2-late"
+            ]
         );
         assert_eq!(m.out_of_order, 1);
         assert!(Merged::open(&[dir.join("none").display().to_string()]).is_err());

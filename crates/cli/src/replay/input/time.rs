@@ -45,7 +45,11 @@ pub fn rfc3339(s: &str) -> Result<u64, String> {
     }
     let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
     let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 || second > 60
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
     {
         return Err(bad());
     }
@@ -66,7 +70,9 @@ pub fn rfc3339(s: &str) -> Result<u64, String> {
     }
     let offset_min = match s.get(at..) {
         Some("Z") | Some("z") => 0,
-        Some(z) if z.len() == 6 && (z.starts_with('+') || z.starts_with('-')) && sep(at + 3, b":") => {
+        Some(z)
+            if z.len() == 6 && (z.starts_with('+') || z.starts_with('-')) && sep(at + 3, b":") =>
+        {
             let minutes = num(at + 1, 2)? * 60 + num(at + 4, 2)?;
             if z.starts_with('-') {
                 -minutes
@@ -102,20 +108,40 @@ mod tests {
     fn rfc3339_forms() {
         assert_eq!(rfc3339("1970-01-01T00:00:00Z"), Ok(0));
         assert_eq!(rfc3339("2026-11-25T18:33:44.123Z"), Ok(1_795_631_624_123));
-        assert_eq!(rfc3339("2026-11-25T19:33:44.123+01:00"), Ok(1_795_631_624_123));
-        assert_eq!(rfc3339("2026-11-25 18:33:44.1234567Z"), Ok(1_795_631_624_123));
+        assert_eq!(
+            rfc3339("2026-11-25T19:33:44.123+01:00"),
+            Ok(1_795_631_624_123)
+        );
+        assert_eq!(
+            rfc3339("2026-11-25 18:33:44.1234567Z"),
+            Ok(1_795_631_624_123)
+        );
         assert_eq!(rfc3339("2000-02-29T12:00:00-00:30"), Ok(951_827_400_000));
-        for bad in ["2026-11-25", "2026-13-01T00:00:00Z", "2026-11-25T18:33:44", "x", "2026-11-25T18:33:44.Z"] {
+        for bad in [
+            "2026-11-25",
+            "2026-13-01T00:00:00Z",
+            "2026-11-25T18:33:44",
+            "x",
+            "2026-11-25T18:33:44.Z",
+        ] {
             assert!(rfc3339(bad).is_err(), "{bad}");
         }
-        assert!(rfc3339("1969-12-31T23:59:59Z").unwrap_err().contains("before 1970"));
+        assert!(rfc3339("1969-12-31T23:59:59Z")
+            .unwrap_err()
+            .contains("before 1970"));
     }
 
     #[test]
     fn numbers_are_seconds_or_milliseconds() {
         assert_eq!(from_json(&json!(1_795_631_624.5)), Ok(1_795_631_624_500));
-        assert_eq!(from_json(&json!(1_795_631_624_123u64)), Ok(1_795_631_624_123));
-        assert_eq!(from_json(&json!("2026-11-25T18:33:44.123Z")), Ok(1_795_631_624_123));
+        assert_eq!(
+            from_json(&json!(1_795_631_624_123u64)),
+            Ok(1_795_631_624_123)
+        );
+        assert_eq!(
+            from_json(&json!("2026-11-25T18:33:44.123Z")),
+            Ok(1_795_631_624_123)
+        );
         assert!(from_json(&json!(-1)).is_err());
         assert!(from_json(&json!(true)).is_err());
     }
