@@ -353,8 +353,13 @@ def run(args, tmp: Path, webdis: Webdis | None) -> int:
         if f["evicted"] < f["sent"] - 2 * args.table:
             failures.append(f"flood: only {f['evicted']} evictions for {f['sent']} unique fingerprints")
     if args.replay:
-        runs = [replay_speed(tmp, n) for n in (args.replay, 2 * args.replay)]
-        print(f"\nreplay: `loopguard replay` through examples/recommended/envoy.yaml, healthy 16 KB chat bodies from 1000 callers, one core")
+        # The CPU time of one process moves by +-25% between runs on a
+        # shared virtual machine: the median of three.
+        runs = []
+        for n in (args.replay, 2 * args.replay):
+            three = sorted((replay_speed(tmp, n) for _ in range(3)), key=lambda r: r["rps"])
+            runs.append(three[1])
+        print(f"\nreplay: `loopguard replay` through examples/recommended/envoy.yaml, healthy 16 KB chat bodies from 1000 callers, one core (median of 3)")
         for r in runs:
             print(f"  {r['requests']} requests ({r['mb']:.0f} MB of JSON Lines): {r['rps']:.0f} req/s ({r['cpu_s']:.2f} s CPU), max RSS {r['rss_mb']:.0f} MB")
         if min(r["rps"] for r in runs) < 10_000:

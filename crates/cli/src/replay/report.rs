@@ -36,7 +36,9 @@ fn tokens(rec: &Recorded) -> (u64, bool) {
 struct LoopTally {
     caller: String,
     model: Option<String>,
-    kind: &'static str,
+    /// The detectors that saw it (`near`, `tool_loop (identical)`).
+    kinds: Vec<String>,
+    /// The first tool-loop tier, if a tool loop is among them.
     tier: Option<String>,
     first_ms: u64,
     last_ms: u64,
@@ -59,6 +61,11 @@ struct PolicyTally {
     callers: BTreeSet<String>,
     callers_overflow: bool,
     loops: HashMap<String, LoopTally>,
+    /// Every key a listed loop is known by (a fingerprint, a near record, a
+    /// tool loop), to the key it is listed under.
+    alias: HashMap<String, String>,
+    /// Loops past the listing limit, counted once each.
+    unlisted: std::collections::HashSet<String>,
     loops_found: u64,
     loops_not_listed: u64,
     shadow: bool,
@@ -134,8 +141,9 @@ impl Tally {
             }
         }
         let mut caller: Option<(String, Option<String>)> = None;
+        let mut who: Option<u64> = None;
         if let Some(t) = &v.tool_loop {
-            let who = sim.caller_key(rec, id);
+            let who = *who.get_or_insert_with(|| sim.caller_key(rec, id));
             // `tier;tool=NAME;level=N`: one loop whatever level it reaches.
             let tier = t.split(';').next().unwrap_or(t).trim().to_string();
             let what: Vec<&str> = t.split(';').filter(|f| !f.starts_with("level=")).collect();
@@ -145,43 +153,82 @@ impl Tally {
                 Some(tier),
             ));
         }
-        for (key, kind, tier) in keys {
-            if !p.loops.contains_key(&key) {
-                p.loops_found += 1;
+        // A caller stuck is one loop, whichever detectors see it and when:
+        // every key a request has leads to its caller's loop.
+        if !keys.is_empty() {
+            let who = *who.get_or_insert_with(|| sim.caller_key(rec, id));
+            keys.push((format!("caller {who:016x}"), p.kind, None));
+        }
+        // One request, one loop: a request two detectors see (near mode and
+        // a tool loop of the same conversation) joins the loop it is
+        // already part of, which then shows both.
+        let Some((first, ..)) = keys.first() else {
+            return;
+        };
+        let existing = keys.iter().find_map(|(k, ..)| p.alias.get(k).cloned());
+        let canonical = match existing {
+            Some(c) => c,
+            None => {
                 if p.loops.len() >= MAX_LOOPS_LISTED {
-                    p.loops_not_listed += 1;
-                    continue;
+                    // Counted (once per loop, in bounded memory), not listed.
+                    if p.unlisted.len() < MAX_CALLERS && p.unlisted.insert(first.clone()) {
+                        p.loops_found += 1;
+                        p.loops_not_listed += 1;
+                    }
+                    return;
                 }
+                p.loops_found += 1;
                 let (who, model) = caller.get_or_insert_with(|| sim.caller(rec, id)).clone();
                 p.loops.insert(
-                    key.clone(),
+                    first.clone(),
                     LoopTally {
                         caller: who,
                         model,
-                        kind,
-                        tier,
                         first_ms: rec.at_ms,
                         ..LoopTally::default()
                     },
                 );
+                first.clone()
             }
-            let Some(l) = p.loops.get_mut(&key) else {
-                continue;
-            };
-            l.last_ms = rec.at_ms;
-            l.turns += 1;
-            *l.actions.entry(v.action).or_default() += 1;
-            l.tokens += n;
-            l.tokens_estimated |= estimated;
-            if l.timeline.len() < MAX_TIMELINE {
-                l.timeline.push((rec.at_ms, v.action));
-            }
-            if touched && !p.callers_overflow {
-                if p.callers.len() >= MAX_CALLERS {
-                    p.callers_overflow = true;
-                } else {
-                    p.callers.insert(l.caller.clone());
+        };
+        let Some(l) = p.loops.get_mut(&canonical) else {
+            return;
+        };
+        for (key, kind, tier) in keys {
+            if key.starts_with("caller ") {
+                if key != canonical {
+                    p.alias.insert(key, canonical.clone());
                 }
+                continue;
+            }
+            let shown = match &tier {
+                Some(t) => format!("{kind} ({t})"),
+                None => kind.to_string(),
+            };
+            if !l.kinds.contains(&shown) {
+                l.kinds.push(shown);
+            }
+            if l.tier.is_none() {
+                l.tier = tier;
+            }
+            if key != canonical {
+                p.alias.insert(key, canonical.clone());
+            }
+        }
+        p.alias.insert(canonical.clone(), canonical);
+        l.last_ms = rec.at_ms;
+        l.turns += 1;
+        *l.actions.entry(v.action).or_default() += 1;
+        l.tokens += n;
+        l.tokens_estimated |= estimated;
+        if l.timeline.len() < MAX_TIMELINE {
+            l.timeline.push((rec.at_ms, v.action));
+        }
+        if touched && !p.callers_overflow {
+            if p.callers.len() >= MAX_CALLERS {
+                p.callers_overflow = true;
+            } else {
+                p.callers.insert(l.caller.clone());
             }
         }
     }
@@ -220,7 +267,7 @@ impl Tally {
                     "loops": loops.iter().map(|l| json!({
                         "caller": l.caller,
                         "model": l.model,
-                        "kind": l.kind,
+                        "kind": l.kinds.join(" + "),
                         "tier": l.tier,
                         "first_ms": l.first_ms,
                         "last_ms": l.last_ms,
@@ -294,9 +341,9 @@ pub fn render(report: &Value) -> String {
                     short(r["config"].as_str().unwrap_or("")),
                     r["value"]
                 ),
-                r["loops_found"],
-                r["requests_touched"],
-                r["callers_touched"]
+                r["loops_found"].to_string(),
+                r["requests_touched"].to_string(),
+                r["callers_touched"].to_string()
             ));
         }
     }
@@ -369,19 +416,17 @@ fn render_policy(s: &mut String, p: &Value) {
         }
     ));
     for l in p["loops"].as_array().into_iter().flatten() {
-        let kind = match l["tier"].as_str() {
-            Some(tier) => format!("{} ({tier})", l["kind"].as_str().unwrap_or("")),
-            None => l["kind"].as_str().unwrap_or("").to_string(),
-        };
+        let kind = l["kind"].as_str().unwrap_or("");
         let actions: Vec<String> = l["actions"]
             .as_object()
             .map(|m| m.iter().map(|(a, n)| format!("{a} {n}")).collect())
             .unwrap_or_default();
         s.push_str(&format!(
-            "    loop: {} model {}: {kind}, {} turns from {} to {}: {}; {} tokens{}\n",
+            "    loop: {} model {}: {kind}, {} turn{} from {} to {}: {}; {} tokens{}\n",
             l["caller"].as_str().unwrap_or(""),
             l["model"].as_str().unwrap_or("-"),
             l["turns"],
+            if l["turns"] == 1 { "" } else { "s" },
             l["first_ms"]
                 .as_u64()
                 .map(loopguard_core::act::events::rfc3339)
