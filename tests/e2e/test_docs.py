@@ -90,3 +90,36 @@ def test_a_quoted_configuration_equals_its_file(doc, path, lang, block):
         assert f["name"] in shipped, f"{doc.name} shows filter {f['name']}, which {path} does not have"
         assert comparable(f) == comparable(shipped[f["name"]]), f"{doc.name}'s {f['name']} differs from {path}'s"
     assert [f["name"] for f in quoted] == list(shipped), f"{doc.name} shows other filters than {path}"
+
+
+# A fenced block preceded by `<!-- output of: loopguard ARGS -->` shows what
+# the CLI prints for ARGS, run from the repository: it must be what the CLI
+# prints now (a block ending in `...` shows the first lines only).
+OUTPUT = re.compile(r"<!-- output of: loopguard (.+?) -->\n```\n(.*?)\n```", re.S)
+
+
+def outputs() -> list[tuple[Path, str, str]]:
+    return [(doc, m.group(1), m.group(2)) for doc in DOCS for m in OUTPUT.finditer(doc.read_text())]
+
+
+def test_documented_outputs_exist():
+    assert len(outputs()) >= 2, "docs/cli.md shows replay's report and a sweep"
+
+
+@pytest.mark.parametrize("doc,args,block", outputs(), ids=lambda v: v if isinstance(v, str) and not v.startswith("$") else None)
+def test_documented_output_is_what_the_cli_prints(doc, args, block):
+    import os
+    import shlex
+    import subprocess
+
+    cli = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopguard"))
+    lines = block.splitlines()
+    assert lines[0] == f"$ loopguard {args}", f"{doc.name}: the block starts with the command it shows"
+    shown = lines[1:]
+    run = subprocess.run([cli, *shlex.split(args)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    printed = run.stdout.rstrip("\n").splitlines()
+    if shown and shown[-1] == "...":
+        shown = shown[:-1]
+        printed = printed[: len(shown)]
+    assert shown == printed, f"{doc.name}: loopguard {args}"

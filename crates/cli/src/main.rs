@@ -1,5 +1,6 @@
 //! `loopguard`, the operators' command line: check configurations before
-//! they reach the proxies and see how the filter fingerprints a request.
+//! they reach the proxies, see how the filter fingerprints a request, and
+//! replay recorded traffic through any configuration.
 //! Every verdict comes from the filter's own code: `loopguard_core::config`
 //! validates, `loopguard_core::request::policy` selects and
 //! `loopguard_core::detect::fingerprint` digests.
@@ -16,7 +17,7 @@ use std::io::Write;
 use std::path::Path;
 
 pub const USAGE: &str = "\
-loopguard: check loopguard configurations and explain fingerprints
+loopguard: check loopguard configurations, explain fingerprints, replay traffic
 
 usage:
   loopguard check [--strict] FILE...
@@ -34,6 +35,17 @@ usage:
       {method, path, headers, body | body_json, route, route_policy,
       source_address, verified_claims}. --filter picks one configuration when
       the file holds several (a filter, WasmPlugin or policy name).
+  loopguard replay --config FILE [--config FILE...] [--filter NAME]
+                   [--set PATH=V1,V2,...] [--json] [--html FILE]
+                   [--verdicts FILE] TRAFFIC...
+      Run recorded traffic (JSON Lines, HAR 1.2, Envoy tap traces, or
+      directories of them) through each configuration with the filter's own
+      engine on the recorded clock, and report per policy the loops found,
+      what each action would have done and to how many requests and
+      callers, and the tokens those requests carried. --set replays once
+      per value of one field (a sweep); --verdicts writes what the filter
+      did to each request, one JSON line each; --html writes a
+      self-contained page with a timeline per looping caller.
   loopguard schema
       Print the JSON Schema of the configuration (schema/loopguard.schema.json).
   loopguard --version
