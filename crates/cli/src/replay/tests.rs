@@ -248,3 +248,48 @@ fn usage_errors() {
         .unwrap_err()
         .contains("loop_detecton"));
 }
+
+#[test]
+fn html_and_json_describe_the_same_loops() {
+    let d = Dir::new("html");
+    let cfg = d.write("cfg.json", EXACT);
+    let mut traffic = lines("sk-a", "{\"q\":1}", 4, 1_795_000_000_000, 1000);
+    traffic.extend(lines("sk-b", "{\"q\":2}", 4, 1_795_000_000_500, 1000));
+    traffic.sort_by_key(|l| serde_json::from_str::<Value>(l).unwrap()["timestamp"].as_u64());
+    let t = d.write("t.jsonl", &(traffic.join("\n") + "\n"));
+    let page = d.0.join("r.html").display().to_string();
+    let (_, out) = replay(&[
+        "--config",
+        &cfg,
+        "--json",
+        "--html",
+        &page,
+        "--set",
+        "policies.agents.loop_detection.threshold_identical_requests=2,3",
+        &t,
+    ])
+    .unwrap();
+    let r: Value = serde_json::from_str(&out).unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert!(!html.contains("<script src") && !html.contains("href=\"http"));
+    for run in r["runs"].as_array().unwrap() {
+        for l in run["policies"][0]["loops"].as_array().unwrap() {
+            let caller = l["caller"]
+                .as_str()
+                .unwrap()
+                .replace('<', "&lt;")
+                .replace('>', "&gt;");
+            assert!(html.contains(&caller), "{caller}");
+        }
+    }
+    // One strip per loop of each run, and the sweep's chart.
+    let loops: usize = r["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|run| run["policies"][0]["loops"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(loops, 4);
+    assert_eq!(html.matches("<svg").count(), loops + 1);
+}

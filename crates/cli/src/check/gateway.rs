@@ -1,0 +1,76 @@
+//! Envoy Gateway setups: the EnvoyExtensionPolicy, request buffering and order, HTTPRoutes.
+
+use super::{bodies_matter, Report, BUFFER_FILTER};
+use crate::discover::Found;
+use crate::documents::Document;
+use loopguard_core::config::Config;
+use serde_json::Value;
+
+pub(super) fn gateway_setup(
+    r: &mut Report,
+    docs: &[Document],
+    f: &Found<'_>,
+    index: usize,
+    cfg: &Config,
+) {
+    let loc = f.location();
+    let entry = f
+        .doc
+        .value
+        .pointer(&format!("/spec/wasm/{index}"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    if cfg.hold_request_headers {
+        r.error(&loc, "hold_request_headers needs the Wasm filter's allow_on_headers_stop_iteration, which Envoy Gateway cannot set: remove it, buffer requests with a BackendTrafficPolicy requestBuffer and move the buffer filter after wasm with EnvoyProxy filterOrder");
+    }
+    if entry.get("failOpen").and_then(Value::as_bool) != Some(true) {
+        r.warn(&loc, format!("spec.wasm[{index}].failOpen is not true: Envoy Gateway then runs the filter FAIL_CLOSED, so a VM crash answers 503 to every later request on that worker until Envoy restarts (Envoy Gateway cannot set FAIL_RELOAD)"));
+    }
+    if bodies_matter(cfg) {
+        let buffered = docs.iter().any(|d| {
+            d.kind() == Some("BackendTrafficPolicy")
+                && d.value.pointer("/spec/requestBuffer").is_some()
+        });
+        let reordered = docs.iter().any(|d| {
+            d.kind() == Some("EnvoyProxy")
+                && d.value
+                    .pointer("/spec/filterOrder")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|o| {
+                        o.get("name").and_then(Value::as_str) == Some(BUFFER_FILTER)
+                            && o.get("after").and_then(Value::as_str)
+                                == Some("envoy.filters.http.wasm")
+                    })
+        });
+        if !buffered {
+            r.warn(&loc, "no BackendTrafficPolicy with spec.requestBuffer in the files checked: without the buffer filter the upstream receives the headers of a request before loopguard has judged its body");
+        } else if !reordered {
+            r.warn(&loc, "Envoy Gateway runs the buffer filter before wasm by default: add an EnvoyProxy with spec.filterOrder [{name: envoy.filters.http.buffer, after: envoy.filters.http.wasm}] (Envoy Gateway 1.6+), else the upstream sees requests loopguard rejects");
+        }
+    }
+    let routes: Vec<&str> = docs
+        .iter()
+        .filter(|d| matches!(d.kind(), Some("HTTPRoute") | Some("AIGatewayRoute")))
+        .map(|d| d.name())
+        .collect();
+    if !routes.is_empty() {
+        for t in f
+            .doc
+            .value
+            .pointer("/spec/targetRefs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if t.get("kind").and_then(Value::as_str) != Some("HTTPRoute") {
+                continue;
+            }
+            let name = t.get("name").and_then(Value::as_str).unwrap_or("");
+            if !routes.contains(&name) {
+                r.warn(&loc, format!("targetRefs names HTTPRoute \"{name}\", which is not among the HTTPRoutes (or AIGatewayRoutes, whose HTTPRoute has the same name) in the files checked"));
+            }
+        }
+    }
+}
