@@ -6,6 +6,7 @@
 use libfuzzer_sys::fuzz_target;
 use loopguard_core::config::Config;
 use loopguard_core::request::llm::{self, CallCache};
+use loopguard_core::detect::progress::TextCache;
 use loopguard_core::detect::tool_loops;
 
 const PATHS: [&str; 3] = ["/v1/chat/completions", "/v1/messages", "/v1/responses"];
@@ -28,7 +29,13 @@ fuzz_target!(|data: &[u8]| {
         .and_then(|c| c.policies.into_iter().next())
         .and_then(|p| p.tool_loops);
     if let Some(cfg) = cfg {
-        if let Some(v) = tool_loops::judge(&cfg, &plain, &req) {
+        // The text cache only saves work: the verdict is the same with
+        // none, an empty one, and one the same body filled.
+        let verdict = tool_loops::judge(&cfg, &plain, &req, None);
+        let texts = TextCache::default();
+        assert_eq!(tool_loops::judge(&cfg, &plain, &req, Some(&texts)), verdict);
+        assert_eq!(tool_loops::judge(&cfg, &plain, &req, Some(&texts)), verdict);
+        if let Some(v) = verdict {
             let _ = tool_loops::rewrite(&cfg, &req, &v);
         }
     }
