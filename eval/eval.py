@@ -414,6 +414,31 @@ def evaluate(corpus: str, args, chosen: list[str], curve: list[float]) -> dict:
     }
 
 
+def for_replay(corpus: str, out: Path, chosen: list[str], per_kind: int | None) -> None:
+    """The corpus as `loopguard replay` reads it: scenarios one after
+    another, a second between turns (nothing expires in the 600 s window,
+    as in the Envoy replay), each request with the provider's recorded
+    answer; and each setup's configuration."""
+    out.mkdir(parents=True, exist_ok=True)
+    start = 1_795_000_000_000
+    lines = []
+    for sc in load_scenarios(corpus, per_kind=per_kind):
+        for i, req in enumerate(sc["requests"]):
+            lines.append(json.dumps({
+                "timestamp": start, "method": req["method"], "path": req["path"],
+                "headers": {**req["headers"], "x-eval-id": f"{sc['id']}/{i + 1}"},
+                "body": json.dumps(req["body"]), "response": {"status": req.get("response", {}).get("status", 200)},
+            }))
+            start += 1000
+        # Scenarios never share counts (their own API keys); a gap anyway.
+        start += 10_000
+    (out / f"{corpus}.jsonl").write_text("\n".join(lines) + "\n")
+    for name in chosen:
+        (out / f"{corpus}-{name}.json").write_text(json.dumps(plugin_config(setups(corpus)[name]), indent=1))
+    print(f"{out / (corpus + '.jsonl')}: {len(lines)} requests; configurations: "
+          + ", ".join(f"{corpus}-{n}.json" for n in chosen))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default="tuning,heldout", help="tuning, heldout or both (comma-separated)")
@@ -425,6 +450,9 @@ def main() -> int:
     ap.add_argument("--no-shadow", action="store_true", help="skip the shadow replays")
     ap.add_argument("--wasm", default=None, help="the loopguard module (default: the built one)")
     ap.add_argument("--json", default=None, help="write every outcome here")
+    ap.add_argument("--for-replay", default=None, metavar="DIR",
+                    help="write each corpus as replay traffic (CORPUS.jsonl) with each setup's configuration "
+                         "(CORPUS-SETUP.json) into DIR, for `loopguard replay`, and stop")
     args = ap.parse_args()
 
     corpora = [c for c in args.corpus.split(",") if c]
@@ -435,6 +463,10 @@ def main() -> int:
     unknown = [s for s in chosen if s not in setups("tuning")]
     if unknown:
         ap.error(f"unknown setups {unknown}; known: {list(setups('tuning'))}")
+    if args.for_replay:
+        for corpus in corpora:
+            for_replay(corpus, Path(args.for_replay), chosen, args.per_kind)
+        return 0
     curve = [float(x) for x in args.similarities.split(",") if x.strip()]
     out = {corpus: evaluate(corpus, args, chosen, curve) for corpus in corpora}
     if args.json:

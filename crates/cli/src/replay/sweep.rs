@@ -44,9 +44,10 @@ impl Sweep {
     }
 }
 
-/// Set the field at `path` in `config` to `value`. The field must exist
-/// (a typo would otherwise add a field the configuration refuses, or one
-/// it ignores); a policy's `spec` may be left out of the path.
+/// Set the field at `path` in `config` to `value`: the objects and list
+/// items on the way must exist; the field itself is added if absent (the
+/// configuration's validation then refuses a misspelt one). A policy's
+/// `spec` may be left out of the path.
 pub fn set(config: &mut Value, path: &str, value: Value) -> Result<(), String> {
     let parts: Vec<&str> = path.split('.').collect();
     let Some((last, walk)) = parts.split_last() else {
@@ -58,17 +59,26 @@ pub fn set(config: &mut Value, path: &str, value: Value) -> Result<(), String> {
         at = step(at, part).ok_or_else(|| missing(&seen, part))?;
         push(&mut seen, part);
     }
-    let target = match at {
-        Value::Object(o) if o.contains_key(*last) => o.get_mut(*last),
-        Value::Object(o) => o
-            .get_mut("spec")
-            .and_then(Value::as_object_mut)
-            .and_then(|spec| spec.get_mut(*last)),
-        Value::Array(_) => step(at, last),
-        _ => None,
-    };
-    let target = target.ok_or_else(|| missing(&seen, last))?;
-    *target = value;
+    match at {
+        Value::Object(o) if o.contains_key(*last) => {
+            o.insert((*last).to_string(), value);
+        }
+        // A field the configuration leaves at its default is added (in a
+        // policy, to its spec); a misspelt one is then refused by the
+        // configuration's own validation, with its suggestion.
+        Value::Object(o) => {
+            let into = match o.get_mut("spec") {
+                Some(Value::Object(spec)) => spec,
+                _ => o,
+            };
+            into.insert((*last).to_string(), value);
+        }
+        Value::Array(_) => {
+            let target = step(at, last).ok_or_else(|| missing(&seen, last))?;
+            *target = value;
+        }
+        _ => return Err(missing(&seen, last)),
+    }
     Ok(())
 }
 
@@ -107,7 +117,9 @@ fn missing(seen: &str, part: &str) -> String {
     if seen.is_empty() {
         format!("--set: the configuration has no field {part}")
     } else {
-        format!("--set: {seen} has no field or item {part} (lists are walked by item id or position; the field must be set in the configuration to be swept)")
+        format!(
+            "--set: {seen} has no field or item {part} (lists are walked by item id or position)"
+        )
     }
 }
 
@@ -159,9 +171,21 @@ mod tests {
             c["policies"][0]["spec"]["loop_detection"]["threshold_identical_requests"],
             7
         );
-        let err = set(&mut c, "policies.agents.loop_detection.treshold", json!(3)).unwrap_err();
+        set(
+            &mut c,
+            "policies.agents.loop_detection.near_similarity",
+            json!(0.5),
+        )
+        .unwrap();
+        assert_eq!(
+            c["policies"][1]["spec"]["loop_detection"]["near_similarity"],
+            0.5
+        );
+        set(&mut c, "policies.agents.mode", json!("shadow")).unwrap();
+        assert_eq!(c["policies"][1]["spec"]["mode"], "shadow");
+        let err = set(&mut c, "policies.agents.loop_detecton.threshold", json!(3)).unwrap_err();
         assert!(
-            err.contains("policies.agents.loop_detection has no field or item treshold"),
+            err.contains("policies.agents has no field or item loop_detecton"),
             "{err}"
         );
         let err = set(&mut c, "policies.nobody.loop_detection", json!(3)).unwrap_err();

@@ -195,6 +195,15 @@ fn a_sweep_gives_one_row_per_value() {
     ])
     .unwrap_err();
     assert!(err.contains("threshold_identical_requests=0.5"), "{err}");
+    let err = replay(&[
+        "--config",
+        &cfg,
+        "--set",
+        "policies.agents.loop_detection.treshold=3",
+        &t,
+    ])
+    .unwrap_err();
+    assert!(err.contains("treshold is not a known field"), "{err}");
 }
 
 #[test]
