@@ -26,6 +26,8 @@ use sweep::Sweep;
 
 /// Skipped entries listed in the report (all are counted).
 const MAX_SKIPPED_LISTED: usize = 100;
+/// Distinct notes about entries kept for the report's header.
+const MAX_ENTRY_NOTES: usize = 20;
 
 /// One configuration to replay through (a sweep gives one per value).
 struct Run {
@@ -145,6 +147,7 @@ pub fn command(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
     let (mut read, mut skipped, mut no_response) = (0u64, 0u64, 0u64);
     let mut skipped_entries = Vec::new();
     let (mut first_ms, mut last_ms) = (None, None);
+    let mut entry_notes = std::collections::BTreeMap::new();
     for entry in merged.by_ref() {
         let rec = match entry {
             Ok(rec) => rec,
@@ -161,6 +164,15 @@ pub fn command(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
         last_ms = Some(rec.at_ms);
         if rec.response.as_ref().and_then(|r| r.status).is_none() {
             no_response += 1;
+        }
+        // What a reader noted about an entry (a lossy body, usage it could
+        // not read): said once in the header, with how many it concerns.
+        for n in &rec.request.notes {
+            if let Some(count) = entry_notes.get_mut(n) {
+                *count += 1;
+            } else if entry_notes.len() < MAX_ENTRY_NOTES {
+                entry_notes.insert(n.clone(), 1u64);
+            }
         }
         for (i, run) in runs.iter_mut().enumerate() {
             let v = run.sim.request(&rec);
@@ -180,6 +192,12 @@ pub fn command(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
     }
     let mut notes = notes(&runs, no_response, merged.out_of_order, read);
     notes.dedup();
+    for (note, n) in entry_notes {
+        notes.push(format!(
+            "{n} request{}: {note}",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
     let report = json!({
         "inputs": {
             "files": merged.files,

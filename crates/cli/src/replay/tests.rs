@@ -302,3 +302,50 @@ fn html_and_json_describe_the_same_loops() {
     assert_eq!(loops, 4);
     assert_eq!(html.matches("<svg").count(), loops + 1);
 }
+
+#[test]
+fn what_a_reader_notes_about_entries_is_in_the_header_once() {
+    let d = Dir::new("notes");
+    let cfg = d.write("cfg.json", EXACT);
+    std::fs::create_dir_all(d.0.join("traces")).unwrap();
+    for i in 0..3 {
+        let trace = json!({"http_buffered_trace": {"request": {
+            "headers": [{"key": ":method", "value": "POST"}, {"key": ":path", "value": "/v1/chat/completions"},
+                        {"key": ":authority", "value": "api"}, {"key": "authorization", "value": "k"}],
+            "body": {"as_string": "{\"q\":1}"},
+            "headers_received_time": format!("2026-11-25T18:00:0{i}.000Z")}}});
+        d.write(&format!("traces/trace_{i}.json"), &trace.to_string());
+    }
+    let dir = d.0.join("traces").display().to_string();
+    let (_, out) = replay(&["--config", &cfg, "--json", &dir]).unwrap();
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (
+            r["inputs"]["read"].as_u64(),
+            r["inputs"]["skipped"].as_u64()
+        ),
+        (Some(3), Some(0)),
+        "{r}"
+    );
+    let notes: Vec<&str> = r["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        notes
+            .iter()
+            .filter(|n| n.contains("JSON_BODY_AS_STRING"))
+            .count(),
+        1,
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("3 requests: the body was read from as_string")),
+        "{notes:?}"
+    );
+    assert_eq!(r["runs"][0]["policies"][0]["actions"]["reject"], 1);
+}
