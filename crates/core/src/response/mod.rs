@@ -10,6 +10,8 @@
 //! failure it did not get (its `x-stainless-retry-count` header could say
 //! anything, and is never read as evidence).
 
+pub mod usage;
+
 /// Whether a response status says the provider failed the attempt: any
 /// `5xx` (`529` overloaded included) and `429`.
 pub fn failed_attempt(status: u32) -> bool {
