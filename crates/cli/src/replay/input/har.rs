@@ -3,7 +3,7 @@
 //! JSON document, so it is read whole.
 
 use super::{base64, time};
-use crate::replay::record::{Answer, Entry, Recorded, Skipped, Usage};
+use crate::replay::record::{usage_in_body, Answer, Entry, Recorded, Skipped, Usage};
 use crate::request_file::RequestFile;
 use serde_json::Value;
 
@@ -85,7 +85,7 @@ fn entry(place: &str, e: &Value) -> Result<Recorded, String> {
         let usage = resp
             .get("content")
             .and_then(|c| content(c, "response.content").ok())
-            .and_then(|b| Usage::in_body(&b));
+            .and_then(|b| usage_in_body(&b));
         Answer { status, usage }
     });
     Ok(Recorded {
@@ -176,7 +176,8 @@ mod tests {
             answer.usage,
             Some(Usage {
                 input: 5,
-                output: 2
+                output: 2,
+                ..Usage::default()
             })
         );
         let second = got[1].as_ref().unwrap();

@@ -16,7 +16,7 @@
 //! skipped silently.
 
 use super::time;
-use crate::replay::record::{Answer, Entry, Recorded, Skipped, Usage};
+use crate::replay::record::{usage_in_body, Answer, Entry, Recorded, Skipped, Usage};
 use crate::request_file;
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -258,8 +258,8 @@ fn answer(r: &Value) -> Result<Answer, String> {
             "usage must hold input_tokens/output_tokens or prompt_tokens/completion_tokens"
                 .to_string()
         })?),
-        (_, Some(Value::String(b))) => Usage::in_body(b.as_bytes()),
-        (_, Some(b)) if !b.is_null() => Usage::in_body(b.to_string().as_bytes()),
+        (_, Some(Value::String(b))) => usage_in_body(b.as_bytes()),
+        (_, Some(b)) if !b.is_null() => usage_in_body(b.to_string().as_bytes()),
         _ => None,
     };
     Ok(Answer { status, usage })

@@ -2,7 +2,7 @@
 
 use super::fields::{lossy, Message};
 use super::RECEIVED_AT_HEADER;
-use crate::replay::record::{Answer, Recorded, Usage};
+use crate::replay::record::{usage_in_body, Answer, Recorded};
 use crate::request_file::RequestFile;
 
 const TIME_ADVICE: &str = "set record_headers_received_time: true on the tap filter, or have Envoy add the header x-loopguard-received-at: %START_TIME(%s%3f)% before the tap (header_mutation filter); see examples/tap/README.md";
@@ -120,7 +120,7 @@ fn answer(m: Message, at: &str, notes: &mut Vec<String>) -> Result<Option<Answer
                 }
                 None
             }
-            _ => Usage::in_body(&m.body.bytes),
+            _ => usage_in_body(&m.body.bytes),
         }
     };
     Ok(Some(Answer { status, usage }))

@@ -79,7 +79,8 @@ fn check_chat(r: &Recorded) {
             status: Some(200),
             usage: Some(Usage {
                 input: 12,
-                output: 3
+                output: 3,
+                ..Usage::default()
             })
         })
     );
@@ -306,7 +307,8 @@ fn streamed_segments_are_assembled() {
             status: Some(429),
             usage: Some(Usage {
                 input: 12,
-                output: 3
+                output: 3,
+                ..Usage::default()
             })
         })
     );
@@ -371,7 +373,8 @@ fn a_real_buffered_trace_with_bodies_as_bytes() {
             status: Some(200),
             usage: Some(Usage {
                 input: 3,
-                output: 4
+                output: 4,
+                ..Usage::default()
             })
         })
     );
@@ -393,7 +396,8 @@ fn a_real_streamed_trace_timed_by_header_mutation() {
         r.response.as_ref().unwrap().usage,
         Some(Usage {
             input: 3,
-            output: 4
+            output: 4,
+            ..Usage::default()
         })
     );
 }
