@@ -3,7 +3,7 @@
 //! JSON document, so it is read whole.
 
 use super::{base64, time};
-use crate::replay::record::{usage_in_body, Answer, Entry, Recorded, Skipped, Usage};
+use crate::replay::record::{usage_in_body, Answer, Entry, Recorded, Skipped};
 use crate::request_file::RequestFile;
 use serde_json::Value;
 
@@ -135,6 +135,7 @@ fn split_url(url: &str) -> Option<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replay::record::Usage;
     use serde_json::json;
 
     fn har(entries: Value) -> Vec<u8> {
