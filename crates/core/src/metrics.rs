@@ -120,8 +120,16 @@ const WEBHOOK_RESULTS: [&str; 3] = ["sent", "failed", "dropped"];
 /// not), as a label.
 const FAILED_ATTEMPT_RESULTS: [&str; 4] = ["forgiven", "counted", "gone", "unrecorded"];
 
+/// Token types, in the OpenTelemetry GenAI vocabulary
+/// (`gen_ai.token.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenType {
+    Input,
+    Output,
+}
+
 /// Per policy: the offset of its block of ids.
-const PER_POLICY: u32 = 6 + 2 + 5 + 12 + 4;
+const PER_POLICY: u32 = 6 + 2 + 5 + 12 + 4 + 4 + 1;
 
 /// Every metric of a configuration.
 #[derive(Debug, Clone)]
@@ -207,6 +215,12 @@ impl Registry {
             for r in FAILED_ATTEMPT_RESULTS {
                 defs.push(pc("failed_attempts_total", &format!(".result.{r}")));
             }
+            for t in ["input", "output"] {
+                for l in ["false", "true"] {
+                    defs.push(pc("tokens_total", &format!(".token_type.{t}.loop.{l}")));
+                }
+            }
+            defs.push(pc("responses_without_usage_total", ""));
         }
         Registry {
             defs,
@@ -342,6 +356,19 @@ impl Registry {
         };
         self.at(policy, 25 + i)
     }
+    /// Tokens a response reported, by type and whether its request was
+    /// part of a detected loop.
+    pub fn tokens(&self, policy: usize, t: TokenType, in_loop: bool) -> Option<MetricId> {
+        let i = match t {
+            TokenType::Input => 0,
+            TokenType::Output => 2,
+        } + u32::from(in_loop);
+        self.at(policy, 29 + i)
+    }
+    /// A response that reported no usage (or could not be read).
+    pub fn without_usage(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, 33)
+    }
 }
 
 #[cfg(test)]
@@ -394,6 +421,22 @@ mod tests {
         assert_eq!(
             name(r.tool_loop(1, Tier::Pattern, ToolStep::Reject)),
             "loopguard.tool_loop_detected_total.policy.b.tier.pattern.step.reject"
+        );
+        assert_eq!(
+            name(r.tokens(1, TokenType::Output, true)),
+            "loopguard.tokens_total.policy.b.token_type.output.loop.true"
+        );
+        assert_eq!(
+            name(r.tokens(0, TokenType::Input, false)),
+            "loopguard.tokens_total.policy.a.token_type.input.loop.false"
+        );
+        assert_eq!(
+            name(r.without_usage(1)),
+            "loopguard.responses_without_usage_total.policy.b"
+        );
+        assert_eq!(
+            name(r.failed_attempt(0, None)),
+            "loopguard.failed_attempts_total.policy.a.result.unrecorded"
         );
         assert_eq!(r.matched(2), None);
         assert_eq!(r.defs().len(), (GLOBALS + 2 * PER_POLICY) as usize);

@@ -218,6 +218,7 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Option<Step> {
         count_opt(out, self.registry.tool_loop(index, v.tier, v.step), 1);
+        r.mark_in_loop();
         let shadow = policy.mode == Mode::Shadow;
         self.tool_event(policy, pending, req, v, shadow, now, out);
         let header = tool_loops::header_value(v);
@@ -241,6 +242,7 @@ impl<B: BucketBackend> Engine<B> {
         }
         let cfg = policy.tool_loops.as_ref()?;
         if v.step == ToolStep::Reject {
+            r.usage_for = None;
             out.push(Effect::LocalReply(
                 reply::tool_loop_rejection(&policy.id, v, r.api),
                 "loopguard_tool_loop_detected",

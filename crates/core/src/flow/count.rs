@@ -239,6 +239,9 @@ impl<B: BucketBackend> Engine<B> {
                 self.queue_alert(&event, now, out);
             }
         }
+        if decided.verdict.notice().is_some() {
+            r.mark_in_loop();
+        }
         let action = decided.verdict.action();
         self.publish_decision(out, action.is_some(), || {
             events::access_log(
@@ -289,8 +292,10 @@ impl<B: BucketBackend> Engine<B> {
                 Step::Pause
             }
             Verdict::Reject(rejection) => {
-                // Never upstream: the provider cannot fail it.
+                // Never upstream: the provider cannot fail it, and it
+                // spends no tokens.
                 r.counted = None;
+                r.usage_for = None;
                 out.push(Effect::LocalReply(
                     reply::rejection(&rejection, r.api),
                     "loopguard_loop_detected",

@@ -52,6 +52,14 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         }
         r.api = reply::Api::for_path(head.path_only());
+        // A request with a body may be an LLM call: its answer's usage is
+        // read (a body-less one costs no response-path work).
+        if !end_of_stream {
+            r.usage_for = Some(UsageFor {
+                policy: index,
+                in_loop: false,
+            });
+        }
         let pending = Pending::start(&config, policy, head, facts);
         // An upgrade (WebSocket) or CONNECT sends nothing until it is
         // answered: judged on its headers, never held for a body.

@@ -22,6 +22,7 @@ mod count;
 mod headers;
 mod response;
 mod tick;
+mod usage;
 
 #[cfg(test)]
 mod alert_tests;
@@ -39,6 +40,8 @@ mod store_tests;
 mod tests;
 #[cfg(test)]
 mod tool_loop_tests;
+#[cfg(test)]
+mod usage_tests;
 
 use crate::act::delay_queue::DelayQueue;
 use crate::act::events::Alert;
@@ -180,6 +183,18 @@ pub struct Request {
     /// The hit this request recorded, while it goes upstream: taken back
     /// if the provider fails the attempt.
     counted: Option<Counted>,
+    /// The policy whose tokens the response's usage adds to, and whether
+    /// the request was part of a detected loop.
+    usage_for: Option<UsageFor>,
+    /// The response body's usage, read as it passes.
+    usage: Option<Box<crate::response::usage::UsageReader>>,
+}
+
+/// Whose tokens a response's usage is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct UsageFor {
+    policy: usize,
+    in_loop: bool,
 }
 
 /// A hit a forwarded request recorded.
@@ -228,6 +243,8 @@ impl Request {
             length_dropped: false,
             body_seen: false,
             counted: None,
+            usage_for: None,
+            usage: None,
         }
     }
 
