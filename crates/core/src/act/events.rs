@@ -151,10 +151,21 @@ pub fn hex(bytes: &[u8]) -> String {
 /// (`2026-11-22T01:02:03.456Z`).
 pub fn rfc3339(ms: u64) -> String {
     let secs = ms / 1000;
-    let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
+    let (year, month, day) = civil((secs / 86_400) as i64);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// The (year, month, day) of a count of days since 1970-01-01, proleptic
+/// Gregorian (Howard Hinnant's algorithm).
+pub fn civil(days: i64) -> (i64, i64, i64) {
+    let z = days.saturating_add(719_468);
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
     let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
@@ -163,13 +174,7 @@ pub fn rfc3339(ms: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        ms % 1000
-    )
+    (year, month, day)
 }
 
 #[cfg(test)]

@@ -26,17 +26,9 @@ pub(super) fn tokens_text(tokens: Option<u64>, estimated: bool) -> String {
     }
 }
 
-/// Days since 1970-01-01 as (year, month, day), proleptic Gregorian.
+/// Days since 1970-01-01 as (year, month, day): the core's calendar.
 fn civil(days: i64) -> (i64, u64, u64) {
-    let z = days.saturating_add(719_468);
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = loopguard_core::act::events::civil(days);
     (
         year,
         u64::try_from(month).unwrap_or(0),

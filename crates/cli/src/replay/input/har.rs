@@ -105,7 +105,7 @@ fn content(v: &Value, field: &str) -> Result<Vec<u8>, String> {
         Some(_) => return Err(format!("{field}.text must be a string")),
     };
     match v.get("encoding").and_then(Value::as_str) {
-        Some("base64") => base64::decode(text).map_err(|e| format!("{field}.text: {e}")),
+        Some("base64") => base64(text).map_err(|e| format!("{field}.text: {e}")),
         _ => Ok(text.as_bytes().to_vec()),
     }
 }

@@ -52,7 +52,7 @@ pub(super) fn headers(list: &Value, at: &str) -> Result<Vec<(String, Vec<u8>)>, 
         };
         let value = match field(h, "raw_value") {
             Some(Value::String(raw)) if value.is_empty() && !raw.is_empty() => {
-                base64::decode(raw).map_err(|e| format!("{at}[{i}]: raw_value: {e}"))?
+                base64(raw).map_err(|e| format!("{at}[{i}]: raw_value: {e}"))?
             }
             Some(Value::String(_)) | None => value,
             Some(_) => return Err(format!("{at}[{i}]: raw_value is not a string")),
@@ -73,10 +73,9 @@ pub(super) fn body(v: &Value, at: &str) -> Result<Body, String> {
         Some(other) => return Err(format!("{at}.truncated: not true or false (got {other})")),
     };
     let (bytes, as_string) = match (field(v, "as_bytes"), field(v, "as_string")) {
-        (Some(Value::String(b)), _) => (
-            base64::decode(b).map_err(|e| format!("{at}.as_bytes: {e}"))?,
-            false,
-        ),
+        (Some(Value::String(b)), _) => {
+            (base64(b).map_err(|e| format!("{at}.as_bytes: {e}"))?, false)
+        }
         (Some(_), _) => return Err(format!("{at}.as_bytes: not a string")),
         (None, Some(Value::String(s))) => (s.as_bytes().to_vec(), true),
         (None, Some(_)) => return Err(format!("{at}.as_string: not a string")),
