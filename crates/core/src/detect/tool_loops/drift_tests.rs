@@ -1,7 +1,7 @@
 //! Tool loops judged with results, cycles and repeated answers: the
 //! progress a conversation makes is told from a loop.
 
-use super::tests::cfg;
+use super::tests::{cfg, judge_body};
 use super::*;
 use crate::config::Config;
 use crate::request::llm;
@@ -20,7 +20,6 @@ fn chat(calls: &[(&str, &str, &str)]) -> Value {
 }
 
 fn judged(c: &ToolLoops, body: &Value) -> Option<ToolVerdict> {
-    let bytes = body.to_string().into_bytes();
     let path = if body.get("system").is_some() {
         "/v1/messages"
     } else if body.get("input").is_some() {
@@ -28,15 +27,7 @@ fn judged(c: &ToolLoops, body: &Value) -> Option<ToolVerdict> {
     } else {
         "/v1/chat/completions"
     };
-    let req = llm::parse(&bytes, path, usize::MAX).unwrap();
-    let history = req.tool_history(None);
-    let verdict = judge(c, &history, &req, None);
-    // Read through a cache (empty, then holding every text), the verdict
-    // is the same.
-    let texts = crate::detect::progress::TextCache::default();
-    assert_eq!(judge(c, &history, &req, Some(&texts)), verdict);
-    assert_eq!(judge(c, &history, &req, Some(&texts)), verdict);
-    verdict
+    judge_body(c, body, path)
 }
 
 const TESTS: (&str, &str) = ("run_tests", "{\"path\":\"tests\"}");

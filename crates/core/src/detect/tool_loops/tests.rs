@@ -36,7 +36,9 @@ fn chat(turns: &[&[(&str, &str)]]) -> Value {
     json!({"model": "gpt-4o", "messages": messages, "tools": [{"type": "function", "function": {"name": "read_file"}}]})
 }
 
-fn judge_body(c: &ToolLoops, body: &Value, path: &str) -> Option<ToolVerdict> {
+/// The verdict on `body`, the same read with no text cache, an empty one
+/// and one this body filled.
+pub(super) fn judge_body(c: &ToolLoops, body: &Value, path: &str) -> Option<ToolVerdict> {
     let bytes = body.to_string().into_bytes();
     let req = llm::parse(&bytes, path, usize::MAX).unwrap();
     let history = req.tool_history(None);

@@ -178,6 +178,21 @@ impl UsageReader {
         });
     }
 
+    /// Keep `part` of the current line (or object), unless that would
+    /// pass `MAX_KEPT`: then drop it all until it ends, counted.
+    fn keep(&mut self, part: &[u8]) {
+        if self.skipping {
+            return;
+        }
+        if self.kept.len() + part.len() > MAX_KEPT {
+            self.kept.clear();
+            self.skipping = true;
+            self.oversize += 1;
+        } else {
+            self.kept.extend_from_slice(part);
+        }
+    }
+
     fn feed_lines(&mut self, mut chunk: &[u8]) {
         while !chunk.is_empty() {
             let (part, rest, ended) = match chunk.iter().position(|&b| b == b'\n') {
@@ -189,15 +204,7 @@ impl UsageReader {
                 None => (chunk, &[][..], false),
             };
             chunk = rest;
-            if !self.skipping {
-                if self.kept.len() + part.len() > MAX_KEPT {
-                    self.kept.clear();
-                    self.skipping = true;
-                    self.oversize += 1;
-                } else {
-                    self.kept.extend_from_slice(part);
-                }
-            }
+            self.keep(part);
             if ended {
                 if !self.skipping {
                     let line = std::mem::take(&mut self.kept);
@@ -309,16 +316,7 @@ impl UsageReader {
                             _ => {}
                         }
                     }
-                    let part = chunk.get(start..i).unwrap_or(&[]);
-                    if !self.skipping {
-                        if self.kept.len() + part.len() > MAX_KEPT {
-                            self.kept.clear();
-                            self.skipping = true;
-                            self.oversize += 1;
-                        } else {
-                            self.kept.extend_from_slice(part);
-                        }
-                    }
+                    self.keep(chunk.get(start..i).unwrap_or(&[]));
                     if closed {
                         if !self.skipping {
                             if let Some(u) = serde_json::from_slice::<Value>(&self.kept)
