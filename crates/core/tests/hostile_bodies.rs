@@ -18,9 +18,8 @@
 use loopguard_core::config::Config;
 use loopguard_core::flow::{Effect, Effects, Engine, Request, Step};
 use loopguard_core::request::{RequestFacts, RequestHead};
-use loopguard_core::state::store::{BucketBackend, CasWrite};
+use loopguard_core::state::store::InProcess;
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 struct Counting;
@@ -60,23 +59,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-#[derive(Default)]
-struct Memory(HashMap<u32, (Vec<u8>, u32)>);
-
-impl BucketBackend for Memory {
-    fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)> {
-        Some(self.0.get(&bucket).cloned().unwrap_or((Vec::new(), 0)))
-    }
-    fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {
-        let cur = self.0.get(&bucket).map_or(0, |b| b.1);
-        if cur != version {
-            return CasWrite::Conflict;
-        }
-        self.0.insert(bucket, (bytes.to_vec(), cur + 1));
-        CasWrite::Written
-    }
-}
-
 struct NoFacts;
 
 impl RequestFacts for NoFacts {
@@ -100,14 +82,14 @@ impl RequestFacts for NoFacts {
 /// loopguard reading the whole conversation: `similarity` (llm_tail or
 /// near, with volatile-token masking) and tool loops (results, cycles,
 /// answers).
-fn engine(similarity: &str) -> Engine<Memory> {
+fn engine(similarity: &str) -> Engine<InProcess> {
     let config = Config::parse(
         format!(r#"{{"max_body_bytes": 67108864, "policies": [{{"id": "agents", "spec": {{"selector": {{}},
             "loop_detection": {{"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3, "similarity": "{similarity}"}},
             "tool_loops": {{"enabled": true, "answer_min": 3}}}}}}]}}"#).as_bytes(),
     )
     .unwrap();
-    Engine::new(config, "t", |_| Ok(Memory::default()), |_| None, 1).unwrap()
+    Engine::new(config, "t", |_| Ok(InProcess::default()), |_| None, 1).unwrap()
 }
 
 /// Units (comma-separated, `{i}` replaced by their index) up to about
@@ -207,7 +189,7 @@ const KINDS: [&str; 9] = [
 
 /// Run a whole request through the flow; the step, the effects, and the
 /// peak memory allocated on top of what was allocated before.
-fn run(engine: &mut Engine<Memory>, id: u32, body: &[u8]) -> (Step, Effects, usize) {
+fn run(engine: &mut Engine<InProcess>, id: u32, body: &[u8]) -> (Step, Effects, usize) {
     let head = RequestHead {
         method: "POST",
         path: "/v1/chat/completions",
@@ -223,7 +205,7 @@ fn run(engine: &mut Engine<Memory>, id: u32, body: &[u8]) -> (Step, Effects, usi
     (step, out, peak)
 }
 
-fn counted(engine: &Engine<Memory>, out: &Effects, name: &str) -> i64 {
+fn counted(engine: &Engine<InProcess>, out: &Effects, name: &str) -> i64 {
     let defs = engine.registry().defs();
     out.iter()
         .filter_map(|e| match e {
