@@ -46,14 +46,15 @@ impl BucketBackend for SharedData {
 }
 
 /// Open the table for `plugin`, creating any bucket key that does not exist
-/// yet. Existing keys (a reload with the same layout, or another worker
-/// that got here first) keep their contents.
+/// yet (the fingerprint table's and the loops' spending ledger's).
+/// Existing keys (a reload with the same layout, or another worker that got
+/// here first) keep their contents.
 pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
     let mut data = SharedData {
         prefix: format!("loopguard.{plugin}.{}.", layout.tag()),
         key: String::new(),
     };
-    for bucket in 0..layout.buckets {
+    for bucket in (0..layout.buckets).chain(loopguard_core::state::ledger::BUCKETS) {
         let key = data.key(bucket).to_string();
         match abi::shared_get(&key) {
             Ok(Some(_)) => {}

@@ -52,6 +52,36 @@ pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Val
     event
 }
 
+/// Add who is looping and what the loop spent so far to a detection event:
+/// `caller` (a 12-hex tag of the caller's identity, as the metrics' caller
+/// label shows it) and `spent` (the tokens this process's responses of the
+/// loop reported, with `usd` when the model is priced): read from the
+/// ledger, so the loop's requests before the one that was stopped.
+pub fn add_spend(
+    event: &mut Value,
+    caller: &str,
+    spend: Option<&crate::state::ledger::Spend>,
+    priced: bool,
+) {
+    let Some(e) = event.as_object_mut() else {
+        return;
+    };
+    e.insert("caller".to_string(), Value::String(caller.to_string()));
+    let s = spend.copied().unwrap_or_default();
+    let mut spent = json!({
+        "responses": s.responses,
+        "input_tokens": s.input,
+        "output_tokens": s.output,
+    });
+    if priced {
+        if let Some(o) = spent.as_object_mut() {
+            // Micro-dollars to dollars, exactly as a decimal.
+            o.insert("usd".to_string(), json!(s.microusd as f64 / 1e6));
+        }
+    }
+    e.insert("spent".to_string(), spent);
+}
+
 /// The decision as Envoy's access log can print it (filter state
 /// `wasm.loopguard`, `%FILTER_STATE(wasm.loopguard:PLAIN)%`): a compact JSON
 /// object with the policy, mode, action (`allow`, `warn`, `throttle`,

@@ -52,15 +52,23 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         }
         r.api = reply::Api::for_path(head.path_only());
-        // A request with a body may be an LLM call: its answer's usage is
-        // read (a body-less one costs no response-path work).
-        if !end_of_stream {
+        let pending = Pending::start(&config, policy, head, facts);
+        r.caller = usage::caller_hash(&policy.id, pending.identity());
+        // An LLM call's answer is read for its usage: a request with a body
+        // to an LLM API path, or judged by a policy that reads LLM bodies
+        // (a body-less one, or another API's, costs no response-path work).
+        if !end_of_stream
+            && (pending.reads_llm_body()
+                || policy.tool_loops.is_some()
+                || crate::request::llm::is_llm_api_path(head.path_only()))
+        {
             r.usage_for = Some(UsageFor {
                 policy: index,
                 in_loop: false,
+                loop_key: None,
+                model: None,
             });
         }
-        let pending = Pending::start(&config, policy, head, facts);
         // An upgrade (WebSocket) or CONNECT sends nothing until it is
         // answered: judged on its headers, never held for a body.
         let tunnel = request::is_tunnel(head.method, facts.header("upgrade").as_deref());

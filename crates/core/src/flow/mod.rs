@@ -35,6 +35,8 @@ mod hold_tests;
 #[cfg(test)]
 mod retry_tests;
 #[cfg(test)]
+mod spend_tests;
+#[cfg(test)]
 mod store_tests;
 #[cfg(test)]
 mod tests;
@@ -107,6 +109,9 @@ pub enum Effect {
     StopTick,
     /// Add to a counter or gauge.
     Count(MetricId, i64),
+    /// Add to a counter known by its full name (defined by the host when
+    /// first counted; names are bounded by the engine).
+    CountNamed(String, i64),
     /// Record a histogram value.
     Record(MetricId, u64),
     Log(Level, String),
@@ -188,6 +193,11 @@ pub struct Request {
     usage_for: Option<UsageFor>,
     /// The response body's usage, read as it passes.
     usage: Option<Box<crate::response::usage::UsageReader>>,
+    /// A hash of who is calling under the policy (its limit keys, or the
+    /// API key): the caller label of loop metrics.
+    caller: u64,
+    /// Counted as a caller's loop request already.
+    loop_counted: bool,
 }
 
 /// Whose tokens a response's usage is.
@@ -195,6 +205,12 @@ pub struct Request {
 struct UsageFor {
     policy: usize,
     in_loop: bool,
+    /// The loop (ledger) key its spending adds to: the fingerprint its hit
+    /// was counted under, or (a tool-loop policy without loop detection)
+    /// its conversation.
+    loop_key: Option<u64>,
+    /// The priced model of its request (`None`: unpriced or unknown).
+    model: Option<usize>,
 }
 
 /// A hit a forwarded request recorded.
@@ -245,6 +261,8 @@ impl Request {
             counted: None,
             usage_for: None,
             usage: None,
+            caller: 0,
+            loop_counted: false,
         }
     }
 
@@ -336,6 +354,9 @@ pub struct Engine<B> {
     /// shared store's log member).
     hits: u64,
     root_calls: RootCalls,
+    /// Per policy, the callers given their own loop-metric series on this
+    /// worker (at most [`crate::metrics::MAX_CALLER_SERIES`]).
+    caller_series: Vec<Vec<u64>>,
 }
 
 impl<B: BucketBackend> Engine<B> {
@@ -384,6 +405,7 @@ impl<B: BucketBackend> Engine<B> {
             unknown_route_policies: Vec::new(),
             hits: 0,
             root_calls: RootCalls::default(),
+            caller_series: vec![Vec::new(); config.policies.len()],
             config: Rc::new(config),
         })
     }

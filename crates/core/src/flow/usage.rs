@@ -1,10 +1,41 @@
 //! The response body's token usage, read as it passes (never held back):
-//! added to the request's policy, by token type and whether the request
-//! was part of a detected loop.
+//! added to the request's policy, by token type, model and whether the
+//! request was part of a detected loop; priced when `prices` names the
+//! model; added to the loop's spending (the ledger), which the loop's
+//! events report and which estimates what a rejected request would have
+//! spent.
 
 use super::*;
-use crate::metrics::TokenType;
-use crate::response::usage::{Framing, UsageReader};
+use crate::metrics::{self, TokenType};
+use crate::response::usage::{Framing, Usage, UsageReader};
+use crate::state::ledger::{self, Added, Spend};
+
+/// A hash of who calls under a policy (FNV-1a over the policy id and the
+/// framed identity): stable across workers and replicas, and cheap. Shown
+/// as a tag ([`caller_tag`]); never the identity itself.
+pub fn caller_hash(policy_id: &str, identity: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in policy_id
+        .as_bytes()
+        .iter()
+        .chain([0xff].iter())
+        .chain(identity)
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// A caller hash as the 12 hex characters metrics and events show.
+pub fn caller_tag(hash: u64) -> String {
+    format!("{:012x}", hash >> 16)
+}
+
+/// A loop's ledger key from its fingerprint.
+pub(super) fn loop_key(fp: &crate::detect::fingerprint::Fingerprint) -> u64 {
+    fp.spread()
+}
 
 impl Request {
     /// Whether the response's usage is read (a policy judged the request
@@ -20,16 +51,101 @@ impl Request {
         self.usage.is_some()
     }
 
-    /// The request is part of a detected loop (a count at or past its
-    /// detection, a tool-loop verdict).
-    pub(super) fn mark_in_loop(&mut self) {
+    /// Note the loop key and model of the request's spending (the first
+    /// key given wins).
+    pub(super) fn spend_under(&mut self, key: u64, model: Option<usize>) {
         if let Some(u) = self.usage_for.as_mut() {
-            u.in_loop = true;
+            if u.loop_key.is_none() {
+                u.loop_key = Some(key);
+            }
+            if u.model.is_none() {
+                u.model = model;
+            }
         }
     }
 }
 
 impl<B: BucketBackend> Engine<B> {
+    /// The request is part of a detected loop (a count at or past its
+    /// detection, a tool-loop verdict): its tokens count as the loop's, and
+    /// its caller's loop requests count, once per request.
+    pub(super) fn note_in_loop(&mut self, r: &mut Request, policy: usize, out: &mut Effects) {
+        if let Some(u) = r.usage_for.as_mut() {
+            u.in_loop = true;
+        }
+        if r.loop_counted {
+            return;
+        }
+        r.loop_counted = true;
+        let (Some(p), Some(seen)) = (
+            self.config.policies.get(policy),
+            self.caller_series.get_mut(policy),
+        ) else {
+            return;
+        };
+        let tag = if seen.contains(&r.caller) {
+            caller_tag(r.caller)
+        } else if seen.len() < metrics::MAX_CALLER_SERIES {
+            seen.push(r.caller);
+            caller_tag(r.caller)
+        } else {
+            "other".to_string()
+        };
+        out.push(Effect::CountNamed(
+            metrics::caller_loop_requests(&p.id, &tag),
+            1,
+        ));
+    }
+
+    /// The priced model of a request's `model`.
+    pub(super) fn priced(&self, model: Option<&str>) -> Option<usize> {
+        model.and_then(|m| self.config.prices.lookup(m))
+    }
+
+    /// Loop `key`'s spending so far in this process (`None`: nothing
+    /// recorded).
+    pub(super) fn spend(&mut self, key: u64, now: u64) -> Option<Spend> {
+        ledger::read(&mut self.local.backend, key, now)
+    }
+
+    /// A request of loop `key` was rejected: what it would have spent is
+    /// estimated by the loop's newest response, and counted as avoided.
+    pub(super) fn count_avoided(
+        &mut self,
+        policy: usize,
+        key: u64,
+        model: Option<usize>,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let Some(s) = self.spend(key, now) else {
+            return;
+        };
+        let r = &self.registry;
+        count_opt(
+            out,
+            r.tokens_avoided(policy, TokenType::Input, model),
+            to_i64(s.last_input),
+        );
+        count_opt(
+            out,
+            r.tokens_avoided(policy, TokenType::Output, model),
+            to_i64(s.last_output),
+        );
+        if let Some(m) = model {
+            let u = Usage {
+                input: s.last_input,
+                output: s.last_output,
+                ..Usage::default()
+            };
+            count_opt(
+                out,
+                r.cost_avoided(policy, Some(m)),
+                to_i64(self.config.prices.cost(m, &u)),
+            );
+        }
+    }
+
     /// The response's `content-type` (after [`Engine::on_response_headers`]):
     /// a JSON body or an event stream of a request a policy judged is read
     /// for its usage; any other answer reported no usage.
@@ -58,40 +174,54 @@ impl<B: BucketBackend> Engine<B> {
         r: &mut Request,
         chunk: &[u8],
         end_of_stream: bool,
+        now: u64,
         out: &mut Effects,
     ) {
         if let Some(reader) = r.usage.as_mut() {
             reader.feed(chunk);
         }
         if end_of_stream {
-            self.finish_usage(r, out);
+            self.finish_usage(r, now, out);
         }
     }
 
     /// The response is over (or the stream ended early): count what it
     /// reported.
-    pub(super) fn finish_usage(&mut self, r: &mut Request, out: &mut Effects) {
+    pub(super) fn finish_usage(&mut self, r: &mut Request, now: u64, out: &mut Effects) {
         let Some(reader) = r.usage.take() else {
             return;
         };
         let Some(target) = r.usage_for.take() else {
             return;
         };
-        match reader.finish() {
-            Some(u) => {
-                let (p, l) = (target.policy, target.in_loop);
-                count_opt(
-                    out,
-                    self.registry.tokens(p, TokenType::Input, l),
-                    u.input as i64,
-                );
-                count_opt(
-                    out,
-                    self.registry.tokens(p, TokenType::Output, l),
-                    u.output as i64,
-                );
+        let Some(u) = reader.finish() else {
+            count_opt(out, self.registry.without_usage(target.policy), 1);
+            return;
+        };
+        let (p, l, m) = (target.policy, target.in_loop, target.model);
+        let reg = &self.registry;
+        count_opt(out, reg.tokens(p, TokenType::Input, l, m), to_i64(u.input));
+        count_opt(
+            out,
+            reg.tokens(p, TokenType::Output, l, m),
+            to_i64(u.output),
+        );
+        let cost = m.map_or(0, |m| self.config.prices.cost(m, &u));
+        if m.is_some() {
+            count_opt(out, reg.cost(p, l, m), to_i64(cost));
+        }
+        if let Some(key) = target.loop_key {
+            match ledger::add(&mut self.local.backend, key, &u, cost, now) {
+                Added::Done { cas_retries: 0 } => {}
+                Added::Done { cas_retries } => {
+                    out.push(count(self.registry.cas_retries(), i64::from(cas_retries)));
+                }
+                Added::Failed => out.push(count(self.registry.fail_open(), 1)),
             }
-            None => count_opt(out, self.registry.without_usage(target.policy), 1),
         }
     }
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -24,17 +24,17 @@ fn respond(
     for (i, piece) in pieces.iter().enumerate() {
         if s.req.wants_response_body() {
             h.engine
-                .on_response_body(&mut s.req, piece, i + 1 == pieces.len(), &mut out);
+                .on_response_body(&mut s.req, piece, i + 1 == pieces.len(), 0, &mut out);
         }
     }
-    h.engine.on_done(&mut s.req, &mut out);
+    h.engine.on_done(&mut s.req, 0, &mut out);
     out
 }
 
 fn tokens(h: &Harness, out: &[Effect], t: &str, in_loop: bool) -> i64 {
     h.metric(
         out,
-        &format!("loopguard.tokens_total.policy.p.token_type.{t}.loop.{in_loop}"),
+        &format!("loopguard.tokens_total.policy.p.token_type.{t}.loop.{in_loop}.model.other"),
     )
 }
 
@@ -134,9 +134,9 @@ fn streams_are_read_as_they_pass_and_other_answers_report_no_usage() {
     h.engine
         .on_response_content_type(&mut cut.req, Some("text/event-stream"), &mut out);
     h.engine
-        .on_response_body(&mut cut.req, &stream.as_bytes()[..120], false, &mut out);
-    h.engine.on_done(&mut cut.req, &mut out);
-    h.engine.on_done(&mut cut.req, &mut out);
+        .on_response_body(&mut cut.req, &stream.as_bytes()[..120], false, 0, &mut out);
+    h.engine.on_done(&mut cut.req, 0, &mut out);
+    h.engine.on_done(&mut cut.req, 0, &mut out);
     assert_eq!(tokens(&h, &out, "input", false), 25);
     // No body, no reading (an LLM call has one); no policy, no reading.
     let mut get = h.get("/v1/models");

@@ -232,6 +232,19 @@ pub fn is_anthropic_path(path: &str) -> bool {
     path.ends_with("/v1/messages")
 }
 
+/// Whether a path (query excluded) is one of the LLM APIs loopguard reads:
+/// OpenAI Chat Completions, Completions and Responses, Anthropic Messages.
+pub fn is_llm_api_path(path: &str) -> bool {
+    [
+        "/chat/completions",
+        "/completions",
+        "/responses",
+        "/messages",
+    ]
+    .iter()
+    .any(|end| path.ends_with(end))
+}
+
 impl<'a> Request<'a> {
     /// Messages in the conversation, the out-of-band system prompt
     /// included.
