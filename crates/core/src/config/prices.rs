@@ -19,9 +19,12 @@ pub struct ModelPrice {
     pub label: String,
     pub input: u64,
     pub output: u64,
-    /// Input tokens read from (or written to) the provider's prompt cache;
-    /// the input price unless set.
+    /// Input tokens read from the provider's prompt cache; the input price
+    /// unless set.
     pub cached_input: u64,
+    /// Input tokens written to the provider's prompt cache (Anthropic); the
+    /// input price unless set.
+    pub cache_write: u64,
 }
 
 /// The configured prices (none: tokens are counted, dollars are not).
@@ -48,8 +51,10 @@ impl Prices {
             return 0;
         };
         let cached = usage.cached_input.min(usage.input);
-        let micro = u128::from(usage.input - cached) * u128::from(m.input)
+        let write = usage.cache_write.min(usage.input - cached);
+        let micro = u128::from(usage.input - cached - write) * u128::from(m.input)
             + u128::from(cached) * u128::from(m.cached_input)
+            + u128::from(write) * u128::from(m.cache_write)
             + u128::from(usage.output) * u128::from(m.output);
         u64::try_from(micro / 1_000_000).unwrap_or(u64::MAX)
     }
@@ -122,6 +127,7 @@ mod tests {
             input: i,
             output: o,
             cached_input: c,
+            cache_write: i * 5 / 4,
         };
         Prices {
             models: vec![
@@ -154,7 +160,7 @@ mod tests {
             input: 1_000_000,
             output: 100_000,
             cached_input: 400_000,
-            reasoning: 0,
+            ..Usage::default()
         };
         // 600k fresh at $2.50/M + 400k cached at $1.25/M + 100k out at $10/M
         // = 1.5 + 0.5 + 1.0 dollars.
@@ -163,11 +169,21 @@ mod tests {
         // A cached count above the input (never sent, but bounded).
         let odd = Usage {
             input: 10,
-            output: 0,
             cached_input: 50,
-            reasoning: 0,
+            cache_write: 50,
+            ..Usage::default()
         };
         assert_eq!(p.cost(0, &odd), 12);
+        // Anthropic: 1000 fresh at $3/M, 2000 read at $0.30/M, 4000
+        // written at $3.75/M, 100 out at $15/M.
+        let anthropic = Usage {
+            input: 7000,
+            output: 100,
+            cached_input: 2000,
+            cache_write: 4000,
+            reasoning: 0,
+        };
+        assert_eq!(p.cost(2, &anthropic), 3000 + 600 + 15_000 + 1500);
         let small = Usage {
             input: 1200,
             output: 300,

@@ -336,10 +336,14 @@ pub struct RawPrice {
     /// Output (completion) tokens, reasoning included (required).
     #[cfg_attr(feature = "schema", schemars(required, with = "f64"))]
     pub output_per_million: Option<serde_json::Value>,
-    /// Input tokens read from or written to the provider's prompt cache.
-    /// Default: the input price.
+    /// Input tokens read from the provider's prompt cache. Default: the
+    /// input price.
     #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
     pub cached_input_per_million: Option<serde_json::Value>,
+    /// Input tokens written to the provider's prompt cache (Anthropic's
+    /// cache writes). Default: the input price.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
+    pub cache_write_per_million: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -139,7 +139,7 @@ impl<B: BucketBackend> Engine<B> {
             if p.tool_loops.is_some() {
                 let key = fingerprint::tool_event_key(&p.id, pending.identity(), req, "", "", 0);
                 let model = self.priced(req.model.as_deref());
-                r.spend_under(usage::loop_key(&key), model);
+                r.spend_under(usage::loop_key(&key), model, req.model.as_deref());
             }
         }
         if let (Some(cfg), Some(req), Some(history)) = (&p.tool_loops, &parsed, &history) {
@@ -196,6 +196,11 @@ impl<B: BucketBackend> Engine<B> {
             _ => false,
         };
         let mut made = pending.finish_parsed(body, parsed.as_ref(), progress);
+        // An exact-mode LLM call: its model, found without parsing, prices
+        // its response.
+        if made.model.is_none() && r.reads_usage() && !config.prices.models.is_empty() {
+            made.model = llm::model_of(body);
+        }
         if parsed.as_ref().is_some_and(llm::Request::over_budget) {
             refused = Some(Refusal::TooMany);
         }

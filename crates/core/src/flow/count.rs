@@ -232,7 +232,7 @@ impl<B: BucketBackend> Engine<B> {
         let fp = made.fingerprint;
         let key = usage::loop_key(&fp);
         let model = self.priced(made.model.as_deref());
-        r.spend_under(key, model);
+        r.spend_under(key, model, made.model.as_deref());
         let decided = decision::decide(policy, detection, &fp, made.fallback, &receipt.state);
         // One event per fingerprint and window (the store counts the rest).
         if let Some(suppressed) = receipt.state.event {

@@ -198,6 +198,8 @@ pub struct Request {
     caller: u64,
     /// Counted as a caller's loop request already.
     loop_counted: bool,
+    /// The request's model, while its response is read (for events).
+    model: Option<String>,
 }
 
 /// Whose tokens a response's usage is.
@@ -263,6 +265,7 @@ impl Request {
             usage: None,
             caller: 0,
             loop_counted: false,
+            model: None,
         }
     }
 

@@ -7,7 +7,8 @@
 
 use super::*;
 use crate::metrics::{self, TokenType};
-use crate::response::usage::{Framing, Usage, UsageReader};
+use crate::response::repeats::{RepeatSettings, Repeated};
+use crate::response::usage::{Framing, UsageReader};
 use crate::state::ledger::{self, Added, Spend};
 
 /// A hash of who calls under a policy (FNV-1a over the policy id and the
@@ -51,15 +52,18 @@ impl Request {
         self.usage.is_some()
     }
 
-    /// Note the loop key and model of the request's spending (the first
-    /// key given wins).
-    pub(super) fn spend_under(&mut self, key: u64, model: Option<usize>) {
+    /// Note the loop key and model (its price's index, and its name) of
+    /// the request's spending (the first key given wins).
+    pub(super) fn spend_under(&mut self, key: u64, model: Option<usize>, name: Option<&str>) {
         if let Some(u) = self.usage_for.as_mut() {
             if u.loop_key.is_none() {
                 u.loop_key = Some(key);
             }
             if u.model.is_none() {
                 u.model = model;
+            }
+            if self.model.is_none() {
+                self.model = name.map(str::to_string);
             }
         }
     }
@@ -132,17 +136,8 @@ impl<B: BucketBackend> Engine<B> {
             r.tokens_avoided(policy, TokenType::Output, model),
             to_i64(s.last_output),
         );
-        if let Some(m) = model {
-            let u = Usage {
-                input: s.last_input,
-                output: s.last_output,
-                ..Usage::default()
-            };
-            count_opt(
-                out,
-                r.cost_avoided(policy, Some(m)),
-                to_i64(self.config.prices.cost(m, &u)),
-            );
+        if model.is_some() {
+            count_opt(out, r.cost_avoided(policy, model), to_i64(s.last_microusd));
         }
     }
 
@@ -159,7 +154,11 @@ impl<B: BucketBackend> Engine<B> {
             return;
         };
         match content_type.and_then(Framing::of_content_type) {
-            Some(f) => r.usage = Some(Box::new(UsageReader::new(f))),
+            Some(f) => {
+                r.usage = Some(Box::new(
+                    UsageReader::new(f).watching(RepeatSettings::default()),
+                ))
+            }
             None => {
                 r.usage_for = None;
                 count_opt(out, self.registry.without_usage(target.policy), 1);
@@ -179,10 +178,37 @@ impl<B: BucketBackend> Engine<B> {
     ) {
         if let Some(reader) = r.usage.as_mut() {
             reader.feed(chunk);
+            if let Some(rep) = reader.take_repeated() {
+                self.report_degenerate(r, &rep, out);
+            }
         }
         if end_of_stream {
             self.finish_usage(r, now, out);
         }
+    }
+
+    /// A stream found repeating itself: counted, and one
+    /// `output.degenerate` event (the stream goes on unchanged).
+    fn report_degenerate(&mut self, r: &Request, rep: &Repeated, out: &mut Effects) {
+        let Some(target) = r.usage_for else {
+            return;
+        };
+        let Some(p) = self.config.policies.get(target.policy) else {
+            return;
+        };
+        count_opt(out, self.registry.degenerate_output(target.policy), 1);
+        let event = serde_json::json!({
+            "event": "output.degenerate",
+            "policy": p.id,
+            "mode": p.mode.as_str(),
+            "caller": caller_tag(r.caller),
+            "model": r.model,
+            "unit_chars": rep.unit_chars,
+            "repeats": rep.repeats,
+            "covered_chars": rep.covered_chars,
+            "in_loop": target.in_loop,
+        });
+        out.push(Effect::Log(Level::Info, event.to_string()));
     }
 
     /// The response is over (or the stream ended early): count what it

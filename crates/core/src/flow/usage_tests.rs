@@ -153,3 +153,54 @@ fn streams_are_read_as_they_pass_and_other_answers_report_no_usage() {
         .on_response_content_type(&mut other.req, Some("application/json"), &mut out);
     assert!(!other.req.wants_response_body());
 }
+
+/// A Chat Completions stream of `deltas`, then its usage.
+fn chat_stream(deltas: &[&str]) -> String {
+    let mut s = String::new();
+    for d in deltas {
+        let chunk = json!({"id": "c", "model": "gpt-4o", "choices": [{"index": 0, "delta": {"content": d}}], "usage": null});
+        s.push_str(&format!("data: {chunk}\n\n"));
+    }
+    s.push_str("data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":400}}\n\ndata: [DONE]\n\n");
+    s
+}
+
+#[test]
+fn a_stream_repeating_itself_is_reported_once_and_passes_whole() {
+    let mut h = Harness::policy(exact(3));
+    let mut s = h.post("{\"model\":\"gpt-4o\",\"q\":7}");
+    let sentence = "I will now check the deployment status again. ";
+    let deltas: Vec<&str> = std::iter::repeat_n(sentence, 12).collect();
+    let out = respond(&mut h, &mut s, "text/event-stream", &chat_stream(&deltas), 9);
+    assert_eq!(
+        h.metric(&out, "loopguard.degenerate_output_total.policy.p"),
+        1
+    );
+    let events: Vec<serde_json::Value> = out
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Log(Level::Info, l) => serde_json::from_str(l).ok(),
+            _ => None,
+        })
+        .filter(|v: &serde_json::Value| v["event"] == "output.degenerate")
+        .collect();
+    assert_eq!(events.len(), 1, "{out:?}");
+    let e = &events[0];
+    assert_eq!(e["policy"], "p");
+    assert_eq!(e["caller"].as_str().map(str::len), Some(12));
+    assert!(e["repeats"].as_u64().unwrap() >= 4, "{e}");
+    assert_eq!(e["unit_chars"], json!(sentence.trim_end().chars().count() + 1));
+    // Its usage is still read.
+    assert_eq!(tokens(&h, &out, "output", false), 400);
+    // A healthy stream of varied sentences is not reported.
+    let mut ok = h.post("{\"model\":\"gpt-4o\",\"q\":8}");
+    let varied: Vec<String> = (0..40)
+        .map(|i| format!("Step {i} checks the {} service and finds {} pods. ", ["api", "db", "queue", "cache"][i % 4], i * 3 + 1))
+        .collect();
+    let refs: Vec<&str> = varied.iter().map(String::as_str).collect();
+    let out = respond(&mut h, &mut ok, "text/event-stream", &chat_stream(&refs), 5);
+    assert_eq!(
+        h.metric(&out, "loopguard.degenerate_output_total.policy.p"),
+        0
+    );
+}

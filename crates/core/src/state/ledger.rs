@@ -4,7 +4,7 @@
 //! response's usage. Kept in the same compare-and-swap backend as the
 //! fingerprint table (Envoy shared data: one figure per process, whichever
 //! worker served each response), in buckets of its own, so it is bounded:
-//! [`BUCKETS`] buckets of [`PER_BUCKET`] entries (about 240 KB at most).
+//! [`BUCKETS`] buckets of [`PER_BUCKET`] entries (about 280 KB at most).
 //!
 //! A key not added to for [`IDLE_MS`] starts again from zero: a loop is a
 //! run of requests, and the same question asked tomorrow is another one.
@@ -22,7 +22,7 @@ pub const PER_BUCKET: usize = 4;
 /// A key idle this long starts again.
 pub const IDLE_MS: u64 = 15 * 60 * 1000;
 
-const ENTRY: usize = 8 * 7 + 4;
+const ENTRY: usize = 8 * 8 + 4;
 
 /// A loop's spending so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,6 +37,8 @@ pub struct Spend {
     /// spend).
     pub last_input: u64,
     pub last_output: u64,
+    /// What the newest response cost, in micro-dollars.
+    pub last_microusd: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +61,7 @@ fn decode(bytes: &[u8]) -> Vec<Entry> {
         .take(PER_BUCKET)
         .map(|c| {
             let mut r = [0u8; 4];
-            if let Some(s) = c.get(56..60) {
+            if let Some(s) = c.get(64..68) {
                 r.copy_from_slice(s);
             }
             Entry {
@@ -71,6 +73,7 @@ fn decode(bytes: &[u8]) -> Vec<Entry> {
                     microusd: u64_at(c, 32),
                     last_input: u64_at(c, 40),
                     last_output: u64_at(c, 48),
+                    last_microusd: u64_at(c, 56),
                     responses: u32::from_le_bytes(r),
                 },
             }
@@ -89,6 +92,7 @@ fn encode(entries: &[Entry]) -> Vec<u8> {
             e.spend.microusd,
             e.spend.last_input,
             e.spend.last_output,
+            e.spend.last_microusd,
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -164,6 +168,7 @@ pub fn add<B: BucketBackend>(
             s.microusd = s.microusd.saturating_add(microusd);
             s.last_input = usage.input;
             s.last_output = usage.output;
+            s.last_microusd = microusd;
         }
         match backend.write(b, &encode(&entries), version) {
             CasWrite::Written => {
@@ -221,6 +226,7 @@ mod tests {
                 microusd: 11,
                 last_input: 120,
                 last_output: 30,
+                last_microusd: 6,
             })
         );
         assert_eq!(read(&mut b, 8, 2_500).map(|s| s.input), Some(1));

@@ -130,6 +130,8 @@ pub(super) fn prices(
             .ok_or_else(|| ctx.err(&field("output_per_million"), "is required"))?;
         let cached_input =
             price("cached_input_per_million", p.cached_input_per_million)?.unwrap_or(input);
+        let cache_write =
+            price("cache_write_per_million", p.cache_write_per_million)?.unwrap_or(input);
         let label = prices::label(&model);
         if let Some(other) = models.iter().find(|m: &&ModelPrice| m.label == label) {
             return Err(ctx.err(
@@ -146,6 +148,7 @@ pub(super) fn prices(
             input,
             output,
             cached_input,
+            cache_write,
         });
     }
     Ok(Prices { models })

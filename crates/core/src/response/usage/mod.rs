@@ -2,8 +2,11 @@
 //! never held back or changed, and what is kept per response is bounded
 //! whatever its length.
 //!
-//! - A streamed response (`text/event-stream`) is read line by line; only a
-//!   `data:` line that mentions `usage` is parsed: OpenAI Chat's final chunk
+//! - A streamed response (`text/event-stream`) is read line by line (a line
+//!   whole in its chunk is read in place; only a line split over chunks is
+//!   copied); only the `usage` object of a `data:` line whose `"usage"` key
+//!   holds an object is parsed (OpenAI's chunks before the last carry
+//!   `"usage":null` and cost a search): OpenAI Chat's final chunk
 //!   (with `stream_options.include_usage`), the Responses API's
 //!   `response.completed`, Anthropic's `message_start` (input) and
 //!   `message_delta` (output, cumulative).
@@ -12,10 +15,12 @@
 //!   it is parsed; the last one carrying token counts wins (the top-level
 //!   usage comes after the content in all three APIs).
 //!
-//! Cached input tokens (OpenAI's `cached_tokens`, Anthropic's cache reads
-//! and writes) are part of the input and also counted apart; reasoning
-//! tokens are part of the output and also counted apart.
+//! Cached input tokens (OpenAI's `cached_tokens`, Anthropic's cache reads)
+//! and Anthropic's cache writes are part of the input and also counted
+//! apart (they have prices of their own); reasoning tokens are part of the
+//! output and also counted apart.
 
+use crate::response::repeats::{RepeatSettings, RepeatWatch, Repeated};
 use serde_json::Value;
 
 /// Tokens a response reported.
@@ -23,8 +28,11 @@ use serde_json::Value;
 pub struct Usage {
     pub input: u64,
     pub output: u64,
-    /// Of `input`, read from (or written to) the provider's prompt cache.
+    /// Of `input`, read from the provider's prompt cache.
     pub cached_input: u64,
+    /// Of `input`, written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`).
+    pub cache_write: u64,
     /// Of `output`, spent on reasoning.
     pub reasoning: u64,
 }
@@ -41,6 +49,7 @@ impl Usage {
                 input: i,
                 output: o.unwrap_or(0),
                 cached_input: deep("prompt_tokens_details", "cached_tokens").unwrap_or(0),
+                cache_write: 0,
                 reasoning: deep("completion_tokens_details", "reasoning_tokens").unwrap_or(0),
             });
         }
@@ -57,7 +66,8 @@ impl Usage {
         Some(Usage {
             input: input.unwrap_or(0) + cache_read + cache_write,
             output: output.unwrap_or(0),
-            cached_input: cache_read + cache_write + responses_cached,
+            cached_input: cache_read + responses_cached,
+            cache_write,
             reasoning: deep("output_tokens_details", "reasoning_tokens").unwrap_or(0),
         })
     }
@@ -71,6 +81,7 @@ impl Usage {
             input: pick(self.input, later.input),
             output: pick(self.output, later.output),
             cached_input: pick(self.cached_input, later.cached_input),
+            cache_write: pick(self.cache_write, later.cache_write),
             reasoning: pick(self.reasoning, later.reasoning),
         }
     }
@@ -135,6 +146,10 @@ pub struct UsageReader {
     found: Option<Usage>,
     /// Lines or objects passed over for their size.
     pub oversize: u32,
+    /// A stream's output text, watched for a model repeating itself.
+    watch: Option<RepeatWatch>,
+    /// What the watch found, until taken.
+    repeated: Option<Repeated>,
 }
 
 impl UsageReader {
@@ -146,7 +161,24 @@ impl UsageReader {
             skipping: false,
             found: None,
             oversize: 0,
+            watch: None,
+            repeated: None,
         }
+    }
+
+    /// Also watch a stream's output text for degenerate repetition (see
+    /// [`crate::response::repeats`]).
+    pub fn watching(mut self, settings: RepeatSettings) -> UsageReader {
+        if self.framing == Framing::EventStream {
+            self.watch = Some(RepeatWatch::new(settings));
+        }
+        self
+    }
+
+    /// The repetition the watch found since the last call (once per
+    /// stream).
+    pub fn take_repeated(&mut self) -> Option<Repeated> {
+        self.repeated.take()
     }
 
     /// The next chunk of the body, as it passes.
@@ -194,47 +226,39 @@ impl UsageReader {
     }
 
     fn feed_lines(&mut self, mut chunk: &[u8]) {
-        while !chunk.is_empty() {
-            let (part, rest, ended) = match chunk.iter().position(|&b| b == b'\n') {
-                Some(i) => (
-                    chunk.get(..i).unwrap_or(&[]),
-                    chunk.get(i + 1..).unwrap_or(&[]),
-                    true,
-                ),
-                None => (chunk, &[][..], false),
-            };
-            chunk = rest;
-            self.keep(part);
-            if ended {
-                if !self.skipping {
-                    let line = std::mem::take(&mut self.kept);
-                    self.line(&line);
-                    self.kept = line;
-                    self.kept.clear();
-                }
-                self.skipping = false;
+        while let Some(i) = memchr::memchr(b'\n', chunk) {
+            let line = chunk.get(..i).unwrap_or(&[]);
+            chunk = chunk.get(i + 1..).unwrap_or(&[]);
+            if self.kept.is_empty() && !self.skipping {
+                // Whole within this chunk: read in place.
+                self.line(line);
+                continue;
             }
+            self.keep(line);
+            if !self.skipping {
+                let kept = std::mem::take(&mut self.kept);
+                self.line(&kept);
+                self.kept = kept;
+            }
+            self.kept.clear();
+            self.skipping = false;
         }
+        self.keep(chunk);
     }
 
     /// One line of an event stream.
     fn line(&mut self, line: &[u8]) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
-        if find(data, b"usage").is_none() {
-            return;
+        if let Some(w) = self.watch.as_mut() {
+            if let Some(r) = w.feed_data(data) {
+                self.repeated = Some(r);
+                // Reported once: no more reading of the text.
+                self.watch = None;
+            }
         }
-        let Ok(v) = serde_json::from_slice::<Value>(data.trim_ascii()) else {
-            return;
-        };
-        let usage = v
-            .get("usage")
-            .filter(|u| !u.is_null())
-            .or_else(|| v.get("message").and_then(|m| m.get("usage")))
-            .or_else(|| v.get("response").and_then(|r| r.get("usage")));
-        if let Some(u) = usage.and_then(Usage::from_json) {
+        if let Some(u) = usage_in(data).as_ref().and_then(Usage::from_json) {
             self.note(u);
         }
     }
@@ -347,10 +371,71 @@ impl UsageReader {
 
 /// The first position of `needle` in `hay`.
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || hay.len() < needle.len() {
+    static KEY_FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+        std::sync::OnceLock::new();
+    if needle.is_empty() {
         return None;
     }
-    hay.windows(needle.len()).position(|w| w == needle)
+    if needle == KEY {
+        return KEY_FINDER
+            .get_or_init(|| memchr::memmem::Finder::new(KEY))
+            .find(hay);
+    }
+    memchr::memmem::find(hay, needle)
+}
+
+/// The first `"usage"` key of a JSON text whose value is an object, parsed
+/// (only that object). A quote inside a JSON string is escaped, so an
+/// unescaped `"usage"` followed by `:` is a key.
+fn usage_in(json: &[u8]) -> Option<Value> {
+    let mut from = 0;
+    while let Some(at) = json.get(from..).and_then(|rest| find(rest, KEY)) {
+        let after = from + at + KEY.len();
+        from = after;
+        let rest = json.get(after..)?;
+        let mut i = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+        if rest.get(i) != Some(&b':') {
+            continue;
+        }
+        i += 1 + rest.get(i + 1..)?.iter().position(|b| !b.is_ascii_whitespace())?;
+        if rest.get(i) != Some(&b'{') {
+            // `"usage": null` (OpenAI's chunks before the last).
+            continue;
+        }
+        let object = rest.get(i..i + object_len(rest.get(i..)?)?)?;
+        return serde_json::from_slice(object).ok();
+    }
+    None
+}
+
+/// The length of the JSON object `s` starts with (`None`: it does not end
+/// within `s`).
+fn object_len(s: &[u8]) -> Option<usize> {
+    let (mut depth, mut string, mut escape) = (0u32, false, false);
+    for (i, &b) in s.iter().enumerate() {
+        if string {
+            if escape {
+                escape = false;
+            } else if b == b'\\' {
+                escape = true;
+            } else if b == b'"' {
+                string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 #[cfg(test)]

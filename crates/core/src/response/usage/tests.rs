@@ -41,6 +41,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 812,
                 output: 40,
                 cached_input: 512,
+                cache_write: 0,
                 reasoning: 16,
             },
         ),
@@ -50,7 +51,8 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
             Usage {
                 input: 420,
                 output: 31,
-                cached_input: 400,
+                cached_input: 300,
+                cache_write: 100,
                 reasoning: 0,
             },
         ),
@@ -61,6 +63,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 50,
                 output: 70,
                 cached_input: 10,
+                cache_write: 0,
                 reasoning: 64,
             },
         ),
@@ -71,6 +74,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 9,
                 output: 3,
                 cached_input: 0,
+                cache_write: 0,
                 reasoning: 0,
             },
         ),
@@ -81,6 +85,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 30,
                 output: 15,
                 cached_input: 5,
+                cache_write: 0,
                 reasoning: 0,
             },
         ),
@@ -91,6 +96,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 7,
                 output: 8,
                 cached_input: 0,
+                cache_write: 0,
                 reasoning: 2,
             },
         ),
@@ -201,4 +207,22 @@ fn content_types() {
         Some(Framing::Json)
     );
     assert_eq!(Framing::of_content_type("text/html"), None);
+}
+
+#[test]
+fn usage_written_inside_a_string_is_not_usage() {
+    // The model's text quotes a usage object; the key's quotes are escaped
+    // inside the JSON string, so only the real key (null here) is seen.
+    let line = "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\": {\\\"prompt_tokens\\\": 5}\"}}],\"usage\":null}\n\n";
+    assert_eq!(read(Framing::EventStream, line.as_bytes()), None);
+    let json = br#"{"choices":[{"message":{"content":"\"usage\": {\"prompt_tokens\": 5}"}}]}"#;
+    assert_eq!(read(Framing::Json, json), None);
+    // An object that never closes on its line is not parsed.
+    assert_eq!(
+        read(
+            Framing::EventStream,
+            b"data: {\"usage\":{\"prompt_tokens\":5\n\n"
+        ),
+        None
+    );
 }
