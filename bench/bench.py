@@ -334,7 +334,11 @@ def run(args, tmp: Path, webdis: Webdis | None) -> int:
     if args.only:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
         keep = {c["name"] for c in configs if any(w in c["name"] for w in wanted)}
-        keep |= {c["base"] for c in configs if c["name"] in keep and c.get("base")}
+        while True:
+            more = {c["base"] for c in configs if c["name"] in keep and c.get("base")} - keep
+            if not more:
+                break
+            keep |= more
         configs = [c for c in configs if c["name"] in keep]
     results: dict[str, list[dict]] = {c["name"]: [] for c in configs}
     for r in range(args.rounds):

@@ -151,15 +151,8 @@ impl Context for Stream {
     }
 
     fn on_done(&mut self) -> bool {
-        // The clock is read only when a response's usage is still being
-        // read (a stream cut short).
-        let now = if self.req.wants_response_body() {
-            abi::now_ms()
-        } else {
-            0
-        };
         self.run(|e, r, out| {
-            e.on_done(r, now, out);
+            e.on_done(r, out);
             Step::Continue
         });
         true
@@ -237,9 +230,8 @@ impl HttpContext for Stream {
         // Each chunk passes on at once; only the events that carry usage
         // are parsed.
         let chunk = abi::response_body(body_size).unwrap_or_default();
-        let now = if end_of_stream { abi::now_ms() } else { 0 };
         self.run(|e, r, out| {
-            e.on_response_body(r, &chunk, end_of_stream, now, out);
+            e.on_response_body(r, &chunk, end_of_stream, out);
             Step::Continue
         });
         Action::Continue

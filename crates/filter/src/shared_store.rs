@@ -43,6 +43,11 @@ impl BucketBackend for SharedData {
             Err(_) => CasWrite::Failed,
         }
     }
+
+    fn publish(&mut self, bucket: u32, bytes: &[u8]) -> bool {
+        // A CAS of 0 writes whatever the version (one call, no read).
+        abi::shared_set(self.key(bucket), bytes, 0).is_ok()
+    }
 }
 
 /// Open the table for `plugin`, creating any bucket key that does not exist
@@ -54,7 +59,15 @@ pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
         prefix: format!("loopguard.{plugin}.{}.", layout.tag()),
         key: String::new(),
     };
-    for bucket in (0..layout.buckets).chain(loopguard_core::state::ledger::BUCKETS) {
+    // The loops' spending ledger: its shared region and the registry of the
+    // workers' own regions (created here, so that the first compare-and-swap
+    // on them is a real one; the workers' regions are written only by their
+    // worker and need no creation).
+    use loopguard_core::state::ledger;
+    for bucket in (0..layout.buckets)
+        .chain(ledger::BUCKETS)
+        .chain([ledger::REGISTRY])
+    {
         let key = data.key(bucket).to_string();
         match abi::shared_get(&key) {
             Ok(Some(_)) => {}

@@ -163,14 +163,14 @@ impl Simulation {
             .or(Some(200));
         if verdict.status.is_some() {
             // Answered by loopguard: the client gets the local reply.
-            self.engine.on_done(&mut r, now, &mut out);
+            self.engine.on_done(&mut r, &mut out);
         } else if step == Step::Pause {
             // Throttled: the tick resumes it, then it goes upstream.
             self.held.insert(id, (r, status));
         } else {
             self.engine
                 .on_response_headers(&mut r, status, now, &mut out);
-            self.engine.on_done(&mut r, now, &mut out);
+            self.engine.on_done(&mut r, &mut out);
         }
         self.out = out;
         verdict
@@ -212,7 +212,7 @@ impl Simulation {
                 out.clear();
                 self.engine
                     .on_response_headers(&mut r, status, at, &mut out);
-                self.engine.on_done(&mut r, at, &mut out);
+                self.engine.on_done(&mut r, &mut out);
             }
         }
         self.out = out;

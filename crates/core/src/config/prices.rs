@@ -2,7 +2,16 @@
 //! A response's usage is priced by its request's model; counts are kept in
 //! micro-dollars (whole numbers, as Envoy's counters are).
 
-use crate::response::usage::Usage;
+/// The token counts a price applies to (a response's usage, as
+/// `crate::response::usage::Usage` reads it): cached reads and cache writes
+/// are part of `input`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+    pub cached_input: u64,
+    pub cache_write: u64,
+}
 
 /// The most models `prices` may list (each gets its own metric series).
 pub const MAX_PRICED_MODELS: usize = 64;
@@ -46,7 +55,7 @@ impl Prices {
     }
 
     /// What `usage` cost at the prices of model `index`, in micro-dollars.
-    pub fn cost(&self, index: usize, usage: &Usage) -> u64 {
+    pub fn cost(&self, index: usize, usage: &Tokens) -> u64 {
         let Some(m) = self.models.get(index) else {
             return 0;
         };
@@ -156,38 +165,37 @@ mod tests {
     #[test]
     fn cost_prices_cached_input_apart() {
         let p = prices();
-        let u = Usage {
+        let u = Tokens {
             input: 1_000_000,
             output: 100_000,
             cached_input: 400_000,
-            ..Usage::default()
+            ..Tokens::default()
         };
         // 600k fresh at $2.50/M + 400k cached at $1.25/M + 100k out at $10/M
         // = 1.5 + 0.5 + 1.0 dollars.
         assert_eq!(p.cost(0, &u), 3_000_000);
         assert_eq!(p.cost(9, &u), 0);
         // A cached count above the input (never sent, but bounded).
-        let odd = Usage {
+        let odd = Tokens {
             input: 10,
             cached_input: 50,
             cache_write: 50,
-            ..Usage::default()
+            ..Tokens::default()
         };
         assert_eq!(p.cost(0, &odd), 12);
         // Anthropic: 1000 fresh at $3/M, 2000 read at $0.30/M, 4000
         // written at $3.75/M, 100 out at $15/M.
-        let anthropic = Usage {
+        let anthropic = Tokens {
             input: 7000,
             output: 100,
             cached_input: 2000,
             cache_write: 4000,
-            reasoning: 0,
         };
         assert_eq!(p.cost(2, &anthropic), 3000 + 600 + 15_000 + 1500);
-        let small = Usage {
+        let small = Tokens {
             input: 1200,
             output: 300,
-            ..Usage::default()
+            ..Tokens::default()
         };
         // 1200 * 0.15 + 300 * 0.6 micro-dollars.
         assert_eq!(p.cost(1, &small), 180 + 180);

@@ -54,6 +54,7 @@ impl<B: BucketBackend> Engine<B> {
         r.api = reply::Api::for_path(head.path_only());
         let pending = Pending::start(&config, policy, head, facts);
         r.caller = usage::caller_hash(&policy.id, pending.identity());
+        r.started_ms = now;
         // An LLM call's answer is read for its usage: a request with a body
         // to an LLM API path, or judged by a policy that reads LLM bodies
         // (a body-less one, or another API's, costs no response-path work).

@@ -200,6 +200,9 @@ pub struct Request {
     loop_counted: bool,
     /// The request's model, while its response is read (for events).
     model: Option<String>,
+    /// When its headers arrived (the time its response's spending is
+    /// dated by).
+    started_ms: u64,
 }
 
 /// Whose tokens a response's usage is.
@@ -266,6 +269,7 @@ impl Request {
             caller: 0,
             loop_counted: false,
             model: None,
+            started_ms: 0,
         }
     }
 
@@ -360,6 +364,8 @@ pub struct Engine<B> {
     /// Per policy, the callers given their own loop-metric series on this
     /// worker (at most [`crate::metrics::MAX_CALLER_SERIES`]).
     caller_series: Vec<Vec<u64>>,
+    /// This worker's part of the loops' spending.
+    ledger: crate::state::ledger::Ledger,
 }
 
 impl<B: BucketBackend> Engine<B> {
@@ -386,7 +392,8 @@ impl<B: BucketBackend> Engine<B> {
             },
         };
         let layout = TableLayout::new(config.max_tracked_fingerprints);
-        let backend = open(layout)?;
+        let mut backend = open(layout)?;
+        let ledger = crate::state::ledger::Ledger::join(&mut backend);
         let shared = match &config.store {
             StoreConfig::Local => None,
             StoreConfig::RedisWebdis(r) => Some(RedisStore::new(r.clone(), namespace, seed)),
@@ -409,6 +416,7 @@ impl<B: BucketBackend> Engine<B> {
             hits: 0,
             root_calls: RootCalls::default(),
             caller_series: vec![Vec::new(); config.policies.len()],
+            ledger,
             config: Rc::new(config),
         })
     }

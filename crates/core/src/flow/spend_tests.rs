@@ -38,9 +38,9 @@ fn answer(h: &mut Harness, s: &mut Sent, body: &str) -> Effects {
         .on_response_content_type(&mut s.req, Some("application/json"), &mut out);
     if s.req.wants_response_body() {
         h.engine
-            .on_response_body(&mut s.req, body.as_bytes(), true, h.now, &mut out);
+            .on_response_body(&mut s.req, body.as_bytes(), true, &mut out);
     }
-    h.engine.on_done(&mut s.req, h.now, &mut out);
+    h.engine.on_done(&mut s.req, &mut out);
     out
 }
 

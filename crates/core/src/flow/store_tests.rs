@@ -258,7 +258,7 @@ fn redis_reply_for_a_request_that_already_left_does_nothing() {
     let mut h = redis("local", 2);
     let mut s = h.waiting(5);
     let mut out = Effects::new();
-    h.engine.on_done(&mut s.req, 0, &mut out);
+    h.engine.on_done(&mut s.req, &mut out);
     assert_eq!(h.reply(&mut s, 5, answer(9, 1000, 0)), Step::Pause);
     assert!(s.effects.is_empty(), "no resume, no reply, no metric");
 }
@@ -277,7 +277,7 @@ fn redis_reply_after_the_client_gave_up_while_throttled_does_nothing() {
         "throttled"
     );
     let mut out = Effects::new();
-    h.engine.on_done(&mut s.req, 0, &mut out);
+    h.engine.on_done(&mut s.req, &mut out);
     assert_eq!(h.metric(&out, "loopguard.throttle_pending"), -1);
     // A late duplicate of the reply: ignored.
     assert_eq!(h.reply(&mut s, 3, answer(2, 0, -1)), Step::Pause);

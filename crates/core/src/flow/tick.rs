@@ -10,11 +10,9 @@ use serde_json::Value;
 impl<B: BucketBackend> Engine<B> {
     /// The stream ended (answered, or its client left): forget it wherever
     /// it waits.
-    /// `now` is read only while a response's usage is being read
-    /// ([`Request::wants_response_body`]; the host may pass 0 otherwise).
-    pub fn on_done(&mut self, r: &mut Request, now: u64, out: &mut Effects) {
+    pub fn on_done(&mut self, r: &mut Request, out: &mut Effects) {
         // A response cut short still reported what it had read.
-        self.finish_usage(r, now, out);
+        self.finish_usage(r, out);
         if matches!(r.state, State::Held) && self.throttled.remove(r.id) {
             out.push(count(self.registry.throttle_pending(), -1));
         }

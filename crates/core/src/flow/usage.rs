@@ -9,7 +9,7 @@ use super::*;
 use crate::metrics::{self, TokenType};
 use crate::response::repeats::{RepeatSettings, Repeated};
 use crate::response::usage::{Framing, UsageReader};
-use crate::state::ledger::{self, Added, Spend};
+use crate::state::ledger::{Added, Spend};
 
 /// A hash of who calls under a policy (FNV-1a over the policy id and the
 /// framed identity): stable across workers and replicas, and cheap. Shown
@@ -109,7 +109,7 @@ impl<B: BucketBackend> Engine<B> {
     /// Loop `key`'s spending so far in this process (`None`: nothing
     /// recorded).
     pub(super) fn spend(&mut self, key: u64, now: u64) -> Option<Spend> {
-        ledger::read(&mut self.local.backend, key, now)
+        self.ledger.spend(&mut self.local.backend, key, now)
     }
 
     /// A request of loop `key` was rejected: what it would have spent is
@@ -173,7 +173,6 @@ impl<B: BucketBackend> Engine<B> {
         r: &mut Request,
         chunk: &[u8],
         end_of_stream: bool,
-        now: u64,
         out: &mut Effects,
     ) {
         if let Some(reader) = r.usage.as_mut() {
@@ -183,7 +182,7 @@ impl<B: BucketBackend> Engine<B> {
             }
         }
         if end_of_stream {
-            self.finish_usage(r, now, out);
+            self.finish_usage(r, out);
         }
     }
 
@@ -212,8 +211,9 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// The response is over (or the stream ended early): count what it
-    /// reported.
-    pub(super) fn finish_usage(&mut self, r: &mut Request, now: u64, out: &mut Effects) {
+    /// reported. The loop's ledger dates it by its request's start (no
+    /// clock read on the response path).
+    pub(super) fn finish_usage(&mut self, r: &mut Request, out: &mut Effects) {
         let Some(reader) = r.usage.take() else {
             return;
         };
@@ -232,12 +232,19 @@ impl<B: BucketBackend> Engine<B> {
             reg.tokens(p, TokenType::Output, l, m),
             to_i64(u.output),
         );
-        let cost = m.map_or(0, |m| self.config.prices.cost(m, &u));
+        let cost = m.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
         if m.is_some() {
             count_opt(out, reg.cost(p, l, m), to_i64(cost));
         }
         if let Some(key) = target.loop_key {
-            match ledger::add(&mut self.local.backend, key, &u, cost, now) {
+            match self.ledger.add(
+                &mut self.local.backend,
+                key,
+                u.input,
+                u.output,
+                cost,
+                r.started_ms,
+            ) {
                 Added::Done { cas_retries: 0 } => {}
                 Added::Done { cas_retries } => {
                     out.push(count(self.registry.cas_retries(), i64::from(cas_retries)));

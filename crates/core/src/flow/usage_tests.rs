@@ -24,10 +24,10 @@ fn respond(
     for (i, piece) in pieces.iter().enumerate() {
         if s.req.wants_response_body() {
             h.engine
-                .on_response_body(&mut s.req, piece, i + 1 == pieces.len(), 0, &mut out);
+                .on_response_body(&mut s.req, piece, i + 1 == pieces.len(), &mut out);
         }
     }
-    h.engine.on_done(&mut s.req, 0, &mut out);
+    h.engine.on_done(&mut s.req, &mut out);
     out
 }
 
@@ -134,9 +134,9 @@ fn streams_are_read_as_they_pass_and_other_answers_report_no_usage() {
     h.engine
         .on_response_content_type(&mut cut.req, Some("text/event-stream"), &mut out);
     h.engine
-        .on_response_body(&mut cut.req, &stream.as_bytes()[..120], false, 0, &mut out);
-    h.engine.on_done(&mut cut.req, 0, &mut out);
-    h.engine.on_done(&mut cut.req, 0, &mut out);
+        .on_response_body(&mut cut.req, &stream.as_bytes()[..120], false, &mut out);
+    h.engine.on_done(&mut cut.req, &mut out);
+    h.engine.on_done(&mut cut.req, &mut out);
     assert_eq!(tokens(&h, &out, "input", false), 25);
     // No body, no reading (an LLM call has one); no policy, no reading.
     let mut get = h.get("/v1/models");
@@ -170,8 +170,17 @@ fn a_stream_repeating_itself_is_reported_once_and_passes_whole() {
     let mut h = Harness::policy(exact(3));
     let mut s = h.post("{\"model\":\"gpt-4o\",\"q\":7}");
     let sentence = "I will now check the deployment status again. ";
-    let deltas: Vec<&str> = std::iter::repeat_n(sentence, 12).collect();
-    let out = respond(&mut h, &mut s, "text/event-stream", &chat_stream(&deltas), 9);
+    // Deltas of a few characters, as models stream: past the first 8 KB
+    // of events the watch reads the text.
+    let text = sentence.repeat(30);
+    let deltas: Vec<&str> = text
+        .as_bytes()
+        .chunks(6)
+        .map(|c| std::str::from_utf8(c).unwrap())
+        .collect();
+    let stream = chat_stream(&deltas);
+    assert!(stream.len() > 2 * crate::response::usage::WATCH_AFTER as usize);
+    let out = respond(&mut h, &mut s, "text/event-stream", &stream, 9);
     assert_eq!(
         h.metric(&out, "loopguard.degenerate_output_total.policy.p"),
         1
@@ -189,16 +198,36 @@ fn a_stream_repeating_itself_is_reported_once_and_passes_whole() {
     assert_eq!(e["policy"], "p");
     assert_eq!(e["caller"].as_str().map(str::len), Some(12));
     assert!(e["repeats"].as_u64().unwrap() >= 4, "{e}");
-    assert_eq!(e["unit_chars"], json!(sentence.trim_end().chars().count() + 1));
+    assert_eq!(
+        e["unit_chars"],
+        json!(sentence.trim_end().chars().count() + 1)
+    );
     // Its usage is still read.
     assert_eq!(tokens(&h, &out, "output", false), 400);
     // A healthy stream of varied sentences is not reported.
     let mut ok = h.post("{\"model\":\"gpt-4o\",\"q\":8}");
     let varied: Vec<String> = (0..40)
-        .map(|i| format!("Step {i} checks the {} service and finds {} pods. ", ["api", "db", "queue", "cache"][i % 4], i * 3 + 1))
+        .map(|i| {
+            format!(
+                "Step {i} checks the {} service and finds {} pods. ",
+                ["api", "db", "queue", "cache"][i % 4],
+                i * 3 + 1
+            )
+        })
         .collect();
     let refs: Vec<&str> = varied.iter().map(String::as_str).collect();
     let out = respond(&mut h, &mut ok, "text/event-stream", &chat_stream(&refs), 5);
+    assert_eq!(
+        h.metric(&out, "loopguard.degenerate_output_total.policy.p"),
+        0
+    );
+    // A short stream is not watched: under 8 KB of events it cannot have
+    // burnt much (and reading it costs nothing more).
+    let mut short = h.post("{\"model\":\"gpt-4o\",\"q\":9}");
+    let few: Vec<&str> = std::iter::repeat_n(sentence, 8).collect();
+    let stream = chat_stream(&few);
+    assert!(stream.len() < crate::response::usage::WATCH_AFTER as usize);
+    let out = respond(&mut h, &mut short, "text/event-stream", &stream, 1);
     assert_eq!(
         h.metric(&out, "loopguard.degenerate_output_total.policy.p"),
         0

@@ -252,7 +252,9 @@ pub fn model_of(body: &[u8]) -> Option<String> {
         if value.get(end) != Some(&b'"') || end == 0 || end > 256 {
             return None;
         }
-        return std::str::from_utf8(value.get(..end)?).ok().map(str::to_string);
+        return std::str::from_utf8(value.get(..end)?)
+            .ok()
+            .map(str::to_string);
     }
     None
 }

@@ -511,7 +511,10 @@ fn model_of_finds_the_model_key_without_parsing() {
         model_of(br#"{"messages":[{"content":"\"model\": \"x\""}],"model":"m1"}"#).as_deref(),
         Some("m1")
     );
-    assert_eq!(model_of(br#"{"model": null, "x": {"model": "m2"}}"#).as_deref(), Some("m2"));
+    assert_eq!(
+        model_of(br#"{"model": null, "x": {"model": "m2"}}"#).as_deref(),
+        Some("m2")
+    );
     assert_eq!(model_of(br#"{"model": "a\"b"}"#), None);
     assert_eq!(model_of(b"{}"), None);
     assert_eq!(model_of(br#"{"model": ""}"#), None);

@@ -65,8 +65,12 @@ const NEEDLES: [&[u8]; 8] = [
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     static FINDERS: std::sync::OnceLock<Vec<memchr::memmem::Finder<'static>>> =
         std::sync::OnceLock::new();
-    let finders = FINDERS.get_or_init(|| NEEDLES.iter().map(|n| memchr::memmem::Finder::new(n)).collect());
-    match NEEDLES.iter().position(|n| *n == needle).and_then(|i| finders.get(i)) {
+    let finders = FINDERS.get_or_init(|| NEEDLES.iter().map(memchr::memmem::Finder::new).collect());
+    match NEEDLES
+        .iter()
+        .position(|n| *n == needle)
+        .and_then(|i| finders.get(i))
+    {
         Some(f) => f.find(hay),
         None => memchr::memmem::find(hay, needle),
     }
@@ -175,4 +179,3 @@ fn hex4(b: &[u8]) -> Option<u32> {
     b.iter()
         .try_fold(0u32, |n, &c| Some(n * 16 + char::from(c).to_digit(16)?))
 }
-

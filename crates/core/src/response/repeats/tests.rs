@@ -1,5 +1,6 @@
 use super::*;
 use proptest::prelude::*;
+use std::borrow::Cow;
 
 fn scan(text: &str) -> Option<Repeated> {
     RepeatWatch::new(RepeatSettings::default()).feed_text(text)

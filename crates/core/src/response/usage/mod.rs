@@ -87,6 +87,18 @@ impl Usage {
     }
 }
 
+impl Usage {
+    /// The counts a price applies to.
+    pub fn tokens(&self) -> crate::config::prices::Tokens {
+        crate::config::prices::Tokens {
+            input: self.input,
+            output: self.output,
+            cached_input: self.cached_input,
+            cache_write: self.cache_write,
+        }
+    }
+}
+
 /// How the response body is framed (from its `content-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {
@@ -150,7 +162,15 @@ pub struct UsageReader {
     watch: Option<RepeatWatch>,
     /// What the watch found, until taken.
     repeated: Option<Repeated>,
+    /// Stream bytes read so far (the watch starts after [`WATCH_AFTER`]).
+    consumed: u64,
 }
+
+/// A stream is watched for repetition once this many bytes have passed: a
+/// shorter one cannot have burnt much (8 KB of events is about 300 tokens of
+/// text), and a degenerate one goes on repeating past it. Short answers
+/// cost nothing more to read.
+pub const WATCH_AFTER: u64 = 8 * 1024;
 
 impl UsageReader {
     pub fn new(framing: Framing) -> UsageReader {
@@ -163,6 +183,7 @@ impl UsageReader {
             oversize: 0,
             watch: None,
             repeated: None,
+            consumed: 0,
         }
     }
 
@@ -226,15 +247,14 @@ impl UsageReader {
     }
 
     fn feed_lines(&mut self, mut chunk: &[u8]) {
-        while let Some(i) = memchr::memchr(b'\n', chunk) {
-            let line = chunk.get(..i).unwrap_or(&[]);
-            chunk = chunk.get(i + 1..).unwrap_or(&[]);
-            if self.kept.is_empty() && !self.skipping {
-                // Whole within this chunk: read in place.
-                self.line(line);
-                continue;
-            }
-            self.keep(line);
+        // A line begun in an earlier chunk: finish it first.
+        if !self.kept.is_empty() || self.skipping {
+            let Some(i) = memchr::memchr(b'\n', chunk) else {
+                self.keep(chunk);
+                self.consumed += chunk.len() as u64;
+                return;
+            };
+            self.keep(chunk.get(..i).unwrap_or(&[]));
             if !self.skipping {
                 let kept = std::mem::take(&mut self.kept);
                 self.line(&kept);
@@ -242,8 +262,38 @@ impl UsageReader {
             }
             self.kept.clear();
             self.skipping = false;
+            self.consumed += i as u64 + 1;
+            chunk = chunk.get(i + 1..).unwrap_or(&[]);
         }
-        self.keep(chunk);
+        // Whole lines, read in place; the last, unfinished one is kept.
+        let whole = memchr::memrchr(b'\n', chunk).map_or(0, |i| i + 1);
+        let (lines, tail) = chunk.split_at(whole);
+        if self.watch.is_some() && self.consumed + lines.len() as u64 > WATCH_AFTER {
+            // Line by line: the watch reads each event's text.
+            for line in lines.split(|&b| b == b'\n') {
+                self.consumed += line.len() as u64 + 1;
+                self.line(line);
+            }
+            self.consumed = self.consumed.saturating_sub(1);
+        } else {
+            // Only the usage objects (searched over the whole chunk at
+            // once; a JSON line holds no raw newline, so an object found
+            // ends on its line).
+            self.consumed += lines.len() as u64;
+            let mut from = 0;
+            while let Some((object, end)) = usage_object(lines, from) {
+                from = end;
+                if let Some(u) = serde_json::from_slice::<Value>(object)
+                    .ok()
+                    .as_ref()
+                    .and_then(Usage::from_json)
+                {
+                    self.note(u);
+                }
+            }
+        }
+        self.keep(tail);
+        self.consumed += tail.len() as u64;
     }
 
     /// One line of an event stream.
@@ -251,7 +301,7 @@ impl UsageReader {
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
-        if let Some(w) = self.watch.as_mut() {
+        if let Some(w) = self.watch.as_mut().filter(|_| self.consumed > WATCH_AFTER) {
             if let Some(r) = w.feed_data(data) {
                 self.repeated = Some(r);
                 // Reported once: no more reading of the text.
@@ -388,22 +438,33 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// (only that object). A quote inside a JSON string is escaped, so an
 /// unescaped `"usage"` followed by `:` is a key.
 fn usage_in(json: &[u8]) -> Option<Value> {
-    let mut from = 0;
-    while let Some(at) = json.get(from..).and_then(|rest| find(rest, KEY)) {
+    let (object, _) = usage_object(json, 0)?;
+    serde_json::from_slice(object).ok()
+}
+
+/// The next `"usage"` object of `text` from `from` (`"usage": null` is
+/// passed over), and where the search goes on.
+fn usage_object(text: &[u8], mut from: usize) -> Option<(&[u8], usize)> {
+    while let Some(at) = text.get(from..).and_then(|rest| find(rest, KEY)) {
         let after = from + at + KEY.len();
         from = after;
-        let rest = json.get(after..)?;
+        let rest = text.get(after..)?;
         let mut i = rest.iter().position(|b| !b.is_ascii_whitespace())?;
         if rest.get(i) != Some(&b':') {
             continue;
         }
-        i += 1 + rest.get(i + 1..)?.iter().position(|b| !b.is_ascii_whitespace())?;
+        let v = rest
+            .get(i + 1..)
+            .and_then(|r| r.iter().position(|b| !b.is_ascii_whitespace()))?;
+        i += 1 + v;
         if rest.get(i) != Some(&b'{') {
             // `"usage": null` (OpenAI's chunks before the last).
             continue;
         }
-        let object = rest.get(i..i + object_len(rest.get(i..)?)?)?;
-        return serde_json::from_slice(object).ok();
+        let Some(len) = rest.get(i..).and_then(object_len) else {
+            continue;
+        };
+        return Some((rest.get(i..i + len)?, after + i + len));
     }
     None
 }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::response::repeats::RepeatSettings;
 use proptest::prelude::*;
 
 fn read(framing: Framing, body: &[u8]) -> Option<Usage> {
@@ -225,4 +226,47 @@ fn usage_written_inside_a_string_is_not_usage() {
         ),
         None
     );
+}
+
+/// A stream's events after `pad` bytes of text events, so that the reader
+/// passes from reading whole chunks to reading line by line (the watch
+/// starts after `WATCH_AFTER` bytes) inside the body.
+fn padded(body: &str, pad: usize) -> String {
+    let mut s = String::new();
+    let mut i = 0;
+    while s.len() < pad {
+        s.push_str(&format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"step {i} of the plan. \"}}}}],\"usage\":null}}\n\n"
+        ));
+        i += 1;
+    }
+    s + body
+}
+
+proptest! {
+    #[test]
+    fn watching_reads_the_same_usage_whatever_the_chunking(
+        cuts in proptest::collection::vec(0usize..12_000, 0..16),
+        pad in 0usize..10_000,
+    ) {
+        for (framing, body, want) in all() {
+            if framing != Framing::EventStream {
+                continue;
+            }
+            let body = padded(body, pad);
+            let b = body.as_bytes();
+            let mut cuts = cuts.clone();
+            cuts.sort_unstable();
+            let mut r = UsageReader::new(framing).watching(RepeatSettings::default());
+            let mut at = 0;
+            for &c in &cuts {
+                let c = c.min(b.len()).max(at);
+                r.feed(&b[at..c]);
+                at = c;
+            }
+            r.feed(&b[at..]);
+            prop_assert_eq!(r.finish(), Some(want));
+            prop_assert_eq!(read_split(framing, b, &cuts), Some(want));
+        }
+    }
 }
