@@ -163,12 +163,14 @@ def test_anthropic_stream_repeating_a_block_is_reported(streams, start_envoy):
     e = start_envoy(h.bootstrap(CONFIG, streams.port, hold=True))
     client = anthropic.Anthropic(base_url=e.url, api_key="sk-ant-degenerate", max_retries=0)
     block = "".join(BLOCK)
-    streams.deltas = split(block * 6, 5)
+    # Past the first 8 KB of events (where the watch starts), the block
+    # still repeats more than 4 times.
+    streams.deltas = split(block * 12, 5)
     with client.messages.stream(model="claude-sonnet-4", max_tokens=500,
                                 messages=[{"role": "user", "content": "fix it"}]) as s:
         text = "".join(s.text_stream)
         final = s.get_final_message()
-    assert text == block * 6
+    assert text == block * 12
     assert final.usage.output_tokens == 500
     settle(e, "loopguard.tokens_total", 540)
     (event,) = degenerate(e)

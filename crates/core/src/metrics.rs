@@ -159,7 +159,8 @@ const SKIPPED: u32 = 7; // 5
 const CALLS: u32 = SKIPPED + 5; // 4
 const FALLBACK: u32 = CALLS + 4; // 2
 const WEBHOOK: u32 = FALLBACK + 2; // 3
-const GLOBALS: u32 = WEBHOOK + 3;
+const LEDGER_FAILED: u32 = WEBHOOK + 3;
+const GLOBALS: u32 = LEDGER_FAILED + 1;
 
 impl Registry {
     pub fn new(config: &Config) -> Registry {
@@ -193,6 +194,7 @@ impl Registry {
                 .iter()
                 .map(|r| c(&format!("webhook_total.result.{r}"))),
         );
+        defs.push(c("spend_ledger_failed_total"));
         for p in &config.policies {
             let id = &p.id;
             let pc = |name: &str, tags: &str| {
@@ -349,6 +351,10 @@ impl Registry {
                     WebhookResult::Dropped => 2,
                 },
         )
+    }
+    /// A response's spending could not be added to the loops' ledger.
+    pub fn ledger_failed(&self) -> MetricId {
+        MetricId(LEDGER_FAILED)
     }
     pub fn matched(&self, policy: usize) -> Option<MetricId> {
         self.at(policy, 0)
@@ -558,6 +564,10 @@ mod tests {
         assert_eq!(
             name(r.failed_attempt(0, None)),
             "loopguard.failed_attempts_total.policy.a.result.unrecorded"
+        );
+        assert_eq!(
+            name(Some(r.ledger_failed())),
+            "loopguard.spend_ledger_failed_total"
         );
         assert_eq!(r.matched(2), None);
         assert_eq!(

@@ -325,6 +325,8 @@ struct LogLimits {
     fail_open: u64,
     store_error: u64,
     webhook: u64,
+    /// A compressed response body was logged (once per worker).
+    compressed_body: bool,
 }
 
 impl LogLimits {

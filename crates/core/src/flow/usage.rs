@@ -11,27 +11,7 @@ use crate::response::repeats::{RepeatSettings, Repeated};
 use crate::response::usage::{Framing, UsageReader};
 use crate::state::ledger::{Added, Spend};
 
-/// A hash of who calls under a policy (FNV-1a over the policy id and the
-/// framed identity): stable across workers and replicas, and cheap. Shown
-/// as a tag ([`caller_tag`]); never the identity itself.
-pub fn caller_hash(policy_id: &str, identity: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in policy_id
-        .as_bytes()
-        .iter()
-        .chain([0xff].iter())
-        .chain(identity)
-    {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-/// A caller hash as the 12 hex characters metrics and events show.
-pub fn caller_tag(hash: u64) -> String {
-    format!("{:012x}", hash >> 16)
-}
+pub use crate::act::events::{caller_hash, caller_tag};
 
 /// A loop's ledger key from its fingerprint.
 pub(super) fn loop_key(fp: &crate::detect::fingerprint::Fingerprint) -> u64 {
@@ -122,7 +102,10 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) {
-        let Some(s) = self.spend(key, now) else {
+        // This worker's own part first (no host call: a rejection stays
+        // cheap); every worker's only when this one served none of it.
+        let own = self.ledger.own(&mut self.local.backend, key, now);
+        let Some(s) = own.or_else(|| self.spend(key, now)) else {
             return;
         };
         let r = &self.registry;
@@ -220,6 +203,13 @@ impl<B: BucketBackend> Engine<B> {
         let Some(target) = r.usage_for.take() else {
             return;
         };
+        if reader.compressed && !self.logs.compressed_body {
+            self.logs.compressed_body = true;
+            out.push(Effect::Log(
+                Level::Warn,
+                "a response body is gzip-compressed, so its token usage cannot be read: put Envoy's decompressor filter after loopguard in http_filters (responses pass the filters in reverse), see docs/observability.md#tokens-and-dollars".to_string(),
+            ));
+        }
         let Some(u) = reader.finish() else {
             count_opt(out, self.registry.without_usage(target.policy), 1);
             return;
@@ -249,7 +239,7 @@ impl<B: BucketBackend> Engine<B> {
                 Added::Done { cas_retries } => {
                     out.push(count(self.registry.cas_retries(), i64::from(cas_retries)));
                 }
-                Added::Failed => out.push(count(self.registry.fail_open(), 1)),
+                Added::Failed => out.push(count(self.registry.ledger_failed(), 1)),
             }
         }
     }

@@ -133,6 +133,18 @@ pub(super) fn prices(
         let cache_write =
             price("cache_write_per_million", p.cache_write_per_million)?.unwrap_or(input);
         let label = prices::label(&model);
+        if label == "other" {
+            return Err(ctx.err(
+                &format!("prices.{model}"),
+                "\"other\" is the model label of unpriced models; name the model as requests do",
+            ));
+        }
+        if label.starts_with('.') || label.ends_with('.') || label.contains("..") {
+            return Err(ctx.err(
+                &format!("prices.{model}"),
+                "a model name may not start or end with a dot, or hold two in a row (it is part of a metric name)",
+            ));
+        }
         if let Some(other) = models.iter().find(|m: &&ModelPrice| m.label == label) {
             return Err(ctx.err(
                 "prices",

@@ -400,4 +400,6 @@ mod delta;
 pub use delta::output_delta;
 
 #[cfg(test)]
+mod delta_tests;
+#[cfg(test)]
 mod tests;

@@ -64,9 +64,12 @@ impl Usage {
         let cache_write = n(v, "cache_creation_input_tokens").unwrap_or(0);
         let responses_cached = deep("input_tokens_details", "cached_tokens").unwrap_or(0);
         Some(Usage {
-            input: input.unwrap_or(0) + cache_read + cache_write,
+            input: input
+                .unwrap_or(0)
+                .saturating_add(cache_read)
+                .saturating_add(cache_write),
             output: output.unwrap_or(0),
-            cached_input: cache_read + responses_cached,
+            cached_input: cache_read.saturating_add(responses_cached),
             cache_write,
             reasoning: deep("output_tokens_details", "reasoning_tokens").unwrap_or(0),
         })
@@ -158,12 +161,18 @@ pub struct UsageReader {
     found: Option<Usage>,
     /// Lines or objects passed over for their size.
     pub oversize: u32,
+    /// The body is gzip-compressed (it cannot be read; nothing more is).
+    pub compressed: bool,
     /// A stream's output text, watched for a model repeating itself.
     watch: Option<RepeatWatch>,
     /// What the watch found, until taken.
     repeated: Option<Repeated>,
     /// Stream bytes read so far (the watch starts after [`WATCH_AFTER`]).
     consumed: u64,
+    /// A stream line longer than `MAX_KEPT` split over chunks (the
+    /// Responses API's `response.completed` repeats the whole response
+    /// before its usage): read on as JSON, for its usage object alone.
+    long: Option<Box<UsageReader>>,
 }
 
 /// A stream is watched for repetition once this many bytes have passed: a
@@ -181,9 +190,11 @@ impl UsageReader {
             skipping: false,
             found: None,
             oversize: 0,
+            compressed: false,
             watch: None,
             repeated: None,
             consumed: 0,
+            long: None,
         }
     }
 
@@ -204,6 +215,18 @@ impl UsageReader {
 
     /// The next chunk of the body, as it passes.
     pub fn feed(&mut self, chunk: &[u8]) {
+        if self.compressed {
+            return;
+        }
+        if self.consumed == 0 && self.kept.is_empty() && chunk.starts_with(&[0x1f, 0x8b]) {
+            // gzip's magic bytes where text should start.
+            self.compressed = true;
+            return;
+        }
+        if self.framing == Framing::Json {
+            // Counted for the gzip check only.
+            self.consumed = self.consumed.saturating_add(chunk.len() as u64);
+        }
         match self.framing {
             Framing::EventStream => self.feed_lines(chunk),
             Framing::Json => self.feed_json(chunk),
@@ -212,6 +235,7 @@ impl UsageReader {
 
     /// The end of the body: the usage it reported, if any.
     pub fn finish(mut self) -> Option<Usage> {
+        self.end_long_line();
         if self.framing == Framing::EventStream && !self.kept.is_empty() && !self.skipping {
             let line = std::mem::take(&mut self.kept);
             self.line(&line);
@@ -232,30 +256,52 @@ impl UsageReader {
     }
 
     /// Keep `part` of the current line (or object), unless that would
-    /// pass `MAX_KEPT`: then drop it all until it ends, counted.
+    /// pass `MAX_KEPT`: then a stream's line is read on as JSON for its
+    /// usage object alone, and a JSON body's object is dropped until it
+    /// ends; both counted.
     fn keep(&mut self, part: &[u8]) {
+        if let Some(long) = self.long.as_mut() {
+            long.feed(part);
+            return;
+        }
         if self.skipping {
             return;
         }
         if self.kept.len() + part.len() > MAX_KEPT {
-            self.kept.clear();
-            self.skipping = true;
             self.oversize += 1;
+            if self.framing == Framing::EventStream {
+                let mut long = UsageReader::new(Framing::Json);
+                long.feed(&self.kept);
+                long.feed(part);
+                self.long = Some(Box::new(long));
+            } else {
+                self.skipping = true;
+            }
+            self.kept.clear();
         } else {
             self.kept.extend_from_slice(part);
         }
     }
 
+    /// A long line ended: count the usage it held.
+    fn end_long_line(&mut self) {
+        if let Some(u) = self.long.take().and_then(|long| long.finish()) {
+            self.note(u);
+        }
+    }
+
     fn feed_lines(&mut self, mut chunk: &[u8]) {
         // A line begun in an earlier chunk: finish it first.
-        if !self.kept.is_empty() || self.skipping {
+        if !self.kept.is_empty() || self.skipping || self.long.is_some() {
             let Some(i) = memchr::memchr(b'\n', chunk) else {
                 self.keep(chunk);
                 self.consumed += chunk.len() as u64;
                 return;
             };
             self.keep(chunk.get(..i).unwrap_or(&[]));
-            if !self.skipping {
+            if self.long.is_some() {
+                self.end_long_line();
+            } else if !self.skipping {
                 let kept = std::mem::take(&mut self.kept);
                 self.line(&kept);
                 self.kept = kept;

@@ -178,6 +178,7 @@ fn memory_is_bounded_whatever_the_length() {
     for _ in 0..128 {
         r.feed(&chunk);
         assert!(r.kept.len() <= MAX_KEPT);
+        assert!(r.long.as_ref().map_or(0, |l| l.kept.len()) <= MAX_KEPT);
     }
     r.feed(b"\ndata: {\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}\n");
     assert_eq!(r.oversize, 1);
@@ -268,5 +269,39 @@ proptest! {
             prop_assert_eq!(r.finish(), Some(want));
             prop_assert_eq!(read_split(framing, b, &cuts), Some(want));
         }
+    }
+}
+
+#[test]
+fn a_long_line_split_over_chunks_keeps_its_usage() {
+    // The Responses API's `response.completed` repeats the whole response
+    // (instructions, output, tools) before its usage: past 64 KB, split
+    // over chunks, it is read on for the usage object alone.
+    let big = "y".repeat(100 * 1024);
+    let line = format!(
+        "event: response.completed\ndata: {{\"type\":\"response.completed\",\"response\":{{\"instructions\":\"{big}\",\"usage\":{{\"input_tokens\":900,\"output_tokens\":70}}}}}}\n\n"
+    );
+    for size in [1000, 16 * 1024, 64 * 1024, 100 * 1024] {
+        let mut r = UsageReader::new(Framing::EventStream);
+        for piece in line.as_bytes().chunks(size) {
+            r.feed(piece);
+            assert!(r.kept.len() <= MAX_KEPT);
+        }
+        assert_eq!(
+            r.finish().map(|u| (u.input, u.output)),
+            Some((900, 70)),
+            "chunks of {size}"
+        );
+    }
+}
+
+#[test]
+fn a_compressed_body_is_not_read() {
+    for framing in [Framing::Json, Framing::EventStream] {
+        let mut r = UsageReader::new(framing);
+        r.feed(&[0x1f, 0x8b, 8, 0, 0, 0]);
+        r.feed(br#"{"usage":{"input_tokens":1,"output_tokens":1}}"#);
+        assert!(r.compressed);
+        assert_eq!(r.finish(), None);
     }
 }

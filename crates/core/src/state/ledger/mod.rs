@@ -63,7 +63,14 @@ struct Entry {
     spend: Spend,
 }
 
+/// The first byte of a bucket: its encoding's version (a bucket written by
+/// another encoding reads as empty).
+const VERSION: u8 = 1;
+
 fn decode(bytes: &[u8]) -> Vec<Entry> {
+    let Some((&VERSION, bytes)) = bytes.split_first() else {
+        return Vec::new();
+    };
     let u64_at = |c: &[u8], i: usize| {
         let mut b = [0u8; 8];
         if let Some(s) = c.get(i..i + 8) {
@@ -97,7 +104,8 @@ fn decode(bytes: &[u8]) -> Vec<Entry> {
 }
 
 fn encode(entries: &[Entry]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(entries.len() * ENTRY);
+    let mut out = Vec::with_capacity(1 + entries.len() * ENTRY);
+    out.push(VERSION);
     for e in entries {
         for v in [
             e.key,
@@ -164,10 +172,12 @@ fn add_at<B: BucketBackend>(
                 entries.len() - 1
             }
             None => {
+                // A key seen once (most traffic never repeats) makes room
+                // before a repeating one (a loop); then the stalest.
                 let oldest = entries
                     .iter()
                     .enumerate()
-                    .min_by_key(|(_, e)| e.at_ms)
+                    .min_by_key(|(_, e)| (e.spend.responses > 1, e.at_ms))
                     .map_or(0, |(i, _)| i);
                 if let Some(e) = entries.get_mut(oldest) {
                     *e = Entry {
@@ -218,6 +228,18 @@ fn read_at<B: BucketBackend>(backend: &mut B, base: u32, key: u64, now_ms: u64) 
         .find(|e| e.key == key && now_ms.saturating_sub(e.at_ms) <= IDLE_MS)
 }
 
+fn count_of(bytes: &[u8]) -> u32 {
+    bytes
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_le_bytes)
+}
+
+/// Regions taken so far (0 if the registry cannot be read).
+fn registered<B: BucketBackend>(backend: &mut B) -> u32 {
+    backend.read(REGISTRY).map_or(0, |(b, _)| count_of(&b))
+}
+
 /// One worker's way into the ledger.
 #[derive(Debug, Default)]
 pub struct Ledger {
@@ -236,17 +258,19 @@ impl Ledger {
             let Some((bytes, version)) = backend.read(REGISTRY) else {
                 return ledger;
             };
-            let taken = bytes
-                .get(..4)
-                .and_then(|b| b.try_into().ok())
-                .map_or(0, u32::from_le_bytes);
+            let taken = count_of(&bytes);
             if taken >= MAX_WORKERS {
                 return ledger;
             }
             match backend.write(REGISTRY, &(taken + 1).to_le_bytes(), version) {
                 CasWrite::Written => {
-                    ledger.slot = Some(taken);
-                    return ledger;
+                    // A worker that created the registry late may have
+                    // reset it: join again unless the count still holds.
+                    if registered(backend) > taken {
+                        ledger.slot = Some(taken);
+                        return ledger;
+                    }
+                    continue;
                 }
                 CasWrite::Conflict => continue,
                 CasWrite::Failed => return ledger,
@@ -282,6 +306,20 @@ impl Ledger {
         added
     }
 
+    /// This worker's own part of loop `key`'s spending (no host call), if
+    /// it has one.
+    pub fn own<B: BucketBackend>(
+        &mut self,
+        backend: &mut B,
+        key: u64,
+        now_ms: u64,
+    ) -> Option<Spend> {
+        match self.slot {
+            Some(_) => read_at(&mut self.mine, 0, key, now_ms).map(|e| e.spend),
+            None => read_at(backend, BUCKETS.start, key, now_ms).map(|e| e.spend),
+        }
+    }
+
     /// Loop `key`'s spending so far, over every worker (`None`: nothing
     /// recorded, or idle for longer than [`IDLE_MS`]): the totals summed,
     /// the newest response's usage from the worker that served it last.
@@ -291,10 +329,9 @@ impl Ledger {
         key: u64,
         now_ms: u64,
     ) -> Option<Spend> {
-        let workers = backend
-            .read(REGISTRY)
-            .and_then(|(b, _)| b.get(..4).and_then(|b| b.try_into().ok()))
-            .map_or(0, u32::from_le_bytes)
+        // This worker's own part is read even if the registry is not.
+        let workers = registered(backend)
+            .max(self.slot.map_or(0, |w| w + 1))
             .min(MAX_WORKERS);
         let mut parts = Vec::new();
         parts.extend(read_at(backend, BUCKETS.start, key, now_ms));

@@ -71,7 +71,7 @@ fn a_full_bucket_replaces_its_stalest_entry() {
         Some(9)
     );
     let (bytes, _) = b.read(BUCKETS.start + bucket(keys[0])).unwrap();
-    assert_eq!(bytes.len(), PER_BUCKET * ENTRY);
+    assert_eq!(bytes.len(), 1 + PER_BUCKET * ENTRY);
 }
 
 /// A backend whose first writes lose their race (another worker wrote).
@@ -150,7 +150,7 @@ proptest! {
         // Memory is bounded whatever is added.
         for k in BUCKETS {
             let (bytes, _) = b.read(k).unwrap();
-            prop_assert!(bytes.len() <= PER_BUCKET * ENTRY);
+            prop_assert!(bytes.len() <= 1 + PER_BUCKET * ENTRY);
         }
     }
 }
@@ -226,4 +226,65 @@ fn workers_beyond_the_regions_add_to_the_shared_one() {
         (2, 15, 3, 10)
     );
     assert_eq!(late.spend(&mut b, 7, 30), Some(s));
+}
+
+#[test]
+fn a_repeating_key_outlives_keys_seen_once() {
+    let mut b = InProcess::default();
+    let n = u64::from(REGION);
+    let key = |i: u64| (i * n) << 20;
+    // The loop's key, repeated, is the stalest in its bucket...
+    add(&mut b, key(0), &u(10, 1), 0, 1);
+    add(&mut b, key(0), &u(10, 1), 0, 2);
+    // ...and a stream of one-off keys passes through the same bucket.
+    for i in 1..100 {
+        add(&mut b, key(i), &u(1, 1), 0, 10 + i);
+    }
+    assert_eq!(read(&mut b, key(0), 200).map(|s| s.responses), Some(2));
+}
+
+#[test]
+fn a_bucket_of_another_encoding_reads_as_empty() {
+    let mut b = InProcess::default();
+    add(&mut b, 7, &u(10, 1), 0, 1);
+    let at = BUCKETS.start + bucket(7);
+    let (mut bytes, v) = b.read(at).unwrap();
+    bytes[0] = VERSION + 1;
+    b.write(at, &bytes, v);
+    assert_eq!(read(&mut b, 7, 2), None);
+    add(&mut b, 7, &u(5, 1), 0, 3);
+    assert_eq!(read(&mut b, 7, 4).map(|s| s.input), Some(5));
+}
+
+/// A backend whose registry is reset by a late creator right after the
+/// first join (the startup race of two workers creating it).
+struct Reset {
+    inner: InProcess,
+    resets: u32,
+}
+impl BucketBackend for Reset {
+    fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)> {
+        self.inner.read(bucket)
+    }
+    fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {
+        let w = self.inner.write(bucket, bytes, version);
+        if bucket == REGISTRY && self.resets > 0 {
+            self.resets -= 1;
+            let (_, v) = self.inner.read(REGISTRY).unwrap();
+            self.inner.write(REGISTRY, &[], v);
+        }
+        w
+    }
+}
+
+#[test]
+fn a_join_undone_by_a_late_creator_joins_again() {
+    let mut b = Reset {
+        inner: InProcess::default(),
+        resets: 1,
+    };
+    let first = Ledger::join(&mut b);
+    let second = Ledger::join(&mut b);
+    assert_eq!(first.slot(), Some(0));
+    assert_eq!(second.slot(), Some(1));
 }
