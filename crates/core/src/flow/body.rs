@@ -137,9 +137,9 @@ impl<B: BucketBackend> Engine<B> {
         // policy that counts hits keeps it under the fingerprint).
         if let (true, None, Some(req)) = (r.reads_usage(), &p.detection, &parsed) {
             if p.tool_loops.is_some() {
-                let key = fingerprint::tool_event_key(&p.id, pending.identity(), req, "", "", 0);
+                let key = usage::conversation_key(r.caller, req.first_raw().unwrap_or_default());
                 let model = self.priced(req.model.as_deref());
-                r.spend_under(usage::loop_key(&key), model, req.model.as_deref());
+                r.spend_under(key, model, req.model.as_deref());
             }
         }
         if let (Some(cfg), Some(req), Some(history)) = (&p.tool_loops, &parsed, &history) {

@@ -445,6 +445,19 @@ impl<'a> Request<'a> {
         })
     }
 
+    /// The conversation's first message as sent (the out-of-band system
+    /// prompt if there is one): raw bytes, for keying the conversation
+    /// without normalising it.
+    pub fn first_raw(&self) -> Option<&[u8]> {
+        if let Some(sys) = self.system {
+            return self.slice(sys);
+        }
+        match &self.items {
+            Items::Text(text) => Some(text.as_bytes()),
+            Items::List(items) => self.slice(items.get(0)?.0),
+        }
+    }
+
     fn slice(&self, span: Span) -> Option<&'_ [u8]> {
         self.body.get(span.0..span.1)
     }
