@@ -73,7 +73,17 @@ run: build $(VENV_STAMP)
 run-cluster: build $(VENV_STAMP) test-tools
 	ENVOY=$(abspath $(ENVOY)) exec examples/cluster/run.sh
 
-test: unit lint e2e
+test: unit lint monitoring-check e2e
+
+# The Grafana dashboard and Prometheus alert rules in monitoring/: the rules
+# load (promtool check rules), their unit tests pass (promtool test rules),
+# and every dashboard panel has a datasource and queries. test_monitoring.py
+# evaluates every query against a real Prometheus scraping a real Envoy.
+.PHONY: monitoring-check
+monitoring-check: test-tools
+	promtool check rules monitoring/prometheus/loopguard-alerts.yaml
+	cd monitoring/prometheus && promtool test rules loopguard-alerts.test.yaml
+	$(PYTHON) monitoring/check_dashboard.py monitoring/grafana/loopguard.json
 
 unit:
 	$(CARGO) test --quiet --workspace
@@ -94,6 +104,8 @@ test-tools:
 	@command -v webdis >/dev/null || $(call apt_install,webdis)
 	@command -v skopeo >/dev/null || $(call apt_install,skopeo)
 	@command -v docker-registry >/dev/null || $(call apt_install,docker-registry)
+	@# promtool (make monitoring-check) and the Prometheus server test_monitoring.py starts.
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || $(call apt_install,--no-install-recommends prometheus)
 
 # A test build of the module with fault injection (crashes on request),
 # for the failure_policy tests; never shipped.

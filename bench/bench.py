@@ -74,12 +74,49 @@ def chat_body(kib: int, tool_calls: int = 0) -> bytes:
     return json.dumps({"model": "gpt-4o-mini", "messages": messages, "tools": [{"type": "function", "function": {"name": f"tool_{t}"}} for t in range(7)]}).encode()
 
 
+def sse_4k() -> str:
+    """A streamed Chat Completions answer of about 4 KB: text deltas, then
+    the final chunk with usage (`stream_options.include_usage`)."""
+    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4o-mini"}
+    events, i = [], 0
+    while sum(map(len, events)) < 4096 - 400:
+        delta = {"choices": [{"index": 0, "delta": {"content": f" word{i} of the answer"}}], "usage": None}
+        events.append(f"data: {json.dumps({**base, **delta})}\n\n")
+        i += 1
+    usage = {"prompt_tokens": 812, "completion_tokens": 140, "total_tokens": 952}
+    events.append(f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n")
+    events.append("data: [DONE]\n\n")
+    return "".join(events)
+
+
+# Answers Envoy gives itself in place of an upstream: (content-type, body).
+RESPONSES = {
+    "sse4k": ("text/event-stream", sse_4k()),
+    "text4k": ("text/plain", "x" * 4096),
+}
+
+
+def with_response(config: dict, cfg: dict) -> dict:
+    """Envoy's own answer for this row (a 4 KB event stream with usage, or
+    4 KB of plain text that carries none), in one body chunk."""
+    if "response" not in cfg:
+        return config
+    content_type, body = RESPONSES[cfg["response"]]
+    hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    route = hcm["route_config"]["virtual_hosts"][0]["routes"][0]
+    route["direct_response"] = {"status": 200, "body": {"inline_string": body}}
+    hcm["route_config"]["response_headers_to_add"] = [
+        {"header": {"key": "content-type", "value": content_type}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+    return config
+
+
 # name, filters, request kind, baseline name
 def configurations(tmp: Path, webdis_port: int | None) -> list[dict]:
     body_1k = json.dumps({"model": "gpt-4o-mini", "input": "x" * 950}).encode()
     chat_16k = chat_body(16)
     tools_16k = chat_body(16, tool_calls=20)
-    for name, data in [("post1k", body_1k), ("chat16k", chat_16k), ("tools16k", tools_16k)]:
+    chat_1k = chat_body(1)
+    for name, data in [("post1k", body_1k), ("chat16k", chat_16k), ("tools16k", tools_16k), ("chat1k", chat_1k)]:
         (tmp / f"{name}.json").write_bytes(data)
     exact_keys = {"selector": {}, "loop_detection": NO_TRIP}
     llm = {"selector": {}, "loop_detection": {**NO_TRIP, "similarity": "llm_tail"}}
@@ -103,6 +140,14 @@ def configurations(tmp: Path, webdis_port: int | None) -> list[dict]:
         {"name": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "filters": [noop_filter(), buf, ROUTER], "req": "tools16k", "base": None},
         {"name": "loopguard tool_loops, 16 KB chat, 20 tool calls", "filters": [loopguard(tools), buf, ROUTER], "req": "tools16k", "base": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "target": 30.0},
         {"name": "loopguard exact, GET, unique fingerprints", "filters": [loopguard(exact_keys), ROUTER], "req": "flood", "base": "no-op wasm, GET"},
+        # Reading responses: the same request and policy, a 4 KB answer
+        # that carries no usage (text/plain: never read) against a 4 KB
+        # event stream with usage (read as it passes).
+        {"name": "no-op wasm + buffer, 1 KB chat, 4 KB stream", "filters": [noop_filter(), buf, ROUTER], "req": "chat1k", "response": "sse4k", "base": None},
+        {"name": "loopguard llm_tail, 1 KB chat, 4 KB text answer", "filters": [loopguard(llm), buf, ROUTER], "req": "chat1k", "response": "text4k",
+         "base": "no-op wasm + buffer, 1 KB chat, 4 KB stream"},
+        {"name": "loopguard llm_tail, 1 KB chat, 4 KB stream with usage", "filters": [loopguard(llm), buf, ROUTER], "req": "chat1k", "response": "sse4k",
+         "base": "loopguard llm_tail, 1 KB chat, 4 KB text answer", "target": 5.0},
     ] + ([] if webdis_port is None else [
         {"name": "loopguard exact, 1 KB POST, Redis store", "filters": [loopguard(exact_keys, store=REDIS_STORE), buf, ROUTER], "req": "post1k",
          "base": "loopguard exact, 1 KB POST", "clusters": [webdis_cluster(webdis_port)], "distributed": True},
@@ -154,7 +199,7 @@ def run_wrk(url: str, script: Path, seconds: float, connections: int) -> dict:
 
 
 def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
-    config = bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True)
+    config = with_response(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), cfg)
     config["static_resources"]["clusters"] += cfg.get("clusters", [])
     envoy = Envoy(config, concurrency=1, name=cfg["name"])
     envoy.start()
@@ -169,6 +214,8 @@ def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
         res["rss_before"], res["rss_after"] = rss_before, envoy.rss_bytes()
         if res["errors"]:
             raise RuntimeError(f"{cfg['name']}: {res['errors']} non-2xx responses")
+        if cfg.get("response") == "sse4k" and "loopguard" in cfg["name"] and not envoy.counter("loopguard.tokens_total"):
+            raise RuntimeError(f"{cfg['name']}: no response's usage was read")
         res["fallbacks"] = envoy.counter("loopguard.store_fallback_total")
         return res
     finally:
@@ -180,7 +227,7 @@ def callgrind_instructions(cfg: dict, tmp: Path, requests: int = 300) -> int:
     """Envoy instructions per request, counted by valgrind's callgrind over
     `requests` sequential requests after a warm-up: unlike CPU time, the same
     on every run, whatever else the machine does."""
-    config = bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True)
+    config = with_response(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), cfg)
     config["static_resources"]["clusters"] += cfg.get("clusters", [])
     envoy = Envoy(config, concurrency=1)
     cfg_path = envoy.dir / "envoy.json"
@@ -287,7 +334,11 @@ def run(args, tmp: Path, webdis: Webdis | None) -> int:
     if args.only:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
         keep = {c["name"] for c in configs if any(w in c["name"] for w in wanted)}
-        keep |= {c["base"] for c in configs if c["name"] in keep and c.get("base")}
+        while True:
+            more = {c["base"] for c in configs if c["name"] in keep and c.get("base")} - keep
+            if not more:
+                break
+            keep |= more
         configs = [c for c in configs if c["name"] in keep]
     results: dict[str, list[dict]] = {c["name"]: [] for c in configs}
     for r in range(args.rounds):

@@ -120,9 +120,14 @@ def test_explain_digest_equals_the_fingerprint_in_the_filters_429(tmp_path, star
     rejected = codes[1].json()
     fingerprint = rejected["error"]["fingerprint"] if "fingerprint" in rejected.get("error", {}) else rejected["loopguard"]["fingerprint"]
     assert explained["fingerprint"] == fingerprint
+    # The caller tag explain shows is the one the filter's loop metrics
+    # carry (what an operator looks up from the dashboard).
+    callers = [k for k in e.stats() if k.startswith("wasmcustom.loopguard.caller_loop_requests_total.policy.agents.caller.")]
+    assert callers == [f"wasmcustom.loopguard.caller_loop_requests_total.policy.agents.caller.{explained['caller']}"]
     # The text form shows the same digest and the components in order.
     text = cli("explain", "--config", str(config_file), "--request", str(req)).stdout
     assert f"fingerprint: {fingerprint}" in text
+    assert f"caller tag: {explained['caller']}" in text
     assert "fingerprint components, in order:" in text and " 1. domain" in text
     if similarity == "near":
         # The masked tail that went into the signature, the signature and

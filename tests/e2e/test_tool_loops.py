@@ -3,6 +3,7 @@ SDKs: the ladder nudges (a note appended to the forwarded body), directs,
 then rejects; healthy agents are never touched."""
 
 import json
+import re
 
 import anthropic
 import httpx
@@ -109,8 +110,12 @@ def test_events_are_logged_once_per_conversation_and_level(stuck, start_envoy):
         codes = [c.post("/v1/chat/completions", json={"model": "m", "messages": messages}).status_code for _ in range(6)]
     assert codes == [429] * 6
     events = [json.loads(line[line.index("{"):]) for line in e.log().splitlines() if '"loop.tool.detected"' in line]
+    # Who loops (a 12-hex tag) and what the conversation spent: all six
+    # requests were rejected, so nothing.
+    assert len(events) == 1 and re.fullmatch(r"[0-9a-f]{12}", events[0].pop("caller")), events
     assert events == [{"event": "loop.tool.detected", "tier": "identical", "tool": "get_build_status", "level": 3,
-                       "step": "reject", "occurrences": 5, "policy": "agents", "mode": "enforce"}]
+                       "step": "reject", "occurrences": 5, "policy": "agents", "mode": "enforce",
+                       "spent": {"responses": 0, "input_tokens": 0, "output_tokens": 0}}]
     assert e.counter("loopguard.tool_loop_detected_total.policy.agents.tier.identical.step.reject") == 6
 
 

@@ -4,7 +4,7 @@
 //! [`loopguard_core::detect::fingerprint::explain`]).
 
 pub use super::request_file::{read_request, RequestFile};
-use loopguard_core::act::decision;
+use loopguard_core::act::{decision, events};
 use loopguard_core::config::{Config, PathMatch, Similarity};
 use loopguard_core::detect::fingerprint;
 use loopguard_core::detect::tool_loops;
@@ -37,6 +37,9 @@ pub struct Explanation {
     /// The key the count lives under, when it differs (shadow mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_key: Option<String>,
+    /// The caller's tag: the `caller` label of loop metrics and the
+    /// `caller` of events.
+    pub caller: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -216,6 +219,11 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
         .collect();
     out.canonical_bytes = e.canonical.len();
     out.fingerprint = Some(e.made.fingerprint.hex());
+    let pending = fingerprint::Pending::start(cfg, p, &head, req);
+    out.caller = Some(events::caller_tag(events::caller_hash(
+        &p.id,
+        pending.identity(),
+    )));
     let key = decision::store_key(p, &e.made.fingerprint);
     if key != e.made.fingerprint {
         out.store_key = Some(key.hex());
@@ -337,6 +345,11 @@ pub fn render(v: &Explanation) -> String {
     if let Some(k) = &v.store_key {
         s.push_str(&format!(
             "counted under: {k} (shadow mode keeps its own counts)\n"
+        ));
+    }
+    if let Some(c) = &v.caller {
+        s.push_str(&format!(
+            "caller tag: {c} (the caller label of loop metrics, and the caller of events)\n"
         ));
     }
     s

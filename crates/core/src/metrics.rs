@@ -120,15 +120,32 @@ const WEBHOOK_RESULTS: [&str; 3] = ["sent", "failed", "dropped"];
 /// not), as a label.
 const FAILED_ATTEMPT_RESULTS: [&str; 4] = ["forgiven", "counted", "gone", "unrecorded"];
 
-/// Per policy: the offset of its block of ids.
-const PER_POLICY: u32 = 6 + 2 + 5 + 12 + 4;
+/// Token types, in the OpenTelemetry GenAI vocabulary
+/// (`gen_ai.token.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenType {
+    Input,
+    Output,
+}
+
+/// Per policy: the ids before the token metrics.
+const PER_POLICY_FIXED: u32 = 6 + 2 + 5 + 12 + 4;
 
 /// Every metric of a configuration.
 #[derive(Debug, Clone)]
 pub struct Registry {
     defs: Vec<(String, Kind)>,
     policies: u32,
+    /// Priced models (the token metrics' `model` label has one more
+    /// value: `other`).
+    models: u32,
+    /// Ids per policy.
+    per_policy: u32,
 }
+
+/// The caller label values one policy gives their own series, per worker;
+/// further callers are counted as `other`.
+pub const MAX_CALLER_SERIES: usize = 50;
 
 // Layout of the global ids.
 const REQUESTS: u32 = 0;
@@ -142,7 +159,8 @@ const SKIPPED: u32 = 7; // 5
 const CALLS: u32 = SKIPPED + 5; // 4
 const FALLBACK: u32 = CALLS + 4; // 2
 const WEBHOOK: u32 = FALLBACK + 2; // 3
-const GLOBALS: u32 = WEBHOOK + 3;
+const LEDGER_FAILED: u32 = WEBHOOK + 3;
+const GLOBALS: u32 = LEDGER_FAILED + 1;
 
 impl Registry {
     pub fn new(config: &Config) -> Registry {
@@ -176,6 +194,7 @@ impl Registry {
                 .iter()
                 .map(|r| c(&format!("webhook_total.result.{r}"))),
         );
+        defs.push(c("spend_ledger_failed_total"));
         for p in &config.policies {
             let id = &p.id;
             let pc = |name: &str, tags: &str| {
@@ -207,11 +226,58 @@ impl Registry {
             for r in FAILED_ATTEMPT_RESULTS {
                 defs.push(pc("failed_attempts_total", &format!(".result.{r}")));
             }
+            // Token metrics, model last (a model name may hold dots; the
+            // `model` tag takes the rest of the name).
+            let models: Vec<&str> = config
+                .prices
+                .models
+                .iter()
+                .map(|m| m.label.as_str())
+                .chain(["other"])
+                .collect();
+            let priced = models.len() - 1;
+            for t in ["input", "output"] {
+                for l in ["false", "true"] {
+                    for m in &models {
+                        defs.push(pc(
+                            "tokens_total",
+                            &format!(".token_type.{t}.loop.{l}.model.{m}"),
+                        ));
+                    }
+                }
+            }
+            defs.push(pc("responses_without_usage_total", ""));
+            defs.push(pc("degenerate_output_total", ""));
+            for t in ["input", "output"] {
+                for m in &models {
+                    defs.push(pc(
+                        "tokens_avoided_total",
+                        &format!(".token_type.{t}.model.{m}"),
+                    ));
+                }
+            }
+            for l in ["false", "true"] {
+                for m in models.iter().take(priced) {
+                    defs.push(pc("cost_microusd_total", &format!(".loop.{l}.model.{m}")));
+                }
+            }
+            for m in models.iter().take(priced) {
+                defs.push(pc("cost_avoided_microusd_total", &format!(".model.{m}")));
+            }
         }
+        let models = u32::try_from(config.prices.models.len()).unwrap_or(0);
         Registry {
             defs,
             policies: u32::try_from(config.policies.len()).unwrap_or(0),
+            models,
+            per_policy: Self::per_policy(models),
         }
+    }
+
+    /// Ids per policy with `models` priced models.
+    fn per_policy(models: u32) -> u32 {
+        let labels = models + 1;
+        PER_POLICY_FIXED + 4 * labels + 2 + 2 * labels + 3 * models
     }
 
     /// Every metric's full name and kind, in id order.
@@ -221,7 +287,7 @@ impl Registry {
 
     fn policy_base(&self, policy: usize) -> Option<u32> {
         let p = u32::try_from(policy).ok().filter(|p| *p < self.policies)?;
-        Some(GLOBALS + p * PER_POLICY)
+        Some(GLOBALS + p * self.per_policy)
     }
 
     fn at(&self, policy: usize, offset: u32) -> Option<MetricId> {
@@ -286,6 +352,10 @@ impl Registry {
                 },
         )
     }
+    /// A response's spending could not be added to the loops' ledger.
+    pub fn ledger_failed(&self) -> MetricId {
+        MetricId(LEDGER_FAILED)
+    }
     pub fn matched(&self, policy: usize) -> Option<MetricId> {
         self.at(policy, 0)
     }
@@ -342,6 +412,89 @@ impl Registry {
         };
         self.at(policy, 25 + i)
     }
+    /// The `model` label's index of a priced model (`None`: `other`).
+    fn model(&self, model: Option<usize>) -> u32 {
+        model
+            .and_then(|m| u32::try_from(m).ok())
+            .filter(|m| *m < self.models)
+            .unwrap_or(self.models)
+    }
+
+    /// Tokens a response reported, by type, whether its request was part
+    /// of a detected loop, and its model (`None`: unpriced, `other`).
+    pub fn tokens(
+        &self,
+        policy: usize,
+        t: TokenType,
+        in_loop: bool,
+        model: Option<usize>,
+    ) -> Option<MetricId> {
+        let labels = self.models + 1;
+        let i = match t {
+            TokenType::Input => 0,
+            TokenType::Output => 2,
+        } + u32::from(in_loop);
+        self.at(policy, PER_POLICY_FIXED + i * labels + self.model(model))
+    }
+    /// A response that reported no usage (or could not be read).
+    pub fn without_usage(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, PER_POLICY_FIXED + 4 * (self.models + 1))
+    }
+    /// A streamed response found repeating itself.
+    pub fn degenerate_output(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, PER_POLICY_FIXED + 4 * (self.models + 1) + 1)
+    }
+    /// Tokens a rejected request would have spent (an estimate: the loop's
+    /// last observed usage).
+    pub fn tokens_avoided(
+        &self,
+        policy: usize,
+        t: TokenType,
+        model: Option<usize>,
+    ) -> Option<MetricId> {
+        let labels = self.models + 1;
+        let i = match t {
+            TokenType::Input => 0,
+            TokenType::Output => 1,
+        };
+        self.at(
+            policy,
+            PER_POLICY_FIXED + 4 * labels + 2 + i * labels + self.model(model),
+        )
+    }
+    /// What a priced model's tokens cost, in micro-dollars (`None` for an
+    /// unpriced model).
+    pub fn cost(&self, policy: usize, in_loop: bool, model: Option<usize>) -> Option<MetricId> {
+        let m = self.model(model);
+        if m == self.models {
+            return None;
+        }
+        let labels = self.models + 1;
+        self.at(
+            policy,
+            PER_POLICY_FIXED + 6 * labels + 2 + u32::from(in_loop) * self.models + m,
+        )
+    }
+    /// What rejected requests would have cost (an estimate), for a priced
+    /// model.
+    pub fn cost_avoided(&self, policy: usize, model: Option<usize>) -> Option<MetricId> {
+        let m = self.model(model);
+        if m == self.models {
+            return None;
+        }
+        let labels = self.models + 1;
+        self.at(
+            policy,
+            PER_POLICY_FIXED + 6 * labels + 2 + 2 * self.models + m,
+        )
+    }
+}
+
+/// The name of the counter of a caller's requests that were part of a
+/// detected loop (`caller`: a caller tag, or `other`): defined by the host
+/// when first counted, so only callers that loop get a series.
+pub fn caller_loop_requests(policy_id: &str, caller: &str) -> String {
+    format!("loopguard.caller_loop_requests_total.policy.{policy_id}.caller.{caller}")
 }
 
 #[cfg(test)]
@@ -395,12 +548,128 @@ mod tests {
             name(r.tool_loop(1, Tier::Pattern, ToolStep::Reject)),
             "loopguard.tool_loop_detected_total.policy.b.tier.pattern.step.reject"
         );
+        assert_eq!(
+            name(r.tokens(1, TokenType::Output, true, None)),
+            "loopguard.tokens_total.policy.b.token_type.output.loop.true.model.other"
+        );
+        assert_eq!(
+            name(r.tokens(0, TokenType::Input, false, Some(0))),
+            "loopguard.tokens_total.policy.a.token_type.input.loop.false.model.other"
+        );
+        assert_eq!(r.cost(0, true, None), None);
+        assert_eq!(
+            name(r.without_usage(1)),
+            "loopguard.responses_without_usage_total.policy.b"
+        );
+        assert_eq!(
+            name(r.failed_attempt(0, None)),
+            "loopguard.failed_attempts_total.policy.a.result.unrecorded"
+        );
+        assert_eq!(
+            name(Some(r.ledger_failed())),
+            "loopguard.spend_ledger_failed_total"
+        );
         assert_eq!(r.matched(2), None);
-        assert_eq!(r.defs().len(), (GLOBALS + 2 * PER_POLICY) as usize);
+        assert_eq!(
+            r.defs().len(),
+            (GLOBALS + 2 * Registry::per_policy(0)) as usize
+        );
         // Names are unique.
         let mut names: Vec<&String> = r.defs().iter().map(|(n, _)| n).collect();
         names.sort();
         names.dedup();
         assert_eq!(names.len(), r.defs().len());
+    }
+
+    #[test]
+    fn token_and_cost_ids_name_their_model() {
+        let cfg = Config::from_value(&json!({
+            "prices": {
+                "gpt-4.1": {"input_per_million": 2, "output_per_million": 8},
+                "claude-sonnet-4": {"input_per_million": 3, "output_per_million": 15}},
+            "policies": [
+                {"id": "a", "spec": {"selector": {}, "tool_loops": {"enabled": true}}},
+                {"id": "b", "spec": {"selector": {}, "tool_loops": {"enabled": true}}}]}))
+        .unwrap();
+        let r = Registry::new(&cfg);
+        let name = |id: Option<MetricId>| r.defs()[id.unwrap().0 as usize].0.clone();
+        // The price list is kept in name order.
+        let models = [
+            (Some(0), "claude-sonnet-4"),
+            (Some(1), "gpt-4.1"),
+            (None, "other"),
+        ];
+        let mut seen = Vec::new();
+        for p in 0..2 {
+            let id = ["a", "b"][p];
+            for (t, tn) in [(TokenType::Input, "input"), (TokenType::Output, "output")] {
+                for (m, mn) in models {
+                    for l in [false, true] {
+                        seen.push(name(r.tokens(p, t, l, m)));
+                        assert_eq!(
+                            seen.last().unwrap(),
+                            &format!("loopguard.tokens_total.policy.{id}.token_type.{tn}.loop.{l}.model.{mn}")
+                        );
+                    }
+                    seen.push(name(r.tokens_avoided(p, t, m)));
+                    assert_eq!(
+                        seen.last().unwrap(),
+                        &format!(
+                            "loopguard.tokens_avoided_total.policy.{id}.token_type.{tn}.model.{mn}"
+                        )
+                    );
+                }
+            }
+            for (m, mn) in models {
+                for l in [false, true] {
+                    match m {
+                        Some(_) => {
+                            seen.push(name(r.cost(p, l, m)));
+                            assert_eq!(
+                                seen.last().unwrap(),
+                                &format!(
+                                    "loopguard.cost_microusd_total.policy.{id}.loop.{l}.model.{mn}"
+                                )
+                            );
+                        }
+                        None => assert_eq!(r.cost(p, l, m), None),
+                    }
+                }
+                match m {
+                    Some(_) => {
+                        seen.push(name(r.cost_avoided(p, m)));
+                        assert_eq!(
+                            seen.last().unwrap(),
+                            &format!(
+                                "loopguard.cost_avoided_microusd_total.policy.{id}.model.{mn}"
+                            )
+                        );
+                    }
+                    None => assert_eq!(r.cost_avoided(p, m), None),
+                }
+            }
+            seen.push(name(r.without_usage(p)));
+            seen.push(name(r.degenerate_output(p)));
+            assert_eq!(
+                seen.last().unwrap(),
+                &format!("loopguard.degenerate_output_total.policy.{id}")
+            );
+            // An unknown model index is `other`.
+            assert_eq!(
+                r.tokens(p, TokenType::Input, true, Some(7)),
+                r.tokens(p, TokenType::Input, true, None)
+            );
+        }
+        // Every id above is distinct, and the block ends where the next
+        // policy's begins.
+        let n = seen.len();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), n);
+        assert_eq!(
+            r.defs().len(),
+            (GLOBALS + 2 * Registry::per_policy(2)) as usize
+        );
+        assert_eq!(name(r.matched(1)), "loopguard.matched_total.policy.b");
     }
 }

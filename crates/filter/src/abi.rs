@@ -25,6 +25,7 @@ const STREAM_HTTP_REQUEST: u32 = 0;
 const METRIC_GAUGE: u32 = 1;
 const METRIC_HISTOGRAM: u32 = 2;
 const BUFFER_REQUEST_BODY: u32 = 0;
+const BUFFER_RESPONSE_BODY: u32 = 1;
 const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
 const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 const METRIC_COUNTER: u32 = 0;
@@ -188,6 +189,13 @@ pub fn response_status() -> Option<Vec<u8>> {
     map_value(MAP_RESPONSE_HEADERS, ":status").ok().flatten()
 }
 
+/// The response's `content-type` (in the response headers phase).
+pub fn response_content_type() -> Option<Vec<u8>> {
+    map_value(MAP_RESPONSE_HEADERS, "content-type")
+        .ok()
+        .flatten()
+}
+
 fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {
     let mut data = null_mut();
     let mut size = 0;
@@ -204,6 +212,12 @@ fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {
 /// `len` bytes of the buffered request body from the start.
 pub fn request_body(len: usize) -> HostResult<Vec<u8>> {
     buffer(BUFFER_REQUEST_BODY, len)
+}
+
+/// The response body chunk passing now (`len` bytes: with the filter
+/// letting each chunk through, the buffer holds only the newest).
+pub fn response_body(len: usize) -> HostResult<Vec<u8>> {
+    buffer(BUFFER_RESPONSE_BODY, len)
 }
 
 /// The body of the response to an HTTP call (in its callback).

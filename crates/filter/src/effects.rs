@@ -85,6 +85,7 @@ pub fn apply(plugin: &Plugin, effects: &mut Effects) -> Pending {
             Effect::ArmTick => plugin.arm_tick(),
             Effect::StopTick => plugin.disarm_tick(),
             Effect::Count(id, n) => plugin.metrics.count(id, n),
+            Effect::CountNamed(name, n) => plugin.metrics.count_named(name, n),
             Effect::Record(id, value) => plugin.metrics.record(id, value),
             Effect::Log(level, message) => match level {
                 Level::Debug => log::debug!("{message}"),

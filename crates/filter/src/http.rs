@@ -207,8 +207,31 @@ impl HttpContext for Stream {
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         let status = abi::response_status().and_then(|s| loopguard_core::response::status(&s));
         let now = abi::now_ms();
+        // Only a request a policy judged has its usage read.
+        let content_type = if self.req.reads_usage() {
+            abi::response_content_type().map(|v| String::from_utf8_lossy(&v).into_owned())
+        } else {
+            None
+        };
         self.run(|e, r, out| {
             e.on_response_headers(r, status, now, out);
+            if r.reads_usage() {
+                e.on_response_content_type(r, content_type.as_deref(), out);
+            }
+            Step::Continue
+        });
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.req.wants_response_body() {
+            return Action::Continue;
+        }
+        // Each chunk passes on at once; only the events that carry usage
+        // are parsed.
+        let chunk = abi::response_body(body_size).unwrap_or_default();
+        self.run(|e, r, out| {
+            e.on_response_body(r, &chunk, end_of_stream, out);
             Step::Continue
         });
         Action::Continue

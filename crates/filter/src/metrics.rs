@@ -1,6 +1,8 @@
 //! loopguard's metrics in Envoy's stats: every metric of the configuration
 //! (names and kinds from the core's registry) defined once at configure
-//! time; the core's effects name them by id.
+//! time; the core's effects name them by id. A few counters are named
+//! by the core as they first count (a looping caller's series, bounded per
+//! policy by the core): defined then, and their ids kept by name.
 
 use crate::abi;
 use loopguard_core::metrics::{Kind, MetricId, Registry};
@@ -9,6 +11,7 @@ use loopguard_core::metrics::{Kind, MetricId, Registry};
 /// define it; the metric is then inert rather than failing the filter).
 pub struct Metrics {
     ids: Vec<Option<u32>>,
+    named: std::cell::RefCell<std::collections::HashMap<String, Option<u32>>>,
 }
 
 impl Metrics {
@@ -27,7 +30,23 @@ impl Metrics {
                 .ok()
             })
             .collect();
-        Metrics { ids }
+        Metrics {
+            ids,
+            named: Default::default(),
+        }
+    }
+
+    /// Add to the counter `name`, defining it the first time.
+    pub fn count_named(&self, name: String, n: i64) {
+        let Ok(mut named) = self.named.try_borrow_mut() else {
+            return;
+        };
+        let id = *named
+            .entry(name)
+            .or_insert_with_key(|name| abi::define_counter(name).ok());
+        if let Some(id) = id {
+            let _ = abi::increment(id, n);
+        }
     }
 
     fn id(&self, m: MetricId) -> Option<u32> {

@@ -43,17 +43,31 @@ impl BucketBackend for SharedData {
             Err(_) => CasWrite::Failed,
         }
     }
+
+    fn publish(&mut self, bucket: u32, bytes: &[u8]) -> bool {
+        // A CAS of 0 writes whatever the version (one call, no read).
+        abi::shared_set(self.key(bucket), bytes, 0).is_ok()
+    }
 }
 
 /// Open the table for `plugin`, creating any bucket key that does not exist
-/// yet. Existing keys (a reload with the same layout, or another worker
-/// that got here first) keep their contents.
+/// yet (the fingerprint table's and the loops' spending ledger's).
+/// Existing keys (a reload with the same layout, or another worker that got
+/// here first) keep their contents.
 pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
     let mut data = SharedData {
         prefix: format!("loopguard.{plugin}.{}.", layout.tag()),
         key: String::new(),
     };
-    for bucket in 0..layout.buckets {
+    // The loops' spending ledger: its shared region and the registry of the
+    // workers' own regions (created here, so that the first compare-and-swap
+    // on them is a real one; the workers' regions are written only by their
+    // worker and need no creation).
+    use loopguard_core::state::ledger;
+    for bucket in (0..layout.buckets)
+        .chain(ledger::BUCKETS)
+        .chain([ledger::REGISTRY])
+    {
         let key = data.key(bucket).to_string();
         match abi::shared_get(&key) {
             Ok(Some(_)) => {}

@@ -52,6 +52,58 @@ pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Val
     event
 }
 
+/// A hash of who calls under a policy (FNV-1a over the policy id and the
+/// framed identity): stable across workers and replicas, and cheap. Shown
+/// as a tag ([`caller_tag`]); never the identity itself.
+pub fn caller_hash(policy_id: &str, identity: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in policy_id
+        .as_bytes()
+        .iter()
+        .chain([0xff].iter())
+        .chain(identity)
+    {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// A caller hash as the 12 hex characters metrics and events show.
+pub fn caller_tag(hash: u64) -> String {
+    format!("{:012x}", hash >> 16)
+}
+
+/// Add who is looping and what the loop spent so far to a detection event:
+/// `caller` (a 12-hex tag of the caller's identity, as the metrics' caller
+/// label shows it) and `spent` (the tokens this process's responses of the
+/// loop reported, with `usd` when the model is priced): read from the
+/// ledger, so the loop's requests before the one that was stopped.
+pub fn add_spend(
+    event: &mut Value,
+    caller: &str,
+    spend: Option<&crate::state::ledger::Spend>,
+    priced: bool,
+) {
+    let Some(e) = event.as_object_mut() else {
+        return;
+    };
+    e.insert("caller".to_string(), Value::String(caller.to_string()));
+    let s = spend.copied().unwrap_or_default();
+    let mut spent = json!({
+        "responses": s.responses,
+        "input_tokens": s.input,
+        "output_tokens": s.output,
+    });
+    if priced {
+        if let Some(o) = spent.as_object_mut() {
+            // Micro-dollars to dollars, exactly as a decimal.
+            o.insert("usd".to_string(), json!(s.microusd as f64 / 1e6));
+        }
+    }
+    e.insert("spent".to_string(), spent);
+}
+
 /// The decision as Envoy's access log can print it (filter state
 /// `wasm.loopguard`, `%FILTER_STATE(wasm.loopguard:PLAIN)%`): a compact JSON
 /// object with the policy, mode, action (`allow`, `warn`, `throttle`,

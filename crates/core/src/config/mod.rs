@@ -10,11 +10,13 @@
 //! ([`schema`], feature `schema`).
 
 mod error;
+pub mod prices;
 pub mod raw;
 mod validate;
 pub mod volatile;
 
 pub use error::ConfigError;
+pub use prices::{ModelPrice, Prices};
 use serde_json::Value;
 pub use volatile::{Classes, Volatile};
 
@@ -68,6 +70,8 @@ pub struct Config {
     /// header_mutation filter is needed, and warn headers reach the
     /// upstream directly.
     pub hold_request_headers: bool,
+    /// What tokens cost, per model (`prices`).
+    pub prices: Prices,
 }
 
 /// Where window state lives.

@@ -49,6 +49,11 @@ pub struct RawConfig {
     /// `true`: hold request headers until the body is judged; the Wasm
     /// filter's `allow_on_headers_stop_iteration` must be `true` too.
     pub hold_request_headers: Option<bool>,
+    /// US dollars per million tokens, per model (the request's `model`; a
+    /// dated name such as `gpt-4o-2024-08-06` takes the price of
+    /// `gpt-4o`): responses' token counts become dollars in metrics and
+    /// events. At most 64 models.
+    pub prices: Option<std::collections::BTreeMap<String, Obj<RawPrice>>>,
     /// At most 256. The first policy whose selector matches applies.
     #[cfg_attr(feature = "schema", schemars(required))]
     pub policies: Option<Vec<Obj<RawPolicy>>>,
@@ -317,6 +322,28 @@ pub struct RawWebhook {
     pub timeout_ms: Option<Int>,
     /// The VM environment variable holding the HMAC secret.
     pub hmac_secret_env: Option<String>,
+}
+
+/// One model's prices, in US dollars per million tokens.
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "Price"))]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    /// Input (prompt) tokens (required).
+    #[cfg_attr(feature = "schema", schemars(required, with = "f64"))]
+    pub input_per_million: Option<serde_json::Value>,
+    /// Output (completion) tokens, reasoning included (required).
+    #[cfg_attr(feature = "schema", schemars(required, with = "f64"))]
+    pub output_per_million: Option<serde_json::Value>,
+    /// Input tokens read from the provider's prompt cache. Default: the
+    /// input price.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
+    pub cached_input_per_million: Option<serde_json::Value>,
+    /// Input tokens written to the provider's prompt cache (Anthropic's
+    /// cache writes). Default: the input price.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
+    pub cache_write_per_million: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

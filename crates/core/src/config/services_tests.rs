@@ -121,3 +121,72 @@ fn webhook_alerts() {
     assert!(err_of(with(&["alerts"], json!({"slack": {}})))
         .starts_with("alerts.slack is not a known field"));
 }
+
+#[test]
+fn prices_are_read_and_each_error_names_the_field() {
+    let cfg = Config::from_value(&with(
+        &["prices"],
+        json!({"gpt-4o": {"input_per_million": 2.5, "output_per_million": 10, "cached_input_per_million": 1.25},
+               "openai/gpt-4.1": {"input_per_million": 2, "output_per_million": 8, "cache_write_per_million": 2.5}}),
+    ))
+    .unwrap();
+    let m = &cfg.prices.models;
+    assert_eq!(m.len(), 2);
+    assert_eq!(
+        (
+            m[0].model.as_str(),
+            m[0].input,
+            m[0].cached_input,
+            m[0].cache_write
+        ),
+        ("gpt-4o", 2_500_000, 1_250_000, 2_500_000)
+    );
+    assert_eq!(
+        (m[1].label.as_str(), m[1].cached_input, m[1].cache_write),
+        ("openai_gpt-4.1", 2_000_000, 2_500_000)
+    );
+    assert!(Config::from_value(&base())
+        .unwrap()
+        .prices
+        .models
+        .is_empty());
+    let e = |prices: Value| err_of(with(&["prices"], prices));
+    assert_eq!(
+        e(json!({"gpt-4o": {"output_per_million": 10}})),
+        "prices.gpt-4o.input_per_million is required"
+    );
+    assert_eq!(
+        e(json!({"gpt-4o": {"input_per_million": -1, "output_per_million": 10}})),
+        "prices.gpt-4o.input_per_million must be >= 0 (got -1)"
+    );
+    assert!(
+        e(json!({"gpt-4o": {"input_per_million": "2.5", "output_per_million": 10}}))
+            .contains("must be a number of US dollars per million tokens")
+    );
+    assert!(e(
+        json!({"a_b": {"input_per_million": 1, "output_per_million": 1},
+                     "a/b": {"input_per_million": 1, "output_per_million": 1}})
+    )
+    .contains("have the same metric label"));
+    assert!(e(
+        json!({"gpt-4o": {"input_per_million": 1, "output_per_million": 1, "input_per_milion": 1}})
+    )
+    .contains("input_per_milion"));
+    assert!(
+        e(json!({"other": {"input_per_million": 1, "output_per_million": 1}}))
+            .contains("label of unpriced models")
+    );
+    assert!(
+        e(json!({"gpt..4": {"input_per_million": 1, "output_per_million": 1}}))
+            .contains("may not start or end with a dot")
+    );
+    let many: serde_json::Map<String, Value> = (0..65)
+        .map(|i| {
+            (
+                format!("m{i}"),
+                json!({"input_per_million": 1, "output_per_million": 1}),
+            )
+        })
+        .collect();
+    assert!(e(Value::Object(many)).contains("at most 64 models"));
+}

@@ -133,6 +133,15 @@ impl<B: BucketBackend> Engine<B> {
             }
             _ => None,
         };
+        // A tool-loop-only policy keeps each conversation's spending (a
+        // policy that counts hits keeps it under the fingerprint).
+        if let (true, None, Some(req)) = (r.reads_usage(), &p.detection, &parsed) {
+            if p.tool_loops.is_some() {
+                let key = usage::conversation_key(r.caller, req.first_raw().unwrap_or_default());
+                let model = self.priced(req.model.as_deref());
+                r.spend_under(key, model, req.model.as_deref());
+            }
+        }
         if let (Some(cfg), Some(req), Some(history)) = (&p.tool_loops, &parsed, &history) {
             let verdict = if req.over_budget() {
                 None
@@ -187,6 +196,11 @@ impl<B: BucketBackend> Engine<B> {
             _ => false,
         };
         let mut made = pending.finish_parsed(body, parsed.as_ref(), progress);
+        // An exact-mode LLM call: its model, found without parsing, prices
+        // its response.
+        if made.model.is_none() && r.reads_usage() && !config.prices.models.is_empty() {
+            made.model = llm::model_of(body);
+        }
         if parsed.as_ref().is_some_and(llm::Request::over_budget) {
             refused = Some(Refusal::TooMany);
         }
@@ -218,8 +232,16 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Option<Step> {
         count_opt(out, self.registry.tool_loop(index, v.tier, v.step), 1);
+        self.note_in_loop(r, index, out);
+        // The conversation's spending (a tool-loop-only policy reading the
+        // response's usage; a policy that counts hits keeps it under the
+        // fingerprint, set when the hit is counted).
+        let (key, model) = match r.usage_for {
+            Some(u) if policy.detection.is_none() => (u.loop_key, u.model),
+            _ => (None, None),
+        };
         let shadow = policy.mode == Mode::Shadow;
-        self.tool_event(policy, pending, req, v, shadow, now, out);
+        self.tool_event(r, policy, pending, req, v, shadow, key, now, out);
         let header = tool_loops::header_value(v);
         self.publish_decision(out, true, || {
             events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
@@ -241,6 +263,10 @@ impl<B: BucketBackend> Engine<B> {
         }
         let cfg = policy.tool_loops.as_ref()?;
         if v.step == ToolStep::Reject {
+            r.usage_for = None;
+            if let Some(key) = key {
+                self.count_avoided(index, key, model, now, out);
+            }
             out.push(Effect::LocalReply(
                 reply::tool_loop_rejection(&policy.id, v, r.api),
                 "loopguard_tool_loop_detected",
@@ -297,11 +323,13 @@ impl<B: BucketBackend> Engine<B> {
     #[allow(clippy::too_many_arguments)]
     fn tool_event(
         &mut self,
+        r: &Request,
         policy: &Policy,
         pending: &Pending,
         req: &llm::Request<'_>,
         v: &ToolVerdict,
         shadow: bool,
+        spend_key: Option<u64>,
         now: u64,
         out: &mut Effects,
     ) {
@@ -328,7 +356,14 @@ impl<B: BucketBackend> Engine<B> {
             StoreAnswer::Failed(_) => true,
         };
         if first {
-            let event = events::tool_loop_detected(&policy.id, v, shadow);
+            let mut event = events::tool_loop_detected(&policy.id, v, shadow);
+            let spend = spend_key.and_then(|k| self.spend(k, now));
+            events::add_spend(
+                &mut event,
+                &usage::caller_tag(r.caller),
+                spend.as_ref(),
+                !self.config.prices.models.is_empty(),
+            );
             out.push(Effect::Log(Level::Info, event.to_string()));
             self.queue_alert(&event, now, out);
         }

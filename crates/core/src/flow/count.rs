@@ -230,14 +230,27 @@ impl<B: BucketBackend> Engine<B> {
             out.push(count(self.registry.table_entries(), 1));
         }
         let fp = made.fingerprint;
+        let key = usage::loop_key(&fp);
+        let model = self.priced(made.model.as_deref());
+        r.spend_under(key, model, made.model.as_deref());
         let decided = decision::decide(policy, detection, &fp, made.fallback, &receipt.state);
         // One event per fingerprint and window (the store counts the rest).
         if let Some(suppressed) = receipt.state.event {
-            if let Some(event) = events::loop_detected(&decided, made, suppressed) {
+            if let Some(mut event) = events::loop_detected(&decided, made, suppressed) {
+                let spend = self.spend(key, now);
+                events::add_spend(
+                    &mut event,
+                    &usage::caller_tag(r.caller),
+                    spend.as_ref(),
+                    !self.config.prices.models.is_empty(),
+                );
                 out.push(Effect::Log(Level::Info, event.to_string()));
                 count_opt(out, self.registry.detected(index, decided.shadow), 1);
                 self.queue_alert(&event, now, out);
             }
+        }
+        if decided.verdict.notice().is_some() {
+            self.note_in_loop(r, index, out);
         }
         let action = decided.verdict.action();
         self.publish_decision(out, action.is_some(), || {
@@ -289,8 +302,11 @@ impl<B: BucketBackend> Engine<B> {
                 Step::Pause
             }
             Verdict::Reject(rejection) => {
-                // Never upstream: the provider cannot fail it.
+                // Never upstream: the provider cannot fail it, and it
+                // spends no tokens.
                 r.counted = None;
+                r.usage_for = None;
+                self.count_avoided(index, key, model, now, out);
                 out.push(Effect::LocalReply(
                     reply::rejection(&rejection, r.api),
                     "loopguard_loop_detected",

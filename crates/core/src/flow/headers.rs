@@ -53,6 +53,23 @@ impl<B: BucketBackend> Engine<B> {
         }
         r.api = reply::Api::for_path(head.path_only());
         let pending = Pending::start(&config, policy, head, facts);
+        r.caller = usage::caller_hash(&policy.id, pending.identity());
+        r.started_ms = now;
+        // An LLM call's answer is read for its usage: a request with a body
+        // to an LLM API path, or judged by a policy that reads LLM bodies
+        // (a body-less one, or another API's, costs no response-path work).
+        if !end_of_stream
+            && (pending.reads_llm_body()
+                || policy.tool_loops.is_some()
+                || crate::request::llm::is_llm_api_path(head.path_only()))
+        {
+            r.usage_for = Some(UsageFor {
+                policy: index,
+                in_loop: false,
+                loop_key: None,
+                model: None,
+            });
+        }
         // An upgrade (WebSocket) or CONNECT sends nothing until it is
         // answered: judged on its headers, never held for a body.
         let tunnel = request::is_tunnel(head.method, facts.header("upgrade").as_deref());

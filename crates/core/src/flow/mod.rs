@@ -22,6 +22,7 @@ mod count;
 mod headers;
 mod response;
 mod tick;
+mod usage;
 
 #[cfg(test)]
 mod alert_tests;
@@ -34,11 +35,15 @@ mod hold_tests;
 #[cfg(test)]
 mod retry_tests;
 #[cfg(test)]
+mod spend_tests;
+#[cfg(test)]
 mod store_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tool_loop_tests;
+#[cfg(test)]
+mod usage_tests;
 
 use crate::act::delay_queue::DelayQueue;
 use crate::act::events::Alert;
@@ -104,6 +109,9 @@ pub enum Effect {
     StopTick,
     /// Add to a counter or gauge.
     Count(MetricId, i64),
+    /// Add to a counter known by its full name (defined by the host when
+    /// first counted; names are bounded by the engine).
+    CountNamed(String, i64),
     /// Record a histogram value.
     Record(MetricId, u64),
     Log(Level, String),
@@ -180,6 +188,34 @@ pub struct Request {
     /// The hit this request recorded, while it goes upstream: taken back
     /// if the provider fails the attempt.
     counted: Option<Counted>,
+    /// The policy whose tokens the response's usage adds to, and whether
+    /// the request was part of a detected loop.
+    usage_for: Option<UsageFor>,
+    /// The response body's usage, read as it passes.
+    usage: Option<Box<crate::response::usage::UsageReader>>,
+    /// A hash of who is calling under the policy (its limit keys, or the
+    /// API key): the caller label of loop metrics.
+    caller: u64,
+    /// Counted as a caller's loop request already.
+    loop_counted: bool,
+    /// The request's model, while its response is read (for events).
+    model: Option<String>,
+    /// When its headers arrived (the time its response's spending is
+    /// dated by).
+    started_ms: u64,
+}
+
+/// Whose tokens a response's usage is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct UsageFor {
+    policy: usize,
+    in_loop: bool,
+    /// The loop (ledger) key its spending adds to: the fingerprint its hit
+    /// was counted under, or (a tool-loop policy without loop detection)
+    /// its conversation.
+    loop_key: Option<u64>,
+    /// The priced model of its request (`None`: unpriced or unknown).
+    model: Option<usize>,
 }
 
 /// A hit a forwarded request recorded.
@@ -228,6 +264,12 @@ impl Request {
             length_dropped: false,
             body_seen: false,
             counted: None,
+            usage_for: None,
+            usage: None,
+            caller: 0,
+            loop_counted: false,
+            model: None,
+            started_ms: 0,
         }
     }
 
@@ -283,6 +325,8 @@ struct LogLimits {
     fail_open: u64,
     store_error: u64,
     webhook: u64,
+    /// A compressed response body was logged (once per worker).
+    compressed_body: bool,
 }
 
 impl LogLimits {
@@ -319,6 +363,11 @@ pub struct Engine<B> {
     /// shared store's log member).
     hits: u64,
     root_calls: RootCalls,
+    /// Per policy, the callers given their own loop-metric series on this
+    /// worker (at most [`crate::metrics::MAX_CALLER_SERIES`]).
+    caller_series: Vec<Vec<u64>>,
+    /// This worker's part of the loops' spending.
+    ledger: crate::state::ledger::Ledger,
 }
 
 impl<B: BucketBackend> Engine<B> {
@@ -345,7 +394,8 @@ impl<B: BucketBackend> Engine<B> {
             },
         };
         let layout = TableLayout::new(config.max_tracked_fingerprints);
-        let backend = open(layout)?;
+        let mut backend = open(layout)?;
+        let ledger = crate::state::ledger::Ledger::join(&mut backend);
         let shared = match &config.store {
             StoreConfig::Local => None,
             StoreConfig::RedisWebdis(r) => Some(RedisStore::new(r.clone(), namespace, seed)),
@@ -367,6 +417,8 @@ impl<B: BucketBackend> Engine<B> {
             unknown_route_policies: Vec::new(),
             hits: 0,
             root_calls: RootCalls::default(),
+            caller_series: vec![Vec::new(); config.policies.len()],
+            ledger,
             config: Rc::new(config),
         })
     }

@@ -211,6 +211,22 @@ pub trait BucketBackend {
     fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)>;
     /// Write if the bucket is still at `version`.
     fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite;
+    /// Write a bucket that only this worker writes, whatever its version
+    /// (`false`: the backend failed). A backend that can write without a
+    /// version check (Envoy shared data) saves the read.
+    fn publish(&mut self, bucket: u32, bytes: &[u8]) -> bool {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let Some((_, version)) = self.read(bucket) else {
+                return false;
+            };
+            match self.write(bucket, bytes, version) {
+                CasWrite::Written => return true,
+                CasWrite::Conflict => continue,
+                CasWrite::Failed => return false,
+            }
+        }
+        false
+    }
 }
 
 /// The fingerprint table in the process's own memory, for a host that

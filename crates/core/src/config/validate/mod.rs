@@ -13,7 +13,7 @@ mod tool_loops;
 
 use detection::detection;
 use selector::{exempt, limit_keys, selector};
-use services::{store, webhook};
+use services::{prices, store, webhook};
 use tool_loops::tool_loops;
 
 /// Error construction within one policy (or the top level).
@@ -134,6 +134,7 @@ impl TryFrom<RawConfig> for Config {
             None => None,
             Some(Obj(w)) => Some(webhook(&top, w)?),
         };
+        let prices = prices(&top, raw.prices)?;
         let list = raw
             .policies
             .ok_or_else(|| top.err("policies", "is required"))?;
@@ -174,6 +175,7 @@ impl TryFrom<RawConfig> for Config {
             access_log,
             store,
             hold_request_headers: raw.hold_request_headers.unwrap_or(false),
+            prices,
         })
     }
 }

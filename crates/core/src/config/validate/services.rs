@@ -1,5 +1,6 @@
 //! The services the filter calls through Envoy clusters: the shared store
-//! (`store`) and the alert webhook (`alerts.webhook`).
+//! (`store`) and the alert webhook (`alerts.webhook`); what their tokens
+//! cost (`prices`).
 
 use super::*;
 
@@ -93,4 +94,74 @@ pub(super) fn webhook(ctx: &Ctx, w: RawWebhook) -> Result<Webhook, ConfigError> 
         timeout_ms,
         hmac_secret_env,
     })
+}
+
+pub(super) fn prices(
+    ctx: &Ctx,
+    raw: Option<std::collections::BTreeMap<String, Obj<RawPrice>>>,
+) -> Result<Prices, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(Prices::default());
+    };
+    if raw.len() > prices::MAX_PRICED_MODELS {
+        return Err(ctx.err(
+            "prices",
+            format!(
+                "may list at most {} models (got {})",
+                prices::MAX_PRICED_MODELS,
+                raw.len()
+            ),
+        ));
+    }
+    let mut models = Vec::with_capacity(raw.len());
+    for (model, Obj(p)) in raw {
+        if model.trim().is_empty() {
+            return Err(ctx.err("prices", "a model name must not be empty"));
+        }
+        let field = |name: &str| format!("prices.{model}.{name}");
+        let price =
+            |name: &str, v: Option<serde_json::Value>| -> Result<Option<u64>, ConfigError> {
+                v.map(|v| prices::micro_per_million(&v).map_err(|why| ctx.err(&field(name), why)))
+                    .transpose()
+            };
+        let input = price("input_per_million", p.input_per_million)?
+            .ok_or_else(|| ctx.err(&field("input_per_million"), "is required"))?;
+        let output = price("output_per_million", p.output_per_million)?
+            .ok_or_else(|| ctx.err(&field("output_per_million"), "is required"))?;
+        let cached_input =
+            price("cached_input_per_million", p.cached_input_per_million)?.unwrap_or(input);
+        let cache_write =
+            price("cache_write_per_million", p.cache_write_per_million)?.unwrap_or(input);
+        let label = prices::label(&model);
+        if label == "other" {
+            return Err(ctx.err(
+                &format!("prices.{model}"),
+                "\"other\" is the model label of unpriced models; name the model as requests do",
+            ));
+        }
+        if label.starts_with('.') || label.ends_with('.') || label.contains("..") {
+            return Err(ctx.err(
+                &format!("prices.{model}"),
+                "a model name may not start or end with a dot, or hold two in a row (it is part of a metric name)",
+            ));
+        }
+        if let Some(other) = models.iter().find(|m: &&ModelPrice| m.label == label) {
+            return Err(ctx.err(
+                "prices",
+                format!(
+                    "models \"{}\" and \"{model}\" have the same metric label \"{label}\"",
+                    other.model
+                ),
+            ));
+        }
+        models.push(ModelPrice {
+            model,
+            label,
+            input,
+            output,
+            cached_input,
+            cache_write,
+        });
+    }
+    Ok(Prices { models })
 }

@@ -232,6 +232,46 @@ pub fn is_anthropic_path(path: &str) -> bool {
     path.ends_with("/v1/messages")
 }
 
+/// The `model` a body names, found without parsing it (for pricing a
+/// request no LLM mode read): the first `"model"` key whose value is a
+/// plain string. (An unescaped quoted key can only be a key: quotes inside
+/// JSON strings are escaped.)
+pub fn model_of(body: &[u8]) -> Option<String> {
+    const KEY: &[u8] = b"\"model\"";
+    let mut from = 0;
+    while let Some(at) = body.get(from..).and_then(|b| memchr::memmem::find(b, KEY)) {
+        from += at + KEY.len();
+        let rest = body.get(from..)?.trim_ascii_start();
+        let Some(value) = rest.strip_prefix(b":") else {
+            continue;
+        };
+        let Some(value) = value.trim_ascii_start().strip_prefix(b"\"") else {
+            continue;
+        };
+        let end = memchr::memchr2(b'"', b'\\', value)?;
+        if value.get(end) != Some(&b'"') || end == 0 || end > 256 {
+            return None;
+        }
+        return std::str::from_utf8(value.get(..end)?)
+            .ok()
+            .map(str::to_string);
+    }
+    None
+}
+
+/// Whether a path (query excluded) is one of the LLM APIs loopguard reads:
+/// OpenAI Chat Completions, Completions and Responses, Anthropic Messages.
+pub fn is_llm_api_path(path: &str) -> bool {
+    [
+        "/chat/completions",
+        "/completions",
+        "/responses",
+        "/messages",
+    ]
+    .iter()
+    .any(|end| path.ends_with(end))
+}
+
 impl<'a> Request<'a> {
     /// Messages in the conversation, the out-of-band system prompt
     /// included.
@@ -403,6 +443,19 @@ impl<'a> Request<'a> {
             role: "system".to_string(),
             parts: normalize::content(&v),
         })
+    }
+
+    /// The conversation's first message as sent (the out-of-band system
+    /// prompt if there is one): raw bytes, for keying the conversation
+    /// without normalising it.
+    pub fn first_raw(&self) -> Option<&[u8]> {
+        if let Some(sys) = self.system {
+            return self.slice(sys);
+        }
+        match &self.items {
+            Items::Text(text) => Some(text.as_bytes()),
+            Items::List(items) => self.slice(items.get(0)?.0),
+        }
     }
 
     fn slice(&self, span: Span) -> Option<&'_ [u8]> {

@@ -499,3 +499,23 @@ fn task_is_the_first_user_message_or_else_the_prompts() {
         vec![user("find the bug")]
     );
 }
+
+#[test]
+fn model_of_finds_the_model_key_without_parsing() {
+    assert_eq!(
+        model_of(br#"{"model": "gpt-4o-2024-08-06", "messages": []}"#).as_deref(),
+        Some("gpt-4o-2024-08-06")
+    );
+    // Not a key inside a string, not a non-string value.
+    assert_eq!(
+        model_of(br#"{"messages":[{"content":"\"model\": \"x\""}],"model":"m1"}"#).as_deref(),
+        Some("m1")
+    );
+    assert_eq!(
+        model_of(br#"{"model": null, "x": {"model": "m2"}}"#).as_deref(),
+        Some("m2")
+    );
+    assert_eq!(model_of(br#"{"model": "a\"b"}"#), None);
+    assert_eq!(model_of(b"{}"), None);
+    assert_eq!(model_of(br#"{"model": ""}"#), None);
+}

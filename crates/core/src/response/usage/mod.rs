@@ -2,8 +2,11 @@
 //! never held back or changed, and what is kept per response is bounded
 //! whatever its length.
 //!
-//! - A streamed response (`text/event-stream`) is read line by line; only a
-//!   `data:` line that mentions `usage` is parsed: OpenAI Chat's final chunk
+//! - A streamed response (`text/event-stream`) is read line by line (a line
+//!   whole in its chunk is read in place; only a line split over chunks is
+//!   copied); only the `usage` object of a `data:` line whose `"usage"` key
+//!   holds an object is parsed (OpenAI's chunks before the last carry
+//!   `"usage":null` and cost a search): OpenAI Chat's final chunk
 //!   (with `stream_options.include_usage`), the Responses API's
 //!   `response.completed`, Anthropic's `message_start` (input) and
 //!   `message_delta` (output, cumulative).
@@ -12,10 +15,12 @@
 //!   it is parsed; the last one carrying token counts wins (the top-level
 //!   usage comes after the content in all three APIs).
 //!
-//! Cached input tokens (OpenAI's `cached_tokens`, Anthropic's cache reads
-//! and writes) are part of the input and also counted apart; reasoning
-//! tokens are part of the output and also counted apart.
+//! Cached input tokens (OpenAI's `cached_tokens`, Anthropic's cache reads)
+//! and Anthropic's cache writes are part of the input and also counted
+//! apart (they have prices of their own); reasoning tokens are part of the
+//! output and also counted apart.
 
+use crate::response::repeats::{RepeatSettings, RepeatWatch, Repeated};
 use serde_json::Value;
 
 /// Tokens a response reported.
@@ -23,8 +28,11 @@ use serde_json::Value;
 pub struct Usage {
     pub input: u64,
     pub output: u64,
-    /// Of `input`, read from (or written to) the provider's prompt cache.
+    /// Of `input`, read from the provider's prompt cache.
     pub cached_input: u64,
+    /// Of `input`, written to the provider's prompt cache (Anthropic's
+    /// `cache_creation_input_tokens`).
+    pub cache_write: u64,
     /// Of `output`, spent on reasoning.
     pub reasoning: u64,
 }
@@ -41,6 +49,7 @@ impl Usage {
                 input: i,
                 output: o.unwrap_or(0),
                 cached_input: deep("prompt_tokens_details", "cached_tokens").unwrap_or(0),
+                cache_write: 0,
                 reasoning: deep("completion_tokens_details", "reasoning_tokens").unwrap_or(0),
             });
         }
@@ -55,9 +64,13 @@ impl Usage {
         let cache_write = n(v, "cache_creation_input_tokens").unwrap_or(0);
         let responses_cached = deep("input_tokens_details", "cached_tokens").unwrap_or(0);
         Some(Usage {
-            input: input.unwrap_or(0) + cache_read + cache_write,
+            input: input
+                .unwrap_or(0)
+                .saturating_add(cache_read)
+                .saturating_add(cache_write),
             output: output.unwrap_or(0),
-            cached_input: cache_read + cache_write + responses_cached,
+            cached_input: cache_read.saturating_add(responses_cached),
+            cache_write,
             reasoning: deep("output_tokens_details", "reasoning_tokens").unwrap_or(0),
         })
     }
@@ -71,7 +84,20 @@ impl Usage {
             input: pick(self.input, later.input),
             output: pick(self.output, later.output),
             cached_input: pick(self.cached_input, later.cached_input),
+            cache_write: pick(self.cache_write, later.cache_write),
             reasoning: pick(self.reasoning, later.reasoning),
+        }
+    }
+}
+
+impl Usage {
+    /// The counts a price applies to.
+    pub fn tokens(&self) -> crate::config::prices::Tokens {
+        crate::config::prices::Tokens {
+            input: self.input,
+            output: self.output,
+            cached_input: self.cached_input,
+            cache_write: self.cache_write,
         }
     }
 }
@@ -135,7 +161,25 @@ pub struct UsageReader {
     found: Option<Usage>,
     /// Lines or objects passed over for their size.
     pub oversize: u32,
+    /// The body is gzip-compressed (it cannot be read; nothing more is).
+    pub compressed: bool,
+    /// A stream's output text, watched for a model repeating itself.
+    watch: Option<RepeatWatch>,
+    /// What the watch found, until taken.
+    repeated: Option<Repeated>,
+    /// Stream bytes read so far (the watch starts after [`WATCH_AFTER`]).
+    consumed: u64,
+    /// A stream line longer than `MAX_KEPT` split over chunks (the
+    /// Responses API's `response.completed` repeats the whole response
+    /// before its usage): read on as JSON, for its usage object alone.
+    long: Option<Box<UsageReader>>,
 }
+
+/// A stream is watched for repetition once this many bytes have passed: a
+/// shorter one cannot have burnt much (8 KB of events is about 300 tokens of
+/// text), and a degenerate one goes on repeating past it. Short answers
+/// cost nothing more to read.
+pub const WATCH_AFTER: u64 = 8 * 1024;
 
 impl UsageReader {
     pub fn new(framing: Framing) -> UsageReader {
@@ -146,11 +190,43 @@ impl UsageReader {
             skipping: false,
             found: None,
             oversize: 0,
+            compressed: false,
+            watch: None,
+            repeated: None,
+            consumed: 0,
+            long: None,
         }
+    }
+
+    /// Also watch a stream's output text for degenerate repetition (see
+    /// [`crate::response::repeats`]).
+    pub fn watching(mut self, settings: RepeatSettings) -> UsageReader {
+        if self.framing == Framing::EventStream {
+            self.watch = Some(RepeatWatch::new(settings));
+        }
+        self
+    }
+
+    /// The repetition the watch found since the last call (once per
+    /// stream).
+    pub fn take_repeated(&mut self) -> Option<Repeated> {
+        self.repeated.take()
     }
 
     /// The next chunk of the body, as it passes.
     pub fn feed(&mut self, chunk: &[u8]) {
+        if self.compressed {
+            return;
+        }
+        if self.consumed == 0 && self.kept.is_empty() && chunk.starts_with(&[0x1f, 0x8b]) {
+            // gzip's magic bytes where text should start.
+            self.compressed = true;
+            return;
+        }
+        if self.framing == Framing::Json {
+            // Counted for the gzip check only.
+            self.consumed = self.consumed.saturating_add(chunk.len() as u64);
+        }
         match self.framing {
             Framing::EventStream => self.feed_lines(chunk),
             Framing::Json => self.feed_json(chunk),
@@ -159,6 +235,7 @@ impl UsageReader {
 
     /// The end of the body: the usage it reported, if any.
     pub fn finish(mut self) -> Option<Usage> {
+        self.end_long_line();
         if self.framing == Framing::EventStream && !self.kept.is_empty() && !self.skipping {
             let line = std::mem::take(&mut self.kept);
             self.line(&line);
@@ -179,62 +256,105 @@ impl UsageReader {
     }
 
     /// Keep `part` of the current line (or object), unless that would
-    /// pass `MAX_KEPT`: then drop it all until it ends, counted.
+    /// pass `MAX_KEPT`: then a stream's line is read on as JSON for its
+    /// usage object alone, and a JSON body's object is dropped until it
+    /// ends; both counted.
     fn keep(&mut self, part: &[u8]) {
+        if let Some(long) = self.long.as_mut() {
+            long.feed(part);
+            return;
+        }
         if self.skipping {
             return;
         }
         if self.kept.len() + part.len() > MAX_KEPT {
-            self.kept.clear();
-            self.skipping = true;
             self.oversize += 1;
+            if self.framing == Framing::EventStream {
+                let mut long = UsageReader::new(Framing::Json);
+                long.feed(&self.kept);
+                long.feed(part);
+                self.long = Some(Box::new(long));
+            } else {
+                self.skipping = true;
+            }
+            self.kept.clear();
         } else {
             self.kept.extend_from_slice(part);
         }
     }
 
+    /// A long line ended: count the usage it held.
+    fn end_long_line(&mut self) {
+        if let Some(u) = self.long.take().and_then(|long| long.finish()) {
+            self.note(u);
+        }
+    }
+
     fn feed_lines(&mut self, mut chunk: &[u8]) {
-        while !chunk.is_empty() {
-            let (part, rest, ended) = match chunk.iter().position(|&b| b == b'\n') {
-                Some(i) => (
-                    chunk.get(..i).unwrap_or(&[]),
-                    chunk.get(i + 1..).unwrap_or(&[]),
-                    true,
-                ),
-                None => (chunk, &[][..], false),
+        // A line begun in an earlier chunk: finish it first.
+        if !self.kept.is_empty() || self.skipping || self.long.is_some() {
+            let Some(i) = memchr::memchr(b'\n', chunk) else {
+                self.keep(chunk);
+                self.consumed += chunk.len() as u64;
+                return;
             };
-            chunk = rest;
-            self.keep(part);
-            if ended {
-                if !self.skipping {
-                    let line = std::mem::take(&mut self.kept);
-                    self.line(&line);
-                    self.kept = line;
-                    self.kept.clear();
+            self.keep(chunk.get(..i).unwrap_or(&[]));
+            if self.long.is_some() {
+                self.end_long_line();
+            } else if !self.skipping {
+                let kept = std::mem::take(&mut self.kept);
+                self.line(&kept);
+                self.kept = kept;
+            }
+            self.kept.clear();
+            self.skipping = false;
+            self.consumed += i as u64 + 1;
+            chunk = chunk.get(i + 1..).unwrap_or(&[]);
+        }
+        // Whole lines, read in place; the last, unfinished one is kept.
+        let whole = memchr::memrchr(b'\n', chunk).map_or(0, |i| i + 1);
+        let (lines, tail) = chunk.split_at(whole);
+        if self.watch.is_some() && self.consumed + lines.len() as u64 > WATCH_AFTER {
+            // Line by line: the watch reads each event's text.
+            for line in lines.split(|&b| b == b'\n') {
+                self.consumed += line.len() as u64 + 1;
+                self.line(line);
+            }
+            self.consumed = self.consumed.saturating_sub(1);
+        } else {
+            // Only the usage objects (searched over the whole chunk at
+            // once; a JSON line holds no raw newline, so an object found
+            // ends on its line).
+            self.consumed += lines.len() as u64;
+            let mut from = 0;
+            while let Some((object, end)) = usage_object(lines, from) {
+                from = end;
+                if let Some(u) = serde_json::from_slice::<Value>(object)
+                    .ok()
+                    .as_ref()
+                    .and_then(Usage::from_json)
+                {
+                    self.note(u);
                 }
-                self.skipping = false;
             }
         }
+        self.keep(tail);
+        self.consumed += tail.len() as u64;
     }
 
     /// One line of an event stream.
     fn line(&mut self, line: &[u8]) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(data) = line.strip_prefix(b"data:") else {
             return;
         };
-        if find(data, b"usage").is_none() {
-            return;
+        if let Some(w) = self.watch.as_mut().filter(|_| self.consumed > WATCH_AFTER) {
+            if let Some(r) = w.feed_data(data) {
+                self.repeated = Some(r);
+                // Reported once: no more reading of the text.
+                self.watch = None;
+            }
         }
-        let Ok(v) = serde_json::from_slice::<Value>(data.trim_ascii()) else {
-            return;
-        };
-        let usage = v
-            .get("usage")
-            .filter(|u| !u.is_null())
-            .or_else(|| v.get("message").and_then(|m| m.get("usage")))
-            .or_else(|| v.get("response").and_then(|r| r.get("usage")));
-        if let Some(u) = usage.and_then(Usage::from_json) {
+        if let Some(u) = usage_in(data).as_ref().and_then(Usage::from_json) {
             self.note(u);
         }
     }
@@ -347,10 +467,82 @@ impl UsageReader {
 
 /// The first position of `needle` in `hay`.
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || hay.len() < needle.len() {
+    static KEY_FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+        std::sync::OnceLock::new();
+    if needle.is_empty() {
         return None;
     }
-    hay.windows(needle.len()).position(|w| w == needle)
+    if needle == KEY {
+        return KEY_FINDER
+            .get_or_init(|| memchr::memmem::Finder::new(KEY))
+            .find(hay);
+    }
+    memchr::memmem::find(hay, needle)
+}
+
+/// The first `"usage"` key of a JSON text whose value is an object, parsed
+/// (only that object). A quote inside a JSON string is escaped, so an
+/// unescaped `"usage"` followed by `:` is a key.
+fn usage_in(json: &[u8]) -> Option<Value> {
+    let (object, _) = usage_object(json, 0)?;
+    serde_json::from_slice(object).ok()
+}
+
+/// The next `"usage"` object of `text` from `from` (`"usage": null` is
+/// passed over), and where the search goes on.
+fn usage_object(text: &[u8], mut from: usize) -> Option<(&[u8], usize)> {
+    while let Some(at) = text.get(from..).and_then(|rest| find(rest, KEY)) {
+        let after = from + at + KEY.len();
+        from = after;
+        let rest = text.get(after..)?;
+        let mut i = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+        if rest.get(i) != Some(&b':') {
+            continue;
+        }
+        let v = rest
+            .get(i + 1..)
+            .and_then(|r| r.iter().position(|b| !b.is_ascii_whitespace()))?;
+        i += 1 + v;
+        if rest.get(i) != Some(&b'{') {
+            // `"usage": null` (OpenAI's chunks before the last).
+            continue;
+        }
+        let Some(len) = rest.get(i..).and_then(object_len) else {
+            continue;
+        };
+        return Some((rest.get(i..i + len)?, after + i + len));
+    }
+    None
+}
+
+/// The length of the JSON object `s` starts with (`None`: it does not end
+/// within `s`).
+fn object_len(s: &[u8]) -> Option<usize> {
+    let (mut depth, mut string, mut escape) = (0u32, false, false);
+    for (i, &b) in s.iter().enumerate() {
+        if string {
+            if escape {
+                escape = false;
+            } else if b == b'\\' {
+                escape = true;
+            } else if b == b'"' {
+                string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 #[cfg(test)]

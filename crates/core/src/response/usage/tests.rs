@@ -1,4 +1,5 @@
 use super::*;
+use crate::response::repeats::RepeatSettings;
 use proptest::prelude::*;
 
 fn read(framing: Framing, body: &[u8]) -> Option<Usage> {
@@ -41,6 +42,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 812,
                 output: 40,
                 cached_input: 512,
+                cache_write: 0,
                 reasoning: 16,
             },
         ),
@@ -50,7 +52,8 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
             Usage {
                 input: 420,
                 output: 31,
-                cached_input: 400,
+                cached_input: 300,
+                cache_write: 100,
                 reasoning: 0,
             },
         ),
@@ -61,6 +64,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 50,
                 output: 70,
                 cached_input: 10,
+                cache_write: 0,
                 reasoning: 64,
             },
         ),
@@ -71,6 +75,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 9,
                 output: 3,
                 cached_input: 0,
+                cache_write: 0,
                 reasoning: 0,
             },
         ),
@@ -81,6 +86,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 30,
                 output: 15,
                 cached_input: 5,
+                cache_write: 0,
                 reasoning: 0,
             },
         ),
@@ -91,6 +97,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 input: 7,
                 output: 8,
                 cached_input: 0,
+                cache_write: 0,
                 reasoning: 2,
             },
         ),
@@ -171,6 +178,7 @@ fn memory_is_bounded_whatever_the_length() {
     for _ in 0..128 {
         r.feed(&chunk);
         assert!(r.kept.len() <= MAX_KEPT);
+        assert!(r.long.as_ref().map_or(0, |l| l.kept.len()) <= MAX_KEPT);
     }
     r.feed(b"\ndata: {\"usage\":{\"input_tokens\":3,\"output_tokens\":4}}\n");
     assert_eq!(r.oversize, 1);
@@ -201,4 +209,99 @@ fn content_types() {
         Some(Framing::Json)
     );
     assert_eq!(Framing::of_content_type("text/html"), None);
+}
+
+#[test]
+fn usage_written_inside_a_string_is_not_usage() {
+    // The model's text quotes a usage object; the key's quotes are escaped
+    // inside the JSON string, so only the real key (null here) is seen.
+    let line = "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\": {\\\"prompt_tokens\\\": 5}\"}}],\"usage\":null}\n\n";
+    assert_eq!(read(Framing::EventStream, line.as_bytes()), None);
+    let json = br#"{"choices":[{"message":{"content":"\"usage\": {\"prompt_tokens\": 5}"}}]}"#;
+    assert_eq!(read(Framing::Json, json), None);
+    // An object that never closes on its line is not parsed.
+    assert_eq!(
+        read(
+            Framing::EventStream,
+            b"data: {\"usage\":{\"prompt_tokens\":5\n\n"
+        ),
+        None
+    );
+}
+
+/// A stream's events after `pad` bytes of text events, so that the reader
+/// passes from reading whole chunks to reading line by line (the watch
+/// starts after `WATCH_AFTER` bytes) inside the body.
+fn padded(body: &str, pad: usize) -> String {
+    let mut s = String::new();
+    let mut i = 0;
+    while s.len() < pad {
+        s.push_str(&format!(
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"step {i} of the plan. \"}}}}],\"usage\":null}}\n\n"
+        ));
+        i += 1;
+    }
+    s + body
+}
+
+proptest! {
+    #[test]
+    fn watching_reads_the_same_usage_whatever_the_chunking(
+        cuts in proptest::collection::vec(0usize..12_000, 0..16),
+        pad in 0usize..10_000,
+    ) {
+        for (framing, body, want) in all() {
+            if framing != Framing::EventStream {
+                continue;
+            }
+            let body = padded(body, pad);
+            let b = body.as_bytes();
+            let mut cuts = cuts.clone();
+            cuts.sort_unstable();
+            let mut r = UsageReader::new(framing).watching(RepeatSettings::default());
+            let mut at = 0;
+            for &c in &cuts {
+                let c = c.min(b.len()).max(at);
+                r.feed(&b[at..c]);
+                at = c;
+            }
+            r.feed(&b[at..]);
+            prop_assert_eq!(r.finish(), Some(want));
+            prop_assert_eq!(read_split(framing, b, &cuts), Some(want));
+        }
+    }
+}
+
+#[test]
+fn a_long_line_split_over_chunks_keeps_its_usage() {
+    // The Responses API's `response.completed` repeats the whole response
+    // (instructions, output, tools) before its usage: past 64 KB, split
+    // over chunks, it is read on for the usage object alone.
+    let big = "y".repeat(100 * 1024);
+    let line = format!(
+        "event: response.completed\ndata: {{\"type\":\"response.completed\",\"response\":{{\"instructions\":\"{big}\",\"usage\":{{\"input_tokens\":900,\"output_tokens\":70}}}}}}\n\n"
+    );
+    for size in [1000, 16 * 1024, 64 * 1024, 100 * 1024] {
+        let mut r = UsageReader::new(Framing::EventStream);
+        for piece in line.as_bytes().chunks(size) {
+            r.feed(piece);
+            assert!(r.kept.len() <= MAX_KEPT);
+        }
+        assert_eq!(
+            r.finish().map(|u| (u.input, u.output)),
+            Some((900, 70)),
+            "chunks of {size}"
+        );
+    }
+}
+
+#[test]
+fn a_compressed_body_is_not_read() {
+    for framing in [Framing::Json, Framing::EventStream] {
+        let mut r = UsageReader::new(framing);
+        r.feed(&[0x1f, 0x8b, 8, 0, 0, 0]);
+        r.feed(br#"{"usage":{"input_tokens":1,"output_tokens":1}}"#);
+        assert!(r.compressed);
+        assert_eq!(r.finish(), None);
+    }
 }

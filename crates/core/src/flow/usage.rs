@@ -1,0 +1,262 @@
+//! The response body's token usage, read as it passes (never held back):
+//! added to the request's policy, by token type, model and whether the
+//! request was part of a detected loop; priced when `prices` names the
+//! model; added to the loop's spending (the ledger), which the loop's
+//! events report and which estimates what a rejected request would have
+//! spent.
+
+use super::*;
+use crate::metrics::{self, TokenType};
+use crate::response::repeats::{RepeatSettings, Repeated};
+use crate::response::usage::{Framing, UsageReader};
+use crate::state::ledger::{Added, Spend};
+
+pub use crate::act::events::{caller_hash, caller_tag};
+
+/// A conversation's ledger key: its caller (the hash of policy and
+/// identity) and its first message as sent, hashed cheaply (FNV-1a): the
+/// same conversation keeps its first message on every turn.
+pub(super) fn conversation_key(caller: u64, first: &[u8]) -> u64 {
+    let mut h = caller ^ 0x9e37_79b9_7f4a_7c15;
+    for &b in first {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// A loop's ledger key from its fingerprint.
+pub(super) fn loop_key(fp: &crate::detect::fingerprint::Fingerprint) -> u64 {
+    fp.spread()
+}
+
+impl Request {
+    /// Whether the response's usage is read (a policy judged the request
+    /// and it went upstream): the host then gives the response's
+    /// `content-type` ([`Engine::on_response_content_type`]).
+    pub fn reads_usage(&self) -> bool {
+        self.usage_for.is_some()
+    }
+
+    /// Whether the host should hand the response body's chunks over
+    /// ([`Engine::on_response_body`]).
+    pub fn wants_response_body(&self) -> bool {
+        self.usage.is_some()
+    }
+
+    /// Note the loop key and model (its price's index, and its name) of
+    /// the request's spending (the first key given wins).
+    pub(super) fn spend_under(&mut self, key: u64, model: Option<usize>, name: Option<&str>) {
+        if let Some(u) = self.usage_for.as_mut() {
+            if u.loop_key.is_none() {
+                u.loop_key = Some(key);
+            }
+            if u.model.is_none() {
+                u.model = model;
+            }
+            if self.model.is_none() {
+                self.model = name.map(str::to_string);
+            }
+        }
+    }
+}
+
+impl<B: BucketBackend> Engine<B> {
+    /// The request is part of a detected loop (a count at or past its
+    /// detection, a tool-loop verdict): its tokens count as the loop's, and
+    /// its caller's loop requests count, once per request.
+    pub(super) fn note_in_loop(&mut self, r: &mut Request, policy: usize, out: &mut Effects) {
+        if let Some(u) = r.usage_for.as_mut() {
+            u.in_loop = true;
+        }
+        if r.loop_counted {
+            return;
+        }
+        r.loop_counted = true;
+        let (Some(p), Some(seen)) = (
+            self.config.policies.get(policy),
+            self.caller_series.get_mut(policy),
+        ) else {
+            return;
+        };
+        let tag = if seen.contains(&r.caller) {
+            caller_tag(r.caller)
+        } else if seen.len() < metrics::MAX_CALLER_SERIES {
+            seen.push(r.caller);
+            caller_tag(r.caller)
+        } else {
+            "other".to_string()
+        };
+        out.push(Effect::CountNamed(
+            metrics::caller_loop_requests(&p.id, &tag),
+            1,
+        ));
+    }
+
+    /// The priced model of a request's `model`.
+    pub(super) fn priced(&self, model: Option<&str>) -> Option<usize> {
+        model.and_then(|m| self.config.prices.lookup(m))
+    }
+
+    /// Loop `key`'s spending so far in this process (`None`: nothing
+    /// recorded).
+    pub(super) fn spend(&mut self, key: u64, now: u64) -> Option<Spend> {
+        self.ledger.spend(&mut self.local.backend, key, now)
+    }
+
+    /// A request of loop `key` was rejected: what it would have spent is
+    /// estimated by the loop's newest response, and counted as avoided.
+    pub(super) fn count_avoided(
+        &mut self,
+        policy: usize,
+        key: u64,
+        model: Option<usize>,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        // This worker's own part first (no host call: a rejection stays
+        // cheap); every worker's only when this one served none of it.
+        let own = self.ledger.own(&mut self.local.backend, key, now);
+        let Some(s) = own.or_else(|| self.spend(key, now)) else {
+            return;
+        };
+        let r = &self.registry;
+        count_opt(
+            out,
+            r.tokens_avoided(policy, TokenType::Input, model),
+            to_i64(s.last_input),
+        );
+        count_opt(
+            out,
+            r.tokens_avoided(policy, TokenType::Output, model),
+            to_i64(s.last_output),
+        );
+        if model.is_some() {
+            count_opt(out, r.cost_avoided(policy, model), to_i64(s.last_microusd));
+        }
+    }
+
+    /// The response's `content-type` (after [`Engine::on_response_headers`]):
+    /// a JSON body or an event stream of a request a policy judged is read
+    /// for its usage; any other answer reported no usage.
+    pub fn on_response_content_type(
+        &mut self,
+        r: &mut Request,
+        content_type: Option<&str>,
+        out: &mut Effects,
+    ) {
+        let Some(target) = r.usage_for else {
+            return;
+        };
+        match content_type.and_then(Framing::of_content_type) {
+            Some(f) => {
+                r.usage = Some(Box::new(
+                    UsageReader::new(f).watching(RepeatSettings::default()),
+                ))
+            }
+            None => {
+                r.usage_for = None;
+                count_opt(out, self.registry.without_usage(target.policy), 1);
+            }
+        }
+    }
+
+    /// A chunk of the response body as it passes (`end_of_stream`: the
+    /// last).
+    pub fn on_response_body(
+        &mut self,
+        r: &mut Request,
+        chunk: &[u8],
+        end_of_stream: bool,
+        out: &mut Effects,
+    ) {
+        if let Some(reader) = r.usage.as_mut() {
+            reader.feed(chunk);
+            if let Some(rep) = reader.take_repeated() {
+                self.report_degenerate(r, &rep, out);
+            }
+        }
+        if end_of_stream {
+            self.finish_usage(r, out);
+        }
+    }
+
+    /// A stream found repeating itself: counted, and one
+    /// `output.degenerate` event (the stream goes on unchanged).
+    fn report_degenerate(&mut self, r: &Request, rep: &Repeated, out: &mut Effects) {
+        let Some(target) = r.usage_for else {
+            return;
+        };
+        let Some(p) = self.config.policies.get(target.policy) else {
+            return;
+        };
+        count_opt(out, self.registry.degenerate_output(target.policy), 1);
+        let event = serde_json::json!({
+            "event": "output.degenerate",
+            "policy": p.id,
+            "mode": p.mode.as_str(),
+            "caller": caller_tag(r.caller),
+            "model": r.model,
+            "unit_chars": rep.unit_chars,
+            "repeats": rep.repeats,
+            "covered_chars": rep.covered_chars,
+            "in_loop": target.in_loop,
+        });
+        out.push(Effect::Log(Level::Info, event.to_string()));
+    }
+
+    /// The response is over (or the stream ended early): count what it
+    /// reported. The loop's ledger dates it by its request's start (no
+    /// clock read on the response path).
+    pub(super) fn finish_usage(&mut self, r: &mut Request, out: &mut Effects) {
+        let Some(reader) = r.usage.take() else {
+            return;
+        };
+        let Some(target) = r.usage_for.take() else {
+            return;
+        };
+        if reader.compressed && !self.logs.compressed_body {
+            self.logs.compressed_body = true;
+            out.push(Effect::Log(
+                Level::Warn,
+                "a response body is gzip-compressed, so its token usage cannot be read: put Envoy's decompressor filter after loopguard in http_filters (responses pass the filters in reverse), see docs/observability.md#tokens-and-dollars".to_string(),
+            ));
+        }
+        let Some(u) = reader.finish() else {
+            count_opt(out, self.registry.without_usage(target.policy), 1);
+            return;
+        };
+        let (p, l, m) = (target.policy, target.in_loop, target.model);
+        let reg = &self.registry;
+        count_opt(out, reg.tokens(p, TokenType::Input, l, m), to_i64(u.input));
+        count_opt(
+            out,
+            reg.tokens(p, TokenType::Output, l, m),
+            to_i64(u.output),
+        );
+        let cost = m.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
+        if m.is_some() {
+            count_opt(out, reg.cost(p, l, m), to_i64(cost));
+        }
+        if let Some(key) = target.loop_key {
+            match self.ledger.add(
+                &mut self.local.backend,
+                key,
+                u.input,
+                u.output,
+                cost,
+                r.started_ms,
+            ) {
+                Added::Done { cas_retries: 0 } => {}
+                Added::Done { cas_retries } => {
+                    out.push(count(self.registry.cas_retries(), i64::from(cas_retries)));
+                }
+                Added::Failed => out.push(count(self.registry.ledger_failed(), 1)),
+            }
+        }
+    }
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}

@@ -1,0 +1,516 @@
+"""The Grafana dashboard and the Prometheus alert rules of monitoring/,
+against a real Prometheus scraping real Envoys.
+
+One Prometheus (the Debian binary, on loopback, scraping every second)
+scrapes two Envoys through their admin /stats/prometheus, with the
+stats_tags of envoy/envoy.yaml, and evaluates the rule file every second:
+
+- the main Envoy runs loopguard with four policies, driven into loops: an
+  exact `reject` policy (many loops from one caller, and oversized bodies),
+  a `shadow` policy, a throttling `slow` policy, and an LLM `agents` policy
+  (llm_tail with a warn-then-reject escalation, tool_loops, and `prices`)
+  in front of an upstream answering with OpenAI-style `usage`;
+- a second Envoy runs the fault-injection build of the module with
+  FAIL_RELOAD, crashed once, so Envoy reloads its VM.
+
+Then every dashboard query (Grafana's variables substituted) and every
+alert expression is evaluated through Prometheus's HTTP API at one moment:
+each must evaluate without error, and those listed in LIT must return a
+series with the listed labels and a value above zero (so a renamed metric
+or label fails here). The rest are listed in EVALUATE_ONLY with the reason
+the traffic cannot light them. Every query of the dashboard must be in
+exactly one of the two lists.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from harness import ROOT, Envoy, Upstream, bootstrap, free_port, load_yaml, plugin, policy, stop_process, wait_for
+
+DASHBOARD = ROOT / "monitoring" / "grafana" / "loopguard.json"
+RULES = ROOT / "monitoring" / "prometheus" / "loopguard-alerts.yaml"
+WRAPPER = ROOT / "monitoring" / "prometheus" / "prometheusrule.sh"
+FAULT_WASM = os.environ.get(
+    "LOOPGUARD_FAULT_WASM",
+    str(ROOT / "target" / "fault-injection" / "wasm32-wasip1" / "release" / "loopguard.wasm"),
+)
+# What Grafana's variables become in the queries sent here.
+RATE_INTERVAL = "1m"
+RANGE = "5m"
+
+# --- the dashboard's queries and the rules' expressions ------------------------
+
+
+def dashboard_targets() -> dict[tuple[str, str], str]:
+    """(panel title, refId) -> PromQL expression, for every query."""
+    d = json.loads(DASHBOARD.read_text())
+    out = {}
+    for p in d["panels"]:
+        for panel in [p, *p.get("panels", [])]:
+            for t in panel.get("targets", []):
+                out[(panel["title"], t["refId"])] = t["expr"]
+    return out
+
+
+def alert_rules() -> dict[str, str]:
+    return {r["alert"]: r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r}
+
+
+def substitute(expr: str, policy: str = ".*") -> str:
+    """A dashboard query as Grafana sends it: `$policy` as a regex (All is
+    `.*`), the interval variables as fixed durations."""
+    values = {"policy": policy, "__rate_interval": RATE_INTERVAL, "__interval": RATE_INTERVAL, "__range": RANGE}
+
+    def one(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in values:
+            raise AssertionError(f"unknown variable ${name} in {expr!r}")
+        return values[name]
+
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", one, expr)
+
+
+TARGETS = dashboard_targets()
+ALERTS = alert_rules()
+HEX12 = "[0-9a-f]{12}"
+
+# Queries the traffic below lights up: each must return, for every label
+# set listed, a series whose labels match it (values are regexes matched in
+# full; "{main}" and "{fault}" are the two Envoys' instance labels) with a
+# value above 0.
+LIT: dict[tuple[str, str], list[dict[str, str]]] = {
+    ("Loops detected", "A"): [{}],
+    ("Requests rejected", "A"): [{}],
+    ("Share of tokens spent in loops", "A"): [{}],
+    ("Dollars spent in loops", "A"): [{}],
+    ("Dollars avoided (estimate)", "A"): [{}],
+    ("VM reloads after crashes", "A"): [{}],
+    ("Requests matched per policy", "A"): [{"policy": p} for p in ("reject", "shadow", "slow", "agents")],
+    ("Loops detected per policy", "A"): [
+        {"policy": "reject", "mode": "enforce"}, {"policy": "shadow", "mode": "shadow"}, {"policy": "agents", "mode": "enforce"}],
+    ("Actions taken", "A"): [{"policy": "reject"}, {"policy": "agents"}],
+    ("Actions taken", "B"): [{"policy": "slow"}],
+    ("Actions taken", "C"): [{"policy": "agents"}],
+    ("Shadow would-be actions", "A"): [{"policy": "shadow", "action": "reject"}],
+    ("Tool loops by tier and step", "A"): [
+        {"policy": "agents", "tier": "identical", "step": "nudge"}, {"policy": "agents", "tier": "identical", "step": "reject"}],
+    # The reject policy's caller loops in two rounds with a scrape between
+    # them: its series (defined when first counted) grows after its first
+    # sample. The agents policy's caller loops within one scrape interval.
+    ("Top looping callers", "A"): [{"policy": "reject", "caller": HEX12}],
+    ("Tokens spent in loops and outside", "A"): [
+        {"token_type": t, "loop": lp} for t in ("input", "output") for lp in ("true", "false")],
+    ("Tokens in loops by policy and model", "A"): [{"policy": "agents", "model": "gpt-4o-mini"}],
+    ("Tokens avoided (estimate)", "A"): [{"policy": "agents", "token_type": "input"}, {"policy": "agents", "token_type": "output"}],
+    ("Dollars per hour: in loops, outside, avoided", "A"): [{"policy": "agents"}],
+    ("Dollars per hour: in loops, outside, avoided", "B"): [{"policy": "agents"}],
+    ("Dollars per hour: in loops, outside, avoided", "C"): [{"policy": "agents"}],
+    ("Dollars by model over the time range", "A"): [{"policy": "agents", "model": "gpt-4o-mini"}],
+    ("Dollars by model over the time range", "B"): [{"policy": "agents", "model": "gpt-4o-mini"}],
+    ("Dollars by model over the time range", "C"): [{"policy": "agents", "model": "gpt-4o-mini"}],
+    ("Responses without usage", "A"): [{"policy": "agents"}],
+    ("Table entries used", "A"): [{"instance": "{main}"}],
+    ("Bodies skipped by reason", "A"): [{"reason": "too_large"}],
+    ("Share of matched requests with a skipped body", "A"): [{"instance": "{main}"}],
+    ("VM reloads", "A"): [{"instance": "{fault}"}],
+}
+# Queries that must evaluate without error; this traffic cannot light them.
+EVALUATE_ONLY: dict[tuple[str, str], str] = {
+    ("Degenerate outputs", "A"): "needs a streamed response repeating itself",
+    ("Redis store calls by result", "A"): "needs the Redis store",
+    ("Store fallbacks and fail-open", "A"): "needs a failing Redis store",
+    ("Store fallbacks and fail-open", "B"): "needs a failing local table",
+    ("Table contention and evictions", "A"): "compare-and-swap races are chance",
+    ("Table contention and evictions", "B"): "needs a full table",
+    ("VM reloads", "B"): "needs a reload that fails",
+    ("VM reloads", "C"): "needs a request inside the reload backoff",
+}
+# Alert expressions: those the traffic must light (with these labels), and
+# those that must return nothing for it.
+ALERTS_LIT: dict[str, list[dict[str, str]]] = {
+    "LoopguardLoopStorm": [{"policy": "reject", "mode": "enforce"}],
+    "LoopguardCallerLoopingLong": [{"policy": "reject", "caller": HEX12}],
+    "LoopguardVmReloading": [{"instance": "{fault}"}],
+    "LoopguardBodiesSkipped": [{"instance": "{main}"}],
+}
+ALERTS_QUIET = {"LoopguardStoreFailingOpen"}
+# Alerts Prometheus itself must hold once it has evaluated the rules: no
+# `for` fires at once; the others wait in pending.
+ALERT_STATES = {
+    "LoopguardVmReloading": "firing",
+    "LoopguardLoopStorm": "pending",
+    "LoopguardCallerLoopingLong": "pending",
+    "LoopguardBodiesSkipped": "pending",
+}
+
+# --- the traffic ------------------------------------------------------------------
+
+PRICES = {"gpt-4o-mini": {"input_per_million": 2.5, "output_per_million": 10}}
+CONFIG = plugin(
+    [
+        policy("reject", threshold=3, selector={"pathPrefix": "/r/"}),
+        policy("shadow", threshold=2, mode="shadow", selector={"pathPrefix": "/s/"}),
+        policy("slow", threshold=2, action="throttle", throttle_step_ms=10, selector={"pathPrefix": "/t/"}),
+        {"id": "agents", "spec": {
+            "selector": {"pathPrefix": "/v1/", "methods": ["POST"]},
+            "loop_detection": {"enabled": True, "window_seconds": 60, "similarity": "llm_tail",
+                               "escalation": [{"at": 2, "action": "warn"}, {"at": 4, "action": "reject"}]},
+            "tool_loops": {"enabled": True},
+        }},
+    ],
+    max_body_bytes=65536,
+    prices=PRICES,
+)
+# Distinct loops the reject policy's caller runs: enough for the storm
+# alert's rate (> 5 a minute over 5 minutes, i.e. > 25 in the window).
+STORM_LOOPS = 40
+BIG_BODIES = 30
+
+
+def provider(request: dict) -> tuple[int, dict]:
+    """OpenAI Chat Completions with usage; without it under /v1/nousage/."""
+    try:
+        body = json.loads(request["body"] or b"{}")
+    except ValueError:
+        body = {}
+    answer = {
+        "id": "chatcmpl-mon", "object": "chat.completion", "created": 1, "model": body.get("model", "gpt-4o-mini"),
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Still checking."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12000, "completion_tokens": 800, "total_tokens": 12800},
+    }
+    if request["path"].startswith("/v1/nousage/"):
+        del answer["usage"]
+    return 200, answer
+
+
+def tool_history(calls: int, topic: str) -> list[dict]:
+    """A conversation in which the model called the same tool with the same
+    arguments `calls` times."""
+    messages = [{"role": "user", "content": f"Is the {topic} build green?"}]
+    call = {"type": "function", "function": {"name": "get_build_status", "arguments": "{\"branch\": \"main\"}"}}
+    for i in range(calls):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [dict(call, id=f"call_{topic}_{i}")]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{topic}_{i}", "content": "ERROR: CI API timed out"})
+    return messages
+
+
+def reject_loops(c: httpx.Client, first: int, count: int) -> list[int]:
+    codes = []
+    for i in range(first, first + count):
+        codes += [c.post(f"/r/loop/{i}", content=f"loop {i}".encode()).status_code for _ in range(3)]
+    return codes
+
+
+# --- Prometheus -----------------------------------------------------------------
+
+
+class Prometheus:
+    """A real Prometheus on loopback: scrapes `targets` (host:port) at
+    /stats/prometheus every second and evaluates `rules` every second."""
+
+    def __init__(self, targets: list[str], rules: Path) -> None:
+        binary = shutil.which("prometheus")
+        if not binary:
+            pytest.fail("prometheus is not installed: run the tests through `make test` (make test-tools installs it)")
+        self.dir = Path(tempfile.mkdtemp(prefix="loopguard-prometheus-"))
+        self.port = free_port()
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(rules)],
+            "scrape_configs": [{"job_name": "envoy", "metrics_path": "/stats/prometheus",
+                                "static_configs": [{"targets": targets}]}],
+        }
+        (self.dir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.log_path = self.dir / "prometheus.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={self.dir / 'prometheus.yml'}", f"--storage.tsdb.path={self.dir / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+            stdout=self._log, stderr=subprocess.STDOUT, cwd=self.dir,
+        )
+        self.url = f"http://127.0.0.1:{self.port}"
+        ready = lambda: self.proc.poll() is None and self._get("/-/ready") == 200  # noqa: E731
+        if not wait_for(ready, timeout=30, interval=0.2):
+            log = self.log()
+            self.stop()
+            raise AssertionError(f"prometheus did not become ready:\n{log[-5000:]}")
+
+    def _get(self, path: str) -> int:
+        try:
+            return httpx.get(self.url + path, timeout=2).status_code
+        except httpx.HTTPError:
+            return 0
+
+    def api(self, path: str, **params) -> dict:
+        r = httpx.get(f"{self.url}/api/v1/{path}", params=params, timeout=10)
+        body = r.json()
+        if body.get("status") != "success":
+            raise QueryError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self.api("query", **params)
+        assert data["resultType"] == "vector", f"{expr}: a {data['resultType']}, not an instant vector"
+        return data["result"]
+
+    def value(self, expr: str) -> float | None:
+        try:
+            result = self.query(expr)
+        except (QueryError, httpx.HTTPError):
+            return None
+        return float(result[0]["value"][1]) if result else None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        self._log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class QueryError(Exception):
+    pass
+
+
+@dataclass
+class Observed:
+    """Everything evaluated at one moment, after the traffic."""
+
+    main: str
+    fault: str
+    at: float
+    results: dict[tuple[str, str], list[dict] | QueryError] = field(default_factory=dict)
+    per_policy: dict[tuple[str, str], list[dict] | QueryError] = field(default_factory=dict)
+    alerts: dict[str, list[dict] | QueryError] = field(default_factory=dict)
+    alert_states: dict[str, set[str]] = field(default_factory=dict)
+    rules: list[dict] = field(default_factory=list)
+    policies: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _evaluate(prom: Prometheus, expr: str, at: float) -> list[dict] | QueryError:
+    try:
+        return prom.query(expr, at)
+    except QueryError as e:
+        return e
+
+
+def _loopguard_total(e: Envoy) -> float:
+    """The sum of every loopguard counter of an Envoy's /stats/prometheus."""
+    return sum(v for k, v in e.prometheus().items() if k.startswith("loopguard_") and k.split("{")[0].endswith("_total"))
+
+
+@pytest.fixture(scope="module")
+def observed():
+    if not Path(FAULT_WASM).exists():
+        pytest.fail(f"{FAULT_WASM} is missing: run the tests through `make test`, which builds it")
+    stats_config = load_yaml(ROOT / "envoy" / "envoy.yaml")["stats_config"]
+    up = Upstream(responder=provider)
+    started: list[Envoy] = []
+    prom = None
+    try:
+        cfg = bootstrap(CONFIG, up.port)
+        cfg["stats_config"] = stats_config
+        main = Envoy(cfg, name="main")
+        started.append(main)
+        main.start()
+
+        fcfg = bootstrap(plugin([policy("p", threshold=3)]), up.port)
+        fcfg["stats_config"] = stats_config
+        wasm = fcfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"][0]
+        wasm["typed_config"]["config"]["vm_config"]["code"]["local"]["filename"] = FAULT_WASM
+        wasm["typed_config"]["config"]["failure_policy"] = "FAIL_RELOAD"
+        wasm["typed_config"]["config"]["reload_config"] = {"backoff": {"base_interval": "0.1s"}}
+        fault = Envoy(fcfg, concurrency=1, name="fault")
+        started.append(fault)
+        fault.start()
+
+        mi, fi = f"127.0.0.1:{main.admin_port}", f"127.0.0.1:{fault.admin_port}"
+        prom = Prometheus([mi, fi], RULES)
+        # Both Envoys scraped once before any traffic: every counter's
+        # first sample is its 0, so increase() sees all that follows.
+        both = f'instance=~"{mi}|{fi}"'
+        scraped = lambda: (  # noqa: E731
+            prom.value(f"count(up{{{both}}} == 1)") == 2 and prom.value(f"count(loopguard_requests_total{{{both}}})") == 2
+        )
+        assert wait_for(scraped, timeout=30, interval=0.2), f"prometheus never scraped both Envoys:\n{prom.log()[-5000:]}"
+        obs = Observed(main=mi, fault=fi, at=0.0)
+
+        with httpx.Client(base_url=main.url, headers={"authorization": "Bearer sk-looping-agent"}, timeout=30) as c:
+            # Round 1: the caller's first loops (its series is defined when
+            # first counted: its first sample is not 0).
+            assert reject_loops(c, 0, 3) == [200, 200, 429] * 3
+            seen = wait_for(lambda: prom.value(f'count(loopguard_caller_loop_requests_total{{instance="{mi}"}})') is not None,
+                            timeout=15, interval=0.2)
+            if not seen:
+                obs.notes.append("no loopguard_caller_loop_requests_total series with a caller label reached Prometheus "
+                                 "(is the `caller` stats_tag in envoy/envoy.yaml?)")
+                time.sleep(2)
+            # Round 2: the storm, oversized bodies, shadow, throttle.
+            assert reject_loops(c, 3, STORM_LOOPS) == [200, 200, 429] * STORM_LOOPS
+            big = [c.post(f"/r/big/{i}", content=b"x" * 100_000).status_code for i in range(BIG_BODIES)]
+            assert big == [200] * BIG_BODIES
+            assert [c.get("/s/x").status_code for _ in range(3)] == [200] * 3
+            assert [c.get("/t/x").status_code for _ in range(3)] == [200] * 3
+
+        with httpx.Client(base_url=main.url, headers={"authorization": "Bearer sk-llm-agent"}, timeout=30) as c:
+            ask = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is the build green?"}]}
+            # 1 allowed, 2 and 3 warned (a detected loop: their tokens are
+            # the loop's), 4 and 5 rejected (their tokens avoided).
+            assert [c.post("/v1/chat/completions", json=ask).status_code for _ in range(5)] == [200, 200, 200, 429, 429]
+            other = {"model": "mystery-model", "messages": [{"role": "user", "content": "Anything else?"}]}
+            assert c.post("/v1/chat/completions", json=other).status_code == 200
+            nousage = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "No usage, please."}]}
+            assert c.post("/v1/nousage/chat/completions", json=nousage).status_code == 200
+            nudged = {"model": "gpt-4o-mini", "messages": tool_history(3, "nudge")}
+            assert c.post("/v1/chat/completions", json=nudged).status_code == 200
+            blocked = {"model": "gpt-4o-mini", "messages": tool_history(5, "reject")}
+            assert c.post("/v1/chat/completions", json=blocked).status_code == 429
+
+        # The fault Envoy's VM crashes on a request; the next one reloads it.
+        assert httpx.post(f"{fault.url}/v1/x", content=b"x", headers={"x-loopguard-fault": "crash"}, timeout=10).status_code == 503
+        assert httpx.post(f"{fault.url}/v1/x", content=b"y", timeout=10).status_code == 200
+        assert fault.stats().get("wasm.loopguard.vm_reload_success") == 1
+
+        # Wait until Prometheus holds the final counts of both Envoys.
+        time.sleep(0.5)
+        want = _loopguard_total(main)
+        final = lambda: (  # noqa: E731
+            prom.value(f'sum({{__name__=~"loopguard_.+_total",instance="{mi}"}})') == want
+            and prom.value(f'envoy_wasm_loopguard_vm_reload_success{{instance="{fi}"}}') == 1
+        )
+        assert wait_for(final, timeout=20, interval=0.2), "prometheus never scraped the final counts"
+        # And until it has evaluated the rules on them.
+        firing = lambda: any(  # noqa: E731
+            a["labels"].get("alertname") == "LoopguardVmReloading" and a["state"] == "firing"
+            for a in prom.api("alerts")["alerts"])
+        if not wait_for(firing, timeout=20, interval=0.2):
+            obs.notes.append("LoopguardVmReloading never fired")
+
+        obs.at = time.time()
+        for key, expr in TARGETS.items():
+            obs.results[key] = _evaluate(prom, substitute(expr), obs.at)
+            if "$policy" in expr or "${policy}" in expr:
+                obs.per_policy[key] = _evaluate(prom, substitute(expr, "agents"), obs.at)
+        for name, expr in ALERTS.items():
+            obs.alerts[name] = _evaluate(prom, expr, obs.at)
+        for a in prom.api("alerts")["alerts"]:
+            obs.alert_states.setdefault(a["labels"]["alertname"], set()).add(a["state"])
+        obs.rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
+        obs.policies = prom.api("label/policy/values", **{"match[]": "loopguard_matched_total"})
+        yield obs
+    finally:
+        if prom:
+            prom.stop()
+        for e in started:
+            e.stop()
+            shutil.rmtree(e.dir, ignore_errors=True)
+        up.stop()
+
+
+def _instance(pattern: str, obs: Observed) -> str:
+    return pattern.replace("{main}", re.escape(obs.main)).replace("{fault}", re.escape(obs.fault))
+
+
+def _lit(result: list[dict], want: list[dict[str, str]], obs: Observed) -> list[str]:
+    """What is missing from `result` among the label sets `want` (each with
+    a value above 0)."""
+    missing = []
+    for labels in want:
+        ok = any(
+            all(re.fullmatch(_instance(v, obs), s["metric"].get(k, "")) for k, v in labels.items())
+            and not math.isnan(float(s["value"][1])) and float(s["value"][1]) > 0
+            for s in result
+        )
+        if not ok:
+            missing.append(json.dumps(labels))
+    return missing
+
+
+def _show(result: list[dict]) -> str:
+    return json.dumps([{**s["metric"], "value": s["value"][1]} for s in result])[:1500]
+
+
+# --- tests -------------------------------------------------------------------------
+
+
+def test_every_dashboard_query_is_classified():
+    """A new panel's queries must be listed as lit or evaluate-only."""
+    assert not set(LIT) & set(EVALUATE_ONLY)
+    assert set(LIT) | set(EVALUATE_ONLY) == set(TARGETS), (
+        f"unlisted: {sorted(set(TARGETS) - set(LIT) - set(EVALUATE_ONLY))}; "
+        f"not in the dashboard: {sorted((set(LIT) | set(EVALUATE_ONLY)) - set(TARGETS))}")
+    assert set(ALERTS_LIT) | ALERTS_QUIET == set(ALERTS)
+
+
+@pytest.mark.parametrize("key", sorted(TARGETS), ids=lambda k: f"{k[0]}/{k[1]}")
+def test_dashboard_query(observed, key):
+    result = observed.results[key]
+    assert not isinstance(result, QueryError), f"{TARGETS[key]}: {result}"
+    if key in LIT:
+        missing = _lit(result, LIT[key], observed)
+        assert not missing, f"{substitute(TARGETS[key])}\nreturned no series > 0 with {missing}; it returned {_show(result)}" + (
+            f"\nnotes: {observed.notes}" if observed.notes else "")
+    # With one policy picked, only that policy's series come back.
+    if key in observed.per_policy:
+        picked = observed.per_policy[key]
+        assert not isinstance(picked, QueryError), f"{TARGETS[key]} with policy=agents: {picked}"
+        assert {s["metric"]["policy"] for s in picked if "policy" in s["metric"]} <= {"agents"}
+
+
+@pytest.mark.parametrize("name", sorted(ALERTS))
+def test_alert_expression(observed, name):
+    result = observed.alerts[name]
+    assert not isinstance(result, QueryError), f"{ALERTS[name]}: {result}"
+    if name in ALERTS_LIT:
+        missing = _lit(result, ALERTS_LIT[name], observed)
+        assert not missing, f"{ALERTS[name]}\nreturned no series with {missing}; it returned {_show(result)}" + (
+            f"\nnotes: {observed.notes}" if observed.notes else "")
+        if name == "LoopguardVmReloading":
+            assert all(s["metric"].get("instance") == observed.fault for s in result), _show(result)
+    else:
+        assert result == [], f"{name} must not fire for this traffic: {_show(result)}"
+
+
+def test_prometheus_loads_the_rules_and_holds_the_alerts(observed):
+    assert {r["name"] for r in observed.rules if r["type"] == "alerting"} == set(ALERTS)
+    bad = {r["name"]: r.get("lastError") for r in observed.rules if r["health"] != "ok" or r.get("lastError")}
+    assert not bad, bad
+    for name, state in ALERT_STATES.items():
+        assert state in observed.alert_states.get(name, set()), (name, observed.alert_states, observed.notes)
+    assert "LoopguardStoreFailingOpen" not in observed.alert_states
+
+
+def test_the_policy_variable_lists_the_policies(observed):
+    assert {"reject", "shadow", "slow", "agents"} <= set(observed.policies)
+
+
+def test_the_prometheusrule_wrapper_carries_the_rule_file_unchanged():
+    out = subprocess.run([str(WRAPPER), "observability", "release=kube-prometheus-stack"],
+                         capture_output=True, text=True, check=True).stdout
+    resource = yaml.safe_load(out)
+    assert resource["apiVersion"] == "monitoring.coreos.com/v1" and resource["kind"] == "PrometheusRule"
+    assert resource["metadata"]["namespace"] == "observability"
+    assert resource["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert resource["spec"] == yaml.safe_load(RULES.read_text())
