@@ -161,10 +161,19 @@ pub fn now_ms() -> u64 {
 /// All request headers in one piece (proxy-wasm's map encoding), for
 /// [`loopguard_core::request::HeaderBlock`].
 pub fn request_headers() -> HostResult<Vec<u8>> {
+    header_pairs(MAP_REQUEST_HEADERS)
+}
+
+/// All response headers in one call (the response phase).
+pub fn response_headers() -> HostResult<Vec<u8>> {
+    header_pairs(MAP_RESPONSE_HEADERS)
+}
+
+fn header_pairs(map: u32) -> HostResult<Vec<u8>> {
     let mut data = null_mut();
     let mut size = 0;
     // SAFETY: out-pointers are valid; the returned buffer is ours.
-    let code = unsafe { proxy_get_header_map_pairs(MAP_REQUEST_HEADERS, &mut data, &mut size) };
+    let code = unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) };
     match code {
         STATUS_OK => Ok(unsafe { owned(data, size) }),
         STATUS_NOT_FOUND => Ok(Vec::new()),
@@ -187,13 +196,6 @@ pub fn http_call_status(num_headers: usize) -> Option<String> {
 /// The response's `:status` (in the response headers phase).
 pub fn response_status() -> Option<Vec<u8>> {
     map_value(MAP_RESPONSE_HEADERS, ":status").ok().flatten()
-}
-
-/// The response's `content-type` (in the response headers phase).
-pub fn response_content_type() -> Option<Vec<u8>> {
-    map_value(MAP_RESPONSE_HEADERS, "content-type")
-        .ok()
-        .flatten()
 }
 
 fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {

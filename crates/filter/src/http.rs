@@ -205,14 +205,28 @@ impl HttpContext for Stream {
     }
 
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let status = abi::response_status().and_then(|s| loopguard_core::response::status(&s));
-        let now = abi::now_ms();
-        // Only a request a policy judged has its usage read.
-        let content_type = if self.req.reads_usage() {
-            abi::response_content_type().map(|v| String::from_utf8_lossy(&v).into_owned())
+        // A request whose usage is read needs the status and the content
+        // type: both from one call for the whole (small) map; any other
+        // only its status.
+        let (status, content_type) = if self.req.reads_usage() {
+            let block = abi::response_headers()
+                .ok()
+                .and_then(loopguard_core::request::HeaderBlock::parse);
+            match block {
+                Some(b) => (
+                    b.get(":status").and_then(loopguard_core::response::status),
+                    b.get("content-type")
+                        .map(|v| String::from_utf8_lossy(v).into_owned()),
+                ),
+                None => (None, None),
+            }
         } else {
-            None
+            (
+                abi::response_status().and_then(|s| loopguard_core::response::status(&s)),
+                None,
+            )
         };
+        let now = abi::now_ms();
         self.run(|e, r, out| {
             e.on_response_headers(r, status, now, out);
             if r.reads_usage() {
