@@ -139,12 +139,8 @@ enum Scan {
     Colon,
     /// After the colon: whitespace, then `{`.
     Open,
-    /// Inside the object (its depth, in a string, after a backslash).
-    Object {
-        depth: u32,
-        string: bool,
-        escape: bool,
-    },
+    /// Inside the object.
+    Object(Depth),
 }
 
 /// Reads one response's usage from its body chunks.
@@ -393,47 +389,25 @@ impl UsageReader {
                             self.kept.clear();
                             self.kept.push(b'{');
                             self.skipping = false;
-                            self.scan = Scan::Object {
+                            self.scan = Scan::Object(Depth {
                                 depth: 1,
                                 string: false,
                                 escape: false,
-                            };
+                            });
                         }
                         // `"usage": null`, or a key named usage inside a
                         // string's text after all: look on.
                         _ => self.scan = Scan::Key,
                     }
                 }
-                Scan::Object {
-                    mut depth,
-                    mut string,
-                    mut escape,
-                } => {
+                Scan::Object(mut d) => {
                     let start = i;
                     let mut closed = false;
                     while let Some(&b) = chunk.get(i) {
                         i += 1;
-                        if string {
-                            if escape {
-                                escape = false;
-                            } else if b == b'\\' {
-                                escape = true;
-                            } else if b == b'"' {
-                                string = false;
-                            }
-                            continue;
-                        }
-                        match b {
-                            b'"' => string = true,
-                            b'{' | b'[' => depth += 1,
-                            b'}' | b']' => {
-                                depth = depth.saturating_sub(1);
-                                if depth == 0 {
-                                    closed = true;
-                                    break;
-                                }
-                            }
-                            _ => {}
+                        if d.step(b) {
+                            closed = true;
+                            break;
                         }
                     }
                     self.keep(chunk.get(start..i).unwrap_or(&[]));
@@ -453,11 +427,7 @@ impl UsageReader {
                         self.skipping = false;
                         self.scan = Scan::Key;
                     } else {
-                        self.scan = Scan::Object {
-                            depth,
-                            string,
-                            escape,
-                        };
+                        self.scan = Scan::Object(d);
                     }
                 }
             }
@@ -515,34 +485,50 @@ fn usage_object(text: &[u8], mut from: usize) -> Option<(&[u8], usize)> {
     None
 }
 
-/// The length of the JSON object `s` starts with (`None`: it does not end
-/// within `s`).
-fn object_len(s: &[u8]) -> Option<usize> {
-    let (mut depth, mut string, mut escape) = (0u32, false, false);
-    for (i, &b) in s.iter().enumerate() {
-        if string {
-            if escape {
-                escape = false;
+/// Where a scan through a JSON value is: its depth of objects and
+/// arrays, inside a string, after a backslash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Depth {
+    depth: u32,
+    string: bool,
+    escape: bool,
+}
+
+impl Depth {
+    /// The next byte; `true` when it closes the outermost value.
+    fn step(&mut self, b: u8) -> bool {
+        if self.string {
+            if self.escape {
+                self.escape = false;
             } else if b == b'\\' {
-                escape = true;
+                self.escape = true;
             } else if b == b'"' {
-                string = false;
+                self.string = false;
             }
-            continue;
+            return false;
         }
         match b {
-            b'"' => string = true,
-            b'{' | b'[' => depth += 1,
+            b'"' => self.string = true,
+            b'{' | b'[' => self.depth += 1,
             b'}' | b']' => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(i + 1);
-                }
+                self.depth = self.depth.saturating_sub(1);
+                return self.depth == 0;
             }
             _ => {}
         }
+        false
     }
-    None
+}
+
+/// The length of the JSON object `s` starts with (`None`: it does not end
+/// within `s`).
+fn object_len(s: &[u8]) -> Option<usize> {
+    let mut d = Depth {
+        depth: 0,
+        string: false,
+        escape: false,
+    };
+    s.iter().position(|&b| d.step(b)).map(|i| i + 1)
 }
 
 #[cfg(test)]
