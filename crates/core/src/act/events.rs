@@ -56,17 +56,11 @@ pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Val
 /// framed identity): stable across workers and replicas, and cheap. Shown
 /// as a tag ([`caller_tag`]); never the identity itself.
 pub fn caller_hash(policy_id: &str, identity: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in policy_id
-        .as_bytes()
-        .iter()
-        .chain([0xff].iter())
-        .chain(identity)
-    {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    let mut h = crate::request::Fnv::default();
+    h.write(policy_id.as_bytes());
+    h.write(&[0xff]);
+    h.write(identity);
+    h.0
 }
 
 /// A caller hash as the 12 hex characters metrics and events show.

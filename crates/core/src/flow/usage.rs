@@ -17,12 +17,9 @@ pub use crate::act::events::{caller_hash, caller_tag};
 /// identity) and its first message as sent, hashed cheaply (FNV-1a): the
 /// same conversation keeps its first message on every turn.
 pub(super) fn conversation_key(caller: u64, first: &[u8]) -> u64 {
-    let mut h = caller ^ 0x9e37_79b9_7f4a_7c15;
-    for &b in first {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    let mut h = crate::request::Fnv(caller ^ 0x9e37_79b9_7f4a_7c15);
+    h.write(first);
+    h.0
 }
 
 /// A loop's ledger key from its fingerprint.

@@ -55,6 +55,25 @@ pub fn limit_key_values(
     }
 }
 
+/// 64-bit FNV-1a: a cheap, stable hash (the same on every worker and
+/// replica) for keys that need no resistance to collisions made on purpose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fnv(pub u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    pub fn write(&mut self, b: &[u8]) {
+        for &c in b {
+            self.0 = (self.0 ^ u64::from(c)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+}
+
 /// Request headers as the host serialises them in one piece (proxy-wasm's
 /// map encoding: count, then key and value lengths, then each key and value
 /// followed by a NUL). Reading them all at once costs one host call instead

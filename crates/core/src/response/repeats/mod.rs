@@ -27,6 +27,8 @@
 //! Precision comes first: a unit of closing braces or `end`s, a table's
 //! separator row, a zero matrix or a refrain sung twice is not degeneracy.
 
+use crate::request::Fnv;
+
 /// How degenerate output is recognised (see [`Default`] for the values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RepeatSettings {
@@ -100,9 +102,6 @@ enum Marker {
     Text,
 }
 
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
-
 /// Watches one streamed response's output text for degenerate repetition.
 #[derive(Debug)]
 pub struct RepeatWatch {
@@ -115,7 +114,7 @@ pub struct RepeatWatch {
     /// one `p` before them.
     runs: Vec<u64>,
     /// The segment being read: its hash so far, bytes, chars and letters.
-    hash: u64,
+    hash: Fnv,
     bytes: usize,
     chars: usize,
     letters: u64,
@@ -144,7 +143,7 @@ impl RepeatWatch {
             runs: vec![0; settings.max_period],
             settings,
             pushed: 0,
-            hash: FNV_OFFSET,
+            hash: Fnv::default(),
             bytes: 0,
             chars: 0,
             letters: 0,
@@ -221,7 +220,7 @@ impl RepeatWatch {
     }
 
     fn add_ascii(&mut self, b: u8) {
-        self.hash = (self.hash ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+        self.hash.write(&[b]);
         self.bytes += 1;
         self.chars += 1;
         if b.is_ascii_alphabetic() {
@@ -280,7 +279,7 @@ impl RepeatWatch {
     fn add(&mut self, c: char) {
         let mut buf = [0u8; 4];
         for &b in c.encode_utf8(&mut buf).as_bytes() {
-            self.hash = (self.hash ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+            self.hash.write(&[b]);
         }
         self.bytes += c.len_utf8();
         self.chars += 1;
@@ -296,12 +295,12 @@ impl RepeatWatch {
     /// bare list number) and check the newest segments.
     fn finish(&mut self) -> Option<Repeated> {
         let segment = Segment {
-            hash: self.hash,
+            hash: self.hash.0,
             chars: self.chars + 1,
             letters: self.letters,
         };
         let keep = self.bytes > 0 && self.marker != Marker::DigitsDot;
-        self.hash = FNV_OFFSET;
+        self.hash = Fnv::default();
         self.bytes = 0;
         self.chars = 0;
         self.letters = 0;

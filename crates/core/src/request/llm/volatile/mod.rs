@@ -19,6 +19,7 @@
 
 use super::{Message, Part};
 pub use crate::config::volatile::{Class, Classes, Volatile};
+use crate::request::Fnv;
 use std::borrow::Cow;
 
 impl Volatile {
@@ -176,23 +177,6 @@ pub fn tokens(text: &str, classes: Classes, context: Context) -> Vec<&str> {
     Tokens::new(text, classes, context)
         .filter_map(|(from, end, _)| text.get(from..end))
         .collect()
-}
-
-/// 64-bit FNV-1a.
-struct Fnv(u64);
-
-impl Default for Fnv {
-    fn default() -> Self {
-        Fnv(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl Fnv {
-    fn write(&mut self, b: &[u8]) {
-        for &c in b {
-            self.0 = (self.0 ^ u64::from(c)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
 }
 
 /// The volatile tokens of a text, in order: where each masked part starts
