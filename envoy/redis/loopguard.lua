@@ -72,9 +72,12 @@ local function window_args(args)
   return a
 end
 
+-- Redis's clock in milliseconds, and a stamp in microseconds (zero-padded,
+-- so stamps of one millisecond sort in time order).
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t[1] .. t[2]
+  local us = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(us / 1000), t[1] .. string.format('%06d', us)
 end
 
 -- Cooldowns and event states a near record keeps per loop, at most.
@@ -303,11 +306,13 @@ local function near(keys, args)
         redis.call('HDEL', events_key, field)
       else
         kept = kept + 1
+        -- The nearest loop, and the oldest; of equals, the least
+        -- signature (the hash's order is arbitrary, the table's is not).
         local c = closeness(field)
-        if c > best_close then
+        if c > best_close or (c == best_close and c >= 0 and field < best) then
           best, best_close, best_last, best_suppressed = field, c, last, suppressed
         end
-        if oldest_last == nil or last < oldest_last then
+        if oldest_last == nil or last < oldest_last or (last == oldest_last and field < oldest) then
           oldest, oldest_last = field, last
         end
       end
@@ -350,7 +355,9 @@ local function forgive(keys, args)
       break
     end
   end
-  if not found then
+  -- A hit that has left the window counts no more: nothing to take back
+  -- (whether or not a later hit has trimmed it from the log yet).
+  if not found or now - tonumber(redis.call('ZSCORE', log_key, found)) >= window_ms then
     return -1
   end
   redis.call('ZREMRANGEBYSCORE', forgiven_key, '-inf', now - window_ms)

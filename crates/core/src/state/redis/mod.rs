@@ -163,10 +163,27 @@ pub fn near_keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
     ]
 }
 
-/// The webdis request body recording one hit (`loopguard_hit`, or
-/// `loopguard_near` for a near-mode hit). `nonce` makes the hit's log
-/// member unique among concurrent callers.
-pub fn call_body(namespace: &str, hit: &Hit, nonce: &str, invoke: Invoke) -> String {
+/// One call of the library, as Redis receives it: the entry point, the
+/// keys and the arguments. [`command`] writes it for webdis; the agreement
+/// test sends the very same call over RESP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub entry: Entry,
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+impl Call {
+    /// The webdis request body of this call.
+    pub fn body(&self, invoke: Invoke) -> String {
+        command(invoke, self.entry, &self.keys, &self.args)
+    }
+}
+
+/// The call recording one hit (`loopguard_hit`, or `loopguard_near` for a
+/// near-mode hit). `nonce` makes the hit's log member unique among
+/// concurrent callers.
+pub fn hit_call(namespace: &str, hit: &Hit, nonce: &str) -> Call {
     let q = &hit.query;
     let mut args = vec![
         q.window_ms.to_string(),
@@ -185,7 +202,16 @@ pub fn call_body(namespace: &str, hit: &Hit, nonce: &str, invoke: Invoke) -> Str
             (Entry::Near, near_keys(namespace, &hit.key))
         }
     };
-    command(invoke, entry, &keys, &args)
+    Call {
+        entry,
+        keys: keys.to_vec(),
+        args,
+    }
+}
+
+/// The webdis request body recording one hit.
+pub fn call_body(namespace: &str, hit: &Hit, nonce: &str, invoke: Invoke) -> String {
+    hit_call(namespace, hit, nonce).body(invoke)
 }
 
 /// The keys of what a record forgave: beside its log, in its hash tag.
@@ -193,24 +219,27 @@ fn forgiven_key(log_key: &str) -> String {
     format!("{log_key}fg")
 }
 
-/// The webdis request body taking back the hit logged as `nonce`
-/// (`loopguard_forgive`).
-pub fn take_back_body(namespace: &str, t: &TakeBack, nonce: &str, invoke: Invoke) -> String {
+/// The call taking back the hit logged as `nonce` (`loopguard_forgive`).
+pub fn take_back_call(namespace: &str, t: &TakeBack, nonce: &str) -> Call {
     let [log, _, _] = match t.near {
         None => keys(namespace, &t.key),
         Some(_) => near_keys(namespace, &t.key),
     };
     let forgiven = forgiven_key(&log);
-    command(
-        invoke,
-        Entry::Forgive,
-        &[log, forgiven],
-        &[
+    Call {
+        entry: Entry::Forgive,
+        keys: vec![log, forgiven],
+        args: vec![
             nonce.to_string(),
             t.forgiveness.window_ms.to_string(),
             t.forgiveness.max.to_string(),
         ],
-    )
+    }
+}
+
+/// The webdis request body taking back the hit logged as `nonce`.
+pub fn take_back_body(namespace: &str, t: &TakeBack, nonce: &str, invoke: Invoke) -> String {
+    take_back_call(namespace, t, nonce).body(invoke)
 }
 
 #[cfg(test)]

@@ -65,15 +65,12 @@ pub fn command(invoke: Invoke, entry: Entry, keys: &[String], args: &[String]) -
 /// read as a space; anything but unreserved characters and `:{}` is
 /// encoded.
 pub fn encode_arg(arg: &str) -> String {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(arg.len());
     for b in arg.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~' | b':' | b'{' | b'}') {
             out.push(char::from(b));
         } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0xf)]));
+            out.push_str(&format!("%{b:02X}"));
         }
     }
     out
