@@ -344,20 +344,22 @@ local function forgive(keys, args)
   end
   local now = now_ms()
   -- A member is "<stamp>:<nonce>" or "<stamp>:<nonce>:<signature>".
-  local found, signature = nil, nil
-  for _, member in ipairs(redis.call('ZRANGE', log_key, 0, -1)) do
+  local found, at, signature = nil, nil, nil
+  local entries = redis.call('ZRANGE', log_key, 0, -1, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    local member = entries[i]
     local rest = string.sub(member, (string.find(member, ':', 1, true) or 0) + 1)
     if rest == nonce then
-      found = member
+      found, at = member, tonumber(entries[i + 1])
       break
     elseif string.sub(rest, 1, #nonce + 1) == nonce .. ':' then
-      found, signature = member, string.sub(rest, #nonce + 2)
+      found, at, signature = member, tonumber(entries[i + 1]), string.sub(rest, #nonce + 2)
       break
     end
   end
   -- A hit that has left the window counts no more: nothing to take back
   -- (whether or not a later hit has trimmed it from the log yet).
-  if not found or now - tonumber(redis.call('ZSCORE', log_key, found)) >= window_ms then
+  if not found or now - math.min(at, now) >= window_ms then
     return -1
   end
   redis.call('ZREMRANGEBYSCORE', forgiven_key, '-inf', now - window_ms)
