@@ -15,6 +15,7 @@ import pytest
 
 from harness import ROOT, bootstrap, load_yaml, localize, plugin, policy
 from redis_cluster import RedisCluster
+from test_cli import cli
 
 # The store as the cluster example ships it, with a timeout generous for a
 # busy 2-core machine (a timeout would silently count locally instead).
@@ -162,3 +163,21 @@ def test_an_unknown_topology_stops_the_filter_naming_the_field(start_envoy, upst
     log = e.expect_startup_failure()
     assert 'store.topology must be "single" or "cluster"' in log
 
+
+
+def test_a_script_loaded_ahead_from_the_cli_is_the_one_loopguard_calls(fresh, upstream, start_envoy):
+    """`loopguard redis-script` prints the script the filter sends: loaded
+    on every master with SCRIPT LOAD, Redis names it by the SHA1 that
+    `--sha1` prints, and loopguard's calls then never meet NOSCRIPT."""
+    script = cli("redis-script").stdout
+    sha1 = cli("redis-script", "--sha1").stdout.strip()
+    fresh.script_flush()
+    for port in fresh.masters():
+        assert fresh.admin(port, "SCRIPT", "LOAD", stdin=script).strip() == sha1
+    (e,) = replicas(start_envoy, upstream, fresh, plugin([policy("p", threshold=3, limit_keys=["header:authorization"])], store=STORE), n=1)
+    with httpx.Client(base_url=e.url) as c:
+        for caller in range(9):
+            codes = [c.post("/v1/x", content=b"same", headers={"authorization": f"k{caller}"}).status_code for _ in range(4)]
+            assert codes == [200, 200, 429, 429]
+    assert e.counter("loopguard.store_calls_total.result.ok") == 36
+    assert e.counter("loopguard.store_calls_total.result.noscript") == 0
