@@ -8,7 +8,9 @@ each round runs every one, and the table shows medians over the rounds:
 requests/s, p50/p99 latency, Envoy CPU time per request (user + system from
 /proc over the measured run), and the CPU added over the matching no-op
 baseline. The distributed rows put the Redis store (Redis + webdis on
-loopback, as in examples/cluster) against the local store. Then a flood of
+loopback, as in examples/cluster) and the Redis Cluster store (3 masters and
+3 replicas behind Envoy's redis_proxy and webdis, as in
+examples/cluster/cluster) against the local store. Then a flood of
 1,000,000 unique fingerprints checks that memory stays bounded.
 """
 
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 import httpx  # noqa: E402
 
 from harness import ROOT, ROUTER, Envoy, bootstrap, buffer_filter, wasm_filter  # noqa: E402
+from redis_cluster import RedisCluster  # noqa: E402
 from shared_store import Redis, Webdis, webdis_cluster  # noqa: E402
 
 NOOP = str(ROOT / "bench" / "noop" / "target" / "wasm32-wasip1" / "release" / "noop.wasm")
@@ -54,6 +57,7 @@ def loopguard(policy_spec: dict, **top) -> dict:
 
 
 REDIS_STORE = {"type": "redis_webdis", "cluster": "loopguard_redis", "timeout_ms": 1000}
+CLUSTER_STORE = {**REDIS_STORE, "topology": "cluster"}
 NO_TRIP = {"enabled": True, "window_seconds": 1, "threshold_identical_requests": 1024}
 
 
@@ -110,8 +114,28 @@ def with_response(config: dict, cfg: dict) -> dict:
     return config
 
 
+def shared_stores(redis: bool, cluster: bool) -> list[dict]:
+    """The stores of the distributed rows, not started yet (their ports are
+    chosen): how to start, count keys in (per node) and clean up each."""
+    stores = []
+    if redis:
+        r = Redis()
+        w = Webdis(r.port)
+        stores.append({"label": "Redis store", "config": REDIS_STORE, "cluster": webdis_cluster(w.port),
+                       "path": "one FCALL per request through webdis to one Redis",
+                       "start": lambda: (r.start(), w.start()), "cleanup": lambda: (w.cleanup(), r.cleanup()),
+                       "keys": lambda: {"the one Redis": len(r.keys("lg:*"))}})
+    if cluster:
+        c = RedisCluster()
+        stores.append({"label": "Redis Cluster store", "config": CLUSTER_STORE, "cluster": c.store_cluster(),
+                       "path": "one EVALSHA per request through webdis and Envoy's redis_proxy to the key's master (3 masters, 3 replicas)",
+                       "start": c.start, "cleanup": c.cleanup,
+                       "keys": lambda: {f"master :{port}": len(keys) for port, keys in c.keys_per_master("lg:*").items()}})
+    return stores
+
+
 # name, filters, request kind, baseline name
-def configurations(tmp: Path, webdis_port: int | None) -> list[dict]:
+def configurations(tmp: Path, stores: list[dict]) -> list[dict]:
     body_1k = json.dumps({"model": "gpt-4o-mini", "input": "x" * 950}).encode()
     chat_16k = chat_body(16)
     tools_16k = chat_body(16, tool_calls=20)
@@ -148,12 +172,12 @@ def configurations(tmp: Path, webdis_port: int | None) -> list[dict]:
          "base": "no-op wasm + buffer, 1 KB chat, 4 KB stream"},
         {"name": "loopguard llm_tail, 1 KB chat, 4 KB stream with usage", "filters": [loopguard(llm), buf, ROUTER], "req": "chat1k", "response": "sse4k",
          "base": "loopguard llm_tail, 1 KB chat, 4 KB text answer", "target": 5.0},
-    ] + ([] if webdis_port is None else [
-        {"name": "loopguard exact, 1 KB POST, Redis store", "filters": [loopguard(exact_keys, store=REDIS_STORE), buf, ROUTER], "req": "post1k",
-         "base": "loopguard exact, 1 KB POST", "clusters": [webdis_cluster(webdis_port)], "distributed": True},
-        {"name": "loopguard exact, GET, Redis store", "filters": [loopguard(exact_keys, store=REDIS_STORE), ROUTER], "req": "get",
-         "base": "loopguard exact, GET", "clusters": [webdis_cluster(webdis_port)], "distributed": True},
-    ])
+    ] + [
+        # The distributed rows: the same policy counting in each shared store.
+        {"name": f"loopguard exact, {what}, {s['label']}", "filters": [loopguard(exact_keys, store=s["config"]), *extra, ROUTER], "req": req,
+         "base": f"loopguard exact, {what}", "clusters": [s["cluster"]], "store": s, "what": what}
+        for s in stores for what, req, extra in (("1 KB POST", "post1k", [buf]), ("GET", "get", []))
+    ]
 
 
 def wrk_script(tmp: Path, kind: str) -> Path:
@@ -212,6 +236,9 @@ def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
         cpu = cpu_seconds(envoy.proc.pid) - cpu0
         res["cpu_us"] = cpu / max(res["requests"], 1) * 1e6
         res["rss_before"], res["rss_after"] = rss_before, envoy.rss_bytes()
+        if "store" in cfg:
+            # At once: the keys expire a window (1 s) after their last hit.
+            res["keys"] = cfg["store"]["keys"]()
         if res["errors"]:
             raise RuntimeError(f"{cfg['name']}: {res['errors']} non-2xx responses")
         if cfg.get("response") == "sse4k" and "loopguard" in cfg["name"] and not envoy.counter("loopguard.tokens_total"):
@@ -310,27 +337,23 @@ def main() -> int:
     ap.add_argument("--flood", type=int, default=1_000_000)
     ap.add_argument("--table", type=int, default=65_536)
     ap.add_argument("--callgrind", action="store_true", help="also count instructions per request (slow)")
-    ap.add_argument("--no-redis", action="store_true", help="skip the distributed rows (Redis store)")
+    ap.add_argument("--no-redis", action="store_true", help="skip the distributed rows (Redis and Redis Cluster stores)")
+    ap.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster store's distributed rows")
     ap.add_argument("--replay", type=int, default=20_000, help="requests for the `loopguard replay` speed row (0: skip)")
     ap.add_argument("--only", default="", help="comma-separated parts of row names to measure (their baselines come along)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
-    redis = webdis = None
-    if not args.no_redis:
-        redis = Redis().start()
-        webdis = Webdis(redis.port).start()
+    stores = shared_stores(not args.no_redis, not (args.no_redis or args.no_cluster))
     try:
-        return run(args, tmp, webdis)
+        return run(args, tmp, stores)
     finally:
-        if webdis:
-            webdis.cleanup()
-        if redis:
-            redis.cleanup()
+        for s in stores:
+            s["cleanup"]()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run(args, tmp: Path, webdis: Webdis | None) -> int:
-    configs = configurations(tmp, webdis.port if webdis else None)
+def run(args, tmp: Path, stores: list[dict]) -> int:
+    configs = configurations(tmp, stores)
     if args.only:
         wanted = [w.strip() for w in args.only.split(",") if w.strip()]
         keep = {c["name"] for c in configs if any(w in c["name"] for w in wanted)}
@@ -340,13 +363,18 @@ def run(args, tmp: Path, webdis: Webdis | None) -> int:
                 break
             keep |= more
         configs = [c for c in configs if c["name"] in keep]
+    # Only the stores whose rows run are started.
+    for s in stores:
+        if any(c.get("store") is s for c in configs):
+            s["start"]()
     results: dict[str, list[dict]] = {c["name"]: [] for c in configs}
     for r in range(args.rounds):
         for cfg in configs:
             res = measure(cfg, tmp, args.seconds, args.connections)
             results[cfg["name"]].append(res)
             print(f"round {r + 1}/{args.rounds}: {cfg['name']}: {res['rps']:.0f} req/s, {res['cpu_us']:.1f} us CPU/req", file=sys.stderr)
-    med = {name: {k: statistics.median(x[k] for x in runs) for k in runs[0]} for name, runs in results.items()}
+    # Medians; the keys a store held after the row: the last round's.
+    med = {name: {k: runs[-1][k] if k == "keys" else statistics.median(x[k] for x in runs) for k in runs[0]} for name, runs in results.items()}
     if args.callgrind:
         for cfg in configs:
             med[cfg["name"]]["instr"] = callgrind_instructions(cfg, tmp)
@@ -378,9 +406,9 @@ def run(args, tmp: Path, webdis: Webdis | None) -> int:
                 instr += f" (+{m['instr'] - med[cfg['base']]['instr']:,})"
             instr += " |"
         print(f"| {cfg['name'].ljust(width)} | {m['rps']:.0f} | {m['p50']:.2f} | {m['p99']:.2f} | {m['cpu_us']:.1f} | {vs} | {m['rss_before'] / 1e6:.0f} -> {m['rss_after'] / 1e6:.0f} |{instr}")
-    distributed = [c for c in configs if c.get("distributed")]
+    distributed = [c for c in configs if c.get("store")]
     if distributed:
-        print("\ndistributed: the Redis store (one FCALL through webdis per request; Redis, webdis, Envoy and wrk share the 2 CPUs) against the local store")
+        print(f"\ndistributed: each shared store against the local store (the store's processes, Envoy and wrk share the {os.cpu_count()} CPUs)")
         by_name = {c["name"]: c for c in configs}
         for cfg in distributed:
             m, b = med[cfg["name"]], med[cfg["base"]]
@@ -388,11 +416,17 @@ def run(args, tmp: Path, webdis: Webdis | None) -> int:
             one = measure(cfg, tmp, args.seconds, 1)
             one_base = measure(by_name[cfg["base"]], tmp, args.seconds, 1)
             print(f"  {cfg['name']}: {m['rps']:.0f} req/s ({m['rps'] / b['rps']:.2f}x local) at {args.connections} connections, "
-                  f"p50 +{m['p50'] - b['p50']:.2f} ms, p99 +{m['p99'] - b['p99']:.2f} ms; at 1 connection p50 {one['p50']:.2f} ms "
-                  f"(+{one['p50'] - one_base['p50']:.2f}), p99 {one['p99']:.2f} ms (+{one['p99'] - one_base['p99']:.2f}); "
+                  f"p50 {m['p50'] - b['p50']:+.2f} ms, p99 {m['p99'] - b['p99']:+.2f} ms; at 1 connection p50 {one['p50']:.2f} ms "
+                  f"({one['p50'] - one_base['p50']:+.2f}), p99 {one['p99']:.2f} ms ({one['p99'] - one_base['p99']:+.2f}); "
                   f"fallbacks to local {m['fallbacks'] + one['fallbacks']:.0f}")
-            if m["fallbacks"]:
-                failures.append(f"{cfg['name']}: {m['fallbacks']:.0f} requests fell back to local counting")
+            if m["fallbacks"] + one["fallbacks"]:
+                failures.append(f"{cfg['name']}: {m['fallbacks'] + one['fallbacks']:.0f} requests fell back to local counting")
+        # Where the keys went: each store's keys right after its rows' last round.
+        for s in stores:
+            spread = [(c["what"], med[c["name"]]["keys"]) for c in distributed if c["store"] is s]
+            if spread:
+                print(f"  {s['label']}: {s['path']}; keys lg:* after each row at {args.connections} connections: " + "; ".join(
+                    f"{what}: {sum(keys.values())}, " + ", ".join(f"{n} on {node}" for node, n in keys.items()) for what, keys in spread))
     if args.flood:
         f = memory_flood(tmp, args.flood, args.table)
         grown = f["after"] - f["before"]

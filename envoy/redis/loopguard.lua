@@ -72,9 +72,12 @@ local function window_args(args)
   return a
 end
 
+-- Redis's clock in milliseconds, and a stamp in microseconds (zero-padded,
+-- so stamps of one millisecond sort in time order).
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), t[1] .. t[2]
+  local us = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(us / 1000), t[1] .. string.format('%06d', us)
 end
 
 -- Cooldowns and event states a near record keeps per loop, at most.
@@ -303,11 +306,13 @@ local function near(keys, args)
         redis.call('HDEL', events_key, field)
       else
         kept = kept + 1
+        -- The nearest loop, and the oldest; of equals, the least
+        -- signature (the hash's order is arbitrary, the table's is not).
         local c = closeness(field)
-        if c > best_close then
+        if c > best_close or (c == best_close and c >= 0 and field < best) then
           best, best_close, best_last, best_suppressed = field, c, last, suppressed
         end
-        if oldest_last == nil or last < oldest_last then
+        if oldest_last == nil or last < oldest_last or (last == oldest_last and field < oldest) then
           oldest, oldest_last = field, last
         end
       end
@@ -339,18 +344,22 @@ local function forgive(keys, args)
   end
   local now = now_ms()
   -- A member is "<stamp>:<nonce>" or "<stamp>:<nonce>:<signature>".
-  local found, signature = nil, nil
-  for _, member in ipairs(redis.call('ZRANGE', log_key, 0, -1)) do
+  local found, at, signature = nil, nil, nil
+  local entries = redis.call('ZRANGE', log_key, 0, -1, 'WITHSCORES')
+  for i = 1, #entries, 2 do
+    local member = entries[i]
     local rest = string.sub(member, (string.find(member, ':', 1, true) or 0) + 1)
     if rest == nonce then
-      found = member
+      found, at = member, tonumber(entries[i + 1])
       break
     elseif string.sub(rest, 1, #nonce + 1) == nonce .. ':' then
-      found, signature = member, string.sub(rest, #nonce + 2)
+      found, at, signature = member, tonumber(entries[i + 1]), string.sub(rest, #nonce + 2)
       break
     end
   end
-  if not found then
+  -- A hit that has left the window counts no more: nothing to take back
+  -- (whether or not a later hit has trimmed it from the log yet).
+  if not found or now - math.min(at, now) >= window_ms then
     return -1
   end
   redis.call('ZREMRANGEBYSCORE', forgiven_key, '-inf', now - window_ms)

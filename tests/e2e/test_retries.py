@@ -1,6 +1,6 @@
 """A retry is not a loop: the real OpenAI and Anthropic SDKs retrying after
 provider errors (500, 529), in front of the recommended setup, locally and
-with the Redis store. An attempt the provider failed is taken back (up to
+with the Redis store (one node, and a Redis Cluster). An attempt the provider failed is taken back (up to
 forgive_failed_attempts per fingerprint and window), so the SDK's retries
 get through and the conversation goes on untouched; a provider that keeps
 failing makes the SDK give up with the provider's error, not loopguard's;
@@ -19,8 +19,16 @@ from harness import COMPLETION, Upstream, bootstrap
 
 # The SDKs warn about the model names the tests use.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+from redis_cluster import RedisCluster
 from test_drift import STORE, recommended_config, redis_backend  # noqa: F401
 from test_redis import with_store_cluster
+
+
+@pytest.fixture(scope="module")
+def redis_cluster_backend():
+    c = RedisCluster().start()
+    yield c
+    c.cleanup()
 
 ANTHROPIC_MESSAGE = {
     "id": "msg_01",
@@ -65,7 +73,14 @@ class Flaky:
 
 
 def start(start_envoy, request, store: str, flaky: Flaky):
-    if store == "redis":
+    if store == "cluster":
+        cluster = request.getfixturevalue("redis_cluster_backend")
+        cluster.flush()
+        cfg = with_store_cluster(
+            bootstrap(recommended_config({**STORE, "topology": "cluster"}), flaky.upstream.port, hold=True),
+            cluster.webdis_port,
+        )
+    elif store == "redis":
         redis, webdis = request.getfixturevalue("redis_backend")
         redis.flush()
         cfg = with_store_cluster(bootstrap(recommended_config(STORE), flaky.upstream.port, hold=True), webdis.port)
@@ -87,7 +102,7 @@ def failed_attempts(e, result: str, want: int | None = None) -> int:
 
 
 # Retries back off 0.5 s, then 1 s, with jitter: fast enough for a test.
-@pytest.mark.parametrize("store", ["local", "redis"])
+@pytest.mark.parametrize("store", ["local", "redis", "cluster"])
 def test_the_openai_sdk_retrying_after_500s_gets_through(store, start_envoy, request):
     flaky = Flaky(500, failures=2, only_first=True)
     try:

@@ -35,7 +35,7 @@ def shipped_configs() -> list[tuple[str, dict]]:
             for v in node:
                 walk(v, where)
 
-    for path in [ROOT / "envoy" / "envoy.yaml", *sorted(ROOT.glob("examples/*/envoy.yaml"))]:
+    for path in [ROOT / "envoy" / "envoy.yaml", *sorted(ROOT.glob("examples/**/envoy.yaml"))]:
         walk(yaml.safe_load(path.read_text()), str(path.relative_to(ROOT)))
     for path in sorted(ROOT.glob("examples/istio/*.yaml")) + sorted(ROOT.glob("examples/envoy-gateway/*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):

@@ -48,6 +48,10 @@ usage:
       self-contained page with a timeline per looping caller.
   loopguard schema
       Print the JSON Schema of the configuration (schema/loopguard.schema.json).
+  loopguard redis-script [--sha1]
+      Print the Lua library in the script form a Redis Cluster store runs
+      (store.topology cluster: EVALSHA, then EVAL on NOSCRIPT), or only its
+      SHA1, e.g. to SCRIPT LOAD it on every master ahead of traffic.
   loopguard --version
 ";
 
@@ -72,6 +76,20 @@ fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
                 serde_json::to_string_pretty(&schema).unwrap_or_default()
             );
             Ok(0)
+        }
+        Some("redis-script") => {
+            let script = loopguard_core::state::redis::Script::shipped();
+            match args.get(1..).unwrap_or(&[]) {
+                [] => {
+                    let _ = write!(out, "{}", script.source);
+                    Ok(0)
+                }
+                [flag] if flag == "--sha1" => {
+                    let _ = writeln!(out, "{}", script.sha1);
+                    Ok(0)
+                }
+                _ => Err("redis-script: the only option is --sha1".to_string()),
+            }
         }
         Some("--version") | Some("version") => {
             let _ = writeln!(out, "loopguard {}", env!("CARGO_PKG_VERSION"));
@@ -245,6 +263,19 @@ mod tests {
             String::from_utf8(out).unwrap(),
             String::from_utf8(err).unwrap(),
         )
+    }
+
+    #[test]
+    fn redis_script_prints_the_script_and_its_sha1() {
+        let (code, script, _) = run_args(&["redis-script"]);
+        assert_eq!(code, 0);
+        assert!(script.contains("return entry(KEYS, {unpack(ARGV, 2)})"));
+        let (code, sha, _) = run_args(&["redis-script", "--sha1"]);
+        assert_eq!(code, 0);
+        let shipped = loopguard_core::state::redis::Script::shipped();
+        assert_eq!(script, shipped.source);
+        assert_eq!(sha.trim(), shipped.sha1);
+        assert_eq!(run_args(&["redis-script", "--x"]).0, 2);
     }
 
     #[test]

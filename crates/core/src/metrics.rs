@@ -99,6 +99,9 @@ pub enum CallResult {
     Unavailable,
     Status,
     Reply,
+    /// A Redis Cluster node did not have the script yet (`NOSCRIPT`,
+    /// after a failover or a restart): the call was sent again in full.
+    NoScript,
 }
 
 /// The result of a webhook alert.
@@ -112,7 +115,7 @@ pub enum WebhookResult {
 const WOULD_BE: [&str; 5] = ["warn", "throttle", "reject", "nudge", "directive"];
 const TIERS: [&str; 4] = ["identical", "pattern", "cycle", "answer"];
 const STEPS: [&str; 3] = ["nudge", "directive", "reject"];
-const CALL_RESULTS: [&str; 4] = ["ok", "unavailable", "status", "reply"];
+const CALL_RESULTS: [&str; 5] = ["ok", "unavailable", "status", "reply", "noscript"];
 const FALLBACKS: [&str; 2] = ["local", "allow"];
 const WEBHOOK_RESULTS: [&str; 3] = ["sent", "failed", "dropped"];
 
@@ -156,8 +159,8 @@ const HOLD_RELEASED: u32 = 4;
 const TABLE_ENTRIES: u32 = 5;
 const THROTTLE_PENDING: u32 = 6;
 const SKIPPED: u32 = 7; // 5
-const CALLS: u32 = SKIPPED + 5; // 4
-const FALLBACK: u32 = CALLS + 4; // 2
+const CALLS: u32 = SKIPPED + 5; // 5
+const FALLBACK: u32 = CALLS + 5; // 2
 const WEBHOOK: u32 = FALLBACK + 2; // 3
 const LEDGER_FAILED: u32 = WEBHOOK + 3;
 const GLOBALS: u32 = LEDGER_FAILED + 1;
@@ -330,6 +333,7 @@ impl Registry {
                     CallResult::Unavailable => 1,
                     CallResult::Status => 2,
                     CallResult::Reply => 3,
+                    CallResult::NoScript => 4,
                 },
         )
     }

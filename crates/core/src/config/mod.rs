@@ -87,11 +87,27 @@ pub enum StoreConfig {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisStore {
+    /// One Redis node (a Redis Function, `FCALL`) or a Redis Cluster
+    /// behind Envoy's `redis_proxy` (a script, `EVALSHA`).
+    pub topology: RedisTopology,
     pub cluster: String,
     pub authority: String,
     pub path: String,
     pub timeout_ms: u64,
     pub on_error: OnStoreError,
+}
+
+/// What webdis talks to, and so how loopguard calls its Lua.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RedisTopology {
+    /// One Redis node: the library is loaded once as a Redis Function and
+    /// called with `FCALL`.
+    #[default]
+    Single,
+    /// A Redis Cluster through Envoy's `redis_proxy`, which refuses
+    /// `FCALL`: the same library is sent as a script, `EVALSHA` first and
+    /// `EVAL` when a node answers `NOSCRIPT`.
+    Cluster,
 }
 
 /// What a request does when the shared store fails it.

@@ -280,6 +280,11 @@ pub struct RawStore {
     /// `local`: Envoy shared data. `redis_webdis`: Redis through webdis.
     #[serde(rename = "type")]
     pub kind: Option<StoreName>,
+    /// `redis_webdis`: what webdis talks to. `single`: one Redis node, the
+    /// library loaded as a Redis Function (`FCALL`). `cluster`: a Redis
+    /// Cluster through Envoy's `redis_proxy` (`EVALSHA`, then `EVAL` on
+    /// `NOSCRIPT`). Default `single`.
+    pub topology: Option<TopologyName>,
     /// `redis_webdis`: the Envoy cluster of webdis (required).
     pub cluster: Option<String>,
     /// `redis_webdis`: `:authority` of the calls. Default `webdis`.
@@ -409,6 +414,15 @@ pub enum StoreName {
 pub enum OnErrorName {
     Local,
     Allow,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "RedisTopology"))]
+#[serde(rename_all = "snake_case")]
+pub enum TopologyName {
+    Single,
+    Cluster,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

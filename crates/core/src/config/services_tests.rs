@@ -26,6 +26,7 @@ fn store_block() {
     assert_eq!(
         cfg.store,
         StoreConfig::RedisWebdis(RedisStore {
+            topology: RedisTopology::Single,
             cluster: "loopguard_redis".into(),
             authority: "webdis".into(),
             path: "/".into(),
@@ -68,6 +69,45 @@ fn store_block() {
         json!({"type": "redis_webdis", "cluster": "r", "host": "x"})
     ))
     .contains("store.host is not a known field"));
+}
+
+#[test]
+fn store_topology() {
+    let topology = |store: serde_json::Value| match Config::from_value(&with(&["store"], store))
+        .unwrap()
+        .store
+    {
+        StoreConfig::RedisWebdis(r) => r.topology,
+        StoreConfig::Local => panic!("a redis store"),
+    };
+    assert_eq!(
+        topology(json!({"type": "redis_webdis", "cluster": "r"})),
+        RedisTopology::Single
+    );
+    assert_eq!(
+        topology(json!({"type": "redis_webdis", "cluster": "r", "topology": "single"})),
+        RedisTopology::Single
+    );
+    assert_eq!(
+        topology(json!({"type": "redis_webdis", "cluster": "r", "topology": "cluster"})),
+        RedisTopology::Cluster
+    );
+    let err = err_of(with(
+        &["store"],
+        json!({"type": "redis_webdis", "cluster": "r", "topology": "sentinel"}),
+    ));
+    assert!(
+        err.contains("store.topology must be \"single\" or \"cluster\""),
+        "{err}"
+    );
+    let err = err_of(with(
+        &["store"],
+        json!({"type": "local", "topology": "cluster"}),
+    ));
+    assert!(
+        err.contains("store.topology applies only to the \"redis_webdis\" store"),
+        "{err}"
+    );
 }
 
 #[test]

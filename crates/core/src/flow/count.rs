@@ -54,6 +54,7 @@ impl<B: BucketBackend> Engine<B> {
                     phase,
                     hit,
                     since_ms: now,
+                    resent: false,
                 }));
                 out.push(Effect::SendStoreCall(call));
                 Step::Pause
@@ -109,9 +110,22 @@ impl<B: BucketBackend> Engine<B> {
             // left): nothing to do.
             return Step::Pause;
         }
-        let State::Waiting(w) = std::mem::take(&mut r.state) else {
+        let State::Waiting(mut w) = std::mem::take(&mut r.state) else {
             return Step::Pause;
         };
+        if !w.resent {
+            // A Redis Cluster node without the script (a promoted replica,
+            // a restarted node): send the call once more with the whole
+            // script, which also caches it there.
+            if let Some(call) = self.shared.as_ref().and_then(|s| s.resend(&w.hit, reply)) {
+                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
+                w.resent = true;
+                w.token = None;
+                r.state = State::Waiting(w);
+                out.push(Effect::SendStoreCall(call));
+                return Step::Pause;
+            }
+        }
         let answer = match self.shared.as_mut() {
             Some(shared) => shared.complete(&w.hit, reply),
             None => StoreAnswer::Failed(StoreFailure::Backend),

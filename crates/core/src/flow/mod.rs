@@ -161,6 +161,9 @@ struct Waiting {
     /// When the request started waiting: a throttle's delay counts from
     /// here, so the store's latency is part of it.
     since_ms: u64,
+    /// The call was sent again with the whole script after a `NOSCRIPT`
+    /// (at most once).
+    resent: bool,
 }
 
 /// One stream's request, as the engine tracks it.
@@ -227,24 +230,33 @@ struct Counted {
     shared: bool,
 }
 
+/// A failed attempt's hit being taken back in the shared store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TakeBackCall {
+    policy: usize,
+    what: TakeBack,
+    /// Sent again with the whole script after a `NOSCRIPT` (at most once).
+    resent: bool,
+}
+
 /// What a call sent from the root context is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RootCall {
     Alert,
-    /// Taking back a failed attempt's hit, for this policy.
-    TakeBack(usize),
+    /// Taking back a failed attempt's hit.
+    TakeBack(TakeBackCall),
 }
 
 /// Calls from the root context: waiting for the tick, sent and waiting for
 /// their tokens, and take-backs waiting for their answers.
 #[derive(Default)]
 struct RootCalls {
-    /// Take-back calls waiting for the tick (policy, call).
-    queued: VecDeque<(usize, StoreCall)>,
+    /// Take-back calls waiting for the tick.
+    queued: VecDeque<(TakeBackCall, StoreCall)>,
     /// What the calls sent at the last tick were, in order.
     sent: VecDeque<RootCall>,
-    /// Take-backs answered later: (token, policy).
-    awaiting: VecDeque<(u32, usize)>,
+    /// Take-backs answered later, by token.
+    awaiting: VecDeque<(u32, TakeBackCall)>,
 }
 
 /// Take-back calls waiting for the tick, and for their answers, at most

@@ -5,6 +5,7 @@
 //! is long gone.
 
 use super::*;
+use crate::metrics::CallResult;
 use crate::response;
 use crate::state::redis;
 
@@ -45,16 +46,23 @@ impl<B: BucketBackend> Engine<B> {
             count_opt(out, self.registry.failed_attempt(counted.policy, None), 1);
             return;
         }
+        let call = TakeBackCall {
+            policy: counted.policy,
+            what: counted.take_back,
+            resent: false,
+        };
         calls
             .queued
-            .push_back((counted.policy, shared.take_back(&counted.take_back)));
+            .push_back((call, shared.take_back(&counted.take_back)));
         out.push(Effect::ArmTick);
     }
 
     /// The tick: send the queued take-backs.
     pub(super) fn send_take_backs(&mut self, out: &mut Effects) {
-        while let Some((policy, call)) = self.root_calls.queued.pop_front() {
-            self.root_calls.sent.push_back(RootCall::TakeBack(policy));
+        while let Some((take_back, call)) = self.root_calls.queued.pop_front() {
+            self.root_calls
+                .sent
+                .push_back(RootCall::TakeBack(take_back));
             out.push(Effect::SendFromRoot(call));
         }
     }
@@ -63,11 +71,11 @@ impl<B: BucketBackend> Engine<B> {
     /// order): its token, or why it could not.
     pub fn on_root_call_sent(&mut self, sent: Result<u32, String>, now: u64, out: &mut Effects) {
         match self.root_calls.sent.pop_front() {
-            Some(RootCall::TakeBack(policy)) => match sent {
+            Some(RootCall::TakeBack(call)) => match sent {
                 Ok(token) if self.root_calls.awaiting.len() < MAX_TAKE_BACKS => {
-                    self.root_calls.awaiting.push_back((token, policy));
+                    self.root_calls.awaiting.push_back((token, call));
                 }
-                _ => count_opt(out, self.registry.failed_attempt(policy, None), 1),
+                _ => count_opt(out, self.registry.failed_attempt(call.policy, None), 1),
             },
             Some(RootCall::Alert) | None => self.on_alert_sent(sent.map(|_| ()), now, out),
         }
@@ -88,8 +96,28 @@ impl<B: BucketBackend> Engine<B> {
             self.on_alert_reply(status, now, out);
             return;
         };
-        let policy = awaiting.remove(i).map_or(0, |(_, p)| p);
+        let Some((_, call)) = awaiting.remove(i) else {
+            return;
+        };
+        if !call.resent {
+            // A node without the script (a promoted replica): once more,
+            // with the whole script, at the next tick.
+            let resend = self
+                .shared
+                .as_ref()
+                .and_then(|shared| shared.resend_take_back(&call.what, status, body));
+            if let Some(again) = resend {
+                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
+                let call = TakeBackCall {
+                    resent: true,
+                    ..call
+                };
+                self.root_calls.queued.push_back((call, again));
+                out.push(Effect::ArmTick);
+                return;
+            }
+        }
         let forgave = status.and_then(|s| redis::parse_take_back(s, body).ok());
-        count_opt(out, self.registry.failed_attempt(policy, forgave), 1);
+        count_opt(out, self.registry.failed_attempt(call.policy, forgave), 1);
     }
 }

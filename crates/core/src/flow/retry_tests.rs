@@ -239,3 +239,70 @@ fn through_the_shared_store_the_hit_is_taken_back_from_the_tick() {
         2
     );
 }
+
+#[test]
+fn on_a_cluster_a_take_back_answered_noscript_is_sent_once_more_in_full() {
+    let mut h = Harness::new(
+        json!({"store": {"type": "redis_webdis", "cluster": "webdis", "topology": "cluster"},
+        "policies": [{"id": "p", "spec": detection(json!({"enabled": true, "window_seconds": 60,
+            "threshold_identical_requests": 3}))}]}),
+    );
+    let mut s = h.post(CHAT);
+    s.step = h
+        .engine
+        .on_call_sent(&mut s.req, Ok(1), h.now, &mut s.effects);
+    let ok = CallReply {
+        status: Some("200".into()),
+        body: br#"{"EVALSHA":[1,0,0,-1]}"#.to_vec(),
+    };
+    assert_eq!(h.reply(&mut s, 1, ok), Step::Continue);
+    h.answer(&mut s, 503);
+    let sent = |tick: &Effects| -> Vec<String> {
+        tick.iter()
+            .filter_map(|e| match e {
+                Effect::SendFromRoot(c) => Some(String::from_utf8(c.body.clone()).unwrap()),
+                _ => None,
+            })
+            .collect()
+    };
+    let first = sent(&h.tick());
+    assert_eq!(first.len(), 1);
+    assert!(first[0].starts_with("EVALSHA/"), "{}", first[0]);
+    assert!(first[0].contains("/loopguard_forgive/"));
+    let noscript = br#"{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}"#;
+    let mut out = Effects::new();
+    h.engine.on_root_call_sent(Ok(7), h.now, &mut out);
+    h.engine
+        .on_root_reply(7, Some("200"), noscript, h.now, &mut out);
+    assert!(out.contains(&Effect::ArmTick));
+    assert_eq!(
+        h.metric(&out, "loopguard.store_calls_total.result.noscript"),
+        1
+    );
+    assert_eq!(
+        h.metric(
+            &out,
+            "loopguard.failed_attempts_total.policy.p.result.unrecorded"
+        ),
+        0,
+        "not counted until the resend is answered"
+    );
+    let again = sent(&h.tick());
+    assert_eq!(again.len(), 1);
+    assert!(again[0].starts_with("EVAL/"));
+    let tail = |b: &str| b[b.find("/2/").unwrap()..].to_string();
+    assert_eq!(tail(&again[0]), tail(&first[0]));
+    let mut out = Effects::new();
+    h.engine.on_root_call_sent(Ok(8), h.now, &mut out);
+    // A second NOSCRIPT is not sent again: the take-back is unrecorded.
+    h.engine
+        .on_root_reply(8, Some("200"), noscript, h.now, &mut out);
+    assert!(sent(&h.tick()).is_empty());
+    assert_eq!(
+        h.metric(
+            &out,
+            "loopguard.failed_attempts_total.policy.p.result.unrecorded"
+        ),
+        1
+    );
+}

@@ -288,3 +288,96 @@ fn redis_reply_after_the_client_gave_up_while_throttled_does_nothing() {
     assert!(!t.iter().any(|e| matches!(e, Effect::Resume(_))));
     assert!(t.contains(&Effect::StopTick));
 }
+
+// --- a Redis Cluster: the script, and the resend after NOSCRIPT --------------------------
+
+fn noscript() -> CallReply {
+    CallReply {
+        status: Some("200".into()),
+        body: br#"{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}"#.to_vec(),
+    }
+}
+
+fn cluster_store(threshold: u32) -> Harness {
+    Harness::new(
+        json!({"store": {"type": "redis_webdis", "cluster": "webdis", "topology": "cluster"},
+        "policies": [{"id": "p", "spec": exact(threshold)}]}),
+    )
+}
+
+fn body_of(call: &StoreCall) -> String {
+    String::from_utf8(call.body.clone()).unwrap()
+}
+
+#[test]
+fn a_cluster_node_without_the_script_gets_it_once_and_the_request_is_decided() {
+    let mut h = cluster_store(2);
+    let mut s = h.get("/v1/r");
+    let first = body_of(s.call().expect("a store call"));
+    assert!(first.starts_with("EVALSHA/"), "{first}");
+    s.step = h
+        .engine
+        .on_call_sent(&mut s.req, Ok(1), h.now, &mut s.effects);
+    // The node answers NOSCRIPT: the request keeps waiting, and the same
+    // hit goes out again with the whole script.
+    assert_eq!(h.reply(&mut s, 1, noscript()), Step::Pause);
+    assert_eq!(
+        h.metric(&s.effects, "loopguard.store_calls_total.result.noscript"),
+        1
+    );
+    let again = body_of(s.call().expect("the call again"));
+    assert!(again.starts_with("EVAL/"), "{}", &again[..40]);
+    let tail = |b: &str| b[b.find("/3/").unwrap()..].to_string();
+    assert_eq!(tail(&again), tail(&first), "the same keys, entry and nonce");
+    // Its answer comes with the new token; the old one is stale.
+    s.step = h
+        .engine
+        .on_call_sent(&mut s.req, Ok(2), h.now, &mut s.effects);
+    let scripted = |count: u32| CallReply {
+        status: Some("200".into()),
+        body: format!(r#"{{"EVAL":[{count},0,0,-1]}}"#).into_bytes(),
+    };
+    assert_eq!(h.reply(&mut s, 1, scripted(1)), Step::Pause);
+    assert!(s.effects.is_empty());
+    assert_eq!(h.reply(&mut s, 2, scripted(2)), Step::Pause);
+    assert_eq!(s.status(), 429, "decided on the resent call's count");
+    assert_eq!(
+        h.metric(&s.effects, "loopguard.store_calls_total.result.ok"),
+        1
+    );
+}
+
+#[test]
+fn a_second_noscript_is_a_store_failure_not_a_loop_of_resends() {
+    let mut h = cluster_store(2);
+    let mut s = h.get("/v1/r");
+    s.step = h
+        .engine
+        .on_call_sent(&mut s.req, Ok(1), h.now, &mut s.effects);
+    assert_eq!(h.reply(&mut s, 1, noscript()), Step::Pause);
+    s.step = h
+        .engine
+        .on_call_sent(&mut s.req, Ok(2), h.now, &mut s.effects);
+    assert_eq!(h.reply(&mut s, 2, noscript()), Step::Continue);
+    assert!(s.call().is_none());
+    assert_eq!(
+        h.metric(&s.effects, "loopguard.store_calls_total.result.reply"),
+        1
+    );
+    assert_eq!(
+        h.metric(&s.effects, "loopguard.store_fallback_total.action.local"),
+        1
+    );
+}
+
+#[test]
+fn a_single_node_store_never_resends() {
+    let mut h = redis("local", 2);
+    let mut s = h.waiting(1);
+    assert_eq!(h.reply(&mut s, 1, noscript()), Step::Continue);
+    assert!(s.call().is_none());
+    assert_eq!(
+        h.metric(&s.effects, "loopguard.store_calls_total.result.noscript"),
+        0
+    );
+}

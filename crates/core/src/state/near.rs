@@ -124,7 +124,8 @@ impl NearRecord {
         let found = self
             .hits
             .iter()
-            .rposition(|(h, t)| *t == at && h == signature);
+            .rposition(|(h, t)| *t == at && h == signature)
+            .filter(|_| window::in_window(at, now, f.window_ms));
         window::forgive(
             &mut self.hits,
             found,
@@ -143,20 +144,29 @@ impl NearRecord {
         let keep = q.event_every_ms.max(q.window_ms);
         self.events
             .retain(|e| e.suppressed > 0 || now.saturating_sub(e.last.min(now)) < keep);
-        // The loop whose signature agrees most with this one.
+        // The loop whose signature agrees most with this one; of equals,
+        // the least signature (in hex), as the Lua picks it.
         let nearest = self
             .events
             .iter()
             .enumerate()
             .filter(|(_, e)| probe.near(&e.signature))
-            .max_by_key(|(_, e)| e.signature.matches(&probe.signature))
+            .max_by_key(|(_, e)| {
+                (
+                    e.signature.matches(&probe.signature),
+                    std::cmp::Reverse(e.signature.hex()),
+                )
+            })
             .map(|(i, _)| i);
         let i = match nearest {
             Some(i) => i,
             None => {
                 if self.events.len() >= MAX_EVENTS {
-                    if let Some((oldest, _)) =
-                        self.events.iter().enumerate().min_by_key(|(_, e)| e.last)
+                    if let Some((oldest, _)) = self
+                        .events
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, e)| (e.last, e.signature.hex()))
                     {
                         self.events.remove(oldest);
                     }
@@ -343,6 +353,18 @@ mod tests {
             r.forgive(&sig(i << 8), 80_000 + i, 80_000 + i, &f);
         }
         assert!(r.forgiven.len() <= window::MAX_FORGIVEN);
+        // A hit that has left the window counts no more: nothing to take
+        // back, though no later hit has trimmed it from the history yet
+        // (as in Redis, whose log key may not have expired either).
+        r.record(200_000, &q, probe(0b11));
+        assert_eq!(
+            r.forgive(&sig(0b11), 200_000, 260_000, &f),
+            Forgave::NotFound
+        );
+        assert_eq!(
+            r.forgive(&sig(0b11), 200_000, 259_999, &f),
+            Forgave::Forgiven
+        );
     }
 
     proptest! {

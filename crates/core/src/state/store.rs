@@ -233,7 +233,7 @@ pub trait BucketBackend {
 /// runs the engine natively on one thread (`loopguard replay`, examples):
 /// at most one entry per bucket of the table's layout, so its size is
 /// bounded by the configuration, not by the traffic.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct InProcess {
     buckets: std::collections::HashMap<u32, (Vec<u8>, u32)>,
 }

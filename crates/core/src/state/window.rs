@@ -98,7 +98,11 @@ impl HitRecord {
     /// The attempt recorded at `at` was failed by the provider: take its
     /// hit back, as the window's forgiveness allows.
     pub fn forgive(&mut self, at: u64, now: u64, f: &Forgiveness) -> Forgave {
-        let found = self.hits.iter().rposition(|&t| t == at);
+        let found = self
+            .hits
+            .iter()
+            .rposition(|&t| t == at)
+            .filter(|_| in_window(at, now, f.window_ms));
         forgive(
             &mut self.hits,
             found,
@@ -193,6 +197,12 @@ pub fn forgive<T, F: Stamped>(
     Forgave::Forgiven
 }
 
+/// Whether a hit at `at` still counts at `now` (a hit from the future, the
+/// clock having moved back, counts as now).
+pub fn in_window(at: u64, now: u64, window_ms: u64) -> bool {
+    now.saturating_sub(at.min(now)) < window_ms
+}
+
 /// Forgiven attempts a record remembers (the budget is at most 16).
 pub const MAX_FORGIVEN: usize = 16;
 
@@ -281,6 +291,23 @@ mod tests {
         let s = r.record(now, q);
         *log = r.hits;
         s
+    }
+
+    #[test]
+    fn a_hit_that_left_the_window_is_not_taken_back() {
+        let q = q(1_000, 5);
+        let f = Forgiveness {
+            window_ms: 1_000,
+            max: 3,
+        };
+        let mut r = HitRecord::default();
+        r.record(100, &q);
+        r.record(200, &q);
+        // 100 left the window at 1100, though no hit has trimmed it yet.
+        assert_eq!(r.forgive(100, 1_100, &f), Forgave::NotFound);
+        assert_eq!(r.hits, [100, 200]);
+        assert_eq!(r.forgive(200, 1_199, &f), Forgave::Forgiven);
+        assert_eq!(r.hits, [100]);
     }
 
     fn st(count: u32, until_allowed_ms: u64) -> WindowState {

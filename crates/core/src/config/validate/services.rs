@@ -8,6 +8,7 @@ pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> 
     match s.kind {
         None | Some(StoreName::Local) => {
             let given = [
+                ("topology", s.topology.is_some()),
                 ("cluster", s.cluster.is_some()),
                 ("authority", s.authority.is_some()),
                 ("path", s.path.is_some()),
@@ -43,7 +44,12 @@ pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> 
                 None | Some(OnErrorName::Local) => OnStoreError::Local,
                 Some(OnErrorName::Allow) => OnStoreError::Allow,
             };
+            let topology = match s.topology {
+                None | Some(TopologyName::Single) => RedisTopology::Single,
+                Some(TopologyName::Cluster) => RedisTopology::Cluster,
+            };
             Ok(StoreConfig::RedisWebdis(RedisStore {
+                topology,
                 cluster,
                 authority,
                 path,

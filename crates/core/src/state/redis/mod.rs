@@ -1,0 +1,246 @@
+//! The shared store: one call of loopguard's Lua library per hit, sent to
+//! webdis in a POST body and answered as JSON. On one Redis node the
+//! library is a Redis Function (`FCALL/loopguard_hit/3/<keys>/<args>`); on
+//! a Redis Cluster behind Envoy's `redis_proxy` it is a script
+//! (`EVALSHA/<sha1>/3/<keys>/loopguard_hit/<args>`, sent again as `EVAL`
+//! when a node answers `NOSCRIPT`). The library is
+//! `envoy/redis/loopguard.lua`; [`script`] derives the script from it.
+
+pub mod script;
+pub mod wire;
+
+pub use script::Script;
+pub use wire::{encode_arg, is_noscript, parse_reply, parse_take_back, Entry, Invoke};
+
+use crate::config::{self, RedisTopology};
+use crate::detect::fingerprint::Fingerprint;
+use crate::state::store::{
+    CallReply, Hit, StoreAnswer, StoreCall, StoreFailure, StoreReceipt, StoreStep, TakeBack,
+    WindowStore,
+};
+use wire::command;
+
+/// The shared store: one call of the Lua library per hit through webdis.
+/// It never answers at once: [`WindowStore::record`] asks the host to send
+/// the call, and [`WindowStore::complete`] reads the reply.
+pub struct RedisStore {
+    cfg: config::RedisStore,
+    /// The plugin's name: keeps deployments sharing one Redis apart.
+    namespace: String,
+    /// Makes each hit's log member unique among every Envoy sharing the
+    /// store: a random seed per plugin instance, and the hit's id.
+    seed: u64,
+    /// The library as a script, for a Redis Cluster (`None`: one node,
+    /// where it is a Redis Function).
+    script: Option<Script>,
+}
+
+impl RedisStore {
+    pub fn new(cfg: config::RedisStore, namespace: &str, seed: u64) -> RedisStore {
+        let script = match cfg.topology {
+            RedisTopology::Single => None,
+            RedisTopology::Cluster => Some(Script::shipped()),
+        };
+        RedisStore {
+            cfg,
+            namespace: namespace.to_string(),
+            seed,
+            script,
+        }
+    }
+
+    /// A hit's log member: unique among every Envoy sharing the store.
+    fn nonce(&self, id: u64) -> String {
+        format!("{:x}-{:x}", self.seed, id)
+    }
+
+    /// How calls name the Lua: the function, or the script by its SHA1
+    /// (`full`: the whole script, after a `NOSCRIPT`).
+    fn invoke(&self, full: bool) -> Invoke<'_> {
+        match (&self.script, full) {
+            (None, _) => Invoke::Function,
+            (Some(s), false) => Invoke::Cached(s),
+            (Some(s), true) => Invoke::Full(s),
+        }
+    }
+
+    fn call(&self, body: String) -> StoreCall {
+        StoreCall {
+            cluster: self.cfg.cluster.clone(),
+            headers: vec![
+                (":method", "POST".to_string()),
+                (":path", self.cfg.path.clone()),
+                (":authority", self.cfg.authority.clone()),
+                ("content-type", "text/plain".to_string()),
+            ],
+            body: body.into_bytes(),
+            timeout_ms: self.cfg.timeout_ms,
+        }
+    }
+
+    /// The call taking a hit back (`loopguard_forgive`): its attempt was
+    /// failed by the provider. Its reply is read by [`parse_take_back`].
+    pub fn take_back(&self, t: &TakeBack) -> StoreCall {
+        let body = take_back_body(&self.namespace, t, &self.nonce(t.id), self.invoke(false));
+        self.call(body)
+    }
+
+    /// The hit's call again with the whole script, when its reply says the
+    /// node had not cached it (`NOSCRIPT`: a replica promoted by a
+    /// failover, a restarted node). `None`: the reply is not that.
+    pub fn resend(&self, hit: &Hit, reply: &CallReply) -> Option<StoreCall> {
+        if self.script.is_none() || !is_noscript(reply.status.as_deref(), &reply.body) {
+            return None;
+        }
+        let body = call_body(&self.namespace, hit, &self.nonce(hit.id), self.invoke(true));
+        Some(self.call(body))
+    }
+
+    /// [`Self::resend`] for a take-back.
+    pub fn resend_take_back(
+        &self,
+        t: &TakeBack,
+        status: Option<&str>,
+        body: &[u8],
+    ) -> Option<StoreCall> {
+        if self.script.is_none() || !is_noscript(status, body) {
+            return None;
+        }
+        let body = take_back_body(&self.namespace, t, &self.nonce(t.id), self.invoke(true));
+        Some(self.call(body))
+    }
+}
+
+impl WindowStore for RedisStore {
+    fn record(&mut self, hit: &Hit) -> StoreStep {
+        let nonce = self.nonce(hit.id);
+        let body = call_body(&self.namespace, hit, &nonce, self.invoke(false));
+        StoreStep::Call(self.call(body))
+    }
+
+    fn complete(&mut self, _hit: &Hit, reply: &CallReply) -> StoreAnswer {
+        let Some(status) = &reply.status else {
+            return StoreAnswer::Failed(StoreFailure::Unavailable(
+                "no answer within the timeout, or the connection failed".to_string(),
+            ));
+        };
+        match parse_reply(status, &reply.body) {
+            Ok(state) => StoreAnswer::Ready(StoreReceipt {
+                state,
+                evicted: false,
+                added: false,
+                cas_retries: 0,
+            }),
+            Err(failure) => StoreAnswer::Failed(failure),
+        }
+    }
+}
+
+/// The store keys of a fingerprint: the sliding log, the cooldown and the
+/// event state, under one hash tag so a Redis Cluster keeps them on one
+/// shard (`redis_proxy` routes a call by its first key, and Redis refuses
+/// a script whose keys span slots). `namespace` (the plugin's name) keeps
+/// deployments sharing one Redis apart, as the plugin name does in shared
+/// data. Keys hold digests and the plugin name only, never request content
+/// or API keys.
+pub fn keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
+    let hex = fp.hex();
+    [
+        format!("lg:{namespace}:{{{hex}}}:w"),
+        format!("lg:{namespace}:{{{hex}}}:cd"),
+        format!("lg:{namespace}:{{{hex}}}:ev"),
+    ]
+}
+
+/// The store keys of a near-mode record (a caller and model): the history
+/// of signatures, the cooldowns and each loop's event state.
+pub fn near_keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
+    let hex = fp.hex();
+    [
+        format!("lg:{namespace}:{{{hex}}}:n"),
+        format!("lg:{namespace}:{{{hex}}}:ncd"),
+        format!("lg:{namespace}:{{{hex}}}:nev"),
+    ]
+}
+
+/// One call of the library, as Redis receives it: the entry point, the
+/// keys and the arguments. [`command`] writes it for webdis; the agreement
+/// test sends the very same call over RESP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    pub entry: Entry,
+    pub keys: Vec<String>,
+    pub args: Vec<String>,
+}
+
+impl Call {
+    /// The webdis request body of this call.
+    pub fn body(&self, invoke: Invoke) -> String {
+        command(invoke, self.entry, &self.keys, &self.args)
+    }
+}
+
+/// The call recording one hit (`loopguard_hit`, or `loopguard_near` for a
+/// near-mode hit). `nonce` makes the hit's log member unique among
+/// concurrent callers.
+pub fn hit_call(namespace: &str, hit: &Hit, nonce: &str) -> Call {
+    let q = &hit.query;
+    let mut args = vec![
+        q.window_ms.to_string(),
+        q.capacity.to_string(),
+        q.trip_at.to_string(),
+        q.cooldown_ms.to_string(),
+        q.detect_at.to_string(),
+        q.event_every_ms.to_string(),
+        nonce.to_string(),
+    ];
+    let (entry, keys) = match &hit.near {
+        None => (Entry::Hit, keys(namespace, &hit.key)),
+        Some(p) => {
+            args.push(p.signature.hex());
+            args.push(p.threshold.min_matches.to_string());
+            (Entry::Near, near_keys(namespace, &hit.key))
+        }
+    };
+    Call {
+        entry,
+        keys: keys.to_vec(),
+        args,
+    }
+}
+
+/// The webdis request body recording one hit.
+pub fn call_body(namespace: &str, hit: &Hit, nonce: &str, invoke: Invoke) -> String {
+    hit_call(namespace, hit, nonce).body(invoke)
+}
+
+/// The keys of what a record forgave: beside its log, in its hash tag.
+fn forgiven_key(log_key: &str) -> String {
+    format!("{log_key}fg")
+}
+
+/// The call taking back the hit logged as `nonce` (`loopguard_forgive`).
+pub fn take_back_call(namespace: &str, t: &TakeBack, nonce: &str) -> Call {
+    let [log, _, _] = match t.near {
+        None => keys(namespace, &t.key),
+        Some(_) => near_keys(namespace, &t.key),
+    };
+    let forgiven = forgiven_key(&log);
+    Call {
+        entry: Entry::Forgive,
+        keys: vec![log, forgiven],
+        args: vec![
+            nonce.to_string(),
+            t.forgiveness.window_ms.to_string(),
+            t.forgiveness.max.to_string(),
+        ],
+    }
+}
+
+/// The webdis request body taking back the hit logged as `nonce`.
+pub fn take_back_body(namespace: &str, t: &TakeBack, nonce: &str, invoke: Invoke) -> String {
+    take_back_call(namespace, t, nonce).body(invoke)
+}
+
+#[cfg(test)]
+mod tests;

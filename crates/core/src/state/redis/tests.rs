@@ -1,0 +1,312 @@
+//! The wire format of both topologies: bodies, answers, and the resend
+//! after `NOSCRIPT`.
+
+use super::*;
+use crate::state::window::{Forgave, WindowQuery, WindowState};
+
+fn q() -> WindowQuery {
+    WindowQuery {
+        window_ms: 60_000,
+        capacity: 5,
+        trip_at: 5,
+        cooldown_ms: 30_000,
+        detect_at: 3,
+        event_every_ms: 60_000,
+    }
+}
+
+#[test]
+fn encodes_separators_and_extensions() {
+    assert_eq!(encode_arg("a/b+c?d.e"), "a%2Fb%2Bc%3Fd%2Ee");
+    assert_eq!(encode_arg("lg:{ab12}:w"), "lg:{ab12}:w");
+    assert_eq!(encode_arg("100%"), "100%25");
+    assert_eq!(encode_arg("x y\u{e9}"), "x%20y%C3%A9");
+}
+
+#[test]
+fn call_body_carries_keys_and_policy_numbers() {
+    let fp = Fingerprint([0xab; 16]);
+    let body = call_body(
+        "edge-1",
+        &Hit::exact(fp, 0, q()),
+        "7f.3/x",
+        Invoke::Function,
+    );
+    let hex = "ab".repeat(16);
+    assert_eq!(
+        body,
+        format!("FCALL/loopguard_hit/3/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:cd/lg:edge-1:{{{hex}}}:ev/60000/5/5/30000/3/60000/7f%2E3%2Fx")
+    );
+    // Exactly 3 + 3 keys + 7 arguments, slash-separated.
+    assert_eq!(body.split('/').count(), 3 + 3 + 7);
+}
+
+#[test]
+fn a_near_hit_calls_the_near_function_with_its_signature() {
+    let fp = Fingerprint([0xcd; 16]);
+    let signature = crate::detect::similarity::Signature {
+        anchor: 0x0102_0304,
+        payload: 0,
+        bins: [0x00ff_0000_0000_0a0b, 0, 0, 0, 0, u64::MAX],
+    };
+    let hit = Hit {
+        key: fp,
+        now_ms: 0,
+        query: q(),
+        near: Some(crate::state::near::NearProbe {
+            signature,
+            threshold: crate::detect::similarity::NearThreshold { min_matches: 120 },
+        }),
+        id: 1,
+    };
+    let body = call_body("edge-1", &hit, "n1", Invoke::Function);
+    let hex = "cd".repeat(16);
+    let sig = format!(
+        "0102030400000000{}{}{}",
+        "00ff000000000a0b",
+        "0".repeat(16 * 4),
+        "f".repeat(16)
+    );
+    assert_eq!(
+        body,
+        format!("FCALL/loopguard_near/3/lg:edge-1:{{{hex}}}:n/lg:edge-1:{{{hex}}}:ncd/lg:edge-1:{{{hex}}}:nev/60000/5/5/30000/3/60000/n1/{sig}/120")
+    );
+}
+
+#[test]
+fn a_failed_attempt_is_taken_back_by_its_nonce() {
+    let fp = Fingerprint([0xab; 16]);
+    let mut hit = Hit::exact(fp, 7, q());
+    hit.id = 0x2a;
+    let store = RedisStore::new(
+        config::RedisStore {
+            topology: RedisTopology::Single,
+            cluster: "redis".into(),
+            path: "/".into(),
+            authority: "webdis".into(),
+            timeout_ms: 100,
+            on_error: config::OnStoreError::Local,
+        },
+        "edge-1",
+        0xbeef,
+    );
+    let call = store.take_back(&hit.take_back(3));
+    let hex = "ab".repeat(16);
+    assert_eq!(
+        String::from_utf8(call.body).unwrap(),
+        format!("FCALL/loopguard_forgive/2/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:wfg/beef-2a/60000/3")
+    );
+    // The hit's own call logs it under the same member.
+    let StoreStep::Call(recorded) = RedisStore::new(
+        config::RedisStore {
+            topology: RedisTopology::Single,
+            cluster: "redis".into(),
+            path: "/".into(),
+            authority: "webdis".into(),
+            timeout_ms: 100,
+            on_error: config::OnStoreError::Local,
+        },
+        "edge-1",
+        0xbeef,
+    )
+    .record(&hit) else {
+        panic!("the shared store always calls");
+    };
+    assert!(String::from_utf8(recorded.body)
+        .unwrap()
+        .ends_with("/beef-2a"));
+    assert_eq!(
+        parse_take_back("200", br#"{"FCALL":1}"#),
+        Ok(Forgave::Forgiven)
+    );
+    assert_eq!(
+        parse_take_back("200", br#"{"FCALL":0}"#),
+        Ok(Forgave::OverBudget)
+    );
+    assert_eq!(
+        parse_take_back("200", br#"{"FCALL":-1}"#),
+        Ok(Forgave::NotFound)
+    );
+    assert!(parse_take_back("200", br#"{"FCALL":[false,"x"]}"#).is_err());
+    assert!(parse_take_back("503", b"").is_err());
+}
+
+#[test]
+fn parses_answers_and_errors() {
+    assert_eq!(
+        parse_reply("200", br#"{"FCALL":[5,59955,30000,0]}"#),
+        Ok(WindowState {
+            count: 5,
+            until_allowed_ms: 59_955,
+            cooldown_remaining_ms: 30_000,
+            event: Some(0)
+        })
+    );
+    assert_eq!(
+        parse_reply("200", br#"{"FCALL":[1,0,0,-1]}"#)
+            .unwrap()
+            .event,
+        None
+    );
+    assert_eq!(
+        parse_reply(
+            "200",
+            br#"{"FCALL":[false,"NOPERM this user has no permissions"]}"#
+        ),
+        Err(StoreFailure::Reply(
+            "NOPERM this user has no permissions".into()
+        ))
+    );
+    for gone in ["502", "503", "504"] {
+        assert!(matches!(
+            parse_reply(gone, b"upstream connect error"),
+            Err(StoreFailure::Unavailable(_))
+        ));
+    }
+    assert_eq!(
+        parse_reply("500", b""),
+        Err(StoreFailure::Status("500".into()))
+    );
+    assert_eq!(
+        parse_reply("403", b""),
+        Err(StoreFailure::Status("403".into()))
+    );
+    for bad in [
+        &b""[..],
+        b"{}",
+        br#"{"FCALL": 3}"#,
+        br#"{"FCALL": [1, "x", 0, 0]}"#,
+        br#"{"FCALL": [1, 0]}"#,
+        b"\xff",
+    ] {
+        assert!(
+            matches!(parse_reply("200", bad), Err(StoreFailure::Reply(_))),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+fn store(topology: RedisTopology) -> RedisStore {
+    RedisStore::new(
+        config::RedisStore {
+            topology,
+            cluster: "redis".into(),
+            path: "/".into(),
+            authority: "webdis".into(),
+            timeout_ms: 100,
+            on_error: config::OnStoreError::Local,
+        },
+        "edge-1",
+        0xbeef,
+    )
+}
+
+fn body_of(step: StoreStep) -> String {
+    let StoreStep::Call(call) = step else {
+        panic!("the shared store always calls");
+    };
+    String::from_utf8(call.body).unwrap()
+}
+
+#[test]
+fn a_cluster_store_calls_the_script_by_its_sha1_with_the_entry_first() {
+    let fp = Fingerprint([0xab; 16]);
+    let mut hit = Hit::exact(fp, 0, q());
+    hit.id = 0x2a;
+    let sha = Script::shipped().sha1;
+    let hex = "ab".repeat(16);
+    assert_eq!(
+        body_of(store(RedisTopology::Cluster).record(&hit)),
+        format!("EVALSHA/{sha}/3/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:cd/lg:edge-1:{{{hex}}}:ev/loopguard_hit/60000/5/5/30000/3/60000/beef-2a")
+    );
+    // The single-node store is unchanged: the function, by name.
+    assert!(body_of(store(RedisTopology::Single).record(&hit))
+        .starts_with("FCALL/loopguard_hit/3/lg:edge-1:"));
+    let take_back = store(RedisTopology::Cluster).take_back(&hit.take_back(3));
+    assert_eq!(
+        String::from_utf8(take_back.body).unwrap(),
+        format!("EVALSHA/{sha}/2/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:wfg/loopguard_forgive/beef-2a/60000/3")
+    );
+}
+
+#[test]
+fn noscript_resends_the_whole_script_once_the_cluster_store_sees_it() {
+    let hit = Hit::exact(Fingerprint([0xab; 16]), 0, q());
+    let noscript = CallReply {
+        status: Some("200".into()),
+        body: br#"{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}"#.to_vec(),
+    };
+    let cluster = store(RedisTopology::Cluster);
+    let again = cluster.resend(&hit, &noscript).expect("a resend");
+    let body = String::from_utf8(again.body).unwrap();
+    let script = Script::shipped();
+    let sent = format!("EVAL/{}/3/", encode_arg(&script.source));
+    assert!(body.starts_with(&sent), "{}", &body[..80]);
+    let cached = body_of(store(RedisTopology::Cluster).record(&hit));
+    assert_eq!(
+        &body[sent.len()..],
+        &cached[cached.find("/3/").unwrap() + 3..],
+        "the same keys and arguments"
+    );
+    // Anything else is not a resend: an answer, another error, a 503, no
+    // answer, and the single-node store never resends.
+    for (status, reply) in [
+        (Some("200"), &br#"{"EVALSHA":[1,0,0,-1]}"#[..]),
+        (Some("200"), br#"{"EVALSHA":[false,"upstream failure"]}"#),
+        (Some("200"), br#"{"EVALSHA":[false,"ERR x NOSCRIPT"]}"#),
+        (Some("503"), br#"{"EVALSHA":[false,"NOSCRIPT"]}"#),
+        (None, b""),
+    ] {
+        let reply = CallReply {
+            status: status.map(str::to_string),
+            body: reply.to_vec(),
+        };
+        assert!(cluster.resend(&hit, &reply).is_none(), "{reply:?}");
+    }
+    assert!(store(RedisTopology::Single)
+        .resend(&hit, &noscript)
+        .is_none());
+    let t = hit.take_back(2);
+    let tb = cluster
+        .resend_take_back(&t, Some("200"), &noscript.body)
+        .expect("a take-back resend");
+    assert!(String::from_utf8(tb.body)
+        .unwrap()
+        .starts_with(&sent.replace("/3/", "/2/")));
+}
+
+#[test]
+fn script_answers_parse_like_function_answers() {
+    for command in ["FCALL", "EVALSHA", "EVAL"] {
+        let body = format!(r#"{{"{command}":[5,59955,30000,0]}}"#);
+        assert_eq!(
+            parse_reply("200", body.as_bytes()),
+            Ok(WindowState {
+                count: 5,
+                until_allowed_ms: 59_955,
+                cooldown_remaining_ms: 30_000,
+                event: Some(0)
+            })
+        );
+        let body = format!(r#"{{"{command}":1}}"#);
+        assert_eq!(
+            parse_take_back("200", body.as_bytes()),
+            Ok(Forgave::Forgiven)
+        );
+    }
+    // Errors the cluster path answers with while a master fails over.
+    for err in [
+        "upstream failure",
+        "CLUSTERDOWN The cluster is down",
+        "CROSSSLOT Keys in request don't hash to the same slot",
+    ] {
+        let body = format!(r#"{{"EVALSHA":[false,"{err}"]}}"#);
+        assert_eq!(
+            parse_reply("200", body.as_bytes()),
+            Err(StoreFailure::Reply(err.into()))
+        );
+    }
+    assert!(parse_reply("200", br#"{"GET":[1,0,0,-1]}"#).is_err());
+    assert!(parse_reply("200", br#"[1,0,0,-1]"#).is_err());
+}

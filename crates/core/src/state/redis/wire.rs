@@ -1,0 +1,165 @@
+//! webdis's side of a call: the command in the POST body, and the JSON it
+//! answers.
+
+use super::script::Script;
+use crate::state::store::StoreFailure;
+use crate::state::window::{Forgave, WindowState};
+use serde_json::Value;
+
+/// The library's entry points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    Hit,
+    Near,
+    Forgive,
+}
+
+impl Entry {
+    pub fn name(self) -> &'static str {
+        match self {
+            Entry::Hit => "loopguard_hit",
+            Entry::Near => "loopguard_near",
+            Entry::Forgive => "loopguard_forgive",
+        }
+    }
+}
+
+/// How a call names the Lua it runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Invoke<'a> {
+    /// `FCALL <entry>`: the library is loaded as a Redis Function (one node).
+    Function,
+    /// `EVALSHA <sha1> ... <entry>`: the script, as the node caches it.
+    Cached(&'a Script),
+    /// `EVAL <script> ... <entry>`: the whole script, for a node that
+    /// answered `NOSCRIPT` (a promoted replica, a restarted node).
+    Full(&'a Script),
+}
+
+/// The webdis command: `FCALL/<entry>/<n>/<keys>/<args>`, or for a script
+/// `EVALSHA/<sha1>/<n>/<keys>/<entry>/<args>` (`EVAL/<script>/...`), each
+/// part encoded.
+pub fn command(invoke: Invoke, entry: Entry, keys: &[String], args: &[String]) -> String {
+    let mut out = match invoke {
+        Invoke::Function => format!("FCALL/{}/{}", entry.name(), keys.len()),
+        Invoke::Cached(s) => format!("EVALSHA/{}/{}", s.sha1, keys.len()),
+        Invoke::Full(s) => format!("EVAL/{}/{}", encode_arg(&s.source), keys.len()),
+    };
+    for key in keys {
+        out.push('/');
+        out.push_str(&encode_arg(key));
+    }
+    if !matches!(invoke, Invoke::Function) {
+        out.push('/');
+        out.push_str(entry.name());
+    }
+    for arg in args {
+        out.push('/');
+        out.push_str(&encode_arg(arg));
+    }
+    out
+}
+
+/// Percent-encode an argument for webdis: `/` separates arguments, `?`
+/// starts a query, `.` can start an output-format extension and `+` may
+/// read as a space; anything but unreserved characters and `:{}` is
+/// encoded.
+pub fn encode_arg(arg: &str) -> String {
+    let mut out = String::with_capacity(arg.len());
+    for b in arg.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~' | b':' | b'{' | b'}') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The command's result in webdis's answer `{"<COMMAND>": <result>}`
+/// (`FCALL`, `EVALSHA` or `EVAL`).
+fn result(body: &[u8]) -> Result<Value, StoreFailure> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|_| StoreFailure::Reply("the answer is not JSON".to_string()))?;
+    let Value::Object(map) = v else {
+        return Err(StoreFailure::Reply(
+            "the answer is not an object".to_string(),
+        ));
+    };
+    map.into_iter()
+        .find(|(k, _)| matches!(k.as_str(), "FCALL" | "EVALSHA" | "EVAL"))
+        .map(|(_, v)| v)
+        .ok_or_else(|| StoreFailure::Reply("the answer has no FCALL or EVAL result".to_string()))
+}
+
+/// Redis's error text when the result is one (`[false, "<text>"]`).
+fn error_text(result: &Value) -> Option<&str> {
+    let items = result.as_array()?;
+    (items.first() == Some(&Value::Bool(false)))
+        .then(|| items.get(1).and_then(Value::as_str).unwrap_or("error"))
+}
+
+/// Whether webdis's answer is Redis's `NOSCRIPT`: the node has not cached
+/// the script (`EVALSHA` only).
+pub fn is_noscript(status: Option<&str>, body: &[u8]) -> bool {
+    status.is_some_and(|s| s.starts_with('2'))
+        && memchr::memmem::find(body, b"NOSCRIPT").is_some()
+        && result(body)
+            .ok()
+            .as_ref()
+            .and_then(error_text)
+            .is_some_and(|t| t.starts_with("NOSCRIPT"))
+}
+
+/// Read webdis's answer to a hit: `[count, until_allowed_ms,
+/// cooldown_remaining_ms, event]`.
+pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, StoreFailure> {
+    if matches!(status, "502" | "503" | "504") {
+        // Envoy's own answers (connect failure, timeout) or webdis without
+        // its Redis: no usable answer, as with no answer at all.
+        return Err(StoreFailure::Unavailable(format!(
+            "HTTP {status} (webdis unreachable or too slow, or its Redis is down)"
+        )));
+    }
+    if !status.starts_with('2') {
+        return Err(StoreFailure::Status(status.to_string()));
+    }
+    let reply = result(body)?;
+    if let Some(msg) = error_text(&reply) {
+        return Err(StoreFailure::Reply(msg.chars().take(200).collect()));
+    }
+    let items = reply
+        .as_array()
+        .ok_or_else(|| StoreFailure::Reply("the result is not a list".to_string()))?;
+    let num = |i: usize| -> Result<i64, StoreFailure> {
+        items.get(i).and_then(Value::as_i64).ok_or_else(|| {
+            StoreFailure::Reply(format!("element {i} of the result is not a number"))
+        })
+    };
+    let count = num(0)?;
+    let until = num(1)?;
+    let remaining = num(2)?;
+    let event = num(3)?;
+    Ok(WindowState {
+        count: u32::try_from(count.max(0)).unwrap_or(u32::MAX),
+        until_allowed_ms: u64::try_from(until.max(0)).unwrap_or(0),
+        cooldown_remaining_ms: u64::try_from(remaining.max(0)).unwrap_or(0),
+        event: u32::try_from(event).ok(),
+    })
+}
+
+/// Read the answer to a take-back: 1 forgiven, 0 the window's forgiveness
+/// used up, -1 the hit is gone.
+pub fn parse_take_back(status: &str, body: &[u8]) -> Result<Forgave, StoreFailure> {
+    if !status.starts_with('2') {
+        return Err(StoreFailure::Status(status.to_string()));
+    }
+    match result(body)?.as_i64() {
+        Some(1) => Ok(Forgave::Forgiven),
+        Some(0) => Ok(Forgave::OverBudget),
+        Some(-1) => Ok(Forgave::NotFound),
+        _ => Err(StoreFailure::Reply(
+            "the take-back's result is not 1, 0 or -1".to_string(),
+        )),
+    }
+}

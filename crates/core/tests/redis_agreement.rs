@@ -1,0 +1,563 @@
+//! The Lua that runs in Redis and the core's record arithmetic agree.
+//!
+//! Random sequences of hits, near hits and take-backs run through three
+//! lanes: the library loaded as a Redis Function (`FCALL`, one node), the
+//! same library as the script a Redis Cluster runs (`EVALSHA`, and `EVAL`
+//! when the node answers `NOSCRIPT`), and the core's local store (the slot
+//! table) fed the very times Redis stamped each hit with. Every answer of
+//! each Redis lane is compared with the core's; the two Redis lanes are
+//! also compared with each other wherever their times did not straddle a
+//! boundary.
+//!
+//! It needs `redis-server` (Debian's `redis-server`, 7.0+). Without it the
+//! test says so and passes, unless `LOOPGUARD_REQUIRE_REDIS=1`, which
+//! `make test` sets: then it fails.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::unreachable
+)] // a test
+
+use loopguard_core::detect::fingerprint::Fingerprint;
+use loopguard_core::detect::similarity::{NearThreshold, Signature};
+use loopguard_core::state::near::NearProbe;
+use loopguard_core::state::redis::{self, Call, Script};
+use loopguard_core::state::slot_table::{Bucket, Record, TableLayout};
+use loopguard_core::state::store::{
+    BucketBackend, CasWrite, Hit, InProcess, SlotStore, StoreAnswer, TakeBack,
+};
+use loopguard_core::state::window::{Forgave, Forgiveness, WindowQuery, WindowState};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+// --- a Redis of the test's own, and a RESP connection to it --------------------------
+
+#[derive(Debug, Clone, PartialEq)]
+enum Resp {
+    Simple(String),
+    Error(String),
+    Int(i64),
+    Bulk(Option<String>),
+    Array(Vec<Resp>),
+}
+
+struct Conn {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Conn {
+    fn open(port: u16) -> Conn {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to redis");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Conn {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+        }
+    }
+
+    fn cmd<S: AsRef<str>>(&mut self, parts: &[S]) -> Resp {
+        let mut out = format!("*{}\r\n", parts.len()).into_bytes();
+        for p in parts {
+            let p = p.as_ref().as_bytes();
+            out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
+            out.extend_from_slice(p);
+            out.extend_from_slice(b"\r\n");
+        }
+        self.writer.write_all(&out).unwrap();
+        self.read()
+    }
+
+    fn read(&mut self) -> Resp {
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        let (kind, rest) = line.trim_end().split_at(1);
+        match kind {
+            "+" => Resp::Simple(rest.to_string()),
+            "-" => Resp::Error(rest.to_string()),
+            ":" => Resp::Int(rest.parse().unwrap()),
+            "$" => {
+                let n: i64 = rest.parse().unwrap();
+                if n < 0 {
+                    return Resp::Bulk(None);
+                }
+                let mut buf = vec![0; usize::try_from(n).unwrap() + 2];
+                self.reader.read_exact(&mut buf).unwrap();
+                buf.truncate(buf.len() - 2);
+                Resp::Bulk(Some(String::from_utf8(buf).unwrap()))
+            }
+            "*" => {
+                let n: i64 = rest.parse().unwrap();
+                Resp::Array((0..n.max(0)).map(|_| self.read()).collect())
+            }
+            _ => panic!("unreadable RESP line {line:?}"),
+        }
+    }
+
+    /// Redis's clock, in milliseconds.
+    fn time_ms(&mut self) -> u64 {
+        let Resp::Array(t) = self.cmd(&["TIME"]) else {
+            panic!("TIME")
+        };
+        let num = |r: &Resp| match r {
+            Resp::Bulk(Some(s)) => s.parse::<u64>().unwrap(),
+            other => panic!("{other:?}"),
+        };
+        num(&t[0]) * 1000 + num(&t[1]) / 1000
+    }
+}
+
+struct Server {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Server {
+    fn start() -> Option<Server> {
+        let present = Command::new("redis-server")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !present {
+            assert!(
+                std::env::var("LOOPGUARD_REQUIRE_REDIS").as_deref() != Ok("1"),
+                "redis-server is not installed, and LOOPGUARD_REQUIRE_REDIS=1"
+            );
+            eprintln!("redis_agreement: redis-server not found; not run");
+            return None;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = std::env::temp_dir().join(format!("loopguard-agreement-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start redis-server");
+        let server = Server { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(server)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+// --- the lanes ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum How {
+    Function,
+    Script,
+}
+
+/// One way of running the library, with the core's table beside it.
+struct Lane {
+    how: How,
+    namespace: &'static str,
+    core: SlotStore<InProcess>,
+    /// `NOSCRIPT` answers seen (the script lane).
+    noscripts: u32,
+    /// When each record last had a detection.
+    last_detection: std::collections::HashMap<Fingerprint, u64>,
+    /// Suppressed counts Redis had forgotten after a quiet spell.
+    forgotten: u32,
+}
+
+impl Lane {
+    fn new(how: How, namespace: &'static str) -> Lane {
+        Lane {
+            how,
+            namespace,
+            core: SlotStore {
+                layout: TableLayout::new(4096),
+                backend: InProcess::default(),
+            },
+            noscripts: 0,
+            last_detection: Default::default(),
+            forgotten: 0,
+        }
+    }
+
+    /// Send a call as loopguard would for this lane.
+    fn send(&mut self, conn: &mut Conn, script: &Script, call: &Call) -> Resp {
+        let n = call.keys.len().to_string();
+        let mut parts: Vec<&str> = match self.how {
+            How::Function => vec!["FCALL", call.entry.name(), &n],
+            How::Script => vec!["EVALSHA", &script.sha1, &n],
+        };
+        parts.extend(call.keys.iter().map(String::as_str));
+        if self.how == How::Script {
+            parts.push(call.entry.name());
+        }
+        parts.extend(call.args.iter().map(String::as_str));
+        let reply = conn.cmd(&parts);
+        match (&reply, self.how) {
+            (Resp::Error(e), How::Script) if e.starts_with("NOSCRIPT") => {
+                self.noscripts += 1;
+                parts[0] = "EVAL";
+                parts[1] = &script.source;
+                conn.cmd(&parts)
+            }
+            _ => reply,
+        }
+    }
+}
+
+fn state_of(reply: &Resp) -> WindowState {
+    let Resp::Array(items) = reply else {
+        panic!("not a window state: {reply:?}")
+    };
+    let n = |i: usize| match items[i] {
+        Resp::Int(v) => v,
+        ref other => panic!("element {i}: {other:?}"),
+    };
+    WindowState {
+        count: u32::try_from(n(0)).unwrap(),
+        until_allowed_ms: u64::try_from(n(1)).unwrap(),
+        cooldown_remaining_ms: u64::try_from(n(2)).unwrap(),
+        event: u32::try_from(n(3)).ok(),
+    }
+}
+
+/// What an answer decides: the count, the event, and whether a wait and a
+/// cooldown are running.
+fn shape(s: &WindowState) -> (u32, Option<u32>, bool, bool) {
+    (
+        s.count,
+        s.event,
+        s.until_allowed_ms > 0,
+        s.cooldown_remaining_ms > 0,
+    )
+}
+
+fn forgave_of(reply: &Resp) -> Forgave {
+    match reply {
+        Resp::Int(1) => Forgave::Forgiven,
+        Resp::Int(0) => Forgave::OverBudget,
+        Resp::Int(-1) => Forgave::NotFound,
+        other => panic!("not a take-back answer: {other:?}"),
+    }
+}
+
+/// The time Redis stamped the hit logged as `nonce` with (its score).
+fn stamp_of(conn: &mut Conn, log_key: &str, nonce: &str) -> u64 {
+    let Resp::Array(entries) = conn.cmd(&["ZRANGE", log_key, "0", "-1", "WITHSCORES"]) else {
+        panic!("ZRANGE")
+    };
+    for pair in entries.chunks(2) {
+        let (Resp::Bulk(Some(member)), Resp::Bulk(Some(score))) = (&pair[0], &pair[1]) else {
+            continue;
+        };
+        let rest = member.split_once(':').map_or("", |(_, r)| r);
+        if rest == nonce || rest.starts_with(&format!("{nonce}:")) {
+            return score.parse().unwrap();
+        }
+    }
+    panic!("the hit {nonce} is not in {log_key}")
+}
+
+// --- random sequences ------------------------------------------------------------------
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi - lo + 1)
+    }
+}
+
+fn query(rng: &mut Rng) -> WindowQuery {
+    let capacity = u32::try_from(rng.range(1, 8)).unwrap();
+    let trip_at = u32::try_from(rng.range(1, u64::from(capacity) + 1)).unwrap();
+    WindowQuery {
+        window_ms: rng.range(60, 400),
+        capacity,
+        trip_at,
+        cooldown_ms: if rng.below(2) == 0 {
+            0
+        } else {
+            rng.range(50, 300)
+        },
+        detect_at: u32::try_from(rng.range(1, u64::from(trip_at))).unwrap(),
+        event_every_ms: rng.range(0, 300),
+    }
+}
+
+/// A signature from a small family, so that some hits are near and some
+/// are not: two anchors, a payload or none, bins with a few flipped.
+fn signature(rng: &mut Rng) -> Signature {
+    let mut bins = [0x5555_aaaa_0f0f_3c3c_u64; 6];
+    for _ in 0..rng.below(40) {
+        let w = usize::try_from(rng.below(6)).unwrap();
+        bins[w] ^= 1 << rng.below(64);
+    }
+    Signature {
+        anchor: [0x0102_0304, 0x0a0b_0c0d][usize::try_from(rng.below(2)).unwrap()],
+        payload: [0, 0, 7][usize::try_from(rng.below(3)).unwrap()],
+        bins,
+    }
+}
+
+/// A hit made in a lane: what taking it back needs.
+#[derive(Clone)]
+struct Made {
+    hit: Hit,
+    nonce: String,
+    at: u64,
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    hits: u32,
+    take_backs: u32,
+    lanes_compared: u32,
+    lanes_straddled: u32,
+    /// Event states with suppressed detections Redis had let expire.
+    forgotten: u32,
+    noscripts: u32,
+}
+
+/// Clear the event state of `key`'s record in the core's table (as Redis's
+/// event key expires): whether there was any to forget.
+fn forget_events(core: &mut SlotStore<InProcess>, key: &Fingerprint) -> bool {
+    let bucket = core.layout.bucket_of(key);
+    let Some((bytes, version)) = core.backend.read(bucket) else {
+        return false;
+    };
+    let Some(mut decoded) = Bucket::decode(&bytes) else {
+        return false;
+    };
+    let mut had = false;
+    for e in decoded.entries.iter_mut().filter(|e| e.fingerprint == *key) {
+        match &mut e.record {
+            Record::Hits(r) => {
+                had = r.suppressed > 0;
+                r.last_event = 0;
+                r.suppressed = 0;
+            }
+            Record::Near(r) => {
+                had = r.events.iter().any(|e| e.suppressed > 0);
+                r.events.clear();
+            }
+        }
+    }
+    assert_eq!(
+        core.backend.write(bucket, &decoded.encode(), version),
+        CasWrite::Written
+    );
+    had
+}
+
+/// Run one lane's step: a hit. Returns Redis's answer after checking it
+/// against the core's.
+fn hit_in(
+    lane: &mut Lane,
+    conn: &mut Conn,
+    script: &Script,
+    hit: &Hit,
+    nonce: String,
+    made: &mut Vec<Made>,
+) -> (WindowState, WindowState) {
+    let call = redis::hit_call(lane.namespace, hit, &nonce);
+    let reply = lane.send(conn, script, &call);
+    let got = state_of(&reply);
+    let at = stamp_of(conn, &call.keys[0], &nonce);
+    // Redis keeps a record's event state for the longer of the window and
+    // the event interval after its last detection (the key's expiry); the
+    // table keeps it as long as the record. That is the one difference:
+    // after such a quiet spell the core's record forgets its event state
+    // too, and from there every answer must agree.
+    let q = &hit.query;
+    let quiet = lane
+        .last_detection
+        .get(&hit.key)
+        .is_some_and(|&t| at - t >= q.event_every_ms.max(q.window_ms));
+    if quiet {
+        lane.forgotten += u32::from(forget_events(&mut lane.core, &hit.key));
+    }
+    let timed = Hit { now_ms: at, ..*hit };
+    let StoreAnswer::Ready(core) = lane.core.record(&timed) else {
+        panic!("the core's table failed")
+    };
+    let expected = core.state;
+    if core.state.count >= q.detect_at || core.state.cooldown_remaining_ms > 0 {
+        lane.last_detection.insert(hit.key, at);
+    }
+    assert_eq!(
+        got, expected,
+        "{:?} lane: Redis and the core disagree on {hit:?} at {at}",
+        lane.how
+    );
+    made.push(Made {
+        hit: timed,
+        nonce,
+        at,
+    });
+    (got, core.state)
+}
+
+/// Run one lane's step: a take-back. Redis's clock is read just before and
+/// just after; the core must give Redis's answer at one of those times.
+fn take_back_in(lane: &mut Lane, conn: &mut Conn, script: &Script, of: &Made, max: u32) -> Forgave {
+    let t = TakeBack {
+        key: of.hit.key,
+        at: of.at,
+        near: of.hit.near.map(|p| p.signature),
+        id: 0,
+        forgiveness: Forgiveness {
+            window_ms: of.hit.query.window_ms,
+            max,
+        },
+    };
+    let call = redis::take_back_call(lane.namespace, &t, &of.nonce);
+    let before = conn.time_ms();
+    let got = forgave_of(&lane.send(conn, script, &call));
+    let after = conn.time_ms();
+    let snapshot = lane.core.backend.clone();
+    for now in [before, after] {
+        lane.core.backend = snapshot.clone();
+        if lane.core.take_back(&t, now) == Ok(got) {
+            return got;
+        }
+    }
+    panic!(
+        "{:?} lane: Redis answered {got:?} to taking back {} (at {}), the core did not at {before}..{after}",
+        lane.how, of.nonce, of.at
+    )
+}
+
+#[test]
+fn the_function_the_script_and_the_core_give_the_same_answers() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut conn = Conn::open(server.port);
+    let loaded = conn.cmd(&["FUNCTION", "LOAD", "REPLACE", redis::script::LIBRARY]);
+    assert_eq!(loaded, Resp::Bulk(Some("loopguard".into())));
+    let script = Script::shipped();
+    // The script is not cached yet: the first call answers NOSCRIPT.
+    assert_eq!(
+        conn.cmd(&["SCRIPT", "EXISTS", &script.sha1]),
+        Resp::Array(vec![Resp::Int(0)])
+    );
+
+    let mut tally = Tally::default();
+    for case in 0..18u64 {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (case + 1).wrapping_mul(0x1000_0001));
+        let mut lanes = [Lane::new(How::Function, "fn"), Lane::new(How::Script, "sc")];
+        let q = query(&mut rng);
+        let near_mode = case % 3 == 2;
+        let keys = [
+            Fingerprint([case as u8; 16]),
+            Fingerprint([0x80 | case as u8; 16]),
+        ];
+        let mut made: [Vec<Made>; 2] = [Vec::new(), Vec::new()];
+        for step in 0..40 {
+            let roll = rng.below(10);
+            if roll < 7 || made[0].is_empty() {
+                let near = near_mode.then(|| NearProbe {
+                    signature: signature(&mut rng),
+                    threshold: NearThreshold {
+                        min_matches: u32::try_from(rng.range(150, 192)).unwrap(),
+                    },
+                });
+                let hit = Hit {
+                    key: keys[usize::try_from(rng.below(2)).unwrap()],
+                    now_ms: 0,
+                    query: q,
+                    near,
+                    id: 0,
+                };
+                let mut answers = Vec::new();
+                for (i, lane) in lanes.iter_mut().enumerate() {
+                    let nonce = format!("c{case}s{step}");
+                    answers.push(hit_in(lane, &mut conn, &script, &hit, nonce, &mut made[i]));
+                }
+                tally.hits += 1;
+                // Where the core answers both lanes alike, so must Redis.
+                // The lanes run a few hundred microseconds apart, so the
+                // milliseconds left are compared as running or not.
+                let ([(fn_redis, fn_core), (sc_redis, sc_core)], _) = answers.split_at(2) else {
+                    unreachable!()
+                };
+                if shape(fn_core) == shape(sc_core) {
+                    assert_eq!(
+                        shape(fn_redis),
+                        shape(sc_redis),
+                        "the function and the script differ"
+                    );
+                    tally.lanes_compared += 1;
+                } else {
+                    tally.lanes_straddled += 1;
+                }
+            } else if roll < 9 {
+                let pick = usize::try_from(rng.below(made[0].len() as u64)).unwrap();
+                let max = u32::try_from(rng.range(0, 3)).unwrap();
+                for (i, lane) in lanes.iter_mut().enumerate() {
+                    let of = made[i][pick].clone();
+                    take_back_in(lane, &mut conn, &script, &of, max);
+                }
+                tally.take_backs += 1;
+            } else {
+                // Let windows, cooldowns and event intervals run out.
+                std::thread::sleep(Duration::from_millis(rng.range(50, 250)));
+            }
+            // Hits of one lane never share a millisecond, so each is found
+            // by its time in the core's log as by its nonce in Redis's.
+            std::thread::sleep(Duration::from_millis(rng.range(2, 12)));
+        }
+        assert_eq!(lanes[0].noscripts, 0);
+        tally.noscripts += lanes[1].noscripts;
+        tally.forgotten += lanes.iter().map(|l| l.forgotten).sum::<u32>();
+    }
+    eprintln!("redis_agreement: {tally:?}");
+    assert!(
+        tally.noscripts == 1,
+        "the script lane met NOSCRIPT once: {tally:?}"
+    );
+    assert!(tally.hits >= 350 && tally.take_backs >= 60, "{tally:?}");
+    assert!(
+        tally.lanes_compared * 10 >= tally.hits * 9,
+        "too few hits compared across lanes: {tally:?}"
+    );
+    assert_eq!(
+        conn.cmd(&["SCRIPT", "EXISTS", &script.sha1]),
+        Resp::Array(vec![Resp::Int(1)]),
+        "the first EVALSHA's NOSCRIPT was answered with EVAL, which cached it"
+    );
+}
