@@ -58,7 +58,7 @@ def flushed(request):
 
 
 def encode_arg(arg: str) -> str:
-    """As loopguard encodes a webdis argument (crates/core/src/state/redis.rs
+    """As loopguard encodes a webdis argument (crates/core/src/state/redis/wire.rs
     encode_arg): all but unreserved characters and `:{}` percent-encoded."""
     keep = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_~:{}")
     return "".join(chr(b) if b in keep else f"%{b:02X}" for b in arg.encode())

@@ -51,7 +51,7 @@ usage:
   loopguard redis-script [--sha1]
       Print the Lua library in the script form a Redis Cluster store runs
       (store.topology cluster: EVALSHA, then EVAL on NOSCRIPT), or only its
-      SHA1, e.g. to SCRIPT LOAD it on every master ahead of traffic.
+      SHA1, e.g. to SCRIPT LOAD it on every node ahead of traffic.
   loopguard --version
 ";
 

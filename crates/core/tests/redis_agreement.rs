@@ -398,7 +398,8 @@ fn hit_in(
     let got = state_of(&reply);
     let at = stamp_of(conn, &call.keys[0], &nonce);
     // Redis keeps a record's event state for the longer of the window and
-    // the event interval after its last detection (the key's expiry); the
+    // the event interval after its last detection (the key's expiry: gone
+    // once that much time has passed, not at the very millisecond); the
     // table keeps it as long as the record. That is the one difference:
     // after such a quiet spell the core's record forgets its event state
     // too, and from there every answer must agree.
@@ -406,7 +407,7 @@ fn hit_in(
     let quiet = lane
         .last_detection
         .get(&hit.key)
-        .is_some_and(|&t| at - t >= q.event_every_ms.max(q.window_ms));
+        .is_some_and(|&t| at - t > q.event_every_ms.max(q.window_ms));
     if quiet {
         lane.forgotten += u32::from(forget_events(&mut lane.core, &hit.key));
     }

@@ -12,12 +12,14 @@
 mod error;
 pub mod prices;
 pub mod raw;
+mod services;
 mod validate;
 pub mod volatile;
 
 pub use error::ConfigError;
 pub use prices::{ModelPrice, Prices};
 use serde_json::Value;
+pub use services::{OnStoreError, RedisStore, RedisTopology, StoreConfig, Webhook};
 pub use volatile::{Classes, Volatile};
 
 /// The most recent hits one fingerprint's record may keep.
@@ -74,51 +76,6 @@ pub struct Config {
     pub prices: Prices,
 }
 
-/// Where window state lives.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum StoreConfig {
-    /// Envoy shared data: exact across one Envoy's workers.
-    #[default]
-    Local,
-    /// Redis, through webdis, through an Envoy cluster: shared by every
-    /// Envoy replica.
-    RedisWebdis(RedisStore),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisStore {
-    /// One Redis node (a Redis Function, `FCALL`) or a Redis Cluster
-    /// behind Envoy's `redis_proxy` (a script, `EVALSHA`).
-    pub topology: RedisTopology,
-    pub cluster: String,
-    pub authority: String,
-    pub path: String,
-    pub timeout_ms: u64,
-    pub on_error: OnStoreError,
-}
-
-/// What webdis talks to, and so how loopguard calls its Lua.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RedisTopology {
-    /// One Redis node: the library is loaded once as a Redis Function and
-    /// called with `FCALL`.
-    #[default]
-    Single,
-    /// A Redis Cluster through Envoy's `redis_proxy`, which refuses
-    /// `FCALL`: the same library is sent as a script, `EVALSHA` first and
-    /// `EVAL` when a node answers `NOSCRIPT`.
-    Cluster,
-}
-
-/// What a request does when the shared store fails it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnStoreError {
-    /// Count it in the local table instead.
-    Local,
-    /// Let it pass unchecked.
-    Allow,
-}
-
 /// Which decisions loopguard publishes as filter state `wasm.loopguard`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccessLog {
@@ -128,19 +85,6 @@ pub enum AccessLog {
     /// Every request a policy judged, allowed ones too.
     All,
     Off,
-}
-
-/// A webhook receiving signed `loop.detected` alerts through an Envoy
-/// cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Webhook {
-    pub cluster: String,
-    pub authority: String,
-    pub path: String,
-    pub timeout_ms: u64,
-    /// The VM environment variable holding the HMAC secret (Envoy's
-    /// `vm_config.environment_variables`), if the alerts are signed.
-    pub hmac_secret_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

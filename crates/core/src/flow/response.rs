@@ -5,7 +5,6 @@
 //! is long gone.
 
 use super::*;
-use crate::metrics::CallResult;
 use crate::response;
 use crate::state::redis;
 
@@ -107,14 +106,15 @@ impl<B: BucketBackend> Engine<B> {
                 .as_ref()
                 .and_then(|shared| shared.resend_take_back(&call.what, status, body));
             if let Some(again) = resend {
-                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
-                let call = TakeBackCall {
-                    resent: true,
-                    ..call
-                };
-                self.root_calls.queued.push_back((call, again));
-                out.push(Effect::ArmTick);
-                return;
+                if self.root_calls.queued.len() < MAX_TAKE_BACKS {
+                    let call = TakeBackCall {
+                        resent: true,
+                        ..call
+                    };
+                    self.root_calls.queued.push_back((call, again));
+                    out.push(Effect::ArmTick);
+                    return;
+                }
             }
         }
         let forgave = status.and_then(|s| redis::parse_take_back(s, body).ok());

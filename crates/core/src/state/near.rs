@@ -166,7 +166,7 @@ impl NearRecord {
                         .events
                         .iter()
                         .enumerate()
-                        .min_by_key(|(_, e)| (e.last, e.signature.hex()))
+                        .min_by_key(|(_, e)| (e.last.min(now), e.signature.hex()))
                     {
                         self.events.remove(oldest);
                     }
@@ -319,6 +319,60 @@ mod tests {
         assert_eq!(r.record(60_020, &q, probe(0)).count, 1);
         assert_eq!(r.record(60_030, &q, probe(0)).event, Some(1));
         assert_eq!(r.record(60_040, &q, probe(1)).event, None);
+    }
+
+    #[test]
+    fn ties_between_loops_go_to_the_least_signature_as_in_redis() {
+        // Two loops one bin away from the probe each: equally near. The
+        // state updated is the one with the least signature in hex
+        // (sig(0b01) < sig(0b10)), whatever their order in the record.
+        let q = q(60_000, 3, 64);
+        let event = |h: u64| NearEvent {
+            signature: sig(h),
+            last: 1_000,
+            suppressed: 0,
+        };
+        let mut r = NearRecord {
+            events: vec![event(0b10), event(0b01)],
+            ..NearRecord::default()
+        };
+        assert!(sig(0b01).hex() < sig(0b10).hex());
+        assert_eq!(r.report(1_001, &q, probe(0)), None);
+        let suppressed: Vec<(String, u32)> = r
+            .events
+            .iter()
+            .map(|e| (e.signature.hex(), e.suppressed))
+            .collect();
+        assert_eq!(
+            suppressed,
+            [(sig(0b10).hex(), 0), (sig(0b01).hex(), 1)],
+            "the nearest, then the least signature"
+        );
+        // A full record: a new loop replaces the oldest; of equally old
+        // ones, the least signature (times from the future count as now).
+        let far = |k: u64| 0xff_u64 << (8 * k);
+        let mut r = NearRecord {
+            events: (0..MAX_EVENTS as u64)
+                .rev()
+                .map(|k| NearEvent {
+                    signature: sig(far(k)),
+                    // The least signature's time is in the future (the
+                    // clock moved back): as old as the others, not newer.
+                    last: if k == 4 { 9_999 } else { 5_001 },
+                    suppressed: 1,
+                })
+                .collect(),
+            ..NearRecord::default()
+        };
+        let least = (0..MAX_EVENTS as u64)
+            .map(|k| sig(far(k)).hex())
+            .min()
+            .unwrap();
+        assert_eq!(least, sig(far(4)).hex());
+        assert_eq!(r.report(5_001, &q, probe(0)), Some(0));
+        assert_eq!(r.events.len(), MAX_EVENTS);
+        assert!(r.events.iter().all(|e| e.signature.hex() != least));
+        assert!(r.events.iter().any(|e| e.signature == sig(0)));
     }
 
     #[test]

@@ -78,43 +78,14 @@ fn a_failed_attempt_is_taken_back_by_its_nonce() {
     let fp = Fingerprint([0xab; 16]);
     let mut hit = Hit::exact(fp, 7, q());
     hit.id = 0x2a;
-    let store = RedisStore::new(
-        config::RedisStore {
-            topology: RedisTopology::Single,
-            cluster: "redis".into(),
-            path: "/".into(),
-            authority: "webdis".into(),
-            timeout_ms: 100,
-            on_error: config::OnStoreError::Local,
-        },
-        "edge-1",
-        0xbeef,
-    );
-    let call = store.take_back(&hit.take_back(3));
+    let call = store(RedisTopology::Single).take_back(&hit.take_back(3));
     let hex = "ab".repeat(16);
     assert_eq!(
         String::from_utf8(call.body).unwrap(),
         format!("FCALL/loopguard_forgive/2/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:wfg/beef-2a/60000/3")
     );
     // The hit's own call logs it under the same member.
-    let StoreStep::Call(recorded) = RedisStore::new(
-        config::RedisStore {
-            topology: RedisTopology::Single,
-            cluster: "redis".into(),
-            path: "/".into(),
-            authority: "webdis".into(),
-            timeout_ms: 100,
-            on_error: config::OnStoreError::Local,
-        },
-        "edge-1",
-        0xbeef,
-    )
-    .record(&hit) else {
-        panic!("the shared store always calls");
-    };
-    assert!(String::from_utf8(recorded.body)
-        .unwrap()
-        .ends_with("/beef-2a"));
+    assert!(body_of(store(RedisTopology::Single).record(&hit)).ends_with("/beef-2a"));
     assert_eq!(
         parse_take_back("200", br#"{"FCALL":1}"#),
         Ok(Forgave::Forgiven)
