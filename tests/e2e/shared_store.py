@@ -7,15 +7,21 @@ stopped by PID.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
-from harness import ROOT, free_port, stop_process
+import pytest
+
+from harness import ENVOY, ROOT, free_port, stop_process
 
 FUNCTION = ROOT / "envoy" / "redis" / "loopguard.lua"
 REDIS_CONF = ROOT / "examples" / "cluster" / "redis.conf"
@@ -166,3 +172,50 @@ def webdis_cluster(port: int, name: str = "loopguard_redis") -> dict:
 def with_store_cluster(config: dict, port: int, name: str = "loopguard_redis") -> dict:
     config["static_resources"]["clusters"].append(webdis_cluster(port, name))
     return config
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on the loopback port."""
+    with socket.socket() as s:
+        # SO_REUSEADDR: connections in TIME_WAIT do not count, a listener does.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+@contextmanager
+def run_example(ports: list[int], ready, **env: str):
+    """examples/cluster/run.sh (what `make run-cluster` runs) on its fixed
+    `ports` (skipped if any is taken), ready once `ready(line)` holds for a
+    line it prints; yields its output lines. On leaving, it is stopped with
+    SIGTERM and must have freed every port."""
+    if not all(port_free(p) for p in ports):
+        pytest.skip("the example's fixed ports are in use here")
+    proc = subprocess.Popen(
+        [str(ROOT / "examples" / "cluster" / "run.sh")],
+        env={**os.environ, "ENVOY": ENVOY, **env},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    lines: list[str] = []
+    up = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if ready(line):
+                up.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        assert up.wait(60), "".join(lines[-50:])
+        yield lines
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) is not None
+        assert all(port_free(p) for p in ports), "run.sh left a server running"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)

@@ -3,11 +3,8 @@ real webdis; faults (Redis or webdis down, webdis slow) fail open."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
@@ -20,7 +17,6 @@ import pytest
 
 from harness import (
     CLOCK_SLACK,
-    ENVOY,
     ENVOY_HEADROOM,
     ROOT,
     ROUTER,
@@ -35,7 +31,7 @@ from harness import (
     policy,
     wasm_filter,
 )
-from shared_store import Redis, Webdis, with_store_cluster
+from shared_store import Redis, Webdis, run_example, with_store_cluster
 from test_window import sliding_window_boundary
 
 @pytest.fixture(scope="module", autouse=True)
@@ -147,8 +143,16 @@ def test_cluster_example_two_replicas_and_the_openai_sdk(shared, start_envoy):
     call alternates between two replicas gets the SDK's RateLimitError on
     the 5th call overall."""
     _, webdis = shared
-    example = load_yaml(ROOT / "examples" / "cluster" / "envoy.yaml")
-    envoys = [start_envoy(localize(example, {"loopguard_redis": webdis.port}), name=f"replica-{i}") for i in range(2)]
+    no_fallback(example_trips_the_sdk_on_the_5th(start_envoy, ROOT / "examples" / "cluster" / "envoy.yaml", webdis.port))
+
+
+def example_trips_the_sdk_on_the_5th(start_envoy, example_path, webdis_port: int) -> list:
+    """Two replicas of a shipped example (ports moved) in front of the
+    store's webdis: an agent whose identical call goes to them in turn gets
+    the SDK's RateLimitError on the 5th call overall, every call counted in
+    the store. The replicas, for more checks."""
+    example = load_yaml(example_path)
+    envoys = [start_envoy(localize(example, {"loopguard_redis": webdis_port}), name=f"replica-{i}") for i in range(2)]
     clients = [openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-test-cluster", max_retries=0) for e in envoys]
     call = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "same question"}]}
     for i in range(4):
@@ -157,7 +161,7 @@ def test_cluster_example_two_replicas_and_the_openai_sdk(shared, start_envoy):
         clients[0].chat.completions.create(**call)
     assert caught.value.code == "recursive_loop_detected"
     assert sum(e.counter("loopguard.store_calls_total.result.ok") for e in envoys) == 5
-    no_fallback(envoys)
+    return envoys
 
 
 def test_sliding_window_boundary_holds_across_replicas(shared, upstream, start_envoy):
@@ -585,40 +589,11 @@ def test_an_unknown_store_cluster_counts_locally_and_says_why(upstream, start_en
 CLUSTER_PORTS = [6390, 7390, 10010, 10011, 10020, 10021, 9910, 9920]
 
 
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        # SO_REUSEADDR: connections in TIME_WAIT do not count, a listener does.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
 def test_make_run_cluster_script_catches_a_loop_spread_over_two_replicas():
     """examples/cluster/run.sh (what `make run-cluster` runs) on its fixed
     ports, with the README's curl loop; stopped with SIGTERM, it stops
     everything it started."""
-    if not all(_port_free(p) for p in CLUSTER_PORTS):
-        pytest.skip("the example's fixed ports are in use here")
-    proc = subprocess.Popen(
-        [str(ROOT / "examples" / "cluster" / "run.sh")],
-        env={**os.environ, "ENVOY": ENVOY},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def read():
-        for line in proc.stdout:
-            lines.append(line)
-            if "Two loopguard replicas share one Redis" in line:
-                ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        assert ready.wait(60), "".join(lines[-50:])
+    with run_example(CLUSTER_PORTS, lambda line: "Two loopguard replicas share one Redis" in line):
         call = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "same question"}]}
         codes = [
             httpx.post(f"http://127.0.0.1:{10010 if i % 2 else 10020}/v1/chat/completions", json=call,
@@ -626,10 +601,3 @@ def test_make_run_cluster_script_catches_a_loop_spread_over_two_replicas():
             for i in range(1, 7)
         ]
         assert codes == [200, 200, 200, 200, 429, 429]
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) is not None
-        assert all(_port_free(p) for p in CLUSTER_PORTS), "run.sh left a server running"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)

@@ -10,12 +10,12 @@ import json
 import re
 
 import httpx
-import openai
 import pytest
 
-from harness import ROOT, bootstrap, load_yaml, localize, plugin, policy
+from harness import ROOT, bootstrap, load_yaml, plugin, policy
 from redis_cluster import RedisCluster
 from test_cli import cli
+from test_redis import example_trips_the_sdk_on_the_5th, replicas
 
 # The store as the cluster example ships it, with a timeout generous for a
 # busy 2-core machine (a timeout would silently count locally instead).
@@ -37,15 +37,6 @@ def fresh(cluster):
     return cluster
 
 
-def replicas(start_envoy, upstream, cluster: RedisCluster, cfg: dict, n: int = 3) -> list:
-    out = []
-    for i in range(n):
-        config = bootstrap(cfg, upstream.port)
-        config["static_resources"]["clusters"].append(cluster.store_cluster())
-        out.append(start_envoy(config, name=f"replica-{i}"))
-    return out
-
-
 def total(envoys, name: str) -> int:
     return sum(e.counter(name) for e in envoys)
 
@@ -61,7 +52,7 @@ def test_loops_spread_over_three_replicas_trip_at_the_global_nth_on_every_shard(
     """24 callers each loop over the three replicas in turn: every loop is
     rejected at its 5th request overall, though no replica saw more than 2
     of its first 5, and their keys live on all three masters."""
-    envoys = replicas(start_envoy, upstream, fresh, plugin([policy("spread", threshold=5, limit_keys=["header:authorization"])], store=STORE))
+    envoys = replicas(start_envoy, upstream, fresh.webdis_port, plugin([policy("spread", threshold=5, limit_keys=["header:authorization"])], store=STORE), n=3)
     clients = [httpx.Client(base_url=e.url) for e in envoys]
     try:
         for caller in range(24):
@@ -104,7 +95,7 @@ def test_a_node_without_the_script_gets_it_in_full_once(fresh, upstream, start_e
     the script), the first call of each master answers NOSCRIPT: loopguard
     sends it again with the whole script, the request is decided as
     usual, and later calls go by SHA1 again."""
-    envoys = replicas(start_envoy, upstream, fresh, plugin([policy("p", threshold=3, limit_keys=["header:authorization"])], store=STORE), n=1)
+    envoys = replicas(start_envoy, upstream, fresh.webdis_port, plugin([policy("p", threshold=3, limit_keys=["header:authorization"])], store=STORE), n=1)
     (e,) = envoys
     with httpx.Client(base_url=e.url) as c:
 
@@ -133,21 +124,12 @@ def test_the_cluster_example_and_the_openai_sdk(fresh, start_envoy):
     """examples/cluster/cluster/envoy.yaml as shipped (ports moved): an
     agent whose identical call goes to two replicas in turn gets the SDK's
     RateLimitError on the 5th call overall."""
-    example = load_yaml(ROOT / "examples" / "cluster" / "cluster" / "envoy.yaml")
+    path = ROOT / "examples" / "cluster" / "cluster" / "envoy.yaml"
+    example = load_yaml(path)
     hcm = example["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     wasm = next(f for f in hcm["http_filters"] if f["name"] == "loopguard")
     assert json.loads(wasm["typed_config"]["config"]["configuration"]["value"])["store"]["topology"] == "cluster"
-    envoys = [
-        start_envoy(localize(example, {"loopguard_redis": fresh.webdis_port}), name=f"replica-{i}") for i in range(2)
-    ]
-    clients = [openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-test-cluster", max_retries=0) for e in envoys]
-    call = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "same question"}]}
-    for i in range(4):
-        assert clients[i % 2].chat.completions.create(**call).choices[0].message.content
-    with pytest.raises(openai.RateLimitError) as caught:
-        clients[0].chat.completions.create(**call)
-    assert caught.value.code == "recursive_loop_detected"
-    assert total(envoys, "loopguard.store_calls_total.result.ok") == 5
+    envoys = example_trips_the_sdk_on_the_5th(start_envoy, path, fresh.webdis_port)
     no_fallback(envoys)
 
 
@@ -174,7 +156,7 @@ def test_a_script_loaded_ahead_from_the_cli_is_the_one_loopguard_calls(fresh, up
     fresh.script_flush()
     for port in fresh.masters():
         assert fresh.admin(port, "SCRIPT", "LOAD", stdin=script).strip() == sha1
-    (e,) = replicas(start_envoy, upstream, fresh, plugin([policy("p", threshold=3, limit_keys=["header:authorization"])], store=STORE), n=1)
+    (e,) = replicas(start_envoy, upstream, fresh.webdis_port, plugin([policy("p", threshold=3, limit_keys=["header:authorization"])], store=STORE), n=1)
     with httpx.Client(base_url=e.url) as c:
         for caller in range(9):
             codes = [c.post("/v1/x", content=b"same", headers={"authorization": f"k{caller}"}).status_code for _ in range(4)]

@@ -16,6 +16,7 @@ import pytest
 
 from harness import bootstrap, plugin, policy
 from redis_cluster import RedisCluster
+from shared_store import with_store_cluster
 
 STORE = {"type": "redis_webdis", "topology": "cluster", "cluster": "loopguard_redis", "timeout_ms": 2000}
 CONNECTIONS = 16
@@ -34,12 +35,11 @@ def fleet(start_envoy, upstream, cluster: RedisCluster, cfg: dict) -> list:
     what is measured is the store."""
     envoys = []
     for i in range(3):
-        config = bootstrap(cfg, upstream.port)
+        config = with_store_cluster(bootstrap(cfg, upstream.port), cluster.webdis_port)
         hcm = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
         for route in hcm["route_config"]["virtual_hosts"][0]["routes"]:
             route.pop("route", None)
             route["direct_response"] = {"status": 200, "body": {"inline_string": '{"choices": []}'}}
-        config["static_resources"]["clusters"].append(cluster.store_cluster())
         envoys.append(start_envoy(config, name=f"replica-{i}"))
     return envoys
 

@@ -7,11 +7,8 @@ with every part percent-encoded."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -20,8 +17,8 @@ import uuid
 import httpx
 import pytest
 
-from harness import ENVOY, ROOT
 from redis_cluster import RedisCluster
+from shared_store import run_example
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -341,48 +338,17 @@ def test_a_killed_master_is_replaced_by_its_replica_and_rejoins_as_a_replica(clu
 RUN_SH_PORTS = [*range(6400, 6407), *range(16401, 16407), 9930, 7390, 10010, 10011, 10020, 10021, 9910, 9920]
 
 
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
 def test_run_sh_cluster_mode_brings_up_the_cluster_redis_proxy_and_webdis():
     """`CLUSTER=1 examples/cluster/run.sh` (what `make run-cluster CLUSTER=1`
     runs) on its fixed ports: the cluster side answers through webdis as
     configured; SIGTERM stops everything it started. (The loopguard replicas
     are test_redis.py's subject.)"""
-    if any(_listening(p) for p in RUN_SH_PORTS):
-        pytest.skip("the example's fixed ports are in use here")
-    proc = subprocess.Popen(
-        [str(ROOT / "examples" / "cluster" / "run.sh")],
-        env={**os.environ, "ENVOY": ENVOY, "CLUSTER": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    lines: list[str] = []
-    up = threading.Event()
-
-    def read():
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("run-cluster: Redis Cluster") and "are up" in line:
-                up.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        assert up.wait(60), "".join(lines[-50:])
+    with run_example(
+        RUN_SH_PORTS, lambda line: line.startswith("run-cluster: Redis Cluster") and "are up" in line, CLUSTER="1"
+    ):
         webdis = "http://127.0.0.1:7390/"
         for t in ("a", "b", "c", "d"):
             key = f"lg:demo:{{{t}}}:w"
             r = httpx.post(webdis, content=command("EVAL", SET_BOTH, "1", key, t), timeout=5)
             assert r.json() == {"EVAL": [key, key, t]}, r.text
         assert httpx.post(webdis, content=command("FLUSHALL"), timeout=5).status_code == 403
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(30) is not None
-        assert not [p for p in RUN_SH_PORTS if _listening(p)], "run.sh left a server running"
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)

@@ -14,8 +14,9 @@ import time
 import httpx
 import pytest
 
-from harness import bootstrap, plugin, policy
+from harness import plugin, policy
 from redis_cluster import RedisCluster
+from test_redis import replicas
 
 STORE = {
     "type": "redis_webdis",
@@ -43,11 +44,7 @@ class Fleet:
 
     def __init__(self, start_envoy, upstream, cluster: RedisCluster) -> None:
         self.cluster = cluster
-        self.envoys = []
-        for i in range(3):
-            config = bootstrap(CONFIG, upstream.port)
-            config["static_resources"]["clusters"].append(cluster.store_cluster())
-            self.envoys.append(start_envoy(config, name=f"replica-{i}"))
+        self.envoys = replicas(start_envoy, upstream, cluster.webdis_port, CONFIG, n=3)
         self.clients = [httpx.Client(base_url=e.url, timeout=10) for e in self.envoys]
         self.sent: dict[str, int] = {}
         self.lock = threading.Lock()
