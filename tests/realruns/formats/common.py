@@ -1,0 +1,124 @@
+"""What every format reader builds: a run, the requests its agent sent its
+model, kept as one conversation and the places where each call cut it.
+
+A run record (one JSON line in runs/<source>.jsonl.gz):
+
+    id          "<source>/<run>", unique; its SHA-256 picks the split
+    source      which collection it came from (sources.py)
+    system      the agent system ("SWE-agent 0.x", "Claude Code", ...)
+    model       the model the agent called
+    shape       "chat-text"   OpenAI Chat, actions written in the reply text
+                "chat-tools"  OpenAI Chat with native tool_calls
+                "anthropic"   Anthropic Messages with tool_use blocks
+    task        the benchmark task
+    outcome     {"resolved": bool, "end": "own" | "limit" | "error",
+                 "status": what the harness recorded}
+    provenance  {"repo", "commit", "path", "licence"}
+    body        the fields every request carries besides the conversation
+                (Anthropic: system, tools; OpenAI: tools)
+    messages    the whole conversation as the last call sent it (plus the
+                last reply)
+    calls       request k sends messages[:calls[k]]
+    times_ms    when each call was made, ms from the run's first call, or
+                null when the recording has no times
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+
+
+@dataclass
+class Repo:
+    """A fetched repository (a bare git directory) at a pinned commit."""
+
+    name: str  # owner/name
+    git_dir: str
+    commit: str
+    licence: str
+
+    def show(self, path: str, rev: str | None = None) -> bytes:
+        return subprocess.run(
+            ["git", "-C", self.git_dir, "show", f"{rev or self.commit}:{path}"],
+            check=True,
+            capture_output=True,
+        ).stdout
+
+    def json(self, path: str, rev: str | None = None):
+        return json.loads(self.show(path, rev))
+
+    def ls(self, under: str, rev: str | None = None) -> list[str]:
+        out = subprocess.run(
+            ["git", "-C", self.git_dir, "ls-tree", "-r", "--name-only", rev or self.commit, under],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        return [p for p in out.splitlines() if p]
+
+    def provenance(self, path: str, rev: str | None = None) -> dict:
+        return {"repo": self.name, "commit": rev or self.commit, "path": path, "licence": self.licence}
+
+
+def calls_before_replies(messages: list[dict], reply_role: str = "assistant") -> list[int]:
+    """Each model reply in `messages` was the answer to a call that sent
+    everything before it."""
+    return [i for i, m in enumerate(messages) if m.get("role") == reply_role and i > 0]
+
+
+def run_record(
+    *,
+    source: str,
+    run: str,
+    system: str,
+    model: str,
+    shape: str,
+    task: str,
+    resolved: bool,
+    end: str,
+    status: str,
+    provenance: dict,
+    messages: list[dict],
+    calls: list[int],
+    times_ms: list[int] | None = None,
+    body: dict | None = None,
+) -> dict | None:
+    """A run record, or None when the recording holds no model call."""
+    if not calls:
+        return None
+    assert end in ("own", "limit", "error"), end
+    assert shape in ("chat-text", "chat-tools", "anthropic"), shape
+    if times_ms is not None:
+        assert len(times_ms) == len(calls), (run, len(times_ms), len(calls))
+        t0 = times_ms[0]
+        times_ms = [max(0, t - t0) for t in times_ms]
+        # A recording's clock never runs backwards between calls.
+        for i in range(1, len(times_ms)):
+            times_ms[i] = max(times_ms[i], times_ms[i - 1])
+    return {
+        "id": f"{source}/{run}",
+        "source": source,
+        "system": system,
+        "model": model,
+        "shape": shape,
+        "task": task,
+        "outcome": {"resolved": bool(resolved), "end": end, "status": status},
+        "provenance": provenance,
+        "body": body or {},
+        "messages": messages,
+        "calls": calls,
+        "times_ms": times_ms,
+    }
+
+
+def tools_named(names: list[str]) -> list[dict]:
+    """An OpenAI `tools` array naming the tools a run called. The
+    recordings do not keep the schemas the agent sent; a request without
+    its tools would not be the request an agent sends, so each is declared
+    with an open parameter schema."""
+    return [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
+        for n in sorted(set(names))
+    ]
