@@ -1,7 +1,10 @@
 """The loopguard CLI (`make cli`): `check` accepts every shipped
-configuration and refuses a bad one with the filter's own message, and
-`explain` computes the digest the filter puts in its 429."""
+configuration and refuses a bad one with the filter's own message,
+`explain` computes the digest the filter puts in its 429, every subcommand
+answers --help, and `replay` reads gzip-compressed traffic as the plain
+file."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -24,6 +27,36 @@ def built():
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+@pytest.mark.parametrize("sub", ["check", "explain", "replay", "schema", "redis-script"])
+def test_every_subcommand_answers_help(sub):
+    r, short = cli(sub, "--help"), cli(sub, "-h")
+    assert (r.returncode, short.returncode) == (0, 0), r.stderr + short.stderr
+    for help in (r.stdout, short.stdout):
+        assert f"Usage: loopguard {sub}" in help, help
+    # --help says more than -h's summary.
+    assert len(r.stdout) > len(short.stdout), r.stdout
+    r = cli(sub, "--no-such-option")
+    assert r.returncode == 2
+    assert "unexpected argument '--no-such-option' found" in r.stderr, r.stderr
+
+
+def test_replay_reads_gzip_traffic_as_the_plain_file(tmp_path):
+    sample = ROOT / "examples" / "replay" / "traffic.jsonl"
+    packed = tmp_path / "traffic.jsonl.gz"
+    packed.write_bytes(gzip.compress(sample.read_bytes()))
+    reports = []
+    for traffic in (sample, packed):
+        r = cli("replay", "--config", "examples/recommended/envoy.yaml", "--json", str(traffic))
+        assert r.returncode == 0, r.stderr
+        # Not a terminal: no progress drawn.
+        assert r.stderr == ""
+        report = json.loads(r.stdout)
+        assert report["inputs"].pop("files") == [str(traffic)]
+        reports.append(report)
+    assert reports[0]["inputs"]["read"] == 52
+    assert reports[1] == reports[0]
 
 
 def shipped_envoy_configs() -> list[Path]:

@@ -5,6 +5,7 @@
 //! validates, `loopguard_core::request::policy` selects and
 //! `loopguard_core::detect::fingerprint` digests.
 
+mod args;
 mod check;
 mod discover;
 mod documents;
@@ -12,120 +13,123 @@ mod explain;
 mod replay;
 mod request_file;
 
+use args::{CheckArgs, Cli, Command, ExplainArgs};
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use loopguard_core::config::Config;
-use std::io::Write;
+use std::ffi::{OsStr, OsString};
+use std::io::{IsTerminal, Write};
 use std::path::Path;
 
-pub const USAGE: &str = "\
-loopguard: check loopguard configurations, explain fingerprints, replay traffic
-
-usage:
-  loopguard check [--strict] FILE...
-      Validate every loopguard configuration in the files (a policy JSON, an
-      Envoy bootstrap or xDS resource with the loopguard Wasm filter, an ECDS
-      discovery response, an Istio WasmPlugin, an Envoy Gateway
-      EnvoyExtensionPolicy; YAML files may hold several documents) and warn
-      about setups that silently do less than intended. Files given together
-      are checked together (a WasmPlugin with its EnvoyFilter and
-      VirtualService). Exits 1 on any error (with --strict, on any warning).
-  loopguard explain --config FILE [--filter NAME] --request FILE [--json]
-      Show which policy applies to the request, the fingerprint's
-      components in order and the digest the filter computes. The request is
-      raw HTTP/1.1 (request line, headers, blank line, body) or JSON/YAML:
-      {method, path, headers, body | body_json, route, route_policy,
-      source_address, verified_claims}. --filter picks one configuration when
-      the file holds several (a filter, WasmPlugin or policy name).
-  loopguard replay --config FILE [--config FILE...] [--filter NAME]
-                   [--set PATH=V1,V2,...] [--json] [--html FILE]
-                   [--verdicts FILE] TRAFFIC...
-      Run recorded traffic (JSON Lines, HAR 1.2, Envoy tap traces, or
-      directories of them) through each configuration with the filter's own
-      engine on the recorded clock, and report per policy the loops found,
-      what each action would have done and to how many requests and
-      callers, and the tokens those requests carried. --set replays once
-      per value of one field (a sweep); --verdicts writes what the filter
-      did to each request, one JSON line each; --html writes a
-      self-contained page with a timeline per looping caller.
-  loopguard schema
-      Print the JSON Schema of the configuration (schema/loopguard.schema.json).
-  loopguard redis-script [--sha1]
-      Print the Lua library in the script form a Redis Cluster store runs
-      (store.topology cluster: EVALSHA, then EVAL on NOSCRIPT), or only its
-      SHA1, e.g. to SCRIPT LOAD it on every node ahead of traffic.
-  loopguard --version
-";
-
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let code = run(&args, &mut std::io::stdout(), &mut std::io::stderr());
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let terminal = std::io::stderr().is_terminal();
+    let code = run(
+        &args,
+        &mut std::io::stdout(),
+        &mut std::io::stderr(),
+        terminal,
+    );
     std::process::exit(code);
 }
 
+/// Why a command stopped before its work was done; both exit 2.
+#[derive(Debug)]
+pub enum Stop {
+    /// It was called wrongly: said as clap says its own usage errors, with
+    /// the subcommand's usage.
+    Usage(ErrorKind, String),
+    /// It met something it cannot go on with (a file, a configuration).
+    Failed(String),
+}
+
+impl From<String> for Stop {
+    fn from(message: String) -> Stop {
+        Stop::Failed(message)
+    }
+}
+
 /// Run the CLI with `args` (without the program name); the process exit
-/// code. Output goes to `out`, diagnostics to `err`.
-fn run(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> i32 {
-    let result = match args.first().map(String::as_str) {
-        Some("check") => cmd_check(args.get(1..).unwrap_or(&[]), out),
-        Some("explain") => cmd_explain(args.get(1..).unwrap_or(&[]), out),
-        Some("replay") => replay::command(args.get(1..).unwrap_or(&[]), out, err),
-        Some("schema") => {
+/// code: 0, 1 when `check` found errors, 2 for usage errors and failures.
+/// Output goes to `out`, diagnostics to `err`; `terminal` says that `err`
+/// is a terminal, where `replay` shows its progress.
+fn run<S: AsRef<OsStr>>(
+    args: &[S],
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    terminal: bool,
+) -> i32 {
+    let words = std::iter::once(OsStr::new("loopguard")).chain(args.iter().map(AsRef::as_ref));
+    let cli = match Cli::try_parse_from(words) {
+        Ok(cli) => cli,
+        // --help and --version are "errors" clap prints to stdout, exit 0.
+        Err(e) => return clap_error(&e, out, err),
+    };
+    let (name, result) = match cli.command {
+        Command::Check(a) => ("check", cmd_check(&a, out)),
+        Command::Explain(a) => ("explain", cmd_explain(&a, out)),
+        Command::Replay(a) => (
+            "replay",
+            replay::command(&a, out, err, terminal && !a.quiet),
+        ),
+        Command::Schema => {
             let schema = loopguard_core::config::schema();
             let _ = writeln!(
                 out,
                 "{}",
                 serde_json::to_string_pretty(&schema).unwrap_or_default()
             );
-            Ok(0)
+            ("schema", Ok(0))
         }
-        Some("redis-script") => {
+        Command::RedisScript(a) => {
             let script = loopguard_core::state::redis::Script::shipped();
-            match args.get(1..).unwrap_or(&[]) {
-                [] => {
-                    let _ = write!(out, "{}", script.source);
-                    Ok(0)
-                }
-                [flag] if flag == "--sha1" => {
-                    let _ = writeln!(out, "{}", script.sha1);
-                    Ok(0)
-                }
-                _ => Err("redis-script: the only option is --sha1".to_string()),
+            if a.sha1 {
+                let _ = writeln!(out, "{}", script.sha1);
+            } else {
+                let _ = write!(out, "{}", script.source);
             }
+            ("redis-script", Ok(0))
         }
-        Some("--version") | Some("version") => {
+        Command::Version => {
             let _ = writeln!(out, "loopguard {}", env!("CARGO_PKG_VERSION"));
-            Ok(0)
+            ("version", Ok(0))
         }
-        Some("-h") | Some("--help") | Some("help") => {
-            let _ = write!(out, "{USAGE}");
-            Ok(0)
-        }
-        _ => Err(format!("expected a command\n\n{USAGE}")),
     };
     match result {
         Ok(code) => code,
-        Err(message) => {
+        Err(Stop::Usage(kind, message)) => {
+            let mut cli = Cli::command();
+            cli.build();
+            let e = match cli.find_subcommand_mut(name) {
+                Some(sub) => sub.error(kind, message),
+                None => cli.error(kind, message),
+            };
+            clap_error(&e, out, err)
+        }
+        Err(Stop::Failed(message)) => {
             let _ = writeln!(err, "loopguard: {message}");
             2
         }
     }
 }
 
-fn cmd_check(args: &[String], out: &mut dyn Write) -> Result<i32, String> {
-    let mut strict = false;
-    let mut files = Vec::new();
-    for a in args {
-        match a.as_str() {
-            "--strict" => strict = true,
-            flag if flag.starts_with('-') => return Err(format!("check: unknown option {flag}")),
-            file => files.push(file),
-        }
-    }
-    if files.is_empty() {
-        return Err("check: give at least one file".to_string());
-    }
+/// Print what clap said (help and the version on `out`, usage errors on
+/// `err`); its exit code.
+fn clap_error(e: &clap::Error, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let text = e.render().to_string();
+    let _ = if e.use_stderr() {
+        err.write_all(text.as_bytes())
+    } else {
+        out.write_all(text.as_bytes())
+    };
+    e.exit_code()
+}
+
+fn cmd_check(a: &CheckArgs, out: &mut dyn Write) -> Result<i32, Stop> {
+    let files = &a.files;
     let mut docs = Vec::new();
     let mut failed = false;
-    for f in &files {
+    for f in files {
         match documents::read(Path::new(f)) {
             Ok(d) => docs.extend(d),
             Err(e) => {
@@ -152,7 +156,7 @@ fn cmd_check(args: &[String], out: &mut dyn Write) -> Result<i32, String> {
         plural(errors),
         plural(warnings)
     );
-    Ok(if errors > 0 || (strict && warnings > 0) {
+    Ok(if errors > 0 || (a.strict && warnings > 0) {
         1
     } else {
         0
@@ -167,25 +171,13 @@ fn plural(n: usize) -> &'static str {
     }
 }
 
-fn cmd_explain(args: &[String], out: &mut dyn Write) -> Result<i32, String> {
-    let (mut config, mut request, mut filter, mut as_json) = (None, None, None, false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--config" => config = it.next(),
-            "--request" => request = it.next(),
-            "--filter" => filter = it.next(),
-            "--json" => as_json = true,
-            other => return Err(format!("explain: unexpected argument {other}")),
-        }
-    }
-    let config = config.ok_or("explain: --config FILE is required")?;
-    let request = request.ok_or("explain: --request FILE is required")?;
-    let cfg = load_config(config, filter.map(String::as_str))?;
+fn cmd_explain(a: &ExplainArgs, out: &mut dyn Write) -> Result<i32, Stop> {
+    let cfg = load_config(&a.config, a.filter.as_deref())?;
+    let request = &a.request;
     let bytes = std::fs::read(request).map_err(|e| format!("{request}: cannot read: {e}"))?;
     let req = explain::read_request(request, &bytes)?;
     let v = explain::explain(&cfg, &req);
-    if as_json {
+    if a.json {
         let _ = writeln!(
             out,
             "{}",
@@ -251,71 +243,4 @@ fn config_bytes(file: &str, filter: Option<&str>) -> Result<(String, Vec<u8>), S
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn run_args(args: &[&str]) -> (i32, String, String) {
-        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let code = run(&args, &mut out, &mut err);
-        (
-            code,
-            String::from_utf8(out).unwrap(),
-            String::from_utf8(err).unwrap(),
-        )
-    }
-
-    #[test]
-    fn redis_script_prints_the_script_and_its_sha1() {
-        let (code, script, _) = run_args(&["redis-script"]);
-        assert_eq!(code, 0);
-        assert!(script.contains("return entry(KEYS, {unpack(ARGV, 2)})"));
-        let (code, sha, _) = run_args(&["redis-script", "--sha1"]);
-        assert_eq!(code, 0);
-        let shipped = loopguard_core::state::redis::Script::shipped();
-        assert_eq!(script, shipped.source);
-        assert_eq!(sha.trim(), shipped.sha1);
-        assert_eq!(run_args(&["redis-script", "--x"]).0, 2);
-    }
-
-    #[test]
-    fn usage_errors_exit_2() {
-        assert_eq!(run_args(&[]).0, 2);
-        let (code, _, err) = run_args(&["check"]);
-        assert_eq!(code, 2);
-        assert!(err.contains("give at least one file"));
-        let (code, _, err) = run_args(&["explain", "--config", "x"]);
-        assert_eq!(code, 2);
-        assert!(err.contains("--request FILE is required"));
-        assert_eq!(
-            run_args(&["--version"]).1,
-            format!("loopguard {}\n", env!("CARGO_PKG_VERSION"))
-        );
-    }
-
-    #[test]
-    fn check_exit_codes() {
-        let dir = std::env::temp_dir().join(format!("loopguard-cli-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let good = dir.join("good.json");
-        std::fs::write(&good, r#"{"policies": [{"id": "p", "spec": {"selector": {}, "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3}}}]}"#).unwrap();
-        let bad = dir.join("bad.json");
-        std::fs::write(
-            &bad,
-            r#"{"policies": [{"id": "p", "spec": {"selector": {}, "loop_detecton": {}}}]}"#,
-        )
-        .unwrap();
-        let (code, out, _) = run_args(&["check", good.to_str().unwrap()]);
-        assert_eq!(
-            (code, out.trim_end()),
-            (0, "1 configuration checked in 1 file: 0 errors, 0 warnings")
-        );
-        let (code, out, _) = run_args(&["check", bad.to_str().unwrap()]);
-        assert_eq!(code, 1);
-        assert!(out.contains("bad.json: error: policy \"p\": loop_detecton is not a known field (did you mean \"loop_detection\"?)"), "{out}");
-        let (code, out, _) = run_args(&["check", dir.join("missing.json").to_str().unwrap()]);
-        assert_eq!(code, 1);
-        assert!(out.contains("missing.json: cannot read"), "{out}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;

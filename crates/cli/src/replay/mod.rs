@@ -8,19 +8,26 @@
 //!   merged in time order;
 //! - `simulate`: one configuration's engine and clock;
 //! - `report`: the tally, as JSON and text; `html`: the page;
-//! - `sweep`: `--set PATH=V1,V2,...`.
+//! - `sweep`: `--set PATH=V1,V2,...`;
+//! - `progress`: what has been read so far, on a terminal.
 
 mod html;
 mod input;
+mod progress;
 pub mod record;
 mod report;
 mod simulate;
 mod sweep;
 
+use crate::args::ReplayArgs;
+use crate::Stop;
+use clap::error::ErrorKind;
 use loopguard_core::config::{Config, StoreConfig};
+use progress::Progress;
 use report::Tally;
 use serde_json::{json, Value};
 use simulate::{Simulation, Verdict};
+use std::collections::BTreeMap;
 use std::io::Write;
 use sweep::Sweep;
 
@@ -39,65 +46,27 @@ struct Run {
     tally: Tally,
 }
 
-#[derive(Default)]
-struct Args {
-    configs: Vec<String>,
-    filter: Option<String>,
-    sweep: Option<Sweep>,
-    json: bool,
-    html: Option<String>,
-    verdicts: Option<String>,
-    traffic: Vec<String>,
-}
-
-fn parse_args(args: &[String]) -> Result<Args, String> {
-    let mut a = Args::default();
-    let mut it = args.iter();
-    let value = |it: &mut std::slice::Iter<'_, String>, flag: &str| {
-        it.next()
-            .cloned()
-            .ok_or_else(|| format!("replay: {flag} needs a value"))
-    };
-    while let Some(arg) = it.next() {
-        match arg.as_str() {
-            "--config" => a.configs.push(value(&mut it, "--config")?),
-            "--filter" => a.filter = Some(value(&mut it, "--filter")?),
-            "--set" => {
-                if a.sweep.is_some() {
-                    return Err(
-                        "replay: one --set per replay (a sweep varies one field)".to_string()
-                    );
-                }
-                a.sweep = Some(Sweep::parse(&value(&mut it, "--set")?)?);
-            }
-            "--json" => a.json = true,
-            "--html" => a.html = Some(value(&mut it, "--html")?),
-            "--verdicts" => a.verdicts = Some(value(&mut it, "--verdicts")?),
-            flag if flag.starts_with("--") => return Err(format!("replay: unknown option {flag}")),
-            file => a.traffic.push(file.to_string()),
-        }
+/// `--set`, read: no sweep, or one (a sweep varies one field).
+fn sweep(a: &ReplayArgs) -> Result<Option<Sweep>, Stop> {
+    match a.sets.as_slice() {
+        [] => Ok(None),
+        [one] => Sweep::parse(one)
+            .map(Some)
+            .map_err(|e| Stop::Usage(ErrorKind::ValueValidation, e)),
+        _ => Err(Stop::Usage(
+            ErrorKind::ArgumentConflict,
+            "one --set per replay (a sweep varies one field)".to_string(),
+        )),
     }
-    if a.configs.is_empty() {
-        return Err(
-            "replay: --config FILE is required (repeat it to compare configurations)".to_string(),
-        );
-    }
-    if a.traffic.is_empty() {
-        return Err(
-            "replay: give at least one traffic file (JSON Lines, HAR or Envoy tap traces)"
-                .to_string(),
-        );
-    }
-    Ok(a)
 }
 
 /// The runs: each configuration, or each configuration at each swept
 /// value.
-fn runs(a: &Args) -> Result<Vec<Run>, String> {
+fn runs(a: &ReplayArgs, sweep: Option<&Sweep>) -> Result<Vec<Run>, String> {
     let mut runs = Vec::new();
     for file in &a.configs {
         let (location, bytes) = crate::config_bytes(file, a.filter.as_deref())?;
-        let settings: Vec<Option<(String, Value)>> = match &a.sweep {
+        let settings: Vec<Option<(String, Value)>> = match sweep {
             None => vec![None],
             Some(s) => s
                 .values
@@ -133,11 +102,116 @@ fn runs(a: &Args) -> Result<Vec<Run>, String> {
     Ok(runs)
 }
 
-/// Run `loopguard replay`; the exit code.
-pub fn command(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Result<i32, String> {
-    let a = parse_args(args)?;
-    let mut runs = runs(&a)?;
-    let mut merged = input::Merged::open(&a.traffic)?;
+/// Run `loopguard replay`; the exit code. With `progress`, what it has
+/// read so far is redrawn on `err` (a terminal) while it runs.
+pub fn command(
+    a: &ReplayArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    progress: bool,
+) -> Result<i32, Stop> {
+    let sweep = sweep(a)?;
+    let mut runs = runs(a, sweep.as_ref())?;
+    let mut progress = Progress::new(progress);
+    let replayed = replay_all(a, &mut runs, &mut progress, err);
+    // Cleared whatever happened: a message or the report follows.
+    progress.clear(err);
+    let Replayed {
+        merged,
+        read,
+        skipped,
+        no_response,
+        skipped_entries,
+        first_ms,
+        last_ms,
+        entry_notes,
+    } = replayed?;
+    for run in &mut runs {
+        run.sim.finish();
+    }
+    let mut notes = notes(&runs, no_response, merged.out_of_order, read);
+    notes.dedup();
+    for (note, n) in entry_notes {
+        notes.push(format!(
+            "{n} request{}: {note}",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    let report = json!({
+        "inputs": {
+            "files": merged.files,
+            "read": read,
+            "skipped": skipped,
+            "skipped_entries": skipped_entries,
+            "skipped_not_listed": skipped.saturating_sub(MAX_SKIPPED_LISTED as u64),
+            "first_ms": first_ms,
+            "last_ms": last_ms,
+        },
+        "notes": notes,
+        "runs": runs.iter().map(|r| {
+            let mut v = r.tally.to_json();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("config".to_string(), json!(r.config_file));
+                o.insert("setting".to_string(), match &r.setting {
+                    None => Value::Null,
+                    Some((path, value)) => json!({"path": path, "value": value}),
+                });
+            }
+            v
+        }).collect::<Vec<_>>(),
+        "sweep": sweep.as_ref().map(|s| json!({
+            "path": s.path,
+            "rows": runs.iter().map(|r| {
+                let (loops, requests, callers) = r.tally.totals();
+                json!({
+                    "config": r.config_file,
+                    "value": r.setting.as_ref().map(|(_, v)| v.clone()),
+                    "loops_found": loops,
+                    "requests_touched": requests,
+                    "callers_touched": callers,
+                })
+            }).collect::<Vec<_>>(),
+        })),
+    });
+    if let Some(path) = &a.html {
+        std::fs::write(path, html::render(&report))
+            .map_err(|e| format!("{path}: cannot write: {e}"))?;
+        let _ = writeln!(err, "loopguard: wrote {path}");
+    }
+    let shown = if a.json {
+        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
+    } else {
+        report::render(&report)
+    };
+    out.write_all(shown.as_bytes())
+        .map_err(|e| format!("cannot write the report: {e}"))?;
+    Ok(0)
+}
+
+/// What was read, once every entry went through every run.
+struct Replayed {
+    merged: input::Merged,
+    read: u64,
+    skipped: u64,
+    no_response: u64,
+    skipped_entries: Vec<Value>,
+    first_ms: Option<u64>,
+    last_ms: Option<u64>,
+    /// What readers noted about entries, with how many each concerns.
+    entry_notes: BTreeMap<String, u64>,
+}
+
+/// Open the traffic and run every entry through every run, writing
+/// `--verdicts` and drawing the progress as it goes.
+fn replay_all(
+    a: &ReplayArgs,
+    runs: &mut [Run],
+    progress: &mut Progress,
+    err: &mut dyn Write,
+) -> Result<Replayed, String> {
+    let mut merged = input::Merged::open(&a.traffic, &mut |done, total| {
+        progress.opening(err, done, total);
+    })?;
     let mut verdicts = match &a.verdicts {
         None => None,
         Some(path) => Some(std::io::BufWriter::new(
@@ -147,8 +221,9 @@ pub fn command(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
     let (mut read, mut skipped, mut no_response) = (0u64, 0u64, 0u64);
     let mut skipped_entries = Vec::new();
     let (mut first_ms, mut last_ms) = (None, None);
-    let mut entry_notes = std::collections::BTreeMap::new();
-    for entry in merged.by_ref() {
+    let mut entry_notes = BTreeMap::new();
+    while let Some(entry) = merged.next() {
+        progress.reading(err, read, skipped, merged.files_done(), merged.files.len());
         let rec = match entry {
             Ok(rec) => rec,
             Err(s) => {
@@ -183,70 +258,20 @@ pub fn command(args: &[String], out: &mut dyn Write, err: &mut dyn Write) -> Res
             }
         }
     }
-    for run in &mut runs {
-        run.sim.finish();
-    }
     if let Some(mut w) = verdicts {
         w.flush()
             .map_err(|e| format!("--verdicts: cannot write: {e}"))?;
     }
-    let mut notes = notes(&runs, no_response, merged.out_of_order, read);
-    notes.dedup();
-    for (note, n) in entry_notes {
-        notes.push(format!(
-            "{n} request{}: {note}",
-            if n == 1 { "" } else { "s" }
-        ));
-    }
-    let report = json!({
-        "inputs": {
-            "files": merged.files,
-            "read": read,
-            "skipped": skipped,
-            "skipped_entries": skipped_entries,
-            "skipped_not_listed": skipped.saturating_sub(MAX_SKIPPED_LISTED as u64),
-            "first_ms": first_ms,
-            "last_ms": last_ms,
-        },
-        "notes": notes,
-        "runs": runs.iter().map(|r| {
-            let mut v = r.tally.to_json();
-            if let Some(o) = v.as_object_mut() {
-                o.insert("config".to_string(), json!(r.config_file));
-                o.insert("setting".to_string(), match &r.setting {
-                    None => Value::Null,
-                    Some((path, value)) => json!({"path": path, "value": value}),
-                });
-            }
-            v
-        }).collect::<Vec<_>>(),
-        "sweep": a.sweep.as_ref().map(|s| json!({
-            "path": s.path,
-            "rows": runs.iter().map(|r| {
-                let (loops, requests, callers) = r.tally.totals();
-                json!({
-                    "config": r.config_file,
-                    "value": r.setting.as_ref().map(|(_, v)| v.clone()),
-                    "loops_found": loops,
-                    "requests_touched": requests,
-                    "callers_touched": callers,
-                })
-            }).collect::<Vec<_>>(),
-        })),
-    });
-    if let Some(path) = &a.html {
-        std::fs::write(path, html::render(&report))
-            .map_err(|e| format!("{path}: cannot write: {e}"))?;
-        let _ = writeln!(err, "loopguard: wrote {path}");
-    }
-    let shown = if a.json {
-        serde_json::to_string_pretty(&report).unwrap_or_default() + "\n"
-    } else {
-        report::render(&report)
-    };
-    out.write_all(shown.as_bytes())
-        .map_err(|e| format!("cannot write the report: {e}"))?;
-    Ok(0)
+    Ok(Replayed {
+        merged,
+        read,
+        skipped,
+        no_response,
+        skipped_entries,
+        first_ms,
+        last_ms,
+        entry_notes,
+    })
 }
 
 /// One line of `--verdicts`: what the filter did to one request in one

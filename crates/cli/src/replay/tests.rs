@@ -27,10 +27,19 @@ impl Drop for Dir {
     }
 }
 
+/// `loopguard replay ARGS`: its exit code and report, or what it said on
+/// stderr when it stopped.
 fn replay(args: &[&str]) -> Result<(i32, String), String> {
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args: Vec<&str> = std::iter::once("replay")
+        .chain(args.iter().copied())
+        .collect();
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = command(&args, &mut out, &mut err)?;
+    let code = crate::run(&args, &mut out, &mut err, false);
+    let err = String::from_utf8(err).unwrap();
+    if code != 0 {
+        return Err(err);
+    }
+    assert!(!err.contains('\r'), "no progress off a terminal: {err:?}");
     Ok((code, String::from_utf8(out).unwrap()))
 }
 
@@ -238,13 +247,18 @@ fn usage_errors() {
     let cfg = d.write("cfg.json", EXACT);
     assert!(replay(&["t.jsonl"])
         .unwrap_err()
-        .contains("--config FILE is required"));
+        .contains("error: the following required arguments were not provided:\n  --config <FILE>"));
     assert!(replay(&["--config", &cfg])
         .unwrap_err()
-        .contains("at least one traffic file"));
+        .contains("error: the following required arguments were not provided:\n  <TRAFFIC>..."));
     assert!(replay(&["--config", &cfg, "--bogus", "x"])
         .unwrap_err()
-        .contains("unknown option --bogus"));
+        .contains("error: unexpected argument '--bogus' found"));
+    assert!(
+        replay(&["--config", &cfg, "--set", "a=1", "--set", "b=2", "x"])
+            .unwrap_err()
+            .contains("error: one --set per replay (a sweep varies one field)")
+    );
     assert!(replay(&["--config", &cfg, "/nonexistent/t.jsonl"])
         .unwrap_err()
         .contains("no such file or directory"));
@@ -348,4 +362,177 @@ fn what_a_reader_notes_about_entries_is_in_the_header_once() {
         "{notes:?}"
     );
     assert_eq!(r["runs"][0]["policies"][0]["actions"]["reject"], 1);
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// The shipped sample traffic and the recommended setup.
+fn sample() -> (String, String) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cfg = root.join("examples/recommended/envoy.yaml");
+    let traffic = std::fs::read_to_string(root.join("examples/replay/traffic.jsonl")).unwrap();
+    (cfg.display().to_string(), traffic)
+}
+
+/// The sample as a HAR file: each line an entry.
+fn as_har(jsonl: &str) -> String {
+    let entries: Vec<Value> = jsonl
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let headers: Vec<Value> = v["headers"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(k, v)| json!({"name": k, "value": v}))
+                .collect();
+            json!({"startedDateTime": v["timestamp"],
+                   "request": {"method": v["method"], "url": format!("http://gateway{}", v["path"].as_str().unwrap()),
+                               "headers": headers, "postData": {"mimeType": "application/json", "text": v["body"]}},
+                   "response": {"status": v["response"]["status"],
+                                "content": {"text": json!({"usage": v["response"]["usage"]}).to_string()}}})
+        })
+        .collect();
+    json!({"log": {"version": "1.2", "creator": {"name": "t", "version": "1"}, "entries": entries}})
+        .to_string()
+}
+
+#[test]
+fn gzip_inputs_give_the_plain_files_report() {
+    let d = Dir::new("gzip");
+    let (cfg, text) = sample();
+    let har = as_har(&text);
+    for (name, content) in [("traffic.jsonl", &text), ("traffic.har", &har)] {
+        let plain = d.write(name, content);
+        let gz = d.0.join(format!("{name}.gz"));
+        std::fs::write(&gz, gzip(content.as_bytes())).unwrap();
+        let gz = gz.display().to_string();
+        for json in [false, true] {
+            let args = |t: &str| {
+                let mut a = vec!["--config", cfg.as_str(), t];
+                if json {
+                    a.insert(0, "--json");
+                }
+                a.into_iter().map(String::from).collect::<Vec<_>>()
+            };
+            let run = |t: &str| {
+                let a = args(t);
+                let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                replay(&a).unwrap().1
+            };
+            let (want, got) = (run(&plain), run(&gz));
+            assert_eq!(got.replace(&gz, &plain), want, "{name}");
+            if json {
+                let r: Value = serde_json::from_str(&want).unwrap();
+                assert_eq!(r["inputs"]["read"], 52, "{name}");
+                assert_eq!(r["inputs"]["skipped"], 0, "{name}");
+                assert_eq!(r["runs"][0]["policies"][0]["loops_found"], 3, "{name}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_corrupt_gzip_file_is_reported_as_skipped_and_the_rest_replayed() {
+    let d = Dir::new("corrupt");
+    let cfg = d.write("cfg.json", EXACT);
+    let text = lines("sk", "{}", 400, 1_795_000_000_000, 1000).join("\n") + "\n";
+    let gz = gzip(text.as_bytes());
+    let cut = d.0.join("cut.jsonl.gz");
+    std::fs::write(&cut, &gz[..gz.len() * 2 / 3]).unwrap();
+    let good = d.0.join("good.jsonl.gz");
+    std::fs::write(
+        &good,
+        gzip(
+            lines("sk2", "{}", 3, 1_795_000_000_000, 1000)
+                .join("\n")
+                .as_bytes(),
+        ),
+    )
+    .unwrap();
+    let (code, out) = replay(&[
+        "--config",
+        &cfg,
+        "--json",
+        &cut.display().to_string(),
+        &good.display().to_string(),
+    ])
+    .unwrap();
+    assert_eq!(code, 0);
+    let r: Value = serde_json::from_str(&out).unwrap();
+    let read = r["inputs"]["read"].as_u64().unwrap();
+    assert!(read > 3 && read < 403, "{read}");
+    assert_eq!(r["inputs"]["skipped"], 1);
+    let s = &r["inputs"]["skipped_entries"][0];
+    let place = s["place"].as_str().unwrap();
+    assert_eq!(place, format!("{}:{}", cut.display(), read - 3 + 1), "{s}");
+    assert!(
+        s["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("cannot read: gzip: "),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_directory_input_reads_its_gz_files() {
+    let d = Dir::new("dir");
+    let cfg = d.write("cfg.json", EXACT);
+    let t = d.0.join("traffic");
+    std::fs::create_dir_all(&t).unwrap();
+    // One caller's five identical requests, spread over every kind of file.
+    let all = lines("sk", "{\"q\":1}", 5, 1_795_000_000_000, 1000);
+    std::fs::write(t.join("a.jsonl.gz"), gzip(all[0..2].join("\n").as_bytes())).unwrap();
+    std::fs::write(t.join("b.jsonl"), all[2].clone()).unwrap();
+    std::fs::write(t.join("c.har.gz"), gzip(as_har(&all[3]).as_bytes())).unwrap();
+    let v: Value = serde_json::from_str(&all[4]).unwrap();
+    let trace = json!({"http_buffered_trace": {"request": {
+        "headers": [{"key": ":method", "value": "POST"}, {"key": ":path", "value": v["path"]},
+                    {"key": ":authority", "value": "gateway"}, {"key": "authorization", "value": v["headers"]["authorization"]}],
+        "body": {"as_bytes": "eyJxIjoxfQ=="},
+        "headers_received_time": "2026-11-18T11:06:44.000Z"}}});
+    let ms = crate::replay::input::time::rfc3339("2026-11-18T11:06:44.000Z").unwrap();
+    assert_eq!(ms, 1_795_000_004_000, "the trace is the fifth request");
+    std::fs::write(
+        t.join("d_trace.json.gz"),
+        gzip(trace.to_string().as_bytes()),
+    )
+    .unwrap();
+    std::fs::write(t.join("notes.txt.gz"), gzip(b"not traffic")).unwrap();
+    let (_, out) = replay(&["--config", &cfg, "--json", &t.display().to_string()]).unwrap();
+    let r: Value = serde_json::from_str(&out).unwrap();
+    let files: Vec<&str> = r["inputs"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap().rsplit('/').next().unwrap())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            "a.jsonl.gz",
+            "b.jsonl",
+            "c.har.gz",
+            "d_trace.json.gz",
+            "notes.txt.gz"
+        ]
+    );
+    assert_eq!(r["inputs"]["read"], 5, "{r}");
+    assert_eq!(r["inputs"]["skipped"], 1);
+    assert!(r["inputs"]["skipped_entries"][0]["reason"]
+        .as_str()
+        .unwrap()
+        .starts_with("not a traffic file replay knows"));
+    let p = &r["runs"][0]["policies"][0];
+    assert_eq!(
+        (p["loops_found"].as_u64(), p["actions"]["reject"].as_u64()),
+        (Some(1), Some(3)),
+        "{p}"
+    );
 }

@@ -8,11 +8,16 @@
 //! - Envoy tap traces (JSON with `http_buffered_trace`, one file per
 //!   trace, or a directory of them): each file read whole.
 //!
+//! Each may be gzip-compressed (`.jsonl.gz`, `.har.gz`, a tap trace's
+//! `.json.gz`): gzip is told by its first bytes, whatever the file's name,
+//! and decompressed as it is read (`format`), so JSON Lines stay a stream.
+//!
 //! A directory is read as the files in it (sorted by name; not recursive).
 //! Each file is expected in time order; files are merged by time. An
 //! entry earlier than the one before it in the same file is replayed at
 //! the later time (the simulated clock never runs backwards) and counted.
 
+mod format;
 pub mod har;
 pub mod jsonl;
 pub mod tap;
@@ -28,8 +33,6 @@ pub fn base64(text: &str) -> Result<Vec<u8>, String> {
 
 use super::record::{Entry, Recorded, Skipped};
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 type Source = Box<dyn Iterator<Item = Entry>>;
@@ -41,6 +44,10 @@ struct Head {
     /// Skipped entries met while looking for the next request.
     skipped: VecDeque<Skipped>,
     last_ms: u64,
+    /// Its entries are all read (`next` may still hold the last request).
+    exhausted: bool,
+    /// Counted in `files_done`.
+    done: bool,
 }
 
 /// All inputs' entries, merged in time order.
@@ -51,13 +58,16 @@ pub struct Merged {
     pub out_of_order: u64,
     /// The files read, in order.
     pub files: Vec<String>,
+    /// Files whose requests have all been taken.
+    files_done: usize,
 }
 
 impl Merged {
     /// Open every path (files, or directories of files). A path that
     /// cannot be opened is an error: replay reads everything it is given or
-    /// says why not.
-    pub fn open(paths: &[String]) -> Result<Merged, String> {
+    /// says why not. `opened(n, total)` is called as each file is opened
+    /// (HAR files and tap traces are read then).
+    pub fn open(paths: &[String], opened: &mut dyn FnMut(usize, usize)) -> Result<Merged, String> {
         let mut files = Vec::new();
         for p in paths {
             let path = Path::new(p);
@@ -78,27 +88,32 @@ impl Merged {
                 return Err(format!("{p}: no such file or directory"));
             }
         }
-        let mut heads = Vec::new();
-        let mut names = Vec::new();
-        for f in &files {
+        let mut merged = Merged {
+            heads: Vec::with_capacity(files.len()),
+            out_of_order: 0,
+            files: Vec::with_capacity(files.len()),
+            files_done: 0,
+        };
+        for (i, f) in files.iter().enumerate() {
             let name = f.display().to_string();
-            heads.push(Head {
-                entries: open_file(f, &name)?,
+            merged.heads.push(Head {
+                entries: format::open(f, &name)?,
                 next: None,
                 skipped: VecDeque::new(),
                 last_ms: 0,
+                exhausted: false,
+                done: false,
             });
-            names.push(name);
-        }
-        let mut merged = Merged {
-            heads,
-            out_of_order: 0,
-            files: names,
-        };
-        for i in 0..merged.heads.len() {
+            merged.files.push(name);
             merged.fill(i);
+            opened(i + 1, files.len());
         }
         Ok(merged)
+    }
+
+    /// How many files have had all their requests taken.
+    pub fn files_done(&self) -> usize {
+        self.files_done
     }
 
     /// Pull file `i`'s next request (and the skipped entries before it).
@@ -106,9 +121,9 @@ impl Merged {
         let Some(h) = self.heads.get_mut(i) else {
             return;
         };
-        while h.next.is_none() {
+        while h.next.is_none() && !h.exhausted {
             match h.entries.next() {
-                None => return,
+                None => h.exhausted = true,
                 Some(Err(s)) => h.skipped.push_back(s),
                 Some(Ok(mut r)) => {
                     if r.at_ms < h.last_ms {
@@ -119,6 +134,10 @@ impl Merged {
                     h.next = Some(r);
                 }
             }
+        }
+        if h.exhausted && h.next.is_none() && !h.done {
+            h.done = true;
+            self.files_done += 1;
         }
     }
 }
@@ -147,74 +166,6 @@ impl Iterator for Merged {
     }
 }
 
-/// A file's entries, by its format.
-fn open_file(path: &Path, name: &str) -> Result<Source, String> {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if ext == "jsonl" || ext == "ndjson" {
-        let f = File::open(path).map_err(|e| format!("{name}: cannot open: {e}"))?;
-        return Ok(Box::new(jsonl::Lines::new(name, BufReader::new(f))));
-    }
-    let bytes = std::fs::read(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
-    let format = sniff(&ext, &bytes);
-    Ok(match format {
-        Format::Har => Box::new(har::read(name, &bytes).into_iter()),
-        Format::Tap => Box::new(tap::read(name, &bytes).into_iter()),
-        Format::Lines => Box::new(jsonl::Lines::new(name, std::io::Cursor::new(bytes))),
-        Format::Unknown => Box::new(std::iter::once(Err(Skipped {
-            place: name.to_string(),
-            reason: "not a traffic file replay knows (JSON Lines, HAR 1.2 or an Envoy tap trace)"
-                .to_string(),
-        }))),
-    })
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Format {
-    Lines,
-    Har,
-    Tap,
-    Unknown,
-}
-
-/// Which format a file's bytes are in, from its extension and its start.
-fn sniff(ext: &str, bytes: &[u8]) -> Format {
-    if ext == "har" {
-        return Format::Har;
-    }
-    let head = bytes.get(..4096).unwrap_or(bytes);
-    let text = String::from_utf8_lossy(head);
-    let start = text.trim_start();
-    if !start.starts_with('{') {
-        return Format::Unknown;
-    }
-    let first_line = start.lines().next().unwrap_or("");
-    // One object a line: the first line is a whole JSON object.
-    if serde_json::from_str::<serde_json::Value>(first_line).is_ok_and(|v| v.is_object())
-        && start
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .nth(1)
-            .is_some()
-    {
-        return Format::Lines;
-    }
-    if text.contains("\"http_buffered_trace\"") || text.contains("\"http_streamed_trace_segment\"")
-    {
-        return Format::Tap;
-    }
-    if text.contains("\"log\"") {
-        return Format::Har;
-    }
-    if serde_json::from_str::<serde_json::Value>(first_line).is_ok_and(|v| v.is_object()) {
-        return Format::Lines;
-    }
-    Format::Unknown
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,25 +182,6 @@ mod tests {
     }
 
     #[test]
-    fn formats_are_told_apart() {
-        assert_eq!(sniff("har", b"{}"), Format::Har);
-        assert_eq!(sniff("json", b"{\"log\": {\"entries\": []}}"), Format::Har);
-        assert_eq!(sniff("json", b"{\"http_buffered_trace\": {}}"), Format::Tap);
-        assert_eq!(
-            sniff("json", b"{\"http_buffered_trace\": {\n\"request\": {}}}"),
-            Format::Tap
-        );
-        assert_eq!(
-            sniff(
-                "json",
-                b"{\"timestamp\": 1, \"path\": \"/\"}\n{\"timestamp\": 2, \"path\": \"/\"}\n"
-            ),
-            Format::Lines
-        );
-        assert_eq!(sniff("txt", b"GET / HTTP/1.1"), Format::Unknown);
-    }
-
-    #[test]
     fn files_merge_in_time_order_with_skipped_entries_reported() {
         let dir = std::env::temp_dir().join(format!("loopguard-merge-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -258,10 +190,15 @@ mod tests {
         std::fs::write(&a, "{\"timestamp\": 1000, \"path\": \"/a1\"}\n{\"timestamp\": 3000, \"path\": \"/a3\"}\n{\"timestamp\": 2000, \"path\": \"/a2-late\"}\n").unwrap();
         std::fs::write(&b, "{\"timestamp\": 2500, \"path\": \"/b\"}\nnot json\n").unwrap();
         let paths = vec![a.display().to_string(), b.display().to_string()];
-        let merged = Merged::open(&paths).unwrap();
+        let mut opened = Vec::new();
+        let merged = Merged::open(&paths, &mut |n, total| opened.push((n, total))).unwrap();
+        assert_eq!(opened, [(1, 2), (2, 2)]);
         let mut seen = Vec::new();
         let mut m = merged;
-        for e in m.by_ref() {
+        assert_eq!(m.files_done(), 0);
+        let mut done = Vec::new();
+        while let Some(e) = m.next() {
+            done.push(m.files_done());
             seen.push(match e {
                 Ok(r) => format!("{} {}", r.at_ms, r.request.path),
                 Err(s) => format!("skip {}", s.place.rsplit('/').next().unwrap_or("")),
@@ -277,8 +214,11 @@ mod tests {
                 "3000000 /a2-late"
             ]
         );
+        // b is done once its one request is taken (its broken line is
+        // reported before a's next request); a once its last one is.
+        assert_eq!(done, [0, 1, 1, 1, 2]);
         assert_eq!(m.out_of_order, 1);
-        assert!(Merged::open(&[dir.join("none").display().to_string()]).is_err());
+        assert!(Merged::open(&[dir.join("none").display().to_string()], &mut |_, _| {}).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
