@@ -10,7 +10,9 @@ the user to a human; otherwise it ran into the step limit (30).
 τ²-bench (`data/simulations/*.json`, results files): `simulations`, each
 with `reward_info.reward`, a `termination_reason` (`user_stop`,
 `agent_stop`: on its own; `max_steps`: the limit; `too_many_errors`) and
-`messages` with a timestamp each. The system prompt is not recorded: it is
+`messages` with a timestamp each (the simulated user's own tool calls and
+their results, in the telecom domain, are left out: the agent never sees
+them). The system prompt is not recorded: it is
 rebuilt from the domain policy the file records, with an instruction of our
 own wording (the same for every run).
 """
@@ -115,8 +117,11 @@ def tau2_messages(policy: str, msgs: list[dict]) -> tuple[list[dict], list[int],
                 names += [t.get("name") for t in m["tool_calls"]]
             out.append(c)
         elif role == "user":
-            out.append({"role": "user", "content": m.get("content")})
-        elif role == "tool":
+            # The simulated user's own tool calls (telecom: the user acts on
+            # their phone) are not the agent's to see: only what they say.
+            if m.get("content") is not None or not m.get("tool_calls"):
+                out.append({"role": "user", "content": m.get("content")})
+        elif role == "tool" and m.get("requestor", "assistant") == "assistant":
             out.append({"role": "tool", "tool_call_id": m.get("id"), "content": m.get("content")})
         prev_ts = m.get("timestamp") or prev_ts
     if any(t is None for t in times):
