@@ -50,6 +50,9 @@ pub struct Notice {
     pub window_seconds: u64,
     /// Counted as near-identical (`near` mode), not identical.
     pub near: bool,
+    /// Counted from the conversation's own turns (near mode's repeats),
+    /// not from the window.
+    pub turns: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +135,32 @@ pub fn decide(
     fallback: bool,
     state: &WindowState,
 ) -> Decision {
+    decide_with_turns(policy, d, fp, fallback, state, 0)
+}
+
+/// [`decide`], with near mode's repeats: the turns in a row the request's
+/// own history shows near each other. When they outnumber the window's
+/// count, they decide: a growing conversation repeating itself is judged
+/// by its turns, whatever their pace (the same conversation sent again
+/// is rejected again until it moves on, so `retry-after` is the window).
+pub fn decide_with_turns(
+    policy: &Policy,
+    d: &Detection,
+    fp: &Fingerprint,
+    fallback: bool,
+    state: &WindowState,
+    repeats: u32,
+) -> Decision {
+    let turns = repeats > state.count;
+    let state = &if turns {
+        WindowState {
+            count: repeats,
+            until_allowed_ms: state.until_allowed_ms.max(d.window_ms()),
+            ..*state
+        }
+    } else {
+        *state
+    };
     let ladder = d.ladder(fallback);
     let notice = || Notice {
         policy_id: policy.id.clone(),
@@ -139,6 +168,7 @@ pub fn decide(
         count: state.count,
         window_seconds: d.window_seconds,
         near: matches!(d.similarity, Similarity::Near { .. }),
+        turns,
     };
     let step = ladder.step_at(state.count);
     let in_cooldown = state.cooldown_remaining_ms > 0;

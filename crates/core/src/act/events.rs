@@ -264,6 +264,7 @@ mod tests {
                     count: 5,
                     window_seconds: 60,
                     near: false,
+                    turns: false,
                 },
                 retry_after_ms: 1000,
                 cooldown_seconds: 30,
@@ -282,6 +283,7 @@ mod tests {
             model: Some("gpt-4o".into()),
             session: Some("s-1".into()),
             near: None,
+            repeats: 0,
         };
         let e = loop_detected(&decision(false), &made, 4).unwrap();
         assert_eq!(

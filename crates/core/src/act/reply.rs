@@ -87,12 +87,19 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
     let n = &r.notice;
     let retry_after_ms = r.retry_after_ms.max(1);
     let retry_after = retry_after_seconds(retry_after_ms);
-    let message = format!(
-        "Blocked: {} request sent {} times in {} seconds. This usually indicates an agent retry loop.",
-        if n.near { "near-identical" } else { "identical" },
-        n.count,
-        n.window_seconds
-    );
+    let message = if n.turns {
+        format!(
+            "Blocked: the last {} turns of this conversation are near-identical. This usually indicates an agent stuck in a loop: change course before sending it again.",
+            n.count
+        )
+    } else {
+        format!(
+            "Blocked: {} request sent {} times in {} seconds. This usually indicates an agent retry loop.",
+            if n.near { "near-identical" } else { "identical" },
+            n.count,
+            n.window_seconds
+        )
+    };
     let mut details = json!({
         "policy": n.policy_id,
         "fingerprint": n.fingerprint.hex(),
@@ -102,6 +109,9 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
     });
     if r.cooldown_seconds > 0 {
         insert(&mut details, "cooldown_seconds", json!(r.cooldown_seconds));
+    }
+    if n.turns {
+        insert(&mut details, "repeated_turns", json!(n.count));
     }
     let body = api_error_body(api, message, "recursive_loop_detected", details);
     LocalReply {
@@ -251,6 +261,7 @@ mod tests {
             count: 5,
             window_seconds: 60,
             near: false,
+            turns: false,
         }
     }
 

@@ -37,6 +37,12 @@ pub const MAX_ITEMS_KEPT: usize = 512;
 /// Messages a near-mode tail reaches back, at most, to hold whole steps
 /// (tool results and the calls they answer).
 pub const MAX_STEP_EXTENSION: usize = 12;
+/// Near mode compares a request's newest tail with at most this many
+/// earlier turns of its own history.
+pub const MAX_NEAR_TURNS_BACK: usize = 8;
+/// Conversation items kept per earlier turn near mode reads (a reply and
+/// its results).
+const ITEMS_PER_TURN: usize = 4;
 /// `near_similarity` unless a policy sets it, in thousandths.
 pub const DEFAULT_NEAR_SIMILARITY_MILLI: u32 = 350;
 /// Failed attempts forgiven per fingerprint and window, unless a policy
@@ -143,8 +149,13 @@ impl Policy {
             // newest one made progress (three answers and the user's
             // messages between them), and reaches back over a tail's
             // results to their calls.
+            // And the turns before the newest, as many as the ladder needs,
+            // each a reply and its results.
             Some(Similarity::Near { tail_messages, .. }) => {
-                (*tail_messages as usize + 1 + MAX_STEP_EXTENSION).max(7)
+                let back = self.detection.as_ref().map_or(0, |d| {
+                    (d.hits_to_keep().saturating_sub(1) as usize).min(MAX_NEAR_TURNS_BACK)
+                });
+                (*tail_messages as usize + 1 + MAX_STEP_EXTENSION).max(7) + ITEMS_PER_TURN * back
             }
             _ => 1,
         };

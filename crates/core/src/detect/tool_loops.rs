@@ -112,6 +112,66 @@ fn noise(classes: Classes) -> Classes {
     .collect()
 }
 
+/// An answer with fewer words (markup aside) tells little on its own.
+const INFORMATIVE_WORDS: usize = 16;
+
+/// Words with a letter or digit in them, markup (`<output>`, `</x>`) and
+/// punctuation aside.
+fn word_count(text: &str) -> usize {
+    text.split(|c: char| c.is_whitespace() || c == '<' || c == '>')
+        .filter(|w| !w.is_empty() && !w.starts_with('/') && w.chars().any(char::is_alphanumeric))
+        .filter(|w| !w.contains('=') || w.len() > 24)
+        .count()
+        .saturating_sub(markup_words(text))
+}
+
+/// Words that are only tag names (`<output>` read as `output`).
+fn markup_words(text: &str) -> usize {
+    let mut n = 0;
+    let mut rest = text;
+    while let Some(at) = rest.find('<') {
+        let after = rest.get(at + 1..).unwrap_or("");
+        match after.find('>') {
+            Some(end)
+                if end <= 32 && !after.get(..end).unwrap_or("").contains(char::is_whitespace) =>
+            {
+                if !after.starts_with('/') {
+                    n += 1;
+                }
+                rest = after.get(end + 1..).unwrap_or("");
+            }
+            _ => rest = after,
+        }
+    }
+    n
+}
+
+/// Whether two calls' arguments barely differ: the same numbers in the
+/// same order, and at least half of their words shared (case and
+/// punctuation aside): `usb c charger` and `USB-C chargers`, not another
+/// date, amount or command.
+fn trivially_varied(a: &str, b: &str) -> bool {
+    let numbers = |s: &str| -> Vec<String> {
+        s.split(|c: char| !c.is_ascii_digit())
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    if numbers(a) != numbers(b) {
+        return false;
+    }
+    let words = |s: &str| -> std::collections::BTreeSet<String> {
+        s.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty() && !w.chars().all(|c| c.is_ascii_digit()))
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let (wa, wb) = (words(a), words(b));
+    let shared = wa.intersection(&wb).count();
+    let all = wa.union(&wb).count();
+    all == 0 || 2 * shared >= all
+}
+
 /// What a call was answered, as compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Answered {
@@ -132,6 +192,8 @@ struct Calls<'h, 'r, R: Results> {
     /// The policy's masking classes.
     classes: Classes,
     cache: RefCell<HashMap<(usize, bool), Answered>>,
+    /// Words in each call's answer, counted once.
+    words: RefCell<HashMap<usize, usize>>,
 }
 
 impl<R: Results> Calls<'_, '_, R> {
@@ -190,6 +252,27 @@ impl<R: Results> Calls<'_, '_, R> {
         }
     }
 
+    /// Whether call `i` is a repeat of an earlier call (the same tool and
+    /// arguments, answered the same): nothing new was tried.
+    fn repeats_earlier(&self, i: usize) -> bool {
+        (0..i).any(|j| self.same_call(j, i) && self.same(j, i, true))
+    }
+
+    /// Whether call `i`'s answer tells something: at least
+    /// [`INFORMATIVE_WORDS`] words once markup is set aside (not an empty
+    /// output, an "ok", a "no results").
+    fn informative(&self, i: usize) -> bool {
+        let Some(at) = self.get(i).and_then(|c| c.result) else {
+            return false;
+        };
+        if let Some(n) = self.words.borrow().get(&i) {
+            return *n >= INFORMATIVE_WORDS;
+        }
+        let n = self.results.result_text(at).map_or(0, |t| word_count(&t));
+        self.words.borrow_mut().insert(i, n);
+        n >= INFORMATIVE_WORDS
+    }
+
     /// The same tool, the same arguments.
     fn same_call(&self, i: usize, j: usize) -> bool {
         match (self.get(i), self.get(j)) {
@@ -228,6 +311,7 @@ pub fn judge(
         results,
         classes: cfg.result_classes,
         cache: RefCell::new(HashMap::new()),
+        words: RefCell::new(HashMap::new()),
     };
     let n = calls.calls.len();
     let recent: Vec<usize> = (n.saturating_sub(cfg.last_calls)..n).collect();
@@ -267,7 +351,10 @@ fn of_turn<'a, R: Results>(
 }
 
 /// The most repeated (tool, arguments) of the newest turn, counting the
-/// calls answered as the newest one was.
+/// calls answered as the newest one was, back from the newest as long as
+/// nothing new was tried in between: an agent that reruns its test after
+/// each of several different fixes, and sees the same failure, is trying
+/// things, not looping; one that reruns it after nothing but repeats is.
 fn identical<R: Results>(
     cfg: &ToolLoops,
     calls: &Calls<'_, '_, R>,
@@ -276,10 +363,20 @@ fn identical<R: Results>(
 ) -> Option<ToolVerdict> {
     let mut best: Option<(u32, usize)> = None;
     for c in of_turn(calls, recent, newest) {
-        let n = recent
+        let same: Vec<usize> = recent
             .iter()
-            .filter(|&&o| calls.same_call(o, c) && calls.same(o, c, true))
-            .count() as u32;
+            .copied()
+            .filter(|&o| o < c && calls.same_call(o, c) && calls.same(o, c, true))
+            .collect();
+        let mut n = 1u32;
+        let mut later = c;
+        for &o in same.iter().rev() {
+            if !(o + 1..later).all(|i| calls.repeats_earlier(i)) {
+                break;
+            }
+            n += 1;
+            later = o;
+        }
         if n >= cfg.identical_min && best.is_none_or(|(m, _)| n > m) {
             best = Some((n, c));
         }
@@ -297,7 +394,9 @@ fn identical<R: Results>(
 }
 
 /// A tool of the newest turn called often (in as many turns) with
-/// differing arguments and answered the same each time.
+/// differing arguments and answered the same each time: a telling answer
+/// (see [`Calls::informative`]), or a short one to arguments that barely
+/// differ.
 fn pattern<R: Results>(
     cfg: &ToolLoops,
     calls: &Calls<'_, '_, R>,
@@ -322,7 +421,15 @@ fn pattern<R: Results>(
         turns.dedup();
         let n = turns.len() as u32;
         let varied = same.iter().any(|&o| calls.arg(o) != calls.arg(c));
-        if varied && n >= cfg.pattern_min && best.is_none_or(|(m, _)| n > m) {
+        // A short answer (nothing found, an empty output, an ok) says
+        // little: the same one to other arguments is a loop only when the
+        // arguments barely differ (a search retried in other words), not
+        // when they ask for other things (another date, another command).
+        let telling = calls.informative(c)
+            || same
+                .iter()
+                .all(|&o| trivially_varied(calls.arg(o), calls.arg(c)));
+        if varied && telling && n >= cfg.pattern_min && best.is_none_or(|(m, _)| n > m) {
             best = Some((n, c));
         }
     }
@@ -387,7 +494,9 @@ fn cycle<R: Results>(
 /// The run stops at an answer that made progress over the one before it
 /// ([`progress::progressed`]): how revising a text turn by turn (nearly
 /// the same answer every time, but each one doing what was asked) is told
-/// from a loop.
+/// from a loop; and at an answer to a user message that brought something
+/// new ([`brought_news`]): a support dialogue whose user reports another
+/// status each turn is going on, however alike the agent's replies are.
 fn answer<R: Results>(
     cfg: &ToolLoops,
     history: &ToolHistory,
@@ -430,6 +539,12 @@ fn answer<R: Results>(
         let (Some(later), Some(earlier)) = (turn(k - 1), turn(k)) else {
             break;
         };
+        // The later answer replied to a message that brought something
+        // new (a status, an output, a detailed report): answering it alike
+        // is a dialogue going on, not an answer repeated.
+        if brought_news(later.prompt, earlier.prompt) {
+            break;
+        }
         if !progress::similar(newest.answer, earlier.answer) {
             break;
         }
@@ -442,6 +557,24 @@ fn answer<R: Results>(
         return None;
     }
     verdict(cfg, Tier::Answer, "", None, occurrences, cfg.answer_min)
+}
+
+/// A user message longer than this many words, unlike the one before it,
+/// brings something new to answer.
+const NEWS_WORDS: usize = 24;
+
+/// Whether the user's message `prompt` (what an answer replied to) brought
+/// something new: a long message (a pasted output, a report of what the
+/// user did) that is not the one before it again. A complaint ("still
+/// broken", "you keep saying the same thing") brings nothing.
+fn brought_news(prompt: Option<&progress::Text>, before: Option<&progress::Text>) -> bool {
+    let Some(p) = prompt else {
+        return false;
+    };
+    if p.text.split_whitespace().count() <= NEWS_WORDS {
+        return false;
+    }
+    !before.is_some_and(|b| progress::similar(p, b))
 }
 
 /// step = occurrences - threshold + 1, capped at the ladder's last step.

@@ -247,9 +247,21 @@ impl<B: BucketBackend> Engine<B> {
         let key = usage::loop_key(&fp);
         let model = self.priced(made.model.as_deref());
         r.spend_under(key, model, made.model.as_deref());
-        let decided = decision::decide(policy, detection, &fp, made.fallback, &receipt.state);
-        // One event per fingerprint and window (the store counts the rest).
-        if let Some(suppressed) = receipt.state.event {
+        let decided = decision::decide_with_turns(
+            policy,
+            detection,
+            &fp,
+            made.fallback,
+            &receipt.state,
+            made.repeats,
+        );
+        // One event per fingerprint and window (the store counts the rest);
+        // a conversation's repeated turns report once, when they first
+        // reach the threshold.
+        let turns_event = decided.verdict.notice().is_some_and(|n| n.turns)
+            && made.repeats == detection.threshold();
+        let event = receipt.state.event.or(turns_event.then_some(0));
+        if let Some(suppressed) = event {
             if let Some(mut event) = events::loop_detected(&decided, made, suppressed) {
                 let spend = self.spend(key, now);
                 events::add_spend(
@@ -273,7 +285,12 @@ impl<B: BucketBackend> Engine<B> {
                 policy.mode,
                 action.map_or("allow", |a| a.as_str()),
                 Some(&fp),
-                Some(receipt.state.count),
+                Some(
+                    decided
+                        .verdict
+                        .notice()
+                        .map_or(receipt.state.count, |n| n.count),
+                ),
             )
         });
         if decided.shadow {

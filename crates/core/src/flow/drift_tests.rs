@@ -102,28 +102,54 @@ fn near_mode_counts_tails_that_share_most_of_their_words() {
 }
 
 #[test]
-fn near_mode_keeps_callers_and_models_apart_and_bounds_the_history() {
+fn near_mode_judges_a_growing_conversation_by_its_own_turns() {
     let mut h = policy("near", json!({}));
     let body = |n: usize| failing(&MASKED[..n]);
     for n in 1..=3 {
         assert_eq!(h.post(&body(n)).status(), 200);
     }
-    // Another caller's third repeat is its own first.
-    let other = h.send(
+    assert_eq!(h.post(&body(4)).status(), 429);
+    // The request's own history shows its repeated turns: whoever sends
+    // it, to whichever model, however long after, it is a loop.
+    let mut fresh = policy("near", json!({}));
+    let other = fresh.send(
         "POST",
         "/v1/chat/completions",
         &[("authorization", "Bearer sk-2")],
         body(4).as_bytes(),
     );
+    assert_eq!(other.status(), 429);
+    let other_model = body(4).replace("gpt-4o", "gpt-4.1");
+    assert_eq!(fresh.post(&other_model).status(), 429);
+    // Three failures in a row are not yet three repeated turns: the first
+    // turn's tail holds the task.
+    assert_eq!(fresh.post(&body(3)).status(), 200);
+}
+
+#[test]
+fn near_mode_keeps_callers_and_models_apart_and_bounds_the_history() {
+    // A conversation sent again as it is (no new turn) is counted in the
+    // caller's record: per caller and model, within the window.
+    let mut h = policy("near", json!({}));
+    let resent = failing(&MASKED[..1]);
+    for _ in 0..2 {
+        assert_eq!(h.post(&resent).status(), 200);
+    }
+    // Another caller's third resend is its own first.
+    let other = h.send(
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", "Bearer sk-2")],
+        resent.as_bytes(),
+    );
     assert_eq!(other.status(), 200);
     // Another model: another record.
-    let other_model = body(4).replace("gpt-4o", "gpt-4.1");
-    assert_eq!(h.post(&other_model).status(), 200);
-    assert_eq!(h.post(&body(4)).status(), 429);
-    // A history of 3 hits: unrelated traffic pushes the loop out.
+    assert_eq!(h.post(&resent.replace("gpt-4o", "gpt-4.1")).status(), 200);
+    assert_eq!(h.post(&resent).status(), 429);
+    // A history of 3 hits: unrelated traffic pushes the resends out.
     let mut h = policy("near", json!({"near_history": 3}));
-    for n in 1..=3 {
-        assert_eq!(h.post(&body(n)).status(), 200);
+    for _ in 0..2 {
+        assert_eq!(h.post(&resent).status(), 200);
     }
     for q in [
         "What is the capital of Peru?",
@@ -134,7 +160,7 @@ fn near_mode_keeps_callers_and_models_apart_and_bounds_the_history() {
             {"role": "user", "content": q}, {"role": "assistant", "content": "Let me think."}, {"role": "user", "content": "Go on."}]});
         assert_eq!(h.post(&chat.to_string()).status(), 200);
     }
-    assert_eq!(h.post(&body(4)).status(), 200);
+    assert_eq!(h.post(&resent).status(), 200);
 }
 
 #[test]

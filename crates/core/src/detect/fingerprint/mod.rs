@@ -13,7 +13,7 @@
 
 use crate::config::{Config, Policy, Similarity, Volatile};
 use crate::detect::progress;
-use crate::detect::similarity::{self, Signature};
+use crate::detect::similarity::{self, NearThreshold, Signature};
 use crate::request::llm::{self, Format};
 use crate::request::{self, RequestFacts, RequestHead};
 use std::fmt;
@@ -117,9 +117,19 @@ impl<S: Hashing> std::fmt::Debug for Pending<S> {
 #[derive(Clone)]
 enum PendingMode {
     Exact,
-    LlmTail { tail_messages: usize },
-    Near { tail_messages: usize },
-    Session { session: Option<Vec<u8>> },
+    LlmTail {
+        tail_messages: usize,
+    },
+    Near {
+        tail_messages: usize,
+        threshold: NearThreshold,
+        /// Earlier turns to compare the newest tail with: as many as the
+        /// ladder's last step needs.
+        back: usize,
+    },
+    Session {
+        session: Option<Vec<u8>>,
+    },
 }
 
 /// A finished fingerprint and what was learnt making it.
@@ -138,8 +148,16 @@ pub struct Fingerprinted {
     /// The session id (session mode), for events.
     pub session: Option<String>,
     /// Near mode: the signature of the masked tail (`fingerprint` then
-    /// names the caller's record: policy, caller and model).
+    /// names the caller's record: policy, caller and model), its anchor
+    /// salted with the conversation's length, so the record matches a
+    /// conversation sent again at the same length (a resend, an agent that
+    /// sends no history), never an earlier turn of a growing one.
     pub near: Option<Signature>,
+    /// Near mode: the turns in a row, the newest included, whose tails the
+    /// request's own history shows near each other (1: the newest tail is
+    /// not near the one before it; 0: not read). A growing conversation's
+    /// repeats are judged by its turns, whatever their pace.
+    pub repeats: u32,
 }
 
 impl Pending<Sha256> {
@@ -257,8 +275,18 @@ impl<S: Hashing> Pending<S> {
             Some(Similarity::LlmTail { tail_messages }) => PendingMode::LlmTail {
                 tail_messages: *tail_messages as usize,
             },
-            Some(Similarity::Near { tail_messages, .. }) => PendingMode::Near {
+            Some(Similarity::Near {
+                tail_messages,
+                similarity_milli,
+                ..
+            }) => PendingMode::Near {
                 tail_messages: *tail_messages as usize,
+                threshold: NearThreshold::from_milli(*similarity_milli),
+                back: policy
+                    .detection
+                    .as_ref()
+                    .map_or(0, |d| d.hits_to_keep().saturating_sub(1) as usize)
+                    .min(crate::config::MAX_NEAR_TURNS_BACK),
             },
             Some(Similarity::Session { header, .. }) => PendingMode::Session {
                 session: facts.header(header).filter(|v| !v.is_empty()),
@@ -311,6 +339,7 @@ impl<S: Hashing> Pending<S> {
                     model: None,
                     session: None,
                     near: None,
+                    repeats: 0,
                 },
                 residue,
             );
@@ -319,6 +348,7 @@ impl<S: Hashing> Pending<S> {
         let mut session_shown = None;
         let mut fallback = false;
         let mut near = None;
+        let mut repeats = 0;
         let (fingerprint, residue) = match &self.mode {
             PendingMode::LlmTail { tail_messages } => {
                 let mut c = Canon::<S>::new(b"lg/llm_tail/2");
@@ -336,7 +366,11 @@ impl<S: Hashing> Pending<S> {
                 }
                 c.finish()
             }
-            PendingMode::Near { tail_messages } => {
+            PendingMode::Near {
+                tail_messages,
+                threshold,
+                back,
+            } => {
                 // The fingerprint names the caller's record; the tail goes
                 // into the signature compared inside it, salted with the
                 // conversation's task, so only turns of one task (or the
@@ -364,7 +398,34 @@ impl<S: Hashing> Pending<S> {
                     return self.unparsed(body);
                 };
                 self.volatile.mask_messages(&mut tail);
-                let h = similarity::of_conversation(salt, &tail, progress);
+                let mut h = similarity::of_conversation(salt, &tail, progress);
+                // The turns before: near ones in a row count as repeats,
+                // until a turn that answered a user's message bringing
+                // something new (a dialogue going on).
+                repeats = 1;
+                let mut later: Option<Vec<llm::Message>> = None;
+                for end in req.turn_starts(*back) {
+                    let Some(mut earlier) = req.tail_of_steps_before(*tail_messages, end) else {
+                        break;
+                    };
+                    self.volatile.mask_messages(&mut earlier);
+                    if similarity::user_brought_news(later.as_deref().unwrap_or(&tail), &earlier) {
+                        break;
+                    }
+                    let e = similarity::of_conversation(salt, &earlier, false);
+                    if !h.is_near(&e, *threshold) {
+                        break;
+                    }
+                    repeats += 1;
+                    later = Some(earlier);
+                }
+                c.0.note(|| {
+                    Component::new(
+                        "turns in a row near the newest (its history)",
+                        repeats.to_string(),
+                    )
+                });
+                h.anchor ^= similarity::position_salt(req.len());
                 if progress {
                     c.0.note(|| {
                         Component::new(
@@ -426,6 +487,7 @@ impl<S: Hashing> Pending<S> {
                 model,
                 session: session_shown,
                 near,
+                repeats,
             },
             residue,
         )
@@ -443,6 +505,7 @@ impl<S: Hashing> Pending<S> {
                 model: None,
                 session: None,
                 near: None,
+                repeats: 0,
             },
             residue,
         )

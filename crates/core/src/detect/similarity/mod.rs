@@ -196,6 +196,60 @@ pub fn opening_salt(opening: &[Message]) -> u64 {
     d
 }
 
+/// A user's message longer than this many words brings something new to
+/// answer, unless it repeats the one before it.
+pub const NEWS_WORDS: usize = 24;
+
+/// Whether the newest message a user wrote in `later` (not a tool's
+/// result, not an observation) brought something new over the one in
+/// `earlier`: a long message (a report, a question, a pasted output) that
+/// is not the earlier one again. A dialogue whose user says new things is
+/// going on, however alike the replies are; a user (or a harness) saying
+/// "still broken" again brings nothing.
+pub fn user_brought_news(later: &[Message], earlier: &[Message]) -> bool {
+    let last_written = |tail: &[Message]| -> Option<Vec<String>> {
+        let m = tail
+            .iter()
+            .rev()
+            .find(|m| m.role == "user" && !m.is_results())?;
+        let words: Vec<String> = m
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(t) => Some(t.split_whitespace().map(str::to_string)),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        Some(words)
+    };
+    let Some(news) = last_written(later) else {
+        return false;
+    };
+    if news.len() <= NEWS_WORDS {
+        return false;
+    }
+    let Some(before) = last_written(earlier) else {
+        return true;
+    };
+    let a: std::collections::BTreeSet<&String> = news.iter().collect();
+    let b: std::collections::BTreeSet<&String> = before.iter().collect();
+    let shared = a.intersection(&b).count();
+    // Not the same message again (at least 4 in 5 of their words shared).
+    5 * shared < 4 * a.union(&b).count()
+}
+
+/// What a signature's anchor is salted with before it is recorded: the
+/// conversation's length (its messages), so the caller's record matches
+/// only a conversation sent again as long as before (a client resending a
+/// turn, an agent that sends no history), while the turns of a growing
+/// conversation are compared within the request ([`crate::detect::fingerprint`]'s
+/// repeats).
+pub fn position_salt(messages: usize) -> u32 {
+    let d = mix(fnv1a(b"position") ^ messages as u64);
+    (d ^ (d >> 32)) as u32
+}
+
 /// The signature of a conversation's tail, salted with [`opening_salt`]:
 /// each message's role, then its parts (text words; a tool call's name and
 /// argument words; a tool result's words; a media digest; another block's

@@ -461,10 +461,18 @@ fn an_epoch_the_arguments_name_tells_answers_apart() {
         .map(|(a, r)| ("list_events", a.as_str(), r.as_str()))
         .collect();
     assert_eq!(judged(&c, &chat(&refs)), None);
-    // The same answer to each window (its epoch not echoed): thrash.
-    let stuck: Vec<(&str, &str, &str)> = calls
+    // "No new events" for each window, its epoch not echoed: a short
+    // answer to another question each time, not thrash on its own.
+    let quiet: Vec<(&str, &str, &str)> = calls
         .iter()
         .map(|(a, _)| ("list_events", a.as_str(), "no new events"))
+        .collect();
+    assert_eq!(judged(&c, &chat(&quiet)), None);
+    // The same failure, in full, whatever window is asked for: thrash.
+    let failing = "error: the events service rejected the query because the upstream index is rebuilding; retry later or contact the platform team";
+    let stuck: Vec<(&str, &str, &str)> = calls
+        .iter()
+        .map(|(a, _)| ("list_events", a.as_str(), failing))
         .collect();
     let v = judged(&c, &chat(&stuck)).unwrap();
     assert_eq!(v.tier, Tier::Pattern);

@@ -113,6 +113,44 @@ fn parallel_calls_count_and_a_custom_ladder_applies() {
 }
 
 #[test]
+fn a_short_answer_to_other_questions_is_not_pattern_thrash() {
+    // "not found" for other dates, or for other words altogether: an
+    // agent looking in other places, not retrying one search.
+    let c = cfg(json!({}));
+    let q = |s: &'static str| -> (&'static str, &'static str) { ("search_flights", s) };
+    let dates = chat(&[
+        &[q("{\"date\":\"2024-05-20\",\"to\":\"SEA\"}")],
+        &[q("{\"date\":\"2024-05-21\",\"to\":\"SEA\"}")],
+        &[q("{\"date\":\"2024-05-22\",\"to\":\"SEA\"}")],
+        &[q("{\"date\":\"2024-05-23\",\"to\":\"SEA\"}")],
+    ]);
+    assert_eq!(judge_body(&c, &dates, "/v1/chat/completions"), None);
+    let places = chat(&[
+        &[q("{\"q\":\"quarterly revenue\"}")],
+        &[q("{\"q\":\"board minutes\"}")],
+        &[q("{\"q\":\"hiring plan\"}")],
+        &[q("{\"q\":\"office lease\"}")],
+    ]);
+    assert_eq!(judge_body(&c, &places, "/v1/chat/completions"), None);
+    assert!(trivially_varied(
+        "{\"q\":\"USB-C charger\"}",
+        "{\"q\":\"usb c charger cable\"}"
+    ));
+    assert!(trivially_varied(
+        "{\"q\":\"q3 report\"}",
+        "{\"q\":\"Q3 report (PDF)\"}"
+    ));
+    assert!(!trivially_varied(
+        "{\"date\":\"2024-05-20\"}",
+        "{\"date\":\"2024-05-21\"}"
+    ));
+    assert!(!trivially_varied(
+        "sed -i '27a x' f.py",
+        "sed -i '259,262c y' f.py"
+    ));
+}
+
+#[test]
 fn pattern_thrash_and_identical_wins() {
     let c = cfg(json!({}));
     let q = |s: &'static str| -> (&'static str, &'static str) { ("search", s) };
@@ -120,7 +158,7 @@ fn pattern_thrash_and_identical_wins() {
         &[q("{\"q\":\"q3\"}")],
         &[q("{\"q\":\"q3 report\"}")],
         &[q("{\"q\":\"report q3\"}")],
-        &[q("{\"q\":\"third quarter\"}")],
+        &[q("{\"q\":\"Q3 report (PDF)\"}")],
     ]);
     let v = judge_body(&c, &body, "/v1/chat/completions").unwrap();
     assert_eq!(

@@ -13,6 +13,7 @@
 //! values loopguard needs (the model, the conversation's tail, the model's
 //! tool calls) are parsed for real.
 
+pub mod actions;
 mod normalize;
 pub mod scan;
 mod tools;
@@ -82,6 +83,8 @@ pub struct Request<'a> {
     budget: Cell<usize>,
     /// Set once the budget ran out: the body is then refused.
     over_budget: Cell<bool>,
+    /// Items whose text actions were read ([`Request::text_actions_of`]).
+    actions_memo: std::cell::RefCell<Vec<(usize, Vec<actions::TextAction>)>>,
 }
 
 /// (The list variant is large: a request holds one, inside its own state.)
@@ -197,6 +200,7 @@ fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
         body,
         budget: Cell::new(MAX_PARSED_VALUES),
         over_budget: Cell::new(false),
+        actions_memo: Default::default(),
     };
     if let Some(messages) = field("messages") {
         let list = split("messages")?;
@@ -388,14 +392,95 @@ impl<'a> Request<'a> {
     /// One conversation item, normalised (an unreadable one becomes an
     /// opaque marker, so it still counts and still differs from real ones).
     fn item(&self, index: usize, span: Span) -> Option<Message> {
-        if let Some(m) = self.plain_item(index) {
-            return Some(m);
+        let mut m = match self.plain_item(index) {
+            Some(m) => m,
+            None => {
+                if !self.afford(span) {
+                    return None;
+                }
+                let v = serde_json::from_slice::<Value>(self.slice(span)?).ok()?;
+                normalize::message(&v)
+            }
+        };
+        self.read_text_actions(index, &mut m);
+        Some(m)
+    }
+
+    /// Actions written in text read as what they are
+    /// ([`actions`]): a model's reply that writes its action gets it as a
+    /// call, and the user message after such a reply (its observation)
+    /// becomes its result.
+    fn read_text_actions(&self, index: usize, m: &mut Message) {
+        let no_calls = || {
+            !m.parts
+                .iter()
+                .any(|p| matches!(p, Part::ToolCall { .. } | Part::ToolResult { .. }))
+        };
+        if m.role == "assistant" && no_calls() {
+            for a in self.text_actions_of(index) {
+                m.parts.push(Part::ToolCall {
+                    name: a.name,
+                    arguments: a.arguments,
+                });
+            }
+        } else if m.role == "user"
+            && no_calls()
+            && index > 0
+            && !self.text_actions_of(index - 1).is_empty()
+        {
+            let content = std::mem::take(&mut m.parts);
+            m.parts = vec![Part::ToolResult {
+                content,
+                is_error: false,
+            }];
         }
-        if !self.afford(span) {
-            return None;
+    }
+
+    /// The actions a kept model item writes in its text (none for an item
+    /// with native calls, or not kept).
+    pub(super) fn text_actions_of(&self, index: usize) -> Vec<actions::TextAction> {
+        if let Some((_, found)) = self.actions_memo.borrow().iter().find(|(i, _)| *i == index) {
+            return found.clone();
         }
-        let v = serde_json::from_slice::<Value>(self.slice(span)?).ok()?;
-        Some(normalize::message(&v))
+        let found = self.read_text_actions_of(index);
+        let mut memo = self.actions_memo.borrow_mut();
+        if memo.len() >= 64 {
+            memo.clear();
+        }
+        memo.push((index, found.clone()));
+        found
+    }
+
+    fn read_text_actions_of(&self, index: usize) -> Vec<actions::TextAction> {
+        let Items::List(items) = &self.items else {
+            return Vec::new();
+        };
+        let Some(keys) = items.get(index).and_then(|e| e.1.as_ref()) else {
+            return Vec::new();
+        };
+        if !self.word(keys, "role").eq_ignore_ascii_case(b"assistant")
+            || keys.get("tool_calls").is_some()
+            || keys.get("function_call").is_some()
+        {
+            return Vec::new();
+        }
+        let Some(span) = keys.get("content") else {
+            return Vec::new();
+        };
+        let Some(raw) = self.slice(span) else {
+            return Vec::new();
+        };
+        if raw.len() > actions::MAX_TEXT_BYTES || !tools::may_hold_action(raw) {
+            return Vec::new();
+        }
+        let text = match raw.first() {
+            Some(b'"') => serde_json::from_slice::<String>(raw).unwrap_or_default(),
+            Some(b'[') if self.afford(span) => serde_json::from_slice::<Value>(raw)
+                .map(|v| tools::text_blocks(&v))
+                .unwrap_or_default(),
+            _ => return Vec::new(),
+        };
+        actions::read(&text)
     }
 
     /// The common message, `{"role": ..., "content": "<text>"}` (plus fields
@@ -467,6 +552,12 @@ impl<'a> Request<'a> {
     /// one of them cannot be read (not JSON inside, invalid UTF-8): the
     /// request is then not treated as an LLM call.
     pub fn tail(&self, n: usize) -> Option<Vec<Message>> {
+        self.tail_before(n, usize::MAX)
+    }
+
+    /// [`Request::tail`] of the conversation as it was before item `end`
+    /// (the request sent then): its last `n` messages before `end`.
+    pub fn tail_before(&self, n: usize, end: usize) -> Option<Vec<Message>> {
         let mut out = Vec::with_capacity(n.min(self.len()));
         match &self.items {
             Items::Text(text) => {
@@ -483,13 +574,14 @@ impl<'a> Request<'a> {
                 }
             }
             Items::List(items) => {
-                if n > items.len() {
+                let end = end.min(items.len());
+                if n > end {
                     if let Some(sys) = self.system {
                         out.push(self.system_message(sys)?);
                     }
                 }
-                let start = items.len().saturating_sub(n);
-                for i in start..items.len() {
+                let start = end.saturating_sub(n);
+                for i in start..end {
                     out.push(self.item(i, items.get(i)?.0)?);
                 }
             }
@@ -508,7 +600,13 @@ impl Request<'_> {
     /// outs to different services would look alike), at most
     /// [`MAX_STEP_EXTENSION`] messages more. Near mode compares such tails.
     pub fn tail_of_steps(&self, n: usize) -> Option<Vec<Message>> {
-        let mut tail = self.tail(n)?;
+        self.tail_of_steps_before(n, usize::MAX)
+    }
+
+    /// [`Request::tail_of_steps`] of the conversation as it was before item
+    /// `end`.
+    pub fn tail_of_steps_before(&self, n: usize, end: usize) -> Option<Vec<Message>> {
+        let mut tail = self.tail_before(n, end)?;
         let Items::List(items) = &self.items else {
             return Some(tail);
         };
@@ -516,7 +614,7 @@ impl Request<'_> {
             return Some(tail);
         }
         let mut before = Vec::new();
-        let mut next = items.len().saturating_sub(n);
+        let mut next = end.min(items.len()).saturating_sub(n);
         let mut calls_seen = false;
         while next > 0 && before.len() < MAX_STEP_EXTENSION {
             let i = next - 1;
@@ -541,6 +639,34 @@ impl Request<'_> {
         before.reverse();
         before.append(&mut tail);
         Some(before)
+    }
+}
+
+impl Request<'_> {
+    /// Where the conversation's last model turns began, newest first, at
+    /// most `k` of them among the kept items: the request sent before each
+    /// held the items before it ([`Request::tail_before`]). A run of model
+    /// items (a Responses turn, or a reply split over messages) is one turn.
+    pub fn turn_starts(&self, k: usize) -> Vec<usize> {
+        let Items::List(items) = &self.items else {
+            return Vec::new();
+        };
+        let model = |i: usize| {
+            items
+                .get(i)
+                .and_then(|e| e.1.as_ref())
+                .is_some_and(|keys| self.written_by_model(keys))
+        };
+        let mut out = Vec::new();
+        let first_kept = items.kept().next().map_or(items.len(), |(i, _)| i);
+        let mut i = items.len();
+        while i > first_kept && out.len() < k {
+            i -= 1;
+            if model(i) && (i == 0 || !model(i - 1)) {
+                out.push(i);
+            }
+        }
+        out
     }
 }
 

@@ -125,6 +125,9 @@ impl Request<'_> {
         let mut awaiting: std::collections::VecDeque<usize> = Default::default();
         // The newest user message since the last model turn.
         let mut prompt: Option<ResultAt> = None;
+        // The calls awaiting results were written in the reply's text: the
+        // next user message is their observation.
+        let mut awaiting_text = false;
         for (_, (_, keys)) in items.kept() {
             let Some(keys) = keys.as_ref() else {
                 previous_was_model = false;
@@ -138,12 +141,21 @@ impl Request<'_> {
                     }
                 }
                 if !awaiting.is_empty() {
-                    for at in self.results_of(keys) {
+                    let mut results = self.results_of(keys);
+                    if results.is_empty() && awaiting_text {
+                        // A text action's observation: the user message
+                        // that follows answers every action of the reply.
+                        if let Some(span) = keys.get("content") {
+                            results = vec![ResultAt::Value(span); awaiting.len()];
+                        }
+                    }
+                    for at in results {
                         let Some(i) = awaiting.pop_front() else { break };
                         if let Some(call) = out.calls.get_mut(i) {
                             call.result = Some(at);
                         }
                     }
+                    awaiting_text = false;
                 }
                 continue;
             }
@@ -175,7 +187,13 @@ impl Request<'_> {
                 }
             }
             let Some(key) = self.call_bytes(keys, kind) else {
-                continue; // nothing here can hold a call (a text answer)
+                // A text reply: its text may carry actions.
+                if let Some(n) = self.text_actions(keys, &mut cache, t, &mut out, &mut awaiting) {
+                    awaiting_text = n > 0;
+                } else {
+                    break;
+                }
+                continue;
             };
             let cached = key
                 .as_deref()
@@ -209,6 +227,17 @@ impl Request<'_> {
                     calls
                 }
             };
+            if calls.is_empty() && kind != b"reasoning" {
+                // Content blocks without a call: their text may carry
+                // actions.
+                if let Some(n) = self.text_actions(keys, &mut cache, t, &mut out, &mut awaiting) {
+                    awaiting_text = n > 0;
+                } else {
+                    break;
+                }
+                continue;
+            }
+            awaiting_text = false;
             if let Some(current) = out.turns.last_mut() {
                 current.calls += calls.len();
             }
@@ -224,6 +253,70 @@ impl Request<'_> {
         }
         out.newest_turn = turn;
         out
+    }
+
+    /// Read the actions a model item writes in its text (see
+    /// [`super::actions`]) as calls of turn `turn`, waiting for their
+    /// observation; how many, or `None` when the text would exceed the
+    /// request's parsing budget. Parsed once per item's bytes with a cache.
+    fn text_actions(
+        &self,
+        keys: &scan::Picked,
+        cache: &mut Option<&mut CallCache>,
+        turn: usize,
+        out: &mut ToolHistory,
+        awaiting: &mut std::collections::VecDeque<usize>,
+    ) -> Option<usize> {
+        let Some(span) = keys.get("content") else {
+            return Some(0);
+        };
+        let raw = self.body.get(span.0..span.1).unwrap_or_default();
+        if raw.len() > super::actions::MAX_TEXT_BYTES || !may_hold_action(raw) {
+            return Some(0);
+        }
+        let mut key = Vec::with_capacity(raw.len() + 5);
+        key.extend_from_slice(raw);
+        key.extend_from_slice(b"\x04text");
+        let cached = cache
+            .as_deref()
+            .and_then(|c| c.get(&key))
+            .map(<[_]>::to_vec);
+        let calls = match cached {
+            Some(calls) => calls,
+            None => {
+                if raw.first() != Some(&b'"') && !self.afford(span) {
+                    return None;
+                }
+                let text = match raw.first() {
+                    Some(b'"') => serde_json::from_slice::<String>(raw).unwrap_or_default(),
+                    _ => serde_json::from_slice::<Value>(raw)
+                        .map(|v| text_blocks(&v))
+                        .unwrap_or_default(),
+                };
+                let calls: Vec<(Rc<str>, Rc<str>)> = super::actions::read(&text)
+                    .into_iter()
+                    .map(|a| (Rc::from(a.name), Rc::from(a.arguments)))
+                    .collect();
+                if let Some(c) = cache.as_deref_mut() {
+                    c.put(&key, calls.clone());
+                }
+                calls
+            }
+        };
+        if let Some(current) = out.turns.last_mut() {
+            current.calls += calls.len();
+        }
+        let n = calls.len();
+        for (name, arguments) in calls {
+            awaiting.push_back(out.calls.len());
+            out.calls.push(ToolCall {
+                name,
+                arguments,
+                turn,
+                result: None,
+            });
+        }
+        Some(n)
     }
 
     /// The tool results an item carries, in order: a chat `tool` message's
@@ -299,7 +392,7 @@ impl Request<'_> {
     }
 
     /// Whether the model wrote this item, by its `role` or `type`.
-    fn written_by_model(&self, keys: &scan::Picked) -> bool {
+    pub(super) fn written_by_model(&self, keys: &scan::Picked) -> bool {
         let role = self.word(keys, "role");
         role.eq_ignore_ascii_case(b"assistant")
             || matches!(
@@ -520,6 +613,31 @@ impl Request<'_> {
             _ => self.append_item(&format!("{{\"role\":\"user\",\"content\":[{block}]}}")),
         }
     }
+}
+
+/// Whether a content's bytes show a marker of a text action (a cheap test
+/// before decoding them).
+pub(super) fn may_hold_action(raw: &[u8]) -> bool {
+    let has = |n: &[u8]| memchr::memmem::find(raw, n).is_some();
+    has(b"```")
+        || has(b"<function=")
+        || has(b"<execute")
+        || has(b"<solution>")
+        || has(b"Action:")
+        || has(b"_")
+}
+
+/// The text blocks of a content array, joined by line ends.
+pub(super) fn text_blocks(v: &Value) -> String {
+    let Some(blocks) = v.as_array() else {
+        return v.as_str().unwrap_or_default().to_string();
+    };
+    blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|b| b.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A byte edit: at `at`, drop `remove` bytes and put `insert` there.

@@ -173,7 +173,7 @@ pub(super) fn noise_number(b: &[u8], i: usize, keyed: bool) -> Option<usize> {
         return Some(end);
     }
     let end = number_end(b, i);
-    if time_unit_at(b, end) {
+    if time_unit_at(b, end) || budget_at(b, end) {
         return Some(end);
     }
     // After a key, a number standing alone (`worker 31bd07aa` is an id
@@ -205,6 +205,58 @@ pub(super) fn time_unit_at(b: &[u8], p: usize) -> bool {
         && TIME_UNITS
             .iter()
             .any(|u| u.as_bytes().eq_ignore_ascii_case(unit))
+}
+
+/// What an agent's harness counts down every turn, whatever the task
+/// does: `4 steps left`, `12 turns remaining`.
+const BUDGET_NOUNS: &[&str] = &[
+    "step",
+    "steps",
+    "turn",
+    "turns",
+    "attempt",
+    "attempts",
+    "try",
+    "tries",
+    "iteration",
+    "iterations",
+    "round",
+    "rounds",
+    "call",
+    "calls",
+    "request",
+    "requests",
+];
+
+/// A budget noun at `p` (after one space) followed by `left` or
+/// `remaining`: the number before it counts down the agent's budget, not
+/// its progress.
+pub(super) fn budget_at(b: &[u8], p: usize) -> bool {
+    let Some(p) = byte(b, p, b' ') else {
+        return false;
+    };
+    let mut q = p;
+    while b.get(q).is_some_and(u8::is_ascii_alphabetic) {
+        q += 1;
+    }
+    let noun = b.get(p..q).unwrap_or_default();
+    if !BUDGET_NOUNS
+        .iter()
+        .any(|n| n.as_bytes().eq_ignore_ascii_case(noun))
+    {
+        return false;
+    }
+    let Some(r) = byte(b, q, b' ') else {
+        return false;
+    };
+    let rest = b.get(r..).unwrap_or_default();
+    ["left", "remaining"].iter().any(|w| {
+        rest.len() >= w.len()
+            && rest
+                .get(..w.len())
+                .is_some_and(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+            && !is_alnum(b, r + w.len())
+    })
 }
 
 /// `h:mm`, `hh:mm`, `hh:mm:ss`, with a fraction: a time of day (hours up to

@@ -1,0 +1,336 @@
+//! Actions a model writes in its reply's text instead of native tool
+//! calls, read as the calls they are: many agents (SWE-agent, mini-swe-
+//! agent 1.x, CodeAct and OpenHands without function calling, ReAct
+//! prompts, MINT, AutoCodeRover) ask the model for its next command in a
+//! format of their own and send its output back as a user message. Read as
+//! calls, the tool-loop checks judge these agents' actions and results the
+//! way they judge native calls, and an agent's narration around its
+//! command is not mistaken for an answer.
+//!
+//! Recognised, in this order (the first format found in a reply wins):
+//! - `<function=NAME><parameter=KEY>VALUE</parameter>...</function>` (the
+//!   mock function calls of SWE-agent's XML parser and OpenHands' non-
+//!   native mode): the call NAME with its parameters as a JSON object;
+//! - `<execute_bash>`, `<execute_ipython>`, `<execute_browse>`,
+//!   `<execute>` and `<solution>` blocks (CodeAct, OpenHands, MINT): a call
+//!   named by the tag, its body the argument;
+//! - ReAct: a line `Action: NAME` and `Action Input: INPUT` after it;
+//! - a fenced block that ends the reply (nothing but white space after its
+//!   closing fence), untagged or tagged as a shell (`bash`, `sh`, `shell`,
+//!   `console`, `zsh`): a command, named by its first word, its argument the
+//!   rest (SWE-agent's "DISCUSSION + command", mini-swe-agent's one
+//!   ```` ```bash ```` block). Code shown inside an answer, with text after
+//!   it or in another language, is not an action;
+//! - calls written as lines of their own, `name("arg", ...)` with a
+//!   snake_case name and literal arguments only (AutoCodeRover's search
+//!   API), outside fenced blocks.
+//!
+//! A reply is read up to [`MAX_TEXT_BYTES`] and holds at most
+//! [`MAX_ACTIONS`] actions; an argument larger than
+//! [`MAX_ARGUMENT_BYTES`] is cut there (the rest still tells calls apart by
+//! its digest).
+
+/// A reply's text is read for actions up to this size (in the body, JSON
+/// escaped); a longer reply is taken as an answer, which keeps what reading
+/// costs bounded.
+pub const MAX_TEXT_BYTES: usize = 64 << 10;
+/// Actions read from one reply at most.
+pub const MAX_ACTIONS: usize = 16;
+/// An action's argument is kept up to this size, then ends with a digest
+/// of the rest.
+pub const MAX_ARGUMENT_BYTES: usize = 16 << 10;
+
+/// One action written in a reply's text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextAction {
+    pub name: String,
+    /// The argument as written, trimmed (a JSON object with sorted keys
+    /// for `<function=...>` parameters).
+    pub arguments: String,
+}
+
+/// The actions written in a model's reply, in order; empty when the reply
+/// is an answer.
+pub fn read(text: &str) -> Vec<TextAction> {
+    let mut out = function_tags(text);
+    if out.is_empty() {
+        out = execute_tags(text);
+    }
+    if out.is_empty() {
+        out = react(text);
+    }
+    if out.is_empty() {
+        out = closing_fence(text);
+    }
+    if out.is_empty() {
+        out = call_lines(text);
+    }
+    out.truncate(MAX_ACTIONS);
+    out
+}
+
+/// Whether a reply's text carries an action (cheaper than [`read`] when no
+/// marker is present).
+pub fn has_action(text: &str) -> bool {
+    (text.contains("<function=")
+        || text.contains("<execute")
+        || text.contains("<solution>")
+        || text.contains("Action:")
+        || text.contains("```")
+        || text.contains('('))
+        && !read(text).is_empty()
+}
+
+/// An argument as written, its ends trimmed and line ends made `\n`: its
+/// white space is kept (an edit that only re-indents is another edit).
+fn kept(s: &str) -> String {
+    let t = s.trim();
+    let mut out: String = t.replace("\r\n", "\n");
+    if out.len() > MAX_ARGUMENT_BYTES {
+        let mut cut = MAX_ARGUMENT_BYTES;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        let digest = crc32fast::hash(t.as_bytes());
+        out.push_str(&format!(" …{digest:08x}"));
+    }
+    out
+}
+
+fn action(name: &str, arguments: &str) -> TextAction {
+    TextAction {
+        name: name.trim().to_string(),
+        arguments: kept(arguments),
+    }
+}
+
+/// `<function=NAME>` blocks with `<parameter=KEY>VALUE</parameter>`s.
+fn function_tags(text: &str) -> Vec<TextAction> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("<function=") {
+        let after = rest.get(at + "<function=".len()..).unwrap_or("");
+        let Some(close) = after.find('>') else { break };
+        let name = after.get(..close).unwrap_or("").trim();
+        let body_start = after.get(close + 1..).unwrap_or("");
+        let (body, next) = match body_start.find("</function>") {
+            Some(end) => (
+                body_start.get(..end).unwrap_or(""),
+                body_start.get(end + "</function>".len()..).unwrap_or(""),
+            ),
+            // An unclosed call (the model stopped at the stop sequence).
+            None => (body_start, ""),
+        };
+        if name.is_empty() || name.len() > 128 || name.contains(char::is_whitespace) {
+            rest = next;
+            continue;
+        }
+        let mut params = serde_json::Map::new();
+        let mut p = body;
+        while let Some(at) = p.find("<parameter=") {
+            let a = p.get(at + "<parameter=".len()..).unwrap_or("");
+            let Some(close) = a.find('>') else { break };
+            let key = a.get(..close).unwrap_or("").trim().to_string();
+            let v = a.get(close + 1..).unwrap_or("");
+            let (value, after_value) = match v.find("</parameter>") {
+                Some(end) => (
+                    v.get(..end).unwrap_or(""),
+                    v.get(end + "</parameter>".len()..).unwrap_or(""),
+                ),
+                None => (v, ""),
+            };
+            params.insert(key, serde_json::Value::String(kept(value)));
+            p = after_value;
+        }
+        let args = serde_json::to_string(&serde_json::Value::Object(params)).unwrap_or_default();
+        out.push(TextAction {
+            name: name.to_string(),
+            arguments: args,
+        });
+        if out.len() >= MAX_ACTIONS {
+            break;
+        }
+        rest = next;
+    }
+    out
+}
+
+const TAGS: [&str; 5] = [
+    "execute_bash",
+    "execute_ipython",
+    "execute_browse",
+    "execute",
+    "solution",
+];
+
+/// `<execute_*>`, `<execute>` and `<solution>` blocks.
+fn execute_tags(text: &str) -> Vec<TextAction> {
+    let mut found: Vec<(usize, TextAction)> = Vec::new();
+    for tag in TAGS {
+        let open = format!("<{tag}>");
+        let close = format!("</{tag}>");
+        let mut from = 0;
+        while let Some(at) = text.get(from..).and_then(|r| r.find(&open)) {
+            let start = from + at + open.len();
+            let body = text.get(start..).unwrap_or("");
+            let end = body.find(&close).unwrap_or(body.len());
+            found.push((from + at, action(tag, body.get(..end).unwrap_or(""))));
+            from = start + end;
+            if found.len() >= MAX_ACTIONS {
+                break;
+            }
+        }
+    }
+    found.sort_by_key(|(at, _)| *at);
+    found.into_iter().map(|(_, a)| a).collect()
+}
+
+/// ReAct: `Action: NAME` then `Action Input: INPUT` (to the next
+/// `Observation:` or the end).
+fn react(text: &str) -> Vec<TextAction> {
+    let mut name = None;
+    let mut out = Vec::new();
+    let mut lines = text.lines().peekable();
+    while let Some(line) = lines.next() {
+        let l = line.trim_start();
+        if let Some(n) = l.strip_prefix("Action:") {
+            name = Some(n.trim().trim_matches('`').to_string());
+        } else if let Some(first) = l.strip_prefix("Action Input:") {
+            let Some(n) = name.take().filter(|n| !n.is_empty() && n.len() <= 128) else {
+                continue;
+            };
+            let mut input = first.to_string();
+            while let Some(next) = lines.peek() {
+                let t = next.trim_start();
+                if t.starts_with("Observation:")
+                    || t.starts_with("Thought:")
+                    || t.starts_with("Action:")
+                {
+                    break;
+                }
+                input.push('\n');
+                input.push_str(next);
+                lines.next();
+            }
+            out.push(action(&n, &input));
+            if out.len() >= MAX_ACTIONS {
+                break;
+            }
+        }
+    }
+    out
+}
+
+const SHELLS: [&str; 7] = ["", "bash", "sh", "shell", "console", "zsh", "sh-session"];
+
+/// A fenced block that ends the reply, untagged or a shell.
+fn closing_fence(text: &str) -> Vec<TextAction> {
+    let t = text.trim_end();
+    let Some(body) = t.strip_suffix("```") else {
+        return Vec::new();
+    };
+    // The opening fence: the last ``` before the closing one, at a line's
+    // start.
+    let Some(open) = body.rfind("```") else {
+        return Vec::new();
+    };
+    let after_open = body.get(open + 3..).unwrap_or("");
+    let (lang, code) = match after_open.find('\n') {
+        Some(nl) => (
+            after_open.get(..nl).unwrap_or("").trim(),
+            after_open.get(nl + 1..).unwrap_or(""),
+        ),
+        None => ("", after_open),
+    };
+    if !SHELLS.contains(&lang.to_ascii_lowercase().as_str()) {
+        return Vec::new();
+    }
+    let code = code.trim();
+    if code.is_empty() {
+        return Vec::new();
+    }
+    let (name, rest) = match code.find(char::is_whitespace) {
+        Some(sp) => (code.get(..sp).unwrap_or(code), code.get(sp..).unwrap_or("")),
+        None => (code, ""),
+    };
+    vec![action(name, rest)]
+}
+
+/// Lines that are calls of their own: `name("literal", ...)` with a
+/// snake_case name (an underscore in it), optionally in backticks or after
+/// a list marker, outside fenced blocks.
+fn call_lines(text: &str) -> Vec<TextAction> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        let l = line.trim();
+        if l.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let l = l
+            .trim_start_matches(['-', '*', '+'])
+            .trim_start()
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .trim_start_matches(['.', ')'])
+            .trim();
+        let l = l.trim_matches('`');
+        let l = l.strip_suffix(':').unwrap_or(l).trim_end_matches('`');
+        let Some(open) = l.find('(') else { continue };
+        let name = l.get(..open).unwrap_or("");
+        let args = l.get(open + 1..).unwrap_or("");
+        let Some(args) = args.strip_suffix(')') else {
+            continue;
+        };
+        let snake = name.len() >= 3
+            && name.len() <= 64
+            && name.contains('_')
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if snake && literal_args(args) {
+            out.push(action(name, args));
+            if out.len() >= MAX_ACTIONS {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Arguments made of string literals, numbers and names only.
+fn literal_args(args: &str) -> bool {
+    let mut in_str: Option<char> = None;
+    let mut escaped = false;
+    let mut any = false;
+    for c in args.chars() {
+        if let Some(q) = in_str {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                in_str = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' => {
+                in_str = Some(c);
+                any = true;
+            }
+            ',' | ' ' | '=' | '.' | '_' | '-' => {}
+            c if c.is_ascii_alphanumeric() => any = true,
+            _ => return false,
+        }
+    }
+    in_str.is_none() && any
+}
+
+#[cfg(test)]
+mod tests;
