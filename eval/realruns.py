@@ -16,7 +16,12 @@ model gets (warn, throttle, nudge, directive, reject); a *reject* is a
 429. A successful run (resolved, ended on its own) must not be touched. A
 clearly stuck run is *stopped* when one of its requests is rejected;
 *within 3 calls* when the first reject is the first request that carries
-the pattern (label.py) or one of the two after it. What stopping saves is
+the pattern (label.py) or one of the two after it, or earlier (a stuck
+run stopped before its pattern is complete; how many is reported too);
+"of those with 3 calls left" counts only the stuck runs that went on for
+at least 3 calls from that request (a run that ended one call after its
+pattern could not be stopped within 3 calls by any ladder that speaks
+before it rejects). What stopping saves is
 the calls left after the first reject, and their tokens (the recorded
 prompt tokens where the recording has them, else the request's bytes / 4).
 
@@ -203,6 +208,9 @@ class Row:
     stuck: int = 0
     stopped: int = 0
     within3: int = 0
+    early: int = 0
+    room: int = 0
+    room_within3: int = 0
     deltas: list[int] = field(default_factory=list)
     burned: int = 0
     burned_stopped: int = 0
@@ -240,14 +248,18 @@ def tally(results: list[RunResult]) -> dict[tuple, Row]:
             if lab["stuck"]:
                 row.stuck += 1
                 first = lab["stuck"]["first_call"]
+                # Room to stop it within 3 calls: the run went on for 3
+                # calls from the first that carries the pattern.
+                room = len(rr.actions) - first >= 3
+                row.room += room
+                within = rej is not None and rej <= first + 2
                 if rej is not None:
                     row.stopped += 1
                     row.deltas.append(rej - first)
-                    if first <= rej <= first + 2:
-                        row.within3 += 1
-                    else:
-                        row.missed_ids.append(rr.run["id"])
-                else:
+                    row.early += rej < first
+                row.within3 += within
+                row.room_within3 += within and room
+                if not within:
                     row.missed_ids.append(rr.run["id"])
             if not lab["stuck"] and not lab["outcome"]["resolved"] and lab["outcome"]["end"] == "limit":
                 row.burned += 1
@@ -265,8 +277,9 @@ def median(xs: list[int]) -> str:
 
 HEADER = (
     "| pace | successful runs | touched | rejected | clearly stuck | stopped | within 3 calls | "
-    "first reject vs label (median) | budget-burning stopped | calls saved | tokens saved (est.) |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|"
+    "within 3 calls, of those with 3 calls left | first reject vs label (median) | "
+    "budget-burning stopped | calls saved | tokens saved (est.) |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -277,7 +290,8 @@ def pace_name(p) -> str:
 def line(label: str, row: Row) -> str:
     return (
         f"| {label} | {row.successful} | {pct(row.touched, row.successful)} | {pct(row.rejected, row.successful)} | "
-        f"{row.stuck} | {pct(row.stopped, row.stuck)} | {pct(row.within3, row.stuck)} | {median(row.deltas)} | "
+        f"{row.stuck} | {pct(row.stopped, row.stuck)} | {pct(row.within3, row.stuck)} | "
+        f"{pct(row.room_within3, row.room)} | {median(row.deltas)} | "
         f"{pct(row.burned_stopped, row.burned)} | {pct(row.calls_saved, row.calls_total)} | {row.tokens_saved / 1e6:.1f}M |"
     )
 

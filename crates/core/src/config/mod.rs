@@ -39,7 +39,15 @@ pub const MAX_ITEMS_KEPT: usize = 512;
 pub const MAX_STEP_EXTENSION: usize = 12;
 /// Near mode compares a request's newest tail with at most this many
 /// earlier turns of its own history.
-pub const MAX_NEAR_TURNS_BACK: usize = 8;
+pub const MAX_NEAR_TURNS_BACK: usize = 9;
+/// The earlier turns near mode compares a request's newest tail with:
+/// enough for the ladder's last step to be reached by a cycle of up to
+/// four steps (every fourth turn a repeat), or by a loop resumed after a
+/// short detour; at most [`MAX_NEAR_TURNS_BACK`].
+pub fn near_turns_back(d: &Detection) -> usize {
+    (4 * d.hits_to_keep().saturating_sub(1) as usize).min(MAX_NEAR_TURNS_BACK)
+}
+
 /// Conversation items kept per earlier turn near mode reads (a reply and
 /// its results).
 const ITEMS_PER_TURN: usize = 4;
@@ -152,9 +160,7 @@ impl Policy {
             // And the turns before the newest, as many as the ladder needs,
             // each a reply and its results.
             Some(Similarity::Near { tail_messages, .. }) => {
-                let back = self.detection.as_ref().map_or(0, |d| {
-                    (d.hits_to_keep().saturating_sub(1) as usize).min(MAX_NEAR_TURNS_BACK)
-                });
+                let back = self.detection.as_ref().map_or(0, near_turns_back);
                 (*tail_messages as usize + 1 + MAX_STEP_EXTENSION).max(7) + ITEMS_PER_TURN * back
             }
             _ => 1,

@@ -247,8 +247,18 @@ pub fn progressed(later: Turn<'_>, earlier: Turn<'_>, before: Option<Turn<'_>>) 
 
 /// [`newest_answer_progressed`] for a request whose history is not read
 /// otherwise (`loopguard explain`, a policy without tool loops).
-pub fn of_request(req: &crate::request::llm::Request<'_>, classes: Classes) -> bool {
-    !req.over_budget() && newest_answer_progressed(&req.tool_history(None), req, classes, None)
+pub fn of_request(
+    req: &crate::request::llm::Request<'_>,
+    classes: Classes,
+    back: usize,
+) -> Vec<bool> {
+    if req.over_budget() {
+        return vec![false; back + 1];
+    }
+    let history = req.tool_history(None);
+    (0..=back)
+        .map(|j| answer_progressed_at(&history, req, classes, None, j))
+        .collect()
 }
 
 /// Whether the conversation's newest model turn is a text answer that made
@@ -261,7 +271,21 @@ pub fn newest_answer_progressed(
     classes: Classes,
     cache: Option<&TextCache>,
 ) -> bool {
-    let mut answers = history.turns.iter().rev().take(3);
+    answer_progressed_at(history, results, classes, cache, 0)
+}
+
+/// [`newest_answer_progressed`] for the conversation as it was `back`
+/// model turns ago (0: now): what the request sent then was judged by.
+pub fn answer_progressed_at(
+    history: &ToolHistory,
+    results: &impl Results,
+    classes: Classes,
+    cache: Option<&TextCache>,
+    back: usize,
+) -> bool {
+    let kept = history.turns.len().saturating_sub(back);
+    let turns = history.turns.get(..kept).unwrap_or_default();
+    let mut answers = turns.iter().rev().take(3);
     let (Some(newest), Some(previous)) = (answers.next(), answers.next()) else {
         return false;
     };

@@ -183,19 +183,22 @@ impl<B: BucketBackend> Engine<B> {
         // Near mode: a request whose newest answer made progress repeats
         // only word for word (a resend is still a loop; the next edit of a
         // text is not a repeat of the last).
-        let progress = match (near, &parsed, &history) {
-            (true, Some(req), Some(history)) => {
-                !req.over_budget()
-                    && progress::newest_answer_progressed(
+        // So for each earlier turn near mode compares the newest with.
+        let progress: Vec<bool> = match (near, &parsed, &history) {
+            (true, Some(req), Some(history)) if !req.over_budget() => (0..=pending.turns_back())
+                .map(|back| {
+                    progress::answer_progressed_at(
                         history,
                         req,
                         p.volatile.classes,
                         Some(&self.text_cache),
+                        back,
                     )
-            }
-            _ => false,
+                })
+                .collect(),
+            _ => Vec::new(),
         };
-        let mut made = pending.finish_parsed(body, parsed.as_ref(), progress);
+        let mut made = pending.finish_parsed(body, parsed.as_ref(), &progress);
         // An exact-mode LLM call: its model, found without parsing, prices
         // its response.
         if made.model.is_none() && r.reads_usage() && !config.prices.models.is_empty() {

@@ -153,10 +153,11 @@ pub struct Fingerprinted {
     /// conversation sent again at the same length (a resend, an agent that
     /// sends no history), never an earlier turn of a growing one.
     pub near: Option<Signature>,
-    /// Near mode: the turns in a row, the newest included, whose tails the
-    /// request's own history shows near each other (1: the newest tail is
-    /// not near the one before it; 0: not read). A growing conversation's
-    /// repeats are judged by its turns, whatever their pace.
+    /// Near mode: the newest turn and the earlier ones (as many as the
+    /// ladder needs, back to one a user's new message started) whose tails
+    /// are near its tail in the request's own history (1: none is; 0: not
+    /// read). A growing conversation's repeats are judged by its turns,
+    /// whatever their pace.
     pub repeats: u32,
 }
 
@@ -177,22 +178,26 @@ impl Pending<Sha256> {
         } else {
             None
         };
-        let progress = parsed.as_ref().is_some_and(|req| {
-            self.reads_progress() && progress::of_request(req, self.volatile.classes)
-        });
-        self.finish_parsed(body, parsed.as_ref(), progress)
+        let progress = match parsed.as_ref() {
+            Some(req) if self.reads_progress() => {
+                progress::of_request(req, self.volatile.classes, self.turns_back())
+            }
+            _ => Vec::new(),
+        };
+        self.finish_parsed(body, parsed.as_ref(), &progress)
     }
 
     /// Finish with the body and what [`llm::parse`] made of it (parsed once
-    /// by the caller, who may need it too); `progress`: the newest answer
-    /// made progress over the one before it
-    /// ([`progress::newest_answer_progressed`]), so in near mode the tail
-    /// repeats only as it is.
+    /// by the caller, who may need it too); `progress[j]`: the answer `j`
+    /// model turns back made progress over the one before it
+    /// ([`progress::answer_progressed_at`]; 0, the newest, in near mode
+    /// makes the tail repeat only as it is, and so for the earlier turns
+    /// it is compared with). Missing entries are false.
     pub fn finish_parsed(
         self,
         body: &[u8],
         parsed: Option<&llm::Request<'_>>,
-        progress: bool,
+        progress: &[bool],
     ) -> Fingerprinted {
         self.complete(body, parsed, progress).0
     }
@@ -233,11 +238,13 @@ pub fn explain(
     } else {
         None
     };
-    let progress = parsed.as_ref().is_some_and(|req| {
-        matches!(pending.mode, PendingMode::Near { .. })
-            && progress::of_request(req, pending.volatile.classes)
-    });
-    let (made, trace) = pending.complete(body, parsed.as_ref(), progress);
+    let progress = match parsed.as_ref() {
+        Some(req) if matches!(pending.mode, PendingMode::Near { .. }) => {
+            progress::of_request(req, pending.volatile.classes, pending.turns_back())
+        }
+        _ => Vec::new(),
+    };
+    let (made, trace) = pending.complete(body, parsed.as_ref(), &progress);
     Explained {
         made,
         components: trace.components,
@@ -246,6 +253,15 @@ pub fn explain(
 }
 
 impl<S: Hashing> Pending<S> {
+    /// How many earlier turns near mode compares the newest with (0 in the
+    /// other modes).
+    pub fn turns_back(&self) -> usize {
+        match self.mode {
+            PendingMode::Near { back, .. } => back,
+            _ => 0,
+        }
+    }
+
     fn begin(
         config: &Config,
         policy: &Policy,
@@ -285,8 +301,7 @@ impl<S: Hashing> Pending<S> {
                 back: policy
                     .detection
                     .as_ref()
-                    .map_or(0, |d| d.hits_to_keep().saturating_sub(1) as usize)
-                    .min(crate::config::MAX_NEAR_TURNS_BACK),
+                    .map_or(0, crate::config::near_turns_back),
             },
             Some(Similarity::Session { header, .. }) => PendingMode::Session {
                 session: facts.header(header).filter(|v| !v.is_empty()),
@@ -323,8 +338,9 @@ impl<S: Hashing> Pending<S> {
         self,
         body: &[u8],
         parsed: Option<&llm::Request<'_>>,
-        progress: bool,
+        progress_at: &[bool],
     ) -> (Fingerprinted, S::Residue) {
+        let progress = progress_at.first().copied().unwrap_or(false);
         let parsed = if self.reads_llm_body() { parsed } else { None };
         let Some(req) = parsed else {
             // A body-less request (a GET) is simply not an LLM call.
@@ -399,12 +415,13 @@ impl<S: Hashing> Pending<S> {
                 };
                 self.volatile.mask_messages(&mut tail);
                 let mut h = similarity::of_conversation(salt, &tail, progress);
-                // The turns before: near ones in a row count as repeats,
-                // until a turn that answered a user's message bringing
-                // something new (a dialogue going on).
+                // The turns before, back to one that answered a user's
+                // message bringing something new (a dialogue going on):
+                // each whose tail is near the newest counts as a repeat
+                // (every turn of a loop, every round of a cycle).
                 repeats = 1;
                 let mut later: Option<Vec<llm::Message>> = None;
-                for end in req.turn_starts(*back) {
+                for (j, end) in req.turn_starts(*back).into_iter().enumerate() {
                     let Some(mut earlier) = req.tail_of_steps_before(*tail_messages, end) else {
                         break;
                     };
@@ -412,16 +429,18 @@ impl<S: Hashing> Pending<S> {
                     if similarity::user_brought_news(later.as_deref().unwrap_or(&tail), &earlier) {
                         break;
                     }
-                    let e = similarity::of_conversation(salt, &earlier, false);
-                    if !h.is_near(&e, *threshold) {
-                        break;
+                    // As the filter judged that turn: a turn whose answer
+                    // made progress repeats only word for word.
+                    let exact = progress_at.get(j + 1).copied().unwrap_or(false);
+                    let e = similarity::of_conversation(salt, &earlier, exact);
+                    if h.is_near(&e, *threshold) {
+                        repeats += 1;
                     }
-                    repeats += 1;
                     later = Some(earlier);
                 }
                 c.0.note(|| {
                     Component::new(
-                        "turns in a row near the newest (its history)",
+                        "earlier turns near the newest, it included (its history)",
                         repeats.to_string(),
                     )
                 });

@@ -407,9 +407,10 @@ impl<'a> Request<'a> {
     }
 
     /// Actions written in text read as what they are
-    /// ([`actions`]): a model's reply that writes its action gets it as a
-    /// call, and the user message after such a reply (its observation)
-    /// becomes its result.
+    /// ([`actions`]): a model's reply that writes its action becomes that
+    /// call (its narration around it is not compared: two turns that do
+    /// the same are the same step, however the model words them), and the
+    /// user message after such a reply (its observation) becomes its result.
     fn read_text_actions(&self, index: usize, m: &mut Message) {
         let no_calls = || {
             !m.parts
@@ -417,7 +418,11 @@ impl<'a> Request<'a> {
                 .any(|p| matches!(p, Part::ToolCall { .. } | Part::ToolResult { .. }))
         };
         if m.role == "assistant" && no_calls() {
-            for a in self.text_actions_of(index) {
+            let found = self.text_actions_of(index);
+            if !found.is_empty() {
+                m.parts.retain(|p| !matches!(p, Part::Text(_)));
+            }
+            for a in found {
                 m.parts.push(Part::ToolCall {
                     name: a.name,
                     arguments: a.arguments,
@@ -662,7 +667,10 @@ impl Request<'_> {
         let mut i = items.len();
         while i > first_kept && out.len() < k {
             i -= 1;
-            if model(i) && (i == 0 || !model(i - 1)) {
+            // As the tool history counts turns: a Responses run of model
+            // items is one, each chat or Anthropic reply another.
+            let continues = self.format == Format::OpenAiResponses && i > 0 && model(i - 1);
+            if model(i) && !continues {
                 out.push(i);
             }
         }
