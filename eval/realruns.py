@@ -103,9 +103,12 @@ def requests_of(run: dict) -> list[tuple[str, dict, str]]:
     else:
         path, headers = "/v1/chat/completions", {"content-type": "application/json", "authorization": f"Bearer {key}"}
     head = '{"model":' + json.dumps(run["model"]) + ',"messages":['
+    starts = run.get("threads") or [0]
     out = []
     for c in run["calls"]:
-        out.append((path, headers, head + ",".join(dumped[:c]) + "]" + tail + "}"))
+        # A multi-agent run: each sub-agent sends its own conversation.
+        s = max(x for x in starts if x <= c)
+        out.append((path, headers, head + ",".join(dumped[s:c]) + "]" + tail + "}"))
     return out
 
 

@@ -9,7 +9,8 @@ the conversation ended), `limit` when the harness stopped it at a step,
 round, cost or time limit, `error` otherwise. **Successful** = resolved and
 ended on its own: the runs no gateway may stop.
 
-**Steps.** Step k is the model's reply to call k and what came back:
+**Steps.** Step k is the model's reply to call k and what came back (in a
+multi-agent run, what came back in that sub-agent's conversation):
 its *action* and its *observation*.
 - native tool calls (OpenAI `tool_calls`, Anthropic `tool_use`): the
   action is the list of (tool name, arguments as canonical JSON); the
@@ -39,6 +40,8 @@ from __future__ import annotations
 
 import json
 import re
+
+from formats.common import thread_end
 
 WS = re.compile(r"\s+")
 FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
@@ -98,10 +101,11 @@ def steps(run: dict) -> list[tuple[str, str]]:
     """(action, observation) of each step, in call order."""
     msgs, shape, system = run["messages"], run["shape"], run["system"]
     out = []
-    for k, start in enumerate(run["calls"]):
+    for start in run["calls"]:
         reply = msgs[start]
-        end = run["calls"][k + 1] if k + 1 < len(run["calls"]) else len(msgs)
-        # The messages after the reply up to the next call's reply.
+        # The messages after the reply up to the next reply of its
+        # conversation.
+        end = min([c for c in run["calls"] if c > start] + [thread_end(run, start)])
         after = msgs[start + 1 : end]
         action = None
         if shape == "chat-tools" and reply.get("tool_calls"):

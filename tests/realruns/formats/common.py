@@ -18,7 +18,11 @@ A run record (one JSON line in runs/<source>.jsonl.gz):
                 (Anthropic: system, tools; OpenAI: tools)
     messages    the whole conversation as the last call sent it (plus the
                 last reply)
-    calls       request k sends messages[:calls[k]]
+    calls       request k sends messages[:calls[k]], in the order they were
+                made
+    threads     (multi-agent runs) where each sub-agent's conversation
+                starts in messages: request k then sends
+                messages[s:calls[k]], s the last start at or before calls[k]
     times_ms    when each call was made, ms from the run's first call, or
                 null when the recording has no times
 """
@@ -84,6 +88,7 @@ def run_record(
     calls: list[int],
     times_ms: list[int] | None = None,
     body: dict | None = None,
+    threads: list[int] | None = None,
 ) -> dict | None:
     """A run record, or None when the recording holds no model call."""
     if not calls:
@@ -97,7 +102,7 @@ def run_record(
         # A recording's clock never runs backwards between calls.
         for i in range(1, len(times_ms)):
             times_ms[i] = max(times_ms[i], times_ms[i - 1])
-    return {
+    rec = {
         "id": f"{source}/{run}",
         "source": source,
         "system": system,
@@ -111,6 +116,19 @@ def run_record(
         "calls": calls,
         "times_ms": times_ms,
     }
+    if threads and threads != [0]:
+        rec["threads"] = threads
+    return rec
+
+
+def thread_start(run: dict, at: int) -> int:
+    """Where the conversation holding message `at` starts."""
+    return max((s for s in run.get("threads") or [0] if s <= at), default=0)
+
+
+def thread_end(run: dict, at: int) -> int:
+    """Where the conversation holding message `at` ends (exclusive)."""
+    return min((s for s in run.get("threads") or [] if s > at), default=len(run["messages"]))
 
 
 def tools_named(names: list[str]) -> list[dict]:

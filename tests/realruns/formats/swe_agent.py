@@ -1,7 +1,10 @@
 """SWE-agent 0.x trajectories (`.traj`): `history` is every message the
 agent sent its model, system prompt first; an assistant entry is a reply
 (DISCUSSION, then one fenced command). CodeR, a multi-agent fork of
-SWE-agent, writes the same format (each entry names its sub-agent).
+SWE-agent, writes the same format, each entry naming its sub-agent
+(Manager, Reproducer, Programmer, ...): each sub-agent has a conversation
+of its own (its own system prompt and task), so each is kept apart and
+its requests carry only its own messages.
 
 The outcome is the SWE-bench harness's resolved list; `info.exit_status`
 says how the run ended: `submitted` on its own, `exit_cost` (or
@@ -11,7 +14,7 @@ says how the run ended: `submitted` on its own, `exit_cost` (or
 
 from __future__ import annotations
 
-from .common import Repo, calls_before_replies, run_record
+from .common import Repo, run_record
 
 
 def end_of(status: str) -> str:
@@ -23,16 +26,30 @@ def end_of(status: str) -> str:
     return "error"
 
 
-def messages_of(history: list[dict]) -> list[dict]:
-    out = []
-    for m in history:
+def messages_of(history: list[dict]) -> tuple[list[dict], list[int], list[int]]:
+    """The conversation(s) of a history: one, or (CodeR) one per sub-agent,
+    each with only that agent's messages, as its requests carried them;
+    their messages one conversation after another, the calls in the order
+    they were made, and where each conversation starts."""
+    agents: dict[str, list[tuple[int, dict]]] = {}
+    for i, m in enumerate(history):
         if m.get("is_demo"):
             continue
         role = m.get("role")
         if role not in ("system", "user", "assistant"):
             continue
-        out.append({"role": role, "content": m.get("content") or ""})
-    return out
+        agents.setdefault(m.get("agent") or "", []).append((i, {"role": role, "content": m.get("content") or ""}))
+    messages: list[dict] = []
+    starts: list[int] = []
+    made: list[tuple[int, int]] = []  # (index in the history, index in messages)
+    for thread in agents.values():
+        starts.append(len(messages))
+        for i, m in thread:
+            if m["role"] == "assistant" and len(messages) > starts[-1]:
+                made.append((i, len(messages)))
+            messages.append(m)
+    calls = [at for _, at in sorted(made)]
+    return messages, calls, starts
 
 
 def read(repo: Repo, source: str, system: str, model: str, traj_dir: str, resolved: set[str], run_prefix: str = ""):
@@ -44,7 +61,7 @@ def read(repo: Repo, source: str, system: str, model: str, traj_dir: str, resolv
             d = repo.json(path)
         except Exception:  # noqa: BLE001 (a file the snapshot lacks)
             continue
-        messages = messages_of(d.get("history") or [])
+        messages, calls, threads = messages_of(d.get("history") or [])
         status = (d.get("info") or {}).get("exit_status") or "missing"
         rec = run_record(
             source=source,
@@ -58,7 +75,8 @@ def read(repo: Repo, source: str, system: str, model: str, traj_dir: str, resolv
             status=status,
             provenance=repo.provenance(path),
             messages=messages,
-            calls=calls_before_replies(messages),
+            calls=calls,
+            threads=threads,
         )
         if rec:
             yield rec
