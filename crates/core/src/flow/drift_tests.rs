@@ -329,3 +329,257 @@ fn near_mode_salts_with_a_user_message_after_system_and_developer_prompts() {
         assert_eq!(h.post(&run(ticket)).status(), 200, "{ticket}");
     }
 }
+
+/// The 429's message and `repeated_turns` (OpenAI's error shape).
+fn turns_rejection(s: &super::tests::Sent) -> (String, Option<u64>) {
+    let e = &s.json()["error"];
+    (
+        e["message"].as_str().unwrap().to_string(),
+        e["repeated_turns"].as_u64(),
+    )
+}
+
+#[test]
+fn near_mode_rejects_repeated_turns_whoever_sends_them_and_whenever() {
+    let body = failing(&MASKED);
+    // A day apart, three callers, fresh filters: the history alone shows
+    // the last 4 turns near the newest.
+    for (caller, later) in [("sk-1", 0), ("sk-2", 86_400_000), ("sk-3", 3_600_000)] {
+        let mut h = policy("near", json!({}));
+        h.now += later;
+        let auth = format!("Bearer {caller}");
+        let s = h.send(
+            "POST",
+            "/v1/chat/completions",
+            &[("authorization", &auth)],
+            body.as_bytes(),
+        );
+        assert_eq!(s.status(), 429, "{caller}");
+        let (message, turns) = turns_rejection(&s);
+        assert!(
+            message
+                .starts_with("Blocked: the last 4 turns of this conversation are near-identical."),
+            "{message}"
+        );
+        assert_eq!(turns, Some(4));
+        assert_eq!(s.json()["error"]["code"], "recursive_loop_detected");
+        assert_eq!(s.json()["error"]["hit_count"], 4);
+        // The same conversation sent again is rejected again: retry after
+        // the window.
+        assert_eq!(s.json()["error"]["retry_after_seconds"], 60);
+    }
+    // A conversation resent as it is: counted in the caller's record, its
+    // rejection says so and names no turns.
+    let mut h = policy("near", json!({}));
+    let resent = failing(&MASKED[..1]);
+    let codes: Vec<u32> = (0..3).map(|_| h.post(&resent).status()).collect();
+    assert_eq!(codes, vec![200, 200, 429]);
+    let s = h.post(&resent);
+    let (message, turns) = turns_rejection(&s);
+    assert!(
+        message.starts_with("Blocked: near-identical request sent"),
+        "{message}"
+    );
+    assert_eq!(turns, None);
+}
+
+/// A lint, format, lint, format... agent: `n` turns.
+fn cycling(n: usize) -> String {
+    let lint = (
+        "run_linter",
+        "{\"path\":\"api.py\"}",
+        "api.py:88:5: B006 do not use mutable data structures for argument defaults",
+    );
+    let format = (
+        "apply_formatter",
+        "{\"path\":\"api.py\"}",
+        "All done! 1 file left unchanged.",
+    );
+    let mut messages = vec![json!({"role": "user", "content": "Make the linter pass on api.py."})];
+    for i in 0..n {
+        let (name, args, result) = [lint, format][i % 2];
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": format!("c{i}"), "type": "function", "function": {"name": name, "arguments": args}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": format!("c{i}"), "content": result}));
+    }
+    json!({"model": "gpt-4o", "messages": messages}).to_string()
+}
+
+#[test]
+fn near_mode_counts_the_rounds_of_a_cycle() {
+    let mut h = policy("near", json!({}));
+    let codes: Vec<u32> = (1..=8)
+        .map(|n| {
+            h.now += 1000;
+            h.post(&cycling(n)).status()
+        })
+        .collect();
+    // Every other turn repeats the newest: the third round rejects.
+    assert_eq!(codes, vec![200, 200, 200, 200, 200, 429, 429, 429]);
+    let mut fresh = policy("near", json!({}));
+    assert_eq!(turns_rejection(&fresh.post(&cycling(8))).1, Some(4));
+}
+
+const SUPPORT_ANSWER: &str = "I'm sorry the connection is still down. Please unplug the router, wait thirty seconds, plug it back in, and tell me what the status light shows.";
+
+/// A support chat: the user's messages, the same answer to each.
+fn support(users: &[&str]) -> String {
+    let mut messages =
+        vec![json!({"role": "system", "content": "You are the ISP's support agent."})];
+    for (i, u) in users.iter().enumerate() {
+        if i > 0 {
+            messages.push(json!({"role": "assistant", "content": SUPPORT_ANSWER}));
+        }
+        messages.push(json!({"role": "user", "content": u}));
+    }
+    json!({"model": "gpt-4o", "messages": messages}).to_string()
+}
+
+#[test]
+fn near_mode_leaves_a_user_with_news_alone() {
+    let reports = [
+        "My internet has been down since this morning. The router is a FritzBox 7590 and the light marked Internet is blinking red while the power light is steady green.",
+        "I unplugged it for a full minute as you said. After it came back the Internet light went orange for a while and now it is solid orange, and my laptop says connected, no internet.",
+        "Now the DSL light is also blinking and the router's web page says the line is training at 16 Mbit. My neighbour on the same street says her connection works fine today.",
+        "I called from my mobile and the automated line said there is no outage in my area. The router log shows PPP authentication failed three times since I restarted it this afternoon.",
+        "I swapped the DSL cable for the spare one from the box and tried the other wall socket in the hallway too, but the Internet light stays orange and the log still shows the same PPP error.",
+        "My partner's phone on the same Wi-Fi cannot load anything either, and the router's status page now lists the firmware as 7.57 with an update available that I have not installed yet.",
+    ];
+    let mut h = policy("near", json!({}));
+    for n in 1..=reports.len() {
+        h.now += 1000;
+        assert_eq!(h.post(&support(&reports[..n])).status(), 200, "{n}");
+    }
+    // A user who only complains gets the same answer turn after turn.
+    let mut h = policy("near", json!({}));
+    let complaints = [
+        reports[0],
+        "Still down.",
+        "Still down.",
+        "Still down.",
+        "Still down.",
+    ];
+    let codes: Vec<u32> = (1..=complaints.len())
+        .map(|n| {
+            h.now += 1000;
+            h.post(&support(&complaints[..n])).status()
+        })
+        .collect();
+    assert_eq!(codes, vec![200, 200, 200, 429, 429]);
+}
+
+/// A SWE-agent run over chat: each reply a DISCUSSION worded anew and a
+/// fenced command, each observation a user message.
+fn swe_agent(steps: &[(&str, &str)]) -> String {
+    let discussions = [
+        "Let's run the reproduction script to see whether the bug is still there.",
+        "I'll run it again to check the current behaviour.",
+        "Running the script once more should tell us what happens now.",
+        "Let me execute the command and look at its output.",
+        "We should check the output of this command before going further.",
+        "Let's see what this gives us.",
+    ];
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are an autonomous programmer working in a command line with a special interface."}),
+        json!({"role": "user", "content": "We're currently solving the following issue within our repository: total() drops the trailing zero of 10.10."}),
+    ];
+    for (i, (command, output)) in steps.iter().enumerate() {
+        let discussion = discussions[i % discussions.len()];
+        messages.push(json!({"role": "assistant",
+            "content": format!("DISCUSSION\n{discussion}\n\n```\n{command}\n```\n")}));
+        messages.push(json!({"role": "user", "content": output}));
+    }
+    json!({"model": "gpt-4o", "messages": messages}).to_string()
+}
+
+fn swe_statuses(steps: &[(&str, &str)]) -> Vec<u32> {
+    let mut h = policy("near", json!({}));
+    (1..=steps.len())
+        .map(|n| {
+            h.now += 1000;
+            h.post(&swe_agent(&steps[..n])).status()
+        })
+        .collect()
+}
+
+#[test]
+fn near_mode_reads_a_text_action_agent_by_its_commands() {
+    let failure = "Traceback (most recent call last):\n  File \"/testbed/reproduce.py\", line 4, in <module>\n    assert total([10.10]) == \"10.10\"\nAssertionError\n(Open file: /testbed/cart.py)\n(Current directory: /testbed)\nbash-$";
+    let same = [("python reproduce.py", failure); 5];
+    assert_eq!(swe_statuses(&same), vec![200, 200, 200, 429, 429]);
+    // Another directory each time, the same (empty) output.
+    let quiet = "Your command ran successfully and did not produce any output.\n(Open file: n/a)\n(Current directory: /testbed)\nbash-$";
+    let dirs = [
+        ("cd /testbed/src", quiet),
+        ("cd /testbed/tests", quiet),
+        ("cd /testbed/docs", quiet),
+        ("cd /testbed/scripts", quiet),
+        ("cd /testbed/tools", quiet),
+    ];
+    assert_eq!(swe_statuses(&dirs), vec![200; 5]);
+    // Edits of different references, each answered alike.
+    let updated = "File updated. Please review the changes and make sure they are correct (correct indentation, no duplicate lines, etc). Edit the file again if necessary.\n(Open file: /testbed/docs/usage.rst)\n(Current directory: /testbed)\nbash-$";
+    let edits = [
+        (
+            "edit 12:12\nSee :ref:`installation` first.\nend_of_edit",
+            updated,
+        ),
+        (
+            "edit 30:30\nSee :ref:`configuration` for the options.\nend_of_edit",
+            updated,
+        ),
+        (
+            "edit 47:47\nSee :ref:`api-cart` for the totals.\nend_of_edit",
+            updated,
+        ),
+        (
+            "edit 63:63\nSee :ref:`changelog` for what changed.\nend_of_edit",
+            updated,
+        ),
+        (
+            "edit 80:80\nSee :ref:`contributing` to help.\nend_of_edit",
+            updated,
+        ),
+    ];
+    assert_eq!(swe_statuses(&edits), vec![200; 5]);
+    // The same edit again and again is a loop.
+    let stuck_edit = [edits[0]; 5];
+    assert_eq!(swe_statuses(&stuck_edit), vec![200, 200, 200, 429, 429]);
+}
+
+#[test]
+fn near_mode_rejects_a_react_loop_over_anthropic() {
+    let react = |n: usize| {
+        let mut messages =
+            vec![json!({"role": "user", "content": "What is the status of order W2378156?"})];
+        for i in 0..n {
+            messages.push(json!({"role": "assistant", "content": [
+                {"type": "text", "text": format!("Thought: attempt {i}, I should look the order up.\nAction: get_order_details\nAction Input: {{\"order_id\": \"W2378156\"}}")}]}));
+            messages.push(json!({"role": "user", "content": [
+                {"type": "text", "text": "Observation: Error: order service timed out."}]}));
+        }
+        json!({"model": "claude-sonnet-4-5", "max_tokens": 512, "system": "Use Thought/Action/Action Input.", "messages": messages}).to_string()
+    };
+    let mut h = policy("near", json!({}));
+    let send = |h: &mut Harness, n: usize| {
+        h.now += 1000;
+        h.send(
+            "POST",
+            "/v1/messages",
+            &[("x-api-key", "sk-ant-1")],
+            react(n).as_bytes(),
+        )
+    };
+    let codes: Vec<u32> = (1..=3).map(|n| send(&mut h, n).status()).collect();
+    assert_eq!(codes, vec![200, 200, 200]);
+    let s = send(&mut h, 4);
+    assert_eq!(s.status(), 429);
+    let body = s.json();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "rate_limit_error");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("Blocked: the last 3 turns of this conversation are near-identical."));
+    assert_eq!(body["loopguard"]["repeated_turns"], 3);
+}

@@ -416,3 +416,124 @@ fn the_same_code_in_reworded_prose_is_a_repeat() {
         0
     );
 }
+
+/// A user's long report (more than [`NEWS_WORDS`] words).
+const REPORT: &str = "i ran the migration again after restoring last night's backup and this time it stopped at step four with a lock timeout on the orders table while the nightly export was still running";
+const OTHER_REPORT: &str = "the export finished at two so i started the migration once more and it got through the orders table but now fails on the invoices table with a duplicate key on invoice number";
+
+fn observation(t: &str) -> Message {
+    // An observation a text-action agent receives: a user message read as
+    // its action's result.
+    msg(
+        "user",
+        vec![Part::ToolResult {
+            content: vec![Part::Text(t.into())],
+            is_error: false,
+        }],
+    )
+}
+
+#[test]
+fn a_user_brings_news_with_a_long_new_message() {
+    assert!(REPORT.split_whitespace().count() > NEWS_WORDS);
+    assert!(OTHER_REPORT.split_whitespace().count() > NEWS_WORDS);
+    let turn = |user: Message| vec![call("run_migration", "{}"), user];
+    let said = |t: &str| turn(text("user", t));
+    let cases: Vec<(&str, Vec<Message>, Vec<Message>, bool)> = vec![
+        ("a long new report", said(OTHER_REPORT), said(REPORT), true),
+        (
+            "a long report after a complaint",
+            said(REPORT),
+            said("still broken"),
+            true,
+        ),
+        (
+            "a long report, nothing written before",
+            said(REPORT),
+            vec![call("run_migration", "{}"), result("ok")],
+            true,
+        ),
+        ("the same report again", said(REPORT), said(REPORT), false),
+        (
+            "the same report, its time changed",
+            said(&REPORT.replace("at step four", "at step five")),
+            said(REPORT),
+            false,
+        ),
+        (
+            "a short complaint",
+            said("it is still broken, you keep saying the same thing"),
+            said(REPORT),
+            false,
+        ),
+        (
+            "a tool's long result",
+            vec![call("run_migration", "{}"), result(OTHER_REPORT)],
+            said(REPORT),
+            false,
+        ),
+        (
+            "an observation as long as a report",
+            turn(observation(OTHER_REPORT)),
+            turn(observation(REPORT)),
+            false,
+        ),
+        (
+            // The newest message the user wrote, the model's reply after it.
+            "a report the model answered since",
+            vec![
+                text("user", OTHER_REPORT),
+                text("assistant", "let me look at the invoices table"),
+                result("ok"),
+            ],
+            said(REPORT),
+            true,
+        ),
+        ("nothing at all", vec![], said(REPORT), false),
+    ];
+    for (what, later, earlier, news) in cases {
+        assert_eq!(user_brought_news(&later, &earlier), news, "{what}");
+    }
+    // Exactly NEWS_WORDS words are not news; one more is.
+    let words = |n: usize| {
+        (0..n)
+            .map(|i| format!("w{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let before = said("x");
+    assert!(!user_brought_news(&said(&words(NEWS_WORDS)), &before));
+    assert!(user_brought_news(&said(&words(NEWS_WORDS + 1)), &before));
+    // Words of other parts (a result beside the text, media) are not
+    // counted: only what the user wrote.
+    let mixed = msg(
+        "user",
+        vec![
+            Part::ToolResult {
+                content: vec![Part::Text(OTHER_REPORT.into())],
+                is_error: false,
+            },
+            Part::Text("and now?".into()),
+        ],
+    );
+    assert!(!user_brought_news(&[mixed], &before));
+}
+
+#[test]
+fn a_position_salt_tells_lengths_apart() {
+    let salts: std::collections::HashSet<u32> = (0..10_000).map(position_salt).collect();
+    assert_eq!(salts.len(), 10_000);
+    assert_eq!(position_salt(12), position_salt(12));
+    assert_ne!(position_salt(12), position_salt(13));
+    assert_ne!(position_salt(0), 0);
+    // Salted, the same tail at two lengths has two anchors.
+    let tail = [call("export_report", "{}"), result("error 503")];
+    let at = |len: usize| {
+        let mut s = of_conversation(1, &tail);
+        s.anchor ^= position_salt(len);
+        s
+    };
+    assert_eq!(at(7), at(7));
+    assert_ne!(at(7).anchor, at(9).anchor);
+    assert!(!at(7).is_near(&at(9), NearThreshold::from_milli(0)));
+}

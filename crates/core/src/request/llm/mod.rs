@@ -428,17 +428,36 @@ impl<'a> Request<'a> {
                     arguments: a.arguments,
                 });
             }
-        } else if m.role == "user"
-            && no_calls()
-            && index > 0
-            && !self.text_actions_of(index - 1).is_empty()
-        {
+        } else if m.role == "user" && no_calls() && self.follows_text_action(index) {
             let content = std::mem::take(&mut m.parts);
             m.parts = vec![Part::ToolResult {
                 content,
                 is_error: false,
             }];
         }
+    }
+
+    /// Whether item `index` comes after a reply that wrote actions in its
+    /// text, with at most a harness's reminders (system or developer
+    /// messages) in between: it is then their observation.
+    fn follows_text_action(&self, index: usize) -> bool {
+        let Items::List(items) = &self.items else {
+            return false;
+        };
+        let mut j = index;
+        for _ in 0..4 {
+            let Some(prev) = j.checked_sub(1) else {
+                return false;
+            };
+            j = prev;
+            let Some(keys) = items.get(j).and_then(|e| e.1.as_ref()) else {
+                return false;
+            };
+            if !tools::is_prompt_role(self.word(keys, "role")) {
+                return !self.text_actions_of(j).is_empty();
+            }
+        }
+        false
     }
 
     /// The actions a kept model item writes in its text (none for an item
@@ -650,8 +669,9 @@ impl Request<'_> {
 impl Request<'_> {
     /// Where the conversation's last model turns began, newest first, at
     /// most `k` of them among the kept items: the request sent before each
-    /// held the items before it ([`Request::tail_before`]). A run of model
-    /// items (a Responses turn, or a reply split over messages) is one turn.
+    /// held the items before it ([`Request::tail_before`]). Turns are
+    /// counted as the tool history counts them: a Responses run of model
+    /// items is one turn, each Chat or Anthropic reply another.
     pub fn turn_starts(&self, k: usize) -> Vec<usize> {
         let Items::List(items) = &self.items else {
             return Vec::new();
@@ -693,3 +713,5 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod text_action_tests;

@@ -141,8 +141,14 @@ impl Request<'_> {
                     }
                 }
                 if !awaiting.is_empty() {
+                    let role = self.word(keys, "role");
+                    if awaiting_text && is_prompt_role(role) {
+                        // A harness's reminder between a text action and
+                        // its output: the output is still to come.
+                        continue;
+                    }
                     let mut results = self.results_of(keys);
-                    if results.is_empty() && awaiting_text {
+                    if results.is_empty() && awaiting_text && role == b"user" {
                         // A text action's observation: the user message
                         // that follows answers every action of the reply.
                         if let Some(span) = keys.get("content") {
@@ -627,14 +633,25 @@ pub(super) fn may_hold_action(raw: &[u8]) -> bool {
         || has(b"_")
 }
 
-/// The text blocks of a content array, joined by line ends.
+/// A system or developer message's role.
+pub(super) fn is_prompt_role(role: &[u8]) -> bool {
+    role.eq_ignore_ascii_case(b"system") || role.eq_ignore_ascii_case(b"developer")
+}
+
+/// The text blocks of a content array (Chat and Anthropic `text`,
+/// Responses `output_text`), joined by line ends.
 pub(super) fn text_blocks(v: &Value) -> String {
     let Some(blocks) = v.as_array() else {
         return v.as_str().unwrap_or_default().to_string();
     };
     blocks
         .iter()
-        .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+        .filter(|b| {
+            matches!(
+                b.get("type").and_then(Value::as_str),
+                Some("text" | "output_text")
+            )
+        })
         .filter_map(|b| b.get("text").and_then(Value::as_str))
         .collect::<Vec<_>>()
         .join("\n")

@@ -346,3 +346,123 @@ proptest::proptest! {
         proptest::prop_assert_eq!(in_place, copied);
     }
 }
+
+#[test]
+fn a_harness_countdown_is_noise() {
+    let cases = [
+        // What agents' harnesses write every turn.
+        ("you have 4 steps left.", "you have # steps left."),
+        ("12 turns remaining", "# turns remaining"),
+        ("(1 step left)", "(# step left)"),
+        (
+            "observation: 2 passed. 3 attempts remaining",
+            "observation: 2 passed. # attempts remaining",
+        ),
+        ("only 2 tries left!", "only # tries left!"),
+        (
+            "you have 5 iterations left and 1 round remaining",
+            "you have # iterations left and # round remaining",
+        ),
+        (
+            "9 calls left, 30 requests remaining",
+            "# calls left, # requests remaining",
+        ),
+        ("4 Steps LEFT", "# Steps LEFT"),
+        // Other counts left are progress: kept.
+        ("4 items left", "4 items left"),
+        ("3 files remaining", "3 files remaining"),
+        ("2 tests remaining to fix", "2 tests remaining to fix"),
+        // Not a countdown as written.
+        ("4 steps to go", "4 steps to go"),
+        ("4 steps", "4 steps"),
+        ("4 steps leftover", "4 steps leftover"),
+        ("4 steps lefty", "4 steps lefty"),
+        ("4  steps left", "4  steps left"),
+        ("4 steps  left", "4 steps  left"),
+        ("steps left: 4", "steps left: 4"),
+        ("4 stepsleft", "4 stepsleft"),
+    ];
+    for (input, want) in cases {
+        assert_eq!(default_tool(input), want, "{input}");
+        // In the model's own text too.
+        assert_eq!(default_text(input), want, "{input}");
+    }
+    // Never in arguments, and not with noise numbers switched off.
+    assert_eq!(
+        mask("4 steps left", Classes::defaults(), Context::Arguments),
+        "4 steps left"
+    );
+    let no_noise: Classes = [Class::Uuid].into_iter().collect();
+    assert_eq!(
+        mask("4 steps left", no_noise, Context::ToolResult),
+        "4 steps left"
+    );
+}
+
+#[test]
+fn texts_differing_only_in_a_countdown_digest_alike() {
+    let none = |_: &str| false;
+    let digest = |s: &str| masked_digest(s, Classes::defaults(), Context::ToolResult, &none);
+    let observation = |n: u32, noun: &str| {
+        format!("execution output: assertionerror: 10.1 != 10.10\nyou have {n} {noun} left and 2 chances to propose a solution.")
+    };
+    for noun in ["steps", "turns", "attempts", "iterations"] {
+        assert_eq!(
+            digest(&observation(4, noun)),
+            digest(&observation(3, noun)),
+            "{noun}"
+        );
+    }
+    assert_eq!(digest("12 turns remaining"), digest("11 turns remaining"));
+    // Items, files or chances left are what the task counts.
+    for noun in ["items", "files", "chances"] {
+        assert_ne!(
+            digest(&observation(4, noun)),
+            digest(&observation(3, noun)),
+            "{noun}"
+        );
+    }
+    // The rest still tells observations apart.
+    assert_ne!(
+        digest(&observation(4, "steps")),
+        digest(&observation(4, "steps").replace("10.10", "10.2"))
+    );
+}
+
+#[test]
+fn a_countdown_is_masked_in_observations_not_in_what_a_user_wrote() {
+    let v = Volatile::default_on();
+    let mut messages = vec![
+        Message {
+            role: "user".into(),
+            parts: vec![Part::Text("finish in 4 steps left or fewer".into())],
+        },
+        Message {
+            role: "user".into(),
+            parts: vec![Part::ToolResult {
+                content: vec![Part::Text("out: 3 failed. you have 4 steps left.".into())],
+                is_error: false,
+            }],
+        },
+        Message {
+            role: "assistant".into(),
+            parts: vec![Part::Text("with 4 steps left i will rerun it".into())],
+        },
+    ];
+    v.mask_messages(&mut messages);
+    assert_eq!(
+        messages[0].parts,
+        vec![Part::Text("finish in 4 steps left or fewer".into())]
+    );
+    assert_eq!(
+        messages[1].parts,
+        vec![Part::ToolResult {
+            content: vec![Part::Text("out: 3 failed. you have # steps left.".into())],
+            is_error: false,
+        }]
+    );
+    assert_eq!(
+        messages[2].parts,
+        vec![Part::Text("with # steps left i will rerun it".into())]
+    );
+}

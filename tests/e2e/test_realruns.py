@@ -1,0 +1,101 @@
+"""Real recorded agent runs (tests/realruns) as a regression test.
+
+- The held-out split through `loopguard replay` with the shipped
+  recommended setup: what `make eval` reports for it (successful runs
+  touched and rejected, clearly stuck runs stopped within 3 calls) may not
+  get worse, and it is the same at every pace (repetition is judged by a
+  conversation's turns, not the clock).
+- A slice of real runs through a real Envoy: the filter does to every
+  request what replay says it does (so the table `make eval` prints is
+  what Envoy would have done).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+
+import pytest
+
+from harness import ROOT
+from test_replay import assert_agree, replayed, through_envoy
+
+sys.path.insert(0, str(ROOT / "eval"))
+import realruns  # noqa: E402
+
+# The held-out split's measurement at the time of writing (make eval,
+# README "Detection on real agent runs"); a change that does worse fails.
+HELDOUT_MAX_REJECTED = 7
+HELDOUT_MAX_TOUCHED = 13
+HELDOUT_MIN_STUCK_WITHIN_3 = 10
+
+
+@pytest.fixture(scope="module")
+def heldout():
+    return realruns.load_runs("heldout")
+
+
+def test_the_corpus_is_what_the_readme_says(heldout):
+    everything = realruns.load_runs(None)
+    assert len(everything) >= 300
+    assert len({r["system"] for r in everything}) >= 4
+    assert len({r["model"] for r in everything}) >= 6
+    shapes = {r["shape"] for r in everything}
+    assert {"chat-text", "chat-tools", "anthropic"} <= shapes, shapes
+    # The split is the id's hash, as the corpus README says.
+    for r in everything:
+        split = "heldout" if hashlib.sha256(r["id"].encode()).digest()[0] >= 128 else "tune"
+        assert r["labels"]["split"] == split, r["id"]
+    # Provenance for every run.
+    for r in everything:
+        p = r["provenance"]
+        assert p["repo"] and p["path"] and p["licence"], r["id"]
+
+
+def test_heldout_runs_no_worse_than_measured_and_the_same_at_every_pace(heldout):
+    rows = {}
+    for pace in (2, 15, 60):
+        rows[pace] = realruns.tally(realruns.replay([str(realruns.RECOMMENDED)], heldout, pace)[0])[("all",)]
+    row = rows[15]
+    assert row.successful >= 400, row.successful
+    assert row.rejected <= HELDOUT_MAX_REJECTED, row.rejected_ids
+    assert row.touched <= HELDOUT_MAX_TOUCHED, row.touched_ids
+    assert row.stuck >= 10
+    assert row.within3 >= HELDOUT_MIN_STUCK_WITHIN_3, row.missed_ids
+    # Not a vacuous slice: stopping saved calls.
+    assert row.calls_saved > 0
+    for pace in (2, 60):
+        other = rows[pace]
+        assert (other.touched_ids, other.rejected_ids, other.missed_ids) == (
+            row.touched_ids,
+            row.rejected_ids,
+            row.missed_ids,
+        ), pace
+
+
+def slice_for_envoy() -> list[dict]:
+    """A few runs of every request shape: text actions, OpenAI tool calls,
+    Anthropic tool use; stuck runs (so loopguard acts) and successful ones."""
+    runs = realruns.load_runs(None)
+    chosen = []
+    for shape in ("chat-text", "chat-tools", "anthropic"):
+        of_shape = [r for r in runs if r["shape"] == shape and len(r["calls"]) <= 40]
+        stuck = [r for r in of_shape if r["labels"]["stuck"]][:1]
+        ok = [r for r in of_shape if r["labels"]["successful"]][:1]
+        chosen += stuck + ok
+    return chosen
+
+
+def test_replay_agrees_with_envoy_on_real_runs(tmp_path):
+    runs = slice_for_envoy()
+    assert len(runs) >= 4
+    plugin = {**realruns.plugin_of(realruns.RECOMMENDED), "access_log": "all"}
+    steps = []
+    for r in runs:
+        for k, (path, headers, body) in enumerate(realruns.requests_of(r)):
+            steps.append({"id": f"{r['id']}#{k}", "method": "POST", "path": path, "headers": headers,
+                          "body": body.encode()})
+    traffic, seen = through_envoy(plugin, steps, tmp_path)
+    acted = assert_agree(steps, seen, replayed(plugin, traffic, tmp_path))
+    # The stuck runs were acted on: the agreement is about something.
+    assert acted >= 2, acted
