@@ -184,19 +184,17 @@ impl<B: BucketBackend> Engine<B> {
         // only word for word (a resend is still a loop; the next edit of a
         // text is not a repeat of the last).
         // So for each earlier turn near mode compares the newest with.
-        let progress: Vec<bool> = match (near, &parsed, &history) {
-            (true, Some(req), Some(history)) if !req.over_budget() => (0..=pending.turns_back())
-                .map(|back| {
-                    progress::answer_progressed_at(
-                        history,
-                        req,
-                        p.volatile.classes,
-                        Some(&self.text_cache),
-                        back,
-                    )
-                })
-                .collect(),
-            _ => Vec::new(),
+        let progress = |back: usize| match (near, &parsed, &history) {
+            (true, Some(req), Some(history)) if !req.over_budget() => {
+                progress::answer_progressed_at(
+                    history,
+                    req,
+                    p.volatile.classes,
+                    Some(&self.text_cache),
+                    back,
+                )
+            }
+            _ => false,
         };
         let mut made = pending.finish_parsed(body, parsed.as_ref(), &progress);
         // An exact-mode LLM call: its model, found without parsing, prices

@@ -16,6 +16,7 @@ use crate::detect::progress;
 use crate::detect::similarity::{self, NearThreshold, Signature};
 use crate::request::llm::{self, Format};
 use crate::request::{self, RequestFacts, RequestHead};
+use std::collections::HashMap;
 use std::fmt;
 mod canon;
 #[cfg(test)]
@@ -126,6 +127,9 @@ enum PendingMode {
         /// Earlier turns to compare the newest tail with: as many as the
         /// ladder's last step needs.
         back: usize,
+        /// The count at which the policy's first step applies: below it,
+        /// repeats change nothing.
+        needed: usize,
     },
     Session {
         session: Option<Vec<u8>>,
@@ -178,26 +182,29 @@ impl Pending<Sha256> {
         } else {
             None
         };
-        let progress = match parsed.as_ref() {
-            Some(req) if self.reads_progress() => {
-                progress::of_request(req, self.volatile.classes, self.turns_back())
-            }
-            _ => Vec::new(),
+        let history = parsed
+            .as_ref()
+            .filter(|req| self.reads_progress() && !req.over_budget())
+            .map(|req| req.tool_history(None));
+        let classes = self.volatile.classes;
+        let progress = |back: usize| match (parsed.as_ref(), history.as_ref()) {
+            (Some(req), Some(h)) => progress::answer_progressed_at(h, req, classes, None, back),
+            _ => false,
         };
         self.finish_parsed(body, parsed.as_ref(), &progress)
     }
 
     /// Finish with the body and what [`llm::parse`] made of it (parsed once
-    /// by the caller, who may need it too); `progress[j]`: the answer `j`
+    /// by the caller, who may need it too); `progress(j)`: the answer `j`
     /// model turns back made progress over the one before it
     /// ([`progress::answer_progressed_at`]; 0, the newest, in near mode
     /// makes the tail repeat only as it is, and so for the earlier turns
-    /// it is compared with). Missing entries are false.
+    /// it is compared with), asked only for the turns compared.
     pub fn finish_parsed(
         self,
         body: &[u8],
         parsed: Option<&llm::Request<'_>>,
-        progress: &[bool],
+        progress: &dyn Fn(usize) -> bool,
     ) -> Fingerprinted {
         self.complete(body, parsed, progress).0
     }
@@ -238,11 +245,15 @@ pub fn explain(
     } else {
         None
     };
-    let progress = match parsed.as_ref() {
-        Some(req) if matches!(pending.mode, PendingMode::Near { .. }) => {
-            progress::of_request(req, pending.volatile.classes, pending.turns_back())
-        }
-        _ => Vec::new(),
+    let near = matches!(pending.mode, PendingMode::Near { .. });
+    let history = parsed
+        .as_ref()
+        .filter(|req| near && !req.over_budget())
+        .map(|req| req.tool_history(None));
+    let classes = pending.volatile.classes;
+    let progress = |back: usize| match (parsed.as_ref(), history.as_ref()) {
+        (Some(req), Some(h)) => progress::answer_progressed_at(h, req, classes, None, back),
+        _ => false,
     };
     let (made, trace) = pending.complete(body, parsed.as_ref(), &progress);
     Explained {
@@ -302,6 +313,10 @@ impl<S: Hashing> Pending<S> {
                     .detection
                     .as_ref()
                     .map_or(0, crate::config::near_turns_back),
+                needed: policy
+                    .detection
+                    .as_ref()
+                    .map_or(1, |d| d.threshold().max(1) as usize),
             },
             Some(Similarity::Session { header, .. }) => PendingMode::Session {
                 session: facts.header(header).filter(|v| !v.is_empty()),
@@ -338,9 +353,9 @@ impl<S: Hashing> Pending<S> {
         self,
         body: &[u8],
         parsed: Option<&llm::Request<'_>>,
-        progress_at: &[bool],
+        progress_at: &dyn Fn(usize) -> bool,
     ) -> (Fingerprinted, S::Residue) {
-        let progress = progress_at.first().copied().unwrap_or(false);
+        let progress = matches!(self.mode, PendingMode::Near { .. }) && progress_at(0);
         let parsed = if self.reads_llm_body() { parsed } else { None };
         let Some(req) = parsed else {
             // A body-less request (a GET) is simply not an LLM call.
@@ -386,6 +401,7 @@ impl<S: Hashing> Pending<S> {
                 tail_messages,
                 threshold,
                 back,
+                needed,
             } => {
                 // The fingerprint names the caller's record; the tail goes
                 // into the signature compared inside it, salted with the
@@ -420,24 +436,45 @@ impl<S: Hashing> Pending<S> {
                 // each whose tail is near the newest counts as a repeat
                 // (every turn of a loop, every round of a cycle).
                 repeats = 1;
+                // Each message is read and masked once, whatever number of
+                // earlier tails hold it.
+                let mut masked: HashMap<Option<usize>, llm::Message> = HashMap::new();
                 let mut later: Option<Vec<llm::Message>> = None;
-                for (j, end) in req.turn_starts(*back).into_iter().enumerate() {
-                    let Some(mut earlier) = req.tail_of_steps_before(*tail_messages, end) else {
+                let starts = req.turn_starts(*back);
+                for (j, end) in starts.iter().copied().enumerate() {
+                    // The rest cannot reach the first step: stop reading.
+                    if (repeats as usize) + (starts.len() - j) < *needed {
+                        break;
+                    }
+                    let Some(places) = req.tail_of_steps_at(*tail_messages, end) else {
                         break;
                     };
-                    self.volatile.mask_messages(&mut earlier);
+                    let mut earlier = Vec::with_capacity(places.len());
+                    for at in places {
+                        if let Some(m) = masked.get(&at) {
+                            earlier.push(m.clone());
+                            continue;
+                        }
+                        let Some(mut m) = req.message_at(at) else {
+                            break;
+                        };
+                        self.volatile.mask_messages(std::slice::from_mut(&mut m));
+                        masked.insert(at, m.clone());
+                        earlier.push(m);
+                    }
                     if similarity::user_brought_news(later.as_deref().unwrap_or(&tail), &earlier) {
                         break;
                     }
                     // As the filter judged that turn: a turn whose answer
                     // made progress repeats only word for word.
-                    let exact = progress_at.get(j + 1).copied().unwrap_or(false);
+                    let exact = progress_at(j + 1);
                     let e = similarity::of_conversation(salt, &earlier, exact);
                     if h.is_near(&e, *threshold) {
                         repeats += 1;
                     }
                     later = Some(earlier);
                 }
+                drop(masked);
                 c.0.note(|| {
                     Component::new(
                         "earlier turns near the newest, it included (its history)",

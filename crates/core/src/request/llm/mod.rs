@@ -630,15 +630,42 @@ impl Request<'_> {
     /// [`Request::tail_of_steps`] of the conversation as it was before item
     /// `end`.
     pub fn tail_of_steps_before(&self, n: usize, end: usize) -> Option<Vec<Message>> {
-        let mut tail = self.tail_before(n, end)?;
         let Items::List(items) = &self.items else {
-            return Some(tail);
+            return self.tail_before(n, end);
         };
-        if tail.len() < n || !tail.first().is_some_and(Message::is_results) {
+        self.tail_of_steps_at(n, end)?
+            .into_iter()
+            .map(|at| match at {
+                None => self.system.and_then(|sys| self.system_message(sys)),
+                Some(i) => items.get(i).and_then(|e| self.item(i, e.0)),
+            })
+            .collect()
+    }
+
+    /// Where the messages of [`Request::tail_of_steps_before`] are, oldest
+    /// first: an item's index, or `None` for the out-of-band system prompt
+    /// (a caller comparing several tails reads each message once). `None`
+    /// when the conversation is one string, or a message cannot be read.
+    pub fn tail_of_steps_at(&self, n: usize, end: usize) -> Option<Vec<Option<usize>>> {
+        let Items::List(items) = &self.items else {
+            return None;
+        };
+        let end = end.min(items.len());
+        let mut tail: Vec<Option<usize>> = Vec::with_capacity(n + 1);
+        if n > end && self.system.is_some() {
+            tail.push(None);
+        }
+        let start = end.saturating_sub(n);
+        tail.extend((start..end).map(Some));
+        let first_is_results = match tail.first() {
+            Some(Some(i)) => items.get(*i).and_then(|e| self.item(*i, e.0))?.is_results(),
+            _ => false,
+        };
+        if end - start < n || !first_is_results {
             return Some(tail);
         }
         let mut before = Vec::new();
-        let mut next = end.min(items.len()).saturating_sub(n);
+        let mut next = start;
         let mut calls_seen = false;
         while next > 0 && before.len() < MAX_STEP_EXTENSION {
             let i = next - 1;
@@ -657,12 +684,21 @@ impl Request<'_> {
             if !take {
                 break;
             }
-            before.push(m);
+            before.push(Some(i));
             next = i;
         }
         before.reverse();
         before.append(&mut tail);
         Some(before)
+    }
+
+    /// The message at a place [`Request::tail_of_steps_at`] gave.
+    pub fn message_at(&self, at: Option<usize>) -> Option<Message> {
+        match (at, &self.items) {
+            (None, _) => self.system.and_then(|sys| self.system_message(sys)),
+            (Some(i), Items::List(items)) => items.get(i).and_then(|e| self.item(i, e.0)),
+            (Some(_), Items::Text(_)) => None,
+        }
     }
 }
 
