@@ -316,7 +316,9 @@ pub fn judge(
     let n = calls.calls.len();
     let recent: Vec<usize> = (n.saturating_sub(cfg.last_calls)..n).collect();
     let repeated = [
-        identical(cfg, &calls, &recent, newest),
+        identical(cfg, &calls, &recent, newest, &|turn| {
+            news_before(history, results, texts, turn)
+        }),
         cycle(cfg, &calls, newest),
         answer(cfg, history, results, texts),
     ];
@@ -360,6 +362,7 @@ fn identical<R: Results>(
     calls: &Calls<'_, '_, R>,
     recent: &[usize],
     newest: usize,
+    news: &dyn Fn(usize) -> bool,
 ) -> Option<ToolVerdict> {
     let mut best: Option<(u32, usize)> = None;
     for c in of_turn(calls, recent, newest) {
@@ -372,6 +375,16 @@ fn identical<R: Results>(
         let mut later = c;
         for &o in same.iter().rev() {
             if !(o + 1..later).all(|i| calls.repeats_earlier(i)) {
+                break;
+            }
+            // A user told the agent something new in between (a support
+            // agent checking a line again after the user changed a
+            // setting): a new question, not the same one again.
+            let (from, to) = (
+                calls.get(o).map_or(0, |x| x.turn),
+                calls.get(later).map_or(0, |x| x.turn),
+            );
+            if (from + 1..=to).any(news) {
                 break;
             }
             n += 1;
@@ -575,6 +588,28 @@ fn brought_news(prompt: Option<&progress::Text>, before: Option<&progress::Text>
         return false;
     }
     !before.is_some_and(|b| progress::similar(p, b))
+}
+
+/// Whether the user's message before model turn `turn` brought news (see
+/// [`brought_news`]) over the user's message before it.
+fn news_before<R: Results>(
+    history: &ToolHistory,
+    results: &R,
+    texts: Option<&progress::TextCache>,
+    turn: usize,
+) -> bool {
+    let prompt_of = |t: usize| {
+        history
+            .turns
+            .get(t)
+            .and_then(|m| m.prompt)
+            .and_then(|at| progress::read_cached(texts, results, at, Classes::NONE, 4))
+    };
+    let Some(p) = prompt_of(turn) else {
+        return false;
+    };
+    let before = (0..turn).rev().find_map(prompt_of);
+    brought_news(Some(&p), before.as_deref())
 }
 
 /// step = occurrences - threshold + 1, capped at the ladder's last step.

@@ -116,8 +116,8 @@ fn chat_text_actions_are_calls_answered_by_the_next_user_message() {
         h.turns.iter().map(|t| t.calls).collect::<Vec<_>>(),
         vec![1, 1]
     );
-    // Each turn answered the user message before it: the task, then the
-    // first observation.
+    // The first turn answered the task; the second answered no user: what
+    // came before it was the first command's output, a tool's words.
     let prompts: Vec<Option<String>> = h
         .turns
         .iter()
@@ -125,7 +125,7 @@ fn chat_text_actions_are_calls_answered_by_the_next_user_message() {
         .collect();
     assert_eq!(
         prompts,
-        vec![Some(normalize_text(ISSUE)), Some(normalize_text(FOUND))]
+        vec![Some(normalize_text(ISSUE)), None]
     );
     // The newest observation not sent yet: the call waits for it.
     let mut pending = swe_agent(&[(FIND, FOUND)]);

@@ -135,7 +135,9 @@ impl Request<'_> {
             };
             if !self.written_by_model(keys) {
                 previous_was_model = false;
-                if self.word(keys, "role") == b"user" {
+                // What a user wrote; a text action's observation is a
+                // tool's output, not a user's message.
+                if self.word(keys, "role") == b"user" && !(awaiting_text && !awaiting.is_empty()) {
                     if let Some(span) = keys.get("content") {
                         prompt = Some(ResultAt::Value(span));
                     }
