@@ -123,10 +123,7 @@ fn chat_text_actions_are_calls_answered_by_the_next_user_message() {
         .iter()
         .map(|t| t.prompt.and_then(|at| req.result_text(at)))
         .collect();
-    assert_eq!(
-        prompts,
-        vec![Some(normalize_text(ISSUE)), None]
-    );
+    assert_eq!(prompts, vec![Some(normalize_text(ISSUE)), None]);
     // The newest observation not sent yet: the call waits for it.
     let mut pending = swe_agent(&[(FIND, FOUND)]);
     pending["messages"]

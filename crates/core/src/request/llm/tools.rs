@@ -137,7 +137,7 @@ impl Request<'_> {
                 previous_was_model = false;
                 // What a user wrote; a text action's observation is a
                 // tool's output, not a user's message.
-                if self.word(keys, "role") == b"user" && !(awaiting_text && !awaiting.is_empty()) {
+                if (awaiting.is_empty() || !awaiting_text) && self.word(keys, "role") == b"user" {
                     if let Some(span) = keys.get("content") {
                         prompt = Some(ResultAt::Value(span));
                     }
