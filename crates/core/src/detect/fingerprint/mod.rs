@@ -441,6 +441,8 @@ impl<S: Hashing> Pending<S> {
                 let mut masked: HashMap<Option<usize>, llm::Message> = HashMap::new();
                 let mut later: Option<Vec<llm::Message>> = None;
                 let starts = req.turn_starts(*back);
+                // What users wrote since the oldest turn compared, read once.
+                let mut users: Option<Vec<(usize, llm::Message)>> = None;
                 for (j, end) in starts.iter().copied().enumerate() {
                     // The rest cannot reach the first step: stop reading.
                     if (repeats as usize) + (starts.len() - j) < *needed {
@@ -462,7 +464,12 @@ impl<S: Hashing> Pending<S> {
                         masked.insert(at, m.clone());
                         earlier.push(m);
                     }
-                    if similarity::user_brought_news(later.as_deref().unwrap_or(&tail), &earlier) {
+                    // A user's new message since that turn began (in its
+                    // exchange or a later one): the conversation went on.
+                    let until = starts.get(j.wrapping_sub(1)).copied().unwrap_or(usize::MAX);
+                    if similarity::user_brought_news(later.as_deref().unwrap_or(&tail), &earlier)
+                        || news_between(req, &mut users, end, until)
+                    {
                         break;
                     }
                     // As the filter judged that turn: a turn whose answer
@@ -574,6 +581,35 @@ impl<S: Hashing> Pending<S> {
         c.0.put(&crc.to_le_bytes());
         c.finish()
     }
+}
+
+/// Whether a user's message among the items `from..to` brought news over
+/// the user's message before it ([`similarity::user_brought_news`]); the
+/// kept user messages are read once, on the first call.
+fn news_between(
+    req: &llm::Request<'_>,
+    users: &mut Option<Vec<(usize, llm::Message)>>,
+    from: usize,
+    to: usize,
+) -> bool {
+    let all = users.get_or_insert_with(|| {
+        let first = req
+            .turn_starts(crate::config::MAX_NEAR_TURNS_BACK + 1)
+            .last()
+            .copied()
+            .unwrap_or(0);
+        req.user_messages_between(first.saturating_sub(1), usize::MAX)
+    });
+    all.iter().enumerate().any(|(k, (i, m))| {
+        *i >= from
+            && *i < to
+            && similarity::user_brought_news(
+                std::slice::from_ref(m),
+                k.checked_sub(1)
+                    .and_then(|p| all.get(p))
+                    .map_or(&[][..], |(_, b)| std::slice::from_ref(b)),
+            )
+    })
 }
 
 /// The key under which a tool-loop event is remembered, so it is logged

@@ -692,6 +692,30 @@ impl Request<'_> {
         Some(before)
     }
 
+    /// The messages a user wrote (not tool results, not a text action's
+    /// observation) among the kept items `from..to`, with their indices.
+    pub fn user_messages_between(&self, from: usize, to: usize) -> Vec<(usize, Message)> {
+        let Items::List(items) = &self.items else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for i in from..to.min(items.len()) {
+            let Some(e) = items.get(i) else { continue };
+            let is_user =
+                e.1.as_ref()
+                    .is_some_and(|keys| self.word(keys, "role").eq_ignore_ascii_case(b"user"));
+            if !is_user {
+                continue;
+            }
+            if let Some(m) = self.item(i, e.0) {
+                if !m.is_results() {
+                    out.push((i, m));
+                }
+            }
+        }
+        out
+    }
+
     /// The message at a place [`Request::tail_of_steps_at`] gave.
     pub fn message_at(&self, at: Option<usize>) -> Option<Message> {
         match (at, &self.items) {
