@@ -8,7 +8,7 @@ use crate::request::llm;
 use serde_json::{json, Value};
 
 /// An OpenAI chat history of (tool, arguments, result) calls, one per turn.
-fn chat(calls: &[(&str, &str, &str)]) -> Value {
+pub(super) fn chat(calls: &[(&str, &str, &str)]) -> Value {
     let mut messages = vec![json!({"role": "user", "content": "Fix the failing test"})];
     for (i, (name, args, result)) in calls.iter().enumerate() {
         messages.push(json!({"role": "assistant", "content": null, "tool_calls": [

@@ -15,14 +15,7 @@ type Owned = (String, String, String);
 
 /// An OpenAI chat of (tool, arguments, result) calls, one per turn.
 fn steps(calls: &[Step]) -> Value {
-    let mut messages = vec![json!({"role": "user", "content": "Make the failing test pass."})];
-    for (i, (name, args, result)) in calls.iter().enumerate() {
-        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
-            {"id": format!("call_{i}"), "type": "function", "function": {"name": name, "arguments": args}}]}));
-        messages
-            .push(json!({"role": "tool", "tool_call_id": format!("call_{i}"), "content": result}));
-    }
-    json!({"model": "gpt-4o", "messages": messages})
+    super::drift_tests::chat(calls)
 }
 
 const FAIL: &str = "FAILED tests/test_cart.py::test_total - AssertionError: assert 10.1 == 10.10";
