@@ -45,8 +45,12 @@ THRESHOLD = POLICY["spec"]["loop_detection"]["threshold_identical_requests"]
 
 # The 429 bodies' messages, by code.
 MESSAGES = {
+    # A conversation resent as it is counts in the window; a growing one
+    # whose turns repeat is judged by its own turns, whatever their pace.
     "recursive_loop_detected": re.compile(
-        rf"Blocked: (near-)?identical request sent {THRESHOLD} times in {WINDOW} seconds\. This usually indicates an agent retry loop\."),
+        rf"Blocked: (near-)?identical request sent {THRESHOLD} times in {WINDOW} seconds\. This usually indicates an agent retry loop\."
+        rf"|Blocked: the last {THRESHOLD} turns of this conversation are near-identical\. This usually indicates an agent stuck in a loop: "
+        r"change course before sending it again\."),
     "tool_loop_detected": re.compile(
         r"Blocked: (the agent called the tool `\w+` \d+ times .*|the agent repeated the same sequence of tool calls .*"
         r"|the model gave essentially the same answer \d+ times in a row\. This usually indicates a loop; change the conversation instead of retrying\.)"),
@@ -193,14 +197,20 @@ def assert_untouched(run: Run, model: ScriptedModel, envoy: Envoy, *, requests: 
 @pytest.mark.parametrize("fw", FRAMEWORK_NAMES)
 def test_failing_tool_with_fresh_ids_is_rejected(fw, served):
     """A stubborn model calling a tool that fails with a fresh timestamp,
-    request id and latency: near mode rejects the 3rd request whose masked
-    tail repeats, and the framework raises its SDK's RateLimitError."""
+    request id and latency: near mode rejects the request whose history
+    shows 3 turns with masked tails alike, and the framework raises its
+    SDK's RateLimitError."""
     sc = scripts.failing_tool()
     run, model, envoy = play(served, fw, sc, f"sk-failing-{fw}")
     assert_stopped(fw, sc, run, model, envoy, by={"429"})
     code, message = assert_rejected(fw, run, model, envoy)
     assert code == "recursive_loop_detected"
-    assert message.startswith(f"Blocked: near-identical request sent {THRESHOLD} times")
+    # A framework that sends the conversation is judged by its turns; one
+    # that sends only the newest messages (the Anthropic tool runner over a
+    # server-side thread) by its record in the window.
+    turns = f"Blocked: the last {THRESHOLD} turns of this conversation are near-identical"
+    window = f"Blocked: near-identical request sent {THRESHOLD} times"
+    assert message.startswith(window if fw == "anthropic-tool-runner" else turns), message
     bodies = [r["body"] for r in model.requests]
     assert len(set(bodies)) == len(bodies), "every request differed"
 

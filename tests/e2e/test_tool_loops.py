@@ -159,7 +159,9 @@ def test_directive_can_disable_tools(stuck, start_envoy):
 def test_pattern_thrash_in_the_responses_format(stuck, start_envoy):
     e = guard(start_envoy, stuck, tool_policy(ladder=["reject"]))
     items = [{"role": "user", "content": "Find the Q3 report"}]
-    for i, q in enumerate(["q3", "q3 report", "report q3", "third quarter"]):
+    # A search retried in other words (the same numbers, most words
+    # shared) that keeps finding nothing.
+    for i, q in enumerate(["q3", "q3 report", "report q3", "Q3 report (PDF)"]):
         items.append({"type": "function_call", "call_id": f"c{i}", "name": "search", "arguments": json.dumps({"q": q})})
         items.append({"type": "function_call_output", "call_id": f"c{i}", "output": "No results"})
     with httpx.Client(base_url=e.url) as c:
