@@ -208,3 +208,38 @@ def test_shadow_mode_reports_tool_loops_without_acting(stuck, start_envoy):
     log = e.log()
     assert 'shadow: would_reject tool loop policy="agents" tier=identical tool=get_build_status level=1' in log
     assert '"mode":"shadow"' in log
+
+
+def swe_agent_chat(commands: list[tuple[str, str]]) -> dict:
+    """A SWE-agent-style conversation: each reply a DISCUSSION and one fenced
+    command, each command's output the next user message."""
+    messages = [{"role": "system", "content": "You are an autonomous programmer. Answer with a DISCUSSION and one command."},
+                {"role": "user", "content": "ISSUE: the username validator accepts a trailing newline."}]
+    for i, (command, output) in enumerate(commands):
+        messages.append({"role": "assistant",
+                         "content": f"DISCUSSION\nStep {i}: let me try this.\n\n```\n{command}\n```"})
+        messages.append({"role": "user", "content": f"{output}\n(Open file: n/a)\n(Current directory: /repo)\nbash-$"})
+    return {"model": "gpt-4-0125-preview", "messages": messages}
+
+
+def test_actions_written_in_text_are_judged_as_tool_calls(stuck, start_envoy):
+    """An agent that writes its command in the reply (SWE-agent's fenced
+    block) and gets its output as a user message: the same command with
+    the same output 3 times is identical thrash on the command; commands
+    that differ (a directory walk) are not, however alike the narration."""
+    e = guard(start_envoy, stuck, tool_policy(ladder=["nudge", "directive", "reject"]))
+    failing = "Traceback (most recent call last):\n  File \"repro.py\", line 3\nAssertionError: username with newline accepted"
+    looping = swe_agent_chat([("python repro.py", failing)] * 3)
+    walking = swe_agent_chat([(f"cd /repo/{d} && ls", f"{d}/__init__.py {d}/validators.py") for d in ("auth", "forms", "core")])
+    with httpx.Client(base_url=e.url) as c:
+        r = c.post("/v1/chat/completions", json=looping)
+        assert r.status_code == 200
+        assert r.headers.get("x-loopguard-tool-loop") == "identical;tool=python;level=1"
+        # The nudge reached the model, as a system message at the end.
+        sent = json.loads(stuck.requests[-1]["body"])
+        assert sent["messages"][-1]["role"] == "system"
+        assert "`python`" in sent["messages"][-1]["content"]
+        r = c.post("/v1/chat/completions", json=walking)
+        assert r.status_code == 200
+        assert "x-loopguard-tool-loop" not in r.headers
+        assert json.loads(stuck.requests[-1]["body"]) == walking
