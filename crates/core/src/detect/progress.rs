@@ -245,22 +245,6 @@ pub fn progressed(later: Turn<'_>, earlier: Turn<'_>, before: Option<Turn<'_>>) 
     deletion || accumulated
 }
 
-/// [`newest_answer_progressed`] for a request whose history is not read
-/// otherwise (`loopguard explain`, a policy without tool loops).
-pub fn of_request(
-    req: &crate::request::llm::Request<'_>,
-    classes: Classes,
-    back: usize,
-) -> Vec<bool> {
-    if req.over_budget() {
-        return vec![false; back + 1];
-    }
-    let history = req.tool_history(None);
-    (0..=back)
-        .map(|j| answer_progressed_at(&history, req, classes, None, j))
-        .collect()
-}
-
 /// Whether the conversation's newest model turn is a text answer that made
 /// progress over the text answer of the turn before it (both long enough
 /// to compare). A request whose newest answer did is a new step of the

@@ -182,15 +182,10 @@ impl Pending<Sha256> {
         } else {
             None
         };
-        let history = parsed
-            .as_ref()
-            .filter(|req| self.reads_progress() && !req.over_budget())
-            .map(|req| req.tool_history(None));
+        let reads = self.reads_progress();
+        let history = progress_history(parsed.as_ref(), reads);
         let classes = self.volatile.classes;
-        let progress = |back: usize| match (parsed.as_ref(), history.as_ref()) {
-            (Some(req), Some(h)) => progress::answer_progressed_at(h, req, classes, None, back),
-            _ => false,
-        };
+        let progress = |back| progressed(parsed.as_ref(), history.as_ref(), classes, back);
         self.finish_parsed(body, parsed.as_ref(), &progress)
     }
 
@@ -246,15 +241,9 @@ pub fn explain(
         None
     };
     let near = matches!(pending.mode, PendingMode::Near { .. });
-    let history = parsed
-        .as_ref()
-        .filter(|req| near && !req.over_budget())
-        .map(|req| req.tool_history(None));
+    let history = progress_history(parsed.as_ref(), near);
     let classes = pending.volatile.classes;
-    let progress = |back: usize| match (parsed.as_ref(), history.as_ref()) {
-        (Some(req), Some(h)) => progress::answer_progressed_at(h, req, classes, None, back),
-        _ => false,
-    };
+    let progress = |back| progressed(parsed.as_ref(), history.as_ref(), classes, back);
     let (made, trace) = pending.complete(body, parsed.as_ref(), &progress);
     Explained {
         made,
@@ -451,19 +440,23 @@ impl<S: Hashing> Pending<S> {
                     let Some(places) = req.tail_of_steps_at(*tail_messages, end) else {
                         break;
                     };
-                    let mut earlier = Vec::with_capacity(places.len());
-                    for at in places {
-                        if let Some(m) = masked.get(&at) {
-                            earlier.push(m.clone());
-                            continue;
-                        }
-                        let Some(mut m) = req.message_at(at) else {
-                            break;
-                        };
-                        self.volatile.mask_messages(std::slice::from_mut(&mut m));
-                        masked.insert(at, m.clone());
-                        earlier.push(m);
-                    }
+                    let read: Option<Vec<llm::Message>> = places
+                        .into_iter()
+                        .map(|at| {
+                            if let Some(m) = masked.get(&at) {
+                                return Some(m.clone());
+                            }
+                            let mut m = req.message_at(at)?;
+                            self.volatile.mask_messages(std::slice::from_mut(&mut m));
+                            masked.insert(at, m.clone());
+                            Some(m)
+                        })
+                        .collect();
+                    // A message that cannot be read: no earlier tail to
+                    // compare (as when the newest tail cannot be read).
+                    let Some(earlier) = read else {
+                        break;
+                    };
                     // A user's new message since that turn began (in its
                     // exchange or a later one): the conversation went on.
                     let until = starts.get(j.wrapping_sub(1)).copied().unwrap_or(usize::MAX);
@@ -580,6 +573,27 @@ impl<S: Hashing> Pending<S> {
         c.0.note(|| Component::new("body crc32", format!("{crc:08x} ({} bytes)", body.len())));
         c.0.put(&crc.to_le_bytes());
         c.finish()
+    }
+}
+
+/// The history near mode's progress rule reads, when it is read (`near`)
+/// and readable.
+fn progress_history(req: Option<&llm::Request<'_>>, near: bool) -> Option<llm::ToolHistory> {
+    req.filter(|r| near && !r.over_budget())
+        .map(|r| r.tool_history(None))
+}
+
+/// Whether the answer `back` turns ago made progress (false without a
+/// history to read).
+fn progressed(
+    req: Option<&llm::Request<'_>>,
+    history: Option<&llm::ToolHistory>,
+    classes: crate::config::Classes,
+    back: usize,
+) -> bool {
+    match (req, history) {
+        (Some(req), Some(h)) => progress::answer_progressed_at(h, req, classes, None, back),
+        _ => false,
     }
 }
 

@@ -491,20 +491,10 @@ impl<'a> Request<'a> {
         let Some(span) = keys.get("content") else {
             return Vec::new();
         };
-        let Some(raw) = self.slice(span) else {
-            return Vec::new();
-        };
-        if raw.len() > actions::MAX_TEXT_BYTES || !tools::may_hold_action(raw) {
-            return Vec::new();
+        match self.reply_text(span) {
+            Ok(Some(text)) => actions::read(&text),
+            _ => Vec::new(),
         }
-        let text = match raw.first() {
-            Some(b'"') => serde_json::from_slice::<String>(raw).unwrap_or_default(),
-            Some(b'[') if self.afford(span) => serde_json::from_slice::<Value>(raw)
-                .map(|v| tools::text_blocks(&v))
-                .unwrap_or_default(),
-            _ => return Vec::new(),
-        };
-        actions::read(&text)
     }
 
     /// The common message, `{"role": ..., "content": "<text>"}` (plus fields

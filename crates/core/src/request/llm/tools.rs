@@ -279,7 +279,7 @@ impl Request<'_> {
             return Some(0);
         };
         let raw = self.body.get(span.0..span.1).unwrap_or_default();
-        if raw.len() > super::actions::MAX_TEXT_BYTES || !may_hold_action(raw) {
+        if !may_read_actions(raw) {
             return Some(0);
         }
         let mut key = Vec::with_capacity(raw.len() + 5);
@@ -292,15 +292,10 @@ impl Request<'_> {
         let calls = match cached {
             Some(calls) => calls,
             None => {
-                if raw.first() != Some(&b'"') && !self.afford(span) {
+                let Ok(text) = self.reply_text(span) else {
                     return None;
-                }
-                let text = match raw.first() {
-                    Some(b'"') => serde_json::from_slice::<String>(raw).unwrap_or_default(),
-                    _ => serde_json::from_slice::<Value>(raw)
-                        .map(|v| text_blocks(&v))
-                        .unwrap_or_default(),
                 };
+                let text = text.unwrap_or_default();
                 let calls: Vec<(Rc<str>, Rc<str>)> = super::actions::read(&text)
                     .into_iter()
                     .map(|a| (Rc::from(a.name), Rc::from(a.arguments)))
@@ -325,6 +320,25 @@ impl Request<'_> {
             });
         }
         Some(n)
+    }
+
+    /// The text of a model reply's content at `span`, to read for actions:
+    /// `None` when it is longer than [`super::actions::MAX_TEXT_BYTES`] or
+    /// shows no marker of one; `Err` when its blocks do not fit the
+    /// request's parsing budget.
+    pub(super) fn reply_text(&self, span: Span) -> Result<Option<String>, ()> {
+        let raw = self.body.get(span.0..span.1).unwrap_or_default();
+        if !may_read_actions(raw) {
+            return Ok(None);
+        }
+        match raw.first() {
+            Some(b'"') => Ok(serde_json::from_slice::<String>(raw).ok()),
+            Some(b'[') if self.afford(span) => Ok(serde_json::from_slice::<Value>(raw)
+                .ok()
+                .map(|v| text_blocks(&v))),
+            Some(b'[') => Err(()),
+            _ => Ok(None),
+        }
     }
 
     /// The tool results an item carries, in order: a chat `tool` message's
@@ -623,9 +637,15 @@ impl Request<'_> {
     }
 }
 
-/// Whether a content's bytes show a marker of a text action (a cheap test
-/// before decoding them).
-pub(super) fn may_hold_action(raw: &[u8]) -> bool {
+/// Whether a reply's content, as bytes, is read for text actions: not
+/// longer than [`super::actions::MAX_TEXT_BYTES`], and showing a marker of
+/// one (a cheap test before decoding it).
+fn may_read_actions(raw: &[u8]) -> bool {
+    raw.len() <= super::actions::MAX_TEXT_BYTES && may_hold_action(raw)
+}
+
+/// Whether a content's bytes show a marker of a text action.
+fn may_hold_action(raw: &[u8]) -> bool {
     let has = |n: &[u8]| memchr::memmem::find(raw, n).is_some();
     has(b"```")
         || has(b"<function=")
@@ -642,7 +662,7 @@ pub(super) fn is_prompt_role(role: &[u8]) -> bool {
 
 /// The text blocks of a content array (Chat and Anthropic `text`,
 /// Responses `output_text`), joined by line ends.
-pub(super) fn text_blocks(v: &Value) -> String {
+fn text_blocks(v: &Value) -> String {
     let Some(blocks) = v.as_array() else {
         return v.as_str().unwrap_or_default().to_string();
     };
