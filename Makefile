@@ -112,6 +112,20 @@ test-tools:
 	@# promtool (make monitoring-check) and the Prometheus server test_monitoring.py starts.
 	@command -v prometheus >/dev/null && command -v promtool >/dev/null || $(call apt_install,--no-install-recommends prometheus)
 
+# The MCP test clients' npm packages (the official TypeScript SDK, pinned in
+# tests/e2e/mcp_apps/package-lock.json); reinstalled when the lock file is newer
+# than the stamp inside node_modules.
+MCP_APPS  := tests/e2e/mcp_apps
+MCP_STAMP := $(MCP_APPS)/node_modules/.loopguard-installed
+
+$(MCP_STAMP): $(MCP_APPS)/package-lock.json $(MCP_APPS)/package.json
+	@command -v npm >/dev/null || { echo "make mcp-tools: needs Node.js >= 20 and npm" >&2; exit 1; }
+	cd $(MCP_APPS) && npm ci --no-audit --no-fund
+	@touch $@
+
+.PHONY: mcp-tools
+mcp-tools: $(MCP_STAMP)
+
 # A test build of the module with fault injection (crashes on request),
 # for the failure_policy tests; never shipped.
 FAULT_DIR  := target/fault-injection
@@ -133,7 +147,7 @@ cli:
 schema: cli
 	$(CLI) schema > schema/loopguard.schema.json
 
-e2e: build fault-build cli $(VENV_STAMP) test-tools
+e2e: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) LOOPGUARD_CLI=$(abspath $(CLI)) \
 	  $(VENV_PY) -m pytest -q -ra -p no:cacheprovider $(E2E_PATHS) $(E2E_ARGS)
 

@@ -376,6 +376,22 @@ pub fn replace_request_body(old_len: usize, body: &[u8]) -> HostResult<()> {
     })
 }
 
+/// Replace the response body chunk at hand (`old_len` bytes) with `body`.
+pub fn replace_response_body(old_len: usize, body: &[u8]) -> HostResult<()> {
+    // SAFETY: pointer and length describe a live slice.
+    status(unsafe {
+        proxy_set_buffer_bytes(BUFFER_RESPONSE_BODY, 0, old_len, body.as_ptr(), body.len())
+    })
+}
+
+/// Remove a response header (in the response headers phase).
+pub fn remove_response_header(name: &str) -> HostResult<()> {
+    // SAFETY: pointer and length describe a live str.
+    status(unsafe {
+        proxy_remove_header_map_value(MAP_RESPONSE_HEADERS, name.as_ptr(), name.len())
+    })
+}
+
 /// Add a header to the response (in the response headers phase).
 pub fn add_response_header(name: &str, value: &str) -> HostResult<()> {
     add_header(MAP_RESPONSE_HEADERS, name, value)

@@ -33,6 +33,14 @@ pub fn apply(plugin: &Plugin, effects: &mut Effects) -> Pending {
             Effect::AddResponseHeader(name, value) => {
                 let _ = abi::add_response_header(name, &value);
             }
+            Effect::RemoveResponseHeader(name) => {
+                let _ = abi::remove_response_header(name);
+            }
+            Effect::ReplaceResponseBody { old_len, body } => {
+                if let Err(e) = abi::replace_response_body(old_len, &body) {
+                    log::warn!("could not add to the response body (host status {})", e.0);
+                }
+            }
             Effect::SetFilterState(name, value) => {
                 let _ = abi::set_filter_state(&name, value.as_bytes());
             }

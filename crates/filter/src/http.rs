@@ -208,7 +208,7 @@ impl HttpContext for Stream {
         // A request whose usage is read needs the status and the content
         // type: both from one call for the whole (small) map; any other
         // only its status.
-        let (status, content_type) = if self.req.reads_usage() {
+        let (status, content_type) = if self.req.wants_content_type() {
             let block = abi::response_headers()
                 .ok()
                 .and_then(loopguard_core::request::HeaderBlock::parse);
@@ -229,7 +229,7 @@ impl HttpContext for Stream {
         let now = abi::now_ms();
         self.run(|e, r, out| {
             e.on_response_headers(r, status, now, out);
-            if r.reads_usage() {
+            if r.wants_content_type() {
                 e.on_response_content_type(r, content_type.as_deref(), out);
             }
             Step::Continue

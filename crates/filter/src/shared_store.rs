@@ -63,10 +63,16 @@ pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
     // workers' own regions (created here, so that the first compare-and-swap
     // on them is a real one; the workers' regions are written only by their
     // worker and need no creation).
-    use loopguard_core::state::ledger;
+    use loopguard_core::state::{ledger, mcp_sessions};
+    let mcp = if layout.mcp {
+        mcp_sessions::BUCKETS
+    } else {
+        0..0
+    };
     for bucket in (0..layout.buckets)
         .chain(ledger::BUCKETS)
         .chain([ledger::REGISTRY])
+        .chain(mcp)
     {
         let key = data.key(bucket).to_string();
         match abi::shared_get(&key) {

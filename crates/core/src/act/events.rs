@@ -52,6 +52,28 @@ pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Val
     event
 }
 
+/// An MCP tool-call loop: what repeated and what loopguard did (or, in
+/// shadow mode, would have done).
+pub fn mcp_loop_detected(
+    policy_id: &str,
+    tool: &str,
+    v: &crate::detect::mcp::McpVerdict,
+    shadow: bool,
+    caller: &str,
+) -> Value {
+    json!({
+        "event": "loop.mcp.detected",
+        "tier": v.tier.as_str(),
+        "tool": tool_loops::safe_tool_name(tool),
+        "level": v.level,
+        "step": v.step.as_str(),
+        "occurrences": v.occurrences,
+        "policy": policy_id,
+        "mode": if shadow { "shadow" } else { "enforce" },
+        "caller": caller,
+    })
+}
+
 /// A hash of who calls under a policy (FNV-1a over the policy id and the
 /// framed identity): stable across workers and replicas, and cheap. Shown
 /// as a tag ([`caller_tag`]); never the identity itself.

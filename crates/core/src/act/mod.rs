@@ -6,4 +6,5 @@ pub mod decision;
 pub mod delay_queue;
 pub mod events;
 pub mod hold;
+pub mod mcp_reply;
 pub mod reply;

@@ -10,6 +10,7 @@
 //! ([`schema`], feature `schema`).
 
 mod error;
+pub mod mcp;
 pub mod prices;
 pub mod raw;
 mod services;
@@ -17,6 +18,7 @@ mod validate;
 pub mod volatile;
 
 pub use error::ConfigError;
+pub use mcp::{Mcp, McpKey, McpStep};
 pub use prices::{ModelPrice, Prices};
 use serde_json::Value;
 pub use services::{OnStoreError, RedisStore, RedisTopology, StoreConfig, Webhook};
@@ -134,6 +136,9 @@ pub struct Policy {
     /// `None` when absent or switched off. A policy with neither still
     /// claims the requests it matches and lets them pass untouched.
     pub tool_loops: Option<ToolLoops>,
+    /// `None` when absent or switched off: loops in MCP `tools/call`
+    /// traffic (a policy with it has neither of the two above).
+    pub mcp: Option<Mcp>,
     /// What is masked in message text and tool results before comparing
     /// (`llm_tail`, `near`; tool-call arguments only when opted in).
     pub volatile: Volatile,
@@ -142,7 +147,7 @@ pub struct Policy {
 impl Policy {
     /// Whether the policy does anything with the requests it claims.
     pub fn is_active(&self) -> bool {
-        self.detection.is_some() || self.tool_loops.is_some()
+        self.detection.is_some() || self.tool_loops.is_some() || self.mcp.is_some()
     }
 
     /// How many of a conversation's last items the policy reads: the tail
@@ -565,6 +570,8 @@ pub fn normalize_host(raw: &str) -> String {
 
 #[cfg(test)]
 mod detection_tests;
+#[cfg(test)]
+mod mcp_tests;
 #[cfg(test)]
 mod selector_tests;
 #[cfg(test)]

@@ -95,6 +95,10 @@ pub struct RawSpec {
     pub loop_detection: Option<Obj<RawDetection>>,
     /// Tool-call loops read from the conversation.
     pub tool_loops: Option<Obj<RawToolLoops>>,
+    /// Loops in MCP `tools/call` traffic (JSON-RPC over streamable HTTP),
+    /// judged from each call and its result. A policy with `mcp` has
+    /// neither `loop_detection` nor `tool_loops`.
+    pub mcp: Option<Obj<RawMcp>>,
     /// Volatile-token masking for `llm_tail`, `near` and `tool_loops`
     /// (timestamps, ids, numbers in tool results replaced by placeholders
     /// before comparing). Default: every class, tool-call arguments
@@ -423,6 +427,63 @@ pub enum OnErrorName {
 pub enum TopologyName {
     Single,
     Cluster,
+}
+
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "Mcp"))]
+#[serde(deny_unknown_fields)]
+pub struct RawMcp {
+    /// `false` switches MCP loop detection off.
+    #[cfg_attr(feature = "schema", schemars(required))]
+    pub enabled: Option<bool>,
+    /// The same call with the same result this many times (this call
+    /// included) reaches the ladder's first step, 2..16. Default 3.
+    #[cfg_attr(feature = "schema", schemars(range(min = 2, max = 16)))]
+    pub same_result_min: Option<Int>,
+    /// The same call failing the same way this many times, 2..16.
+    /// Default 3.
+    #[cfg_attr(feature = "schema", schemars(range(min = 2, max = 16)))]
+    pub same_error_min: Option<Int>,
+    /// A cycle of 2 or 3 calls repeated this many times, 2..5, or 0 for
+    /// none. Default 3.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0, max = 5)))]
+    pub cycle_min: Option<Int>,
+    /// Tools never counted (polling, for example).
+    pub exempt_tools: Option<Vec<String>>,
+    /// Any subsequence of note, block, then error or reject. Default
+    /// `["note", "block"]`.
+    pub ladder: Option<Vec<McpStepName>>,
+    /// The JSON-RPC error code of the `error` step, outside
+    /// -32768..-32000. Default -31000.
+    pub error_code: Option<i64>,
+    /// `session`: the caller's `Mcp-Session-Id` history (the caller's
+    /// own when the protocol has no session). `caller`: one history per
+    /// caller (limit keys). Default `session`.
+    pub key: Option<McpKeyName>,
+    /// A history idle this long starts again, 1..86400. Default 600.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 86_400)))]
+    pub window_seconds: Option<Int>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "McpStep"))]
+#[serde(rename_all = "snake_case")]
+pub enum McpStepName {
+    Note,
+    Block,
+    Error,
+    Reject,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "McpKey"))]
+#[serde(rename_all = "snake_case")]
+pub enum McpKeyName {
+    Session,
+    Caller,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -3,6 +3,7 @@
 //! loops). Pure functions of the request; nothing here keeps state.
 
 pub mod fingerprint;
+pub mod mcp;
 pub mod progress;
 pub mod similarity;
 pub mod tool_loops;

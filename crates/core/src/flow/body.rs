@@ -105,6 +105,9 @@ impl<B: BucketBackend> Engine<B> {
         let Some(p) = config.policies.get(policy) else {
             return Step::Continue;
         };
+        if let Some(cfg) = &p.mcp {
+            return self.decide_mcp(r, p, cfg, body, now, out);
+        }
         // Parse the body once, for the fingerprint and the tool-loop judge,
         // keeping only the conversation items the policy reads.
         let mut refused = None;

@@ -55,10 +55,19 @@ impl<B: BucketBackend> Engine<B> {
         let pending = Pending::start(&config, policy, head, facts);
         r.caller = usage::caller_hash(&policy.id, pending.identity());
         r.started_ms = now;
+        if policy.mcp.is_some() {
+            // MCP: only a POST carries a call (GET opens a stream, DELETE
+            // ends a session); nothing else of the request is judged.
+            if head.method != "POST" || end_of_stream {
+                return Step::Continue;
+            }
+            r.mcp = Some(Box::new(mcp::McpStream::new(index, facts)));
+        }
         // An LLM call's answer is read for its usage: a request with a body
         // to an LLM API path, or judged by a policy that reads LLM bodies
         // (a body-less one, or another API's, costs no response-path work).
         if !end_of_stream
+            && policy.mcp.is_none()
             && (pending.reads_llm_body()
                 || policy.tool_loops.is_some()
                 || crate::request::llm::is_llm_api_path(head.path_only()))

@@ -20,6 +20,7 @@
 mod body;
 mod count;
 mod headers;
+mod mcp;
 mod response;
 mod tick;
 mod usage;
@@ -32,6 +33,8 @@ mod body_tests;
 mod drift_tests;
 #[cfg(test)]
 mod hold_tests;
+#[cfg(test)]
+mod mcp_tests;
 #[cfg(test)]
 mod retry_tests;
 #[cfg(test)]
@@ -81,6 +84,14 @@ pub enum Effect {
     AddRequestHeader(&'static str, String),
     RemoveRequestHeader(&'static str),
     AddResponseHeader(&'static str, String),
+    /// Remove a response header (in the response headers phase).
+    RemoveResponseHeader(&'static str),
+    /// Replace the response body chunk at hand (`old_len` bytes) with
+    /// `body` (an MCP result with a note inserted).
+    ReplaceResponseBody {
+        old_len: usize,
+        body: Vec<u8>,
+    },
     /// Envoy filter state `wasm.<name>`.
     SetFilterState(String, String),
     /// Replace the buffered body (`old_len` bytes); with `set_length`, set
@@ -206,6 +217,8 @@ pub struct Request {
     /// When its headers arrived (the time its response's spending is
     /// dated by).
     started_ms: u64,
+    /// An MCP request under a policy with `mcp`.
+    mcp: Option<Box<mcp::McpStream>>,
 }
 
 /// Whose tokens a response's usage is.
@@ -282,6 +295,7 @@ impl Request {
             loop_counted: false,
             model: None,
             started_ms: 0,
+            mcp: None,
         }
     }
 
@@ -405,7 +419,10 @@ impl<B: BucketBackend> Engine<B> {
                 }
             },
         };
-        let layout = TableLayout::new(config.max_tracked_fingerprints);
+        let layout = TableLayout {
+            mcp: config.policies.iter().any(|p| p.mcp.is_some()),
+            ..TableLayout::new(config.max_tracked_fingerprints)
+        };
         let mut backend = open(layout)?;
         let ledger = crate::state::ledger::Ledger::join(&mut backend);
         let shared = match &config.store {

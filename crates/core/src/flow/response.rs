@@ -22,6 +22,7 @@ impl<B: BucketBackend> Engine<B> {
         for (name, value) in std::mem::take(&mut r.response_headers) {
             out.push(Effect::AddResponseHeader(name, value));
         }
+        self.mcp_response_status(r, status);
         let Some(counted) = r.counted.take() else {
             return;
         };

@@ -38,7 +38,7 @@ impl Request {
     /// Whether the host should hand the response body's chunks over
     /// ([`Engine::on_response_body`]).
     pub fn wants_response_body(&self) -> bool {
-        self.usage.is_some()
+        self.usage.is_some() || self.reads_mcp_result()
     }
 
     /// Note the loop key and model (its price's index, and its name) of
@@ -142,6 +142,11 @@ impl<B: BucketBackend> Engine<B> {
         content_type: Option<&str>,
         out: &mut Effects,
     ) {
+        if r.mcp.is_some() {
+            let at = r.started_ms;
+            self.mcp_content_type(r, content_type, at, out);
+            return;
+        }
         let Some(target) = r.usage_for else {
             return;
         };
@@ -167,6 +172,11 @@ impl<B: BucketBackend> Engine<B> {
         end_of_stream: bool,
         out: &mut Effects,
     ) {
+        if r.mcp.is_some() {
+            let at = r.started_ms;
+            self.mcp_body(r, chunk, end_of_stream, at, out);
+            return;
+        }
         if let Some(reader) = r.usage.as_mut() {
             reader.feed(chunk);
             if let Some(rep) = reader.take_repeated() {

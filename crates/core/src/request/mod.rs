@@ -4,6 +4,7 @@
 //! body read as an LLM call ([`llm`]).
 
 pub mod llm;
+pub mod mcp;
 pub mod policy;
 
 use crate::config::LimitKey;

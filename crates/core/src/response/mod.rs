@@ -10,6 +10,7 @@
 //! failure it did not get (its `x-stainless-retry-count` header could say
 //! anything, and is never read as evidence).
 
+pub mod mcp;
 pub mod repeats;
 pub mod usage;
 

@@ -3,6 +3,7 @@
 //! data through a compare-and-swap backend, or Redis).
 
 pub mod ledger;
+pub mod mcp_sessions;
 pub mod near;
 pub mod redis;
 pub mod slot_table;

@@ -7,10 +7,12 @@ use super::raw::*;
 use super::*;
 
 mod detection;
+mod mcp;
 mod selector;
 mod services;
 mod tool_loops;
 
+use self::mcp::mcp;
 use detection::detection;
 use selector::{exempt, limit_keys, selector};
 use services::{prices, store, webhook};
@@ -212,16 +214,32 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
     let limit_keys = limit_keys(&ctx, spec.limit_keys)?;
     let exempt = exempt(&ctx, spec.exempt)?;
     let has_tool_loops = spec.tool_loops.is_some();
+    let has_mcp = spec.mcp.is_some();
+    if has_mcp {
+        // One policy, one kind of traffic: an MCP endpoint's JSON-RPC
+        // calls are judged by their results, not counted as requests.
+        for (field, given) in [
+            ("loop_detection", spec.loop_detection.is_some()),
+            ("tool_loops", has_tool_loops),
+        ] {
+            if given {
+                return Err(ctx.err(
+                    field,
+                    "cannot be combined with mcp in one policy (give the MCP endpoint a policy of its own)",
+                ));
+            }
+        }
+    }
     let reads_text = spec
         .loop_detection
         .as_ref()
         .is_some_and(|Obj(d)| d.similarity.is_some_and(SimilarityName::reads_tail));
     let volatile = match spec.volatile {
         None => Volatile::default_on(),
-        Some(_) if !reads_text && !has_tool_loops => {
+        Some(_) if !reads_text && !has_tool_loops && !has_mcp => {
             return Err(ctx.err(
                 "volatile",
-                "applies only to similarity \"llm_tail\" or \"near\", or to tool_loops",
+                "applies only to similarity \"llm_tail\" or \"near\", or to tool_loops or mcp",
             ))
         }
         Some(Obj(v)) => volatile(&ctx, v)?,
@@ -230,9 +248,13 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
         None => None,
         Some(Obj(t)) => tool_loops(&ctx, t, &volatile)?,
     };
+    let mcp = match spec.mcp {
+        None => None,
+        Some(Obj(m)) => mcp(&ctx, m, &volatile)?,
+    };
     let detection = match spec.loop_detection {
-        None if has_tool_loops => None,
-        None => return Err(ctx.err("loop_detection", "is required (or give tool_loops)")),
+        None if has_tool_loops || has_mcp => None,
+        None => return Err(ctx.err("loop_detection", "is required (or give tool_loops, or mcp)")),
         Some(Obj(d)) => detection(&ctx, d)?,
     };
     Ok(Policy {
@@ -243,6 +265,7 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
         exempt,
         detection,
         tool_loops,
+        mcp,
         volatile,
     })
 }

@@ -14,7 +14,7 @@
 //! tool calls) are parsed for real.
 
 pub mod actions;
-mod normalize;
+pub(crate) mod normalize;
 pub mod scan;
 mod tools;
 pub mod volatile;

@@ -26,6 +26,9 @@ const FORMAT_VERSION: u8 = 6;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableLayout {
     pub buckets: u32,
+    /// A policy reads MCP: the call histories' region is created too
+    /// ([`crate::state::mcp_sessions`]; not part of the tag).
+    pub mcp: bool,
 }
 
 impl TableLayout {
@@ -34,6 +37,7 @@ impl TableLayout {
         let buckets = entries.div_ceil(BUCKET_ENTRIES);
         TableLayout {
             buckets: u32::try_from(buckets).unwrap_or(u32::MAX),
+            mcp: false,
         }
     }
 

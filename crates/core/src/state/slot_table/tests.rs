@@ -144,7 +144,10 @@ proptest! {
         events in prop::collection::vec((0u8..12, 0u64..300), 1..200),
         buckets in 1u32..4,
     ) {
-        let layout = TableLayout { buckets };
+        let layout = TableLayout {
+            buckets,
+            mcp: false,
+        };
         let query = q(2_000, 6);
         let mut table: HashMap<u32, Vec<u8>> = HashMap::new();
         let mut truth: HashMap<u8, Vec<u64>> = HashMap::new();

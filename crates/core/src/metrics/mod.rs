@@ -12,6 +12,8 @@
 //! name with Envoy at configure time and keeps the ids in a table indexed
 //! by [`MetricId`], so a request's metrics cost no string work.
 
+pub mod mcp;
+
 use crate::config::{Action, Config, OnStoreError, ToolStep};
 use crate::detect::tool_loops::Tier;
 use crate::state::window::Forgave;

@@ -1,0 +1,277 @@
+//! What an MCP client gets when loopguard acts on a looping `tools/call`,
+//! in the protocol's own shapes, so the session goes on:
+//!
+//! - **note**: the server's real result with one more text block, telling
+//!   the model the result is the same again (placed by the response
+//!   reader, [`crate::response::mcp`]);
+//! - **block**: HTTP 200 and a JSON-RPC `result` with the request's `id`,
+//!   `isError: true` and a text block that says, in words, what was
+//!   repeated and what to do instead (plus `resultType: "complete"`, which
+//!   protocol 2026-07-28 requires on every result and older clients
+//!   ignore);
+//! - **error**: HTTP 200 and a JSON-RPC `error` (a code outside the range
+//!   JSON-RPC reserves), which the client raises;
+//! - **reject**: HTTP 429 with the same JSON-RPC error as its body.
+
+use super::reply::LocalReply;
+use crate::config::{Mcp, McpStep};
+use crate::detect::mcp::{McpTier, McpVerdict};
+use crate::detect::tool_loops::safe_tool_name;
+use serde_json::{json, Value};
+
+/// The header a client's response carries when loopguard acted on an MCP
+/// call: `tier=..; tool=..; count=..; step=..`.
+pub const HEADER: &str = "x-loopguard-mcp-loop";
+
+/// The verdict as [`HEADER`] shows it.
+pub fn header_value(tool: &str, v: &McpVerdict) -> String {
+    format!(
+        "tier={}; tool={}; count={}; step={}",
+        v.tier.as_str(),
+        safe_tool_name(tool),
+        v.occurrences,
+        v.step.as_str()
+    )
+}
+
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// What was repeated, in words.
+fn what(tool: &str, v: &McpVerdict) -> String {
+    let tool = safe_tool_name(tool);
+    let before = v.occurrences.saturating_sub(1);
+    match v.tier {
+        McpTier::Identical => format!(
+            "this is the {} call in a row of the tool `{tool}` with these exact arguments, and the previous {before} all returned the same result",
+            ordinal(v.occurrences)
+        ),
+        McpTier::Failing => format!(
+            "this is the {} call in a row of the tool `{tool}` with these exact arguments, and the previous {before} all failed the same way",
+            ordinal(v.occurrences)
+        ),
+        McpTier::Cycle => format!(
+            "the same {} calls (`{tool}` and {} other{}) have been repeated in turn, {} rounds now, and each returned the same result every round",
+            v.period,
+            v.period.saturating_sub(1),
+            if v.period > 2 { "s" } else { "" },
+            v.occurrences
+        ),
+    }
+}
+
+/// What to do instead.
+fn instead(v: &McpVerdict) -> &'static str {
+    match v.tier {
+        McpTier::Identical => "Calling it again will not change the result: use the result you already have, change the arguments, or take a different approach.",
+        McpTier::Failing => "Retrying will not fix it: read the error, change the arguments, or try a different tool or approach.",
+        McpTier::Cycle => "Going around again will not change anything: use the results you already have, or take a different approach.",
+    }
+}
+
+/// The text of the note added to a real result.
+pub fn note_text(cfg: &Mcp, tool: &str, v: &McpVerdict) -> String {
+    let next = cfg.ladder.iter().find(|s| s.answers());
+    let warning = match next {
+        Some(McpStep::Block) => " Further identical calls will be blocked.",
+        Some(McpStep::Error | McpStep::Reject) => {
+            " Further identical calls will be refused with an error."
+        }
+        _ => "",
+    };
+    format!(
+        "[loopguard] Note: {}. {}{warning}",
+        what(tool, v),
+        instead(v)
+    )
+}
+
+/// The text of a blocked call's result.
+pub fn blocked_text(tool: &str, v: &McpVerdict) -> String {
+    format!(
+        "[loopguard] This call was not run: {}. {}",
+        what(tool, v),
+        instead(v)
+    )
+}
+
+fn details(policy_id: &str, tool: &str, v: &McpVerdict) -> Value {
+    json!({
+        "policy": policy_id,
+        "tier": v.tier.as_str(),
+        "tool": safe_tool_name(tool),
+        "occurrences": v.occurrences,
+        "level": v.level,
+        "step": v.step.as_str(),
+    })
+}
+
+fn headers(policy_id: &str, tool: &str, v: &McpVerdict) -> Vec<(&'static str, String)> {
+    vec![
+        ("content-type", "application/json".to_string()),
+        ("x-loopguard-policy", policy_id.to_string()),
+        (HEADER, header_value(tool, v)),
+    ]
+}
+
+/// The reply for an answering step (`None` for a note, which forwards).
+/// `id` is the request's JSON-RPC id as written.
+pub fn reply(
+    cfg: &Mcp,
+    policy_id: &str,
+    id: &str,
+    tool: &str,
+    v: &McpVerdict,
+) -> Option<LocalReply> {
+    // The id is echoed as written: it was read as a JSON string or number.
+    let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+    let (status, body, mut headers) = match v.step {
+        McpStep::Note => return None,
+        McpStep::Block => (
+            200,
+            json!({"jsonrpc": "2.0", "id": id, "result": {
+                "content": [{"type": "text", "text": blocked_text(tool, v)}],
+                "isError": true,
+                "resultType": "complete",
+                "_meta": {"loopguard": details(policy_id, tool, v)},
+            }}),
+            headers(policy_id, tool, v),
+        ),
+        McpStep::Error | McpStep::Reject => (
+            if v.step == McpStep::Reject { 429 } else { 200 },
+            json!({"jsonrpc": "2.0", "id": id, "error": {
+                "code": cfg.error_code,
+                "message": blocked_text(tool, v),
+                "data": {"loopguard": details(policy_id, tool, v)},
+            }}),
+            headers(policy_id, tool, v),
+        ),
+    };
+    if v.step == McpStep::Reject {
+        // The history starts again once the caller has been quiet this
+        // long.
+        headers.push(("retry-after", (cfg.window_ms / 1000).max(1).to_string()));
+    }
+    Some(LocalReply {
+        status,
+        headers,
+        body: body.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Classes, McpKey};
+    use crate::detect::mcp::Entry;
+
+    fn cfg(ladder: &[McpStep]) -> Mcp {
+        Mcp {
+            same_result_min: 3,
+            same_error_min: 3,
+            cycle_min: 3,
+            exempt_tools: Vec::new(),
+            ladder: ladder.to_vec(),
+            error_code: -31_000,
+            key: McpKey::Session,
+            window_ms: 120_000,
+            result_classes: Classes::defaults(),
+            arguments_mask: Classes::NONE,
+        }
+    }
+
+    fn verdict(tier: McpTier, step: McpStep, n: u32) -> McpVerdict {
+        McpVerdict {
+            tier,
+            occurrences: n,
+            period: if tier == McpTier::Cycle { 2 } else { 1 },
+            level: 2,
+            step,
+            expected: Entry::default(),
+        }
+    }
+
+    #[test]
+    fn a_blocked_call_is_a_tool_result_with_the_requests_id() {
+        let c = cfg(&[McpStep::Note, McpStep::Block]);
+        let v = verdict(McpTier::Identical, McpStep::Block, 4);
+        let r = reply(&c, "mcp", "\"req-7\"", "search", &v).unwrap();
+        assert_eq!(r.status, 200);
+        let body: Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(body["id"], "req-7");
+        assert_eq!(body["result"]["isError"], true);
+        assert_eq!(body["result"]["resultType"], "complete");
+        let text = body["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(
+            text.contains("4th call in a row of the tool `search`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("previous 3 all returned the same result"),
+            "{text}"
+        );
+        assert_eq!(body["result"]["_meta"]["loopguard"]["tier"], "identical");
+        let numeric = reply(&c, "mcp", "12", "search", &v).unwrap();
+        let body: Value = serde_json::from_str(&numeric.body).unwrap();
+        assert_eq!(body["id"], 12);
+        assert!(r.headers.contains(&(
+            HEADER,
+            "tier=identical; tool=search; count=4; step=block".to_string()
+        )));
+    }
+
+    #[test]
+    fn error_and_reject_carry_a_json_rpc_error() {
+        let c = cfg(&[McpStep::Block, McpStep::Error]);
+        let v = verdict(McpTier::Failing, McpStep::Error, 5);
+        let r = reply(&c, "p", "3", "fail", &v).unwrap();
+        assert_eq!(r.status, 200);
+        let body: Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(body["error"]["code"], -31_000);
+        assert!(body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failed the same way"));
+        let c = cfg(&[McpStep::Reject]);
+        let v = verdict(McpTier::Cycle, McpStep::Reject, 3);
+        let r = reply(&c, "p", "3", "read", &v).unwrap();
+        assert_eq!(r.status, 429);
+        assert!(r.headers.contains(&("retry-after", "120".to_string())));
+        let body: Value = serde_json::from_str(&r.body).unwrap();
+        assert!(body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("same 2 calls"));
+        assert!(reply(
+            &c,
+            "p",
+            "3",
+            "read",
+            &verdict(McpTier::Cycle, McpStep::Note, 3)
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn a_note_says_what_comes_next() {
+        let v = verdict(McpTier::Identical, McpStep::Note, 3);
+        let t = note_text(&cfg(&[McpStep::Note, McpStep::Block]), "search", &v);
+        assert!(t.contains("3rd call in a row"), "{t}");
+        assert!(
+            t.ends_with("Further identical calls will be blocked."),
+            "{t}"
+        );
+        let t = note_text(&cfg(&[McpStep::Note]), "search", &v);
+        assert!(t.ends_with("take a different approach."), "{t}");
+        assert_eq!(ordinal(11), "11th");
+        assert_eq!(ordinal(22), "22nd");
+    }
+}

@@ -1,0 +1,95 @@
+//! The `mcp` block: thresholds, the ladder, the error code and the key.
+
+use super::*;
+use crate::config::mcp::{Mcp, McpKey, McpStep, DEFAULT_ERROR_CODE};
+use crate::config::raw::{McpKeyName, McpStepName, RawMcp};
+
+pub(super) fn mcp(ctx: &Ctx, m: RawMcp, volatile: &Volatile) -> Result<Option<Mcp>, ConfigError> {
+    let f = |name: &str| format!("mcp.{name}");
+    let enabled = m
+        .enabled
+        .ok_or_else(|| ctx.err(&f("enabled"), "is required"))?;
+    let count = |name: &str, v: &Option<Int>| -> Result<u32, ConfigError> {
+        Ok(ctx
+            .int(&f(name), v, 2, 16)?
+            .map_or(3, |n| u32::try_from(n).unwrap_or(16)))
+    };
+    let same_result_min = count("same_result_min", &m.same_result_min)?;
+    let same_error_min = count("same_error_min", &m.same_error_min)?;
+    let cycle_min = ctx
+        .off_or_from_2(&f("cycle_min"), &m.cycle_min, 5, "cycle detection")?
+        .map_or(3, |n| u32::try_from(n).unwrap_or(5));
+    let exempt_tools = ctx
+        .non_empty(&f("exempt_tools"), &m.exempt_tools)?
+        .map(<[String]>::to_vec)
+        .unwrap_or_default();
+    if let Some(empty) = exempt_tools.iter().position(String::is_empty) {
+        return Err(ctx.err(
+            &format!("mcp.exempt_tools[{empty}]"),
+            "must name a tool (got \"\")",
+        ));
+    }
+    let ladder = match ctx.non_empty(&f("ladder"), &m.ladder)? {
+        None => vec![McpStep::Note, McpStep::Block],
+        Some(list) => {
+            let mut steps: Vec<McpStep> = Vec::with_capacity(list.len());
+            for name in list {
+                let step = match name {
+                    McpStepName::Note => McpStep::Note,
+                    McpStepName::Block => McpStep::Block,
+                    McpStepName::Error => McpStep::Error,
+                    McpStepName::Reject => McpStep::Reject,
+                };
+                let out_of_order = steps.last().is_some_and(|prev| *prev >= step);
+                let both_stops = step == McpStep::Reject && steps.contains(&McpStep::Error);
+                if out_of_order || both_stops {
+                    return Err(ctx.err(
+                        &f("ladder"),
+                        "must list its steps in the order note, block, then error or reject (not both), each at most once",
+                    ));
+                }
+                steps.push(step);
+            }
+            steps
+        }
+    };
+    let error_code = m.error_code.unwrap_or(DEFAULT_ERROR_CODE);
+    if (-32_768..=-32_000).contains(&error_code) {
+        return Err(ctx.err(
+            &f("error_code"),
+            format!(
+                "must be outside -32768..-32000, the range JSON-RPC reserves (got {error_code})"
+            ),
+        ));
+    }
+    if m.error_code.is_some() && !ladder.contains(&McpStep::Error) {
+        return Err(ctx.err(&f("error_code"), "needs an \"error\" step in the ladder"));
+    }
+    let key = match m.key {
+        None | Some(McpKeyName::Session) => McpKey::Session,
+        Some(McpKeyName::Caller) => McpKey::Caller,
+    };
+    let window_s = ctx
+        .int(
+            &f("window_seconds"),
+            &m.window_seconds,
+            1,
+            MAX_WINDOW_SECONDS,
+        )?
+        .unwrap_or(600);
+    if !enabled {
+        return Ok(None);
+    }
+    Ok(Some(Mcp {
+        same_result_min,
+        same_error_min,
+        cycle_min,
+        exempt_tools,
+        ladder,
+        error_code,
+        key,
+        window_ms: window_s * 1000,
+        result_classes: volatile.classes,
+        arguments_mask: volatile.argument_classes(),
+    }))
+}

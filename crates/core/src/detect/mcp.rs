@@ -1,0 +1,165 @@
+//! Loops in MCP tool calls, judged from a caller's (or session's) recent
+//! calls and what each got back. At the gateway a call and its result are
+//! both seen, so a loop is told from progress directly:
+//!
+//! - **identical**: the same call (tool and canonical arguments) answered
+//!   with the same result, time after time, nothing else in between;
+//! - **failing**: the same call failing the same way (`isError`, or a
+//!   JSON-RPC error);
+//! - **cycle**: the same two or three calls in turn, each answered the
+//!   same every round.
+//!
+//! The same call whose result changed is progress (polling a job, paging,
+//! rerunning tests after an edit): its run starts again. A result that
+//! could not be read is never a repeat. The verdict is made before the
+//! call goes on: it predicts the result the loop keeps getting, which the
+//! ladder's note is checked against when the real result passes.
+
+use crate::config::{Mcp, McpStep};
+
+/// One call in a history, with what it got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Entry {
+    /// The call's digest (tool and canonical arguments).
+    pub call: u64,
+    /// The digest of its whole result.
+    pub result: u64,
+    /// The digest of its result's `content` (what a note is checked
+    /// against).
+    pub content: u64,
+    /// The result was an error (`isError`, or a JSON-RPC error).
+    pub failed: bool,
+    /// The result could not be read: never a repeat of anything.
+    pub unread: bool,
+    /// Answered by loopguard (the result is the one the loop kept
+    /// getting).
+    pub answered: bool,
+}
+
+impl Entry {
+    /// The same call with the same result (both read).
+    fn repeats(&self, other: &Entry) -> bool {
+        !self.unread && !other.unread && self.call == other.call && self.result == other.result
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpTier {
+    Identical,
+    Failing,
+    Cycle,
+}
+
+impl McpTier {
+    pub const ALL: [McpTier; 3] = [McpTier::Identical, McpTier::Failing, McpTier::Cycle];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpTier::Identical => "identical",
+            McpTier::Failing => "failing",
+            McpTier::Cycle => "cycle",
+        }
+    }
+}
+
+/// A loop the next call would continue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct McpVerdict {
+    pub tier: McpTier,
+    /// How many times the call has been made in the loop, this one
+    /// included (a cycle: its rounds).
+    pub occurrences: u32,
+    /// Calls in a cycle's round (1 for identical and failing).
+    pub period: u32,
+    /// 1-based position on the ladder.
+    pub level: u32,
+    pub step: McpStep,
+    /// What the call got last time (the result the loop keeps getting).
+    pub expected: Entry,
+}
+
+/// Judge `call` against `history` (oldest first, exempt tools left out).
+pub fn judge(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
+    identical(cfg, history, call).or_else(|| cycle(cfg, history, call))
+}
+
+fn identical(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
+    let last = history.last().filter(|e| e.call == call && !e.unread)?;
+    let run = history.iter().rev().take_while(|e| e.repeats(last)).count();
+    let occurrences = u32::try_from(run).unwrap_or(u32::MAX).saturating_add(1);
+    let (tier, min) = if last.failed {
+        (McpTier::Failing, cfg.same_error_min)
+    } else {
+        (McpTier::Identical, cfg.same_result_min)
+    };
+    verdict(cfg, tier, occurrences, min, 1, *last)
+}
+
+fn cycle(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
+    if cfg.cycle_min == 0 {
+        return None;
+    }
+    let n = history.len();
+    for p in [2usize, 3] {
+        let Some(start) = n.checked_sub(p) else {
+            continue;
+        };
+        let round = history.get(start..)?;
+        let Some(first) = round.first().filter(|e| e.call == call) else {
+            continue;
+        };
+        // One call over and over is identical thrash, not a cycle; and a
+        // round of three whose calls repeat with period 1 is neither.
+        if round.iter().all(|e| e.call == first.call) {
+            continue;
+        }
+        // The trailing stretch where each call repeats the one a round
+        // before it, with the same result.
+        let same = (p..n)
+            .rev()
+            .take_while(|&i| match (history.get(i), history.get(i - p)) {
+                (Some(a), Some(b)) => a.repeats(b),
+                _ => false,
+            })
+            .count();
+        // Rounds of this call: the stretch, the round before it, and this
+        // call.
+        let occurrences = u32::try_from((same + 2 * p) / p).unwrap_or(u32::MAX);
+        if let Some(v) = verdict(cfg, McpTier::Cycle, occurrences, cfg.cycle_min, p, *first) {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn verdict(
+    cfg: &Mcp,
+    tier: McpTier,
+    occurrences: u32,
+    min: u32,
+    period: usize,
+    expected: Entry,
+) -> Option<McpVerdict> {
+    if occurrences < min {
+        return None;
+    }
+    let last = cfg.ladder.len().checked_sub(1)?;
+    let index = ((occurrences - min) as usize).min(last);
+    let step = *cfg.ladder.get(index)?;
+    Some(McpVerdict {
+        tier,
+        occurrences,
+        period: u32::try_from(period).unwrap_or(3),
+        level: u32::try_from(index + 1).unwrap_or(u32::MAX),
+        step,
+        expected,
+    })
+}
+
+/// Whether `tool` is never counted.
+pub fn exempt(cfg: &Mcp, tool: &str) -> bool {
+    cfg.exempt_tools.iter().any(|t| t == tool)
+}
+
+#[cfg(test)]
+mod tests;

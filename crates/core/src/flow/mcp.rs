@@ -1,0 +1,408 @@
+//! MCP traffic through a policy with `mcp`: a `tools/call` POST is read
+//! once its body is complete, judged against the caller's (or session's)
+//! recent calls, and either forwarded (its result read as it passes, and
+//! added to the history) or answered by loopguard in the protocol's own
+//! shape. Everything else (`initialize`, `server/discover`, `tools/list`,
+//! notifications, GET streams, DELETE) passes untouched; odd bodies and
+//! results pass too, counted.
+
+use super::*;
+use crate::act::{events, mcp_reply};
+use crate::config::{Mcp, McpKey, McpStep, Mode, Policy};
+use crate::detect::mcp::{self as judge, Entry, McpVerdict};
+use crate::metrics::mcp::{self as m, McpUnjudged};
+use crate::request::mcp::{self as read, Head, Message, ToolCall};
+use crate::response::mcp::{Framing, NotePlan, ResultReader, Seen};
+use crate::state::mcp_sessions;
+use crate::state::store::{Hit, StoreAnswer};
+use crate::state::window::WindowQuery;
+
+/// An MCP request on its way: its headers' facts, then the call it
+/// forwarded and the reader of its result.
+#[derive(Debug)]
+pub(super) struct McpStream {
+    policy: usize,
+    head: Head,
+    call: Option<Forwarded>,
+    status: Option<u32>,
+    reader: Option<ResultReader>,
+}
+
+#[derive(Debug)]
+struct Forwarded {
+    /// Whose history the call joins.
+    key: u64,
+    digest: u64,
+    tool: String,
+    /// The loop a note is planned for.
+    noted: Option<McpVerdict>,
+    note_added: bool,
+}
+
+impl McpStream {
+    pub(super) fn new(policy: usize, facts: &dyn crate::request::RequestFacts) -> McpStream {
+        McpStream {
+            policy,
+            head: Head::read(facts),
+            call: None,
+            status: None,
+            reader: None,
+        }
+    }
+}
+
+impl Request {
+    /// Whether the host should pass the response's `content-type`
+    /// ([`Engine::on_response_content_type`]): its usage is read, or an
+    /// MCP result.
+    pub fn wants_content_type(&self) -> bool {
+        self.reads_usage() || self.mcp.as_ref().is_some_and(|s| s.call.is_some())
+    }
+
+    pub(super) fn reads_mcp_result(&self) -> bool {
+        self.mcp
+            .as_ref()
+            .and_then(|s| s.reader.as_ref())
+            .is_some_and(ResultReader::reading)
+    }
+}
+
+/// The history a call joins: the caller's, and its session's when the
+/// policy keys by session and the protocol has one.
+fn history_key(caller: u64, cfg: &Mcp, head: &Head) -> u64 {
+    let mut h = crate::request::Fnv(caller ^ 0x6d63_705f_6869_7374);
+    if cfg.key == McpKey::Session {
+        if let Some(s) = &head.session {
+            h.write(&[1]);
+            h.write(s.as_bytes());
+        }
+    }
+    h.0
+}
+
+impl<B: BucketBackend> Engine<B> {
+    /// The whole body of a request under an MCP policy.
+    pub(super) fn decide_mcp(
+        &mut self,
+        r: &mut Request,
+        policy: &Policy,
+        cfg: &Mcp,
+        body: &[u8],
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let Some(stream) = r.mcp.as_mut() else {
+            return Step::Continue;
+        };
+        let call = match read::read(body, &stream.head, cfg.arguments_mask) {
+            Message::Call(c) => c,
+            Message::Other => {
+                r.mcp = None;
+                return Step::Continue;
+            }
+            Message::Unjudged(why) => {
+                r.mcp = None;
+                out.push(Effect::CountNamed(
+                    m::unjudged(&policy.id, McpUnjudged::Request(why)),
+                    1,
+                ));
+                out.push(Effect::Log(
+                    Level::Debug,
+                    format!("mcp request passed unjudged ({})", why.as_str()),
+                ));
+                return Step::Continue;
+            }
+        };
+        if judge::exempt(cfg, &call.tool) {
+            r.mcp = None;
+            out.push(Effect::CountNamed(m::exempt(&policy.id), 1));
+            self.publish_decision(out, true, || {
+                events::access_log(&policy.id, policy.mode, "exempt", None, None)
+            });
+            return Step::Continue;
+        }
+        out.push(Effect::CountNamed(m::calls(&policy.id), 1));
+        let key = history_key(r.caller, cfg, &stream.head);
+        let history = match mcp_sessions::read(&mut self.local.backend, key, now, cfg.window_ms) {
+            Ok(h) => h,
+            Err(_) => {
+                out.push(Effect::CountNamed(
+                    m::unjudged(&policy.id, McpUnjudged::Store),
+                    1,
+                ));
+                Vec::new()
+            }
+        };
+        let verdict = judge::judge(cfg, &history, call.digest);
+        let mut forwarded = Forwarded {
+            key,
+            digest: call.digest,
+            tool: call.tool.clone(),
+            noted: None,
+            note_added: false,
+        };
+        let Some(v) = verdict else {
+            stream.call = Some(forwarded);
+            return Step::Continue;
+        };
+        let index = stream.policy;
+        let shadow = policy.mode == Mode::Shadow;
+        self.note_in_loop(r, index, out);
+        if shadow {
+            self.mcp_event(r, policy, &call.tool, &v, key, true, now, out);
+            out.push(Effect::CountNamed(m::shadow(&policy.id, v.tier, v.step), 1));
+            out.push(Effect::Log(
+                Level::Info,
+                format!(
+                    "shadow: would_{} mcp loop policy=\"{}\" tier={} tool={} count={}",
+                    v.step.as_str(),
+                    policy.id,
+                    v.tier.as_str(),
+                    crate::detect::tool_loops::safe_tool_name(&call.tool),
+                    v.occurrences
+                ),
+            ));
+            let header = mcp_reply::header_value(&call.tool, &v);
+            self.publish_decision(out, true, || {
+                events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
+            });
+            if let Some(s) = r.mcp.as_mut() {
+                s.call = Some(forwarded);
+            }
+            return Step::Continue;
+        }
+        if v.step == McpStep::Note {
+            // Forwarded; the note goes into the result if it is the same
+            // again (counted and reported then).
+            forwarded.noted = Some(v);
+            if let Some(s) = r.mcp.as_mut() {
+                s.call = Some(forwarded);
+            }
+            return Step::Continue;
+        }
+        self.answer_mcp(r, policy, cfg, &call, &v, key, now, out)
+    }
+
+    /// Answer a looping call instead of the server, and add the answer to
+    /// the history (the loop goes on climbing while the call repeats).
+    #[allow(clippy::too_many_arguments)]
+    fn answer_mcp(
+        &mut self,
+        r: &mut Request,
+        policy: &Policy,
+        cfg: &Mcp,
+        call: &ToolCall,
+        v: &McpVerdict,
+        key: u64,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        r.mcp = None;
+        let Some(reply) = mcp_reply::reply(cfg, &policy.id, &call.id, &call.tool, v) else {
+            return Step::Continue;
+        };
+        let answered = Entry {
+            answered: true,
+            unread: false,
+            ..v.expected
+        };
+        let answered = Entry {
+            call: call.digest,
+            ..answered
+        };
+        if mcp_sessions::append(&mut self.local.backend, key, answered, now, cfg.window_ms).is_err()
+        {
+            out.push(Effect::CountNamed(
+                m::unjudged(&policy.id, McpUnjudged::Store),
+                1,
+            ));
+        }
+        self.mcp_event(r, policy, &call.tool, v, key, false, now, out);
+        out.push(Effect::CountNamed(m::loops(&policy.id, v.tier, v.step), 1));
+        let header = mcp_reply::header_value(&call.tool, v);
+        self.publish_decision(out, true, || {
+            events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
+        });
+        out.push(Effect::LocalReply(reply, "loopguard_mcp_loop_detected"));
+        Step::Pause
+    }
+
+    /// One event line per history, tier and level within a window (kept
+    /// in the shared table, so across workers too).
+    #[allow(clippy::too_many_arguments)]
+    fn mcp_event(
+        &mut self,
+        r: &Request,
+        policy: &Policy,
+        tool: &str,
+        v: &McpVerdict,
+        key: u64,
+        shadow: bool,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let mut h = crate::request::Fnv(key);
+        h.write(b"mcp-event");
+        h.write(v.tier.as_str().as_bytes());
+        h.write(&v.level.to_le_bytes());
+        let mut fp = [0u8; 16];
+        let (a, b) = fp.split_at_mut(8);
+        a.copy_from_slice(&h.0.to_le_bytes());
+        b.copy_from_slice(&key.to_le_bytes());
+        let once = WindowQuery {
+            window_ms: TOOL_EVENT_WINDOW_MS,
+            capacity: 1,
+            trip_at: 2,
+            cooldown_ms: 0,
+            detect_at: 1,
+            event_every_ms: TOOL_EVENT_WINDOW_MS,
+        };
+        let fingerprint = crate::detect::fingerprint::Fingerprint(fp);
+        let first = match self.local.record(&Hit::exact(fingerprint, now, once)) {
+            StoreAnswer::Ready(r) => r.state.event.is_some(),
+            StoreAnswer::Failed(_) => true,
+        };
+        if first {
+            let event = events::mcp_loop_detected(
+                &policy.id,
+                tool,
+                v,
+                shadow,
+                &usage::caller_tag(r.caller),
+            );
+            out.push(Effect::Log(Level::Info, event.to_string()));
+            self.queue_alert(&event, now, out);
+        }
+    }
+
+    /// The response's status, for an MCP call that went on.
+    pub(super) fn mcp_response_status(&mut self, r: &mut Request, status: Option<u32>) {
+        if let Some(s) = r.mcp.as_mut() {
+            s.status = status;
+        }
+    }
+
+    /// The response's content type: a result to read (a JSON body or an
+    /// event stream with a 200), or one that cannot be read (recorded as
+    /// such: never a repeat).
+    pub(super) fn mcp_content_type(
+        &mut self,
+        r: &mut Request,
+        content_type: Option<&str>,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let Some(s) = r.mcp.as_mut() else {
+            return;
+        };
+        let Some(f) = s.call.as_ref() else {
+            return;
+        };
+        let config = Rc::clone(&self.config);
+        let Some(cfg) = config.policies.get(s.policy).and_then(|p| p.mcp.as_ref()) else {
+            return;
+        };
+        let framing = Framing::of(content_type).filter(|_| s.status == Some(200));
+        let Some(framing) = framing else {
+            self.finish_mcp(r, Seen::Unreadable, now, out);
+            return;
+        };
+        let note = f.noted.as_ref().map(|v| NotePlan {
+            expected_content: v.expected.content,
+            text: mcp_reply::note_text(cfg, &f.tool, v),
+        });
+        if note.is_some() {
+            // The note changes the body's length.
+            out.push(Effect::RemoveResponseHeader("content-length"));
+        }
+        s.reader = Some(ResultReader::new(framing, cfg.result_classes, note));
+    }
+
+    /// A chunk of an MCP result.
+    pub(super) fn mcp_body(
+        &mut self,
+        r: &mut Request,
+        chunk: &[u8],
+        end_of_stream: bool,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let Some(s) = r.mcp.as_mut() else {
+            return;
+        };
+        let Some(reader) = s.reader.as_mut() else {
+            return;
+        };
+        let fed = reader.feed(chunk, end_of_stream);
+        if let Some((at, bytes)) = fed.insert {
+            let mut body = Vec::with_capacity(chunk.len() + bytes.len());
+            body.extend_from_slice(chunk.get(..at).unwrap_or(chunk));
+            body.extend_from_slice(&bytes);
+            body.extend_from_slice(chunk.get(at..).unwrap_or(&[]));
+            out.push(Effect::ReplaceResponseBody {
+                old_len: chunk.len(),
+                body,
+            });
+            if let Some(f) = s.call.as_mut() {
+                f.note_added = true;
+            }
+        }
+        if let Some(seen) = fed.seen {
+            self.finish_mcp(r, seen, now, out);
+        }
+    }
+
+    /// The result is read (or cannot be): add the call and what it got to
+    /// its history; report a note that was added.
+    fn finish_mcp(&mut self, r: &mut Request, seen: Seen, now: u64, out: &mut Effects) {
+        let Some(s) = r.mcp.take() else {
+            return;
+        };
+        let Some(f) = s.call else {
+            return;
+        };
+        let config = Rc::clone(&self.config);
+        let Some(policy) = config.policies.get(s.policy) else {
+            return;
+        };
+        let Some(cfg) = policy.mcp.as_ref() else {
+            return;
+        };
+        let entry = match seen {
+            Seen::Result(o) => Entry {
+                call: f.digest,
+                result: o.result,
+                content: o.content,
+                failed: o.failed,
+                unread: false,
+                answered: false,
+            },
+            Seen::Unreadable => {
+                out.push(Effect::CountNamed(
+                    m::unjudged(&policy.id, McpUnjudged::ResultUnreadable),
+                    1,
+                ));
+                Entry {
+                    call: f.digest,
+                    unread: true,
+                    ..Entry::default()
+                }
+            }
+        };
+        if mcp_sessions::append(&mut self.local.backend, f.key, entry, now, cfg.window_ms).is_err()
+        {
+            out.push(Effect::CountNamed(
+                m::unjudged(&policy.id, McpUnjudged::Store),
+                1,
+            ));
+        }
+        if let (true, Some(v)) = (f.note_added, f.noted.as_ref()) {
+            out.push(Effect::CountNamed(m::loops(&policy.id, v.tier, v.step), 1));
+            self.mcp_event(r, policy, &f.tool, v, f.key, false, now, out);
+            let header = mcp_reply::header_value(&f.tool, v);
+            self.publish_decision(out, true, || {
+                events::access_log_tool_loop(&policy.id, policy.mode, "note", &header)
+            });
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! The MCP counters: defined by the host when first counted (their label
+//! values are bounded: policy ids, tiers, steps, reasons).
+
+use crate::config::McpStep;
+use crate::detect::mcp::McpTier;
+
+/// Why an MCP request or result was passed on without being judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum McpUnjudged {
+    /// A body: a batch, malformed JSON-RPC, or headers that disagree with
+    /// it ([`crate::request::mcp::Unjudged`]).
+    Request(crate::request::mcp::Unjudged),
+    /// The result could not be read (not JSON, too deep, too long, cut
+    /// short, an HTTP error).
+    ResultUnreadable,
+    /// The history store failed (the call passed unjudged, or its result
+    /// was not recorded).
+    Store,
+}
+
+impl McpUnjudged {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpUnjudged::Request(u) => u.as_str(),
+            McpUnjudged::ResultUnreadable => "result_unreadable",
+            McpUnjudged::Store => "store_error",
+        }
+    }
+}
+
+/// `tools/call` requests a policy judged.
+pub fn calls(policy_id: &str) -> String {
+    format!("loopguard.mcp_calls_total.policy.{policy_id}")
+}
+
+/// Calls of exempt tools (never judged).
+pub fn exempt(policy_id: &str) -> String {
+    format!("loopguard.mcp_exempt_total.policy.{policy_id}")
+}
+
+/// Loops acted on: a note added, a call blocked, an error or a 429.
+pub fn loops(policy_id: &str, tier: McpTier, step: McpStep) -> String {
+    format!(
+        "loopguard.mcp_loops_total.policy.{policy_id}.tier.{}.step.{}",
+        tier.as_str(),
+        step.as_str()
+    )
+}
+
+/// What a shadow-mode policy would have done.
+pub fn shadow(policy_id: &str, tier: McpTier, step: McpStep) -> String {
+    format!(
+        "loopguard.mcp_shadow_total.policy.{policy_id}.tier.{}.step.{}",
+        tier.as_str(),
+        step.as_str()
+    )
+}
+
+/// Requests and results passed on unjudged, by reason.
+pub fn unjudged(policy_id: &str, why: McpUnjudged) -> String {
+    format!(
+        "loopguard.mcp_unjudged_total.policy.{policy_id}.reason.{}",
+        why.as_str()
+    )
+}

@@ -1,0 +1,303 @@
+//! A `tools/call`'s result, read as it passes to the client (never held):
+//! the JSON-RPC response in an `application/json` body, or the response
+//! event of a `text/event-stream` (after any notifications the server
+//! sends first). What is kept is bounded: a few digests, and at most
+//! [`scan::MAX_CAPTURE`] bytes of a member while it is read.
+//!
+//! A result is judged by digests of its `content`, `isError` and
+//! `structuredContent`, each in canonical JSON with the policy's volatile
+//! classes masked (a timestamp in a result is noise; a count that changed
+//! is news). A JSON-RPC error is judged by its code and masked message.
+//!
+//! The reader also places the note of the ladder's first step: when the
+//! result's `content` turns out to be the one expected (the same as last
+//! time), a text block is inserted before the `]` that closes it, in the
+//! chunk that holds that byte.
+
+pub mod scan;
+
+use crate::config::Classes;
+use crate::request::llm::normalize::canonical_json;
+use crate::request::llm::volatile::{self, Context};
+use crate::request::Fnv;
+use scan::{Captured, Event, Field, Scanner};
+
+/// Bytes of one response read at most (an event stream that never ends is
+/// left alone after this many).
+pub const MAX_SCANNED: usize = 16 * 1024 * 1024;
+/// Bytes of an SSE field name compared.
+const MAX_FIELD_NAME: usize = 8;
+
+/// How the response body frames its JSON-RPC messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Json,
+    Sse,
+}
+
+impl Framing {
+    /// From the response's `content-type` (`None`: not an MCP answer).
+    pub fn of(content_type: Option<&str>) -> Option<Framing> {
+        let ct = content_type?.split(';').next()?.trim().to_ascii_lowercase();
+        match ct.as_str() {
+            "application/json" => Some(Framing::Json),
+            "text/event-stream" => Some(Framing::Sse),
+            _ => None,
+        }
+    }
+}
+
+/// What a tool call got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// The digest of the whole result (content, isError, structured
+    /// content), or of a JSON-RPC error.
+    pub result: u64,
+    /// The digest of `content` alone (what a note compares).
+    pub content: u64,
+    /// `isError: true`, or a JSON-RPC error.
+    pub failed: bool,
+}
+
+/// How a response ended for the reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    Result(Outcome),
+    /// No response could be read (not JSON, nested too deep, too long, or
+    /// the stream ended first).
+    Unreadable,
+}
+
+/// A note to insert into the result when its content is the one expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotePlan {
+    pub expected_content: u64,
+    pub text: String,
+}
+
+impl NotePlan {
+    /// The content block inserted (`comma`: after other blocks).
+    fn block(&self, comma: bool) -> Vec<u8> {
+        let block = serde_json::json!({"type": "text", "text": self.text});
+        let mut out = Vec::new();
+        if comma {
+            out.push(b',');
+        }
+        out.extend_from_slice(block.to_string().as_bytes());
+        out
+    }
+}
+
+/// What one chunk gave.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Fed {
+    /// Insert these bytes at this offset of the chunk.
+    pub insert: Option<(usize, Vec<u8>)>,
+    /// The response is read (once).
+    pub seen: Option<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Sse {
+    at_line_start: bool,
+    name: Vec<u8>,
+    /// In the field name (before `:`).
+    in_name: bool,
+    data: bool,
+    /// The byte after `data:` (one space is dropped).
+    first: bool,
+    after_cr: bool,
+    /// The line holds nothing (an empty line dispatches the event).
+    empty_line: bool,
+}
+
+/// The reader of one response.
+#[derive(Debug)]
+pub struct ResultReader {
+    framing: Framing,
+    classes: Classes,
+    note: Option<NotePlan>,
+    json: Scanner,
+    sse: Sse,
+    scanned: usize,
+    done: bool,
+}
+
+impl ResultReader {
+    pub fn new(framing: Framing, classes: Classes, note: Option<NotePlan>) -> ResultReader {
+        ResultReader {
+            framing,
+            classes,
+            note,
+            json: Scanner::default(),
+            sse: Sse {
+                at_line_start: true,
+                empty_line: true,
+                ..Sse::default()
+            },
+            scanned: 0,
+            done: false,
+        }
+    }
+
+    /// Whether the reader wants more of the body.
+    pub fn reading(&self) -> bool {
+        !self.done
+    }
+
+    /// Read a chunk (`end`: the body's last).
+    pub fn feed(&mut self, chunk: &[u8], end: bool) -> Fed {
+        let mut fed = Fed::default();
+        if self.done {
+            return fed;
+        }
+        for (i, &b) in chunk.iter().enumerate() {
+            self.scanned += 1;
+            if self.scanned > MAX_SCANNED {
+                return self.finish(fed, Seen::Unreadable);
+            }
+            let event = match self.framing {
+                Framing::Json => self.json.byte(b),
+                Framing::Sse => self.sse_byte(b),
+            };
+            match event {
+                Event::None => {}
+                Event::ContentEnds => {
+                    if let Some(note) = &self.note {
+                        let content = self.json.field(Field::Content);
+                        if content.map(|c| digest(c, self.classes)) == Some(note.expected_content) {
+                            let comma = content.is_some_and(|c| c.items > 0);
+                            fed.insert = Some((i, note.block(comma)));
+                        }
+                    }
+                }
+                Event::MessageEnds => {
+                    if self.json.is_response {
+                        let seen = self.outcome();
+                        return self.finish(fed, seen);
+                    }
+                    if self.framing == Framing::Json {
+                        return self.finish(fed, Seen::Unreadable);
+                    }
+                    // A notification or a server's request first: the
+                    // response is still to come.
+                    self.json.reset();
+                }
+                Event::Broken => return self.finish(fed, Seen::Unreadable),
+            }
+        }
+        if end {
+            return self.finish(fed, Seen::Unreadable);
+        }
+        fed
+    }
+
+    fn finish(&mut self, mut fed: Fed, seen: Seen) -> Fed {
+        self.done = true;
+        fed.seen = Some(seen);
+        self.json.reset();
+        fed
+    }
+
+    /// One byte of an event stream: data lines go to the JSON scanner
+    /// (their line ends as whitespace), other lines are skipped.
+    fn sse_byte(&mut self, b: u8) -> Event {
+        let s = &mut self.sse;
+        if b == b'\n' && s.after_cr {
+            s.after_cr = false;
+            return Event::None;
+        }
+        s.after_cr = b == b'\r';
+        if b == b'\n' || b == b'\r' {
+            let was_data = s.data;
+            let empty = s.at_line_start && s.empty_line;
+            s.at_line_start = true;
+            s.empty_line = true;
+            s.in_name = false;
+            s.data = false;
+            s.name.clear();
+            if was_data {
+                return self.json.byte(b'\n');
+            }
+            if empty && self.json.mid_message() {
+                // The event ended inside a message: it cannot be read.
+                return Event::Broken;
+            }
+            return Event::None;
+        }
+        if s.at_line_start {
+            s.at_line_start = false;
+            s.empty_line = false;
+            s.in_name = true;
+            s.name.clear();
+        }
+        if s.in_name {
+            if b == b':' {
+                s.in_name = false;
+                s.data = s.name == b"data";
+                s.first = true;
+            } else if s.name.len() < MAX_FIELD_NAME {
+                s.name.push(b);
+            }
+            return Event::None;
+        }
+        if !s.data {
+            return Event::None;
+        }
+        if s.first {
+            s.first = false;
+            if b == b' ' {
+                return Event::None;
+            }
+        }
+        self.json.byte(b)
+    }
+
+    /// The response's digests (from the members read).
+    fn outcome(&self) -> Seen {
+        let j = &self.json;
+        if let Some(e) = j.field(Field::Error) {
+            let d = digest(e, self.classes);
+            return Seen::Result(Outcome {
+                result: d,
+                content: d,
+                failed: true,
+            });
+        }
+        let content = j
+            .field(Field::Content)
+            .map_or(0, |c| digest(c, self.classes));
+        let failed = j.field(Field::IsError).is_some_and(|c| c.bytes == b"true");
+        let structured = j
+            .field(Field::Structured)
+            .map_or(0, |c| digest(c, self.classes));
+        let mut h = Fnv::default();
+        h.write(&content.to_le_bytes());
+        h.write(&[u8::from(failed)]);
+        h.write(&structured.to_le_bytes());
+        Seen::Result(Outcome {
+            result: h.0,
+            content,
+            failed,
+        })
+    }
+}
+
+/// A member's digest: its canonical JSON with the volatile classes masked
+/// as in a tool result, or (too long to copy) its bytes as written.
+pub fn digest(c: &Captured, classes: Classes) -> u64 {
+    if c.whole {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&c.bytes) {
+            return volatile::masked_digest(
+                &canonical_json(&v),
+                classes,
+                Context::ToolResult,
+                &|_| false,
+            );
+        }
+    }
+    c.raw
+}
+
+#[cfg(test)]
+mod tests;

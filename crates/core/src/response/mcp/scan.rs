@@ -1,0 +1,336 @@
+//! A streaming JSON scanner for one JSON-RPC message at a time: it tracks
+//! where each value starts and ends, byte by byte, across chunks, and
+//! copies out (bounded) the members a tool result is judged by:
+//! `result.content`, `result.isError`, `result.structuredContent` and
+//! `error`. Nothing is held: the caller passes every chunk on at once.
+
+use crate::request::Fnv;
+
+/// Containers nested deeper than this end the reading (the result is
+/// unreadable; the bytes still pass).
+pub const MAX_DEPTH: usize = 64;
+/// Bytes of one member copied for a masked digest; a longer member is
+/// judged by a digest of its bytes as written.
+pub const MAX_CAPTURE: usize = 64 * 1024;
+/// The longest object key compared (longer keys are none of ours).
+const MAX_KEY: usize = 24;
+
+/// The members of a message the reader copies out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    Content,
+    IsError,
+    Structured,
+    Error,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    Other,
+    Result,
+    Error,
+    Content,
+    IsError,
+    Structured,
+}
+
+fn key_of(b: &[u8]) -> Key {
+    match b {
+        b"result" => Key::Result,
+        b"error" => Key::Error,
+        b"content" => Key::Content,
+        b"isError" => Key::IsError,
+        b"structuredContent" => Key::Structured,
+        _ => Key::Other,
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    object: bool,
+    /// The key of the member being read (objects).
+    key: Key,
+    /// An object waits for a key (after `{` or `,`).
+    expect_key: bool,
+}
+
+/// A member copied out: its bytes (up to [`MAX_CAPTURE`]) and a digest
+/// of all its bytes (whitespace between tokens left out).
+#[derive(Debug, Clone, Default)]
+pub struct Captured {
+    pub bytes: Vec<u8>,
+    pub whole: bool,
+    pub raw: u64,
+    /// Values directly inside it (the blocks of `content`).
+    pub items: u32,
+}
+
+/// What one byte did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    None,
+    /// The byte closes `result.content` (the `]`), which holds `items`
+    /// values: the place a note goes, before this byte.
+    ContentEnds,
+    /// A top-level value ended with this byte.
+    MessageEnds,
+    /// The message cannot be read on (nested too deep, or not JSON).
+    Broken,
+}
+
+#[derive(Debug, Default)]
+pub struct Scanner {
+    stack: Vec<Frame>,
+    in_string: bool,
+    escape: bool,
+    string_is_key: bool,
+    key: Vec<u8>,
+    key_long: bool,
+    scalar: bool,
+    /// The member being copied, and the depth its value sits at.
+    capture: Option<(Field, usize)>,
+    buf: Captured,
+    /// Members finished in this message.
+    pub fields: Vec<(Field, Captured)>,
+    /// The message has a top-level `result` or `error`.
+    pub is_response: bool,
+    broken: bool,
+}
+
+impl Scanner {
+    /// Start on the next message (the fields read are dropped).
+    pub fn reset(&mut self) {
+        *self = Scanner {
+            key: std::mem::take(&mut self.key),
+            ..Scanner::default()
+        };
+        self.key.clear();
+    }
+
+    /// Whether a message is half read.
+    pub fn mid_message(&self) -> bool {
+        !self.stack.is_empty() || self.in_string || self.scalar
+    }
+
+    pub fn field(&self, f: Field) -> Option<&Captured> {
+        self.fields.iter().find(|(g, _)| *g == f).map(|(_, c)| c)
+    }
+
+    fn copy(&mut self, b: u8) {
+        if self.capture.is_none() {
+            return;
+        }
+        let c = &mut self.buf;
+        if c.bytes.len() < MAX_CAPTURE {
+            c.bytes.push(b);
+        } else {
+            c.whole = false;
+        }
+        if self.in_string || !b.is_ascii_whitespace() {
+            let mut h = Fnv(c.raw);
+            h.write(&[b]);
+            c.raw = h.0;
+        }
+    }
+
+    /// The member a value starting at `depth` is, if it is one we copy.
+    fn field_at(&self, depth: usize) -> Option<Field> {
+        let parent = |i: usize| self.stack.get(i).filter(|f| f.object).map(|f| f.key);
+        match depth {
+            1 => match parent(0)? {
+                Key::Result => None,
+                Key::Error => Some(Field::Error),
+                _ => None,
+            },
+            2 if parent(0)? == Key::Result => match parent(1)? {
+                Key::Content => Some(Field::Content),
+                Key::IsError => Some(Field::IsError),
+                Key::Structured => Some(Field::Structured),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn value_starts(&mut self) {
+        let depth = self.stack.len();
+        if depth == 1 {
+            if let Some(Key::Result | Key::Error) = self.stack.first().map(|f| f.key) {
+                self.is_response = true;
+            }
+        }
+        if self.capture.is_none() {
+            if let Some(field) = self.field_at(depth) {
+                self.capture = Some((field, depth));
+                self.buf = Captured {
+                    whole: true,
+                    raw: Fnv::default().0,
+                    ..Captured::default()
+                };
+            }
+        } else if let Some((_, d)) = self.capture {
+            if depth == d + 1 {
+                self.buf.items += 1;
+            }
+        }
+    }
+
+    /// A value at `depth` ended: a member copied out is finished.
+    fn value_ends(&mut self, depth: usize) -> Event {
+        if let Some((field, d)) = self.capture {
+            if d == depth {
+                self.capture = None;
+                let c = std::mem::take(&mut self.buf);
+                self.fields.push((field, c));
+            }
+        }
+        if depth == 0 {
+            Event::MessageEnds
+        } else {
+            Event::None
+        }
+    }
+
+    /// One byte of the message.
+    pub fn byte(&mut self, b: u8) -> Event {
+        if self.broken {
+            return Event::Broken;
+        }
+        if self.in_string {
+            if self.string_is_key {
+                if self.escape {
+                    self.escape = false;
+                } else if b == b'\\' {
+                    self.escape = true;
+                    self.key_long = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                    self.copy(b);
+                    let key = if self.key_long {
+                        Key::Other
+                    } else {
+                        key_of(&self.key)
+                    };
+                    if let Some(f) = self.stack.last_mut() {
+                        f.key = key;
+                    }
+                    return Event::None;
+                } else if self.key.len() < MAX_KEY {
+                    self.key.push(b);
+                } else {
+                    self.key_long = true;
+                }
+                self.copy(b);
+                return Event::None;
+            }
+            self.copy(b);
+            if self.escape {
+                self.escape = false;
+            } else if b == b'\\' {
+                self.escape = true;
+            } else if b == b'"' {
+                self.in_string = false;
+                return self.value_ends(self.stack.len());
+            }
+            return Event::None;
+        }
+        let mut ended = Event::None;
+        if self.scalar {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.') {
+                self.copy(b);
+                return Event::None;
+            }
+            self.scalar = false;
+            ended = self.value_ends(self.stack.len());
+            if ended == Event::MessageEnds {
+                // A bare top-level scalar is no message of ours.
+                return ended;
+            }
+        }
+        let event = match b {
+            b'{' | b'[' => {
+                if self.stack.len() >= MAX_DEPTH {
+                    self.broken = true;
+                    return Event::Broken;
+                }
+                self.value_starts();
+                self.copy(b);
+                self.stack.push(Frame {
+                    object: b == b'{',
+                    key: Key::Other,
+                    expect_key: b == b'{',
+                });
+                Event::None
+            }
+            b'}' | b']' => {
+                let Some(frame) = self.stack.pop() else {
+                    self.broken = true;
+                    return Event::Broken;
+                };
+                if frame.object != (b == b'}') {
+                    self.broken = true;
+                    return Event::Broken;
+                }
+                let closes_content = b == b']'
+                    && matches!(self.capture, Some((Field::Content, d)) if d == self.stack.len());
+                self.copy(b);
+                let e = self.value_ends(self.stack.len());
+                if closes_content {
+                    Event::ContentEnds
+                } else {
+                    e
+                }
+            }
+            b'"' => {
+                let is_key = self.stack.last().is_some_and(|f| f.object && f.expect_key);
+                if is_key {
+                    self.string_is_key = true;
+                    self.key.clear();
+                    self.key_long = false;
+                } else {
+                    self.string_is_key = false;
+                    self.value_starts();
+                }
+                self.in_string = true;
+                self.copy(b);
+                Event::None
+            }
+            b':' => {
+                if let Some(f) = self.stack.last_mut() {
+                    f.expect_key = false;
+                }
+                self.copy(b);
+                Event::None
+            }
+            b',' => {
+                if let Some(f) = self.stack.last_mut() {
+                    if f.object {
+                        f.expect_key = true;
+                        f.key = Key::Other;
+                    }
+                }
+                self.copy(b);
+                Event::None
+            }
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                self.copy(b);
+                Event::None
+            }
+            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
+                self.value_starts();
+                self.scalar = true;
+                self.copy(b);
+                Event::None
+            }
+            _ => {
+                self.broken = true;
+                Event::Broken
+            }
+        };
+        if ended != Event::None {
+            ended
+        } else {
+            event
+        }
+    }
+}
