@@ -61,7 +61,7 @@ impl<B: BucketBackend> Engine<B> {
             if head.method != "POST" || end_of_stream {
                 return Step::Continue;
             }
-            r.mcp = Some(Box::new(mcp::McpStream::new(index, facts)));
+            r.mcp = Some(Box::new(mcp::McpStream::new(index, policy, facts)));
         }
         // An LLM call's answer is read for its usage: a request with a body
         // to an LLM API path, or judged by a policy that reads LLM bodies

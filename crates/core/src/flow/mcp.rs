@@ -23,6 +23,9 @@ use crate::state::window::WindowQuery;
 pub(super) struct McpStream {
     policy: usize,
     head: Head,
+    /// The client's address, when nothing else tells callers apart (no
+    /// limit keys, no API key).
+    address: Option<String>,
     call: Option<Forwarded>,
     status: Option<u32>,
     reader: Option<ResultReader>,
@@ -40,10 +43,20 @@ struct Forwarded {
 }
 
 impl McpStream {
-    pub(super) fn new(policy: usize, facts: &dyn crate::request::RequestFacts) -> McpStream {
+    pub(super) fn new(
+        policy: usize,
+        p: &Policy,
+        facts: &dyn crate::request::RequestFacts,
+    ) -> McpStream {
+        let anonymous = p.limit_keys.is_empty() && crate::request::api_key(facts).is_none();
+        let address = anonymous
+            .then(|| facts.source_address())
+            .flatten()
+            .map(|a| crate::request::address_without_port(&a).to_string());
         McpStream {
             policy,
             head: Head::read(facts),
+            address,
             call: None,
             status: None,
             reader: None,
@@ -68,11 +81,16 @@ impl Request {
 }
 
 /// The history a call joins: the caller's, and its session's when the
-/// policy keys by session and the protocol has one.
-fn history_key(caller: u64, cfg: &Mcp, head: &Head) -> u64 {
+/// policy keys by session and the protocol has one. A caller known by
+/// nothing (no limit keys, no API key) is told apart by its address.
+fn history_key(caller: u64, cfg: &Mcp, stream: &McpStream) -> u64 {
     let mut h = crate::request::Fnv(caller ^ 0x6d63_705f_6869_7374);
+    if let Some(a) = &stream.address {
+        h.write(&[2]);
+        h.write(a.as_bytes());
+    }
     if cfg.key == McpKey::Session {
-        if let Some(s) = &head.session {
+        if let Some(s) = &stream.head.session {
             h.write(&[1]);
             h.write(s.as_bytes());
         }
@@ -122,7 +140,7 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         }
         out.push(Effect::CountNamed(m::calls(&policy.id), 1));
-        let key = history_key(r.caller, cfg, &stream.head);
+        let key = history_key(r.caller, cfg, stream);
         let history = match mcp_sessions::read(&mut self.local.backend, key, now, cfg.window_ms) {
             Ok(h) => h,
             Err(_) => {

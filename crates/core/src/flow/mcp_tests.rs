@@ -309,3 +309,42 @@ fn a_stateless_caller_is_one_history_by_its_limit_keys() {
     assert_eq!(go(&mut h, "b", 7).step, Step::Continue);
     assert_eq!(go(&mut h, "a", 3).step, Step::Pause);
 }
+
+#[test]
+fn callers_known_by_nothing_are_told_apart_by_their_address() {
+    let mut h = harness(json!({"enabled": true, "ladder": ["block"], "same_result_min": 2}));
+    let mut go = |h: &mut Harness, from: &str, id: u32| {
+        let mut req = Request::new(id);
+        let mut out = Effects::new();
+        let mut f = crate::request::tests::FakeFacts::default().with("mcp-method", "tools/call");
+        f.source = Some(format!("{from}:40000"));
+        let head = crate::request::RequestHead {
+            method: "POST",
+            path: "/mcp",
+            authority: "tools",
+        };
+        let body = call_body(id, "search", json!({"q": "x"}));
+        h.engine
+            .on_headers(&mut req, &head, &f, false, h.now, &mut out);
+        let step = h.engine.on_body(
+            &mut req,
+            body.len(),
+            true,
+            Some(body.as_bytes()),
+            h.now,
+            &mut out,
+        );
+        let mut s = Sent {
+            req,
+            effects: out,
+            step,
+        };
+        if step == Step::Continue {
+            answer(h, &mut s, &result_body(id, "same"));
+        }
+        step
+    };
+    assert_eq!(go(&mut h, "10.0.0.1", 1), Step::Continue);
+    assert_eq!(go(&mut h, "10.0.0.2", 2), Step::Continue);
+    assert_eq!(go(&mut h, "10.0.0.1", 3), Step::Pause);
+}
