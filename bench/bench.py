@@ -97,7 +97,16 @@ def sse_4k() -> str:
 RESPONSES = {
     "sse4k": ("text/event-stream", sse_4k()),
     "text4k": ("text/plain", "x" * 4096),
+    # An MCP tool result of about 1 KB, as a JSON body.
+    "mcp1k": ("application/json", json.dumps({"jsonrpc": "2.0", "id": 1, "result": {
+        "content": [{"type": "text", "text": "3 results: " + "doc-a4d07475 " * 75}], "isError": False}})),
 }
+
+# An MCP tools/call (the wrk rows put the request counter into its
+# arguments, so no caller ever repeats a call: the whole path runs, reading
+# the result and adding it to the history, and nothing is blocked).
+MCP_CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "search", "arguments": {"query": "release notes", "page": 0}}}
 
 
 def with_response(config: dict, cfg: dict) -> dict:
@@ -140,7 +149,8 @@ def configurations(tmp: Path, stores: list[dict]) -> list[dict]:
     chat_16k = chat_body(16)
     tools_16k = chat_body(16, tool_calls=20)
     chat_1k = chat_body(1)
-    for name, data in [("post1k", body_1k), ("chat16k", chat_16k), ("tools16k", tools_16k), ("chat1k", chat_1k)]:
+    mcp_call = json.dumps(MCP_CALL).encode()
+    for name, data in [("post1k", body_1k), ("chat16k", chat_16k), ("tools16k", tools_16k), ("chat1k", chat_1k), ("mcp", mcp_call)]:
         (tmp / f"{name}.json").write_bytes(data)
     exact_keys = {"selector": {}, "loop_detection": NO_TRIP}
     llm = {"selector": {}, "loop_detection": {**NO_TRIP, "similarity": "llm_tail"}}
@@ -149,6 +159,7 @@ def configurations(tmp: Path, stores: list[dict]) -> list[dict]:
     # use the 1024 threshold; 64 in a second never trips here either.
     near = {"selector": {}, "loop_detection": {**NO_TRIP, "threshold_identical_requests": 64, "similarity": "near"}}
     tools = {"selector": {}, "tool_loops": {"enabled": True}}
+    mcp = {"selector": {}, "mcp": {"enabled": True}}
     buf = buffer_filter(1 << 20)
     return [
         {"name": "no wasm filter, GET", "filters": [ROUTER], "req": "get", "base": None},
@@ -172,6 +183,11 @@ def configurations(tmp: Path, stores: list[dict]) -> list[dict]:
          "base": "no-op wasm + buffer, 1 KB chat, 4 KB stream"},
         {"name": "loopguard llm_tail, 1 KB chat, 4 KB stream with usage", "filters": [loopguard(llm), buf, ROUTER], "req": "chat1k", "response": "sse4k",
          "base": "loopguard llm_tail, 1 KB chat, 4 KB text answer", "target": 5.0},
+        # MCP: a tools/call judged against its caller's history, its 1 KB
+        # result read as it passes and added to the history.
+        {"name": "no-op wasm + buffer, MCP tools/call, 1 KB result", "filters": [noop_filter(), buf, ROUTER], "req": "mcp", "response": "mcp1k", "base": None},
+        {"name": "loopguard mcp, tools/call, 1 KB result", "filters": [loopguard(mcp), buf, ROUTER], "req": "mcp", "response": "mcp1k",
+         "base": "no-op wasm + buffer, MCP tools/call, 1 KB result"},
     ] + [
         # The distributed rows: the same policy counting in each shared store.
         {"name": f"loopguard exact, {what}, {s['label']}", "filters": [loopguard(exact_keys, store=s["config"]), *extra, ROUTER], "req": req,
@@ -185,6 +201,8 @@ def wrk_script(tmp: Path, kind: str) -> Path:
     policies see a realistic mix of fingerprints and never trip; `flood`
     makes every fingerprint new."""
     body = "nil" if kind in ("get", "flood") else f'io.open("{tmp / (kind + ".json")}"):read("*a")'
+    # An MCP call whose arguments carry the counter: never a repeat.
+    send_body = '(body:gsub(\'"page": 0\', \'"page": \' .. counter))' if kind == "mcp" else "body"
     method = "GET" if kind in ("get", "flood") else "POST"
     ident = "counter" if kind == "flood" else "counter % 1000"
     script = tmp / f"{kind}.lua"
@@ -194,7 +212,7 @@ local body = {body}
 request = function()
   counter = counter + 1
   local id = {ident}
-  return wrk.format("{method}", "/v1/bench?id=" .. id, {{["authorization"] = "Bearer sk-bench-" .. id, ["content-type"] = "application/json"}}, body)
+  return wrk.format("{method}", "/v1/bench?id=" .. id, {{["authorization"] = "Bearer sk-bench-" .. id, ["content-type"] = "application/json"}}, {send_body})
 end
 """)
     return script

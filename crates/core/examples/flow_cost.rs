@@ -4,6 +4,7 @@
 //! go natively.
 //!
 //!     cargo run --release -p loopguard-core --example flow_cost -- BODY.json near 200
+//!     cargo run --release -p loopguard-core --example flow_cost -- mcp 200
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -40,8 +41,43 @@ impl RequestFacts for Facts {
     }
 }
 
+/// `mcp`: tools/call requests (a new call each time, from 1000 callers'
+/// sessions) and their 1 KB results, read as they pass.
+fn mcp(n: u32) {
+    let cfg = Config::from_value(&serde_json::json!({"policies": [{"id": "p", "spec": {"selector": {},
+        "mcp": {"enabled": true}}}]}))
+    .unwrap();
+    let mut engine = Engine::new(cfg, "bench", |_| Ok(InProcess::default()), |_| None, 1).unwrap();
+    let head = RequestHead {
+        method: "POST",
+        path: "/mcp",
+        authority: "x",
+    };
+    let result = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {
+        "content": [{"type": "text", "text": format!("3 results: {}", "doc-a4d07475 ".repeat(75))}],
+        "isError": false}})
+    .to_string();
+    let mut out = Effects::new();
+    for i in 0..n {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"search","arguments":{{"query":"release notes","page":{i}}}}}}}"#
+        );
+        let mut r = Request::new(i);
+        let now = 1_000 + 100 * u64::from(i);
+        engine.on_headers(&mut r, &head, &Facts, false, now, &mut out);
+        engine.on_body(&mut r, body.len(), true, Some(body.as_bytes()), now, &mut out);
+        engine.on_response_headers(&mut r, Some(200), now, &mut out);
+        engine.on_response_content_type(&mut r, Some("application/json"), &mut out);
+        engine.on_response_body(&mut r, result.as_bytes(), true, &mut out);
+        out.clear();
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("mcp") {
+        return mcp(args.get(2).map_or(200, |s| s.parse().unwrap()));
+    }
     let body = std::fs::read(&args[1]).unwrap();
     let similarity = args.get(2).map_or("near", String::as_str);
     let n: u32 = args.get(3).map_or(200, |s| s.parse().unwrap());
