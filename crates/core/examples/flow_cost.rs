@@ -44,8 +44,10 @@ impl RequestFacts for Facts {
 /// `mcp`: tools/call requests (a new call each time, from 1000 callers'
 /// sessions) and their 1 KB results, read as they pass.
 fn mcp(n: u32) {
-    let cfg = Config::from_value(&serde_json::json!({"policies": [{"id": "p", "spec": {"selector": {},
-        "mcp": {"enabled": true}}}]}))
+    let cfg = Config::from_value(
+        &serde_json::json!({"policies": [{"id": "p", "spec": {"selector": {},
+        "mcp": {"enabled": true}}}]}),
+    )
     .unwrap();
     let mut engine = Engine::new(cfg, "bench", |_| Ok(InProcess::default()), |_| None, 1).unwrap();
     let head = RequestHead {
@@ -65,7 +67,14 @@ fn mcp(n: u32) {
         let mut r = Request::new(i);
         let now = 1_000 + 100 * u64::from(i);
         engine.on_headers(&mut r, &head, &Facts, false, now, &mut out);
-        engine.on_body(&mut r, body.len(), true, Some(body.as_bytes()), now, &mut out);
+        engine.on_body(
+            &mut r,
+            body.len(),
+            true,
+            Some(body.as_bytes()),
+            now,
+            &mut out,
+        );
         engine.on_response_headers(&mut r, Some(200), now, &mut out);
         engine.on_response_content_type(&mut r, Some("application/json"), &mut out);
         engine.on_response_body(&mut r, result.as_bytes(), true, &mut out);

@@ -290,3 +290,177 @@ fn hostile_bodies_pass_bounded_and_detection_keeps_working() {
     }
     eprintln!("{}", rows.join("\n"));
 }
+
+/// loopguard in front of an MCP server: calls noted, then blocked.
+fn mcp_engine() -> Engine<InProcess> {
+    let config = Config::parse(
+        br#"{"max_body_bytes": 67108864, "policies": [{"id": "tools", "spec": {"selector": {},
+            "mcp": {"enabled": true, "ladder": ["block"]}}}]}"#,
+    )
+    .unwrap();
+    Engine::new(config, "t", |_| Ok(InProcess::default()), |_| None, 1).unwrap()
+}
+
+fn mcp_call(arguments: &str) -> Vec<u8> {
+    format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"search","arguments":{arguments}}}}}"#)
+        .into_bytes()
+}
+
+fn mcp_request(kind: &str, size: usize) -> Vec<u8> {
+    match kind {
+        "a long argument" => mcp_call(&format!(
+            r#"{{"q":"{}"}}"#,
+            "a".repeat(size.saturating_sub(120))
+        )),
+        "nested arguments" => {
+            let depth = size.saturating_sub(120) / 2;
+            mcp_call(&format!("{}1{}", "[".repeat(depth), "]".repeat(depth)))
+        }
+        "many argument keys" => mcp_call(
+            &String::from_utf8(fill("{", r#""k{i}":0"#, "}", size.saturating_sub(120))).unwrap(),
+        ),
+        "a batch" => fill(
+            "[",
+            r#"{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{"name":"search"}}"#,
+            "]",
+            size,
+        ),
+        _ => unreachable!(),
+    }
+}
+
+/// One MCP exchange through the flow (the result in 64 KB chunks): the
+/// step, the effects, and the peak memory on top of what was allocated
+/// before, for the request and for the response.
+fn mcp_run(
+    e: &mut Engine<InProcess>,
+    id: u32,
+    body: &[u8],
+    result: &[u8],
+    sse: bool,
+) -> (Step, Effects, usize, usize) {
+    let head = RequestHead {
+        method: "POST",
+        path: "/mcp",
+        authority: "",
+    };
+    let mut req = Request::new(id);
+    let mut out = Effects::with_capacity(64);
+    let base = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    e.on_headers(&mut req, &head, &NoFacts, false, 1_000_000, &mut out);
+    let step = e.on_body(&mut req, body.len(), true, Some(body), 1_000_000, &mut out);
+    let request_peak = PEAK.load(Ordering::Relaxed) - base;
+    let base = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    if step == Step::Continue {
+        e.on_response_headers(&mut req, Some(200), 1_000_000, &mut out);
+        let ct = if sse {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        e.on_response_content_type(&mut req, Some(ct), &mut out);
+        let chunks: Vec<&[u8]> = result.chunks(64 * 1024).collect();
+        for (i, c) in chunks.iter().enumerate() {
+            if !req.wants_response_body() {
+                break;
+            }
+            e.on_response_body(&mut req, c, i + 1 == chunks.len(), &mut out);
+        }
+    }
+    let response_peak = PEAK.load(Ordering::Relaxed) - base;
+    (step, out, request_peak, response_peak)
+}
+
+fn mcp_result(kind: &str, size: usize) -> (Vec<u8>, bool) {
+    match kind {
+        "a long result" => (
+            format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"content":[{{"type":"text","text":"{}"}}]}}}}"#, "a".repeat(size.saturating_sub(100)))
+                .into_bytes(),
+            false,
+        ),
+        "a nested result" => {
+            let depth = size.saturating_sub(100) / 2;
+            (format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"content":{}{}}}}}"#, "[".repeat(depth), "]".repeat(depth)).into_bytes(), false)
+        }
+        "a stream that never answers" => {
+            let ping = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n";
+            (ping.repeat(size / ping.len()).into_bytes(), true)
+        }
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn hostile_mcp_traffic_passes_bounded_and_loops_are_still_stopped() {
+    let ok = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"same"}]}}"#;
+    let mut rows = Vec::new();
+    let mut id = 0;
+    for size in [1 << 20, 16 << 20] {
+        let mut cases: Vec<(String, Vec<u8>, Vec<u8>, bool)> = Vec::new();
+        for kind in [
+            "a long argument",
+            "nested arguments",
+            "many argument keys",
+            "a batch",
+        ] {
+            cases.push((
+                kind.to_string(),
+                mcp_request(kind, size),
+                ok.to_vec(),
+                false,
+            ));
+        }
+        for kind in [
+            "a long result",
+            "a nested result",
+            "a stream that never answers",
+        ] {
+            let (result, sse) = mcp_result(kind, size);
+            cases.push((kind.to_string(), mcp_call(r#"{"q":"x"}"#), result, sse));
+        }
+        for (kind, body, result, sse) in cases {
+            let mut e = mcp_engine();
+            id += 1;
+            let (step, _, request_peak, response_peak) = mcp_run(&mut e, id, &body, &result, sse);
+            rows.push(format!(
+                "{kind:>28} {:>6} KB: request extra {:>7} KB ({:.2}x), response extra {:>5} KB",
+                body.len().max(result.len()) / 1024,
+                request_peak / 1024,
+                request_peak as f64 / body.len() as f64,
+                response_peak / 1024
+            ));
+            assert_eq!(step, Step::Continue, "{kind} at {size}: passes");
+            // Arguments are parsed into a value and written out in
+            // canonical JSON (then masked when opted in): at most 3x the
+            // body on top of it. A result is never held: a bounded copy of
+            // one member (64 KB) at most.
+            assert!(
+                request_peak <= 3 * body.len() + (1 << 20),
+                "{kind}: {request_peak} on a {} byte body",
+                body.len()
+            );
+            assert!(
+                response_peak <= 1 << 20,
+                "{kind}: {response_peak} on a {} byte result",
+                result.len()
+            );
+            // A plain loop right after is still stopped at its 3rd call
+            // (the ladder's only step, block, at the threshold).
+            let plain = mcp_call(r#"{"q":"loop"}"#);
+            let steps: Vec<Step> = (0..4)
+                .map(|_| {
+                    id += 1;
+                    mcp_run(&mut e, id, &plain, ok, false).0
+                })
+                .collect();
+            assert_eq!(
+                steps,
+                [Step::Continue, Step::Continue, Step::Pause, Step::Pause],
+                "{kind}"
+            );
+        }
+    }
+    eprintln!("{}", rows.join("\n"));
+}

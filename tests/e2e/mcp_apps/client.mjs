@@ -2,24 +2,27 @@
 // that runs a script of steps; the same contract as client.py.
 //
 //   node client.mjs --url URL --script FILE_OR_JSON [--timeout S] [--step-timeout S]
+//                   [--header "Name: value" ...]
 //
 // Steps: {"call": name, "args": {...}} | {"list_tools": true} | {"sleep": s}.
 // {"call": ..., "progress": true} passes an onprogress callback (the SDK then
 // sends params._meta.progressToken).
 // One JSON line per call/list step:
 //   {"step": i, "tool": name, "is_error": bool, "text": first text or null,
+//    "texts": every text block, in order,
 //    "structured": structuredContent or null, "exception": null or "Type: message", "code": int or null}
 //   {"step": i, "tools": [names]}
 // A failing step is recorded and the script goes on. The whole run is bounded by
 // --timeout (then {"timeout": true}, exit 2); a failed connect prints
 // {"step": "connect", ...} and exits 1; otherwise exit 0.
+// --header (repeatable) adds an HTTP header to every request the client sends.
 
 import { readFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 function parseArgs(argv) {
-  const opts = { timeout: 60, stepTimeout: undefined };
+  const opts = { timeout: 60, stepTimeout: undefined, headers: {} };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const v = () => {
@@ -30,6 +33,12 @@ function parseArgs(argv) {
     else if (a === "--script") opts.script = v();
     else if (a === "--timeout") opts.timeout = Number(v());
     else if (a === "--step-timeout") opts.stepTimeout = Number(v());
+    else if (a === "--header") {
+      const h = v();
+      const at = h.indexOf(":");
+      if (at <= 0) throw new Error(`--header: 'Name: value', not ${JSON.stringify(h)}`);
+      opts.headers[h.slice(0, at).trim()] = h.slice(at + 1).trim();
+    }
     else throw new Error(`unknown argument ${a}`);
   }
   if (!opts.url || !opts.script) throw new Error("usage: node client.mjs --url URL --script FILE_OR_JSON [--timeout S]");
@@ -57,7 +66,7 @@ async function main() {
   }, opts.timeout * 1000);
 
   const client = new Client({ name: "loopguard-e2e-ts", version: "1.0.0" });
-  const transport = new StreamableHTTPClientTransport(new URL(opts.url));
+  const transport = new StreamableHTTPClientTransport(new URL(opts.url), { requestInit: { headers: opts.headers } });
   try {
     await client.connect(transport, { timeout: opts.stepTimeout * 1000 });
   } catch (e) {
@@ -77,12 +86,13 @@ async function main() {
         emit({ step: i, tools: null, exception: describe(e), code: errorCode(e) });
       }
     } else if ("call" in step) {
-      const line = { step: i, tool: step.call, is_error: false, text: null, structured: null, exception: null, code: null };
+      const line = { step: i, tool: step.call, is_error: false, text: null, texts: [], structured: null, exception: null, code: null };
       try {
         const callOpts = step.progress ? { ...reqOpts, onprogress: () => {} } : reqOpts;
         const res = await client.callTool({ name: step.call, arguments: step.args ?? {} }, undefined, callOpts);
         line.is_error = Boolean(res.isError);
-        line.text = (res.content ?? []).find((c) => c.type === "text")?.text ?? null;
+        line.texts = (res.content ?? []).filter((c) => c.type === "text").map((c) => c.text);
+        line.text = line.texts.length ? line.texts[0] : null;
         line.structured = res.structuredContent ?? null;
       } catch (e) {
         line.exception = describe(e);

@@ -62,6 +62,12 @@ impl<B: BucketBackend> Engine<B> {
                 return Step::Continue;
             }
             r.mcp = Some(Box::new(mcp::McpStream::new(index, policy, facts)));
+            // The result must come back readable: a compressed one could
+            // not be judged (Envoy's compressor, placed before loopguard,
+            // may still compress it towards the client).
+            if facts.has_header("accept-encoding") {
+                out.push(Effect::RemoveRequestHeader("accept-encoding"));
+            }
         }
         // An LLM call's answer is read for its usage: a request with a body
         // to an LLM API path, or judged by a policy that reads LLM bodies
@@ -156,6 +162,7 @@ impl<B: BucketBackend> Engine<B> {
     /// on, counted.
     pub(super) fn skip_body(&mut self, r: &mut Request, out: &mut Effects) -> Step {
         r.state = State::Pass;
+        self.mcp_too_large(r, out);
         out.push(count(
             self.registry.skipped(crate::metrics::SkipReason::TooLarge),
             1,

@@ -293,6 +293,20 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
+    /// A body too large to judge (`max_body_bytes`): an MCP call passes
+    /// unjudged, counted as such.
+    pub(super) fn mcp_too_large(&mut self, r: &mut Request, out: &mut Effects) {
+        let Some(s) = r.mcp.take() else {
+            return;
+        };
+        if let Some(p) = self.config.policies.get(s.policy) {
+            out.push(Effect::CountNamed(
+                m::unjudged(&p.id, McpUnjudged::TooLarge),
+                1,
+            ));
+        }
+    }
+
     /// The response's status, for an MCP call that went on.
     pub(super) fn mcp_response_status(&mut self, r: &mut Request, status: Option<u32>) {
         if let Some(s) = r.mcp.as_mut() {

@@ -313,7 +313,7 @@ fn a_stateless_caller_is_one_history_by_its_limit_keys() {
 #[test]
 fn callers_known_by_nothing_are_told_apart_by_their_address() {
     let mut h = harness(json!({"enabled": true, "ladder": ["block"], "same_result_min": 2}));
-    let mut go = |h: &mut Harness, from: &str, id: u32| {
+    let go = |h: &mut Harness, from: &str, id: u32| {
         let mut req = Request::new(id);
         let mut out = Effects::new();
         let mut f = crate::request::tests::FakeFacts::default().with("mcp-method", "tools/call");

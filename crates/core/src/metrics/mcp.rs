@@ -10,6 +10,9 @@ pub enum McpUnjudged {
     /// A body: a batch, malformed JSON-RPC, or headers that disagree with
     /// it ([`crate::request::mcp::Unjudged`]).
     Request(crate::request::mcp::Unjudged),
+    /// The request's body is larger than `max_body_bytes` (also counted
+    /// as a body skipped).
+    TooLarge,
     /// The result could not be read (not JSON, too deep, too long, cut
     /// short, an HTTP error).
     ResultUnreadable,
@@ -22,6 +25,7 @@ impl McpUnjudged {
     pub fn as_str(self) -> &'static str {
         match self {
             McpUnjudged::Request(u) => u.as_str(),
+            McpUnjudged::TooLarge => "too_large",
             McpUnjudged::ResultUnreadable => "result_unreadable",
             McpUnjudged::Store => "store_error",
         }

@@ -11,11 +11,10 @@
 //! on untouched, as does anything that is not one JSON-RPC request.
 
 use super::llm::normalize::canonical_json;
+use super::llm::scan::{self, skip_ws, Span};
 use super::llm::volatile::{self, Context};
 use super::{Fnv, RequestFacts};
 use crate::config::Classes;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 /// The longest JSON-RPC `id` echoed back (longer ones pass untouched).
@@ -80,13 +79,17 @@ pub enum Unjudged {
     Malformed,
     /// `Mcp-Method` or `Mcp-Name` says something else than the body.
     HeadersDisagree,
+    /// Nested deeper than 64, or an object or array larger than the
+    /// scanner reads (4,096 members, 65,536 elements).
+    TooComplex,
 }
 
 impl Unjudged {
-    pub const ALL: [Unjudged; 3] = [
+    pub const ALL: [Unjudged; 4] = [
         Unjudged::Batch,
         Unjudged::Malformed,
         Unjudged::HeadersDisagree,
+        Unjudged::TooComplex,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -94,6 +97,7 @@ impl Unjudged {
             Unjudged::Batch => "batch",
             Unjudged::Malformed => "malformed",
             Unjudged::HeadersDisagree => "headers_disagree",
+            Unjudged::TooComplex => "too_complex",
         }
     }
 }
@@ -111,38 +115,41 @@ pub enum Message {
     Unjudged(Unjudged),
 }
 
-#[derive(Deserialize)]
-struct Rpc<'a> {
-    jsonrpc: Option<&'a str>,
-    #[serde(borrow)]
-    method: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    id: Option<&'a RawValue>,
-    params: Option<Params>,
+/// A string member (escapes resolved), if it is one.
+fn string_at(b: &[u8], span: Span) -> Option<String> {
+    serde_json::from_slice::<String>(b.get(span.0..span.1)?).ok()
 }
 
-#[derive(Deserialize)]
-struct Params {
-    name: Option<Value>,
-    arguments: Option<Value>,
-}
-
-/// Read one POST body (the whole of it).
+/// Read one POST body (the whole of it). The body is walked by the
+/// conversation readers' structural scanner (bounded in depth and in
+/// members, no value tree), and the arguments are written out in canonical
+/// JSON straight from the bytes.
 pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
     let first = body.iter().find(|b| !b.is_ascii_whitespace());
     if first == Some(&b'[') {
         return Message::Unjudged(Unjudged::Batch);
     }
-    let Ok(rpc) = serde_json::from_slice::<Rpc<'_>>(body) else {
-        return Message::Unjudged(Unjudged::Malformed);
-    };
-    if rpc.jsonrpc != Some("2.0") {
-        return Message::Unjudged(Unjudged::Malformed);
+    if scan::refusal(body).is_some() {
+        return Message::Unjudged(Unjudged::TooComplex);
     }
-    let Some(method) = rpc.method else {
+    let malformed = Message::Unjudged(Unjudged::Malformed);
+    let Some(doc) = scan::document(body).filter(|_| first == Some(&b'{')) else {
+        return malformed;
+    };
+    let Some(top) = scan::members(body, doc) else {
+        return malformed;
+    };
+    let jsonrpc = scan::get(&top, "jsonrpc").and_then(|s| scan::plain_str(body, s));
+    if jsonrpc != Some(b"2.0".as_slice()) {
+        return malformed;
+    }
+    let Some(method) = scan::get(&top, "method") else {
         // A response or error the client sends back (to a server's
         // request): nothing to judge.
         return Message::Other;
+    };
+    let Some(method) = string_at(body, method) else {
+        return malformed;
     };
     if head.method.as_deref().is_some_and(|m| m != method) {
         return Message::Unjudged(Unjudged::HeadersDisagree);
@@ -150,24 +157,40 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
     if method != "tools/call" {
         return Message::Other;
     }
-    let (Some(id), Some(params)) = (rpc.id, rpc.params) else {
+    let (Some(id), Some(params)) = (scan::get(&top, "id"), scan::get(&top, "params")) else {
         // A tools/call without an id is a notification nobody answers, or
         // has no params: not a call a server would run.
-        return Message::Unjudged(Unjudged::Malformed);
+        return malformed;
     };
-    let id = id.get();
+    let id = body
+        .get(id.0..id.1)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .map(str::trim)
+        .unwrap_or("");
     let id_ok = id.len() <= MAX_ID_BYTES && (id.starts_with('"') || is_number(id));
-    let tool = match params.name {
-        Some(Value::String(s)) if !s.is_empty() && s.len() <= MAX_TOOL_NAME_BYTES => s,
-        _ => return Message::Unjudged(Unjudged::Malformed),
+    let Some(params) =
+        scan::members(body, params).filter(|_| body.get(skip_ws(body, params.0)) == Some(&b'{'))
+    else {
+        return malformed;
+    };
+    let tool = match scan::get(&params, "name").and_then(|s| string_at(body, s)) {
+        Some(s) if !s.is_empty() && s.len() <= MAX_TOOL_NAME_BYTES => s,
+        _ => return malformed,
     };
     if !id_ok {
-        return Message::Unjudged(Unjudged::Malformed);
+        return malformed;
     }
     if head.name.as_deref().is_some_and(|n| n != tool) {
         return Message::Unjudged(Unjudged::HeadersDisagree);
     }
-    let digest = call_digest(&tool, params.arguments.as_ref(), arguments_mask);
+    let arguments = match scan::get(&params, "arguments") {
+        None => None,
+        Some(span) => match scan::canonical(body, span) {
+            Some(c) => Some(c),
+            None => return malformed,
+        },
+    };
+    let digest = canonical_digest(&tool, arguments.as_deref(), arguments_mask);
     Message::Call(ToolCall {
         id: id.to_string(),
         tool,
@@ -185,11 +208,16 @@ fn is_number(s: &str) -> bool {
 /// order and whitespace do not matter; absent, `null` and `{}` arguments
 /// are the same call), masked by `mask` when the policy opts in.
 pub fn call_digest(tool: &str, arguments: Option<&Value>, mask: Classes) -> u64 {
+    canonical_digest(tool, arguments.map(canonical_json).as_deref(), mask)
+}
+
+/// [`call_digest`] of arguments already in canonical JSON.
+fn canonical_digest(tool: &str, arguments: Option<&str>, mask: Classes) -> u64 {
     let args = match arguments {
-        None | Some(Value::Null) => "{}".to_string(),
-        Some(v) => canonical_json(v),
+        None | Some("null") => "{}",
+        Some(a) => a,
     };
-    let args = volatile::mask(&args, mask, Context::Arguments);
+    let args = volatile::mask(args, mask, Context::Arguments);
     let mut h = Fnv::default();
     h.write(tool.as_bytes());
     h.write(&[0]);
@@ -231,6 +259,17 @@ mod tests {
             panic!("whitespace changes nothing");
         };
         assert_eq!(c.digest, a.digest);
+    }
+
+    #[test]
+    fn the_body_and_a_value_give_one_digest() {
+        let args = json!({"q": "x \"y\"", "n": [1, 2.5, -3], "o": {"b": true, "a": null}});
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "s", "arguments": args}});
+        assert_eq!(
+            call(&body).digest,
+            call_digest("s", Some(&args), Classes::NONE)
+        );
     }
 
     #[test]
@@ -295,7 +334,13 @@ mod tests {
             "[".repeat(5000),
             "]".repeat(5000)
         );
-        assert_eq!(un(deep.as_bytes(), &none), Unjudged::Malformed);
+        assert_eq!(un(deep.as_bytes(), &none), Unjudged::TooComplex);
+        let keys: Vec<String> = (0..5000).map(|i| format!(r#""k{i}":0"#)).collect();
+        let many = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"a","arguments":{{{}}}}}}}"#,
+            keys.join(",")
+        );
+        assert_eq!(un(many.as_bytes(), &none), Unjudged::TooComplex);
     }
 
     #[test]
