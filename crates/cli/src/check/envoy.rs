@@ -1,6 +1,6 @@
 //! Envoy configurations around the loopguard Wasm filter: flags, buffer filter, limits, clusters.
 
-use super::routes::route_lints;
+use super::routes::{mcp_route_lints, route_lints};
 use super::{bodies_matter, warns_upstream, Report, BUFFER_FILTER};
 use crate::discover::{Found, BUFFER_TYPE, HCM_TYPE, HEADER_MUTATION_TYPE};
 use crate::documents::Document;
@@ -191,6 +191,7 @@ pub(super) fn envoy_setup(
                 })
                 .collect();
             route_lints(r, &loc, cfg, &enabled);
+            mcp_route_lints(r, &loc, cfg, &enabled);
         }
     }
     let has_cds = docs

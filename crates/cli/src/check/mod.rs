@@ -111,6 +111,7 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
         }
     }
     for (f, cfg) in &configs {
+        mcp_lints(&mut r, &f.location(), cfg);
         match &f.origin {
             Origin::Plain => {}
             Origin::Envoy { filter, plugin } => envoy_setup(&mut r, docs, f, filter, plugin, cfg),
@@ -120,6 +121,23 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
     }
     envoy_filter_anchors(&mut r, docs);
     r.0
+}
+
+/// MCP policies that can never judge a call: a `tools/call` is a POST.
+fn mcp_lints(r: &mut Report, loc: &str, cfg: &Config) {
+    for p in cfg.policies.iter().filter(|p| p.mcp.is_some()) {
+        let methods = &p.selector.methods;
+        if !methods.is_empty() && !methods.iter().any(|m| m == "POST") {
+            r.warn(
+                loc,
+                format!(
+                    "policy \"{}\": mcp judges tools/call requests, which are POSTs, but selector.methods lists only {}: the policy never judges a call",
+                    p.id,
+                    methods.join(", ")
+                ),
+            );
+        }
+    }
 }
 
 /// Whether requests with a body reach an active policy (then loopguard

@@ -49,6 +49,70 @@ pub(super) fn route_lints(r: &mut Report, loc: &str, cfg: &Config, routes: &[&Va
     }
 }
 
+/// Routes an MCP policy can select, against what MCP needs of them: no
+/// route timeout (Envoy's default is 15 s), since an event stream (a GET
+/// stream, a result sent as SSE) stays open for as long as the session or
+/// the tool call takes.
+pub(super) fn mcp_route_lints(r: &mut Report, loc: &str, cfg: &Config, routes: &[&Value]) {
+    for p in cfg.policies.iter().filter(|p| p.mcp.is_some()) {
+        for route in routes {
+            let Some(action) = route.get("route") else {
+                // A redirect or a direct response: nothing streams.
+                continue;
+            };
+            let by_name = route
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|n| p.selector.routes.iter().any(|r| r == n));
+            if !(by_name || p.selector.routes.is_empty() && path_reachable(p, &[route])) {
+                continue;
+            }
+            let which = route.get("name").and_then(Value::as_str).map_or_else(
+                || format!("the route matching {}", show_match(route)),
+                |n| format!("route \"{n}\""),
+            );
+            let timeout = action.get("timeout");
+            let problem = match timeout {
+                None => Some("has no timeout, so Envoy's default of 15 s applies".to_string()),
+                Some(t) if is_zero_duration(t) => None,
+                Some(t) => Some(format!(
+                    "has timeout {}",
+                    t.as_str().map_or_else(|| t.to_string(), str::to_string)
+                )),
+            };
+            if let Some(problem) = problem {
+                r.warn(loc, format!("policy \"{}\" reads MCP traffic on {which}, which {problem}: Envoy ends every response on the route at that time, so an MCP event stream (the GET stream a client keeps open, a tool result sent as server-sent events) or a tool call that lasts longer is cut (a 504, or the stream reset once it has begun); set timeout: 0s on MCP routes", p.id));
+            }
+        }
+    }
+}
+
+/// `0s`, `0.000s`, or `{seconds: 0}`: no timeout.
+fn is_zero_duration(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s
+            .trim()
+            .strip_suffix('s')
+            .and_then(|n| n.parse::<f64>().ok())
+            .is_some_and(|n| n == 0.0),
+        Value::Object(o) => {
+            let n = |k: &str| o.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+            n("seconds") == 0.0 && n("nanos") == 0.0
+        }
+        _ => false,
+    }
+}
+
+fn show_match(route: &Value) -> String {
+    let m = route.get("match");
+    let part = |k: &str| m.and_then(|m| m.get(k)).and_then(Value::as_str);
+    match (part("prefix"), part("path")) {
+        (Some(p), _) => format!("prefix \"{p}\""),
+        (None, Some(p)) => format!("path \"{p}\""),
+        _ => "its matcher".to_string(),
+    }
+}
+
 fn show_path(p: &PathMatch) -> String {
     match p {
         PathMatch::Any => "(any)".to_string(),

@@ -253,3 +253,65 @@ spec:
     ]);
     assert!(got[0].contains("failOpen is not true"), "{got:#?}");
 }
+
+#[test]
+fn mcp_policies_and_their_routes() {
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mcp/envoy.yaml"),
+    )
+    .unwrap();
+    assert_eq!(
+        findings(&[("examples/mcp/envoy.yaml", &example)]),
+        Vec::<String>::new()
+    );
+    // A field out of range names the policy and the field.
+    let bad = example.replace("\"same_result_min\": 3", "\"same_result_min\": 1");
+    assert_eq!(
+        findings(&[("mcp.yaml", &bad)]),
+        ["mcp.yaml filter \"loopguard\": error: policy \"mcp-tools\": mcp.same_result_min must be >= 2 (got 1)"]
+    );
+    let bad = example.replace(
+        "\"ladder\": [\"note\", \"block\"]",
+        "\"ladder\": [\"block\", \"note\"]",
+    );
+    assert!(findings(&[("mcp.yaml", &bad)])[0]
+        .contains("policy \"mcp-tools\": mcp.ladder must list its steps in the order note, block"));
+    // A route timeout cuts event streams: Envoy's default 15 s, or any.
+    let mcp = r#"{"hold_request_headers": true, "policies": [{"id": "tools", "spec": {"selector": {"pathPrefix": "/mcp"}, "mcp": {"enabled": true}}}]}"#;
+    let setup = |routes: &str| {
+        bootstrap(
+            &format!("[LOOPGUARD, {ROUTER}]"),
+            routes,
+            "allow_on_headers_stop_iteration: true,",
+            mcp,
+        )
+    };
+    let ok = setup("[{match: {prefix: /mcp}, route: {cluster: api, timeout: 0s}}, {name: other, match: {prefix: /v1}, route: {cluster: api}}]");
+    assert_eq!(findings(&[("envoy.yaml", &ok)]), Vec::<String>::new());
+    let got = findings(&[(
+        "envoy.yaml",
+        &setup("[{name: mcp, match: {prefix: /}, route: {cluster: api}}, {match: {path: /mcp}, route: {cluster: api, timeout: 30s}}, {match: {prefix: /mcp/x}, redirect: {path_redirect: /}}]"),
+    )]);
+    assert_eq!(got.len(), 2, "{got:#?}");
+    assert!(got[0].starts_with("envoy.yaml filter \"loopguard\": warning: policy \"tools\" reads MCP traffic on route \"mcp\", which has no timeout, so Envoy's default of 15 s applies"), "{got:#?}");
+    assert!(
+        got[1].contains("on the route matching path \"/mcp\", which has timeout 30s"),
+        "{got:#?}"
+    );
+    assert!(
+        got[1].ends_with("set timeout: 0s on MCP routes"),
+        "{got:#?}"
+    );
+    // {seconds: 0} is no timeout too.
+    let zero = setup("[{match: {prefix: /}, route: {cluster: api, timeout: {seconds: 0}}}]");
+    assert_eq!(findings(&[("envoy.yaml", &zero)]), Vec::<String>::new());
+    // A tools/call is a POST.
+    let get_only = mcp.replace(
+        "\"pathPrefix\": \"/mcp\"",
+        "\"pathPrefix\": \"/mcp\", \"methods\": [\"GET\"]",
+    );
+    assert_eq!(
+        findings(&[("p.json", &get_only)]),
+        ["p.json: warning: policy \"tools\": mcp judges tools/call requests, which are POSTs, but selector.methods lists only GET: the policy never judges a call"]
+    );
+}

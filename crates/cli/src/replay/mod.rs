@@ -1,12 +1,15 @@
 //! `loopguard replay`: recorded traffic through one or more configurations,
 //! offline, with the filter's own engine on a clock driven by the recorded
 //! times. What it reports is what the filter would have done, request by
-//! request (the agreement test in `tests/e2e/test_replay.py` holds it to
-//! that against a real Envoy).
+//! request (the agreement tests in `tests/e2e/test_replay.py` and, for MCP
+//! traffic, `tests/e2e/test_replay_mcp.py` hold it to that against a real
+//! Envoy).
 //!
 //! - `input/`: the traffic formats (JSON Lines, HAR, Envoy tap traces),
-//!   merged in time order;
-//! - `simulate`: one configuration's engine and clock;
+//!   merged in time order, with each response's content type and body
+//!   (its first 1 MiB);
+//! - `simulate`: one configuration's engine and clock, fed each request and
+//!   its recorded response as Envoy feeds the filter;
 //! - `report`: the tally, as JSON and text; `html`: the page;
 //! - `sweep`: `--set PATH=V1,V2,...`;
 //! - `progress`: what has been read so far, on a terminal.
@@ -130,6 +133,9 @@ pub fn command(
         run.sim.finish();
     }
     let mut notes = notes(&runs, no_response, merged.out_of_order, read);
+    for run in &runs {
+        notes.extend(run.tally.mcp_notes(&run.config_file));
+    }
     notes.dedup();
     for (note, n) in entry_notes {
         notes.push(format!(
@@ -288,8 +294,31 @@ fn verdict_line(run: usize, rec: &record::Recorded, v: &Verdict) -> Value {
         "delay_ms": v.delay_ms,
         "count": v.count,
         "tool_loop": v.tool_loop,
+        "mcp_loop": v.mcp.loop_header,
+        "mcp": mcp_json(v),
         "body_judged": !v.skipped_body,
         "decision": v.decision,
+    })
+}
+
+/// An MCP request's verdict: `null` unless the request is under an MCP
+/// policy and something was judged, passed unjudged or left unread.
+fn mcp_json(v: &Verdict) -> Value {
+    let m = &v.mcp;
+    if !m.judged && m.unjudged.is_none() && m.loop_header.is_none() {
+        return Value::Null;
+    }
+    let count = m.field("count").and_then(|c| c.parse::<u64>().ok());
+    json!({
+        "judged": m.judged,
+        "step": m.field("step"),
+        "tier": m.field("tier"),
+        "tool": m.field("tool"),
+        "count": count,
+        "note_added": m.note_added,
+        "unjudged": m.unjudged,
+        "result_missing": m.result_missing,
+        "own_note_removed": m.own_note_removed,
     })
 }
 
@@ -313,5 +342,7 @@ fn notes(runs: &[Run], no_response: u64, out_of_order: u64, read: u64) -> Vec<St
     notes
 }
 
+#[cfg(test)]
+mod mcp_tests;
 #[cfg(test)]
 mod tests;

@@ -19,9 +19,26 @@ const MAX_CALLERS: usize = 100_000;
 pub fn touches(action: &str) -> bool {
     matches!(
         action,
-        "warn" | "throttle" | "nudge" | "directive" | "reject"
+        "warn" | "throttle" | "nudge" | "directive" | "reject" | "note" | "block" | "error"
     )
 }
+
+/// Actions as the text report lists them, strongest first.
+const SHOWN_ACTIONS: [&str; 10] = [
+    "reject",
+    "error",
+    "block",
+    "throttle",
+    "directive",
+    "nudge",
+    "note",
+    "warn",
+    "allow",
+    "exempt",
+];
+
+/// Tools listed per MCP policy (more are counted under `other`).
+const MAX_MCP_TOOLS: usize = 200;
 
 /// Tokens of one request: as recorded, or estimated from the body (about 4
 /// bytes a token).
@@ -34,12 +51,17 @@ fn tokens(rec: &Recorded) -> (u64, bool) {
 
 #[derive(Debug, Default)]
 struct LoopTally {
+    /// The caller as shown (with an MCP history's session or address).
     caller: String,
+    /// The caller alone, for `callers touched`.
+    who: String,
     model: Option<String>,
     /// The detectors that saw it (`near`, `tool_loop (identical)`).
     kinds: Vec<String>,
     /// The first tool-loop tier, if a tool loop is among them.
     tier: Option<String>,
+    /// The MCP tools looped on, for an MCP loop.
+    tools: Vec<String>,
     first_ms: u64,
     last_ms: u64,
     turns: u64,
@@ -69,6 +91,26 @@ struct PolicyTally {
     loops_found: u64,
     loops_not_listed: u64,
     shadow: bool,
+    /// The policy reads MCP traffic.
+    mcp: Option<McpTally>,
+}
+
+/// What an MCP policy saw.
+#[derive(Debug, Default)]
+struct McpTally {
+    /// `tools/call` requests judged.
+    calls: u64,
+    /// Requests and results passed unjudged, by reason.
+    unjudged: BTreeMap<String, u64>,
+    /// Loops acted on, by tool and step.
+    tools: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Notes inserted into real results.
+    notes_added: u64,
+    /// Forwarded calls whose result replay could not read as Envoy did,
+    /// by why.
+    results_missing: BTreeMap<&'static str, u64>,
+    /// Recorded results that carried loopguard's own note.
+    own_notes_removed: u64,
 }
 
 /// One run's tally.
@@ -87,9 +129,11 @@ impl Tally {
             .map(|p| PolicyTally {
                 id: p.id.clone(),
                 kind: match p.detection.as_ref().map(|d| &d.similarity) {
+                    _ if p.mcp.is_some() => "mcp",
                     Some(Similarity::Near { .. }) => "near",
                     _ => "fingerprint",
                 },
+                mcp: p.mcp.as_ref().map(|_| McpTally::default()),
                 ..PolicyTally::default()
             })
             .collect();
@@ -113,6 +157,9 @@ impl Tally {
         p.shadow |= v.shadow;
         let touched = touches(v.action);
         let (n, estimated) = tokens(rec);
+        if let Some(m) = p.mcp.as_mut() {
+            m.add(v);
+        }
         if touched {
             p.requests_touched += 1;
             p.tokens_touched += n;
@@ -153,11 +200,31 @@ impl Tally {
                 Some(tier),
             ));
         }
+        let mut tool = None;
+        // An MCP history is the caller's session (when the policy keys by
+        // session; and its address, when nothing else tells the caller):
+        // one agent stuck, and one loop in the report.
+        let history = match &p.mcp {
+            Some(_) => sim.mcp_history(rec, id),
+            None => Default::default(),
+        };
+        let session = history.shown().unwrap_or_default();
+        if let (Some(tier), Some(name)) = (v.mcp.field("tier"), v.mcp.field("tool")) {
+            let who = *who.get_or_insert_with(|| sim.caller_key(rec, id));
+            // One loop per history, tier and tool, whatever count and step
+            // it reaches.
+            keys.push((
+                format!("mcp {who:016x} {session} {tier};{name}"),
+                "mcp",
+                Some(tier.to_string()),
+            ));
+            tool = Some(name.to_string());
+        }
         // A caller stuck is one loop, whichever detectors see it and when:
         // every key a request has leads to its caller's loop.
         if !keys.is_empty() {
             let who = *who.get_or_insert_with(|| sim.caller_key(rec, id));
-            keys.push((format!("caller {who:016x}"), p.kind, None));
+            keys.push((format!("caller {who:016x} {session}"), p.kind, None));
         }
         // One request, one loop: a request two detectors see (near mode and
         // a tool loop of the same conversation) joins the loop it is
@@ -179,10 +246,19 @@ impl Tally {
                 }
                 p.loops_found += 1;
                 let (who, model) = caller.get_or_insert_with(|| sim.caller(rec, id)).clone();
+                let join = |a: &str, b: Option<String>| match b {
+                    Some(b) if a.is_empty() => b,
+                    Some(b) => format!("{a}; {b}"),
+                    None => a.to_string(),
+                };
+                let shown = join(&who, history.shown());
+                // Callers known by nothing else are told apart by address.
+                let who = join(&who, history.address.clone());
                 p.loops.insert(
                     first.clone(),
                     LoopTally {
-                        caller: who,
+                        caller: shown,
+                        who,
                         model,
                         first_ms: rec.at_ms,
                         ..LoopTally::default()
@@ -194,6 +270,9 @@ impl Tally {
         let Some(l) = p.loops.get_mut(&canonical) else {
             return;
         };
+        if let Some(t) = tool.filter(|t| !l.tools.contains(t)) {
+            l.tools.push(t);
+        }
         for (key, kind, tier) in keys {
             if key.starts_with("caller ") {
                 if key != canonical {
@@ -228,9 +307,44 @@ impl Tally {
             if p.callers.len() >= MAX_CALLERS {
                 p.callers_overflow = true;
             } else {
-                p.callers.insert(l.caller.clone());
+                p.callers.insert(l.who.clone());
             }
         }
+    }
+
+    /// What the report header says about MCP results replay could not
+    /// read as Envoy did.
+    pub fn mcp_notes(&self, config: &str) -> Vec<String> {
+        let mut notes = Vec::new();
+        let plural = |n: u64| if n == 1 { "" } else { "s" };
+        for p in &self.policies {
+            let Some(m) = &p.mcp else {
+                continue;
+            };
+            for (why, n) in &m.results_missing {
+                let said = match *why {
+                    "not_recorded" => "no recorded result (no response body, or neither a body nor a content type)",
+                    "incomplete" => "a recorded body that ends before the result does (cut by the recorder or at 1 MiB)",
+                    _ => "loopguard's own answer recorded instead of the server's (the recording was made in front of loopguard, and this configuration forwards the call)",
+                };
+                notes.push(format!(
+                    "{config}: policy {}: {n} forwarded MCP call{} had {said}: replay leaves {} out of the history, where Envoy added what the server answered, so loops through {} can be missed; record response bodies (see docs/cli.md, Traffic formats)",
+                    p.id,
+                    plural(*n),
+                    if *n == 1 { "it" } else { "them" },
+                    if *n == 1 { "it" } else { "them" },
+                ));
+            }
+            if m.own_notes_removed > 0 {
+                notes.push(format!(
+                    "{config}: policy {}: {} recorded MCP result{} carried loopguard's own note (recorded in front of loopguard): replay took it out and read the server's result",
+                    p.id,
+                    m.own_notes_removed,
+                    plural(m.own_notes_removed)
+                ));
+            }
+        }
+        notes
     }
 
     /// The figures a sweep row shows: loops found, requests and callers
@@ -269,6 +383,7 @@ impl Tally {
                         "model": l.model,
                         "kind": l.kinds.join(" + "),
                         "tier": l.tier,
+                        "tool": (!l.tools.is_empty()).then(|| l.tools.join(", ")),
                         "first_ms": l.first_ms,
                         "last_ms": l.last_ms,
                         "turns": l.turns,
@@ -278,6 +393,14 @@ impl Tally {
                         "timeline": l.timeline.iter().map(|(at, a)| json!({"at_ms": at, "action": a})).collect::<Vec<_>>(),
                     })).collect::<Vec<_>>(),
                     "loops_not_listed": p.loops_not_listed,
+                    "mcp": p.mcp.as_ref().map(|m| json!({
+                        "calls_judged": m.calls,
+                        "notes_added": m.notes_added,
+                        "loops_by_tool": m.tools,
+                        "unjudged": m.unjudged,
+                        "results_missing": m.results_missing,
+                        "own_notes_removed": m.own_notes_removed,
+                    })),
                 })
             })
             .collect();
@@ -388,43 +511,39 @@ fn render_policy(s: &mut String, p: &Value) {
     let actions: Vec<String> = p["actions"]
         .as_object()
         .map(|m| {
-            [
-                "reject",
-                "throttle",
-                "directive",
-                "nudge",
-                "warn",
-                "allow",
-                "exempt",
-            ]
-            .iter()
-            .filter_map(|a| m.get(*a).map(|n| format!("{a} {n}")))
-            .collect()
+            SHOWN_ACTIONS
+                .iter()
+                .filter_map(|a| m.get(*a).map(|n| format!("{a} {n}")))
+                .collect()
         })
         .unwrap_or_default();
     if !actions.is_empty() {
         s.push_str(&format!("    actions: {}\n", actions.join(", ")));
     }
-    let t = &p["tokens"];
-    s.push_str(&format!(
-        "    tokens in touched requests: {}{}\n",
-        t["touched"],
-        if t["estimated"] == true {
-            " (estimated from body sizes where no usage was recorded)"
-        } else {
-            ""
-        }
-    ));
+    // MCP calls carry no tokens: an MCP policy's lines leave them out.
+    let mcp = p.get("mcp").filter(|m| m.is_object());
+    if let Some(m) = mcp {
+        render_mcp(s, m);
+    } else {
+        let t = &p["tokens"];
+        s.push_str(&format!(
+            "    tokens in touched requests: {}{}\n",
+            t["touched"],
+            if t["estimated"] == true {
+                " (estimated from body sizes where no usage was recorded)"
+            } else {
+                ""
+            }
+        ));
+    }
     for l in p["loops"].as_array().into_iter().flatten() {
         let kind = l["kind"].as_str().unwrap_or("");
         let actions: Vec<String> = l["actions"]
             .as_object()
             .map(|m| m.iter().map(|(a, n)| format!("{a} {n}")).collect())
             .unwrap_or_default();
-        s.push_str(&format!(
-            "    loop: {} model {}: {kind}, {} turn{} from {} to {}: {}; {} tokens{}\n",
-            l["caller"].as_str().unwrap_or(""),
-            l["model"].as_str().unwrap_or("-"),
+        let span = format!(
+            "{} turn{} from {} to {}: {}",
             l["turns"],
             if l["turns"] == 1 { "" } else { "s" },
             l["first_ms"]
@@ -436,6 +555,19 @@ fn render_policy(s: &mut String, p: &Value) {
                 .map(loopguard_core::act::events::rfc3339)
                 .unwrap_or_default(),
             actions.join(", "),
+        );
+        let caller = l["caller"].as_str().unwrap_or("");
+        if mcp.is_some() {
+            let tool = l["tool"]
+                .as_str()
+                .map(|t| format!(" on tool {t}"))
+                .unwrap_or_default();
+            s.push_str(&format!("    loop: {caller}: {kind}{tool}, {span}\n"));
+            continue;
+        }
+        s.push_str(&format!(
+            "    loop: {caller} model {}: {kind}, {span}; {} tokens{}\n",
+            l["model"].as_str().unwrap_or("-"),
             l["tokens"],
             if l["tokens_estimated"] == true {
                 " (estimate)"
@@ -449,5 +581,69 @@ fn render_policy(s: &mut String, p: &Value) {
             "    ... and {} more loops not listed\n",
             p["loops_not_listed"]
         ));
+    }
+}
+
+/// An MCP policy's line: calls judged, notes, loops by tool, what passed
+/// unjudged.
+fn render_mcp(s: &mut String, m: &Value) {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let mut parts = vec![format!(
+        "{} tools/call judged, {} note{} added",
+        n(&m["calls_judged"]),
+        n(&m["notes_added"]),
+        if n(&m["notes_added"]) == 1 { "" } else { "s" }
+    )];
+    let listed = |v: &Value| -> Vec<String> {
+        v.as_object()
+            .map(|o| o.iter().map(|(k, c)| format!("{k} {c}")).collect())
+            .unwrap_or_default()
+    };
+    for (tool, steps) in m["loops_by_tool"].as_object().into_iter().flatten() {
+        parts.push(format!("tool {tool}: {}", listed(steps).join(", ")));
+    }
+    let unjudged = listed(&m["unjudged"]);
+    if !unjudged.is_empty() {
+        parts.push(format!("unjudged: {}", unjudged.join(", ")));
+    }
+    let missing = listed(&m["results_missing"]);
+    if !missing.is_empty() {
+        parts.push(format!("results not read: {}", missing.join(", ")));
+    }
+    s.push_str(&format!("    mcp: {}\n", parts.join("; ")));
+}
+
+impl McpTally {
+    fn add(&mut self, v: &Verdict) {
+        let m = &v.mcp;
+        self.calls += u64::from(m.judged);
+        self.notes_added += u64::from(m.note_added);
+        self.own_notes_removed += u64::from(m.own_note_removed);
+        if let Some(why) = &m.unjudged {
+            *self.unjudged.entry(why.clone()).or_default() += 1;
+        }
+        if let Some(why) = m.result_missing {
+            *self.results_missing.entry(why).or_default() += 1;
+        }
+        // A loop's step as the client got it: a note only when one was
+        // inserted (a note planned for a result that changed is none).
+        let step = match (m.field("step"), m.field("tool")) {
+            (Some("note"), Some(_)) if !m.note_added && !v.shadow => None,
+            (Some(step), Some(tool)) => Some((step, tool)),
+            _ => None,
+        };
+        if let Some((step, tool)) = step {
+            let tool = if self.tools.len() < MAX_MCP_TOOLS || self.tools.contains_key(tool) {
+                tool
+            } else {
+                "other"
+            };
+            *self
+                .tools
+                .entry(tool.to_string())
+                .or_default()
+                .entry(step.to_string())
+                .or_default() += 1;
+        }
     }
 }

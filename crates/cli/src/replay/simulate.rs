@@ -4,15 +4,16 @@
 //! memory. What the engine asks the host to do is read back as the verdict
 //! Envoy would have applied.
 
-use super::record::Recorded;
+use super::record::{Answer, Recorded};
 use loopguard_core::act::reply::LocalReply;
-use loopguard_core::config::{AccessLog, Config, StoreConfig};
+use loopguard_core::config::{AccessLog, Config, McpKey, StoreConfig};
 use loopguard_core::detect::fingerprint::{self, Pending};
 use loopguard_core::flow::{Effect, Effects, Engine, Request, Step};
 use loopguard_core::request::policy::{self, Selection};
 use loopguard_core::request::RequestHead;
 use loopguard_core::state::store::InProcess;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// What the filter did to one request (or, in shadow mode, would have).
@@ -22,7 +23,9 @@ pub struct Verdict {
     pub policy: Option<String>,
     /// `pass` (no policy, or not judged), `exempt`, `allow`, `warn`,
     /// `throttle`, `nudge`, `directive` or `reject`: the strongest of the
-    /// fingerprint's and the tool-loop ladder's.
+    /// fingerprint's and the tool-loop ladder's; under an MCP policy
+    /// `allow` (a call judged and forwarded), `note` (a note inserted into
+    /// its result), `block`, `error` or `reject`.
     pub action: &'static str,
     /// The policy is in shadow mode: `action` was only logged.
     pub shadow: bool,
@@ -44,17 +47,70 @@ pub struct Verdict {
     /// The last decision record published (what Envoy's access log shows
     /// as `%FILTER_STATE(wasm.loopguard:PLAIN)%`).
     pub decision: Option<Value>,
+    /// What this request did under an MCP policy.
+    pub mcp: McpVerdict,
 }
 
-/// Actions from weakest to strongest.
-const ORDER: [&str; 8] = [
+/// An MCP request's part of a verdict.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpVerdict {
+    /// A `tools/call` judged against its history
+    /// (`loopguard_mcp_calls_total`).
+    pub judged: bool,
+    /// The loop acted on (or, in shadow mode, that would have been), as
+    /// `x-loopguard-mcp-loop` shows it: `tier=..; tool=..; count=..;
+    /// step=..`.
+    pub loop_header: Option<String>,
+    /// A note was inserted into the server's result.
+    pub note_added: bool,
+    /// Why the request or its result passed unjudged
+    /// (`loopguard_mcp_unjudged_total`'s reason).
+    pub unjudged: Option<String>,
+    /// The forwarded call's result could not be fed as Envoy read it:
+    /// `not_recorded` (no content type and no body, or no body),
+    /// `incomplete` (the recorded body ends before the result),
+    /// `answered_by_loopguard` (the recording holds loopguard's own answer,
+    /// not the server's). The call then does not join its history.
+    pub result_missing: Option<&'static str>,
+    /// The recorded result held loopguard's own note (it was recorded in
+    /// front of loopguard): taken out before it was read.
+    pub own_note_removed: bool,
+}
+
+impl McpVerdict {
+    /// The loop's fields (`tier`, `tool`, `count`, `step`), from the
+    /// header's value.
+    pub fn loop_fields(&self) -> Option<Vec<(&str, &str)>> {
+        let h = self.loop_header.as_deref()?;
+        Some(
+            h.split(';')
+                .filter_map(|f| f.trim().split_once('='))
+                .collect(),
+        )
+    }
+
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.loop_fields()?
+            .into_iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    }
+}
+
+/// Actions from weakest to strongest: an MCP note is as strong as a
+/// nudge (the real answer, with words added); a blocked call and a
+/// JSON-RPC error stop the call as a 429 does.
+const ORDER: [&str; 11] = [
     "pass",
     "exempt",
     "allow",
     "warn",
+    "note",
     "nudge",
     "directive",
     "throttle",
+    "block",
+    "error",
     "reject",
 ];
 
@@ -78,9 +134,36 @@ pub struct Simulation {
     /// The clock: the latest recorded time seen (never runs backwards).
     now: u64,
     next_id: u32,
-    /// Throttled requests waiting for the tick, with the status their
-    /// answer will have.
-    held: HashMap<u32, (Request, Option<u32>)>,
+    /// Throttled requests waiting for the tick, with the answer they will
+    /// get.
+    held: HashMap<u32, Held>,
+}
+
+/// An MCP history beyond its caller's identity (see
+/// [`Simulation::mcp_history`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct McpHistory {
+    pub address: Option<String>,
+    pub session: Option<String>,
+}
+
+impl McpHistory {
+    /// Both, as shown: `address A; mcp session #S`.
+    pub fn shown(&self) -> Option<String> {
+        let parts: Vec<&str> = [&self.address, &self.session]
+            .into_iter()
+            .filter_map(|p| p.as_deref())
+            .collect();
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+/// A throttled request and its recorded answer.
+struct Held {
+    r: Request,
+    status: Option<u32>,
+    answer: Option<Answer>,
+    mcp: bool,
 }
 
 impl Simulation {
@@ -129,8 +212,11 @@ impl Simulation {
             action: "pass",
             ..Verdict::default()
         };
+        let mut mcp = false;
         if let Selection::Policy(i) = policy::select(&self.config, &head, req) {
-            verdict.policy = self.config.policies.get(i).map(|p| p.id.clone());
+            let p = self.config.policies.get(i);
+            verdict.policy = p.map(|p| p.id.clone());
+            mcp = p.is_some_and(|p| p.mcp.is_some());
         }
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
@@ -149,7 +235,7 @@ impl Simulation {
             }
             step = self.engine.on_body(&mut r, size, true, body, now, &mut out);
         }
-        read_effects(&out, &mut verdict);
+        read_effects(&out, &mut verdict, mcp);
         for (name, value) in r.client_headers() {
             if *name == "x-loopguard-delay-ms" {
                 verdict.delay_ms = value.parse().ok();
@@ -166,11 +252,27 @@ impl Simulation {
             self.engine.on_done(&mut r, &mut out);
         } else if step == Step::Pause {
             // Throttled: the tick resumes it, then it goes upstream.
-            self.held.insert(id, (r, status));
+            let held = Held {
+                r,
+                status,
+                answer: rec.response.clone(),
+                mcp,
+            };
+            self.held.insert(id, held);
         } else {
-            self.engine
-                .on_response_headers(&mut r, status, now, &mut out);
-            self.engine.on_done(&mut r, &mut out);
+            let from = out.len();
+            let fed = respond(
+                &mut self.engine,
+                &mut r,
+                rec.response.as_ref(),
+                status,
+                mcp,
+                now,
+                &mut out,
+            );
+            verdict.mcp.result_missing = fed.missing;
+            verdict.mcp.own_note_removed = fed.own_note_removed;
+            read_effects(out.get(from..).unwrap_or(&[]), &mut verdict, mcp);
         }
         self.out = out;
         verdict
@@ -208,11 +310,17 @@ impl Simulation {
             })
             .collect();
         for id in resumed {
-            if let Some((mut r, status)) = self.held.remove(&id) {
+            if let Some(mut h) = self.held.remove(&id) {
                 out.clear();
-                self.engine
-                    .on_response_headers(&mut r, status, at, &mut out);
-                self.engine.on_done(&mut r, &mut out);
+                respond(
+                    &mut self.engine,
+                    &mut h.r,
+                    h.answer.as_ref(),
+                    h.status,
+                    h.mcp,
+                    at,
+                    &mut out,
+                );
             }
         }
         self.out = out;
@@ -236,6 +344,36 @@ impl Simulation {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         pending.identity().hash(&mut h);
         h.finish()
+    }
+
+    /// What tells a request's MCP history apart beyond its caller's
+    /// identity, as the report shows it: the client's address when
+    /// nothing else tells the caller (no limit keys, no API key), and the
+    /// session, when its policy keys MCP histories by session and the
+    /// request names one (as a digest: a session id lets whoever holds it
+    /// into the session).
+    pub fn mcp_history(&self, rec: &Recorded, policy_id: &str) -> McpHistory {
+        let mut h = McpHistory::default();
+        let Some(p) = self.config.policies.iter().find(|p| p.id == policy_id) else {
+            return h;
+        };
+        let Some(cfg) = p.mcp.as_ref() else {
+            return h;
+        };
+        let req = &rec.request;
+        if p.limit_keys.is_empty() && loopguard_core::request::api_key(req).is_none() {
+            h.address = req.source_address.as_deref().map(|a| {
+                let address = loopguard_core::request::address_without_port(a);
+                format!("address {address}")
+            });
+        }
+        let head = loopguard_core::request::mcp::Head::read(req);
+        if let (McpKey::Session, Some(session)) = (cfg.key, head.session) {
+            let mut d = loopguard_core::request::Fnv::default();
+            d.write(session.as_bytes());
+            h.session = Some(format!("mcp session #{:08x}", d.0 >> 32));
+        }
+        h
     }
 
     /// The caller as `explain` shows it (keys redacted) and the model, for
@@ -264,12 +402,128 @@ impl Simulation {
     }
 }
 
+/// What feeding a recorded answer to the response path found.
+#[derive(Debug, Default)]
+struct Fed {
+    missing: Option<&'static str>,
+    own_note_removed: bool,
+}
+
+/// The response path as Envoy runs it: the headers (status), the content
+/// type when the engine asks for it, the body when it wants it (the
+/// recorded bytes in one chunk, ending the stream unless the recording cut
+/// them; an empty body gets no body callback, as in Envoy), then the end
+/// of the stream. `mcp`: the request is under an MCP policy, whose
+/// forwarded calls' results build the history.
+fn respond(
+    engine: &mut Engine<InProcess>,
+    r: &mut Request,
+    answer: Option<&Answer>,
+    status: Option<u32>,
+    mcp: bool,
+    at: u64,
+    out: &mut Effects,
+) -> Fed {
+    let mut fed = Fed::default();
+    engine.on_response_headers(r, status, at, out);
+    if mcp && r.wants_content_type() && answer.is_some_and(|a| a.by_loopguard) {
+        // A forwarded call whose recorded answer is loopguard's own (its
+        // status too): the server's result is unknown.
+        fed.missing = Some("answered_by_loopguard");
+        r.forget_mcp_call();
+        engine.on_done(r, out);
+        return fed;
+    }
+    if r.wants_content_type() {
+        let content_type = answer.and_then(|a| a.content_type.as_deref());
+        let body = answer.and_then(|a| a.body.as_ref());
+        if mcp && content_type.is_none() && body.is_none() && status == Some(200) {
+            // Nothing of the result was recorded: replay cannot tell what
+            // the call got, so it leaves it out of the history.
+            fed.missing = Some("not_recorded");
+            r.forget_mcp_call();
+            engine.on_done(r, out);
+            return fed;
+        }
+        engine.on_response_content_type(r, content_type, out);
+    }
+    if r.wants_response_body() {
+        match answer.and_then(|a| a.body.as_deref().map(|b| (b, a.body_cut))) {
+            Some((body, cut)) if !body.is_empty() => {
+                let body = if mcp {
+                    let (b, removed) = without_own_note(body);
+                    fed.own_note_removed = removed;
+                    b
+                } else {
+                    Cow::Borrowed(body)
+                };
+                engine.on_response_body(r, &body, !cut, out);
+            }
+            _ => {}
+        }
+        if mcp && r.wants_response_body() {
+            fed.missing = Some(match answer.and_then(|a| a.body.as_ref()) {
+                None => "not_recorded",
+                Some(_) => "incomplete",
+            });
+            r.forget_mcp_call();
+        }
+    }
+    engine.on_done(r, out);
+    fed
+}
+
+/// The start of the content block loopguard inserts as its note: serde
+/// writes an object's keys sorted (or, built with `preserve_order`, as
+/// written).
+const OWN_NOTE: [&[u8]; 2] = [
+    br#"{"text":"[loopguard] Note: "#,
+    br#"{"type":"text","text":"[loopguard] Note: "#,
+];
+
+/// A result recorded in front of loopguard carries loopguard's own note as
+/// the last block of its `content`: that block (and the comma before it)
+/// taken out, so the result read is the server's.
+pub(super) fn without_own_note(body: &[u8]) -> (Cow<'_, [u8]>, bool) {
+    let Some(at) = OWN_NOTE
+        .iter()
+        .find_map(|note| body.windows(note.len()).position(|w| w == *note))
+    else {
+        return (Cow::Borrowed(body), false);
+    };
+    let rest = body.get(at..).unwrap_or(&[]);
+    let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<Value>();
+    let Some(Ok(block)) = values.next() else {
+        return (Cow::Borrowed(body), false);
+    };
+    let end = at + values.byte_offset();
+    let closes = body
+        .get(end..)
+        .and_then(|after| after.iter().find(|b| !b.is_ascii_whitespace()))
+        == Some(&b']');
+    let is_note = block.get("type").and_then(Value::as_str) == Some("text")
+        && block.as_object().is_some_and(|o| o.len() == 2);
+    if !closes || !is_note {
+        return (Cow::Borrowed(body), false);
+    }
+    let from = if at > 0 && body.get(at - 1) == Some(&b',') {
+        at - 1
+    } else {
+        at
+    };
+    let mut out = Vec::with_capacity(body.len());
+    out.extend_from_slice(body.get(..from).unwrap_or(&[]));
+    out.extend_from_slice(body.get(end..).unwrap_or(&[]));
+    (Cow::Owned(out), true)
+}
+
 fn replied(out: &Effects) -> bool {
     out.iter().any(|e| matches!(e, Effect::LocalReply(..)))
 }
 
-/// Read the engine's effects into the verdict.
-fn read_effects(out: &[Effect], v: &mut Verdict) {
+/// Read the engine's effects into the verdict (`mcp`: the request is
+/// under an MCP policy, whose decisions name an MCP loop).
+fn read_effects(out: &[Effect], v: &mut Verdict, mcp: bool) {
     for e in out {
         match e {
             Effect::SetFilterState(name, record) if name == "loopguard" => {
@@ -293,14 +547,36 @@ fn read_effects(out: &[Effect], v: &mut Verdict) {
                     v.count = u32::try_from(c).ok();
                 }
                 if let Some(t) = rec.get("tool_loop").and_then(Value::as_str) {
-                    v.tool_loop = Some(t.to_string());
+                    if mcp {
+                        v.mcp.loop_header = Some(t.to_string());
+                    } else {
+                        v.tool_loop = Some(t.to_string());
+                    }
                 }
             }
             Effect::LocalReply(LocalReply { status, .. }, _) => v.status = Some(*status),
+            Effect::CountNamed(name, _) if name.starts_with("loopguard.mcp_") => {
+                if name.starts_with("loopguard.mcp_calls_total.") {
+                    // Judged and let through, unless something stronger
+                    // is said.
+                    v.mcp.judged = true;
+                    if rank("allow") > rank(v.action) {
+                        v.action = "allow";
+                    }
+                } else if name.starts_with("loopguard.mcp_unjudged_total.") {
+                    if let Some((_, reason)) = name.rsplit_once(".reason.") {
+                        v.mcp.unjudged = Some(reason.to_string());
+                    }
+                }
+            }
+            Effect::ReplaceResponseBody { .. } if mcp => v.mcp.note_added = true,
             Effect::Log(_, line) if line.starts_with("{\"") => {
                 if let Ok(event) = serde_json::from_str::<Value>(line) {
                     let name = event.get("event").and_then(Value::as_str).unwrap_or("");
-                    if name == "loop.detected" || name == "loop.tool.detected" {
+                    if matches!(
+                        name,
+                        "loop.detected" | "loop.tool.detected" | "loop.mcp.detected"
+                    ) {
                         v.events.push(event);
                     }
                 }

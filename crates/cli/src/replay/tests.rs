@@ -4,17 +4,17 @@ use super::*;
 use serde_json::json;
 use std::path::PathBuf;
 
-struct Dir(PathBuf);
+pub(super) struct Dir(pub(super) PathBuf);
 
 impl Dir {
-    fn new(name: &str) -> Dir {
+    pub(super) fn new(name: &str) -> Dir {
         let d =
             std::env::temp_dir().join(format!("loopguard-replay-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         Dir(d)
     }
-    fn write(&self, name: &str, text: &str) -> String {
+    pub(super) fn write(&self, name: &str, text: &str) -> String {
         let p = self.0.join(name);
         std::fs::write(&p, text).unwrap();
         p.display().to_string()
@@ -29,7 +29,7 @@ impl Drop for Dir {
 
 /// `loopguard replay ARGS`: its exit code and report, or what it said on
 /// stderr when it stopped.
-fn replay(args: &[&str]) -> Result<(i32, String), String> {
+pub(super) fn replay(args: &[&str]) -> Result<(i32, String), String> {
     let args: Vec<&str> = std::iter::once("replay")
         .chain(args.iter().copied())
         .collect();

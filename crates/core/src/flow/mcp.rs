@@ -72,6 +72,13 @@ impl Request {
         self.reads_usage() || self.mcp.as_ref().is_some_and(|s| s.call.is_some())
     }
 
+    /// The host cannot know what a forwarded call got (a replay whose
+    /// recording lacks the result): the call is left out of its history,
+    /// instead of joining it as unread when the stream ends.
+    pub fn forget_mcp_call(&mut self) {
+        self.mcp = None;
+    }
+
     pub(super) fn reads_mcp_result(&self) -> bool {
         self.mcp
             .as_ref()
@@ -290,6 +297,16 @@ impl<B: BucketBackend> Engine<B> {
             );
             out.push(Effect::Log(Level::Info, event.to_string()));
             self.queue_alert(&event, now, out);
+        }
+    }
+
+    /// The stream ended: a call that went on and whose result was not read
+    /// to its end (the client left, the stream was cut) joins its history
+    /// as unread, so it is never a repeat and breaks the run it was in.
+    pub(super) fn mcp_done(&mut self, r: &mut Request, out: &mut Effects) {
+        if r.mcp.as_ref().is_some_and(|s| s.call.is_some()) {
+            let at = r.started_ms;
+            self.finish_mcp(r, Seen::Unreadable, at, out);
         }
     }
 

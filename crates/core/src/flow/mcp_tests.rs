@@ -348,3 +348,32 @@ fn callers_known_by_nothing_are_told_apart_by_their_address() {
     assert_eq!(go(&mut h, "10.0.0.2", 2), Step::Continue);
     assert_eq!(go(&mut h, "10.0.0.1", 3), Step::Pause);
 }
+
+#[test]
+fn a_call_whose_result_never_came_back_breaks_the_run() {
+    let mut h = harness(json!({"enabled": true, "ladder": ["block"], "same_result_min": 3}));
+    round(&mut h, "s", 1, "search", "same");
+    // The second goes on; its client leaves before the result.
+    let mut s = send(&mut h, "s", &call_body(2, "search", json!({"q": "x"})));
+    assert_eq!(s.step, Step::Continue);
+    let mut out = Effects::new();
+    h.engine.on_done(&mut s.req, &mut out);
+    assert_eq!(
+        named(
+            &out,
+            "loopguard.mcp_unjudged_total.policy.p.reason.result_unreadable"
+        ),
+        1
+    );
+    // So the next is the first of a new run, not the third of the old.
+    let (s, _, _) = round(&mut h, "s", 3, "search", "same");
+    assert_eq!(s.step, Step::Continue);
+    round(&mut h, "s", 4, "search", "same");
+    let (s, _, _) = round(&mut h, "s", 5, "search", "same");
+    assert_eq!(s.step, Step::Pause);
+    // A finished exchange's end adds nothing more.
+    let (mut s, _, _) = round(&mut h, "s", 6, "read", "file");
+    let mut out = Effects::new();
+    h.engine.on_done(&mut s.req, &mut out);
+    assert!(out.iter().all(|e| !matches!(e, Effect::CountNamed(..))));
+}

@@ -13,6 +13,7 @@ impl<B: BucketBackend> Engine<B> {
     pub fn on_done(&mut self, r: &mut Request, out: &mut Effects) {
         // A response cut short still reported what it had read.
         self.finish_usage(r, out);
+        self.mcp_done(r, out);
         if matches!(r.state, State::Held) && self.throttled.remove(r.id) {
             out.push(count(self.registry.throttle_pending(), -1));
         }

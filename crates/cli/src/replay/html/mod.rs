@@ -26,6 +26,9 @@ use timeline::{action_class, legend, loop_block};
 /// The actions a policy can take, in the order tables list them.
 const ACTIONS: [&str; 5] = ["reject", "throttle", "warn", "nudge", "directive"];
 
+/// MCP policies' actions, listed after those when a policy has any.
+const MCP_ACTIONS: [&str; 3] = ["note", "block", "error"];
+
 const STYLE: &str = "\
 body{font-family:system-ui,-apple-system,\"Segoe UI\",Roboto,sans-serif;color:#222;background:#fff;\
 max-width:62rem;margin:1.5rem auto;padding:0 1rem;line-height:1.45}
@@ -62,6 +65,9 @@ svg text{font-family:system-ui,-apple-system,\"Segoe UI\",Roboto,sans-serif;font
 .mark-nudge,.sw-nudge{fill:#1e88e5;background:#1e88e5}
 .mark-directive,.sw-directive{fill:#0d47a1;background:#0d47a1}
 .mark-reject,.sw-reject{fill:#d32f2f;background:#d32f2f}
+.mark-note,.sw-note{fill:#26a69a;background:#26a69a}
+.mark-block,.sw-block{fill:#ad1457;background:#ad1457}
+.mark-error,.sw-error{fill:#6a1b9a;background:#6a1b9a}
 .mark-other,.sw-other{fill:#6d4c41;background:#6d4c41}
 .axis{stroke:#555;stroke-width:1}
 .grid{stroke:#e4e4e4;stroke-width:1}
@@ -259,6 +265,9 @@ fn policy_section(out: &mut String, policy: &Value) {
     // The actions: the known ones in order, then any others the report has.
     let actions = policy.get("actions").and_then(Value::as_object);
     let mut columns: Vec<&str> = ACTIONS.to_vec();
+    if field(policy, "mcp").is_some() {
+        columns.extend(MCP_ACTIONS);
+    }
     if let Some(actions) = actions {
         for key in actions.keys() {
             if !columns.contains(&key.as_str()) {
@@ -326,8 +335,11 @@ fn policy_section(out: &mut String, policy: &Value) {
         out.push_str("<p class=\"muted\">No loops found.</p>\n");
         return;
     }
+    if let Some(mcp) = field(policy, "mcp") {
+        mcp_facts(out, mcp);
+    }
     if !loops.is_empty() {
-        legend(out);
+        legend(out, field(policy, "mcp").is_some());
     }
     for lp in loops {
         loop_block(out, lp);
@@ -340,6 +352,51 @@ fn policy_section(out: &mut String, policy: &Value) {
             if not_listed == 1 { "loop" } else { "loops" }
         );
     }
+}
+
+/// An MCP policy's facts: calls judged, notes added, loops by tool, what
+/// passed unjudged and results replay could not read.
+fn mcp_facts(out: &mut String, mcp: &Value) {
+    let listed = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_object)
+            .map(|o| {
+                o.iter()
+                    .filter_map(|(k, n)| Some(format!("{} {}", esc(k), count(as_uint(n)?))))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    out.push_str("<dl class=\"facts\">\n");
+    let _ = writeln!(
+        out,
+        "<dt>MCP calls judged</dt><dd>{}</dd>",
+        opt_count(uint(mcp, "calls_judged"))
+    );
+    let _ = writeln!(
+        out,
+        "<dt>Notes added</dt><dd>{}</dd>",
+        opt_count(uint(mcp, "notes_added"))
+    );
+    if let Some(tools) = mcp.get("loops_by_tool").and_then(Value::as_object) {
+        for (tool, steps) in tools {
+            let _ = writeln!(
+                out,
+                "<dt>Tool <code>{}</code></dt><dd>{}</dd>",
+                esc(tool),
+                listed(Some(steps)).join(", ")
+            );
+        }
+    }
+    for (key, label) in [
+        ("unjudged", "Passed unjudged"),
+        ("results_missing", "Results not read"),
+    ] {
+        let parts = listed(mcp.get(key));
+        if !parts.is_empty() {
+            let _ = writeln!(out, "<dt>{label}</dt><dd>{}</dd>", parts.join(", "));
+        }
+    }
+    out.push_str("</dl>\n");
 }
 
 // ---------------------------------------------------------------------------

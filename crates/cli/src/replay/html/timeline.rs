@@ -13,9 +13,14 @@ const STRIP_PAD: f64 = 12.0;
 pub(super) const MARK_W: f64 = 4.0;
 
 /// The colours of a timeline's marks.
-pub(super) fn legend(out: &mut String) {
+/// (`mcp`: with an MCP policy's note, block and error).
+pub(super) fn legend(out: &mut String, mcp: bool) {
     out.push_str("<p class=\"legend\">Timeline marks, one per request: ");
-    for action in ["allow", "warn", "throttle", "nudge", "directive", "reject"] {
+    let mut actions = vec!["allow", "warn", "throttle", "nudge", "directive", "reject"];
+    if mcp {
+        actions.extend(["note", "block", "error"]);
+    }
+    for action in actions {
         let _ = write!(
             out,
             "<span class=\"key\"><span class=\"swatch sw-{action}\"></span>{action}</span>"
@@ -44,6 +49,9 @@ pub(super) fn loop_block(out: &mut String, lp: &Value) {
         (Some(kind), None) => facts.push(format!("kind {}", show(kind))),
         (None, Some(tier)) => facts.push(format!("tier {}", show(tier))),
         (None, None) => {}
+    }
+    if let Some(tool) = field(lp, "tool") {
+        facts.push(format!("tool <code>{}</code>", show(tool)));
     }
     if let Some(turns) = uint(lp, "turns") {
         facts.push(format!(
@@ -189,6 +197,9 @@ pub(super) fn action_class(action: &str) -> &'static str {
         "nudge" => "nudge",
         "directive" => "directive",
         "reject" => "reject",
+        "note" => "note",
+        "block" => "block",
+        "error" => "error",
         _ => "other",
     }
 }
@@ -197,10 +208,13 @@ pub(super) fn action_class(action: &str) -> &'static str {
 fn severity(action: &str) -> u8 {
     match action {
         "allow" => 0,
+        "note" => 2,
         "nudge" => 2,
         "directive" => 3,
         "warn" => 4,
         "throttle" => 5,
+        "block" => 6,
+        "error" => 6,
         "reject" => 6,
         _ => 1,
     }

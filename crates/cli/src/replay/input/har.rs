@@ -3,7 +3,7 @@
 //! JSON document, so it is read whole.
 
 use super::{base64, time};
-use crate::replay::record::{usage_in_body, Answer, Entry, Recorded, Skipped};
+use crate::replay::record::{usage_in_body, Answer, Entry, Recorded, Skipped, MCP_LOOP_HEADER};
 use crate::request_file::RequestFile;
 use serde_json::Value;
 
@@ -75,25 +75,66 @@ fn entry(place: &str, e: &Value) -> Result<Recorded, String> {
     if let Some(post) = req.get("postData") {
         r.body = content(post, "request.postData")?;
     }
-    let response = e.get("response").map(|resp| {
-        let status = resp
-            .get("status")
-            .and_then(Value::as_u64)
-            .and_then(|s| u16::try_from(s).ok())
-            // HAR writes 0 for a request that got no answer.
-            .filter(|s| *s >= 100);
-        let usage = resp
-            .get("content")
-            .and_then(|c| content(c, "response.content").ok())
-            .and_then(|b| usage_in_body(&b));
-        Answer { status, usage }
-    });
+    let response = e.get("response").map(response);
     Ok(Recorded {
         at_ms,
         request: r,
         response,
         place: place.to_string(),
     })
+}
+
+/// A response: its status, and its content (`mimeType`, or the
+/// `content-type` header when listed, and `text`; a `size` above the
+/// text's length says the recorder cut it).
+fn response(resp: &Value) -> Answer {
+    let status = resp
+        .get("status")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())
+        // HAR writes 0 for a request that got no answer.
+        .filter(|s| *s >= 100);
+    let mut answer = Answer {
+        status,
+        ..Answer::default()
+    };
+    for h in resp
+        .get("headers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let (Some(name), Some(value)) = (
+            h.get("name").and_then(Value::as_str),
+            h.get("value").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        if name.eq_ignore_ascii_case("content-type") && answer.content_type.is_none() {
+            answer.content_type = Some(value.to_string());
+        }
+        answer.by_loopguard |= name.eq_ignore_ascii_case(MCP_LOOP_HEADER);
+    }
+    let Some(c) = resp.get("content") else {
+        return answer;
+    };
+    if answer.content_type.is_none() {
+        answer.content_type = c
+            .get("mimeType")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string);
+    }
+    let has_text = matches!(c.get("text"), Some(Value::String(_)));
+    if let (true, Ok(bytes)) = (has_text, content(c, "response.content")) {
+        answer.usage = usage_in_body(&bytes);
+        let cut = c
+            .get("size")
+            .and_then(Value::as_u64)
+            .is_some_and(|size| size > bytes.len() as u64);
+        answer.keep_body(bytes, cut);
+    }
+    answer
 }
 
 /// A postData or content object's bytes: `text`, base64 when `encoding`
@@ -190,6 +231,40 @@ mod tests {
             ("/", "localhost:8080")
         );
         assert_eq!(second.response.as_ref().unwrap().status, None);
+    }
+
+    #[test]
+    fn a_response_keeps_its_content_type_and_body() {
+        let sse = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n";
+        let bytes = har(json!([
+            {"startedDateTime": "2026-11-25T18:33:44Z",
+             "request": {"method": "POST", "url": "http://a/mcp"},
+             "response": {"status": 200, "headers": [{"name": "Content-Type", "value": "text/event-stream; charset=utf-8"}],
+                          "content": {"mimeType": "text/event-stream", "size": sse.len(), "text": sse}}},
+            {"startedDateTime": "2026-11-25T18:33:45Z",
+             "request": {"method": "POST", "url": "http://a/mcp"},
+             "response": {"status": 200, "headers": [{"name": "x-loopguard-mcp-loop", "value": "tier=identical"}],
+                          "content": {"mimeType": "application/json", "size": 9000, "text": "{\"jsonrpc\""}}},
+            {"startedDateTime": "2026-11-25T18:33:46Z",
+             "request": {"method": "POST", "url": "http://a/mcp"},
+             "response": {"status": 200, "content": {"mimeType": "application/json"}}}
+        ]));
+        let got = read("t.har", &bytes);
+        let a = got[0].as_ref().unwrap().response.clone().unwrap();
+        assert_eq!(
+            a.content_type.as_deref(),
+            Some("text/event-stream; charset=utf-8")
+        );
+        assert_eq!(a.body.as_deref(), Some(sse.as_bytes()));
+        assert!(!a.body_cut && !a.by_loopguard);
+        let a = got[1].as_ref().unwrap().response.clone().unwrap();
+        assert_eq!(a.content_type.as_deref(), Some("application/json"));
+        assert!(a.body_cut && a.by_loopguard, "{a:?}");
+        let a = got[2].as_ref().unwrap().response.clone().unwrap();
+        assert_eq!(
+            (a.content_type.as_deref(), a.body),
+            (Some("application/json"), None)
+        );
     }
 
     #[test]

@@ -11,9 +11,11 @@
 //! `authority`, `headers`, `body` or `body_json`, `route`, `route_policy`,
 //! `source_address`, `verified_claims`); `timestamp` (RFC 3339, or seconds
 //! or milliseconds since the epoch) is required; `response` is optional
-//! (`status`, and `usage` as the provider reported it, or the response
-//! `body` to read it from). Blank lines and lines starting with `#` are
-//! skipped silently.
+//! (`status`; `usage` as the provider reported it, or the response `body`
+//! to read it from; `content_type`, and `body_truncated` when the body is
+//! only the start of what was sent: the body goes through the response
+//! path, where an MCP result is read). Blank lines and lines starting with
+//! `#` are skipped silently.
 
 use super::time;
 use crate::replay::record::{usage_in_body, Answer, Entry, Recorded, Skipped, Usage};
@@ -235,12 +237,13 @@ fn from_fields(place: &str, mut v: Value) -> Entry {
     }
 }
 
-/// `response`: `status`, and `usage` or a `body` to read usage from.
+/// `response`: `status`, `usage` (else read from `body`), and the body
+/// with its `content_type` for the response path.
 fn answer(r: &Value) -> Result<Answer, String> {
     let obj = r
         .as_object()
         .ok_or_else(|| "must be an object with status and usage".to_string())?;
-    const KNOWN: [&str; 3] = ["status", "usage", "body"];
+    const KNOWN: [&str; 5] = ["status", "usage", "body", "content_type", "body_truncated"];
     if let Some(k) = obj.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(format!("{k} is not a known field ({})", KNOWN.join(", ")));
     }
@@ -253,16 +256,53 @@ fn answer(r: &Value) -> Result<Answer, String> {
                 .ok_or_else(|| format!("status must be an HTTP status code (got {s})"))?,
         ),
     };
-    let usage = match (obj.get("usage"), obj.get("body")) {
-        (Some(u), _) if !u.is_null() => Some(Usage::from_json(u).ok_or_else(|| {
+    // A text body is its bytes; any other JSON value is sent compactly.
+    let body: Option<Vec<u8>> = match obj.get("body") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(b)) => Some(b.as_bytes().to_vec()),
+        Some(b) => Some(b.to_string().into_bytes()),
+    };
+    let usage = match obj.get("usage") {
+        Some(u) if !u.is_null() => Some(Usage::from_json(u).ok_or_else(|| {
             "usage must hold input_tokens/output_tokens or prompt_tokens/completion_tokens"
                 .to_string()
         })?),
-        (_, Some(Value::String(b))) => usage_in_body(b.as_bytes()),
-        (_, Some(b)) if !b.is_null() => usage_in_body(b.to_string().as_bytes()),
-        _ => None,
+        _ => body.as_deref().and_then(usage_in_body),
     };
-    Ok(Answer { status, usage })
+    let content_type = match obj.get("content_type") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) => Some(c.clone()),
+        Some(other) => return Err(format!("content_type must be a string (got {other})")),
+    };
+    let cut = match obj.get("body_truncated") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(format!(
+                "body_truncated must be true or false (got {other})"
+            ))
+        }
+    };
+    let mut answer = Answer {
+        status,
+        usage,
+        ..Answer::default()
+    };
+    if let Some(b) = body {
+        // Without a content type, the body tells: a JSON object, else an
+        // event stream (as usage is read).
+        answer.content_type = content_type.or_else(|| {
+            Some(if b.trim_ascii_start().starts_with(b"{") {
+                "application/json".to_string()
+            } else {
+                "text/event-stream".to_string()
+            })
+        });
+        answer.keep_body(b, cut);
+    } else {
+        answer.content_type = content_type;
+    }
+    Ok(answer)
 }
 
 #[cfg(test)]
@@ -347,5 +387,39 @@ mod tests {
             .reason
             .starts_with("not JSON"));
         assert!(reason(json!([1])).starts_with("must be a JSON object"));
+        assert!(
+            reason(json!({"timestamp": 1, "path": "/", "response": {"content_type": 7}}))
+                .starts_with("response.content_type must be a string")
+        );
+        assert!(
+            reason(json!({"timestamp": 1, "path": "/", "response": {"headers": {}}}))
+                .starts_with("response.headers is not a known field")
+        );
+    }
+
+    #[test]
+    fn a_response_body_keeps_its_content_type_or_tells_it() {
+        let answer = |r: Value| {
+            parse_line(
+                "f:1",
+                &json!({"timestamp": 1, "path": "/mcp", "response": r}).to_string(),
+            )
+            .unwrap()
+            .response
+            .unwrap()
+        };
+        let a = answer(json!({"status": 200, "body": {"jsonrpc": "2.0", "id": 1, "result": {}}}));
+        assert_eq!(a.content_type.as_deref(), Some("application/json"));
+        assert_eq!(
+            a.body.as_deref(),
+            Some(&br#"{"id":1,"jsonrpc":"2.0","result":{}}"#[..])
+        );
+        let a = answer(json!({"body": "event: message\ndata: {}\n\n"}));
+        assert_eq!(a.content_type.as_deref(), Some("text/event-stream"));
+        let a = answer(json!({"content_type": "text/plain", "body": "{}", "body_truncated": true}));
+        assert_eq!(a.content_type.as_deref(), Some("text/plain"));
+        assert!(a.body_cut);
+        let a = answer(json!({"status": 200}));
+        assert_eq!((a.content_type, a.body), (None, None));
     }
 }

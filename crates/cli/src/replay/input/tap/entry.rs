@@ -2,7 +2,7 @@
 
 use super::fields::{lossy, Message};
 use super::RECEIVED_AT_HEADER;
-use crate::replay::record::{usage_in_body, Answer, Recorded};
+use crate::replay::record::{usage_in_body, Answer, Recorded, MCP_LOOP_HEADER};
 use crate::request_file::RequestFile;
 
 const TIME_ADVICE: &str = "set record_headers_received_time: true on the tap filter, or have Envoy add the header x-loopguard-received-at: %START_TIME(%s%3f)% before the tap (header_mutation filter); see examples/tap/README.md";
@@ -93,6 +93,8 @@ fn answer(m: Message, at: &str, notes: &mut Vec<String>) -> Result<Option<Answer
     }
     let mut status = None;
     let mut encoding = None;
+    let mut content_type = None;
+    let mut by_loopguard = false;
     for (name, value) in &m.headers {
         match name.as_str() {
             ":status" => {
@@ -104,6 +106,10 @@ fn answer(m: Message, at: &str, notes: &mut Vec<String>) -> Result<Option<Answer
                 );
             }
             "content-encoding" => encoding = Some(lossy(value)),
+            "content-type" => {
+                content_type.get_or_insert_with(|| lossy(value));
+            }
+            MCP_LOOP_HEADER => by_loopguard = true,
             _ => {}
         }
     }
@@ -111,7 +117,7 @@ fn answer(m: Message, at: &str, notes: &mut Vec<String>) -> Result<Option<Answer
         notes.push(format!("{at}.body.truncated: the provider's token usage was not read; raise the tap's output_config.max_buffered_tx_bytes above the largest response body"));
         None
     } else {
-        match encoding {
+        match &encoding {
             Some(e) if !e.eq_ignore_ascii_case("identity") => {
                 if !m.body.bytes.is_empty() {
                     notes.push(format!(
@@ -123,5 +129,16 @@ fn answer(m: Message, at: &str, notes: &mut Vec<String>) -> Result<Option<Answer
             _ => usage_in_body(&m.body.bytes),
         }
     };
-    Ok(Some(Answer { status, usage }))
+    let mut answer = Answer {
+        status,
+        usage,
+        content_type,
+        by_loopguard,
+        ..Answer::default()
+    };
+    // The body as it passed the tap, encoded or not (a tap before
+    // loopguard records what loopguard sent on: replay takes its own note
+    // out again).
+    answer.keep_body(m.body.bytes, m.body.truncated);
+    Ok(Some(answer))
 }

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::replay::input::time;
-use crate::replay::record::{Answer, Recorded, Usage};
+use crate::replay::record::{Recorded, Usage};
 use loopguard_core::request::RequestFacts;
 use serde_json::json;
 
@@ -21,6 +21,21 @@ fn b64(bytes: &[u8]) -> String {
         }
     }
     out
+}
+
+/// What the tests below compare of an answer (the body is checked where
+/// it matters).
+#[derive(Debug, PartialEq, Eq)]
+struct StatusUsage {
+    status: Option<u16>,
+    usage: Option<Usage>,
+}
+
+fn status_usage(r: &Recorded) -> Option<StatusUsage> {
+    r.response.as_ref().map(|a| StatusUsage {
+        status: a.status,
+        usage: a.usage,
+    })
 }
 
 fn hv(k: &str, v: &str) -> Value {
@@ -74,8 +89,8 @@ fn check_chat(r: &Recorded) {
     assert_eq!(r.request.body, CHAT.as_bytes());
     assert_eq!(r.request.source_address.as_deref(), Some("10.1.2.3:42654"));
     assert_eq!(
-        r.response,
-        Some(Answer {
+        status_usage(r),
+        Some(StatusUsage {
             status: Some(200),
             usage: Some(Usage {
                 input: 12,
@@ -153,8 +168,8 @@ fn a_truncated_response_body_keeps_the_request_without_usage() {
     );
     let r = one("t.json", &doc).unwrap();
     assert_eq!(
-        r.response,
-        Some(Answer {
+        status_usage(&r),
+        Some(StatusUsage {
             status: Some(200),
             usage: None
         })
@@ -184,8 +199,8 @@ fn time_from_the_header_when_the_trace_has_none_and_advice_when_neither() {
     );
     // A response without a body: the status, no usage.
     assert_eq!(
-        r.response,
-        Some(Answer {
+        status_usage(&r),
+        Some(StatusUsage {
             status: Some(200),
             usage: None
         })
@@ -302,8 +317,8 @@ fn streamed_segments_are_assembled() {
     assert_eq!(r.request.body, CHAT.as_bytes());
     assert_eq!(r.place, "trace_7.json");
     assert_eq!(
-        r.response,
-        Some(Answer {
+        status_usage(r),
+        Some(StatusUsage {
             status: Some(429),
             usage: Some(Usage {
                 input: 12,
@@ -368,8 +383,8 @@ fn a_real_buffered_trace_with_bodies_as_bytes() {
     assert_eq!(r.request.header("content-length"), Some(b"70".to_vec()));
     assert_eq!(r.request.source_address.as_deref(), Some("127.0.0.1:42654"));
     assert_eq!(
-        r.response,
-        Some(Answer {
+        status_usage(r),
+        Some(StatusUsage {
             status: Some(200),
             usage: Some(Usage {
                 input: 3,
@@ -416,4 +431,32 @@ fn a_real_truncated_trace_with_bodies_as_string() {
         "{}",
         s.reason
     );
+}
+
+#[test]
+fn an_mcp_result_keeps_its_content_type_and_body() {
+    let result = "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{\"content\":[],\"isError\":false}}\n\n";
+    let mut doc = trace(
+        json!({"as_bytes": b64(b"{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"search\"}}")}),
+        json!({"as_bytes": b64(result.as_bytes())}),
+    );
+    doc["http_buffered_trace"]["response"]["headers"][1] = hv("content-type", "text/event-stream");
+    let r = one("t.json", &doc).unwrap();
+    let a = r.response.unwrap();
+    assert_eq!(a.content_type.as_deref(), Some("text/event-stream"));
+    assert_eq!(a.body.as_deref(), Some(result.as_bytes()));
+    assert!(!a.body_cut && !a.by_loopguard);
+    // Cut by the tap; answered by loopguard (its header).
+    doc["http_buffered_trace"]["response"]["body"] =
+        json!({"as_bytes": b64(&result.as_bytes()[..12]), "truncated": true});
+    doc["http_buffered_trace"]["response"]["headers"]
+        .as_array_mut()
+        .unwrap()
+        .push(hv(
+            "X-Loopguard-Mcp-Loop",
+            "tier=identical; tool=search; count=4; step=block",
+        ));
+    let a = one("t.json", &doc).unwrap().response.unwrap();
+    assert_eq!(a.body.as_deref(), Some(&result.as_bytes()[..12]));
+    assert!(a.body_cut && a.by_loopguard);
 }
