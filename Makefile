@@ -225,7 +225,7 @@ eval: build cli $(VENV_STAMP)
 	  $(VENV_PY) eval/eval.py $(EVAL_ARGS)
 
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := config llm_body fingerprint scanner
+FUZZ_TARGETS := config llm_body fingerprint scanner mcp_request mcp_result
 
 fuzz:
 	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal

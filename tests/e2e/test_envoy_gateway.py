@@ -4,18 +4,27 @@ Envoy AI Gateway) build from the example files (mesh.py), run in real Envoy.
 The module reaches Envoy as Envoy Gateway serves it: a remote source on
 `wasm_cluster` with the module's sha256. A loopback HTTP server stands in
 for Envoy Gateway's module server (and for its download of the HTTP URL or
-the OCI image: it serves the built module)."""
+the OCI image: it serves the built module).
+
+extension-policy-mcp.yaml runs in front of the real MCP server of
+tests/e2e/mcp_apps (server.py), driven by the Python MCP SDK client
+(client.py) in both of its protocol modes."""
 
 import copy
 import hashlib
 import json
+import subprocess
+import sys
+import tempfile
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 
+import harness
 import mesh
-from harness import WASM, EnvoyFailed
+from harness import ROOT, WASM, EnvoyFailed
 from mesh import ModuleServer, Unhandled, envoy_gateway_config
 
 BASE = ("httproute.yaml", "envoyproxy.yaml", "request-buffer.yaml")
@@ -26,6 +35,7 @@ CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is the
 MESSAGES = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role": "user", "content": "Is the build green?"}]}
 WASM_FILTER = "envoy.filters.http.wasm/envoyextensionpolicy/agents/loopguard/wasm/0"
 AI_WASM_FILTER = "envoy.filters.http.wasm/envoyextensionpolicy/agents/loopguard-ai/wasm/0"
+MCP_WASM_FILTER = "envoy.filters.http.wasm/envoyextensionpolicy/agents/loopguard-mcp/wasm/0"
 
 
 def docs(*files: str) -> list[dict]:
@@ -263,6 +273,121 @@ def test_ai_gateway_route_gets_its_own_loopguard(upstream, start_envoy, module_s
     assert missing.status_code == 404 and "No matching route found" in missing.text
 
 
+# --- MCP -------------------------------------------------------------------------
+
+MCP_APPS = ROOT / "tests" / "e2e" / "mcp_apps"
+MCP_TOOLS = {"search", "poll", "fail", "read", "weather"}
+
+
+@pytest.fixture(scope="module")
+def mcp_server():
+    """tests/e2e/mcp_apps/server.py (SSE answers; JSON to 2026-07-28
+    clients) on a free loopback port, for the module."""
+    port = harness.free_port()
+    with tempfile.TemporaryDirectory(prefix="loopguard-mcp-") as d:
+        out = Path(d) / "server.log"
+        with open(out, "wb") as log:
+            proc = subprocess.Popen([sys.executable, str(MCP_APPS / "server.py"), "--port", str(port)], cwd=MCP_APPS,
+                                    stdout=log, stderr=subprocess.STDOUT)
+        try:
+            up = harness.wait_for(lambda: "ready" in out.read_text(errors="replace") or proc.poll() is not None, timeout=30)
+            assert up and proc.poll() is None, out.read_text(errors="replace")
+            server = type("McpServer", (), {})()
+            server.port = port
+            server.calls = lambda: httpx.get(f"http://127.0.0.1:{port}/calls", timeout=5).json()
+            yield server
+        finally:
+            harness.stop_process(proc)
+
+
+def looping_agent(url: str, mode: str, server, **headers: str) -> None:
+    """A real MCP client (the Python SDK, `mode` auto: 2026-07-28 stateless,
+    JSON answers; legacy: 2025-11-25 sessions, SSE answers) that calls the
+    same search 4 times: the 3rd result carries loopguard's note, the 4th
+    call is answered by loopguard (isError) and never reaches the server;
+    tools/list before, between and after, and a different call after it,
+    pass."""
+    t = uuid.uuid4().hex[:10]
+    search = {"call": "search", "args": {"query": f"loop {t}"}}
+    tools = {"list_tools": True}
+    script = [tools, search, search, search, tools, search, tools, {"call": "read", "args": {"path": f"/src/{t}.py"}}]
+    cmd = [sys.executable, str(MCP_APPS / "client.py"), "--mode", mode, "--url", url, "--script", json.dumps(script),
+           "--timeout", "40", "--step-timeout", "10", "--header", f"Authorization: Bearer sk-{t}"]
+    cmd += [arg for name, value in headers.items() for arg in ("--header", f"{name}: {value}")]
+    before = server.calls()
+    r = subprocess.run(cmd, cwd=MCP_APPS, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"client.py --mode {mode} exited with {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
+    steps = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    assert [s["step"] for s in steps] == list(range(len(script))), r.stdout
+    for i in (0, 4, 6):
+        assert set(steps[i]["tools"]) == MCP_TOOLS, steps[i]
+    for i in (1, 2, 3, 7):
+        assert steps[i]["exception"] is None and steps[i]["is_error"] is False, steps[i]
+    found = steps[1]["text"]
+    assert found.startswith(f"3 results for 'loop {t}': doc-") and steps[1]["texts"] == steps[2]["texts"] == [found]
+    assert steps[3]["texts"][0] == found and len(steps[3]["texts"]) == 2, steps[3]
+    assert steps[3]["texts"][1].startswith("[loopguard] Note: this is the 3rd call in a row of the tool `search`"), steps[3]
+    assert steps[5]["exception"] is None and steps[5]["is_error"] is True, steps[5]
+    assert steps[5]["texts"] == [steps[5]["text"]]
+    assert steps[5]["text"].startswith("[loopguard] This call was not run: this is the 4th call in a row of the tool `search`"), steps[5]
+    assert steps[7]["text"].startswith(f"# /src/{t}.py\n"), steps[7]
+    after = server.calls()
+    ran = {tool: after.get(tool, 0) - before.get(tool, 0) for tool in MCP_TOOLS}
+    assert ran == {"search": 3, "read": 1, "poll": 0, "fail": 0, "weather": 0}, ran
+
+
+def answered_by_envoy(e) -> int:
+    """Requests Envoy answered without sending them upstream: downstream
+    requests on the listener minus requests to the backend clusters (the
+    module server's wasm_cluster left out)."""
+    s = e.stats()
+    down = sum(v for k, v in s.items() if k.startswith("http.") and k.endswith(".downstream_rq_total") and not k.startswith("http.admin."))
+    up = sum(v for k, v in s.items() if k.startswith("cluster.httproute/") and k.endswith(".upstream_rq_total"))
+    return down - up
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_mcp_route_blocks_a_looping_agent(mode, mcp_server, start_envoy, module_server):
+    """extension-policy-mcp.yaml next to extension-policy.yaml: the MCP
+    HTTPRoute gets its own loopguard and the request buffer (which
+    envoyproxy.yaml puts after loopguard, standing in for held headers,
+    which an EnvoyExtensionPolicy cannot ask for) and no route timeout; the
+    LLM routes do not get the MCP filter. A real MCP client's 4th identical
+    call is blocked and never reaches the server, not even its headers;
+    tools/list and another call pass."""
+    d = docs(*BASE, "extension-policy.yaml", "extension-policy-mcp.yaml")
+    eg = envoy_gateway_config(d, module_sha256=MODULE_SHA256)
+    assert eg.filter_names == [MCP_WASM_FILTER, WASM_FILTER, "envoy.filters.http.buffer", "envoy.filters.http.router"]
+    (route,) = [r for r in eg.routes if r["name"].startswith("httproute/agents/mcp/")]
+    assert route["match"] == {"path_separated_prefix": "/mcp"}
+    assert route["route"]["timeout"] == "0s"
+    config = example_config(d, "loopguard-mcp")
+    assert "hold_request_headers" not in config
+    assert route["typed_per_filter_config"]["envoy.filters.http.buffer"]["buffer"]["max_request_bytes"] >= config["max_body_bytes"]
+    assert set(route["typed_per_filter_config"]) == {MCP_WASM_FILTER, "envoy.filters.http.buffer"}
+    assert all(MCP_WASM_FILTER not in r.get("typed_per_filter_config", {}) for r in eg.routes if r is not route)
+    mcp_filter = next(w for w in eg.wasms if w.filter_name == MCP_WASM_FILTER).filter["typed_config"]["config"]
+    assert mcp_filter["name"] == "loopguard-mcp" and mcp_filter["fail_open"] is True
+    assert "allow_on_headers_stop_iteration" not in mcp_filter
+
+    # server.py listens on 127.0.0.1 and refuses any other Host (the MCP
+    # SDK's DNS-rebinding protection answers 421): the client asks for
+    # mcp.example.com, which picks the route, and the route hands the
+    # server the host it expects (in a cluster the server listens on its
+    # pod address, without that protection).
+    route["route"]["host_rewrite_literal"] = f"127.0.0.1:{mcp_server.port}"
+    e = start_envoy(eg.bootstrap(mcp_server.port, module_server.port))
+    log = e.log()
+    assert "configured 1 policy (mcp-tools), tracking up to " in log
+    assert "configured 1 policy (agents), tracking up to 65536 fingerprints" in log
+    mesh.mark_loaded([x for x in d if x["kind"] == "EnvoyExtensionPolicy"])
+    looping_agent(f"{e.url}/mcp", mode, mcp_server, Host="mcp.example.com")
+    assert answered_by_envoy(e) == 1
+    assert e.counter("loopguard.mcp_calls_total") == 5  # 4 searches and the read
+    assert e.counter("loopguard.mcp_loops_total") == 2  # the note and the block
+    assert "wasm log loopguard-mcp loopguard envoyextensionpolicy/agents/loopguard-mcp/wasm/0: " in e.log()  # the plugin name
+
+
 # --- every example is exercised ---------------------------------------------------
 
 
@@ -270,4 +395,4 @@ def test_every_envoy_gateway_example_is_translated_and_its_loopguard_config_load
     """Runs last: every YAML file in examples/envoy-gateway went through the
     translation, and every loopguard configuration in them was loaded by a
     real Envoy in the tests above."""
-    mesh.assert_examples_covered(request, mesh.EG_EXAMPLES, set(BASE + POLICIES + ("ai-gateway.yaml",)))
+    mesh.assert_examples_covered(request, mesh.EG_EXAMPLES, set(BASE + POLICIES + ("ai-gateway.yaml", "extension-policy-mcp.yaml")))

@@ -5,20 +5,31 @@ from a file, as istiod would deliver it over ADS.
 
 Parametrized over Istio 1.29 and 1.30 where the filter's name changes:
 1.30 translates every WasmPlugin into a TrafficExtension and renames its
-ECDS resource."""
+ECDS resource.
+
+wasmplugin-mcp.yaml runs in front of the real MCP server of
+tests/e2e/mcp_apps (server.py), driven by the Python MCP SDK client
+(client.py) in both of its protocol modes."""
 
 import copy
 import json
+import subprocess
+import sys
+import tempfile
 import time
+import uuid
+from pathlib import Path
 
 import httpx
 import pytest
 
+import harness
 import mesh
-from harness import WASM
+from harness import ROOT, WASM
 from mesh import IstioControlPlane, IstioProxy, Unhandled
 
-FILES = ("gateway.yaml", "virtualservice.yaml", "wasmplugin-gateway.yaml", "wasmplugin-sidecar.yaml", "envoyfilter-buffer.yaml")
+FILES = ("gateway.yaml", "virtualservice.yaml", "wasmplugin-gateway.yaml", "wasmplugin-sidecar.yaml", "envoyfilter-buffer.yaml",
+         "wasmplugin-mcp.yaml")
 VERSIONS = {"1.29": "1.29.0", "1.30": "1.30.0"}
 HOST = "llm.example.com"
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is the build green?"}]}
@@ -35,6 +46,10 @@ def gateway_proxy(version: str) -> IstioProxy:
 
 def sidecar_proxy(version: str) -> IstioProxy:
     return IstioProxy("sidecar", "agents", {"app": "tools-api", "version": "v1"}, VERSIONS[version], 8080)
+
+
+def mcp_proxy(version: str) -> IstioProxy:
+    return IstioProxy("sidecar", "agents", {"app": "mcp-server", "version": "v1"}, VERSIONS[version], 8000)
 
 
 def start(start_envoy, cp: IstioControlPlane, upstream, **push):
@@ -420,6 +435,117 @@ def test_sidecar_plugin_judges_inbound_tool_calls(version, upstream, start_envoy
     assert codes(reads) == [200] * 4  # only POSTs are selected
     assert len(upstream.requests) == 2 + 2 + 4
     assert f"wasm log {cp.plugin('loopguard-sidecar').plugin_name} loopguard: " in e.log()
+
+
+# --- MCP -------------------------------------------------------------------------
+
+MCP_APPS = ROOT / "tests" / "e2e" / "mcp_apps"
+MCP_TOOLS = {"search", "poll", "fail", "read", "weather"}
+
+
+@pytest.fixture(scope="module")
+def mcp_server():
+    """tests/e2e/mcp_apps/server.py (SSE answers; JSON to 2026-07-28
+    clients) on a free loopback port, for the module."""
+    port = harness.free_port()
+    with tempfile.TemporaryDirectory(prefix="loopguard-mcp-") as d:
+        out = Path(d) / "server.log"
+        with open(out, "wb") as log:
+            proc = subprocess.Popen([sys.executable, str(MCP_APPS / "server.py"), "--port", str(port)], cwd=MCP_APPS,
+                                    stdout=log, stderr=subprocess.STDOUT)
+        try:
+            up = harness.wait_for(lambda: "ready" in out.read_text(errors="replace") or proc.poll() is not None, timeout=30)
+            assert up and proc.poll() is None, out.read_text(errors="replace")
+            server = type("McpServer", (), {})()
+            server.port = port
+            server.calls = lambda: httpx.get(f"http://127.0.0.1:{port}/calls", timeout=5).json()
+            yield server
+        finally:
+            harness.stop_process(proc)
+
+
+def looping_agent(url: str, mode: str, server, **headers: str) -> None:
+    """A real MCP client (the Python SDK, `mode` auto: 2026-07-28 stateless,
+    JSON answers; legacy: 2025-11-25 sessions, SSE answers) that calls the
+    same search 4 times: the 3rd result carries loopguard's note, the 4th
+    call is answered by loopguard (isError) and never reaches the server;
+    tools/list before, between and after, and a different call after it,
+    pass."""
+    t = uuid.uuid4().hex[:10]
+    search = {"call": "search", "args": {"query": f"loop {t}"}}
+    tools = {"list_tools": True}
+    script = [tools, search, search, search, tools, search, tools, {"call": "read", "args": {"path": f"/src/{t}.py"}}]
+    cmd = [sys.executable, str(MCP_APPS / "client.py"), "--mode", mode, "--url", url, "--script", json.dumps(script),
+           "--timeout", "40", "--step-timeout", "10", "--header", f"Authorization: Bearer sk-{t}"]
+    cmd += [arg for name, value in headers.items() for arg in ("--header", f"{name}: {value}")]
+    before = server.calls()
+    r = subprocess.run(cmd, cwd=MCP_APPS, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"client.py --mode {mode} exited with {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
+    steps = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    assert [s["step"] for s in steps] == list(range(len(script))), r.stdout
+    for i in (0, 4, 6):
+        assert set(steps[i]["tools"]) == MCP_TOOLS, steps[i]
+    for i in (1, 2, 3, 7):
+        assert steps[i]["exception"] is None and steps[i]["is_error"] is False, steps[i]
+    found = steps[1]["text"]
+    assert found.startswith(f"3 results for 'loop {t}': doc-") and steps[1]["texts"] == steps[2]["texts"] == [found]
+    assert steps[3]["texts"][0] == found and len(steps[3]["texts"]) == 2, steps[3]
+    assert steps[3]["texts"][1].startswith("[loopguard] Note: this is the 3rd call in a row of the tool `search`"), steps[3]
+    assert steps[5]["exception"] is None and steps[5]["is_error"] is True, steps[5]
+    assert steps[5]["texts"] == [steps[5]["text"]]
+    assert steps[5]["text"].startswith("[loopguard] This call was not run: this is the 4th call in a row of the tool `search`"), steps[5]
+    assert steps[7]["text"].startswith(f"# /src/{t}.py\n"), steps[7]
+    after = server.calls()
+    ran = {tool: after.get(tool, 0) - before.get(tool, 0) for tool in MCP_TOOLS}
+    assert ran == {"search": 3, "read": 1, "poll": 0, "fail": 0, "weather": 0}, ran
+
+
+def answered_by_envoy(e) -> int:
+    """Requests Envoy answered without sending them upstream: downstream
+    requests on the listener minus requests to the upstream clusters."""
+    s = e.stats()
+    down = sum(v for k, v in s.items() if k.startswith("http.") and k.endswith(".downstream_rq_total") and not k.startswith("http.admin."))
+    return down - sum(v for k, v in s.items() if k.startswith("cluster.") and k.endswith(".upstream_rq_total"))
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_mcp_plugin_blocks_a_looping_agent_on_the_mcp_servers_sidecar(version, mode, mcp_server, start_envoy, tmp_path):
+    """wasmplugin-mcp.yaml: the plugin reaches only the MCP server's
+    sidecar, with the buffer right after it (the patch for this version's
+    name) standing in for held headers, which a WasmPlugin cannot ask for;
+    the inbound route has no timeout. A real MCP client's 4th identical
+    call is blocked and never reaches the server; tools/list and another
+    call pass."""
+    cp = IstioControlPlane(docs(), mcp_proxy(version), tmp_path / "ecds")
+    (plugin,) = cp.plugins
+    if version == "1.29":
+        assert plugin.resource == "extensions.istio.io/wasmplugin/agents.loopguard-mcp"
+        patch = 0
+    else:
+        assert plugin.resource == "extensions.istio.io/trafficextension/agents.loopguard-mcp~istio-translated-wasmplugin"
+        patch = 1
+    assert cp.filter_names == [plugin.resource, "envoy.filters.http.buffer", "envoy.filters.http.grpc_stats", "envoy.filters.http.fault",
+                               "envoy.filters.http.cors", "envoy.filters.http.router"]
+    assert cp.applied_patches == [f"loopguard-mcp-buffer#{patch}"]
+    config = pluginconfig(cp, "loopguard-mcp")
+    assert "hold_request_headers" not in config and "allow_on_headers_stop_iteration" not in plugin.wasm["config"]
+    assert cp.http_filters[1]["typed_config"]["max_request_bytes"] >= config["max_body_bytes"]
+    assert plugin.wasm["config"]["failure_policy"] == "FAIL_OPEN"
+    assert [r["route"]["timeout"] for vh in cp.route_config["virtual_hosts"] for r in vh["routes"]] == ["0s"]
+
+    e = start(start_envoy, cp, mcp_server)
+    assert e.stats()[cp.stat("loopguard-mcp", "config_fail")] == 0
+    assert "configured 1 policy (mcp-tools), tracking up to " in e.log()
+    mesh.mark_loaded(cp.plugin_docs)
+    looping_agent(f"{e.url}/mcp", mode, mcp_server)
+    # The blocked call's headers never went upstream either: the buffer
+    # held them (without it, Envoy opens an upstream request for it, whose
+    # body never follows).
+    assert answered_by_envoy(e) == 1
+    assert e.counter("loopguard.mcp_calls_total") == 5  # 4 searches and the read
+    assert e.counter("loopguard.mcp_loops_total") == 2  # the note and the block
+    assert f"wasm log {plugin.plugin_name} loopguard: " in e.log()
 
 
 # --- every example is exercised ---------------------------------------------------

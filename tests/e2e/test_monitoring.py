@@ -11,7 +11,14 @@ stats_tags of envoy/envoy.yaml, and evaluates the rule file every second:
   (llm_tail with a warn-then-reject escalation, tool_loops, and `prices`)
   in front of an upstream answering with OpenAI-style `usage`;
 - a second Envoy runs the fault-injection build of the module with
-  FAIL_RELOAD, crashed once, so Envoy reloads its VM.
+  FAIL_RELOAD, crashed once, so Envoy reloads its VM;
+- a third Envoy runs the shipped examples/mcp/envoy.yaml (its policy
+  `mcp-tools`, plus a shadow MCP policy `mcp-shadow` with an exempt tool on
+  /shadow/) in front of the real MCP server of tests/e2e/mcp_apps, which the
+  Python MCP SDK client (tests/e2e/mcp_apps/client.py, in both of its
+  protocol modes) drives into tool-call loops: noted, then blocked over and
+  over (an MCP loop storm); and raw POSTs that are not JSON-RPC or whose
+  Mcp-Method header disagrees with the body pass unjudged.
 
 Then every dashboard query (Grafana's variables substituted) and every
 alert expression is evaluated through Prometheus's HTTP API at one moment:
@@ -30,8 +37,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +49,8 @@ import httpx
 import pytest
 import yaml
 
-from harness import ROOT, Envoy, Upstream, bootstrap, free_port, load_yaml, plugin, policy, stop_process, wait_for
+from harness import (ROOT, Envoy, Upstream, bootstrap, free_port, load_yaml, localize, plugin, policy, stop_process,
+                     wait_for)
 
 DASHBOARD = ROOT / "monitoring" / "grafana" / "loopguard.json"
 RULES = ROOT / "monitoring" / "prometheus" / "loopguard-alerts.yaml"
@@ -127,6 +138,16 @@ LIT: dict[tuple[str, str], list[dict[str, str]]] = {
     ("Bodies skipped by reason", "A"): [{"reason": "too_large"}],
     ("Share of matched requests with a skipped body", "A"): [{"instance": "{main}"}],
     ("VM reloads", "A"): [{"instance": "{fault}"}],
+    ("MCP calls judged", "A"): [{"policy": "mcp-tools"}, {"policy": "mcp-shadow"}],
+    ("MCP calls judged", "B"): [{"policy": "mcp-shadow"}],
+    ("MCP loops acted on by tier and step", "A"): [
+        {"policy": "mcp-tools", "tier": "identical", "step": "note"},
+        {"policy": "mcp-tools", "tier": "identical", "step": "block"}],
+    ("MCP shadow would-be actions", "A"): [
+        {"policy": "mcp-shadow", "tier": "identical", "step": "note"},
+        {"policy": "mcp-shadow", "tier": "identical", "step": "block"}],
+    ("MCP traffic passed unjudged by reason", "A"): [
+        {"policy": "mcp-tools", "reason": "malformed"}, {"policy": "mcp-tools", "reason": "headers_disagree"}],
 }
 # Queries that must evaluate without error; this traffic cannot light them.
 EVALUATE_ONLY: dict[tuple[str, str], str] = {
@@ -146,6 +167,8 @@ ALERTS_LIT: dict[str, list[dict[str, str]]] = {
     "LoopguardCallerLoopingLong": [{"policy": "reject", "caller": HEX12}],
     "LoopguardVmReloading": [{"instance": "{fault}"}],
     "LoopguardBodiesSkipped": [{"instance": "{main}"}],
+    "LoopguardMcpLoopStorm": [{"policy": "mcp-tools"}],
+    "LoopguardMcpUnjudged": [{"policy": "mcp-tools"}],
 }
 ALERTS_QUIET = {"LoopguardStoreFailingOpen"}
 # Alerts Prometheus itself must hold once it has evaluated the rules: no
@@ -155,6 +178,8 @@ ALERT_STATES = {
     "LoopguardLoopStorm": "pending",
     "LoopguardCallerLoopingLong": "pending",
     "LoopguardBodiesSkipped": "pending",
+    "LoopguardMcpLoopStorm": "pending",
+    "LoopguardMcpUnjudged": "pending",
 }
 
 # --- the traffic ------------------------------------------------------------------
@@ -213,6 +238,116 @@ def reject_loops(c: httpx.Client, first: int, count: int) -> list[int]:
     for i in range(first, first + count):
         codes += [c.post(f"/r/loop/{i}", content=f"loop {i}".encode()).status_code for _ in range(3)]
     return codes
+
+
+# --- MCP ------------------------------------------------------------------------
+
+MCP_APPS = ROOT / "tests" / "e2e" / "mcp_apps"
+MCP_EXAMPLE = ROOT / "examples" / "mcp" / "envoy.yaml"
+# Calls of the looping MCP agent blocked in the second round: enough for
+# LoopguardMcpLoopStorm (more than 20 in 10 minutes, counted from the first
+# sample of the series, which the first round defines).
+MCP_STORM = 25
+BLOCKED = "[loopguard] This call was not run: "
+
+
+class McpServer:
+    """tests/e2e/mcp_apps/server.py (SSE answers) on a free loopback port,
+    started at once; ready() waits for it (it starts while the Envoys do)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="loopguard-mcp-server-"))
+        self.out = self.dir / "server.log"
+        with open(self.out, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, str(MCP_APPS / "server.py"), "--port", str(self.port)],
+                                         cwd=MCP_APPS, stdout=log, stderr=subprocess.STDOUT)
+
+    def ready(self) -> None:
+        up = wait_for(lambda: "ready" in self.log() or self.proc.poll() is not None, timeout=30)
+        if not up or self.proc.poll() is not None:
+            raise AssertionError(f"server.py did not start:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.out.read_text(errors="replace") if self.out.exists() else ""
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def mcp_gateway(server_port: int) -> dict:
+    """The shipped MCP example pointed at `server_port`, with a shadow
+    policy (its own tool `read` exempt) on /shadow/, rewritten to /mcp."""
+    cfg = localize(load_yaml(MCP_EXAMPLE), {"mcp_server": server_port})
+    hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    [wasm] = [f for f in hcm["http_filters"] if f["name"] == "loopguard"]
+    configuration = wasm["typed_config"]["config"]["configuration"]
+    plugin_config = json.loads(configuration["value"])
+    [example] = plugin_config["policies"]
+    plugin_config["policies"].append({"id": "mcp-shadow", "spec": {
+        "mode": "shadow", "selector": {"pathPrefix": "/shadow/"},
+        "mcp": {**example["spec"]["mcp"], "exempt_tools": ["read"]}}})
+    configuration["value"] = json.dumps(plugin_config)
+    hcm["route_config"]["virtual_hosts"][0]["routes"].insert(
+        0, {"match": {"prefix": "/shadow/"}, "route": {"cluster": "mcp_server", "timeout": "0s", "prefix_rewrite": "/"}})
+    return cfg
+
+
+def mcp_agent(url: str, mode: str, script: list[dict]) -> list[dict]:
+    """The Python MCP SDK client running `script` in `mode` (auto:
+    2026-07-28 stateless, legacy: 2025-11-25 sessions) as a caller of its
+    own; its output line of each step."""
+    cmd = [sys.executable, str(MCP_APPS / "client.py"), "--mode", mode, "--url", url, "--script", json.dumps(script),
+           "--timeout", "40", "--step-timeout", "10", "--header", f"Authorization: Bearer sk-{uuid.uuid4().hex[:10]}"]
+    r = subprocess.run(cmd, cwd=MCP_APPS, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, f"client.py --mode {mode} exited with {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
+    steps = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    assert [s["step"] for s in steps] == list(range(len(script))), r.stdout
+    return steps
+
+
+def search(query: str) -> dict:
+    return {"call": "search", "args": {"query": query}}
+
+
+def mcp_round(e: Envoy, repeats: int, unjudged: tuple[int, int]) -> None:
+    """One round of MCP traffic: an agent repeating one search `repeats`
+    times under `mcp-tools` (3 real results, the 3rd with a note, then
+    blocked), an agent looping 4 times and reading (exempt) under
+    `mcp-shadow` (all real), and raw POSTs passed unjudged: `unjudged[0]`
+    not JSON-RPC, `unjudged[1]` with an Mcp-Method that disagrees."""
+    t = uuid.uuid4().hex[:8]
+    # Both protocol modes, in turn: sessions in one round, none in the other.
+    enforce_mode, shadow_mode = ("legacy", "auto") if repeats <= 4 else ("auto", "legacy")
+    with ThreadPoolExecutor(2) as pool:
+        enforce = pool.submit(mcp_agent, f"{e.url}/mcp", enforce_mode, [search(f"storm {t}")] * repeats)
+        shadow = pool.submit(mcp_agent, f"{e.url}/shadow/mcp", shadow_mode,
+                             [search(f"shadow {t}")] * 4 + [{"call": "read", "args": {"path": f"/{t}"}}])
+        with httpx.Client(base_url=e.url, timeout=10, headers={"accept": "application/json, text/event-stream"}) as c:
+            for _ in range(unjudged[0]):
+                c.post("/mcp", content=b"not json-rpc", headers={"content-type": "application/json"})
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search", "arguments": {}}}
+            for _ in range(unjudged[1]):
+                c.post("/mcp", json=call, headers={"mcp-method": "tools/list", "mcp-protocol-version": "2026-07-28"})
+        enforce, shadow = enforce.result(), shadow.result()
+    for step in enforce[:3] + shadow:
+        assert step["exception"] is None and step["is_error"] is False, step
+    assert len(enforce[2]["texts"]) == 2, enforce[2]  # the note
+    for step in enforce[3:]:
+        assert step["is_error"] is True and step["text"].startswith(BLOCKED), step
+
+
+def mcp_traffic(e: Envoy, prom: "Prometheus", instance: str) -> None:
+    """Round 1 defines every MCP series (each is defined when first
+    counted: its first sample is not 0); round 2, once Prometheus has
+    them, grows them all: the MCP loop storm and the unjudged traffic."""
+    mcp_round(e, 4, (1, 1))
+    first = sum(v for k, v in e.prometheus().items() if k.startswith("loopguard_mcp_"))
+    scraped = f'sum({{__name__=~"loopguard_mcp_.+_total",instance="{instance}"}})'
+    assert wait_for(lambda: prom.value(scraped) == first, timeout=15, interval=0.2), (
+        f"prometheus never scraped the first MCP counts ({first}): {prom.value(scraped)}")
+    mcp_round(e, 3 + MCP_STORM, (20, 5))
 
 
 # --- Prometheus -----------------------------------------------------------------
@@ -329,6 +464,7 @@ def observed():
     up = Upstream(responder=provider)
     started: list[Envoy] = []
     prom = None
+    mcp_server = McpServer()
     try:
         cfg = bootstrap(CONFIG, up.port)
         cfg["stats_config"] = stats_config
@@ -346,16 +482,26 @@ def observed():
         started.append(fault)
         fault.start()
 
-        mi, fi = f"127.0.0.1:{main.admin_port}", f"127.0.0.1:{fault.admin_port}"
-        prom = Prometheus([mi, fi], RULES)
-        # Both Envoys scraped once before any traffic: every counter's
+        mcp_server.ready()
+        mcp = Envoy(mcp_gateway(mcp_server.port), name="mcp")
+        started.append(mcp)
+        mcp.start()
+
+        mi, fi, pi = (f"127.0.0.1:{e.admin_port}" for e in (main, fault, mcp))
+        prom = Prometheus([mi, fi, pi], RULES)
+        # The Envoys scraped once before any traffic: every counter's
         # first sample is its 0, so increase() sees all that follows.
-        both = f'instance=~"{mi}|{fi}"'
+        every = f'instance=~"{mi}|{fi}|{pi}"'
         scraped = lambda: (  # noqa: E731
-            prom.value(f"count(up{{{both}}} == 1)") == 2 and prom.value(f"count(loopguard_requests_total{{{both}}})") == 2
+            prom.value(f"count(up{{{every}}} == 1)") == 3 and prom.value(f"count(loopguard_requests_total{{{every}}})") == 3
         )
-        assert wait_for(scraped, timeout=30, interval=0.2), f"prometheus never scraped both Envoys:\n{prom.log()[-5000:]}"
+        assert wait_for(scraped, timeout=30, interval=0.2), f"prometheus never scraped the Envoys:\n{prom.log()[-5000:]}"
         obs = Observed(main=mi, fault=fi, at=0.0)
+
+        # The MCP traffic runs meanwhile, on its own Envoy.
+        background = ThreadPoolExecutor(1)
+        mcp_done = background.submit(mcp_traffic, mcp, prom, pi)
+        background.shutdown(wait=False)
 
         with httpx.Client(base_url=main.url, headers={"authorization": "Bearer sk-looping-agent"}, timeout=30) as c:
             # Round 1: the caller's first loops (its series is defined when
@@ -393,11 +539,13 @@ def observed():
         assert httpx.post(f"{fault.url}/v1/x", content=b"y", timeout=10).status_code == 200
         assert fault.stats().get("wasm.loopguard.vm_reload_success") == 1
 
-        # Wait until Prometheus holds the final counts of both Envoys.
+        mcp_done.result(timeout=120)
+        # Wait until Prometheus holds the final counts of the Envoys.
         time.sleep(0.5)
-        want = _loopguard_total(main)
+        want, want_mcp = _loopguard_total(main), _loopguard_total(mcp)
         final = lambda: (  # noqa: E731
             prom.value(f'sum({{__name__=~"loopguard_.+_total",instance="{mi}"}})') == want
+            and prom.value(f'sum({{__name__=~"loopguard_.+_total",instance="{pi}"}})') == want_mcp
             and prom.value(f'envoy_wasm_loopguard_vm_reload_success{{instance="{fi}"}}') == 1
         )
         assert wait_for(final, timeout=20, interval=0.2), "prometheus never scraped the final counts"
@@ -426,6 +574,7 @@ def observed():
         for e in started:
             e.stop()
             shutil.rmtree(e.dir, ignore_errors=True)
+        mcp_server.stop()
         up.stop()
 
 
@@ -503,7 +652,7 @@ def test_prometheus_loads_the_rules_and_holds_the_alerts(observed):
 
 
 def test_the_policy_variable_lists_the_policies(observed):
-    assert {"reject", "shadow", "slow", "agents"} <= set(observed.policies)
+    assert {"reject", "shadow", "slow", "agents", "mcp-tools", "mcp-shadow"} <= set(observed.policies)
 
 
 def test_the_prometheusrule_wrapper_carries_the_rule_file_unchanged():

@@ -115,6 +115,16 @@ pub enum Message {
     Unjudged(Unjudged),
 }
 
+/// A member's value by key; of a key given twice, the last (what the JSON
+/// parsers of MCP servers keep: Python's, JavaScript's).
+fn last(members: &[scan::Member<'_>], key: &str) -> Option<Span> {
+    members
+        .iter()
+        .rev()
+        .find(|(k, _)| *k == key.as_bytes())
+        .map(|(_, s)| *s)
+}
+
 /// A string member (escapes resolved), if it is one.
 fn string_at(b: &[u8], span: Span) -> Option<String> {
     serde_json::from_slice::<String>(b.get(span.0..span.1)?).ok()
@@ -133,17 +143,23 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
         return Message::Unjudged(Unjudged::TooComplex);
     }
     let malformed = Message::Unjudged(Unjudged::Malformed);
+    // The scanner checks structure, not the grammar: only a body that is
+    // JSON is a call (its id is echoed in a reply), checked without
+    // building anything.
+    if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
+        return malformed;
+    }
     let Some(doc) = scan::document(body).filter(|_| first == Some(&b'{')) else {
         return malformed;
     };
     let Some(top) = scan::members(body, doc) else {
         return malformed;
     };
-    let jsonrpc = scan::get(&top, "jsonrpc").and_then(|s| scan::plain_str(body, s));
+    let jsonrpc = last(&top, "jsonrpc").and_then(|s| scan::plain_str(body, s));
     if jsonrpc != Some(b"2.0".as_slice()) {
         return malformed;
     }
-    let Some(method) = scan::get(&top, "method") else {
+    let Some(method) = last(&top, "method") else {
         // A response or error the client sends back (to a server's
         // request): nothing to judge.
         return Message::Other;
@@ -157,7 +173,7 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
     if method != "tools/call" {
         return Message::Other;
     }
-    let (Some(id), Some(params)) = (scan::get(&top, "id"), scan::get(&top, "params")) else {
+    let (Some(id), Some(params)) = (last(&top, "id"), last(&top, "params")) else {
         // A tools/call without an id is a notification nobody answers, or
         // has no params: not a call a server would run.
         return malformed;
@@ -173,7 +189,7 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
     else {
         return malformed;
     };
-    let tool = match scan::get(&params, "name").and_then(|s| string_at(body, s)) {
+    let tool = match last(&params, "name").and_then(|s| string_at(body, s)) {
         Some(s) if !s.is_empty() && s.len() <= MAX_TOOL_NAME_BYTES => s,
         _ => return malformed,
     };
@@ -183,7 +199,7 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
     if head.name.as_deref().is_some_and(|n| n != tool) {
         return Message::Unjudged(Unjudged::HeadersDisagree);
     }
-    let arguments = match scan::get(&params, "arguments") {
+    let arguments = match last(&params, "arguments") {
         None => None,
         Some(span) => match scan::canonical(body, span) {
             Some(c) => Some(c),
@@ -341,6 +357,31 @@ mod tests {
             keys.join(",")
         );
         assert_eq!(un(many.as_bytes(), &none), Unjudged::TooComplex);
+    }
+
+    #[test]
+    fn a_key_given_twice_reads_as_servers_read_it_and_ids_are_json() {
+        // The last of a key given twice, as Python's and JavaScript's
+        // parsers keep it.
+        let body = br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"search","name":"read"}}"#;
+        let Message::Call(c) = read(body, &Head::default(), Classes::NONE) else {
+            panic!("the last method is tools/call");
+        };
+        assert_eq!(c.tool, "read");
+        // A body that is not JSON (an id that is no JSON value, a raw
+        // control character in a string) is no call.
+        for bad in [
+            &br#"{"jsonrpc":"2.0","id":e1,"method":"tools/call","params":{"name":"a"}}"#[..],
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"a\x01\",\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}",
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"x":01}}}"#,
+        ] {
+            assert_eq!(
+                read(bad, &Head::default(), Classes::NONE),
+                Message::Unjudged(Unjudged::Malformed),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

@@ -161,6 +161,12 @@ impl Scanner {
         }
         if self.capture.is_none() {
             if let Some(field) = self.field_at(depth) {
+                if self.field(field).is_some() {
+                    // A member given twice: parsers keep the last, the
+                    // reader (and a note) saw the first. Not read.
+                    self.broken = true;
+                    return;
+                }
                 self.capture = Some((field, depth));
                 self.buf = Captured {
                     whole: true,

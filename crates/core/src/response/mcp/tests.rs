@@ -239,3 +239,26 @@ fn odd_responses_are_unreadable_and_bounded() {
         outcome(Framing::Json, long('b').as_bytes()).result
     );
 }
+
+#[test]
+fn a_member_given_twice_is_not_read() {
+    let body = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"a"}],"content":[{"type":"text","text":"b"}]}}"#;
+    let first = outcome(
+        Framing::Json,
+        br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"a"}]}}"#,
+    );
+    let plan = NotePlan {
+        expected_content: first.content,
+        text: "n".to_string(),
+    };
+    for size in [1, 7, body.len()] {
+        let (out, seen) = run(Framing::Json, body, size, Some(plan.clone()));
+        assert_eq!(seen, Some(Seen::Unreadable), "chunks of {size}");
+        // At most the one note, whatever the chunking.
+        let notes = String::from_utf8(out)
+            .unwrap()
+            .matches("\"text\":\"n\"")
+            .count();
+        assert!(notes <= 1);
+    }
+}
