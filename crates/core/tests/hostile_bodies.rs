@@ -59,6 +59,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+/// The counts are process-wide: the tests that measure run one at a time.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct NoFacts;
 
 impl RequestFacts for NoFacts {
@@ -217,6 +220,7 @@ fn counted(engine: &Engine<InProcess>, out: &Effects, name: &str) -> i64 {
 
 #[test]
 fn hostile_bodies_pass_bounded_and_detection_keeps_working() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let mut id = 0;
     let mut rows = Vec::new();
     for (similarity, size) in [
@@ -394,6 +398,7 @@ fn mcp_result(kind: &str, size: usize) -> (Vec<u8>, bool) {
 
 #[test]
 fn hostile_mcp_traffic_passes_bounded_and_loops_are_still_stopped() {
+    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     let ok = br#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"same"}]}}"#;
     let mut rows = Vec::new();
     let mut id = 0;
