@@ -25,11 +25,12 @@ E2E_PATHS    = $(if $(filter tests/%,$(E2E_ARGS)),,tests/e2e)
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
 
-.PHONY: help build run run-cluster test unit lint e2e envoy clean bench eval fuzz image push cli schema
+.PHONY: help build run run-mcp run-cluster test unit lint e2e envoy clean bench eval fuzz image push cli schema
 
 help:
 	@echo "make run     build the filter and start Envoy on 127.0.0.1:10000 (demo upstream built in)"
 	@echo "make test    unit/property tests, fmt + clippy, end-to-end tests in real Envoy"
+	@echo "make run-mcp  loopguard in front of a demo MCP server (examples/mcp): 127.0.0.1:10000/mcp"
 	@echo "make run-cluster  Redis + webdis + two Envoy replicas sharing loop counts (examples/cluster)"
 	@echo "             CLUSTER=1: a 3+3-node Redis Cluster behind Envoy's redis_proxy instead (examples/cluster/cluster)"
 	@echo "make build   build $(WASM)"
@@ -71,6 +72,15 @@ envoy: $(VENV_STAMP)
 run: build $(VENV_STAMP)
 	@echo "Envoy with loopguard on http://127.0.0.1:10000 (admin http://127.0.0.1:9901); Ctrl-C stops it"
 	exec $(ENVOY) -c envoy/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level wasm:info --file-flush-interval-msec 500
+
+# loopguard in front of a demo MCP server (the end-to-end tests' FastMCP
+# server, on 127.0.0.1:8000/mcp), with examples/mcp/envoy.yaml; the server
+# is stopped by its PID when Envoy stops.
+run-mcp: build $(VENV_STAMP)
+	@echo "MCP server on http://127.0.0.1:8000/mcp, Envoy with loopguard on http://127.0.0.1:10000/mcp; Ctrl-C stops both"
+	@$(VENV_PY) tests/e2e/mcp_apps/server.py --port 8000 --json & server=$$!; \
+	  trap 'kill $$server 2>/dev/null' EXIT INT TERM; \
+	  $(ENVOY) -c examples/mcp/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level wasm:info
 
 run-cluster: build $(VENV_STAMP) test-tools
 	ENVOY=$(abspath $(ENVOY)) CLUSTER=$(CLUSTER) exec examples/cluster/run.sh

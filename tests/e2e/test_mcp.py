@@ -373,6 +373,36 @@ def test_a_looping_agent_is_noted_then_blocked_and_goes_on(chain, client, mode, 
         assert sorted(parsed()) == ["poll"] * 8 + ["read"] + ["search"] * 4, native_log(e)[mcp_log_at:]
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_healthy_session_of_120_calls_is_never_touched(client, gateways, servers):
+    """One session of 120 calls, as a working agent makes them: many
+    searches, reading many files, the weather of many cities, a job polled
+    until its result stops moving, paging through results: no note, no
+    block, every call reaches the server."""
+    e = gateways("example", "sse")
+    server = servers["sse"]
+    t = token()
+    script = []
+    for i in range(38):
+        script += [search(f"{t} topic {i}"), read(f"/src/{t}/m{i}.py")]
+    script += [{"call": "poll", "args": {"job": f"job-{t}"}}] * 10
+    script += [{"call": "weather", "args": {"city": f"city-{t}-{i}"}} for i in range(20)]
+    for page in range(15):
+        script += [search(f"{t} page {page}"), {"list_tools": True}]
+    assert sum("call" in s for s in script) >= 120
+    calls, stats = server.calls(), counters(e)
+    steps = run_client(client, f"{e.url}/mcp", script, t)
+    for i, s in enumerate(script):
+        if "call" in s:
+            assert steps[i]["exception"] is None and len(steps[i]["texts"]) == 1, steps[i]
+            assert not steps[i]["text"].startswith("[loopguard]"), steps[i]
+    n = sum("call" in s for s in script)
+    assert sum(ran(calls, server.calls()).values()) == n
+    grown = grew(stats, counters(e))
+    assert grown.get("mcp_calls_total") == n
+    assert not any(k.startswith("mcp_loops_total") for k in grown), grown
+
+
 def native_log(e: Envoy) -> list[dict]:
     """The native gateway's access log: each request with what Envoy's MCP
     filter made of it."""
@@ -675,13 +705,16 @@ class RawUpstream:
                 self.send_header("content-type", ctype)
                 # Like a server behind a compressing middleware: gzip when
                 # the request allows it.
+                # (What was sent is recorded as the client reads it,
+                # decompressed.)
+                plain = payload
                 if self.command == "POST" and "gzip" in (self.headers.get("accept-encoding") or ""):
                     payload = gzip.compress(payload)
                     self.send_header("content-encoding", "gzip")
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
-                sent += payload
+                sent += plain
 
             def _stream(self, sent: bytearray, first: bytes | None, seconds: float) -> None:
                 self.send_response(200)
@@ -896,7 +929,8 @@ def test_an_event_stream_that_never_answers_passes_as_it_comes(raw):
     """A tools/call answered by an event stream of pings and notifications
     for 3 s and never the response: the client gets every byte as it comes
     (not held), Envoy stays healthy, and the call after it is judged
-    normally; a client that gives up mid-stream changes nothing either."""
+    normally; a client that gives up mid-stream leaves its call unread
+    (counted, never a repeat)."""
     e, up = raw
     t = token()
     body = call_body(5, "search", {"q": t})
@@ -940,7 +974,7 @@ def test_an_event_stream_that_never_answers_passes_as_it_comes(raw):
     assert up.count == n + 1
     assert grew(stats, counters(e, RAW_POLICY)) == {
         "mcp_calls_total": 5,
-        "mcp_unjudged_total.reason.result_unreadable": 1,
+        "mcp_unjudged_total.reason.result_unreadable": 2,
         "mcp_loops_total.tier.identical.step.block": 2,
     }
 

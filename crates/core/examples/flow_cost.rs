@@ -76,8 +76,8 @@ fn mcp(n: u32) {
             &mut out,
         );
         engine.on_response_headers(&mut r, Some(200), now, &mut out);
-        engine.on_response_content_type(&mut r, Some("application/json"), &mut out);
-        engine.on_response_body(&mut r, result.as_bytes(), true, &mut out);
+        engine.on_response_content_type(&mut r, Some("application/json"), now, &mut out);
+        engine.on_response_body(&mut r, result.as_bytes(), true, now, &mut out);
         out.clear();
     }
 }

@@ -364,13 +364,13 @@ fn mcp_run(
         } else {
             "application/json"
         };
-        e.on_response_content_type(&mut req, Some(ct), &mut out);
+        e.on_response_content_type(&mut req, Some(ct), 1_000_000, &mut out);
         let chunks: Vec<&[u8]> = result.chunks(64 * 1024).collect();
         for (i, c) in chunks.iter().enumerate() {
             if !req.wants_response_body() {
                 break;
             }
-            e.on_response_body(&mut req, c, i + 1 == chunks.len(), &mut out);
+            e.on_response_body(&mut req, c, i + 1 == chunks.len(), 1_000_000, &mut out);
         }
     }
     let response_peak = PEAK.load(Ordering::Relaxed) - base;

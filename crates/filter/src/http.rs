@@ -230,7 +230,7 @@ impl HttpContext for Stream {
         self.run(|e, r, out| {
             e.on_response_headers(r, status, now, out);
             if r.wants_content_type() {
-                e.on_response_content_type(r, content_type.as_deref(), out);
+                e.on_response_content_type(r, content_type.as_deref(), now, out);
             }
             Step::Continue
         });
@@ -244,8 +244,9 @@ impl HttpContext for Stream {
         // Each chunk passes on at once; only the events that carry usage
         // are parsed.
         let chunk = abi::response_body(body_size).unwrap_or_default();
+        let now = abi::now_ms();
         self.run(|e, r, out| {
-            e.on_response_body(r, &chunk, end_of_stream, out);
+            e.on_response_body(r, &chunk, end_of_stream, now, out);
             Step::Continue
         });
         Action::Continue

@@ -445,7 +445,7 @@ fn respond(
             engine.on_done(r, out);
             return fed;
         }
-        engine.on_response_content_type(r, content_type, out);
+        engine.on_response_content_type(r, content_type, at, out);
     }
     if r.wants_response_body() {
         match answer.and_then(|a| a.body.as_deref().map(|b| (b, a.body_cut))) {
@@ -457,7 +457,7 @@ fn respond(
                 } else {
                     Cow::Borrowed(body)
                 };
-                engine.on_response_body(r, &body, !cut, out);
+                engine.on_response_body(r, &body, !cut, at, out);
             }
             _ => {}
         }

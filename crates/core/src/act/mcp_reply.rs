@@ -131,8 +131,9 @@ pub fn reply(
     tool: &str,
     v: &McpVerdict,
 ) -> Option<LocalReply> {
-    // The id is echoed as written: it was read as a JSON string or number.
-    let id: Value = serde_json::from_str(id).unwrap_or(Value::Null);
+    // The id is echoed byte for byte (the reader checked it is a JSON
+    // string or number): a large integer stays exact.
+    let id = serde_json::value::RawValue::from_string(id.to_string()).ok()?;
     let (status, body, mut headers) = match v.step {
         McpStep::Note => return None,
         McpStep::Block => (
@@ -156,9 +157,9 @@ pub fn reply(
         ),
     };
     if v.step == McpStep::Reject {
-        // The history starts again once the caller has been quiet this
-        // long.
-        headers.push(("retry-after", (cfg.window_ms / 1000).max(1).to_string()));
+        // The call goes to the server again this long after the loop's
+        // last real result.
+        headers.push(("retry-after", (cfg.recheck_ms / 1000).max(1).to_string()));
     }
     Some(LocalReply {
         status,
@@ -183,6 +184,7 @@ mod tests {
             error_code: -31_000,
             key: McpKey::Session,
             window_ms: 120_000,
+            recheck_ms: 30_000,
             result_classes: Classes::defaults(),
             arguments_mask: Classes::NONE,
         }
@@ -244,7 +246,7 @@ mod tests {
         let v = verdict(McpTier::Cycle, McpStep::Reject, 3);
         let r = reply(&c, "p", "3", "read", &v).unwrap();
         assert_eq!(r.status, 429);
-        assert!(r.headers.contains(&("retry-after", "120".to_string())));
+        assert!(r.headers.contains(&("retry-after", "30".to_string())));
         let body: Value = serde_json::from_str(&r.body).unwrap();
         assert!(body["error"]["message"]
             .as_str()

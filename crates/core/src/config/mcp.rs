@@ -31,6 +31,9 @@ pub struct Mcp {
     pub key: McpKey,
     /// A history idle this long starts again.
     pub window_ms: u64,
+    /// An answering step lets the call through again once this long has
+    /// passed since the history's last real result.
+    pub recheck_ms: u64,
     /// Classes masked in tool results before they are compared.
     pub result_classes: Classes,
     /// Classes masked in tool arguments (none unless

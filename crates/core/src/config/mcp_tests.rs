@@ -25,6 +25,21 @@ fn defaults_and_a_full_block() {
         (m.error_code, m.key, m.window_ms),
         (-31_000, McpKey::Session, 600_000)
     );
+    assert_eq!(m.recheck_ms, 60_000);
+    // Durations and attempt counts are what a poll watches change: kept in
+    // results unless the policy lists its classes.
+    use crate::config::volatile::Class;
+    assert!(!m.result_classes.contains(Class::NoiseNumbers));
+    assert!(m.result_classes.contains(Class::DateTime));
+    let mut listed = with_mcp(json!({"enabled": true}));
+    listed["policies"][0]["spec"]["volatile"] = json!({"classes": ["noise_numbers"]});
+    let cfg2 = Config::from_value(&listed).unwrap();
+    assert!(cfg2.policies[0]
+        .mcp
+        .as_ref()
+        .unwrap()
+        .result_classes
+        .contains(Class::NoiseNumbers));
     assert!(cfg.policies[0].is_active() && cfg.policies[0].detection.is_none());
     let cfg = Config::from_value(&with_mcp(json!({"enabled": true, "same_result_min": 4,
         "same_error_min": 2, "cycle_min": 0, "exempt_tools": ["poll"], "ladder": ["block", "error"],
@@ -61,6 +76,8 @@ fn each_field_is_checked_and_named() {
         (json!({"enabled": true, "error_code": 7}), "mcp.error_code needs an \"error\" step in the ladder"),
         (json!({"enabled": true, "key": "user"}), "mcp.key"),
         (json!({"enabled": true, "window_seconds": 0}), "mcp.window_seconds must be >= 1 (got 0)"),
+        (json!({"enabled": true, "recheck_seconds": 86_401}), "mcp.recheck_seconds must be <= 86400 (got 86401)"),
+        (json!({"enabled": true, "recheck_seconds": 86_401}), "mcp.recheck_seconds must be <= 86400 (got 86401)"),
         (json!({"enabled": true, "same_result": 3}), "mcp.same_result"),
     ] {
         let got = err(mcp.clone());

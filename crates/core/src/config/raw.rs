@@ -464,6 +464,11 @@ pub struct RawMcp {
     /// A history idle this long starts again, 1..86400. Default 600.
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 86_400)))]
     pub window_seconds: Option<Int>,
+    /// A call answered by loopguard goes to the server again once this
+    /// long has passed since the loop's last real result (a job that
+    /// finished, a service back up), 1..86400. Default 60.
+    #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 86_400)))]
+    pub recheck_seconds: Option<Int>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -122,6 +122,11 @@ fn cycle(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
                 _ => false,
             })
             .count();
+        // At least one call must have repeated its counterpart of the round
+        // before, result and all: a round seen once is no evidence yet.
+        if same == 0 {
+            continue;
+        }
         // Rounds of this call: the stretch, the round before it, and this
         // call.
         let occurrences = u32::try_from((same + 2 * p) / p).unwrap_or(u32::MAX);

@@ -64,8 +64,12 @@ impl<B: BucketBackend> Engine<B> {
             r.mcp = Some(Box::new(mcp::McpStream::new(index, policy, facts)));
             // The result must come back readable: a compressed one could
             // not be judged (Envoy's compressor, placed before loopguard,
-            // may still compress it towards the client).
-            if facts.has_header("accept-encoding") {
+            // may still compress it towards the client). Only for a POST
+            // that may carry a call (2026-07-28 names its method).
+            let may_call = facts
+                .header("mcp-method")
+                .is_none_or(|m| m.as_slice() == b"tools/call");
+            if may_call && facts.has_header("accept-encoding") {
                 out.push(Effect::RemoveRequestHeader("accept-encoding"));
             }
         }

@@ -12,7 +12,10 @@ use crate::config::{Mcp, McpKey, McpStep, Mode, Policy};
 use crate::detect::mcp::{self as judge, Entry, McpVerdict};
 use crate::metrics::mcp::{self as m, McpUnjudged};
 use crate::request::mcp::{self as read, Head, Message, ToolCall};
-use crate::response::mcp::{Framing, NotePlan, ResultReader, Seen};
+use crate::response::{
+    self,
+    mcp::{Framing, NotePlan, ResultReader, Seen},
+};
 use crate::state::mcp_sessions;
 use crate::state::store::{Hit, StoreAnswer};
 use crate::state::window::WindowQuery;
@@ -23,9 +26,11 @@ use crate::state::window::WindowQuery;
 pub(super) struct McpStream {
     policy: usize,
     head: Head,
-    /// The client's address, when nothing else tells callers apart (no
-    /// limit keys, no API key).
+    /// The client's address (without its port).
     address: Option<String>,
+    /// Nothing but the address tells this caller apart (no limit keys, no
+    /// API key).
+    anonymous: bool,
     call: Option<Forwarded>,
     status: Option<u32>,
     reader: Option<ResultReader>,
@@ -49,14 +54,14 @@ impl McpStream {
         facts: &dyn crate::request::RequestFacts,
     ) -> McpStream {
         let anonymous = p.limit_keys.is_empty() && crate::request::api_key(facts).is_none();
-        let address = anonymous
-            .then(|| facts.source_address())
-            .flatten()
+        let address = facts
+            .source_address()
             .map(|a| crate::request::address_without_port(&a).to_string());
         McpStream {
             policy,
             head: Head::read(facts),
             address,
+            anonymous,
             call: None,
             status: None,
             reader: None,
@@ -88,19 +93,25 @@ impl Request {
 }
 
 /// The history a call joins: the caller's, and its session's when the
-/// policy keys by session and the protocol has one. A caller known by
-/// nothing (no limit keys, no API key) is told apart by its address.
+/// policy keys by session and the protocol has one. Without a session
+/// (protocol 2026-07-28 is stateless), the caller's calls from one address
+/// are one history: agents that share an API key on other hosts are kept
+/// apart. A caller known by nothing else (no limit keys, no API key) is
+/// always told apart by its address.
 fn history_key(caller: u64, cfg: &Mcp, stream: &McpStream) -> u64 {
     let mut h = crate::request::Fnv(caller ^ 0x6d63_705f_6869_7374);
-    if let Some(a) = &stream.address {
+    let session = match cfg.key {
+        McpKey::Session => stream.head.session.as_deref(),
+        McpKey::Caller => None,
+    };
+    let by_address = stream.anonymous || (cfg.key == McpKey::Session && session.is_none());
+    if let (true, Some(a)) = (by_address, &stream.address) {
         h.write(&[2]);
         h.write(a.as_bytes());
     }
-    if cfg.key == McpKey::Session {
-        if let Some(s) = &stream.head.session {
-            h.write(&[1]);
-            h.write(s.as_bytes());
-        }
+    if let Some(s) = session {
+        h.write(&[1]);
+        h.write(s.as_bytes());
     }
     h.0
 }
@@ -148,17 +159,22 @@ impl<B: BucketBackend> Engine<B> {
         }
         out.push(Effect::CountNamed(m::calls(&policy.id), 1));
         let key = history_key(r.caller, cfg, stream);
-        let history = match mcp_sessions::read(&mut self.local.backend, key, now, cfg.window_ms) {
+        let recent = match mcp_sessions::read(&mut self.local.backend, key, now, cfg.window_ms) {
             Ok(h) => h,
             Err(_) => {
                 out.push(Effect::CountNamed(
                     m::unjudged(&policy.id, McpUnjudged::Store),
                     1,
                 ));
-                Vec::new()
+                mcp_sessions::Recent::default()
             }
         };
-        let verdict = judge::judge(cfg, &history, call.digest);
+        // A loop loopguard has been answering goes to the server again
+        // once `recheck_seconds` have passed since its last real result:
+        // the job may have finished, the service come back.
+        let verdict = judge::judge(cfg, &recent.entries, call.digest).filter(|v| {
+            !v.step.answers() || now.saturating_sub(recent.last_real_ms) < cfg.recheck_ms
+        });
         let mut forwarded = Forwarded {
             key,
             digest: call.digest,
@@ -172,8 +188,8 @@ impl<B: BucketBackend> Engine<B> {
         };
         let index = stream.policy;
         let shadow = policy.mode == Mode::Shadow;
-        self.note_in_loop(r, index, out);
         if shadow {
+            self.note_in_loop(r, index, out);
             self.mcp_event(r, policy, &call.tool, &v, key, true, now, out);
             out.push(Effect::CountNamed(m::shadow(&policy.id, v.tier, v.step), 1));
             out.push(Effect::Log(
@@ -198,13 +214,18 @@ impl<B: BucketBackend> Engine<B> {
         }
         if v.step == McpStep::Note {
             // Forwarded; the note goes into the result if it is the same
-            // again (counted and reported then).
-            forwarded.noted = Some(v);
+            // again (counted and reported then). Only `content` can be
+            // compared as it passes: a loop whose result had structured
+            // content gets no note (that content may be what changes).
+            if response::mcp::has_only_content(&v.expected) {
+                forwarded.noted = Some(v);
+            }
             if let Some(s) = r.mcp.as_mut() {
                 s.call = Some(forwarded);
             }
             return Step::Continue;
         }
+        self.note_in_loop(r, index, out);
         self.answer_mcp(r, policy, cfg, &call, &v, key, now, out)
     }
 
@@ -351,7 +372,8 @@ impl<B: BucketBackend> Engine<B> {
         let Some(cfg) = config.policies.get(s.policy).and_then(|p| p.mcp.as_ref()) else {
             return;
         };
-        let framing = Framing::of(content_type).filter(|_| s.status == Some(200));
+        // Any status: a JSON-RPC error may come with a 4xx or a 429.
+        let framing = Framing::of(content_type).filter(|_| s.status.is_some());
         let Some(framing) = framing else {
             self.finish_mcp(r, Seen::Unreadable, now, out);
             return;
@@ -417,6 +439,13 @@ impl<B: BucketBackend> Engine<B> {
         let Some(cfg) = policy.mcp.as_ref() else {
             return;
         };
+        // With an HTTP error status only a JSON-RPC error is a result (a
+        // `result` there is no answer the client will use).
+        let ok = s.status.is_some_and(|st| (200..300).contains(&st));
+        let seen = match seen {
+            Seen::Result(o) if !ok && !o.rpc_error => Seen::Unreadable,
+            other => other,
+        };
         let entry = match seen {
             Seen::Result(o) => Entry {
                 call: f.digest,
@@ -446,6 +475,7 @@ impl<B: BucketBackend> Engine<B> {
             ));
         }
         if let (true, Some(v)) = (f.note_added, f.noted.as_ref()) {
+            self.note_in_loop(r, s.policy, out);
             out.push(Effect::CountNamed(m::loops(&policy.id, v.tier, v.step), 1));
             self.mcp_event(r, policy, &f.tool, v, f.key, false, now, out);
             let header = mcp_reply::header_value(&f.tool, v);

@@ -37,12 +37,12 @@ fn result_body(id: u32, text: &str) -> String {
 fn answer(h: &mut Harness, s: &mut Sent, body: &str) -> (Effects, Vec<u8>) {
     let mut out = h.answer(s, 200);
     h.engine
-        .on_response_content_type(&mut s.req, Some("application/json"), &mut out);
+        .on_response_content_type(&mut s.req, Some("application/json"), h.now, &mut out);
     let mut client = body.as_bytes().to_vec();
     if s.req.wants_response_body() {
         let mut more = Effects::new();
         h.engine
-            .on_response_body(&mut s.req, body.as_bytes(), true, &mut more);
+            .on_response_body(&mut s.req, body.as_bytes(), true, h.now, &mut more);
         for e in &more {
             if let Effect::ReplaceResponseBody { old_len, body } = e {
                 assert_eq!(*old_len, client.len());
@@ -376,4 +376,241 @@ fn a_call_whose_result_never_came_back_breaks_the_run() {
     let mut out = Effects::new();
     h.engine.on_done(&mut s.req, &mut out);
     assert!(out.iter().all(|e| !matches!(e, Effect::CountNamed(..))));
+}
+
+#[test]
+fn a_blocked_call_goes_to_the_server_again_after_recheck_seconds() {
+    let mut h = harness(json!({"enabled": true, "ladder": ["block"], "recheck_seconds": 30}));
+    for i in 0..2 {
+        round(&mut h, "s", i, "status", "running");
+    }
+    h.now += 1_000;
+    let (s, _, _) = round(&mut h, "s", 2, "status", "running");
+    assert_eq!(s.step, Step::Pause, "blocked");
+    // The agent keeps asking: still blocked while the last real result is
+    // recent, however often it asks.
+    for i in 3..6 {
+        h.now += 5_000;
+        assert_eq!(
+            round(&mut h, "s", i, "status", "running").0.step,
+            Step::Pause
+        );
+    }
+    // 30 s after the last real result, one call goes through: the job is
+    // done, a new result, progress.
+    h.now += 15_000;
+    let (s, _, body) = round(&mut h, "s", 6, "status", "done");
+    assert_eq!(s.step, Step::Continue);
+    assert_eq!(body["result"]["content"][0]["text"], "done");
+    assert_eq!(
+        round(&mut h, "s", 7, "status", "done").0.step,
+        Step::Continue
+    );
+}
+
+#[test]
+fn without_a_session_agents_on_other_hosts_sharing_a_key_are_apart() {
+    let mut h = harness(json!({"enabled": true, "ladder": ["block"], "same_result_min": 2}));
+    let go = |h: &mut Harness, from: &str, id: u32| {
+        let mut req = Request::new(id);
+        let mut out = Effects::new();
+        let mut f = crate::request::tests::FakeFacts::default()
+            .with("authorization", "Bearer shared-team-key")
+            .with("mcp-method", "tools/call");
+        f.source = Some(format!("{from}:5000"));
+        let head = crate::request::RequestHead {
+            method: "POST",
+            path: "/mcp",
+            authority: "tools",
+        };
+        let body = call_body(id, "list_projects", json!({}));
+        h.engine
+            .on_headers(&mut req, &head, &f, false, h.now, &mut out);
+        let step = h.engine.on_body(
+            &mut req,
+            body.len(),
+            true,
+            Some(body.as_bytes()),
+            h.now,
+            &mut out,
+        );
+        let mut s = Sent {
+            req,
+            effects: out,
+            step,
+        };
+        if step == Step::Continue {
+            answer(h, &mut s, &result_body(id, "3 projects"));
+        }
+        step
+    };
+    // Four agents start up, each listing the projects once.
+    for (i, host) in ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(go(&mut h, host, i as u32), Step::Continue, "{host}");
+    }
+    // One of them looping is still its own loop.
+    assert_eq!(go(&mut h, "10.0.0.1", 9), Step::Pause);
+}
+
+#[test]
+fn durations_in_a_polled_result_are_progress_by_default() {
+    let mut h = harness(json!({"enabled": true, "ladder": ["block"]}));
+    for (i, elapsed) in ["35s", "65s", "95s", "125s", "155s"].iter().enumerate() {
+        let (s, _, _) = round(
+            &mut h,
+            "s",
+            i as u32,
+            "status",
+            &format!("running, elapsed {elapsed}"),
+        );
+        assert_eq!(s.step, Step::Continue, "{elapsed}");
+    }
+    // A timestamp alone is noise: the same status checked at other times
+    // is the same result.
+    for i in 10..12 {
+        round(
+            &mut h,
+            "t",
+            i,
+            "status",
+            &format!("running (checked 2026-11-26T10:00:{i}Z)"),
+        );
+    }
+    let (s, _, _) = round(
+        &mut h,
+        "t",
+        12,
+        "status",
+        "running (checked 2026-11-26T10:00:12Z)",
+    );
+    assert_eq!(s.step, Step::Pause);
+}
+
+#[test]
+fn json_rpc_errors_count_whatever_their_status_and_structured_results_get_no_note() {
+    let mut h = harness(json!({"enabled": true, "ladder": ["block"], "same_error_min": 2}));
+    let err = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": "quota exceeded"}})
+            .to_string()
+    };
+    let mut s = send(&mut h, "s", &call_body(1, "search", json!({"q": "x"})));
+    let mut out = h.answer(&mut s, 429);
+    h.engine
+        .on_response_content_type(&mut s.req, Some("application/json"), h.now, &mut out);
+    h.engine
+        .on_response_body(&mut s.req, err(1).as_bytes(), true, h.now, &mut out);
+    let s = send(&mut h, "s", &call_body(2, "search", json!({"q": "x"})));
+    assert_eq!(s.step, Step::Pause);
+    assert!(s.json()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("failed the same way"));
+    // A result with structured content: its content alone cannot tell it is
+    // the same again as it passes, so no note (the block still comes).
+    let mut h = harness(json!({"enabled": true}));
+    let structured = |id: u32| {
+        json!({"jsonrpc": "2.0", "id": id, "result": {
+        "content": [{"type": "text", "text": "{}"}], "structuredContent": {"state": "running"}}})
+        .to_string()
+    };
+    for i in 0..3 {
+        let mut s = send(&mut h, "s", &call_body(i, "job", json!({})));
+        assert_eq!(s.step, Step::Continue);
+        let (out, client) = answer(&mut h, &mut s, &structured(i));
+        assert_eq!(client, structured(i).as_bytes(), "untouched");
+        assert!(!out.contains(&Effect::RemoveResponseHeader("content-length")));
+    }
+    assert_eq!(
+        send(&mut h, "s", &call_body(3, "job", json!({}))).step,
+        Step::Pause
+    );
+}
+
+/// A healthy agent session of 150 calls: paging, polling a job to its end,
+/// reading many files, searching many queries, rerunning tests after each
+/// edit (fewer failures every time), a file read again after it changed.
+#[test]
+fn a_healthy_session_of_150_calls_is_never_touched() {
+    let mut h = harness(json!({"enabled": true}));
+    let mut id = 0;
+    let mut step = |h: &mut Harness, tool: &str, args: Value, result: String| {
+        id += 1;
+        let mut s = send(h, "healthy", &call_body(id, tool, args));
+        assert_eq!(s.step, Step::Continue, "{tool} #{id}");
+        let (out, client) = answer(h, &mut s, &result_body(id, &result));
+        assert!(
+            !out.iter()
+                .any(|e| matches!(e, Effect::ReplaceResponseBody { .. })),
+            "{tool} #{id} noted"
+        );
+        assert_eq!(client, result_body(id, &result).as_bytes());
+    };
+    for page in 0..30 {
+        step(
+            &mut h,
+            "list_issues",
+            json!({"page": page}),
+            format!("issues {}..{}", page * 20, page * 20 + 19),
+        );
+    }
+    for pct in (0..=100).step_by(5) {
+        step(
+            &mut h,
+            "job_status",
+            json!({"job": "build-7"}),
+            format!("build-7: {pct}% done"),
+        );
+    }
+    for f in 0..40 {
+        step(
+            &mut h,
+            "read_file",
+            json!({"path": format!("src/m{f}.rs")}),
+            format!("// module {f}\nfn f{f}() {{}}"),
+        );
+    }
+    for q in 0..35 {
+        step(
+            &mut h,
+            "search",
+            json!({"query": format!("symbol_{q}")}),
+            format!("{} hits for symbol_{q}", q % 4),
+        );
+    }
+    for failing in (0..12).rev() {
+        step(
+            &mut h,
+            "edit_file",
+            json!({"path": "src/lib.rs", "patch": format!("fix {failing}")}),
+            "applied".to_string(),
+        );
+        step(
+            &mut h,
+            "run_tests",
+            json!({}),
+            format!("{failing} failed, {} passed", 40 - failing),
+        );
+    }
+    step(
+        &mut h,
+        "read_file",
+        json!({"path": "src/lib.rs"}),
+        "v1".to_string(),
+    );
+    step(
+        &mut h,
+        "edit_file",
+        json!({"path": "src/lib.rs", "patch": "x"}),
+        "applied".to_string(),
+    );
+    step(
+        &mut h,
+        "read_file",
+        json!({"path": "src/lib.rs"}),
+        "v2".to_string(),
+    );
+    assert!(id >= 150, "{id} calls");
 }

@@ -35,10 +35,10 @@ fn ask(h: &mut Harness, key: &str, body: &str) -> Sent {
 fn answer(h: &mut Harness, s: &mut Sent, body: &str) -> Effects {
     let mut out = h.answer(s, 200);
     h.engine
-        .on_response_content_type(&mut s.req, Some("application/json"), &mut out);
+        .on_response_content_type(&mut s.req, Some("application/json"), h.now, &mut out);
     if s.req.wants_response_body() {
         h.engine
-            .on_response_body(&mut s.req, body.as_bytes(), true, &mut out);
+            .on_response_body(&mut s.req, body.as_bytes(), true, h.now, &mut out);
     }
     h.engine.on_done(&mut s.req, &mut out);
     out

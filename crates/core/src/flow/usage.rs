@@ -140,11 +140,11 @@ impl<B: BucketBackend> Engine<B> {
         &mut self,
         r: &mut Request,
         content_type: Option<&str>,
+        now: u64,
         out: &mut Effects,
     ) {
         if r.mcp.is_some() {
-            let at = r.started_ms;
-            self.mcp_content_type(r, content_type, at, out);
+            self.mcp_content_type(r, content_type, now, out);
             return;
         }
         let Some(target) = r.usage_for else {
@@ -170,11 +170,11 @@ impl<B: BucketBackend> Engine<B> {
         r: &mut Request,
         chunk: &[u8],
         end_of_stream: bool,
+        now: u64,
         out: &mut Effects,
     ) {
         if r.mcp.is_some() {
-            let at = r.started_ms;
-            self.mcp_body(r, chunk, end_of_stream, at, out);
+            self.mcp_body(r, chunk, end_of_stream, now, out);
             return;
         }
         if let Some(reader) = r.usage.as_mut() {

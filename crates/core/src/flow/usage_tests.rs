@@ -17,14 +17,14 @@ fn respond(
 ) -> Effects {
     let mut out = h.answer(s, 200);
     h.engine
-        .on_response_content_type(&mut s.req, Some(content_type), &mut out);
+        .on_response_content_type(&mut s.req, Some(content_type), h.now, &mut out);
     let b = body.as_bytes();
     let size = b.len().div_ceil(chunks.max(1)).max(1);
     let pieces: Vec<&[u8]> = b.chunks(size).collect();
     for (i, piece) in pieces.iter().enumerate() {
         if s.req.wants_response_body() {
             h.engine
-                .on_response_body(&mut s.req, piece, i + 1 == pieces.len(), &mut out);
+                .on_response_body(&mut s.req, piece, i + 1 == pieces.len(), h.now, &mut out);
         }
     }
     h.engine.on_done(&mut s.req, &mut out);
@@ -132,9 +132,14 @@ fn streams_are_read_as_they_pass_and_other_answers_report_no_usage() {
     let mut cut = h.post("{\"q\":5}");
     let mut out = h.answer(&mut cut, 200);
     h.engine
-        .on_response_content_type(&mut cut.req, Some("text/event-stream"), &mut out);
-    h.engine
-        .on_response_body(&mut cut.req, &stream.as_bytes()[..120], false, &mut out);
+        .on_response_content_type(&mut cut.req, Some("text/event-stream"), h.now, &mut out);
+    h.engine.on_response_body(
+        &mut cut.req,
+        &stream.as_bytes()[..120],
+        false,
+        h.now,
+        &mut out,
+    );
     h.engine.on_done(&mut cut.req, &mut out);
     h.engine.on_done(&mut cut.req, &mut out);
     assert_eq!(tokens(&h, &out, "input", false), 25);
@@ -143,14 +148,14 @@ fn streams_are_read_as_they_pass_and_other_answers_report_no_usage() {
     assert!(!get.req.reads_usage());
     let mut out = h.answer(&mut get, 200);
     h.engine
-        .on_response_content_type(&mut get.req, Some("application/json"), &mut out);
+        .on_response_content_type(&mut get.req, Some("application/json"), h.now, &mut out);
     assert!(!get.req.wants_response_body());
     let mut h = Harness::policy(json!({"selector": {"pathPrefix": "/v1/"},
         "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3}}));
     let mut other = h.send("POST", "/other", &[], b"{}");
     let mut out = h.answer(&mut other, 200);
     h.engine
-        .on_response_content_type(&mut other.req, Some("application/json"), &mut out);
+        .on_response_content_type(&mut other.req, Some("application/json"), h.now, &mut out);
     assert!(!other.req.wants_response_body());
 }
 

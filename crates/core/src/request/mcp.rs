@@ -183,7 +183,13 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
         .and_then(|b| std::str::from_utf8(b).ok())
         .map(str::trim)
         .unwrap_or("");
-    let id_ok = id.len() <= MAX_ID_BYTES && (id.starts_with('"') || is_number(id));
+    // A string or a number a JSON parser reads as one (no lone surrogate,
+    // no number out of range): it is echoed byte for byte in a reply.
+    let id_ok = id.len() <= MAX_ID_BYTES
+        && matches!(
+            serde_json::from_str::<Value>(id),
+            Ok(Value::String(_) | Value::Number(_))
+        );
     let Some(params) =
         scan::members(body, params).filter(|_| body.get(skip_ws(body, params.0)) == Some(&b'{'))
     else {
@@ -212,12 +218,6 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
         tool,
         digest,
     })
-}
-
-fn is_number(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
 }
 
 /// A call's digest: its tool and its arguments in canonical JSON (key
@@ -374,6 +374,8 @@ mod tests {
             &br#"{"jsonrpc":"2.0","id":e1,"method":"tools/call","params":{"name":"a"}}"#[..],
             b"{\"jsonrpc\":\"2.0\",\"id\":\"a\x01\",\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}",
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"a","arguments":{"x":01}}}"#,
+            br#"{"jsonrpc":"2.0","id":"\ud800","method":"tools/call","params":{"name":"a"}}"#,
+            br#"{"jsonrpc":"2.0","id":1e400,"method":"tools/call","params":{"name":"a"}}"#,
         ] {
             assert_eq!(
                 read(bad, &Head::default(), Classes::NONE),

@@ -24,14 +24,25 @@ pub const CAPACITY: usize = REGION as usize * PER_BUCKET;
 /// rounds).
 pub const MAX_ENTRIES: usize = 16;
 /// The encoding's version (the first byte of a bucket).
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const ENTRY: usize = 8 * 3 + 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct History {
     key: u64,
     last_ms: u64,
+    /// When the newest call the server answered was added (loopguard's
+    /// own answers aside).
+    last_real_ms: u64,
     entries: Vec<Entry>,
+}
+
+/// A history as read: its calls, oldest first, and when the newest call the
+/// server answered was added.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Recent {
+    pub entries: Vec<Entry>,
+    pub last_real_ms: u64,
 }
 
 fn bucket(key: u64) -> u32 {
@@ -53,12 +64,15 @@ pub fn read<B: BucketBackend>(
     key: u64,
     now: u64,
     idle_ms: u64,
-) -> Result<Vec<Entry>, Failed> {
+) -> Result<Recent, Failed> {
     let (bytes, _) = backend.read(bucket(key)).ok_or(Failed::Backend)?;
     Ok(decode(&bytes)
         .into_iter()
         .find(|h| h.key == key && !idle(h, now, idle_ms))
-        .map(|h| h.entries)
+        .map(|h| Recent {
+            entries: h.entries,
+            last_real_ms: h.last_real_ms,
+        })
         .unwrap_or_default())
 }
 
@@ -67,7 +81,9 @@ fn idle(h: &History, now: u64, idle_ms: u64) -> bool {
 }
 
 /// Add a call to the history of `key` (the oldest call beyond
-/// [`MAX_ENTRIES`] goes).
+/// [`MAX_ENTRIES`] goes). A call whose result could not be read starts no
+/// history of its own (it is never a repeat, and a stream of them must not
+/// push other callers' histories out).
 pub fn append<B: BucketBackend>(
     backend: &mut B,
     key: u64,
@@ -81,10 +97,12 @@ pub fn append<B: BucketBackend>(
         let mut histories = decode(&bytes);
         let i = match histories.iter().position(|h| h.key == key) {
             Some(i) => i,
+            None if entry.unread => return Ok(()),
             None => {
                 let fresh = History {
                     key,
                     last_ms: now,
+                    last_real_ms: 0,
                     entries: Vec::new(),
                 };
                 if histories.len() < PER_BUCKET {
@@ -111,6 +129,9 @@ pub fn append<B: BucketBackend>(
             let extra = h.entries.len().saturating_sub(MAX_ENTRIES);
             h.entries.drain(..extra);
             h.last_ms = h.last_ms.max(now);
+            if !entry.answered {
+                h.last_real_ms = h.last_real_ms.max(now);
+            }
         }
         match backend.write(b, &encode(&histories), version) {
             CasWrite::Written => return Ok(()),
@@ -122,16 +143,17 @@ pub fn append<B: BucketBackend>(
 }
 
 // bucket  := version:u8 count:u8 history*
-// history := key:u64 last_ms:u64 n:u8 entry*n
+// history := key:u64 last_ms:u64 last_real_ms:u64 n:u8 entry*n
 // entry   := call:u64 result:u64 content:u64 flags:u8
 //            (flags: 1 failed, 2 unread, 4 answered)
 fn encode(histories: &[History]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + histories.len() * (17 + MAX_ENTRIES * ENTRY));
+    let mut out = Vec::with_capacity(2 + histories.len() * (25 + MAX_ENTRIES * ENTRY));
     out.push(VERSION);
     out.push(histories.len() as u8);
     for h in histories {
         out.extend_from_slice(&h.key.to_le_bytes());
         out.extend_from_slice(&h.last_ms.to_le_bytes());
+        out.extend_from_slice(&h.last_real_ms.to_le_bytes());
         out.push(h.entries.len() as u8);
         for e in &h.entries {
             out.extend_from_slice(&e.call.to_le_bytes());
@@ -162,8 +184,9 @@ fn decode_checked(bytes: &[u8]) -> Option<Vec<History>> {
     for _ in 0..count.min(PER_BUCKET as u8) {
         let key = u64_at(rest, 0)?;
         let last_ms = u64_at(rest, 8)?;
-        let n = usize::from(*rest.get(16)?).min(MAX_ENTRIES);
-        rest = rest.get(17..)?;
+        let last_real_ms = u64_at(rest, 16)?;
+        let n = usize::from(*rest.get(24)?).min(MAX_ENTRIES);
+        rest = rest.get(25..)?;
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
             let flags = *rest.get(24)?;
@@ -180,6 +203,7 @@ fn decode_checked(bytes: &[u8]) -> Option<Vec<History>> {
         out.push(History {
             key,
             last_ms,
+            last_real_ms,
             entries,
         });
     }
@@ -207,17 +231,41 @@ mod tests {
         for i in 0..20 {
             append(&mut b, 7, e(i, i), 1_000 + i, 60_000).unwrap();
         }
-        let h = read(&mut b, 7, 2_000, 60_000).unwrap();
+        let h = read(&mut b, 7, 2_000, 60_000).unwrap().entries;
         assert_eq!(h.len(), MAX_ENTRIES);
         assert_eq!(h.first().map(|e| e.call), Some(4));
         assert_eq!(h.last(), Some(&e(19, 19)));
-        assert!(read(&mut b, 7, 1_019 + 60_000, 60_000).unwrap().is_empty());
+        assert!(read(&mut b, 7, 1_019 + 60_000, 60_000)
+            .unwrap()
+            .entries
+            .is_empty());
         append(&mut b, 7, e(99, 1), 1_019 + 60_000, 60_000).unwrap();
         assert_eq!(
-            read(&mut b, 7, 1_019 + 60_000, 60_000).unwrap(),
+            read(&mut b, 7, 1_019 + 60_000, 60_000).unwrap().entries,
             vec![e(99, 1)]
         );
-        assert!(read(&mut b, 8, 2_000, 60_000).unwrap().is_empty());
+        assert!(read(&mut b, 8, 2_000, 60_000).unwrap().entries.is_empty());
+    }
+
+    #[test]
+    fn unread_calls_start_no_history_and_answers_are_not_real_results() {
+        let mut b = InProcess::default();
+        let unread = Entry {
+            unread: true,
+            ..e(1, 0)
+        };
+        append(&mut b, 9, unread, 10, 1_000).unwrap();
+        assert_eq!(read(&mut b, 9, 10, 1_000).unwrap(), Recent::default());
+        append(&mut b, 9, e(1, 1), 20, 1_000).unwrap();
+        append(&mut b, 9, unread, 30, 1_000).unwrap();
+        let answered = Entry {
+            answered: true,
+            ..e(1, 1)
+        };
+        append(&mut b, 9, answered, 40, 1_000).unwrap();
+        let r = read(&mut b, 9, 40, 1_000).unwrap();
+        assert_eq!(r.entries, vec![e(1, 1), unread, answered]);
+        assert_eq!(r.last_real_ms, 30);
     }
 
     #[test]
@@ -230,7 +278,7 @@ mod tests {
             ..e(1, 2)
         };
         append(&mut b, 3, odd, 5, 1_000).unwrap();
-        assert_eq!(read(&mut b, 3, 6, 1_000).unwrap(), vec![odd]);
+        assert_eq!(read(&mut b, 3, 6, 1_000).unwrap().entries, vec![odd]);
     }
 
     #[test]
@@ -243,9 +291,15 @@ mod tests {
         for (t, &k) in keys.iter().enumerate() {
             append(&mut b, k, e(k, 1), 100 + t as u64, 1_000_000).unwrap();
         }
-        assert!(read(&mut b, keys[0], 200, 1_000_000).unwrap().is_empty());
+        assert!(read(&mut b, keys[0], 200, 1_000_000)
+            .unwrap()
+            .entries
+            .is_empty());
         for &k in &keys[1..] {
-            assert_eq!(read(&mut b, k, 200, 1_000_000).unwrap(), vec![e(k, 1)]);
+            assert_eq!(
+                read(&mut b, k, 200, 1_000_000).unwrap().entries,
+                vec![e(k, 1)]
+            );
         }
     }
 
@@ -257,7 +311,7 @@ mod tests {
         let mut b = InProcess::default();
         b.write(bucket(3), &[VERSION, 9, 9], 0);
         append(&mut b, 3, e(1, 1), 5, 1_000).unwrap();
-        assert_eq!(read(&mut b, 3, 5, 1_000).unwrap(), vec![e(1, 1)]);
+        assert_eq!(read(&mut b, 3, 5, 1_000).unwrap().entries, vec![e(1, 1)]);
     }
 
     proptest! {
@@ -279,7 +333,7 @@ mod tests {
                 if m.1.len() > MAX_ENTRIES { m.1.remove(0); }
                 m.0 = now;
                 for (k, (last, entries)) in &model {
-                    let got = read(&mut b, *k, now, idle_ms).unwrap();
+                    let got = read(&mut b, *k, now, idle_ms).unwrap().entries;
                     let want = if now - last >= idle_ms { Vec::new() } else { entries.clone() };
                     prop_assert_eq!(got, want);
                 }

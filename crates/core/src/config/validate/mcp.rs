@@ -4,7 +4,13 @@ use super::*;
 use crate::config::mcp::{Mcp, McpKey, McpStep, DEFAULT_ERROR_CODE};
 use crate::config::raw::{McpKeyName, McpStepName, RawMcp};
 
-pub(super) fn mcp(ctx: &Ctx, m: RawMcp, volatile: &Volatile) -> Result<Option<Mcp>, ConfigError> {
+/// `classes_listed`: the policy lists its volatile classes itself.
+pub(super) fn mcp(
+    ctx: &Ctx,
+    m: RawMcp,
+    volatile: &Volatile,
+    classes_listed: bool,
+) -> Result<Option<Mcp>, ConfigError> {
     let f = |name: &str| format!("mcp.{name}");
     let enabled = m
         .enabled
@@ -77,6 +83,14 @@ pub(super) fn mcp(ctx: &Ctx, m: RawMcp, volatile: &Volatile) -> Result<Option<Mc
             MAX_WINDOW_SECONDS,
         )?
         .unwrap_or(600);
+    let recheck_s = ctx
+        .int(
+            &f("recheck_seconds"),
+            &m.recheck_seconds,
+            1,
+            MAX_WINDOW_SECONDS,
+        )?
+        .unwrap_or(60);
     if !enabled {
         return Ok(None);
     }
@@ -89,7 +103,19 @@ pub(super) fn mcp(ctx: &Ctx, m: RawMcp, volatile: &Volatile) -> Result<Option<Mc
         error_code,
         key,
         window_ms: window_s * 1000,
-        result_classes: volatile.classes,
+        recheck_ms: recheck_s * 1000,
+        // A result's durations and counts of attempts are what a poll
+        // watches change ("running, 35 s" then "65 s"): unless the policy
+        // lists its classes, they are kept in MCP results.
+        result_classes: if classes_listed {
+            volatile.classes
+        } else {
+            volatile
+                .classes
+                .iter()
+                .filter(|c| *c != crate::config::volatile::Class::NoiseNumbers)
+                .collect()
+        },
         arguments_mask: volatile.argument_classes(),
     }))
 }

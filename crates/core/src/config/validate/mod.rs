@@ -234,6 +234,10 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
         .loop_detection
         .as_ref()
         .is_some_and(|Obj(d)| d.similarity.is_some_and(SimilarityName::reads_tail));
+    let classes_listed = spec
+        .volatile
+        .as_ref()
+        .is_some_and(|Obj(v)| v.classes.is_some());
     let volatile = match spec.volatile {
         None => Volatile::default_on(),
         Some(_) if !reads_text && !has_tool_loops && !has_mcp => {
@@ -250,7 +254,7 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
     };
     let mcp = match spec.mcp {
         None => None,
-        Some(Obj(m)) => mcp(&ctx, m, &volatile)?,
+        Some(Obj(m)) => mcp(&ctx, m, &volatile, classes_listed)?,
     };
     let detection = match spec.loop_detection {
         None if has_tool_loops || has_mcp => None,

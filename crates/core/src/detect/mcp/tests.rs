@@ -11,6 +11,7 @@ fn cfg(ladder: &[McpStep]) -> Mcp {
         error_code: -31_000,
         key: McpKey::Session,
         window_ms: 600_000,
+        recheck_ms: 60_000,
         result_classes: Classes::defaults(),
         arguments_mask: Classes::NONE,
     }
@@ -146,4 +147,17 @@ fn exempt_tools_are_named() {
     let c = cfg(&[McpStep::Block]);
     assert!(exempt(&c, "poll"));
     assert!(!exempt(&c, "search"));
+}
+
+#[test]
+fn a_cycle_needs_a_round_seen_repeating() {
+    let mut c = cfg(&[McpStep::Block]);
+    c.cycle_min = 2;
+    // Read X, edit Y, read X: nothing has repeated with its result yet.
+    assert_eq!(steps(&c, &[e(A, 1), e(B, 2)], A), None);
+    // Read X, edit Y, read X (same), edit Y: now a round has repeated.
+    assert_eq!(
+        steps(&c, &[e(A, 1), e(B, 2), e(A, 1)], B),
+        Some((McpTier::Cycle, 2, McpStep::Block))
+    );
 }

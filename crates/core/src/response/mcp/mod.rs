@@ -57,6 +57,8 @@ pub struct Outcome {
     pub content: u64,
     /// `isError: true`, or a JSON-RPC error.
     pub failed: bool,
+    /// A JSON-RPC `error` (not a `result`).
+    pub rpc_error: bool,
 }
 
 /// How a response ended for the reader.
@@ -257,11 +259,12 @@ impl ResultReader {
     fn outcome(&self) -> Seen {
         let j = &self.json;
         if let Some(e) = j.field(Field::Error) {
-            let d = digest(e, self.classes);
+            let d = error_digest(e, self.classes);
             return Seen::Result(Outcome {
                 result: d,
                 content: d,
                 failed: true,
+                rpc_error: true,
             });
         }
         let content = j
@@ -271,16 +274,50 @@ impl ResultReader {
         let structured = j
             .field(Field::Structured)
             .map_or(0, |c| digest(c, self.classes));
-        let mut h = Fnv::default();
-        h.write(&content.to_le_bytes());
-        h.write(&[u8::from(failed)]);
-        h.write(&structured.to_le_bytes());
         Seen::Result(Outcome {
-            result: h.0,
+            result: result_digest(content, failed, structured),
             content,
             failed,
+            rpc_error: false,
         })
     }
+}
+
+/// The digest of a whole result from its parts' (`structured`: 0 when it
+/// has no structured content).
+pub fn result_digest(content: u64, failed: bool, structured: u64) -> u64 {
+    let mut h = Fnv::default();
+    h.write(&content.to_le_bytes());
+    h.write(&[u8::from(failed)]);
+    h.write(&structured.to_le_bytes());
+    h.0
+}
+
+/// Whether a call's recorded result was all `content` (and `isError`): a
+/// note, checked against `content` as it passes, can then tell the result
+/// is the same again.
+pub fn has_only_content(e: &crate::detect::mcp::Entry) -> bool {
+    !e.unread && e.result == result_digest(e.content, e.failed, 0)
+}
+
+/// A JSON-RPC error's digest: its code and message (masked), not its
+/// `data` (a server's details, a trace, a time).
+fn error_digest(c: &Captured, classes: Classes) -> u64 {
+    let v = if c.whole {
+        serde_json::from_slice::<serde_json::Value>(&c.bytes).ok()
+    } else {
+        None
+    };
+    let Some(v) = v else {
+        return c.raw;
+    };
+    let essence = serde_json::json!({"code": v.get("code"), "message": v.get("message")});
+    volatile::masked_digest(
+        &canonical_json(&essence),
+        classes,
+        Context::ToolResult,
+        &|_| false,
+    )
 }
 
 /// A member's digest: its canonical JSON with the volatile classes masked

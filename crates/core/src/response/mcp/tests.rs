@@ -262,3 +262,17 @@ fn a_member_given_twice_is_not_read() {
         assert!(notes <= 1);
     }
 }
+
+#[test]
+fn an_errors_data_is_not_part_of_its_digest() {
+    let err = |data: &str| {
+        outcome(
+            Framing::Json,
+            json!({"jsonrpc": "2.0", "id": 1,
+                "error": {"code": -32603, "message": "backend down", "data": {"trace": data}}})
+            .to_string()
+            .as_bytes(),
+        )
+    };
+    assert_eq!(err("at x.py:10"), err("at y.py:99"));
+}
