@@ -186,8 +186,11 @@ def configurations(tmp: Path, stores: list[dict]) -> list[dict]:
         # MCP: a tools/call judged against its caller's history, its 1 KB
         # result read as it passes and added to the history.
         {"name": "no-op wasm + buffer, MCP tools/call, 1 KB result", "filters": [noop_filter(), buf, ROUTER], "req": "mcp", "response": "mcp1k", "base": None},
-        {"name": "loopguard mcp, tools/call, 1 KB result", "filters": [loopguard(mcp), buf, ROUTER], "req": "mcp", "response": "mcp1k",
+        {"name": "loopguard exact, MCP tools/call, 1 KB result", "filters": [loopguard(exact_keys), buf, ROUTER], "req": "mcp", "response": "mcp1k",
          "base": "no-op wasm + buffer, MCP tools/call, 1 KB result"},
+        # The target: at most 1.3x the exact mode's instructions.
+        {"name": "loopguard mcp, tools/call, 1 KB result", "filters": [loopguard(mcp), buf, ROUTER], "req": "mcp", "response": "mcp1k",
+         "base": "loopguard exact, MCP tools/call, 1 KB result", "instr_ratio": 1.3},
     ] + [
         # The distributed rows: the same policy counting in each shared store.
         {"name": f"loopguard exact, {what}, {s['label']}", "filters": [loopguard(exact_keys, store=s["config"]), *extra, ROUTER], "req": req,
@@ -422,6 +425,12 @@ def run(args, tmp: Path, stores: list[dict]) -> int:
             instr = f" {m['instr']:,}"
             if cfg.get("base"):
                 instr += f" (+{m['instr'] - med[cfg['base']]['instr']:,})"
+            if "instr_ratio" in cfg:
+                ratio = m["instr"] / med[cfg["base"]]["instr"]
+                ok = ratio <= cfg["instr_ratio"]
+                instr += f" {ratio:.3f}x {'ok' if ok else 'OVER'} <= {cfg['instr_ratio']}x"
+                if not ok:
+                    failures.append(f"{cfg['name']}: {ratio:.3f}x its baseline's instructions > {cfg['instr_ratio']}x")
             instr += " |"
         print(f"| {cfg['name'].ljust(width)} | {m['rps']:.0f} | {m['p50']:.2f} | {m['p99']:.2f} | {m['cpu_us']:.1f} | {vs} | {m['rss_before'] / 1e6:.0f} -> {m['rss_after'] / 1e6:.0f} |{instr}")
     distributed = [c for c in configs if c.get("store")]

@@ -5,6 +5,7 @@
 //!
 //!     cargo run --release -p loopguard-core --example flow_cost -- BODY.json near 200
 //!     cargo run --release -p loopguard-core --example flow_cost -- mcp 200
+//!     cargo run --release -p loopguard-core --example flow_cost -- mcp-cold 200
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -43,7 +44,8 @@ impl RequestFacts for Facts {
 
 /// `mcp`: tools/call requests (a new call each time, from 1000 callers'
 /// sessions) and their 1 KB results, read as they pass.
-fn mcp(n: u32) {
+/// `cold`: every result is new (no digest remembered from an earlier one).
+fn mcp(n: u32, cold: bool) {
     let cfg = Config::from_value(
         &serde_json::json!({"policies": [{"id": "p", "spec": {"selector": {},
         "mcp": {"enabled": true}}}]}),
@@ -77,15 +79,25 @@ fn mcp(n: u32) {
         );
         engine.on_response_headers(&mut r, Some(200), now, &mut out);
         engine.on_response_content_type(&mut r, Some("application/json"), now, &mut out);
-        engine.on_response_body(&mut r, result.as_bytes(), true, now, &mut out);
+        let fresh;
+        let body = if cold {
+            fresh = result.replacen("3 results", &format!("{i} results"), 1);
+            fresh.as_bytes()
+        } else {
+            result.as_bytes()
+        };
+        engine.on_response_body(&mut r, body, true, now, &mut out);
         out.clear();
     }
 }
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.get(1).map(String::as_str) == Some("mcp") {
-        return mcp(args.get(2).map_or(200, |s| s.parse().unwrap()));
+    if let Some(mode @ ("mcp" | "mcp-cold")) = args.get(1).map(String::as_str) {
+        return mcp(
+            args.get(2).map_or(200, |s| s.parse().unwrap()),
+            mode == "mcp-cold",
+        );
     }
     let body = std::fs::read(&args[1]).unwrap();
     let similarity = args.get(2).map_or("near", String::as_str);

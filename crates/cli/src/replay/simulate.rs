@@ -235,7 +235,7 @@ impl Simulation {
             }
             step = self.engine.on_body(&mut r, size, true, body, now, &mut out);
         }
-        read_effects(&out, &mut verdict, mcp);
+        read_effects(&out, &mut verdict, mcp, self.engine.registry().defs());
         for (name, value) in r.client_headers() {
             if *name == "x-loopguard-delay-ms" {
                 verdict.delay_ms = value.parse().ok();
@@ -272,7 +272,12 @@ impl Simulation {
             );
             verdict.mcp.result_missing = fed.missing;
             verdict.mcp.own_note_removed = fed.own_note_removed;
-            read_effects(out.get(from..).unwrap_or(&[]), &mut verdict, mcp);
+            read_effects(
+                out.get(from..).unwrap_or(&[]),
+                &mut verdict,
+                mcp,
+                self.engine.registry().defs(),
+            );
         }
         self.out = out;
         verdict
@@ -523,9 +528,27 @@ fn replied(out: &Effects) -> bool {
 
 /// Read the engine's effects into the verdict (`mcp`: the request is
 /// under an MCP policy, whose decisions name an MCP loop).
-fn read_effects(out: &[Effect], v: &mut Verdict, mcp: bool) {
+fn read_effects(
+    out: &[Effect],
+    v: &mut Verdict,
+    mcp: bool,
+    defs: &[(String, loopguard_core::metrics::Kind)],
+) {
     for e in out {
         match e {
+            Effect::Count(id, _)
+                if mcp
+                    && defs
+                        .get(id.0 as usize)
+                        .is_some_and(|(n, _)| n.starts_with("loopguard.mcp_calls_total.")) =>
+            {
+                // Judged and let through, unless something stronger is
+                // said.
+                v.mcp.judged = true;
+                if rank("allow") > rank(v.action) {
+                    v.action = "allow";
+                }
+            }
             Effect::SetFilterState(name, record) if name == "loopguard" => {
                 let Ok(rec) = serde_json::from_str::<Value>(record) else {
                     continue;
@@ -556,14 +579,7 @@ fn read_effects(out: &[Effect], v: &mut Verdict, mcp: bool) {
             }
             Effect::LocalReply(LocalReply { status, .. }, _) => v.status = Some(*status),
             Effect::CountNamed(name, _) if name.starts_with("loopguard.mcp_") => {
-                if name.starts_with("loopguard.mcp_calls_total.") {
-                    // Judged and let through, unless something stronger
-                    // is said.
-                    v.mcp.judged = true;
-                    if rank("allow") > rank(v.action) {
-                        v.action = "allow";
-                    }
-                } else if name.starts_with("loopguard.mcp_unjudged_total.") {
+                if name.starts_with("loopguard.mcp_unjudged_total.") {
                     if let Some((_, reason)) = name.rsplit_once(".reason.") {
                         v.mcp.unjudged = Some(reason.to_string());
                     }

@@ -44,6 +44,9 @@ struct Forwarded {
     tool: String,
     /// The loop a note is planned for.
     noted: Option<McpVerdict>,
+    /// The history's bucket as the call's judge read it (the result's
+    /// append tries over it first).
+    snapshot: Option<(Vec<u8>, u32)>,
     note_added: bool,
 }
 
@@ -157,9 +160,10 @@ impl<B: BucketBackend> Engine<B> {
             });
             return Step::Continue;
         }
-        out.push(Effect::CountNamed(m::calls(&policy.id), 1));
+        count_opt(out, self.registry.mcp_calls(stream.policy), 1);
         let key = history_key(r.caller, cfg, stream);
-        let recent = match mcp_sessions::read(&mut self.local.backend, key, now, cfg.window_ms) {
+        let mut recent = match mcp_sessions::read(&mut self.local.backend, key, now, cfg.window_ms)
+        {
             Ok(h) => h,
             Err(_) => {
                 out.push(Effect::CountNamed(
@@ -181,6 +185,7 @@ impl<B: BucketBackend> Engine<B> {
             tool: call.tool.clone(),
             noted: None,
             note_added: false,
+            snapshot: recent.snapshot.take(),
         };
         let Some(v) = verdict else {
             stream.call = Some(forwarded);
@@ -226,7 +231,8 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         }
         self.note_in_loop(r, index, out);
-        self.answer_mcp(r, policy, cfg, &call, &v, key, now, out)
+        let snapshot = forwarded.snapshot.take();
+        self.answer_mcp(r, policy, cfg, &call, &v, (key, snapshot), now, out)
     }
 
     /// Answer a looping call instead of the server, and add the answer to
@@ -239,7 +245,7 @@ impl<B: BucketBackend> Engine<B> {
         cfg: &Mcp,
         call: &ToolCall,
         v: &McpVerdict,
-        key: u64,
+        (key, snapshot): (u64, Option<(Vec<u8>, u32)>),
         now: u64,
         out: &mut Effects,
     ) -> Step {
@@ -256,8 +262,15 @@ impl<B: BucketBackend> Engine<B> {
             call: call.digest,
             ..answered
         };
-        if mcp_sessions::append(&mut self.local.backend, key, answered, now, cfg.window_ms).is_err()
-        {
+        let appended = mcp_sessions::append_after(
+            &mut self.local.backend,
+            key,
+            answered,
+            now,
+            cfg.window_ms,
+            snapshot,
+        );
+        if appended.is_err() {
             out.push(Effect::CountNamed(
                 m::unjudged(&policy.id, McpUnjudged::Store),
                 1,
@@ -386,7 +399,10 @@ impl<B: BucketBackend> Engine<B> {
             // The note changes the body's length.
             out.push(Effect::RemoveResponseHeader("content-length"));
         }
-        s.reader = Some(ResultReader::new(framing, cfg.result_classes, note));
+        s.reader = Some(
+            ResultReader::new(framing, cfg.result_classes, note)
+                .with_memo(Rc::clone(&self.mcp_memo)),
+        );
     }
 
     /// A chunk of an MCP result.
@@ -467,8 +483,15 @@ impl<B: BucketBackend> Engine<B> {
                 }
             }
         };
-        if mcp_sessions::append(&mut self.local.backend, f.key, entry, now, cfg.window_ms).is_err()
-        {
+        let appended = mcp_sessions::append_after(
+            &mut self.local.backend,
+            f.key,
+            entry,
+            now,
+            cfg.window_ms,
+            f.snapshot,
+        );
+        if appended.is_err() {
             out.push(Effect::CountNamed(
                 m::unjudged(&policy.id, McpUnjudged::Store),
                 1,

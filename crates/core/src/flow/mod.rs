@@ -394,6 +394,8 @@ pub struct Engine<B> {
     caller_series: Vec<Vec<u64>>,
     /// This worker's part of the loops' spending.
     ledger: crate::state::ledger::Ledger,
+    /// MCP result members already digested (a loop's results repeat).
+    mcp_memo: crate::response::mcp::SharedMemo,
 }
 
 impl<B: BucketBackend> Engine<B> {
@@ -448,6 +450,7 @@ impl<B: BucketBackend> Engine<B> {
             root_calls: RootCalls::default(),
             caller_series: vec![Vec::new(); config.policies.len()],
             ledger,
+            mcp_memo: Default::default(),
             config: Rc::new(config),
         })
     }

@@ -146,6 +146,10 @@ pub struct Registry {
     models: u32,
     /// Ids per policy.
     per_policy: u32,
+    /// Per policy, `mcp_calls_total` (policies with `mcp` only: defined
+    /// after every other metric, counted on every call, so a dense id
+    /// rather than a name).
+    mcp_calls: Vec<Option<MetricId>>,
 }
 
 /// The caller label values one policy gives their own series, per worker;
@@ -270,12 +274,23 @@ impl Registry {
                 defs.push(pc("cost_avoided_microusd_total", &format!(".model.{m}")));
             }
         }
+        let mcp_calls = config
+            .policies
+            .iter()
+            .map(|p| {
+                p.mcp.as_ref()?;
+                let id = MetricId(u32::try_from(defs.len()).ok()?);
+                defs.push((mcp::calls(&p.id), Kind::Counter));
+                Some(id)
+            })
+            .collect();
         let models = u32::try_from(config.prices.models.len()).unwrap_or(0);
         Registry {
             defs,
             policies: u32::try_from(config.policies.len()).unwrap_or(0),
             models,
             per_policy: Self::per_policy(models),
+            mcp_calls,
         }
     }
 
@@ -361,6 +376,10 @@ impl Registry {
     /// A response's spending could not be added to the loops' ledger.
     pub fn ledger_failed(&self) -> MetricId {
         MetricId(LEDGER_FAILED)
+    }
+    /// `tools/call` requests an MCP policy judged.
+    pub fn mcp_calls(&self, policy: usize) -> Option<MetricId> {
+        self.mcp_calls.get(policy).copied().flatten()
     }
     pub fn matched(&self, policy: usize) -> Option<MetricId> {
         self.at(policy, 0)

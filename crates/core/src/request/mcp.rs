@@ -149,9 +149,18 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
     if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
         return malformed;
     }
-    let Some(doc) = scan::document(body).filter(|_| first == Some(&b'{')) else {
+    // One JSON value (just checked): an object from its first byte to
+    // its last.
+    if first != Some(&b'{') {
         return malformed;
-    };
+    }
+    let end = body.len()
+        - body
+            .iter()
+            .rev()
+            .take_while(|b| b.is_ascii_whitespace())
+            .count();
+    let doc = (skip_ws(body, 0), end);
     let Some(top) = scan::members(body, doc) else {
         return malformed;
     };

@@ -43,6 +43,10 @@ struct History {
 pub struct Recent {
     pub entries: Vec<Entry>,
     pub last_real_ms: u64,
+    /// The bucket as read, and its version: the first try of an append
+    /// that follows writes over it without reading it again (a write
+    /// since then fails the compare-and-swap, and the append reads anew).
+    pub snapshot: Option<(Vec<u8>, u32)>,
 }
 
 fn bucket(key: u64) -> u32 {
@@ -65,15 +69,18 @@ pub fn read<B: BucketBackend>(
     now: u64,
     idle_ms: u64,
 ) -> Result<Recent, Failed> {
-    let (bytes, _) = backend.read(bucket(key)).ok_or(Failed::Backend)?;
-    Ok(decode(&bytes)
+    let (bytes, version) = backend.read(bucket(key)).ok_or(Failed::Backend)?;
+    let mut recent = decode(&bytes)
         .into_iter()
         .find(|h| h.key == key && !idle(h, now, idle_ms))
         .map(|h| Recent {
             entries: h.entries,
             last_real_ms: h.last_real_ms,
+            snapshot: None,
         })
-        .unwrap_or_default())
+        .unwrap_or_default();
+    recent.snapshot = Some((bytes, version));
+    Ok(recent)
 }
 
 fn idle(h: &History, now: u64, idle_ms: u64) -> bool {
@@ -91,9 +98,25 @@ pub fn append<B: BucketBackend>(
     now: u64,
     idle_ms: u64,
 ) -> Result<(), Failed> {
+    append_after(backend, key, entry, now, idle_ms, None)
+}
+
+/// [`append`], trying first over `snapshot` (the bucket as [`read`] saw
+/// it).
+pub fn append_after<B: BucketBackend>(
+    backend: &mut B,
+    key: u64,
+    entry: Entry,
+    now: u64,
+    idle_ms: u64,
+    mut snapshot: Option<(Vec<u8>, u32)>,
+) -> Result<(), Failed> {
     let b = bucket(key);
     for _ in 0..MAX_CAS_ATTEMPTS {
-        let (bytes, version) = backend.read(b).ok_or(Failed::Backend)?;
+        let (bytes, version) = match snapshot.take() {
+            Some(s) => s,
+            None => backend.read(b).ok_or(Failed::Backend)?,
+        };
         let mut histories = decode(&bytes);
         let i = match histories.iter().position(|h| h.key == key) {
             Some(i) => i,
@@ -255,7 +278,8 @@ mod tests {
             ..e(1, 0)
         };
         append(&mut b, 9, unread, 10, 1_000).unwrap();
-        assert_eq!(read(&mut b, 9, 10, 1_000).unwrap(), Recent::default());
+        let none = read(&mut b, 9, 10, 1_000).unwrap();
+        assert!(none.entries.is_empty() && none.last_real_ms == 0);
         append(&mut b, 9, e(1, 1), 20, 1_000).unwrap();
         append(&mut b, 9, unread, 30, 1_000).unwrap();
         let answered = Entry {

@@ -18,6 +18,7 @@ pub mod scan;
 
 use crate::config::Classes;
 use crate::request::llm::normalize::canonical_json;
+use crate::request::llm::scan as structure;
 use crate::request::llm::volatile::{self, Context};
 use crate::request::Fnv;
 use scan::{Captured, Event, Field, Scanner};
@@ -113,12 +114,46 @@ struct Sse {
     empty_line: bool,
 }
 
+/// Members already digested, by their bytes' digest: a loop's results
+/// repeat byte for byte, and canonical JSON and masking are most of what
+/// reading a result costs. Bounded; the oldest entry makes room.
+#[derive(Debug, Default)]
+pub struct DigestMemo {
+    entries: Vec<(u64, Classes, u64)>,
+    next: usize,
+}
+
+/// Members a memo remembers.
+pub const MEMO_ENTRIES: usize = 64;
+
+impl DigestMemo {
+    fn get(&self, raw: u64, classes: Classes) -> Option<u64> {
+        self.entries
+            .iter()
+            .find(|(r, c, _)| *r == raw && *c == classes)
+            .map(|(_, _, d)| *d)
+    }
+
+    fn put(&mut self, raw: u64, classes: Classes, digest: u64) {
+        if self.entries.len() < MEMO_ENTRIES {
+            self.entries.push((raw, classes, digest));
+        } else if let Some(slot) = self.entries.get_mut(self.next) {
+            *slot = (raw, classes, digest);
+        }
+        self.next = (self.next + 1) % MEMO_ENTRIES;
+    }
+}
+
+/// A memo the readers of one worker share.
+pub type SharedMemo = std::rc::Rc<std::cell::RefCell<DigestMemo>>;
+
 /// The reader of one response.
 #[derive(Debug)]
 pub struct ResultReader {
     framing: Framing,
     classes: Classes,
     note: Option<NotePlan>,
+    memo: Option<SharedMemo>,
     json: Scanner,
     sse: Sse,
     scanned: usize,
@@ -131,6 +166,7 @@ impl ResultReader {
             framing,
             classes,
             note,
+            memo: None,
             json: Scanner::default(),
             sse: Sse {
                 at_line_start: true,
@@ -140,6 +176,32 @@ impl ResultReader {
             scanned: 0,
             done: false,
         }
+    }
+
+    /// Digest members through `memo` (shared by a worker's readers).
+    pub fn with_memo(mut self, memo: SharedMemo) -> ResultReader {
+        self.memo = Some(memo);
+        self
+    }
+
+    /// A member's digest, remembered.
+    fn digest(&self, c: &Captured) -> u64 {
+        let Some(memo) = &self.memo else {
+            return digest(c, self.classes);
+        };
+        let key = c.key();
+        if let Some(d) = memo
+            .try_borrow()
+            .ok()
+            .and_then(|m| m.get(key, self.classes))
+        {
+            return d;
+        }
+        let d = digest(c, self.classes);
+        if let Ok(mut m) = memo.try_borrow_mut() {
+            m.put(key, self.classes, d);
+        }
+        d
     }
 
     /// Whether the reader wants more of the body.
@@ -153,11 +215,27 @@ impl ResultReader {
         if self.done {
             return fed;
         }
-        for (i, &b) in chunk.iter().enumerate() {
+        let mut i = 0;
+        while let Some(&b) = chunk.get(i) {
+            // Inside a string value, the plain bytes up to its next quote
+            // or escape (or, in an event stream, line end) go at once.
+            let run = self.plain_run(chunk.get(i..).unwrap_or_default());
+            if run > 0 {
+                self.scanned += run;
+                if self.scanned > MAX_SCANNED {
+                    return self.finish(fed, Seen::Unreadable);
+                }
+                self.json
+                    .string_run(chunk.get(i..i + run).unwrap_or_default());
+                i += run;
+                continue;
+            }
             self.scanned += 1;
             if self.scanned > MAX_SCANNED {
                 return self.finish(fed, Seen::Unreadable);
             }
+            let at = i;
+            i += 1;
             let event = match self.framing {
                 Framing::Json => self.json.byte(b),
                 Framing::Sse => self.sse_byte(b),
@@ -167,9 +245,9 @@ impl ResultReader {
                 Event::ContentEnds => {
                     if let Some(note) = &self.note {
                         let content = self.json.field(Field::Content);
-                        if content.map(|c| digest(c, self.classes)) == Some(note.expected_content) {
+                        if content.map(|c| self.digest(c)) == Some(note.expected_content) {
                             let comma = content.is_some_and(|c| c.items > 0);
-                            fed.insert = Some((i, note.block(comma)));
+                            fed.insert = Some((at, note.block(comma)));
                         }
                     }
                 }
@@ -192,6 +270,26 @@ impl ResultReader {
             return self.finish(fed, Seen::Unreadable);
         }
         fed
+    }
+
+    /// How many of `rest`'s first bytes are plain bytes of a string value
+    /// (0 when not inside one).
+    fn plain_run(&self, rest: &[u8]) -> usize {
+        if !self.json.in_plain_string() {
+            return 0;
+        }
+        match self.framing {
+            Framing::Json => memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len()),
+            Framing::Sse => {
+                let s = &self.sse;
+                if !s.data || s.first || s.in_name || s.at_line_start {
+                    return 0;
+                }
+                rest.iter()
+                    .position(|b| matches!(b, b'"' | b'\\' | b'\n' | b'\r'))
+                    .unwrap_or(rest.len())
+            }
+        }
     }
 
     fn finish(&mut self, mut fed: Fed, seen: Seen) -> Fed {
@@ -267,13 +365,9 @@ impl ResultReader {
                 rpc_error: true,
             });
         }
-        let content = j
-            .field(Field::Content)
-            .map_or(0, |c| digest(c, self.classes));
+        let content = j.field(Field::Content).map_or(0, |c| self.digest(c));
         let failed = j.field(Field::IsError).is_some_and(|c| c.bytes == b"true");
-        let structured = j
-            .field(Field::Structured)
-            .map_or(0, |c| digest(c, self.classes));
+        let structured = j.field(Field::Structured).map_or(0, |c| self.digest(c));
         Seen::Result(Outcome {
             result: result_digest(content, failed, structured),
             content,
@@ -324,13 +418,10 @@ fn error_digest(c: &Captured, classes: Classes) -> u64 {
 /// as in a tool result, or (too long to copy) its bytes as written.
 pub fn digest(c: &Captured, classes: Classes) -> u64 {
     if c.whole {
-        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&c.bytes) {
-            return volatile::masked_digest(
-                &canonical_json(&v),
-                classes,
-                Context::ToolResult,
-                &|_| false,
-            );
+        // Canonical straight from the bytes (the structural scanner the
+        // request readers use): no value tree.
+        if let Some(canonical) = structure::canonical(&c.bytes, (0, c.bytes.len())) {
+            return volatile::masked_digest(&canonical, classes, Context::ToolResult, &|_| false);
         }
     }
     c.raw

@@ -54,15 +54,49 @@ struct Frame {
     expect_key: bool,
 }
 
-/// A member copied out: its bytes (up to [`MAX_CAPTURE`]) and a digest
-/// of all its bytes (whitespace between tokens left out).
+/// A member copied out: its bytes (up to [`MAX_CAPTURE`]) and, once it
+/// is longer, a digest of all its bytes as written.
 #[derive(Debug, Clone, Default)]
 pub struct Captured {
     pub bytes: Vec<u8>,
     pub whole: bool,
+    /// The digest of all the bytes (a member longer than the copy).
     pub raw: u64,
     /// Values directly inside it (the blocks of `content`).
     pub items: u32,
+}
+
+impl Captured {
+    /// Bytes past the copy's end: the member is judged by the digest of all
+    /// its bytes from now on.
+    fn overflow(&mut self, more: &[u8]) {
+        let mut h = Fnv(self.raw);
+        if self.whole {
+            self.whole = false;
+            h.write(&self.bytes);
+        }
+        h.write(more);
+        self.raw = h.0;
+    }
+
+    /// What identifies the member's bytes (a memo's key): a word-wise hash
+    /// of the copy, or the digest of a longer member's bytes.
+    pub fn key(&self) -> u64 {
+        if !self.whole {
+            return self.raw;
+        }
+        let mut h: u64 = 0x0051_7cc1_b727_220a;
+        let mut words = self.bytes.chunks_exact(8);
+        for w in words.by_ref() {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            h = (h.rotate_left(5) ^ u64::from_le_bytes(a)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        for &b in words.remainder() {
+            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+        (h.rotate_left(5) ^ self.bytes.len() as u64).wrapping_mul(0x517c_c1b7_2722_0a95)
+    }
 }
 
 /// What one byte did.
@@ -107,6 +141,27 @@ impl Scanner {
         self.key.clear();
     }
 
+    /// Inside a string value with no escape pending: what follows up to
+    /// the next `"` or `\` is plain ([`Scanner::string_run`]).
+    pub fn in_plain_string(&self) -> bool {
+        self.in_string && !self.string_is_key && !self.escape && !self.broken
+    }
+
+    /// Plain bytes of a string value, at once (the same as feeding them one
+    /// by one).
+    pub fn string_run(&mut self, bytes: &[u8]) {
+        if self.capture.is_none() {
+            return;
+        }
+        let c = &mut self.buf;
+        let room = MAX_CAPTURE.saturating_sub(c.bytes.len());
+        let (kept, over) = bytes.split_at(room.min(bytes.len()));
+        c.bytes.extend_from_slice(kept);
+        if !over.is_empty() {
+            c.overflow(over);
+        }
+    }
+
     /// Whether a message is half read.
     pub fn mid_message(&self) -> bool {
         !self.stack.is_empty() || self.in_string || self.scalar
@@ -123,14 +178,9 @@ impl Scanner {
         let c = &mut self.buf;
         if c.bytes.len() < MAX_CAPTURE {
             c.bytes.push(b);
-        } else {
-            c.whole = false;
+            return;
         }
-        if self.in_string || !b.is_ascii_whitespace() {
-            let mut h = Fnv(c.raw);
-            h.write(&[b]);
-            c.raw = h.0;
-        }
+        c.overflow(&[b]);
     }
 
     /// The member a value starting at `depth` is, if it is one we copy.
