@@ -578,11 +578,9 @@ fn read_effects(
                 }
             }
             Effect::LocalReply(LocalReply { status, .. }, _) => v.status = Some(*status),
-            Effect::CountNamed(name, _) if name.starts_with("loopguard.mcp_") => {
-                if name.starts_with("loopguard.mcp_unjudged_total.") {
-                    if let Some((_, reason)) = name.rsplit_once(".reason.") {
-                        v.mcp.unjudged = Some(reason.to_string());
-                    }
+            Effect::CountNamed(name, _) if name.starts_with("loopguard.mcp_unjudged_total.") => {
+                if let Some((_, reason)) = name.rsplit_once(".reason.") {
+                    v.mcp.unjudged = Some(reason.to_string());
                 }
             }
             Effect::ReplaceResponseBody { .. } if mcp => v.mcp.note_added = true,
