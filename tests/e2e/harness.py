@@ -155,6 +155,23 @@ def free_port() -> int:
 # --- upstream ----------------------------------------------------------------
 
 
+def read_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """A request's whole body, chunked (trailers skipped) or of its
+    content-length, read by a test server's handler."""
+    if "chunked" not in (handler.headers.get("transfer-encoding") or "").lower():
+        length = int(handler.headers.get("content-length") or 0)
+        return handler.rfile.read(length) if length else b""
+    body = b""
+    while True:
+        size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return body
+        body += handler.rfile.read(size)
+        handler.rfile.readline()
+
+
 class Upstream:
     """A real HTTP server on loopback that records every request it gets and
     answers like an OpenAI-compatible API, or as `responder(request)` says
@@ -181,11 +198,7 @@ class Upstream:
                 # does (a request loopguard rejected after its headers went).
                 with upstream.lock:
                     upstream.arrivals.append({"method": self.command, "path": self.path})
-                if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
-                    body = self._read_chunked()
-                else:
-                    length = int(self.headers.get("content-length") or 0)
-                    body = self.rfile.read(length) if length else b""
+                body = read_body(self)
                 request = {
                     "method": self.command,
                     "path": self.path,
@@ -201,17 +214,6 @@ class Upstream:
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
-
-            def _read_chunked(self) -> bytes:
-                body = b""
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass  # trailers
-                        return body
-                    body += self.rfile.read(size)
-                    self.rfile.readline()
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
 

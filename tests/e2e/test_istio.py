@@ -13,19 +13,14 @@ tests/e2e/mcp_apps (server.py), driven by the Python MCP SDK client
 
 import copy
 import json
-import subprocess
-import sys
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
 import httpx
 import pytest
 
-import harness
 import mesh
-from harness import ROOT, WASM
+from mcp_agents import McpServer, looping_agent
+from harness import WASM
 from mesh import IstioControlPlane, IstioProxy, Unhandled
 
 FILES = ("gateway.yaml", "virtualservice.yaml", "wasmplugin-gateway.yaml", "wasmplugin-sidecar.yaml", "envoyfilter-buffer.yaml",
@@ -439,65 +434,15 @@ def test_sidecar_plugin_judges_inbound_tool_calls(version, upstream, start_envoy
 
 # --- MCP -------------------------------------------------------------------------
 
-MCP_APPS = ROOT / "tests" / "e2e" / "mcp_apps"
-MCP_TOOLS = {"search", "poll", "fail", "read", "weather"}
-
-
 @pytest.fixture(scope="module")
 def mcp_server():
     """tests/e2e/mcp_apps/server.py (SSE answers; JSON to 2026-07-28
     clients) on a free loopback port, for the module."""
-    port = harness.free_port()
-    with tempfile.TemporaryDirectory(prefix="loopguard-mcp-") as d:
-        out = Path(d) / "server.log"
-        with open(out, "wb") as log:
-            proc = subprocess.Popen([sys.executable, str(MCP_APPS / "server.py"), "--port", str(port)], cwd=MCP_APPS,
-                                    stdout=log, stderr=subprocess.STDOUT)
-        try:
-            up = harness.wait_for(lambda: "ready" in out.read_text(errors="replace") or proc.poll() is not None, timeout=30)
-            assert up and proc.poll() is None, out.read_text(errors="replace")
-            server = type("McpServer", (), {})()
-            server.port = port
-            server.calls = lambda: httpx.get(f"http://127.0.0.1:{port}/calls", timeout=5).json()
-            yield server
-        finally:
-            harness.stop_process(proc)
-
-
-def looping_agent(url: str, mode: str, server, **headers: str) -> None:
-    """A real MCP client (the Python SDK, `mode` auto: 2026-07-28 stateless,
-    JSON answers; legacy: 2025-11-25 sessions, SSE answers) that calls the
-    same search 4 times: the 3rd result carries loopguard's note, the 4th
-    call is answered by loopguard (isError) and never reaches the server;
-    tools/list before, between and after, and a different call after it,
-    pass."""
-    t = uuid.uuid4().hex[:10]
-    search = {"call": "search", "args": {"query": f"loop {t}"}}
-    tools = {"list_tools": True}
-    script = [tools, search, search, search, tools, search, tools, {"call": "read", "args": {"path": f"/src/{t}.py"}}]
-    cmd = [sys.executable, str(MCP_APPS / "client.py"), "--mode", mode, "--url", url, "--script", json.dumps(script),
-           "--timeout", "40", "--step-timeout", "10", "--header", f"Authorization: Bearer sk-{t}"]
-    cmd += [arg for name, value in headers.items() for arg in ("--header", f"{name}: {value}")]
-    before = server.calls()
-    r = subprocess.run(cmd, cwd=MCP_APPS, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, f"client.py --mode {mode} exited with {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
-    steps = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
-    assert [s["step"] for s in steps] == list(range(len(script))), r.stdout
-    for i in (0, 4, 6):
-        assert set(steps[i]["tools"]) == MCP_TOOLS, steps[i]
-    for i in (1, 2, 3, 7):
-        assert steps[i]["exception"] is None and steps[i]["is_error"] is False, steps[i]
-    found = steps[1]["text"]
-    assert found.startswith(f"3 results for 'loop {t}': doc-") and steps[1]["texts"] == steps[2]["texts"] == [found]
-    assert steps[3]["texts"][0] == found and len(steps[3]["texts"]) == 2, steps[3]
-    assert steps[3]["texts"][1].startswith("[loopguard] Note: this is the 3rd call in a row of the tool `search`"), steps[3]
-    assert steps[5]["exception"] is None and steps[5]["is_error"] is True, steps[5]
-    assert steps[5]["texts"] == [steps[5]["text"]]
-    assert steps[5]["text"].startswith("[loopguard] This call was not run: this is the 4th call in a row of the tool `search`"), steps[5]
-    assert steps[7]["text"].startswith(f"# /src/{t}.py\n"), steps[7]
-    after = server.calls()
-    ran = {tool: after.get(tool, 0) - before.get(tool, 0) for tool in MCP_TOOLS}
-    assert ran == {"search": 3, "read": 1, "poll": 0, "fail": 0, "weather": 0}, ran
+    server = McpServer("sse")
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def answered_by_envoy(e) -> int:

@@ -21,23 +21,19 @@ import gzip
 import json
 import re
 import shutil
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 import pytest
 
-from harness import ROOT, Envoy, bootstrap, free_port, load_yaml, localize, stop_process, wait_for
+from harness import ROOT, Envoy, bootstrap, load_yaml, localize, read_body, wait_for
+from mcp_agents import TOOLS, McpServer, ran, run_client
 
-APPS = ROOT / "tests" / "e2e" / "mcp_apps"
 EXAMPLE = ROOT / "examples" / "mcp" / "envoy.yaml"
-TOOLS = {"search", "poll", "fail", "read", "weather"}
 CLIENTS = ["python-auto", "python-legacy", "ts"]
 POLICY = "mcp-tools"  # the example's policy id
 
@@ -47,88 +43,6 @@ BLOCKED = "[loopguard] This call was not run: "
 
 def token() -> str:
     return uuid.uuid4().hex[:10]
-
-
-# --- the real MCP server -------------------------------------------------------
-
-
-class McpServer:
-    """mcp_apps/server.py on a free loopback port (JSON or SSE answers)."""
-
-    def __init__(self, mode: str) -> None:
-        self.mode = mode
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix=f"loopguard-mcp-{mode}-"))
-        self.out = self.dir / "server.log"
-        args = [sys.executable, str(APPS / "server.py"), "--port", str(self.port)]
-        if mode == "json":
-            args.append("--json")
-        with open(self.out, "wb") as log:
-            self.proc = subprocess.Popen(args, cwd=APPS, stdout=log, stderr=subprocess.STDOUT)
-        if not wait_for(lambda: "ready" in self.log() or self.proc.poll() is not None, timeout=30):
-            self.stop()
-            raise RuntimeError(f"server.py --{mode} did not start:\n{self.log()}")
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"server.py --{mode} exited:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.out.read_text(errors="replace") if self.out.exists() else ""
-
-    def calls(self) -> dict[str, int]:
-        """How many times each tool really ran."""
-        return httpx.get(f"http://127.0.0.1:{self.port}/calls", timeout=5).json()
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def ran(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    """The tools that ran between two /calls readings, with how often."""
-    return {t: after.get(t, 0) - before.get(t, 0) for t in TOOLS if after.get(t, 0) != before.get(t, 0)}
-
-
-# --- the SDK clients -----------------------------------------------------------
-
-_node: dict[str, str | None] = {}
-
-
-def require_node() -> None:
-    """The TypeScript client needs node and `make mcp-tools` (which `make e2e`
-    runs): installed here if missing; skipped only if that cannot be done."""
-    if "reason" not in _node:
-        reason = None
-        if shutil.which("node") is None:
-            reason = "node is not installed (the TypeScript MCP client needs Node.js >= 20)"
-        elif not (APPS / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
-            r = subprocess.run(["make", "mcp-tools"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-            if r.returncode != 0 or not (APPS / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
-                reason = f"tests/e2e/mcp_apps/node_modules is missing and `make mcp-tools` failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}"
-        _node["reason"] = reason
-    if _node["reason"]:
-        pytest.skip(_node["reason"])
-
-
-def run_client(kind: str, url: str, script: list[dict], key: str) -> dict[int, dict]:
-    """Run a script with one SDK client as the caller `key` (its API key);
-    its output lines by step. The script must run to its end."""
-    if kind == "ts":
-        require_node()
-        cmd = ["node", str(APPS / "client.mjs")]
-    else:
-        cmd = [sys.executable, str(APPS / "client.py"), "--mode", kind.removeprefix("python-")]
-    cmd += ["--url", url, "--script", json.dumps(script), "--timeout", "40", "--step-timeout", "10",
-            "--header", f"Authorization: Bearer sk-{key}"]
-    r = subprocess.run(cmd, cwd=APPS, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, f"{kind} client exited with {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
-    steps = {}
-    for line in r.stdout.splitlines():
-        if line.strip():
-            out = json.loads(line)
-            steps[out["step"]] = out
-    wanted = [i for i, s in enumerate(script) if "sleep" not in s]
-    assert sorted(steps) == wanted, f"{kind}: not every step answered:\n{r.stdout}\n{r.stderr[-3000:]}"
-    return steps
 
 
 def search(query: str) -> dict:
@@ -650,22 +564,8 @@ class RawUpstream:
             def log_message(self, *args) -> None:
                 pass
 
-            def _body(self) -> bytes:
-                if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
-                    body = b""
-                    while True:
-                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                        if size == 0:
-                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                                pass
-                            return body
-                        body += self.rfile.read(size)
-                        self.rfile.readline()
-                length = int(self.headers.get("content-length") or 0)
-                return self.rfile.read(length) if length else b""
-
             def _handle(self) -> None:
-                body = self._body()
+                body = read_body(self)
                 sent = bytearray()
                 with up.lock:
                     seq = len(up.requests)

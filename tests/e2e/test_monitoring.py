@@ -37,7 +37,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -51,6 +50,7 @@ import yaml
 
 from harness import (ROOT, Envoy, Upstream, bootstrap, free_port, load_yaml, localize, plugin, policy, stop_process,
                      wait_for)
+from mcp_agents import McpServer, run_client
 
 DASHBOARD = ROOT / "monitoring" / "grafana" / "loopguard.json"
 RULES = ROOT / "monitoring" / "prometheus" / "loopguard-alerts.yaml"
@@ -242,38 +242,12 @@ def reject_loops(c: httpx.Client, first: int, count: int) -> list[int]:
 
 # --- MCP ------------------------------------------------------------------------
 
-MCP_APPS = ROOT / "tests" / "e2e" / "mcp_apps"
 MCP_EXAMPLE = ROOT / "examples" / "mcp" / "envoy.yaml"
 # Calls of the looping MCP agent blocked in the second round: enough for
 # LoopguardMcpLoopStorm (more than 20 in 10 minutes, counted from the first
 # sample of the series, which the first round defines).
 MCP_STORM = 25
 BLOCKED = "[loopguard] This call was not run: "
-
-
-class McpServer:
-    """tests/e2e/mcp_apps/server.py (SSE answers) on a free loopback port,
-    started at once; ready() waits for it (it starts while the Envoys do)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="loopguard-mcp-server-"))
-        self.out = self.dir / "server.log"
-        with open(self.out, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, str(MCP_APPS / "server.py"), "--port", str(self.port)],
-                                         cwd=MCP_APPS, stdout=log, stderr=subprocess.STDOUT)
-
-    def ready(self) -> None:
-        up = wait_for(lambda: "ready" in self.log() or self.proc.poll() is not None, timeout=30)
-        if not up or self.proc.poll() is not None:
-            raise AssertionError(f"server.py did not start:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.out.read_text(errors="replace") if self.out.exists() else ""
-
-    def stop(self) -> None:
-        stop_process(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def mcp_gateway(server_port: int) -> dict:
@@ -298,13 +272,7 @@ def mcp_agent(url: str, mode: str, script: list[dict]) -> list[dict]:
     """The Python MCP SDK client running `script` in `mode` (auto:
     2026-07-28 stateless, legacy: 2025-11-25 sessions) as a caller of its
     own; its output line of each step."""
-    cmd = [sys.executable, str(MCP_APPS / "client.py"), "--mode", mode, "--url", url, "--script", json.dumps(script),
-           "--timeout", "40", "--step-timeout", "10", "--header", f"Authorization: Bearer sk-{uuid.uuid4().hex[:10]}"]
-    r = subprocess.run(cmd, cwd=MCP_APPS, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, f"client.py --mode {mode} exited with {r.returncode}:\n{r.stdout}\n{r.stderr[-3000:]}"
-    steps = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
-    assert [s["step"] for s in steps] == list(range(len(script))), r.stdout
-    return steps
+    return list(run_client(f"python-{mode}", url, script, uuid.uuid4().hex[:10]).values())
 
 
 def search(query: str) -> dict:
@@ -464,7 +432,7 @@ def observed():
     up = Upstream(responder=provider)
     started: list[Envoy] = []
     prom = None
-    mcp_server = McpServer()
+    mcp_server = McpServer("sse", wait=False)
     try:
         cfg = bootstrap(CONFIG, up.port)
         cfg["stats_config"] = stats_config

@@ -26,17 +26,16 @@ import copy
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from harness import ROOT, free_port, load_yaml, localize, stop_process, wait_for
+from harness import ROOT, load_yaml, localize, wait_for
+from mcp_agents import McpServer, run_client
 
 EXAMPLE = ROOT / "examples" / "mcp" / "envoy.yaml"
 TAP_EXAMPLE = ROOT / "examples" / "tap" / "envoy.yaml"
-APPS = Path(__file__).parent / "mcp_apps"
 CLI = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopguard"))
 NOTE = "[loopguard] Note:"
 
@@ -61,31 +60,17 @@ def tap_filter(out: Path) -> dict:
 
 @pytest.fixture
 def mcp_server():
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(APPS / "server.py"), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = McpServer("sse")
     try:
-        line = proc.stdout.readline()
-        assert line.strip() == "ready", (line, proc.stderr.read() if proc.poll() is not None else "")
-        yield port
+        yield server.port
     finally:
-        stop_process(proc)
+        server.stop()
 
 
 def client(url: str, script: list, mode: str, key: str) -> list[dict]:
-    run = subprocess.run(
-        [sys.executable, str(APPS / "client.py"), "--url", url, "--script", json.dumps(script),
-         "--mode", mode, "--timeout", "20", "--header", f"Authorization: Bearer {key}"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert run.returncode == 0, (run.stdout, run.stderr)
-    return [json.loads(line) for line in run.stdout.splitlines() if line.strip()]
+    """The Python SDK client in `mode` as the caller `sk-<key>`: its output
+    line of each step."""
+    return list(run_client(f"python-{mode}", url, script, key).values())
 
 
 def search(q: str, progress: bool = False) -> dict:
@@ -216,8 +201,8 @@ def test_replay_of_recorded_mcp_traffic_agrees_with_envoy(tmp_path, mcp_server, 
     envoy = start_envoy(cfg)
     url = f"{envoy.url}/mcp"
 
-    modern = client(url, MODERN, "auto", "sk-modern")
-    legacy = client(url, LEGACY, "legacy", "sk-legacy")
+    modern = client(url, MODERN, "auto", "modern")
+    legacy = client(url, LEGACY, "legacy", "legacy")
 
     # What the clients got: the real result with a note on the 3rd
     # identical call, loopguard's blocked result on the 4th; polls as the

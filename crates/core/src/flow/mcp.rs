@@ -194,9 +194,7 @@ impl<B: BucketBackend> Engine<B> {
         let index = stream.policy;
         let shadow = policy.mode == Mode::Shadow;
         if shadow {
-            self.note_in_loop(r, index, out);
-            self.mcp_event(r, policy, &call.tool, &v, key, true, now, out);
-            out.push(Effect::CountNamed(m::shadow(&policy.id, v.tier, v.step), 1));
+            self.acted_on(r, index, policy, &call.tool, &v, key, now, out);
             out.push(Effect::Log(
                 Level::Info,
                 format!(
@@ -208,10 +206,6 @@ impl<B: BucketBackend> Engine<B> {
                     v.occurrences
                 ),
             ));
-            let header = mcp_reply::header_value(&call.tool, &v);
-            self.publish_decision(out, true, || {
-                events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
-            });
             if let Some(s) = r.mcp.as_mut() {
                 s.call = Some(forwarded);
             }
@@ -230,9 +224,8 @@ impl<B: BucketBackend> Engine<B> {
             }
             return Step::Continue;
         }
-        self.note_in_loop(r, index, out);
         let snapshot = forwarded.snapshot.take();
-        self.answer_mcp(r, policy, cfg, &call, &v, (key, snapshot), now, out)
+        self.answer_mcp(r, index, policy, cfg, &call, &v, (key, snapshot), now, out)
     }
 
     /// Answer a looping call instead of the server, and add the answer to
@@ -241,6 +234,7 @@ impl<B: BucketBackend> Engine<B> {
     fn answer_mcp(
         &mut self,
         r: &mut Request,
+        index: usize,
         policy: &Policy,
         cfg: &Mcp,
         call: &ToolCall,
@@ -254,13 +248,10 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         };
         let answered = Entry {
+            call: call.digest,
             answered: true,
             unread: false,
             ..v.expected
-        };
-        let answered = Entry {
-            call: call.digest,
-            ..answered
         };
         let appended = mcp_sessions::append_after(
             &mut self.local.backend,
@@ -276,14 +267,35 @@ impl<B: BucketBackend> Engine<B> {
                 1,
             ));
         }
-        self.mcp_event(r, policy, &call.tool, v, key, false, now, out);
-        out.push(Effect::CountNamed(m::loops(&policy.id, v.tier, v.step), 1));
-        let header = mcp_reply::header_value(&call.tool, v);
+        self.acted_on(r, index, policy, &call.tool, v, key, now, out);
+        out.push(Effect::LocalReply(reply, "loopguard_mcp_loop_detected"));
+        Step::Pause
+    }
+
+    /// A loop was acted on (a note added, the call answered; in shadow
+    /// mode, would have been): the caller's loop request, the event (once
+    /// per window), the loops (or shadow) counter, the access-log record.
+    #[allow(clippy::too_many_arguments)]
+    fn acted_on(
+        &mut self,
+        r: &mut Request,
+        index: usize,
+        policy: &Policy,
+        tool: &str,
+        v: &McpVerdict,
+        key: u64,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let shadow = policy.mode == Mode::Shadow;
+        self.note_in_loop(r, index, out);
+        self.mcp_event(r, policy, tool, v, key, shadow, now, out);
+        let counter = if shadow { m::shadow } else { m::loops };
+        out.push(Effect::CountNamed(counter(&policy.id, v.tier, v.step), 1));
+        let header = mcp_reply::header_value(tool, v);
         self.publish_decision(out, true, || {
             events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
         });
-        out.push(Effect::LocalReply(reply, "loopguard_mcp_loop_detected"));
-        Step::Pause
     }
 
     /// One event line per history, tier and level within a window (kept
@@ -498,13 +510,7 @@ impl<B: BucketBackend> Engine<B> {
             ));
         }
         if let (true, Some(v)) = (f.note_added, f.noted.as_ref()) {
-            self.note_in_loop(r, s.policy, out);
-            out.push(Effect::CountNamed(m::loops(&policy.id, v.tier, v.step), 1));
-            self.mcp_event(r, policy, &f.tool, v, f.key, false, now, out);
-            let header = mcp_reply::header_value(&f.tool, v);
-            self.publish_decision(out, true, || {
-                events::access_log_tool_loop(&policy.id, policy.mode, "note", &header)
-            });
+            self.acted_on(r, s.policy, policy, &f.tool, v, f.key, now, out);
         }
     }
 }

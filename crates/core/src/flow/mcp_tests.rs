@@ -82,6 +82,30 @@ fn round(
     (s, out, body)
 }
 
+/// One call from the client address `from` with these headers (no
+/// session) and, when it went on, the server's answer `text`: its step.
+fn call_from(
+    h: &mut Harness,
+    from: &str,
+    headers: &[(&str, &str)],
+    id: u32,
+    tool: &str,
+    text: &str,
+) -> Step {
+    let mut f = headers
+        .iter()
+        .fold(crate::request::tests::FakeFacts::default(), |f, (k, v)| {
+            f.with(k, v)
+        });
+    f.source = Some(format!("{from}:40000"));
+    let body = call_body(id, tool, json!({"q": "x"}));
+    let mut s = h.send_with("POST", "/mcp", &f, body.as_bytes());
+    if s.step == Step::Continue {
+        answer(h, &mut s, &result_body(id, text));
+    }
+    s.step
+}
+
 #[test]
 fn the_same_call_and_result_is_noted_then_blocked() {
     let mut h = harness(json!({"enabled": true}));
@@ -314,35 +338,14 @@ fn a_stateless_caller_is_one_history_by_its_limit_keys() {
 fn callers_known_by_nothing_are_told_apart_by_their_address() {
     let mut h = harness(json!({"enabled": true, "ladder": ["block"], "same_result_min": 2}));
     let go = |h: &mut Harness, from: &str, id: u32| {
-        let mut req = Request::new(id);
-        let mut out = Effects::new();
-        let mut f = crate::request::tests::FakeFacts::default().with("mcp-method", "tools/call");
-        f.source = Some(format!("{from}:40000"));
-        let head = crate::request::RequestHead {
-            method: "POST",
-            path: "/mcp",
-            authority: "tools",
-        };
-        let body = call_body(id, "search", json!({"q": "x"}));
-        h.engine
-            .on_headers(&mut req, &head, &f, false, h.now, &mut out);
-        let step = h.engine.on_body(
-            &mut req,
-            body.len(),
-            true,
-            Some(body.as_bytes()),
-            h.now,
-            &mut out,
-        );
-        let mut s = Sent {
-            req,
-            effects: out,
-            step,
-        };
-        if step == Step::Continue {
-            answer(h, &mut s, &result_body(id, "same"));
-        }
-        step
+        call_from(
+            h,
+            from,
+            &[("mcp-method", "tools/call")],
+            id,
+            "search",
+            "same",
+        )
     };
     assert_eq!(go(&mut h, "10.0.0.1", 1), Step::Continue);
     assert_eq!(go(&mut h, "10.0.0.2", 2), Step::Continue);
@@ -412,37 +415,11 @@ fn a_blocked_call_goes_to_the_server_again_after_recheck_seconds() {
 fn without_a_session_agents_on_other_hosts_sharing_a_key_are_apart() {
     let mut h = harness(json!({"enabled": true, "ladder": ["block"], "same_result_min": 2}));
     let go = |h: &mut Harness, from: &str, id: u32| {
-        let mut req = Request::new(id);
-        let mut out = Effects::new();
-        let mut f = crate::request::tests::FakeFacts::default()
-            .with("authorization", "Bearer shared-team-key")
-            .with("mcp-method", "tools/call");
-        f.source = Some(format!("{from}:5000"));
-        let head = crate::request::RequestHead {
-            method: "POST",
-            path: "/mcp",
-            authority: "tools",
-        };
-        let body = call_body(id, "list_projects", json!({}));
-        h.engine
-            .on_headers(&mut req, &head, &f, false, h.now, &mut out);
-        let step = h.engine.on_body(
-            &mut req,
-            body.len(),
-            true,
-            Some(body.as_bytes()),
-            h.now,
-            &mut out,
-        );
-        let mut s = Sent {
-            req,
-            effects: out,
-            step,
-        };
-        if step == Step::Continue {
-            answer(h, &mut s, &result_body(id, "3 projects"));
-        }
-        step
+        let headers = [
+            ("authorization", "Bearer shared-team-key"),
+            ("mcp-method", "tools/call"),
+        ];
+        call_from(h, from, &headers, id, "list_projects", "3 projects")
     };
     // Four agents start up, each listing the projects once.
     for (i, host) in ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]

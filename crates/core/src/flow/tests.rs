@@ -118,6 +118,18 @@ impl Harness {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Sent {
+        self.send_with(method, path, &facts(headers), body)
+    }
+
+    /// [`Harness::send`] with the request's facts given whole (a client
+    /// address, say).
+    pub(super) fn send_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        f: &FakeFacts,
+        body: &[u8],
+    ) -> Sent {
         let id = self.next_id;
         self.next_id += 1;
         let mut req = Request::new(id);
@@ -127,10 +139,9 @@ impl Harness {
             path,
             authority: "api.example.com",
         };
-        let f = facts(headers);
         let mut step =
             self.engine
-                .on_headers(&mut req, &head, &f, body.is_empty(), self.now, &mut out);
+                .on_headers(&mut req, &head, f, body.is_empty(), self.now, &mut out);
         if !body.is_empty() {
             let given = req.wants_body(body.len(), true).then_some(body);
             step = self
