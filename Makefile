@@ -13,6 +13,9 @@ CARGO       ?= cargo
 PYTHON      ?= python3
 WASM_TARGET := wasm32-wasip1
 WASM        := target/$(WASM_TARGET)/release/loopguard.wasm
+# The same filter as an Envoy dynamic module (cargo profile `native`: a
+# panic unwinds and fails one request), copied beside the CLI.
+NATIVE      := target/release/libloopguard_native.so
 VENV        := .venv
 VENV_PY     := $(VENV)/bin/python
 VENV_STAMP  := $(VENV)/.installed
@@ -25,15 +28,16 @@ E2E_PATHS    = $(if $(filter tests/%,$(E2E_ARGS)),,tests/e2e)
 SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
 
-.PHONY: help build run run-mcp run-cluster test unit lint e2e envoy clean bench eval fuzz image push cli schema
+.PHONY: help build run run-native run-mcp run-cluster test unit lint e2e e2e-native envoy clean bench eval fuzz image push cli schema
 
 help:
 	@echo "make run     build the filter and start Envoy on 127.0.0.1:10000 (demo upstream built in)"
 	@echo "make test    unit/property tests, fmt + clippy, end-to-end tests in real Envoy"
+	@echo "make run-native  the same, with loopguard as an Envoy dynamic module (examples/native)"
 	@echo "make run-mcp  loopguard in front of a demo MCP server (examples/mcp): 127.0.0.1:10000/mcp"
 	@echo "make run-cluster  Redis + webdis + two Envoy replicas sharing loop counts (examples/cluster)"
 	@echo "             CLUSTER=1: a 3+3-node Redis Cluster behind Envoy's redis_proxy instead (examples/cluster/cluster)"
-	@echo "make build   build $(WASM)"
+	@echo "make build   build $(WASM) and $(NATIVE)"
 	@echo "make cli     build the loopguard CLI (check, explain, schema) into target/release/loopguard"
 	@echo "make schema  regenerate schema/loopguard.schema.json from the configuration types"
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
@@ -54,7 +58,10 @@ wasm-target:
 
 build: wasm-target
 	$(CARGO) build --release --target $(WASM_TARGET) -p loopguard
+	$(CARGO) build --profile native -p loopguard-native
+	@mkdir -p $(dir $(NATIVE)) && cp target/native/libloopguard_native.so $(NATIVE)
 	@echo "loopguard module: $(abspath $(WASM))"
+	@echo "loopguard dynamic module (Envoy 1.40, ABI v0.2.0): $(abspath $(NATIVE))"
 
 # --- Envoy and test tools in a local venv ----------------------------------
 
@@ -73,6 +80,11 @@ run: build $(VENV_STAMP)
 	@echo "Envoy with loopguard on http://127.0.0.1:10000 (admin http://127.0.0.1:9901); Ctrl-C stops it"
 	exec $(ENVOY) -c envoy/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level wasm:info --file-flush-interval-msec 500
 
+# The same, with loopguard loaded natively (examples/native/envoy.yaml).
+run-native: build $(VENV_STAMP)
+	@echo "Envoy with loopguard (dynamic module) on http://127.0.0.1:10000 (admin http://127.0.0.1:9901); Ctrl-C stops it"
+	exec $(ENVOY) -c examples/native/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level dynamic_modules:info --file-flush-interval-msec 500
+
 # loopguard in front of a demo MCP server (the end-to-end tests' FastMCP
 # server, on 127.0.0.1:8000/mcp), with examples/mcp/envoy.yaml; the server
 # is stopped by its PID when Envoy stops.
@@ -85,7 +97,7 @@ run-mcp: build $(VENV_STAMP)
 run-cluster: build $(VENV_STAMP) test-tools
 	ENVOY=$(abspath $(ENVOY)) CLUSTER=$(CLUSTER) exec examples/cluster/run.sh
 
-test: unit lint monitoring-check e2e
+test: unit lint monitoring-check e2e e2e-native
 
 # The Grafana dashboard and Prometheus alert rules in monitoring/: the rules
 # load (promtool check rules), their unit tests pass (promtool test rules),
@@ -108,6 +120,7 @@ lint: wasm-target
 	$(CARGO) clippy --quiet --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -p loopguard -- -D warnings
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -p loopguard --features fault-injection -- -D warnings
+	$(CARGO) clippy --quiet -p loopguard-native --features fault-injection -- -D warnings
 	@# The fuzz targets are a workspace of their own: keep them compiling.
 	$(CARGO) check --quiet --manifest-path fuzz/Cargo.toml --bins
 
@@ -140,10 +153,12 @@ mcp-tools: $(MCP_STAMP)
 # for the failure_policy tests; never shipped.
 FAULT_DIR  := target/fault-injection
 FAULT_WASM := $(FAULT_DIR)/$(WASM_TARGET)/release/loopguard.wasm
+FAULT_NATIVE := $(FAULT_DIR)/native/libloopguard_native.so
 
 .PHONY: fault-build
 fault-build: wasm-target
 	$(CARGO) build --quiet --release --target $(WASM_TARGET) -p loopguard --features fault-injection --target-dir $(FAULT_DIR)
+	$(CARGO) build --quiet --profile native -p loopguard-native --features fault-injection --target-dir $(FAULT_DIR)
 
 # The operators' CLI, built natively from the same core code.
 CLI := target/release/loopguard
@@ -157,9 +172,20 @@ cli:
 schema: cli
 	$(CLI) schema > schema/loopguard.schema.json
 
+E2E_ENV = LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) \
+  LOOPGUARD_NATIVE=$(abspath $(NATIVE)) LOOPGUARD_FAULT_NATIVE=$(abspath $(FAULT_NATIVE)) LOOPGUARD_CLI=$(abspath $(CLI))
+
 e2e: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
-	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) LOOPGUARD_CLI=$(abspath $(CLI)) \
-	  $(VENV_PY) -m pytest -q -ra -p no:cacheprovider $(E2E_PATHS) $(E2E_ARGS)
+	$(E2E_ENV) $(VENV_PY) -m pytest -q -ra -p no:cacheprovider $(E2E_PATHS) $(E2E_ARGS)
+
+# The detection, action and observability tests again, with loopguard loaded
+# as the dynamic module (the harness builds its filter for LOOPGUARD_HOST);
+# test_native.py holds what only the native host has (loading, panics).
+E2E_NATIVE_FILES := test_native test_reject test_window test_actions test_policy test_fingerprint test_observability test_llm
+E2E_NATIVE_ARGS  ?=
+e2e-native: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
+	LOOPGUARD_HOST=native $(E2E_ENV) $(VENV_PY) -m pytest -q -ra -p no:cacheprovider \
+	  $(if $(filter tests/%,$(E2E_NATIVE_ARGS)),,$(E2E_NATIVE_FILES:%=tests/e2e/%.py)) $(E2E_NATIVE_ARGS)
 
 # --- OCI image ---------------------------------------------------------------
 

@@ -13,6 +13,7 @@
 //! by [`MetricId`], so a request's metrics cost no string work.
 
 pub mod mcp;
+pub mod named;
 
 use crate::config::{Action, Config, OnStoreError, ToolStep};
 use crate::detect::tool_loops::Tier;

@@ -116,6 +116,20 @@ impl HeaderBlock {
         Some(HeaderBlock { buf, spans })
     }
 
+    /// A block from headers given one by one (a host that lists them in
+    /// place, as Envoy's dynamic modules do): one copy into one buffer.
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a [u8], &'a [u8])>) -> HeaderBlock {
+        let mut block = HeaderBlock::default();
+        for (k, v) in pairs {
+            let ks = block.buf.len();
+            block.buf.extend_from_slice(k);
+            let vs = block.buf.len();
+            block.buf.extend_from_slice(v);
+            block.spans.push((ks, k.len(), vs, v.len()));
+        }
+        block
+    }
+
     /// The first value of a header (`name` lower-case, as Envoy keeps
     /// them).
     pub fn get(&self, name: &str) -> Option<&[u8]> {
@@ -420,6 +434,26 @@ pub(crate) mod tests {
         assert!(HeaderBlock::parse(good[..good.len() - 1].to_vec()).is_none());
         assert!(HeaderBlock::parse(vec![255, 255, 255, 255]).is_none());
         assert!(HeaderBlock::parse(vec![1, 0]).is_none());
+    }
+
+    #[test]
+    fn header_block_from_pairs_reads_as_the_host_encoding() {
+        let pairs: [(&str, &[u8]); 4] = [
+            (":method", b"POST"),
+            ("x-bin", b"\xff\x00z"),
+            ("empty", b""),
+            ("x-bin", b"second"),
+        ];
+        let parsed = HeaderBlock::parse(serialized(&pairs)).unwrap();
+        let given = HeaderBlock::from_pairs(pairs.iter().map(|(k, v)| (k.as_bytes(), *v)));
+        for name in [":method", "x-bin", "empty", "missing"] {
+            assert_eq!(given.get(name), parsed.get(name), "{name}");
+        }
+        assert_eq!(
+            given.get("x-bin"),
+            Some(&b"\xff\x00z"[..]),
+            "the first value"
+        );
     }
 
     #[test]

@@ -1,0 +1,161 @@
+//! Carrying out the core's effects with Envoy's callbacks: each effect is
+//! one call (what it means was decided in the core), as `crates/filter`
+//! does for proxy-wasm.
+
+use crate::abi::{self, Body, FilterPtr, HeaderMap};
+use crate::worker::Worker;
+use loopguard_core::flow::{Effect, Effects, Level};
+use loopguard_core::state::store::StoreCall;
+
+/// Where the effects apply: the stream at hand and the hook it is in.
+#[derive(Clone, Copy)]
+pub struct At {
+    pub stream: u32,
+    pub filter: FilterPtr,
+    /// In a request body hook: the body is Envoy's buffered part plus the
+    /// chunk at hand; elsewhere it is all buffered.
+    pub in_request_body: bool,
+}
+
+/// What the caller must still do after [`apply`].
+#[derive(Default)]
+pub struct Pending {
+    /// A store call to send for this stream, and report to the engine.
+    pub store_call: Option<StoreCall>,
+    /// Calls relayed from the root (their tokens), in order, to report.
+    pub root_calls_sent: Vec<Result<u32, String>>,
+    /// A local reply was sent: the request stays stopped.
+    pub replied: bool,
+}
+
+/// Carry out (and empty) `effects`.
+pub fn apply(worker: &Worker, at: At, effects: &mut Effects) -> Pending {
+    let mut pending = Pending::default();
+    let f = at.filter;
+    for effect in effects.drain(..) {
+        match effect {
+            Effect::AddRequestHeader(name, value) => {
+                abi::add_header(f, HeaderMap::Request, name, &value);
+            }
+            Effect::RemoveRequestHeader(name) => {
+                abi::remove_header(f, HeaderMap::Request, name);
+            }
+            Effect::AddResponseHeader(name, value) => {
+                abi::add_header(f, HeaderMap::Response, name, &value);
+            }
+            Effect::RemoveResponseHeader(name) => {
+                abi::remove_header(f, HeaderMap::Response, name);
+            }
+            Effect::ReplaceResponseBody { old_len, body } => {
+                if !(abi::drain_body(f, Body::ReceivedResponse, old_len)
+                    && abi::append_body(f, Body::ReceivedResponse, &body))
+                {
+                    abi::log(
+                        abi::LogLevel::Warn,
+                        "loopguard: could not add to the response body",
+                    );
+                }
+            }
+            Effect::SetFilterState(name, value) => {
+                // The Wasm module's keys (`wasm.<name>`), so that the same
+                // `%FILTER_STATE(...)%` reads either host's.
+                abi::set_filter_state(f, &format!("wasm.{name}"), value.as_bytes());
+            }
+            Effect::ReplaceBody {
+                old_len: _,
+                body,
+                set_length,
+            } => {
+                let replaced = if at.in_request_body {
+                    // Both parts go (the buffered one may be the chunk at
+                    // hand: sizes are read after each drain); the new body
+                    // is the chunk that passes on.
+                    let buffered = abi::body_size(f, Body::BufferedRequest);
+                    let drained =
+                        buffered == 0 || abi::drain_body(f, Body::BufferedRequest, buffered);
+                    let received = abi::body_size(f, Body::ReceivedRequest);
+                    drained
+                        && (received == 0 || abi::drain_body(f, Body::ReceivedRequest, received))
+                        && abi::append_body(f, Body::ReceivedRequest, &body)
+                } else {
+                    let buffered = abi::body_size(f, Body::BufferedRequest);
+                    abi::drain_body(f, Body::BufferedRequest, buffered)
+                        && abi::append_body(f, Body::BufferedRequest, &body)
+                };
+                if !replaced {
+                    abi::log(
+                        abi::LogLevel::Warn,
+                        "loopguard: could not replace the request body",
+                    );
+                } else if set_length
+                    && !abi::set_header(
+                        f,
+                        HeaderMap::Request,
+                        "content-length",
+                        &body.len().to_string(),
+                    )
+                {
+                    abi::log(
+                        abi::LogLevel::Warn,
+                        "loopguard: the body changed but its content-length could not be set",
+                    );
+                }
+            }
+            Effect::LocalReply(reply, details) => {
+                let headers: Vec<(&str, &str)> = reply
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (*k, v.as_str()))
+                    .collect();
+                abi::send_response(f, reply.status, &headers, reply.body.as_bytes(), details);
+                pending.replied = true;
+            }
+            Effect::SendStoreCall(call) => pending.store_call = Some(call),
+            Effect::SendFromRoot(call) => {
+                let token = worker.root_token();
+                worker.config.relay.send(worker.id, token, call);
+                pending.root_calls_sent.push(Ok(token));
+            }
+            Effect::Resume(stream) => worker.resume(stream),
+            Effect::ArmTick => worker.arm_tick(Some(at.stream)),
+            Effect::StopTick => worker.stop_tick(),
+            Effect::Count(id, n) => worker.config.metrics.count(id, n),
+            Effect::CountNamed(name, n) => worker.config.metrics.count_named(&name, n),
+            Effect::Record(id, value) => worker.config.metrics.record(id, value),
+            Effect::Log(level, message) => {
+                let level = match level {
+                    Level::Debug => abi::LogLevel::Debug,
+                    Level::Info => abi::LogLevel::Info,
+                    Level::Warn => abi::LogLevel::Warn,
+                    Level::Error => abi::LogLevel::Error,
+                };
+                if abi::log_enabled(level) {
+                    abi::log(level, &message);
+                }
+            }
+        }
+    }
+    pending
+}
+
+/// Send a store call on behalf of a stream: its token, or why Envoy
+/// refused it.
+pub fn dispatch(filter: FilterPtr, call: &StoreCall) -> Result<u32, String> {
+    let headers: Vec<(&str, &str)> = call.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let id = abi::stream_callout(
+        filter,
+        &abi::Callout {
+            cluster: &call.cluster,
+            headers: &headers,
+            body: &call.body,
+            timeout_ms: call.timeout_ms,
+        },
+    )
+    .map_err(|why| {
+        format!(
+            "Envoy refused the call ({why}): is \"{}\" a cluster in the bootstrap?",
+            call.cluster
+        )
+    })?;
+    u32::try_from(id).map_err(|_| format!("callout id {id} out of range"))
+}

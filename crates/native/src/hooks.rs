@@ -1,0 +1,480 @@
+//! The event hooks Envoy calls (`envoy_dynamic_module_on_*`, signatures
+//! from the v1.40.0 ABI header). Each one only finds its configuration or
+//! stream and hands over; each runs inside [`guard`], so a panic never
+//! crosses into Envoy: it fails the one request it happened in (a 500 on
+//! the request path) and the stream is left alone from then on.
+#![allow(unsafe_code, clippy::not_unsafe_ptr_arg_deref)]
+
+use crate::abi::{self, ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, LogLevel};
+use crate::config::FilterConfig;
+use crate::stream::Stream;
+use crate::worker;
+use loopguard_core::flow::Step;
+use loopguard_core::state::store::CallReply;
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+type ConfigModule = *const c_void;
+type StreamModule = *const c_void;
+
+/// Run `f`; on a panic, `on_panic` (what the request becomes).
+fn guard<T>(f: impl FnOnce() -> T, on_panic: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(_) => on_panic(),
+    }
+}
+
+/// The stream behind Envoy's module pointer.
+///
+/// # Safety
+/// `p` came from [`envoy_dynamic_module_on_http_filter_new`] and is not
+/// destroyed; Envoy calls a stream's hooks on one thread, one at a time.
+unsafe fn stream<'a>(p: StreamModule) -> Option<&'a mut Stream> {
+    // SAFETY: the caller's guarantee.
+    unsafe { (p as *mut Stream).as_mut() }
+}
+
+/// A panic on the request path: the request gets a 500, the stream is
+/// left alone from then on.
+fn fail_request(p: StreamModule) {
+    // SAFETY: as in `stream`.
+    if let Some(s) = unsafe { stream(p) } {
+        if !s.failed {
+            s.failed = true;
+            abi::send_response(
+                s.filter(),
+                500,
+                &[("content-type", "text/plain")],
+                b"loopguard: internal error\n",
+                "loopguard_panic",
+            );
+        }
+    }
+}
+
+/// A panic outside the request path: the stream is left alone.
+fn poison(p: StreamModule) {
+    // SAFETY: as in `stream`.
+    if let Some(s) = unsafe { stream(p) } {
+        s.failed = true;
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_program_init() -> *const u8 {
+    std::panic::set_hook(Box::new(|info| {
+        abi::log(LogLevel::Critical, &format!("loopguard panicked: {info}"));
+    }));
+    abi::ABI_VERSION.as_ptr()
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
+    envoy: ConfigPtr,
+    name: EnvoyBuffer,
+    config: EnvoyBuffer,
+) -> ConfigModule {
+    guard(
+        || {
+            // SAFETY: Envoy's buffers, read during this hook.
+            let (name, json) = unsafe { (name.bytes(), config.bytes()) };
+            match FilterConfig::new(envoy, name, json) {
+                Ok(c) => {
+                    abi::log(LogLevel::Info, &format!("loopguard: {}", c.summary));
+                    Box::into_raw(Box::new(Arc::new(c))) as ConfigModule
+                }
+                Err(message) => {
+                    abi::log(
+                        LogLevel::Error,
+                        &format!("loopguard: invalid configuration: {message}"),
+                    );
+                    std::ptr::null()
+                }
+            }
+        },
+        std::ptr::null,
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: ConfigModule) {
+    guard(
+        || {
+            if config.is_null() {
+                return;
+            }
+            // SAFETY: made by `config_new`, destroyed once by Envoy.
+            let c = unsafe { Box::from_raw(config as *mut Arc<FilterConfig>) };
+            c.alive.store(false, std::sync::atomic::Ordering::Release);
+        },
+        || (),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
+    _envoy: ConfigPtr,
+    config: ConfigModule,
+    _event: u64,
+) {
+    guard(
+        || {
+            // SAFETY: a live configuration (Envoy drops events for gone ones).
+            if let Some(c) = unsafe { (config as *const Arc<FilterConfig>).as_ref() } {
+                c.relay.flush();
+            }
+        },
+        || (),
+    )
+}
+
+/// `:status` and the body of a callout's answer (`None`: no answer).
+///
+/// # Safety
+/// The arrays are Envoy's, valid during the hook.
+unsafe fn reply(
+    result: u32,
+    headers: *const EnvoyHeader,
+    n: usize,
+    chunks: *const EnvoyBuffer,
+    m: usize,
+) -> CallReply {
+    if result != abi::CALLOUT_SUCCESS {
+        return CallReply {
+            status: None,
+            body: Vec::new(),
+        };
+    }
+    // SAFETY: the caller's guarantee; null or empty arrays read as none.
+    unsafe {
+        let headers: &[EnvoyHeader] = if headers.is_null() {
+            &[]
+        } else {
+            std::slice::from_raw_parts(headers, n)
+        };
+        let chunks: &[EnvoyBuffer] = if chunks.is_null() {
+            &[]
+        } else {
+            std::slice::from_raw_parts(chunks, m)
+        };
+        let status = headers
+            .iter()
+            .find(|h| h.key.bytes() == b":status")
+            .map(|h| String::from_utf8_lossy(h.value.bytes()).into_owned());
+        let mut body = Vec::new();
+        for c in chunks {
+            body.extend_from_slice(c.bytes());
+        }
+        CallReply { status, body }
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
+    _envoy: ConfigPtr,
+    config: ConfigModule,
+    callout: u64,
+    result: u32,
+    headers: *const EnvoyHeader,
+    headers_len: usize,
+    chunks: *const EnvoyBuffer,
+    chunks_len: usize,
+) {
+    guard(
+        || {
+            // SAFETY: a live configuration; Envoy's arrays during the hook.
+            if let Some(c) = unsafe { (config as *const Arc<FilterConfig>).as_ref() } {
+                let r = unsafe { reply(result, headers, headers_len, chunks, chunks_len) };
+                c.relay.answered(callout, r.status, r.body);
+            }
+        },
+        || (),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
+    config: ConfigModule,
+    filter: FilterPtr,
+) -> StreamModule {
+    // Never null (Envoy would call the other hooks with it anyway): a
+    // stream without an engine passes everything.
+    let make = || {
+        // SAFETY: a live configuration (it outlives its streams).
+        let w =
+            unsafe { (config as *const Arc<FilterConfig>).as_ref() }.and_then(worker::for_config);
+        Box::into_raw(Box::new(Stream::new(w, filter))) as StreamModule
+    };
+    guard(make, || {
+        Box::into_raw(Box::new(Stream::new(None, filter))) as StreamModule
+    })
+}
+
+fn headers_status(step: Step) -> u32 {
+    match step {
+        Step::Continue => abi::HEADERS_CONTINUE,
+        Step::Pause => abi::HEADERS_STOP_ITERATION,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
+    _f: FilterPtr,
+    s: StreamModule,
+    end_of_stream: bool,
+) -> u32 {
+    guard(
+        // SAFETY (all stream hooks): Envoy's module pointer for a live stream.
+        || {
+            unsafe { stream(s) }.map_or(abi::HEADERS_CONTINUE, |s| {
+                headers_status(s.on_request_headers(end_of_stream))
+            })
+        },
+        || {
+            fail_request(s);
+            abi::HEADERS_STOP_ITERATION
+        },
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
+    _f: FilterPtr,
+    s: StreamModule,
+    end_of_stream: bool,
+) -> u32 {
+    guard(
+        || {
+            unsafe { stream(s) }.map_or(abi::BODY_CONTINUE, |s| {
+                match s.on_request_body(end_of_stream) {
+                    Step::Continue => abi::BODY_CONTINUE,
+                    Step::Pause => abi::BODY_STOP_AND_BUFFER,
+                }
+            })
+        },
+        || {
+            fail_request(s);
+            abi::BODY_STOP_AND_BUFFER
+        },
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
+    _f: FilterPtr,
+    s: StreamModule,
+) -> u32 {
+    guard(
+        || {
+            unsafe { stream(s) }.map_or(abi::TRAILERS_CONTINUE, |s| match s.on_request_trailers() {
+                Step::Continue => abi::TRAILERS_CONTINUE,
+                Step::Pause => abi::TRAILERS_STOP_ITERATION,
+            })
+        },
+        || {
+            fail_request(s);
+            abi::TRAILERS_STOP_ITERATION
+        },
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
+    _f: FilterPtr,
+    s: StreamModule,
+    _end_of_stream: bool,
+) -> u32 {
+    guard(
+        || {
+            if let Some(s) = unsafe { stream(s) } {
+                s.on_response_headers();
+            }
+        },
+        || poison(s),
+    );
+    abi::HEADERS_CONTINUE
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
+    _f: FilterPtr,
+    s: StreamModule,
+    end_of_stream: bool,
+) -> u32 {
+    guard(
+        || {
+            if let Some(s) = unsafe { stream(s) } {
+                s.on_response_body(end_of_stream);
+            }
+        },
+        || poison(s),
+    );
+    abi::BODY_CONTINUE
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_response_trailers(
+    _f: FilterPtr,
+    _s: StreamModule,
+) -> u32 {
+    abi::TRAILERS_CONTINUE
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
+    _f: FilterPtr,
+    s: StreamModule,
+) {
+    guard(
+        || {
+            if let Some(s) = unsafe { stream(s) } {
+                s.on_complete();
+            }
+        },
+        || poison(s),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(s: StreamModule) {
+    guard(
+        || {
+            if s.is_null() {
+                return;
+            }
+            // SAFETY: made by `filter_new`, destroyed once by Envoy.
+            let mut stream = unsafe { Box::from_raw(s as *mut Stream) };
+            stream.close();
+        },
+        || (),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
+    f: FilterPtr,
+    s: StreamModule,
+    callout: u64,
+    result: u32,
+    headers: *const EnvoyHeader,
+    headers_len: usize,
+    chunks: *const EnvoyBuffer,
+    chunks_len: usize,
+) {
+    guard(
+        || {
+            let Some(s) = (unsafe { stream(s) }) else {
+                return;
+            };
+            // SAFETY: Envoy's arrays, during this hook.
+            let r = unsafe { reply(result, headers, headers_len, chunks, chunks_len) };
+            if s.on_store_reply(callout, r) {
+                abi::continue_decoding(f);
+            }
+        },
+        || fail_request(s),
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
+    _f: FilterPtr,
+    s: StreamModule,
+    event: u64,
+) {
+    guard(
+        || {
+            if let Some(s) = unsafe { stream(s) } {
+                s.on_scheduled(event);
+            }
+        },
+        || fail_request(s),
+    )
+}
+
+// Hooks Envoy requires but loopguard has no use for: streamed callouts,
+// write-buffer watermarks, per-route configuration (policies are chosen
+// inside the filter, by route name or route metadata).
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
+    _f: FilterPtr,
+    _s: StreamModule,
+    _id: u64,
+    _h: *const EnvoyHeader,
+    _n: usize,
+    _end: bool,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
+    _f: FilterPtr,
+    _s: StreamModule,
+    _id: u64,
+    _d: *const EnvoyBuffer,
+    _n: usize,
+    _end: bool,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
+    _f: FilterPtr,
+    _s: StreamModule,
+    _id: u64,
+    _t: *const EnvoyHeader,
+    _n: usize,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
+    _f: FilterPtr,
+    _s: StreamModule,
+    _id: u64,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
+    _f: FilterPtr,
+    _s: StreamModule,
+    _id: u64,
+    _reason: u32,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
+    _f: FilterPtr,
+    _s: StreamModule,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
+    _f: FilterPtr,
+    _s: StreamModule,
+) {
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
+    _name: EnvoyBuffer,
+    _config: EnvoyBuffer,
+) -> *const c_void {
+    abi::log(
+        LogLevel::Error,
+        "loopguard: per-route filter configuration is not used; choose policies by route name or route metadata (filter_metadata.loopguard.policy)",
+    );
+    std::ptr::null()
+}
+
+#[no_mangle]
+pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_destroy(
+    _config: *const c_void,
+) {
+}

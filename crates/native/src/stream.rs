@@ -1,0 +1,298 @@
+//! One HTTP stream: Envoy's hooks become the core's events (with the
+//! request's facts, read in place), and the core's effects become
+//! callbacks. Nothing here decides: which policy applies, whether the body
+//! is needed, what a store failure means, are the core's (`flow`), as in
+//! `crates/filter/src/http.rs`.
+
+use crate::abi::{self, Attribute, Body, FilterPtr, HeaderMap, Metadata};
+use crate::effects::{self, At};
+use crate::memory_store::Memory;
+use crate::timer::TICK_EVENT;
+use crate::worker::{now_ms, Worker};
+use loopguard_core::flow::{Effects, Engine, Request, Step};
+use loopguard_core::request::{HeaderBlock, RequestFacts, RequestHead};
+use loopguard_core::state::store::CallReply;
+use std::borrow::Cow;
+use std::rc::Rc;
+
+/// The event that resumes a paused stream (see [`Worker::resume`]).
+pub const RESUME_EVENT: u64 = 2;
+
+pub struct Stream {
+    /// `None` when no engine could be made: everything passes.
+    worker: Option<Rc<Worker>>,
+    req: Request,
+    filter: FilterPtr,
+    /// A panic failed this stream: it is left alone from then on.
+    pub failed: bool,
+}
+
+impl Stream {
+    pub fn new(worker: Option<Rc<Worker>>, filter: FilterPtr) -> Stream {
+        let id = worker.as_ref().map_or(0, |w| w.open_stream(filter));
+        Stream {
+            worker,
+            req: Request::new(id),
+            filter,
+            failed: false,
+        }
+    }
+
+    pub fn filter(&self) -> FilterPtr {
+        self.filter
+    }
+
+    /// Feed the engine one event, carry out its effects (sending the store
+    /// call it asks for and reporting how that went, reporting relayed
+    /// calls), and say what the request does next.
+    fn run(
+        &mut self,
+        in_request_body: bool,
+        event: impl FnOnce(&mut Engine<Memory>, &mut Request, &mut Effects) -> Step,
+    ) -> Step {
+        let Some(w) = self.worker.clone() else {
+            return Step::Continue;
+        };
+        if self.failed {
+            return Step::Continue;
+        }
+        let now = now_ms();
+        let mut out = w.take_scratch();
+        w.collect_answers(now, &mut out);
+        if w.needs_driver() {
+            w.arm_tick(Some(self.req.id));
+        }
+        let mut step = match w.engine.try_borrow_mut() {
+            Ok(mut engine) => event(&mut engine, &mut self.req, &mut out),
+            Err(_) => Step::Continue,
+        };
+        let at = At {
+            stream: self.req.id,
+            filter: self.filter,
+            in_request_body,
+        };
+        loop {
+            let pending = effects::apply(&w, at, &mut out);
+            if pending.replied {
+                step = Step::Pause;
+            }
+            if pending.root_calls_sent.is_empty() && pending.store_call.is_none() {
+                break;
+            }
+            let Ok(mut engine) = w.engine.try_borrow_mut() else {
+                break;
+            };
+            for sent in pending.root_calls_sent {
+                engine.on_root_call_sent(sent, now, &mut out);
+            }
+            if let Some(call) = pending.store_call {
+                let sent = effects::dispatch(self.filter, &call);
+                step = engine.on_call_sent(&mut self.req, sent, now, &mut out);
+            }
+        }
+        w.put_back(out);
+        step
+    }
+
+    pub fn on_request_headers(&mut self, end_of_stream: bool) -> Step {
+        // SAFETY: the slices are read in this hook, before any change.
+        let pairs = unsafe { abi::headers(self.filter, HeaderMap::Request) };
+        let headers = HeaderBlock::from_pairs(pairs);
+        #[cfg(feature = "fault-injection")]
+        crate::faults::on_request(&headers);
+        let facts = Facts {
+            filter: self.filter,
+            headers: &headers,
+        };
+        let (method, path, authority) = (
+            headers.text(":method"),
+            headers.text(":path"),
+            headers.text(":authority"),
+        );
+        let head = RequestHead {
+            method: &method,
+            path: &path,
+            authority: &authority,
+        };
+        let now = now_ms();
+        self.run(false, |e, r, out| {
+            e.on_headers(r, &head, &facts, end_of_stream, now, out)
+        })
+    }
+
+    pub fn on_request_body(&mut self, end_of_stream: bool) -> Step {
+        // The whole body so far: what Envoy buffered for us plus the chunk
+        // at hand, unless the chunk is an earlier filter's whole buffer.
+        let whole_in_chunk = abi::received_buffered_request_body(self.filter);
+        let received = abi::body_size(self.filter, Body::ReceivedRequest);
+        let size = if whole_in_chunk {
+            received
+        } else {
+            received + abi::body_size(self.filter, Body::BufferedRequest)
+        };
+        let body: Option<Cow<'_, [u8]>> = if self.req.wants_body(size, end_of_stream) {
+            // SAFETY: read in this hook, before any change to the body.
+            let mut chunks = unsafe {
+                if whole_in_chunk {
+                    abi::body_chunks(self.filter, Body::ReceivedRequest)
+                } else {
+                    let mut c = abi::body_chunks(self.filter, Body::BufferedRequest);
+                    c.extend(abi::body_chunks(self.filter, Body::ReceivedRequest));
+                    c
+                }
+            };
+            Some(joined(&mut chunks))
+        } else {
+            None
+        };
+        let now = now_ms();
+        self.run(true, |e, r, out| {
+            e.on_body(r, size, end_of_stream, body.as_deref(), now, out)
+        })
+    }
+
+    pub fn on_request_trailers(&mut self) -> Step {
+        let body = if self.req.wants_body_at_trailers() {
+            // SAFETY: read in this hook, before any change to the body.
+            let mut chunks = unsafe { abi::body_chunks(self.filter, Body::BufferedRequest) };
+            Some(joined(&mut chunks).into_owned())
+        } else {
+            None
+        };
+        let now = now_ms();
+        self.run(false, |e, r, out| {
+            e.on_trailers(r, body.as_deref(), now, out)
+        })
+    }
+
+    pub fn on_response_headers(&mut self) {
+        let status = abi::header(self.filter, HeaderMap::Response, ":status")
+            .and_then(|s| loopguard_core::response::status(&s));
+        let content_type = if self.req.wants_content_type() {
+            abi::header(self.filter, HeaderMap::Response, "content-type")
+                .map(|v| String::from_utf8_lossy(&v).into_owned())
+        } else {
+            None
+        };
+        let now = now_ms();
+        self.run(false, |e, r, out| {
+            e.on_response_headers(r, status, now, out);
+            if r.wants_content_type() {
+                e.on_response_content_type(r, content_type.as_deref(), now, out);
+            }
+            Step::Continue
+        });
+    }
+
+    pub fn on_response_body(&mut self, end_of_stream: bool) {
+        if !self.req.wants_response_body() {
+            return;
+        }
+        // Each chunk passes on at once; it is read in place.
+        // SAFETY: read in this hook, before any change to the body.
+        let mut chunks = unsafe { abi::body_chunks(self.filter, Body::ReceivedResponse) };
+        let chunk = joined(&mut chunks);
+        let now = now_ms();
+        self.run(false, |e, r, out| {
+            e.on_response_body(r, &chunk, end_of_stream, now, out);
+            Step::Continue
+        });
+    }
+
+    /// The stream ended (answered, or its client left).
+    pub fn on_complete(&mut self) {
+        self.run(false, |e, r, out| {
+            e.on_done(r, out);
+            Step::Continue
+        });
+    }
+
+    /// The answer to this stream's store call; `true`: the request goes on.
+    pub fn on_store_reply(&mut self, callout: u64, reply: CallReply) -> bool {
+        let Ok(token) = u32::try_from(callout) else {
+            return false;
+        };
+        let now = now_ms();
+        self.run(false, |e, r, out| {
+            e.on_store_reply(r, token, &reply, now, out)
+        }) == Step::Continue
+    }
+
+    /// A scheduled event: the tick (this stream drives its worker's), or
+    /// this stream's resumption.
+    pub fn on_scheduled(&mut self, event: u64) {
+        match event {
+            TICK_EVENT => {
+                let now = now_ms();
+                self.run(false, |e, _, out| {
+                    e.on_tick(now, out);
+                    Step::Continue
+                });
+            }
+            RESUME_EVENT if !self.failed => abi::continue_decoding(self.filter),
+            _ => {}
+        }
+    }
+
+    /// Envoy destroys the stream.
+    pub fn close(&mut self) {
+        if let Some(w) = &self.worker {
+            w.close_stream(self.req.id);
+        }
+    }
+}
+
+/// One slice as it is, several joined into one copy.
+fn joined<'a>(chunks: &mut Vec<&'a [u8]>) -> Cow<'a, [u8]> {
+    match chunks.len() {
+        0 => Cow::Borrowed(&[]),
+        1 => Cow::Borrowed(chunks.swap_remove(0)),
+        _ => Cow::Owned(chunks.concat()),
+    }
+}
+
+/// Request facts: headers from the block read once, the rest answered from
+/// Envoy on demand.
+struct Facts<'a> {
+    filter: FilterPtr,
+    headers: &'a HeaderBlock,
+}
+
+impl RequestFacts for Facts<'_> {
+    fn header(&self, name: &str) -> Option<Vec<u8>> {
+        self.headers.get(name).map(<[u8]>::to_vec)
+    }
+
+    fn has_header(&self, name: &str) -> bool {
+        self.headers.get(name).is_some()
+    }
+
+    fn source_address(&self) -> Option<String> {
+        text(abi::attribute(self.filter, Attribute::SourceAddress))
+    }
+
+    /// Envoy's dynamic-module ABI reads one top-level metadata key, and
+    /// `jwt_authn` keeps claims nested under the payload key: not readable
+    /// here (`loopguard check` says so; `claim_to_headers` and a header
+    /// limit key give the same verified value).
+    fn verified_claim(&self, _payload_key: &str, _claim: &str) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn route_name(&self) -> Option<String> {
+        text(abi::attribute(self.filter, Attribute::XdsRouteName))
+    }
+
+    fn route_policy(&self) -> Option<String> {
+        text(abi::metadata_string(
+            self.filter,
+            Metadata::Route,
+            "loopguard",
+            "policy",
+        ))
+    }
+}
+
+fn text(raw: Option<Vec<u8>>) -> Option<String> {
+    String::from_utf8(raw?).ok().filter(|s| !s.is_empty())
+}
