@@ -145,7 +145,7 @@ fn cmd_check(a: &CheckArgs, out: &mut dyn Write) -> Result<i32, Stop> {
     let count = |s| findings.iter().filter(|f| f.severity == s).count();
     let errors = count(check::Severity::Error) + usize::from(failed);
     let warnings = count(check::Severity::Warning);
-    let configs = discover::find(&docs).len();
+    let configs = discover::find(&docs).len() + check::native::find(&docs).len();
     let _ = writeln!(
         out,
         "{} configuration{} checked in {} file{}: {errors} error{}, {warnings} warning{}",
@@ -200,17 +200,37 @@ fn load_config(file: &str, filter: Option<&str>) -> Result<Config, String> {
 /// names) is, and its JSON.
 fn config_bytes(file: &str, filter: Option<&str>) -> Result<(String, Vec<u8>), String> {
     let docs = documents::read(Path::new(file)).map_err(|e| e.to_string())?;
-    let found = discover::find(&docs);
-    let chosen: Vec<&discover::Found<'_>> = found
+    // (location, whether `want` names it, bytes): the Wasm filter's
+    // configurations, then the native module's.
+    type Candidate<'a> = (
+        String,
+        Box<dyn Fn(&str) -> bool + 'a>,
+        &'a Result<Vec<u8>, String>,
+    );
+    let wasm = discover::find(&docs);
+    let native = check::native::find(&docs);
+    let mut found: Vec<Candidate<'_>> = Vec::new();
+    for f in &wasm {
+        let named: Box<dyn Fn(&str) -> bool> = match &f.origin {
+            discover::Origin::Envoy { filter, .. } => Box::new(move |want| filter == want),
+            _ => Box::new(move |want| f.doc.name() == want || f.doc.object_name() == want),
+        };
+        found.push((f.location(), named, &f.bytes));
+    }
+    for n in &native {
+        let named: Box<dyn Fn(&str) -> bool> = match &n.host {
+            check::native::Host::Envoy { filter, .. } => Box::new(move |want| filter == want),
+            check::native::Host::Gateway { .. } => {
+                Box::new(move |want| n.doc.name() == want || n.doc.object_name() == want)
+            }
+        };
+        found.push((n.location(), named, &n.bytes));
+    }
+    let chosen: Vec<&Candidate<'_>> = found
         .iter()
-        .filter(|f| {
-            filter.is_none_or(|want| match &f.origin {
-                discover::Origin::Envoy { filter, .. } => filter == want,
-                _ => f.doc.name() == want || f.doc.object_name() == want,
-            })
-        })
+        .filter(|(_, named, _)| filter.is_none_or(named))
         .collect();
-    let f = match chosen.as_slice() {
+    let (location, _, bytes) = match chosen.as_slice() {
         [one] => *one,
         [] if found.is_empty() => return Err(format!("{file}: holds no loopguard configuration")),
         [] => {
@@ -219,7 +239,7 @@ fn config_bytes(file: &str, filter: Option<&str>) -> Result<(String, Vec<u8>), S
                 filter.unwrap_or(""),
                 found
                     .iter()
-                    .map(|f| f.location())
+                    .map(|(l, _, _)| l.as_str())
                     .collect::<Vec<_>>()
                     .join("; ")
             ))
@@ -229,17 +249,14 @@ fn config_bytes(file: &str, filter: Option<&str>) -> Result<(String, Vec<u8>), S
                 "{file} holds {} loopguard configurations; pick one with --filter: {}",
                 many.len(),
                 many.iter()
-                    .map(|f| f.location())
+                    .map(|(l, _, _)| l.as_str())
                     .collect::<Vec<_>>()
                     .join("; ")
             ))
         }
     };
-    let bytes = f
-        .bytes
-        .as_ref()
-        .map_err(|e| format!("{}: {e}", f.location()))?;
-    Ok((f.location(), bytes.clone()))
+    let bytes = bytes.as_ref().map_err(|e| format!("{location}: {e}"))?;
+    Ok((location.clone(), bytes.clone()))
 }
 
 #[cfg(test)]

@@ -1,24 +1,26 @@
 //! One filter configuration (Envoy's `on_http_filter_config_new`, on the
 //! main thread): the configuration validated as the Wasm module validates
 //! it, the metrics defined, and the relay for calls that belong to no
-//! stream (webhook alerts, taking back a failed attempt's hit).
+//! stream (webhook alerts, taking back a failed attempt's hit), whose
+//! answers the main thread gives to the worker's engine at once.
 //!
 //! Each worker thread runs its own engine over this configuration
 //! (`worker.rs`), as each Wasm VM does; what they share is the slot table
 //! in process memory (`memory_store.rs`).
 
 use crate::abi::{self, ConfigPtr, SchedulerPtr};
-use crate::memory_store;
 use crate::metrics::Metrics;
+use crate::worker::{now_ms, Worker};
 use loopguard_core::config::Config;
 use loopguard_core::flow::Engine;
-use loopguard_core::state::store::{plugin_namespace, StoreCall};
+use loopguard_core::state::store::{plugin_namespace, InProcess, StoreCall};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
-/// The event id the relay's scheduler carries.
-const RELAY_EVENT: u64 = 1;
+/// The main-thread event that sends the relayed calls (any other event id
+/// is a worker's id: tick that worker).
+const RELAY_EVENT: u64 = 0;
 
 pub struct FilterConfig {
     /// Unique in the process: workers find their engine by it.
@@ -32,33 +34,24 @@ pub struct FilterConfig {
     pub alive: AtomicBool,
     /// The line logged when the configuration is in place.
     pub summary: String,
+    /// Every worker's engine for this configuration, for the main thread.
+    workers: Mutex<HashMap<u64, Weak<Worker>>>,
 }
 
 /// Calls from a worker's engine that belong to no stream. Envoy sends a
 /// configuration's calls from the main thread only, so a worker leaves
-/// them here and wakes the main thread; the answers wait for the worker's
-/// next event.
+/// them here and wakes the main thread.
 pub struct Relay {
     config: usize,
     scheduler: usize,
     outbox: Mutex<Vec<Outgoing>>,
     in_flight: Mutex<HashMap<u64, (u64, u32)>>,
-    inbox: Mutex<HashMap<u64, Vec<RootReply>>>,
-    /// Answers waiting in the inbox (read without the lock).
-    waiting: AtomicUsize,
 }
 
 struct Outgoing {
     worker: u64,
     token: u32,
     call: StoreCall,
-}
-
-/// The answer to a relayed call (`status` `None`: none came).
-pub struct RootReply {
-    pub token: u32,
-    pub status: Option<String>,
-    pub body: Vec<u8>,
 }
 
 impl Relay {
@@ -76,19 +69,22 @@ impl Relay {
         unsafe { abi::config_scheduler_commit(self.scheduler as SchedulerPtr, RELAY_EVENT) };
     }
 
-    /// On the main thread: send what the workers queued.
-    pub fn flush(&self) {
+    /// The configuration's scheduler (the main thread's events).
+    pub fn scheduler(&self) -> SchedulerPtr {
+        self.scheduler as SchedulerPtr
+    }
+
+    /// On the main thread: send what the workers queued; the calls Envoy
+    /// refuses, as (worker, token) with no answer.
+    fn flush(&self) -> Vec<(u64, u32)> {
         let queued = match self.outbox.lock() {
             Ok(mut out) => std::mem::take(&mut *out),
-            Err(_) => return,
+            Err(_) => return Vec::new(),
         };
+        let mut refused = Vec::new();
         for o in queued {
-            let headers: Vec<(&str, &str)> = o
-                .call
-                .headers
-                .iter()
-                .map(|(k, v)| (*k, v.as_str()))
-                .collect();
+            let headers: Vec<(&str, &str)> =
+                o.call.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
             let sent = abi::config_callout(
                 self.config as ConfigPtr,
                 &abi::Callout {
@@ -107,62 +103,13 @@ impl Relay {
                 Err(why) => {
                     abi::log(
                         abi::LogLevel::Debug,
-                        &format!(
-                            "loopguard: Envoy refused a call to cluster \"{}\" ({why})",
-                            o.call.cluster
-                        ),
+                        &format!("loopguard: Envoy refused a call to cluster \"{}\" ({why})", o.call.cluster),
                     );
-                    self.answer(
-                        o.worker,
-                        RootReply {
-                            token: o.token,
-                            status: None,
-                            body: Vec::new(),
-                        },
-                    )
+                    refused.push((o.worker, o.token));
                 }
             }
         }
-    }
-
-    /// On the main thread: a relayed call's answer.
-    pub fn answered(&self, callout: u64, status: Option<String>, body: Vec<u8>) {
-        let Some((worker, token)) = self
-            .in_flight
-            .lock()
-            .ok()
-            .and_then(|mut f| f.remove(&callout))
-        else {
-            return;
-        };
-        self.answer(
-            worker,
-            RootReply {
-                token,
-                status,
-                body,
-            },
-        );
-    }
-
-    fn answer(&self, worker: u64, reply: RootReply) {
-        if let Ok(mut inbox) = self.inbox.lock() {
-            inbox.entry(worker).or_default().push(reply);
-            self.waiting.fetch_add(1, Ordering::Release);
-        }
-    }
-
-    /// The answers waiting for `worker` (cheap when there are none).
-    pub fn take(&self, worker: u64) -> Vec<RootReply> {
-        if self.waiting.load(Ordering::Acquire) == 0 {
-            return Vec::new();
-        }
-        let Ok(mut inbox) = self.inbox.lock() else {
-            return Vec::new();
-        };
-        let mine = inbox.remove(&worker).unwrap_or_default();
-        self.waiting.fetch_sub(mine.len(), Ordering::Release);
-        mine
+        refused
     }
 }
 
@@ -182,10 +129,13 @@ impl FilterConfig {
     pub fn new(envoy: ConfigPtr, name: &[u8], json: &[u8]) -> Result<FilterConfig, String> {
         let config = Config::parse(json).map_err(|e| e.to_string())?;
         let namespace = plugin_namespace(name);
+        // A trial engine over a throwaway table: it checks what only an
+        // engine checks (a webhook secret that is not set) without joining
+        // the shared table's spending ledger.
         let trial = Engine::new(
             config,
             &namespace,
-            |layout| memory_store::open(&namespace, layout),
+            |_| Ok(InProcess::default()),
             |var| std::env::var(var).ok(),
             0,
         )?;
@@ -203,11 +153,48 @@ impl FilterConfig {
                 scheduler: scheduler as usize,
                 outbox: Mutex::new(Vec::new()),
                 in_flight: Mutex::new(HashMap::new()),
-                inbox: Mutex::new(HashMap::new()),
-                waiting: AtomicUsize::new(0),
             },
             alive: AtomicBool::new(true),
             summary,
+            workers: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// A worker's engine made for this configuration.
+    pub fn adopt(&self, worker: &Arc<Worker>) {
+        if let Ok(mut w) = self.workers.lock() {
+            w.retain(|_, x| x.strong_count() > 0);
+            w.insert(worker.id, Arc::downgrade(worker));
+        }
+    }
+
+    fn worker(&self, id: u64) -> Option<Arc<Worker>> {
+        self.workers.lock().ok()?.get(&id)?.upgrade()
+    }
+
+    /// A main-thread event: send the relayed calls, or tick an idle worker.
+    pub fn on_main(&self, event: u64) {
+        let now = now_ms();
+        if event == RELAY_EVENT {
+            for (worker, token) in self.relay.flush() {
+                if let Some(w) = self.worker(worker) {
+                    w.on_main(now, |e, out| e.on_root_reply(token, None, &[], now, out));
+                }
+            }
+        } else if let Some(w) = self.worker(event) {
+            w.on_main(now, |e, out| e.on_tick(now, out));
+        }
+    }
+
+    /// On the main thread: a relayed call's answer, to its worker's engine.
+    pub fn answered(&self, callout: u64, status: Option<String>, body: Vec<u8>) {
+        let found = self.relay.in_flight.lock().ok().and_then(|mut f| f.remove(&callout));
+        let Some((worker, token)) = found else {
+            return;
+        };
+        if let Some(w) = self.worker(worker) {
+            let now = now_ms();
+            w.on_main(now, |e, out| e.on_root_reply(token, status.as_deref(), &body, now, out));
+        }
     }
 }

@@ -3,18 +3,50 @@
 //! does for proxy-wasm.
 
 use crate::abi::{self, Body, FilterPtr, HeaderMap};
-use crate::worker::Worker;
-use loopguard_core::flow::{Effect, Effects, Level};
+use crate::worker::{Locked, Worker};
+use loopguard_core::flow::{Effect, Effects, Level, Request, Step};
 use loopguard_core::state::store::StoreCall;
 
-/// Where the effects apply: the stream at hand and the hook it is in.
+/// Where the effects apply: a stream's event on its worker thread (the
+/// stream and the hook it is in), or the main thread (no stream: only
+/// metrics, logs, relayed calls, resuming and ticking come from there).
 #[derive(Clone, Copy)]
 pub struct At {
     pub stream: u32,
-    pub filter: FilterPtr,
+    pub filter: Option<FilterPtr>,
     /// In a request body hook: the body is Envoy's buffered part plus the
     /// chunk at hand; elsewhere it is all buffered.
     pub in_request_body: bool,
+}
+
+impl At {
+    pub const MAIN: At = At {
+        stream: 0,
+        filter: None,
+        in_request_body: false,
+    };
+}
+
+/// Carry out effects until none are left, reporting the relayed calls
+/// and (in a stream's event, for `request`) sending the store call the
+/// engine asks for; what the request does next.
+pub fn settle(w: &Worker, l: &mut Locked, at: At, now: u64, mut request: Option<&mut Request>, mut step: Step) -> Step {
+    loop {
+        let pending = apply(w, at, &mut l.out);
+        if pending.replied {
+            step = Step::Pause;
+        }
+        if pending.root_calls_sent.is_empty() && pending.store_call.is_none() {
+            return step;
+        }
+        for sent in pending.root_calls_sent {
+            l.engine.on_root_call_sent(sent, now, &mut l.out);
+        }
+        if let (Some(call), Some(r), Some(f)) = (pending.store_call, request.as_deref_mut(), at.filter) {
+            let sent = dispatch(f, &call);
+            step = l.engine.on_call_sent(r, sent, now, &mut l.out);
+        }
+    }
 }
 
 /// What the caller must still do after [`apply`].
@@ -31,7 +63,12 @@ pub struct Pending {
 /// Carry out (and empty) `effects`.
 pub fn apply(worker: &Worker, at: At, effects: &mut Effects) -> Pending {
     let mut pending = Pending::default();
-    let f = at.filter;
+    let Some(f) = at.filter else {
+        for effect in effects.drain(..) {
+            main_thread(worker, effect, &mut pending);
+        }
+        return pending;
+    };
     for effect in effects.drain(..) {
         match effect {
             Effect::AddRequestHeader(name, value) => {
@@ -111,13 +148,24 @@ pub fn apply(worker: &Worker, at: At, effects: &mut Effects) -> Pending {
                 pending.replied = true;
             }
             Effect::SendStoreCall(call) => pending.store_call = Some(call),
+            Effect::Resume(stream) => worker.resume(stream, true),
+            Effect::ArmTick => worker.arm_tick(Some(at.stream)),
+            other => main_thread(worker, other, &mut pending),
+        }
+    }
+    pending
+}
+
+/// The effects that need no stream (any thread).
+fn main_thread(worker: &Worker, effect: Effect, pending: &mut Pending) {
+        match effect {
             Effect::SendFromRoot(call) => {
                 let token = worker.root_token();
                 worker.config.relay.send(worker.id, token, call);
                 pending.root_calls_sent.push(Ok(token));
             }
-            Effect::Resume(stream) => worker.resume(stream),
-            Effect::ArmTick => worker.arm_tick(Some(at.stream)),
+            Effect::Resume(stream) => worker.resume(stream, false),
+            Effect::ArmTick => worker.arm_tick(None),
             Effect::StopTick => worker.stop_tick(),
             Effect::Count(id, n) => worker.config.metrics.count(id, n),
             Effect::CountNamed(name, n) => worker.config.metrics.count_named(&name, n),
@@ -133,9 +181,10 @@ pub fn apply(worker: &Worker, at: At, effects: &mut Effects) -> Pending {
                     abi::log(level, &message);
                 }
             }
+            // A stream's own effects, with no stream at hand: nothing to
+            // apply them to (the engine makes none outside a stream).
+            _ => {}
         }
-    }
-    pending
 }
 
 /// Send a store call on behalf of a stream: its token, or why Envoy

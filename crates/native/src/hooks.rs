@@ -117,13 +117,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: Con
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
     _envoy: ConfigPtr,
     config: ConfigModule,
-    _event: u64,
+    event: u64,
 ) {
     guard(
         || {
             // SAFETY: a live configuration (Envoy drops events for gone ones).
             if let Some(c) = unsafe { (config as *const Arc<FilterConfig>).as_ref() } {
-                c.relay.flush();
+                c.on_main(event);
             }
         },
         || (),
@@ -187,7 +187,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
             // SAFETY: a live configuration; Envoy's arrays during the hook.
             if let Some(c) = unsafe { (config as *const Arc<FilterConfig>).as_ref() } {
                 let r = unsafe { reply(result, headers, headers_len, chunks, chunks_len) };
-                c.relay.answered(callout, r.status, r.body);
+                c.answered(callout, r.status, r.body);
             }
         },
         || (),
@@ -327,6 +327,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
     _f: FilterPtr,
     s: StreamModule,
 ) {
+    // Inside the stream's own event (a local reply ends it at once): run
+    // when that event is over, not now.
+    if crate::stream::completes_later() {
+        return;
+    }
     guard(
         || {
             if let Some(s) = unsafe { stream(s) } {

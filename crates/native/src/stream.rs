@@ -13,14 +13,14 @@ use loopguard_core::flow::{Effects, Engine, Request, Step};
 use loopguard_core::request::{HeaderBlock, RequestFacts, RequestHead};
 use loopguard_core::state::store::CallReply;
 use std::borrow::Cow;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// The event that resumes a paused stream (see [`Worker::resume`]).
 pub const RESUME_EVENT: u64 = 2;
 
 pub struct Stream {
     /// `None` when no engine could be made: everything passes.
-    worker: Option<Rc<Worker>>,
+    worker: Option<Arc<Worker>>,
     req: Request,
     filter: FilterPtr,
     /// A panic failed this stream: it is left alone from then on.
@@ -28,7 +28,7 @@ pub struct Stream {
 }
 
 impl Stream {
-    pub fn new(worker: Option<Rc<Worker>>, filter: FilterPtr) -> Stream {
+    pub fn new(worker: Option<Arc<Worker>>, filter: FilterPtr) -> Stream {
         let id = worker.as_ref().map_or(0, |w| w.open_stream(filter));
         Stream {
             worker,
@@ -43,8 +43,10 @@ impl Stream {
     }
 
     /// Feed the engine one event, carry out its effects (sending the store
-    /// call it asks for and reporting how that went, reporting relayed
-    /// calls), and say what the request does next.
+    /// call it asks for, reporting relayed calls), and say what the
+    /// request does next. The engine is locked for the event; Envoy may
+    /// end the stream inside a callback made meanwhile (a local reply),
+    /// and that ending is run once the lock is given back.
     fn run(
         &mut self,
         in_request_body: bool,
@@ -53,44 +55,39 @@ impl Stream {
         let Some(w) = self.worker.clone() else {
             return Step::Continue;
         };
-        if self.failed {
+        if self.failed || Running::now() {
+            // Re-entered from a callback of an event this thread runs: the
+            // engine is busy (as a Wasm VM would be).
             return Step::Continue;
         }
         let now = now_ms();
-        let mut out = w.take_scratch();
-        w.collect_answers(now, &mut out);
         if w.needs_driver() {
             w.arm_tick(Some(self.req.id));
         }
-        let mut step = match w.engine.try_borrow_mut() {
-            Ok(mut engine) => event(&mut engine, &mut self.req, &mut out),
-            Err(_) => Step::Continue,
-        };
-        let at = At {
-            stream: self.req.id,
-            filter: self.filter,
-            in_request_body,
-        };
-        loop {
-            let pending = effects::apply(&w, at, &mut out);
-            if pending.replied {
-                step = Step::Pause;
-            }
-            if pending.root_calls_sent.is_empty() && pending.store_call.is_none() {
-                break;
-            }
-            let Ok(mut engine) = w.engine.try_borrow_mut() else {
-                break;
+        let step = {
+            let Some(mut guard) = w.lock() else {
+                return Step::Continue;
             };
-            for sent in pending.root_calls_sent {
-                engine.on_root_call_sent(sent, now, &mut out);
-            }
-            if let Some(call) = pending.store_call {
-                let sent = effects::dispatch(self.filter, &call);
-                step = engine.on_call_sent(&mut self.req, sent, now, &mut out);
-            }
+            let _running = Running::enter();
+            let l = &mut *guard;
+            let step = event(&mut l.engine, &mut self.req, &mut l.out);
+            let at = At {
+                stream: self.req.id,
+                filter: Some(self.filter),
+                in_request_body,
+            };
+            let step = effects::settle(&w, l, at, now, Some(&mut self.req), step);
+            l.out.clear();
+            step
+        };
+        if step == Step::Pause && w.ticking() {
+            // Resumed by a tick, maybe on the main thread: its scheduler
+            // is made now, on its own thread.
+            w.can_resume(self.req.id);
         }
-        w.put_back(out);
+        if Running::ended_meanwhile() {
+            self.on_complete();
+        }
         step
     }
 
@@ -234,12 +231,58 @@ impl Stream {
         }
     }
 
-    /// Envoy destroys the stream.
+    /// Envoy destroys the stream: what the engine gave the request is
+    /// dropped under the engine's lock.
     pub fn close(&mut self) {
         if let Some(w) = &self.worker {
-            w.close_stream(self.req.id);
+            let id = self.req.id;
+            let req = std::mem::replace(&mut self.req, Request::new(0));
+            w.close_stream(id, move || drop(req));
         }
     }
+}
+
+/// Whether this thread is inside a stream's event (the engine locked), and
+/// whether Envoy ended that stream meanwhile.
+struct Running;
+
+thread_local! {
+    static RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static ENDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl Running {
+    fn enter() -> Running {
+        RUNNING.with(|r| r.set(true));
+        ENDED.with(|e| e.set(false));
+        Running
+    }
+
+    fn now() -> bool {
+        RUNNING.with(|r| r.get())
+    }
+
+    /// The stream ended while its event ran (taken once).
+    fn ended_meanwhile() -> bool {
+        ENDED.with(|e| e.replace(false))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.with(|r| r.set(false));
+    }
+}
+
+/// Called by Envoy's stream-complete hook: `true` if it came inside the
+/// stream's own event (then it runs when that event is over).
+pub fn completes_later() -> bool {
+    RUNNING.with(|r| {
+        if r.get() {
+            ENDED.with(|e| e.set(true));
+        }
+        r.get()
+    })
 }
 
 /// One slice as it is, several joined into one copy.

@@ -1,8 +1,10 @@
 //! The tick. Envoy's dynamic-module ABI has schedulers (post an event to a
-//! stream's worker thread, from any thread) but no timers, so one module
-//! thread is the clock: every [`TICK_MS`] it commits the tick event to each
-//! worker's driving stream (a stream of that worker, chosen by the worker
-//! while its engine wants ticks). It sleeps while no worker wants ticks.
+//! stream's worker thread, or to the main thread, from any thread) but no
+//! timers, so one module thread is the clock: every [`TICK_MS`] it commits
+//! a tick to each worker whose engine wants ticks, through the scheduler
+//! of one of its streams or, while it has none, the configuration's (the
+//! main thread then ticks that worker's engine). It sleeps while no
+//! worker wants ticks.
 
 use crate::abi::{self, SchedulerPtr};
 use std::collections::HashMap;
@@ -15,14 +17,21 @@ pub const TICK_MS: u64 = 5;
 /// The event id of a tick.
 pub const TICK_EVENT: u64 = 1;
 
-/// A scheduler pointer crossing to the clock thread. Envoy documents
-/// commits as safe from any thread; deletion is serialised with them by
-/// the drivers' lock.
+/// What ticks a worker: a stream's scheduler (the tick runs on the
+/// worker thread) or its configuration's (on the main thread). Envoy
+/// documents commits as safe from any thread; a stream's scheduler is
+/// deleted only after `stop`, which the drivers' lock orders with commits.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Sched(usize);
+pub enum Driver {
+    Stream(SchedulerPtr),
+    Main(SchedulerPtr),
+}
+
+// SAFETY: only the address crosses threads; see `Driver`.
+unsafe impl Send for Driver {}
 
 struct Clock {
-    drivers: Mutex<HashMap<u64, Sched>>,
+    drivers: Mutex<HashMap<u64, Driver>>,
     wake: Condvar,
 }
 
@@ -57,21 +66,26 @@ fn run() {
                 Err(_) => return,
             };
         }
-        for s in drivers.values() {
+        for (worker, d) in drivers.iter() {
             // SAFETY: a registered scheduler lives until it is removed
-            // under this lock (see `stop`).
-            unsafe { abi::scheduler_commit(s.0 as SchedulerPtr, TICK_EVENT) };
+            // under this lock (see `stop`); a configuration's lives as
+            // long as the configuration, whose workers unregister first.
+            match *d {
+                Driver::Stream(s) => unsafe { abi::scheduler_commit(s, TICK_EVENT) },
+                Driver::Main(s) => unsafe { abi::config_scheduler_commit(s, *worker) },
+            }
         }
         drop(drivers);
         std::thread::sleep(Duration::from_millis(TICK_MS));
     }
 }
 
-/// Tick `worker` through `scheduler` from now on (replacing its driver).
-pub fn drive(worker: u64, scheduler: SchedulerPtr) {
+/// Tick `worker` through `driver` from now on (replacing its driver). On
+/// the main thread, the event id is the worker's id.
+pub fn drive(worker: u64, driver: Driver) {
     let c = clock();
     if let Ok(mut d) = c.drivers.lock() {
-        d.insert(worker, Sched(scheduler as usize));
+        d.insert(worker, driver);
         c.wake.notify_one();
     }
 }

@@ -1,4 +1,5 @@
-//! Envoy configurations around the loopguard Wasm filter: flags, buffer filter, limits, clusters.
+//! Envoy configurations around the loopguard filter (Wasm, or the native
+//! module: native.rs): flags, buffer filter, limits, clusters.
 
 use super::routes::{mcp_route_lints, route_lints};
 use super::{bodies_matter, warns_upstream, Report, BUFFER_FILTER};
@@ -121,7 +122,22 @@ pub(super) fn envoy_setup(
             ),
         ),
     }
-    let holds = cfg.hold_request_headers && flag;
+    chain_setup(r, docs, &loc, filter, cfg, cfg.hold_request_headers && flag);
+}
+
+/// What the HTTP filter chains around loopguard's filter (named `filter`,
+/// Wasm or native) and the clusters do to it: the buffer filter, limits,
+/// routes. `holds`: loopguard holds request headers until it has judged
+/// the body.
+pub(super) fn chain_setup(
+    r: &mut Report,
+    docs: &[Document],
+    loc: &str,
+    filter: &str,
+    cfg: &Config,
+    holds: bool,
+) {
+    let loc = loc.to_string();
     let mut all: Vec<Hcm<'_>> = Vec::new();
     for d in docs {
         hcms_in(&d.value, None, &mut all);

@@ -1,10 +1,12 @@
 //! `loopguard check`: validate every loopguard configuration in the given
-//! files with the filter's own validation, then look at the setup around
-//! it for mistakes that make loopguard silently do less than intended.
+//! files (the Wasm filter's and the native module's) with the filter's own
+//! validation, then look at the setup around it for mistakes that make
+//! loopguard silently do less than intended.
 
 mod envoy;
 mod gateway;
 mod istio;
+pub(crate) mod native;
 mod routes;
 #[cfg(test)]
 mod tests;
@@ -15,6 +17,7 @@ use envoy::{envoy_setup, has_hcm};
 use gateway::gateway_setup;
 use istio::{envoy_filter_anchors, istio_setup};
 use loopguard_core::config::{Action, Config, ToolStep};
+use native::{native_setup, per_route_lints, Native};
 
 const BUFFER_FILTER: &str = "envoy.filters.http.buffer";
 
@@ -66,13 +69,14 @@ impl Report {
 
 /// Kinds that only support a loopguard setup (checked against it, not
 /// required to hold a configuration).
-const SUPPORTING_KINDS: [&str; 7] = [
+const SUPPORTING_KINDS: [&str; 8] = [
     "EnvoyFilter",
     "VirtualService",
     "Gateway",
     "HTTPRoute",
     "EnvoyProxy",
     "BackendTrafficPolicy",
+    "ClientTrafficPolicy",
     "AIGatewayRoute",
 ];
 
@@ -90,6 +94,17 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
             },
         }
     }
+    let natives = native::find(docs);
+    let mut native_configs: Vec<(&Native<'_>, Config)> = Vec::new();
+    for n in &natives {
+        match &n.bytes {
+            Err(why) => r.error(n.location(), why.clone()),
+            Ok(bytes) => match Config::parse(bytes) {
+                Ok(cfg) => native_configs.push((n, cfg)),
+                Err(e) => r.error(n.location(), e.to_string()),
+            },
+        }
+    }
     // A file with nothing loopguard in it was probably given by mistake.
     let mut files: Vec<&str> = Vec::new();
     for d in docs {
@@ -98,7 +113,8 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
         }
     }
     for file in files {
-        let has_config = found.iter().any(|f| f.doc.file == file);
+        let has_config =
+            found.iter().any(|f| f.doc.file == file) || natives.iter().any(|n| n.doc.file == file);
         let supports = docs
             .iter()
             .filter(|d| d.file == file)
@@ -106,7 +122,7 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
         if !has_config && !supports {
             r.error(
                 file,
-                "holds no loopguard configuration (a policy JSON, an Envoy config with the loopguard Wasm filter, a WasmPlugin or an EnvoyExtensionPolicy)",
+                "holds no loopguard configuration (a policy JSON, an Envoy config with the loopguard Wasm filter or dynamic module, a WasmPlugin or an EnvoyExtensionPolicy)",
             );
         }
     }
@@ -119,6 +135,11 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
             Origin::ExtensionPolicy { index } => gateway_setup(&mut r, docs, f, *index, cfg),
         }
     }
+    for (n, cfg) in &native_configs {
+        mcp_lints(&mut r, &n.location(), cfg);
+        native_setup(&mut r, docs, n, cfg);
+    }
+    per_route_lints(&mut r, docs, &natives);
     envoy_filter_anchors(&mut r, docs);
     r.0
 }
