@@ -83,8 +83,12 @@ impl Relay {
         };
         let mut refused = Vec::new();
         for o in queued {
-            let headers: Vec<(&str, &str)> =
-                o.call.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let headers: Vec<(&str, &str)> = o
+                .call
+                .headers
+                .iter()
+                .map(|(k, v)| (*k, v.as_str()))
+                .collect();
             let sent = abi::config_callout(
                 self.config as ConfigPtr,
                 &abi::Callout {
@@ -103,7 +107,10 @@ impl Relay {
                 Err(why) => {
                     abi::log(
                         abi::LogLevel::Debug,
-                        &format!("loopguard: Envoy refused a call to cluster \"{}\" ({why})", o.call.cluster),
+                        &format!(
+                            "loopguard: Envoy refused a call to cluster \"{}\" ({why})",
+                            o.call.cluster
+                        ),
                     );
                     refused.push((o.worker, o.token));
                 }
@@ -188,13 +195,20 @@ impl FilterConfig {
 
     /// On the main thread: a relayed call's answer, to its worker's engine.
     pub fn answered(&self, callout: u64, status: Option<String>, body: Vec<u8>) {
-        let found = self.relay.in_flight.lock().ok().and_then(|mut f| f.remove(&callout));
+        let found = self
+            .relay
+            .in_flight
+            .lock()
+            .ok()
+            .and_then(|mut f| f.remove(&callout));
         let Some((worker, token)) = found else {
             return;
         };
         if let Some(w) = self.worker(worker) {
             let now = now_ms();
-            w.on_main(now, |e, out| e.on_root_reply(token, status.as_deref(), &body, now, out));
+            w.on_main(now, |e, out| {
+                e.on_root_reply(token, status.as_deref(), &body, now, out)
+            });
         }
     }
 }

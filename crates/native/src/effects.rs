@@ -30,7 +30,14 @@ impl At {
 /// Carry out effects until none are left, reporting the relayed calls
 /// and (in a stream's event, for `request`) sending the store call the
 /// engine asks for; what the request does next.
-pub fn settle(w: &Worker, l: &mut Locked, at: At, now: u64, mut request: Option<&mut Request>, mut step: Step) -> Step {
+pub fn settle(
+    w: &Worker,
+    l: &mut Locked,
+    at: At,
+    now: u64,
+    mut request: Option<&mut Request>,
+    mut step: Step,
+) -> Step {
     loop {
         let pending = apply(w, at, &mut l.out);
         if pending.replied {
@@ -42,7 +49,9 @@ pub fn settle(w: &Worker, l: &mut Locked, at: At, now: u64, mut request: Option<
         for sent in pending.root_calls_sent {
             l.engine.on_root_call_sent(sent, now, &mut l.out);
         }
-        if let (Some(call), Some(r), Some(f)) = (pending.store_call, request.as_deref_mut(), at.filter) {
+        if let (Some(call), Some(r), Some(f)) =
+            (pending.store_call, request.as_deref_mut(), at.filter)
+        {
             let sent = dispatch(f, &call);
             step = l.engine.on_call_sent(r, sent, now, &mut l.out);
         }
@@ -158,33 +167,33 @@ pub fn apply(worker: &Worker, at: At, effects: &mut Effects) -> Pending {
 
 /// The effects that need no stream (any thread).
 fn main_thread(worker: &Worker, effect: Effect, pending: &mut Pending) {
-        match effect {
-            Effect::SendFromRoot(call) => {
-                let token = worker.root_token();
-                worker.config.relay.send(worker.id, token, call);
-                pending.root_calls_sent.push(Ok(token));
-            }
-            Effect::Resume(stream) => worker.resume(stream, false),
-            Effect::ArmTick => worker.arm_tick(None),
-            Effect::StopTick => worker.stop_tick(),
-            Effect::Count(id, n) => worker.config.metrics.count(id, n),
-            Effect::CountNamed(name, n) => worker.config.metrics.count_named(&name, n),
-            Effect::Record(id, value) => worker.config.metrics.record(id, value),
-            Effect::Log(level, message) => {
-                let level = match level {
-                    Level::Debug => abi::LogLevel::Debug,
-                    Level::Info => abi::LogLevel::Info,
-                    Level::Warn => abi::LogLevel::Warn,
-                    Level::Error => abi::LogLevel::Error,
-                };
-                if abi::log_enabled(level) {
-                    abi::log(level, &message);
-                }
-            }
-            // A stream's own effects, with no stream at hand: nothing to
-            // apply them to (the engine makes none outside a stream).
-            _ => {}
+    match effect {
+        Effect::SendFromRoot(call) => {
+            let token = worker.root_token();
+            worker.config.relay.send(worker.id, token, call);
+            pending.root_calls_sent.push(Ok(token));
         }
+        Effect::Resume(stream) => worker.resume(stream, false),
+        Effect::ArmTick => worker.arm_tick(None),
+        Effect::StopTick => worker.stop_tick(),
+        Effect::Count(id, n) => worker.config.metrics.count(id, n),
+        Effect::CountNamed(name, n) => worker.config.metrics.count_named(&name, n),
+        Effect::Record(id, value) => worker.config.metrics.record(id, value),
+        Effect::Log(level, message) => {
+            let level = match level {
+                Level::Debug => abi::LogLevel::Debug,
+                Level::Info => abi::LogLevel::Info,
+                Level::Warn => abi::LogLevel::Warn,
+                Level::Error => abi::LogLevel::Error,
+            };
+            if abi::log_enabled(level) {
+                abi::log(level, &message);
+            }
+        }
+        // A stream's own effects, with no stream at hand: nothing to
+        // apply them to (the engine makes none outside a stream).
+        _ => {}
+    }
 }
 
 /// Send a store call on behalf of a stream: its token, or why Envoy

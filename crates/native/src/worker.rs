@@ -255,7 +255,14 @@ impl Worker {
         };
         let l = &mut *guard;
         event(&mut l.engine, &mut l.out);
-        crate::effects::settle(self, l, crate::effects::At::MAIN, now, None, loopguard_core::flow::Step::Continue);
+        crate::effects::settle(
+            self,
+            l,
+            crate::effects::At::MAIN,
+            now,
+            None,
+            loopguard_core::flow::Step::Continue,
+        );
         l.out.clear();
     }
 
