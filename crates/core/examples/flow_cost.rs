@@ -4,6 +4,7 @@
 //! go natively.
 //!
 //!     cargo run --release -p loopguard-core --example flow_cost -- BODY.json near 200
+//!     cargo run --release -p loopguard-core --example flow_cost -- BODY.json tool_loops 200
 //!     cargo run --release -p loopguard-core --example flow_cost -- mcp 200
 //!     cargo run --release -p loopguard-core --example flow_cost -- mcp-cold 200
 #![allow(
@@ -102,9 +103,16 @@ fn main() {
     let body = std::fs::read(&args[1]).unwrap();
     let similarity = args.get(2).map_or("near", String::as_str);
     let n: u32 = args.get(3).map_or(200, |s| s.parse().unwrap());
-    let cfg = Config::from_value(&serde_json::json!({"policies": [{"id": "p", "spec": {"selector": {},
-        "loop_detection": {"enabled": true, "window_seconds": 1, "threshold_identical_requests": 64, "similarity": similarity}}}]}))
-    .unwrap();
+    // `tool_loops`: the tool-loop judge alone; else loop detection in
+    // that similarity mode.
+    let spec = if similarity == "tool_loops" {
+        serde_json::json!({"selector": {}, "tool_loops": {"enabled": true}})
+    } else {
+        serde_json::json!({"selector": {}, "loop_detection": {"enabled": true, "window_seconds": 1,
+            "threshold_identical_requests": 64, "similarity": similarity}})
+    };
+    let cfg =
+        Config::from_value(&serde_json::json!({"policies": [{"id": "p", "spec": spec}]})).unwrap();
     let mut engine = Engine::new(cfg, "bench", |_| Ok(InProcess::default()), |_| None, 1).unwrap();
     let head = RequestHead {
         method: "POST",

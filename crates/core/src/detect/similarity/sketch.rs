@@ -247,19 +247,59 @@ fn densify(mins: &mut [u32; BINS]) {
     let Some(first_full) = mins.iter().position(|&m| m != u32::MAX) else {
         return;
     };
-    let full: Vec<bool> = mins.iter().map(|&m| m != u32::MAX).collect();
-    // Walk right to left from the first full bin, remembering the nearest
-    // full bin to the right.
+    // Walk right to left from the first full bin (wrapping), remembering
+    // the nearest full bin to the right. Each bin is read before it is
+    // written, so whether it was full is read from the bin itself.
     let mut source = mins.get(first_full).copied().unwrap_or(0);
     let mut distance = 0u64;
-    for k in 1..=BINS {
-        let i = (first_full + BINS - k) % BINS;
+    let (before, from) = mins.split_at_mut(first_full);
+    for m in before.iter_mut().rev().chain(from.iter_mut().rev()) {
         distance += 1;
-        if full.get(i).copied().unwrap_or(false) {
-            source = mins.get(i).copied().unwrap_or(0);
+        if *m != u32::MAX {
+            source = *m;
             distance = 0;
-        } else if let Some(m) = mins.get_mut(i) {
+        } else {
             *m = mix(u64::from(source) ^ distance.wrapping_mul(GOLDEN)) as u32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod densify_tests {
+    use super::{densify, mix, BINS, GOLDEN};
+
+    /// `densify` as it was (a copy of which bins were full, indices
+    /// wrapping by remainder).
+    fn reference(mins: &mut [u32; BINS]) {
+        let Some(first_full) = mins.iter().position(|&m| m != u32::MAX) else {
+            return;
+        };
+        let full: Vec<bool> = mins.iter().map(|&m| m != u32::MAX).collect();
+        let mut source = mins[first_full];
+        let mut distance = 0u64;
+        for k in 1..=BINS {
+            let i = (first_full + BINS - k) % BINS;
+            distance += 1;
+            if full[i] {
+                source = mins[i];
+                distance = 0;
+            } else {
+                mins[i] = mix(u64::from(source) ^ distance.wrapping_mul(GOLDEN)) as u32;
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn densifies_as_before(full in proptest::collection::vec((0usize..BINS, proptest::num::u32::ANY), 0..40)) {
+            let mut mins = [u32::MAX; BINS];
+            for (i, v) in full {
+                mins[i] = v;
+            }
+            let mut expected = mins;
+            reference(&mut expected);
+            densify(&mut mins);
+            proptest::prop_assert_eq!(mins.to_vec(), expected.to_vec());
         }
     }
 }

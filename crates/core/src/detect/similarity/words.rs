@@ -114,8 +114,13 @@ pub fn quoted(text: &str) -> Vec<String> {
             .is_none_or(|c| !c.is_alphanumeric())
     };
     let mut out = Vec::new();
+    // Text without a non-ASCII byte holds none of the other quotes.
+    let ascii_text = text.is_ascii();
     for (open, close) in PAIRS {
         let ascii = open.is_ascii();
+        if ascii_text && !ascii {
+            continue;
+        }
         let mut from = 0;
         while let Some(i) = text
             .get(from..)

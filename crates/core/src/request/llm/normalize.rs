@@ -37,9 +37,11 @@ impl Normalizer {
 /// `raw` is not a valid JSON string.
 pub fn normalize_json_str(raw: &[u8]) -> Option<String> {
     let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-    if !inner.contains(&b'\\') {
+    if memchr::memchr(b'\\', inner).is_none() {
         let s = std::str::from_utf8(inner).ok()?;
-        if s.chars().any(|c| u32::from(c) < 0x20) {
+        // A character below U+0020 is that byte (UTF-8 continuation and
+        // lead bytes are all 0x80 and above).
+        if inner.iter().any(|&b| b < 0x20) {
             return None;
         }
         return Some(normalize_text(s));
@@ -103,28 +105,85 @@ fn hex4(b: &[u8]) -> Option<(u32, &[u8])> {
 
 /// Lower-case, whitespace runs collapsed to one space, trimmed.
 pub fn normalize_text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut pending_space = false;
     if s.is_ascii() {
-        // The common case, a byte at a time.
-        for &b in s.as_bytes() {
-            if b.is_ascii_whitespace() || b == 0x0b {
-                pending_space = !out.is_empty();
-            } else {
-                if pending_space {
-                    out.push(' ');
-                    pending_space = false;
-                }
-                out.push(char::from(b.to_ascii_lowercase()));
-            }
-        }
-        return out;
+        return normalize_ascii(s);
     }
-    let mut n = Normalizer { out, pending_space };
+    let mut n = Normalizer::new(s.len());
     for c in s.chars() {
         n.push(c);
     }
     n.out
+}
+
+/// [`normalize_text`] of ASCII text: the runs between whitespace that
+/// needs rewriting (anything but one space between two words) are copied
+/// whole, and lower-cased at the end in one pass.
+fn normalize_ascii(s: &str) -> String {
+    let b = s.as_bytes();
+    let n = b.len();
+    let ws = |i: usize| {
+        b.get(i)
+            .is_some_and(|&c| c.is_ascii_whitespace() || c == 0x0b)
+    };
+    let mut out = String::with_capacity(n);
+    let mut j = 0;
+    while ws(j) {
+        j += 1;
+    }
+    // `b[seg..j]` is still to be copied; `b[seg]` is not whitespace.
+    let mut seg = j;
+    while let Some(&c) = b.get(j) {
+        if plain_words(b.get(j..j + 8), b.get(j + 8)) {
+            j += 8;
+            continue;
+        }
+        if c > b' ' || !ws(j) {
+            j += 1;
+            continue;
+        }
+        if c == b' ' && j + 1 < n && !ws(j + 1) {
+            // One space between two words: kept as it is.
+            j += 2;
+            continue;
+        }
+        out.push_str(s.get(seg..j).unwrap_or_default());
+        let mut k = j;
+        while ws(k) {
+            k += 1;
+        }
+        if k < n {
+            out.push(' ');
+        }
+        seg = k;
+        j = k;
+    }
+    out.push_str(s.get(seg..).unwrap_or_default());
+    out.make_ascii_lowercase();
+    out
+}
+
+/// Whether eight ASCII bytes (then `next`) are words with single spaces
+/// between them, kept as they are: no byte below 0x20, and every space
+/// followed by a byte above it. Eight bytes at a time (SWAR); each byte
+/// has its high bit set before the subtraction, so none borrows from the
+/// next.
+fn plain_words(chunk: Option<&[u8]>, next: Option<&u8>) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let Some(chunk) = chunk else {
+        return false;
+    };
+    let mut word = [0u8; 8];
+    word.copy_from_slice(chunk);
+    let v = u64::from_le_bytes(word);
+    // High bit of each byte: below 0x20, and at most 0x20.
+    let below = !((v | HIGHS).wrapping_sub(ONES * 0x20)) & HIGHS;
+    let at_most = !((v | HIGHS).wrapping_sub(ONES * 0x21)) & HIGHS;
+    if below != 0 || at_most & (at_most >> 8) != 0 {
+        return false;
+    }
+    // A space last: the byte after it must be a word's.
+    at_most >> 63 == 0 || next.is_some_and(|&c| c > b' ')
 }
 
 /// JSON with object keys sorted and no insignificant whitespace.

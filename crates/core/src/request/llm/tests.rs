@@ -519,3 +519,46 @@ fn model_of_finds_the_model_key_without_parsing() {
     assert_eq!(model_of(b"{}"), None);
     assert_eq!(model_of(br#"{"model": ""}"#), None);
 }
+
+/// `normalize_text` as it was, a character at a time.
+fn normalize_text_reference(s: &str) -> String {
+    let mut out = String::new();
+    let mut pending_space = false;
+    for c in s.chars() {
+        let space = if c.is_ascii() {
+            c.is_ascii_whitespace() || c == '\u{b}'
+        } else {
+            c.is_whitespace()
+        };
+        if space {
+            pending_space = !out.is_empty();
+        } else {
+            if pending_space {
+                out.push(' ');
+                pending_space = false;
+            }
+            if s.is_ascii() {
+                out.push(c.to_ascii_lowercase());
+            } else {
+                out.extend(c.to_lowercase());
+            }
+        }
+    }
+    out
+}
+
+proptest::proptest! {
+    /// Copying the runs between whitespace whole normalises as a character
+    /// at a time did.
+    #[test]
+    fn ascii_text_normalises_as_before(
+        s in "[ \\t\\n\\r\\x0b\\x0c\\x01a-zA-Z0-9.]{0,40}|( |  |[a-zA-Z]{1,9}|\\t|\\n|\\x01|\\x7f){0,40}"
+    ) {
+        proptest::prop_assert_eq!(normalize_text(&s), normalize_text_reference(&s));
+    }
+
+    #[test]
+    fn any_text_normalises_as_before(s in "\\PC*|[\\x00-\\x7f\u{e9}\u{1f600}\\s]*") {
+        proptest::prop_assert_eq!(normalize_text(&s), normalize_text_reference(&s));
+    }
+}

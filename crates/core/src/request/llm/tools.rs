@@ -646,13 +646,29 @@ fn may_read_actions(raw: &[u8]) -> bool {
 
 /// Whether a content's bytes show a marker of a text action.
 fn may_hold_action(raw: &[u8]) -> bool {
-    let has = |n: &[u8]| memchr::memmem::find(raw, n).is_some();
-    has(b"```")
-        || has(b"<function=")
-        || has(b"<execute")
-        || has(b"<solution>")
-        || has(b"Action:")
-        || has(b"_")
+    // Any of "```", "<function=", "<execute", "<solution>", "Action:" or
+    // "_": one pass for `_`, one over the bytes that start the others (no
+    // searcher is built per call).
+    if memchr::memchr(b'_', raw).is_some() {
+        return true;
+    }
+    let mut from = 0;
+    while let Some(at) = raw
+        .get(from..)
+        .and_then(|r| memchr::memchr3(b'`', b'<', b'A', r))
+    {
+        let rest = raw.get(from + at..).unwrap_or_default();
+        if rest.starts_with(b"```")
+            || rest.starts_with(b"<function=")
+            || rest.starts_with(b"<execute")
+            || rest.starts_with(b"<solution>")
+            || rest.starts_with(b"Action:")
+        {
+            return true;
+        }
+        from += at + 1;
+    }
+    false
 }
 
 /// A system or developer message's role.
@@ -733,4 +749,46 @@ fn apply(body: &[u8], mut edits: Vec<Edit>) -> Vec<u8> {
 fn object_end(body: &[u8]) -> Option<usize> {
     let at = body.iter().rposition(|b| !b.is_ascii_whitespace())?;
     (body.get(at) == Some(&b'}')).then_some(at)
+}
+
+#[cfg(test)]
+mod marker_tests {
+    use super::may_hold_action;
+
+    fn reference(raw: &[u8]) -> bool {
+        let has = |n: &[u8]| memchr::memmem::find(raw, n).is_some();
+        has(b"```")
+            || has(b"<function=")
+            || has(b"<execute")
+            || has(b"<solution>")
+            || has(b"Action:")
+            || has(b"_")
+    }
+
+    const PIECES: [&str; 16] = [
+        "`",
+        "``",
+        "```",
+        "<",
+        "<function",
+        "=",
+        "<execute",
+        "<solution",
+        ">",
+        "Action",
+        ":",
+        "A",
+        "_",
+        " text ",
+        "\"",
+        "\u{e9}",
+    ];
+
+    proptest::proptest! {
+        #[test]
+        fn markers_are_found_as_before(picks in proptest::collection::vec(0usize..PIECES.len(), 0..12)) {
+            let raw: String = picks.iter().filter_map(|&i| PIECES.get(i).copied()).collect();
+            proptest::prop_assert_eq!(may_hold_action(raw.as_bytes()), reference(raw.as_bytes()));
+        }
+    }
 }

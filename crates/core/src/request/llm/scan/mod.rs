@@ -247,7 +247,13 @@ pub fn get(members: &[(&[u8], Span)], key: &str) -> Option<Span> {
 pub fn plain_str(b: &[u8], span: Span) -> Option<&[u8]> {
     let raw = b.get(span.0..span.1)?;
     let inner = raw.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
-    (!inner.contains(&b'\\')).then_some(inner)
+    // A role or a type is a few bytes: looked over directly, not searched.
+    let escaped = if inner.len() <= 16 {
+        inner.iter().fold(false, |seen, &c| seen | (c == b'\\'))
+    } else {
+        memchr::memchr(b'\\', inner).is_some()
+    };
+    (!escaped).then_some(inner)
 }
 
 #[cfg(test)]

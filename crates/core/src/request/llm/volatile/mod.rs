@@ -249,6 +249,30 @@ impl Cursor {
                 self.in_word = false;
                 continue;
             }
+            if !self.in_word && c.is_ascii_alphabetic() {
+                // A word of letters only, not running on into digits, `_`
+                // or `-`: no class takes it (each needs digits, or a `_` or
+                // `-` after the letters), so it is passed over whole, as
+                // the general path below would.
+                let mut p = i + 1;
+                while b.get(p).is_some_and(u8::is_ascii_alphabetic) {
+                    p += 1;
+                }
+                if !b
+                    .get(p)
+                    .is_some_and(|n| n.is_ascii_digit() || matches!(n, b'_' | b'-'))
+                {
+                    if self.noise && !self.numbers {
+                        self.keyed = match b.get(i..p) {
+                            Some(w) if names_noise(w) => 2,
+                            _ => self.keyed.saturating_sub(1),
+                        };
+                    }
+                    self.i = p;
+                    self.in_word = true;
+                    continue;
+                }
+            }
             let found = if self.in_word {
                 None
             } else {

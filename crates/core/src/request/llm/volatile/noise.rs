@@ -155,12 +155,81 @@ pub(super) fn names_noise(word: &[u8]) -> bool {
     {
         return false;
     }
-    let mut lower = [0u8; 9];
+    let first = word.first().map_or(0, u8::to_ascii_lowercase);
+    let lengths = LENGTHS_BY_LETTER
+        .get(usize::from(first.wrapping_sub(b'a')))
+        .copied()
+        .unwrap_or(0);
+    if lengths >> len & 1 == 0 {
+        // No key of this length starts with this letter.
+        return false;
+    }
+    // Zero-padded as `pack` pads.
+    let mut lower = [0u8; 16];
     for (d, c) in lower.iter_mut().zip(word) {
         *d = c.to_ascii_lowercase();
     }
-    let lower = lower.get(..len).unwrap_or_default();
-    NOISE_KEYS.binary_search(&lower).is_ok()
+    NOISE_PACKED
+        .binary_search(&u128::from_be_bytes(lower))
+        .is_ok()
+}
+
+/// Per letter `a`..`z`, the lengths of the [`NOISE_KEYS`] starting with it
+/// (bit `n` for length `n`): most words are answered without a search.
+pub(super) const LENGTHS_BY_LETTER: [u16; 26] = lengths_by_letter(NOISE_KEYS);
+
+const fn lengths_by_letter(keys: &[&[u8]]) -> [u16; 26] {
+    let mut out = [0u16; 26];
+    let mut src = keys;
+    while let [k, rest @ ..] = src {
+        if let [first, ..] = k {
+            let mut slot: &mut [u16] = &mut out;
+            let mut letter = b'a';
+            while let [s, tail @ ..] = slot {
+                if letter == *first {
+                    *s |= 1 << k.len();
+                }
+                letter += 1;
+                slot = tail;
+            }
+        }
+        src = rest;
+    }
+    out
+}
+
+/// [`NOISE_KEYS`] packed into integers (see [`pack`]), in the same order:
+/// a binary search compares integers, not byte strings.
+pub(super) const NOISE_PACKED: [u128; NOISE_KEYS.len()] = pack_all(NOISE_KEYS);
+
+/// A word of at most 16 bytes as an integer, its bytes big-endian and
+/// zero-padded: two words compare as integers as they do as byte strings
+/// (no key holds a zero byte), and are equal only when they are.
+pub(super) const fn pack(w: &[u8]) -> u128 {
+    let mut v = 0u128;
+    let mut n = 0u32;
+    let mut rest = w;
+    while let [c, tail @ ..] = rest {
+        v = (v << 8) | *c as u128;
+        n += 1;
+        rest = tail;
+    }
+    match v.checked_shl(8 * (16 - n)) {
+        Some(v) => v,
+        None => 0,
+    }
+}
+
+const fn pack_all<const N: usize>(keys: &[&[u8]]) -> [u128; N] {
+    let mut out = [0u128; N];
+    let mut dst: &mut [u128] = &mut out;
+    let mut src = keys;
+    while let ([d, dst_rest @ ..], [k, src_rest @ ..]) = (dst, src) {
+        *d = pack(k);
+        dst = dst_rest;
+        src = src_rest;
+    }
+    out
 }
 
 /// Whether the number at `i` (a word start) is noise, and where the masked

@@ -466,3 +466,157 @@ fn a_countdown_is_masked_in_observations_not_in_what_a_user_wrote() {
         vec![Part::Text("with # steps left i will rerun it".into())]
     );
 }
+
+/// The word lookup as it was (a binary search over the byte strings): the
+/// packed table and the per-letter lengths answer alike.
+fn names_noise_reference(word: &[u8]) -> bool {
+    let len = word.len();
+    if !(2..=9).contains(&len)
+        || !matches!(word.first().map(u8::to_ascii_lowercase), Some(b'a'..=b'w'))
+    {
+        return false;
+    }
+    let lower: Vec<u8> = word.iter().map(u8::to_ascii_lowercase).collect();
+    NOISE_KEYS.binary_search(&lower.as_slice()).is_ok()
+}
+
+#[test]
+fn packed_noise_keys_answer_as_the_keys() {
+    use super::noise::{pack, LENGTHS_BY_LETTER, NOISE_PACKED};
+    assert!(NOISE_PACKED.windows(2).all(|w| w[0] < w[1]));
+    for (k, p) in NOISE_KEYS.iter().zip(NOISE_PACKED.iter()) {
+        assert_eq!(pack(k), *p);
+        let letter = usize::from(k[0] - b'a');
+        assert_ne!(LENGTHS_BY_LETTER[letter] >> k.len() & 1, 0);
+        assert!(names_noise(k));
+        assert!(names_noise(&k.to_ascii_uppercase()));
+        // One letter more or less, or another last letter.
+        let mut longer = k.to_vec();
+        longer.push(b's');
+        assert_eq!(names_noise(&longer), names_noise_reference(&longer));
+        assert_eq!(
+            names_noise(&k[..k.len() - 1]),
+            names_noise_reference(&k[..k.len() - 1])
+        );
+    }
+}
+
+/// The scan as it was before words of letters only were passed over in
+/// one step: the tokens it finds, in order.
+fn tokens_reference(text: &str, classes: Classes, context: Context) -> Vec<(usize, usize, String)> {
+    use super::noise::noise_number;
+    use super::shapes::{is_alnum, number_end, token, word_end};
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    if classes.is_empty() {
+        return out;
+    }
+    let numbers = context == Context::ToolResult && classes.contains(Class::ToolResultNumbers);
+    let noise = context != Context::Arguments && classes.contains(Class::NoiseNumbers);
+    let (mut i, mut in_word, mut keyed) = (0usize, false, 0u8);
+    while i < b.len() {
+        let at = i;
+        let c = b[at];
+        if !c.is_ascii_alphanumeric() {
+            i += 1;
+            in_word = false;
+            continue;
+        }
+        let found = if in_word {
+            None
+        } else {
+            token(b, at, classes, context)
+        };
+        let found = found.or_else(|| {
+            if numbers && c.is_ascii_digit() {
+                Some((at, number_end(b, at), "#"))
+            } else if noise && !in_word && c.is_ascii_digit() {
+                noise_number(b, at, keyed > 0).map(|end| (at, end, "#"))
+            } else {
+                None
+            }
+        });
+        match found {
+            Some(t) => {
+                keyed = 0;
+                i = t.1.max(at + 1);
+                in_word = is_alnum(b, i - 1);
+                out.push((t.0, t.1, t.2.to_string()));
+            }
+            None if numbers => {
+                i += 1;
+                while b.get(i).is_some_and(u8::is_ascii_alphabetic) {
+                    i += 1;
+                }
+                in_word = true;
+            }
+            None => {
+                let end = if c.is_ascii_digit() {
+                    word_end(b, number_end(b, at))
+                } else {
+                    word_end(b, at)
+                };
+                if noise && !in_word {
+                    keyed = match b.get(at..end) {
+                        Some(w) if names_noise_reference(w) => 2,
+                        _ => keyed.saturating_sub(1),
+                    };
+                }
+                i = end.max(at + 1);
+                in_word = true;
+            }
+        }
+    }
+    out
+}
+
+const WORD_PIECES: [&str; 24] = [
+    "1",
+    "42",
+    "2026-11-23",
+    "t13:40:01z",
+    " ",
+    "-",
+    "_",
+    ".",
+    ":",
+    "req_",
+    "8f3ak29dlm01",
+    "3f2a9c1e-7b4d-4e8a-9f01-23456789abcd",
+    "9f86d081884c7d659a2feaa0c55ad015",
+    "1732370401",
+    "ms",
+    "attempt",
+    "Nov",
+    "the",
+    "deadbeef",
+    "abcdef",
+    "steps left",
+    "x",
+    "é",
+    "Retry",
+];
+
+proptest::proptest! {
+    /// Passing a word of letters over in one step finds the tokens the
+    /// byte-by-byte scan found, for every context and set of classes.
+    #[test]
+    fn the_scan_finds_what_it_found_before(
+        picks in proptest::collection::vec(0usize..WORD_PIECES.len(), 0..40),
+        context in 0usize..3,
+        mask_bits in 0u32..256,
+    ) {
+        let text: String = picks.iter().filter_map(|&i| WORD_PIECES.get(i).copied()).collect();
+        let context = [Context::Text, Context::ToolResult, Context::Arguments][context];
+        for classes in [
+            Classes::all(),
+            Classes::defaults(),
+            Classes::all().iter().enumerate().filter(|(k, _)| mask_bits >> k & 1 == 1).map(|(_, c)| c).collect(),
+        ] {
+            let found: Vec<(usize, usize, String)> = Tokens::new(&text, classes, context)
+                .map(|(a, b, p)| (a, b, p.to_string()))
+                .collect();
+            proptest::prop_assert_eq!(found, tokens_reference(&text, classes, context));
+        }
+    }
+}
