@@ -12,11 +12,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import ENVOY, WASM, Envoy, Upstream  # noqa: E402
+from harness import ENVOY, HOST, NATIVE, WASM, Envoy, Upstream  # noqa: E402
 
 
 def pytest_sessionstart(session):
-    missing = [p for p in (ENVOY, WASM) if not os.path.exists(p)]
+    missing = [p for p in (ENVOY, NATIVE if HOST == "native" else WASM) if not os.path.exists(p)]
     if missing:
         raise pytest.UsageError(f"missing {missing}: run the tests through `make test`")
 

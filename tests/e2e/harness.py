@@ -51,6 +51,16 @@ ENVOY = os.environ.get("LOOPGUARD_ENVOY", str(ROOT / ".venv" / "envoy"))
 WASM = os.environ.get(
     "LOOPGUARD_WASM", str(ROOT / "target" / "wasm32-wasip1" / "release" / "loopguard.wasm")
 )
+NATIVE = os.environ.get("LOOPGUARD_NATIVE", str(ROOT / "target" / "release" / "libloopguard_native.so"))
+# Which host the suite loads loopguard in: "wasm" (the proxy-wasm module) or
+# "native" (the Envoy dynamic module). Tests build their filter with
+# loopguard_filter(), which follows it (and localize() turns a shipped
+# example's Wasm filter into the dynamic module); tests of the Wasm VM's own
+# shapes (Istio, the VM's failure policy and reload, the OCI image) are
+# marked skipif(HOST == "native") and skipped under the dynamic module.
+HOST = os.environ.get("LOOPGUARD_HOST", "wasm")
+if HOST not in ("wasm", "native"):
+    raise RuntimeError(f"LOOPGUARD_HOST must be wasm or native, not {HOST!r}")
 
 COMPLETION = {
     "id": "chatcmpl-e2e",
@@ -274,6 +284,101 @@ def wasm_filter(plugin_config: dict | str, name: str = "loopguard", vm_id: str =
     return f
 
 
+def native_filter(plugin_config: dict | str, name: str = "loopguard", hold: bool = False, module: str | None = None) -> dict:
+    """The loopguard dynamic module: the same configuration as the Wasm
+    filter's. `metrics_namespace: wasmcustom` keeps the Wasm module's stat
+    names (see NATIVE_RUNTIME for the Prometheus ones). A dynamic module may
+    hold the request headers without any Envoy flag, so hold only sets
+    hold_request_headers."""
+    if hold and isinstance(plugin_config, dict):
+        plugin_config = {**plugin_config, "hold_request_headers": True}
+    value = plugin_config if isinstance(plugin_config, str) else json.dumps(plugin_config)
+    return {
+        "name": name,
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+            "dynamic_module_config": {"module": {"local": {"filename": module or NATIVE}}, "metrics_namespace": "wasmcustom"},
+            "filter_name": name,
+            "filter_config": {"@type": "type.googleapis.com/google.protobuf.StringValue", "value": value},
+        },
+    }
+
+
+# Prometheus names as the Wasm module's (loopguard_*): the dynamic module's
+# metrics namespace registered as a custom stat namespace.
+NATIVE_RUNTIME = {
+    "layers": [
+        {"name": "static", "static_layer": {"envoy.reloadable_features.dynamic_modules_strip_custom_stat_prefix": True}}
+    ]
+}
+
+
+def native_stats_config() -> dict:
+    """The stats tags examples/native/envoy.yaml ships."""
+    return load_yaml(ROOT / "examples" / "native" / "envoy.yaml")["stats_config"]
+
+
+def loopguard_filter(plugin_config: dict | str, name: str = "loopguard", vm_id: str = "loopguard", hold: bool = False) -> dict:
+    """loopguard in the host the suite runs (HOST)."""
+    if HOST == "native":
+        return native_filter(plugin_config, name=name, hold=hold)
+    return wasm_filter(plugin_config, name=name, vm_id=vm_id, hold=hold)
+
+
+WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+NATIVE_TYPE = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
+
+
+def _plugin_config_holder(f: dict) -> dict:
+    """The StringValue holding a loopguard filter's JSON configuration, in
+    either host's shape (Wasm: typed_config.config.configuration; dynamic
+    module: typed_config.filter_config)."""
+    tc = f["typed_config"]
+    if tc.get("@type") == NATIVE_TYPE:
+        return tc["filter_config"]
+    return tc["config"]["configuration"]
+
+
+def plugin_config_of(f: dict) -> dict:
+    """A loopguard http filter's JSON configuration (either host)."""
+    return json.loads(_plugin_config_holder(f)["value"])
+
+
+def set_plugin_config(f: dict, cfg: dict | str) -> None:
+    """Replace a loopguard http filter's JSON configuration (either host)."""
+    _plugin_config_holder(f)["value"] = cfg if isinstance(cfg, str) else json.dumps(cfg)
+
+
+def is_loopguard_filter(f: dict) -> bool:
+    """An http filter that is loopguard, in either host."""
+    tc = f.get("typed_config", {})
+    if tc.get("@type") == NATIVE_TYPE:
+        return True
+    if tc.get("@type") != WASM_TYPE:
+        return False
+    code = tc.get("config", {}).get("vm_config", {}).get("code", {})
+    return str(code.get("local", {}).get("filename", "")).endswith("loopguard.wasm")
+
+
+def as_host(f: dict, host: str | None = None) -> dict:
+    """A loopguard Wasm http filter as the same filter in `host` (HOST by
+    default): under native, the dynamic module with the same name and JSON
+    configuration (hold_request_headers in the JSON is all a dynamic module
+    needs to hold the headers). Other filters are returned unchanged."""
+    if (host or HOST) != "native" or f.get("typed_config", {}).get("@type") != WASM_TYPE or not is_loopguard_filter(f):
+        return f
+    return native_filter(_plugin_config_holder(f)["value"], name=f["name"])
+
+
+def pass_env(f: dict, keys: list[str]) -> None:
+    """Let loopguard read these environment variables of Envoy's process: the
+    Wasm VM sees only those named in vm_config.environment_variables; the
+    dynamic module runs in Envoy's process and reads them as they are."""
+    tc = f["typed_config"]
+    if tc.get("@type") == WASM_TYPE:
+        tc["config"]["vm_config"]["environment_variables"] = {"host_env_keys": list(keys)}
+
+
 def buffer_filter(max_request_bytes: int = 1 << 20) -> dict:
     return {
         "name": "envoy.filters.http.buffer",
@@ -312,7 +417,7 @@ def bootstrap(
     if http_filters is None:
         http_filters = []
         if plugin_config is not None:
-            http_filters.append(wasm_filter(plugin_config, hold=hold))
+            http_filters.append(loopguard_filter(plugin_config, hold=hold))
         if buffer_bytes is not None and not hold:
             http_filters.append(buffer_filter(buffer_bytes))
         http_filters.append(ROUTER)
@@ -387,11 +492,14 @@ def load_yaml(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
 
-def localize(config: dict, upstream_ports: dict[str, int] | None = None) -> dict:
+def localize(config: dict, upstream_ports: dict[str, int] | None = None, *, native: bool = True) -> dict:
     """Make a shipped example runnable here: the wasm path becomes the built
-    module, every listener and the admin move to free loopback ports (a
-    listener that other clusters point at keeps that link), and the named
-    clusters are pointed at local upstreams without TLS."""
+    module (and the dynamic module's path the built one), every listener and
+    the admin move to free loopback ports (a listener that other clusters
+    point at keeps that link), and the named clusters are pointed at local
+    upstreams without TLS. Under the native host (unless `native` is false)
+    loopguard's Wasm filters become the dynamic module with the same
+    configuration (as_host)."""
     cfg = copy.deepcopy(config)
     port_map: dict[int, int] = {}
 
@@ -410,6 +518,8 @@ def localize(config: dict, upstream_ports: dict[str, int] | None = None) -> dict
         if isinstance(node, dict):
             if "filename" in node and str(node["filename"]).endswith("loopguard.wasm"):
                 node["filename"] = WASM
+            elif "filename" in node and str(node["filename"]).endswith("libloopguard_native.so"):
+                node["filename"] = NATIVE
             for v in node.values():
                 walk(v)
         elif isinstance(node, list):
@@ -417,6 +527,9 @@ def localize(config: dict, upstream_ports: dict[str, int] | None = None) -> dict
                 walk(v)
 
     walk(cfg)
+    if HOST == "native" and native:
+        for hcm in _connection_managers(cfg):
+            hcm["http_filters"] = [as_host(f) for f in hcm.get("http_filters", [])]
     for cluster in cfg["static_resources"].get("clusters", []):
         name = cluster["name"]
         if upstream_ports and name in upstream_ports:
@@ -656,6 +769,12 @@ class Envoy:
         """With timing, every HTTP connection manager also writes Envoy's own
         timing of each request to a log of its own (see timings())."""
         self.config = copy.deepcopy(config)
+        if "DynamicModuleFilter" in json.dumps(self.config):
+            # The native deployment shape the examples ship: the runtime
+            # flag and the stats tags that give loopguard's Prometheus
+            # series their labels (the Wasm VM extracts them itself).
+            self.config.setdefault("layered_runtime", copy.deepcopy(NATIVE_RUNTIME))
+            self.config.setdefault("stats_config", copy.deepcopy(native_stats_config()))
         self.env = env or {}
         self.concurrency = concurrency
         self.name = name
@@ -710,7 +829,7 @@ class Envoy:
                 "--log-level",
                 "warn",
                 "--component-log-level",
-                "wasm:debug",
+                "wasm:debug,dynamic_modules:debug",
                 # Access logs are written within 0.2 s, not Envoy's default 10 s.
                 "--file-flush-interval-msec",
                 "200",

@@ -20,7 +20,7 @@ from harness import (
     policy,
     wait_for,
     warn_header_mutation,
-    wasm_filter,
+    loopguard_filter,
 )
 
 
@@ -106,7 +106,7 @@ def test_client_leaving_while_throttled_is_dropped_from_the_queue(upstream, star
 
 def test_warn_headers_reach_client_and_upstream_with_and_without_a_body(upstream, start_envoy):
     cfg = plugin([policy("warn-p", threshold=2, action="warn")])
-    filters = [wasm_filter(cfg), buffer_filter(), warn_header_mutation(), ROUTER]
+    filters = [loopguard_filter(cfg), buffer_filter(), warn_header_mutation(), ROUTER]
     e = start_envoy(bootstrap(None, upstream.port, http_filters=filters))
     with httpx.Client(base_url=e.url) as c:
         first = c.post("/v1/w", content=b'{"q": 1}')

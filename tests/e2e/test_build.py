@@ -71,7 +71,9 @@ def test_a_plain_wasm_build_at_the_root_is_the_filter_envoy_loads(upstream, star
     # And Envoy runs it (the suite's module is this file): a loop is still
     # stopped by what that command built.
     assert Path(h.WASM).resolve() == MODULE.resolve()
-    e = start_envoy(h.bootstrap(h.plugin([h.policy("p", threshold=2)]), upstream.port))
+    # The Wasm filter under either host: this is about the Wasm build.
+    filters = [h.wasm_filter(h.plugin([h.policy("p", threshold=2)])), h.buffer_filter(), h.ROUTER]
+    e = start_envoy(h.bootstrap(None, upstream.port, http_filters=filters))
     with httpx.Client(base_url=e.url) as c:
         codes = [c.post("/v1/x", content=b'{"a":1}').status_code for _ in range(3)]
     assert codes == [200, 429, 429]

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from harness import ROOT, bootstrap, plugin, policy, wasm_filter, ROUTER, buffer_filter
+from harness import ROOT, bootstrap, plugin, policy, loopguard_filter, ROUTER, buffer_filter
 
 CLI = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopguard"))
 
@@ -68,6 +68,10 @@ def test_every_shipped_envoy_config_checks_clean(path):
     r = cli("check", "--strict", str(path))
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().endswith(": 0 errors, 0 warnings"), r.stdout
+    # A config with the loopguard filter (Wasm or dynamic module) has it
+    # found and checked (examples/tap has none: capture needs no loopguard).
+    if any(m in path.read_text() for m in ("loopguard.wasm", "libloopguard_native.so")):
+        assert not r.stdout.startswith("0 configurations"), r.stdout
 
 
 @pytest.mark.parametrize("folder", ["istio", "envoy-gateway"])
@@ -94,7 +98,7 @@ def test_a_bad_configuration_is_refused_with_the_filters_own_message(tmp_path, s
 
 
 def test_check_warns_about_setups_that_silently_do_nothing(tmp_path, upstream):
-    cfg = bootstrap(None, upstream.port, http_filters=[buffer_filter(), wasm_filter(plugin([policy(threshold=3, selector={"routes": ["chat"]})])), ROUTER])
+    cfg = bootstrap(None, upstream.port, http_filters=[buffer_filter(), loopguard_filter(plugin([policy(threshold=3, selector={"routes": ["chat"]})])), ROUTER])
     route = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"][0]
     route["name"] = "completions"
     route["metadata"] = {"filter_metadata": {"loopguard": {"policy": "p"}}}

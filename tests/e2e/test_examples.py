@@ -13,10 +13,12 @@ from harness import ROOT, localize, load_yaml
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is the build green?"}]}
 
 
-def test_make_run_config_answers_and_trips_at_the_fifth_identical_request(start_envoy):
-    """envoy/envoy.yaml, the `make run` config, with its built-in demo
-    upstream; this is the README's curl loop."""
-    e = start_envoy(localize(load_yaml(ROOT / "envoy" / "envoy.yaml")))
+@pytest.mark.parametrize("config", ["envoy/envoy.yaml", "examples/native/envoy.yaml"], ids=["make-run", "make-run-native"])
+def test_make_run_config_answers_and_trips_at_the_fifth_identical_request(start_envoy, config):
+    """envoy/envoy.yaml, the `make run` config, and examples/native/envoy.yaml,
+    the `make run-native` one (the dynamic module, under either host), each
+    with its built-in demo upstream; this is the README's curl loop."""
+    e = start_envoy(localize(load_yaml(ROOT / config)))
     results = []
     for _ in range(6):
         r = httpx.post(f"{e.url}/v1/chat/completions", content=json.dumps(CHAT), headers={"content-type": "application/json"})

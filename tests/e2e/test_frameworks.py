@@ -25,7 +25,7 @@ from langchain_openai.chat_models.base import OpenAIRateLimitError
 
 import framework_scripts as scripts
 from agent_runs import FRAMEWORKS, RECOMMENDED, Run, drive, recommended_envoy
-from harness import Envoy, load_yaml
+from harness import Envoy, load_yaml, plugin_config_of
 from scripted_model import ScriptedModel, Say
 
 FRAMEWORK_NAMES = list(FRAMEWORKS)
@@ -35,7 +35,7 @@ def shipped_policy() -> dict:
     """The loopguard policy of examples/recommended/envoy.yaml, as shipped."""
     hcm = load_yaml(RECOMMENDED)["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     wasm = next(f for f in hcm["http_filters"] if f["name"] == "loopguard")
-    return json.loads(wasm["typed_config"]["config"]["configuration"]["value"])["policies"][0]
+    return plugin_config_of(wasm)["policies"][0]
 
 
 POLICY = shipped_policy()

@@ -30,7 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from harness import ROOT, Envoy, bootstrap, load_yaml, localize, read_body, wait_for
+from harness import ROOT, Envoy, bootstrap, load_yaml, localize, plugin_config_of, read_body, wait_for
+from harness import set_plugin_config as set_filter_config
 from mcp_agents import TOOLS, McpServer, ran, run_client
 
 EXAMPLE = ROOT / "examples" / "mcp" / "envoy.yaml"
@@ -87,17 +88,17 @@ def connection_manager(cfg: dict) -> dict:
     return cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
 
 
-def loopguard_filter(cfg: dict) -> dict:
+def loopguard_of(cfg: dict) -> dict:
     [f] = [f for f in connection_manager(cfg)["http_filters"] if f["name"] == "loopguard"]
     return f
 
 
 def plugin_config(cfg: dict) -> dict:
-    return json.loads(loopguard_filter(cfg)["typed_config"]["config"]["configuration"]["value"])
+    return plugin_config_of(loopguard_of(cfg))
 
 
 def set_plugin_config(cfg: dict, plugin: dict) -> None:
-    loopguard_filter(cfg)["typed_config"]["config"]["configuration"]["value"] = json.dumps(plugin)
+    set_filter_config(loopguard_of(cfg), plugin)
 
 
 NATIVE_MCP_FILTER = {

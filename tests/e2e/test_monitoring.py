@@ -48,8 +48,8 @@ import httpx
 import pytest
 import yaml
 
-from harness import (ROOT, Envoy, Upstream, bootstrap, free_port, load_yaml, localize, plugin, policy, stop_process,
-                     wait_for)
+from harness import (ROOT, ROUTER, Envoy, Upstream, bootstrap, buffer_filter, free_port, load_yaml, localize, plugin,
+                     plugin_config_of, policy, set_plugin_config, stop_process, wait_for, wasm_filter)
 from mcp_agents import McpServer, run_client
 
 DASHBOARD = ROOT / "monitoring" / "grafana" / "loopguard.json"
@@ -256,13 +256,12 @@ def mcp_gateway(server_port: int) -> dict:
     cfg = localize(load_yaml(MCP_EXAMPLE), {"mcp_server": server_port})
     hcm = cfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     [wasm] = [f for f in hcm["http_filters"] if f["name"] == "loopguard"]
-    configuration = wasm["typed_config"]["config"]["configuration"]
-    plugin_config = json.loads(configuration["value"])
+    plugin_config = plugin_config_of(wasm)
     [example] = plugin_config["policies"]
     plugin_config["policies"].append({"id": "mcp-shadow", "spec": {
         "mode": "shadow", "selector": {"pathPrefix": "/shadow/"},
         "mcp": {**example["spec"]["mcp"], "exempt_tools": ["read"]}}})
-    configuration["value"] = json.dumps(plugin_config)
+    set_plugin_config(wasm, plugin_config)
     hcm["route_config"]["virtual_hosts"][0]["routes"].insert(
         0, {"match": {"prefix": "/shadow/"}, "route": {"cluster": "mcp_server", "timeout": "0s", "prefix_rewrite": "/"}})
     return cfg
@@ -440,7 +439,9 @@ def observed():
         started.append(main)
         main.start()
 
-        fcfg = bootstrap(plugin([policy("p", threshold=3)]), up.port)
+        # The Wasm VM's reload (the dashboard's and the rules' VM series):
+        # a Wasm filter under either host.
+        fcfg = bootstrap(None, up.port, http_filters=[wasm_filter(plugin([policy("p", threshold=3)])), buffer_filter(), ROUTER])
         fcfg["stats_config"] = stats_config
         wasm = fcfg["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"][0]
         wasm["typed_config"]["config"]["vm_config"]["code"]["local"]["filename"] = FAULT_WASM

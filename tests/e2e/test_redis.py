@@ -29,7 +29,7 @@ from harness import (
     on_schedule,
     plugin,
     policy,
-    wasm_filter,
+    loopguard_filter,
 )
 from shared_store import Redis, Webdis, run_example, with_store_cluster
 from test_window import sliding_window_boundary
@@ -90,7 +90,7 @@ def replicas(start_envoy, upstream, webdis_port, cfg, n=2, concurrency=2, timing
 
 def named_replica(start_envoy, upstream, webdis_port, cfg, plugin_name):
     """A replica whose loopguard plugin has another name (another deployment)."""
-    filters = [wasm_filter(cfg, name=plugin_name), buffer_filter(), ROUTER]
+    filters = [loopguard_filter(cfg, name=plugin_name), buffer_filter(), ROUTER]
     config = with_store_cluster(bootstrap(None, upstream.port, http_filters=filters), webdis_port)
     return start_envoy(config, name=plugin_name)
 

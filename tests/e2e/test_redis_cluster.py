@@ -12,7 +12,7 @@ import re
 import httpx
 import pytest
 
-from harness import ROOT, bootstrap, load_yaml, plugin, policy
+from harness import ROOT, bootstrap, load_yaml, plugin, plugin_config_of, policy
 from redis_cluster import RedisCluster
 from test_cli import cli
 from test_redis import example_trips_the_sdk_on_the_5th, replicas
@@ -128,7 +128,7 @@ def test_the_cluster_example_and_the_openai_sdk(fresh, start_envoy):
     example = load_yaml(path)
     hcm = example["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     wasm = next(f for f in hcm["http_filters"] if f["name"] == "loopguard")
-    assert json.loads(wasm["typed_config"]["config"]["configuration"]["value"])["store"]["topology"] == "cluster"
+    assert plugin_config_of(wasm)["store"]["topology"] == "cluster"
     envoys = example_trips_the_sdk_on_the_5th(start_envoy, path, fresh.webdis_port)
     no_fallback(envoys)
 

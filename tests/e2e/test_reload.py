@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from harness import bootstrap, free_port, plugin, policy
+from harness import bootstrap, free_port, plugin, policy, set_plugin_config
 
 
 def lds_reload_envoy(start_envoy, upstream, tmp_path, first_cfg):
@@ -19,7 +19,7 @@ def lds_reload_envoy(start_envoy, upstream, tmp_path, first_cfg):
 
     def publish(cfg):
         hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
-        hcm["http_filters"][0]["typed_config"]["config"]["configuration"]["value"] = json.dumps(cfg)
+        set_plugin_config(hcm["http_filters"][0], cfg)
         doc = {"resources": [{"@type": "type.googleapis.com/envoy.config.listener.v3.Listener", **listener}]}
         tmp = tmp_path / "lds.tmp"
         tmp.write_text(json.dumps(doc))

@@ -8,8 +8,9 @@ import json
 import time
 
 import httpx
+import pytest
 
-from harness import ROOT, ROUTER, bootstrap, buffer_filter, load_yaml, localize, plugin, policy, wasm_filter
+from harness import HOST, ROOT, ROUTER, bootstrap, buffer_filter, load_yaml, localize, loopguard_filter, plugin, policy
 
 EXAMPLES = ROOT / "examples"
 
@@ -74,6 +75,7 @@ def sign(claims: dict, key: bytes = b"loopguard-example-signing-key-do-not-use")
     return f"{head}.{body}.{sig}"
 
 
+@pytest.mark.skipif(HOST == "native", reason="jwt_verified: keys read jwt_authn's nested payload metadata, which the dynamic-module ABI cannot read (crates/native/src/stream.rs verified_claim)")
 def test_verified_identity_example(upstream, start_envoy):
     e = run_example(start_envoy, upstream, "verified-identity")
     exp = int(time.time()) + 3600
@@ -114,8 +116,11 @@ def test_escalation_example_runs_before_the_rate_limit(upstream, start_envoy):
 
 
 def test_two_plugin_instances_share_a_vm_but_not_state(upstream, start_envoy):
-    a = wasm_filter(plugin([policy("a-policy", threshold=2, selector={"pathPrefix": "/a"})]), name="loopguard-a", vm_id="shared")
-    b = wasm_filter(plugin([policy("b-policy", threshold=3)]), name="loopguard-b", vm_id="shared")
+    """Two loopguard filters in one chain keep their own counts. In Wasm they
+    share one VM (one vm_id); natively they are two configurations of the
+    one loaded module."""
+    a = loopguard_filter(plugin([policy("a-policy", threshold=2, selector={"pathPrefix": "/a"})]), name="loopguard-a", vm_id="shared")
+    b = loopguard_filter(plugin([policy("b-policy", threshold=3)]), name="loopguard-b", vm_id="shared")
     e = start_envoy(bootstrap(None, upstream.port, http_filters=[a, b, buffer_filter(), ROUTER]))
     with httpx.Client(base_url=e.url) as c:
         # /a/x: instance a trips at 2 (b counts it too, at 1 so far).

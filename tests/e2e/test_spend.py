@@ -67,8 +67,7 @@ def spend_envoy(start_envoy, provider, receiver, config=CONFIG):
     boot = h.bootstrap(config, provider.port, hold=True)
     boot["static_resources"]["clusters"].append(webdis_cluster(receiver.port, "alerts"))
     hcm = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    vm = hcm["http_filters"][0]["typed_config"]["config"]["vm_config"]
-    vm["environment_variables"] = {"host_env_keys": ["LOOPGUARD_WEBHOOK_SECRET"]}
+    h.pass_env(hcm["http_filters"][0], ["LOOPGUARD_WEBHOOK_SECRET"])
     boot["stats_config"] = h.load_yaml(h.ROOT / "examples" / "observability" / "envoy.yaml")["stats_config"]
     return start_envoy(boot, env={"LOOPGUARD_WEBHOOK_SECRET": SECRET})
 

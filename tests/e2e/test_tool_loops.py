@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from harness import ROUTER, Upstream, bootstrap, buffer_filter, plugin, policy, stuck_model, warn_header_mutation, wasm_filter
+from harness import ROUTER, Upstream, bootstrap, buffer_filter, plugin, policy, stuck_model, warn_header_mutation, loopguard_filter
 
 TOOLS = [
     {
@@ -40,7 +40,7 @@ def tool_policy(pid="agents", mode=None, **tool_loops):
 
 
 def guard(start_envoy, upstream, *policies):
-    filters = [wasm_filter(plugin(list(policies))), buffer_filter(), warn_header_mutation(), ROUTER]
+    filters = [loopguard_filter(plugin(list(policies))), buffer_filter(), warn_header_mutation(), ROUTER]
     return start_envoy(bootstrap(None, upstream.port, http_filters=filters))
 
 

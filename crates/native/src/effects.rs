@@ -39,7 +39,8 @@ pub fn settle(
     mut step: Step,
 ) -> Step {
     loop {
-        let pending = apply(w, at, &mut l.out);
+        let client = request.as_deref().map_or(&[][..], Request::client_headers);
+        let pending = apply(w, at, client, &mut l.out);
         if pending.replied {
             step = Step::Pause;
         }
@@ -69,8 +70,14 @@ pub struct Pending {
     pub replied: bool,
 }
 
-/// Carry out (and empty) `effects`.
-pub fn apply(worker: &Worker, at: At, effects: &mut Effects) -> Pending {
+/// Carry out (and empty) `effects`. `client` are the headers the core adds
+/// to the client's response when its headers pass (see `LocalReply`).
+pub fn apply(
+    worker: &Worker,
+    at: At,
+    client: &[(&'static str, String)],
+    effects: &mut Effects,
+) -> Pending {
     let mut pending = Pending::default();
     let Some(f) = at.filter else {
         for effect in effects.drain(..) {
@@ -148,9 +155,14 @@ pub fn apply(worker: &Worker, at: At, effects: &mut Effects) -> Pending {
                 }
             }
             Effect::LocalReply(reply, details) => {
+                // Envoy skips this filter's response hooks for its own
+                // local reply, so the headers the core adds when the
+                // response headers pass go with the reply (as they do
+                // through the Wasm host's response hook).
                 let headers: Vec<(&str, &str)> = reply
                     .headers
                     .iter()
+                    .chain(client)
                     .map(|(k, v)| (*k, v.as_str()))
                     .collect();
                 abi::send_response(f, reply.status, &headers, reply.body.as_bytes(), details);
