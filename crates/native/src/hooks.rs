@@ -329,7 +329,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 ) {
     // Inside the stream's own event (a local reply ends it at once): run
     // when that event is over, not now.
-    if crate::stream::completes_later() {
+    if crate::reentry::completes_later() {
         return;
     }
     guard(

@@ -8,7 +8,9 @@
 //!   the relay for calls that belong to no stream.
 //! - `worker`: one configuration's engine on one worker thread, its live
 //!   streams and its tick.
-//! - `stream`: one HTTP stream: request facts in, the core's effects out.
+//! - `stream`: one HTTP stream: request facts in, the core's effects out;
+//!   `facts`: what the core asks about a request; `reentry`: Envoy calling
+//!   back inside a stream's event.
 //! - `effects`: each of the core's effects as a callback.
 //! - `memory_store`: the core's bucket backend over process memory.
 //! - `timer`: the clock thread that drives the tick.
@@ -20,11 +22,13 @@
 mod abi;
 mod config;
 mod effects;
+mod facts;
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod hooks;
 mod memory_store;
 mod metrics;
+mod reentry;
 mod stream;
 mod timer;
 mod worker;

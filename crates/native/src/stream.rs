@@ -4,13 +4,15 @@
 //! is needed, what a store failure means, are the core's (`flow`), as in
 //! `crates/filter/src/http.rs`.
 
-use crate::abi::{self, Attribute, Body, FilterPtr, HeaderMap, Metadata};
+use crate::abi::{self, Body, FilterPtr, HeaderMap};
 use crate::effects::{self, At};
+use crate::facts::Facts;
 use crate::memory_store::Memory;
+use crate::reentry::Running;
 use crate::timer::TICK_EVENT;
 use crate::worker::{now_ms, Worker};
 use loopguard_core::flow::{Effects, Engine, Request, Step};
-use loopguard_core::request::{HeaderBlock, RequestFacts, RequestHead};
+use loopguard_core::request::{HeaderBlock, RequestHead};
 use loopguard_core::state::store::CallReply;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -242,49 +244,6 @@ impl Stream {
     }
 }
 
-/// Whether this thread is inside a stream's event (the engine locked), and
-/// whether Envoy ended that stream meanwhile.
-struct Running;
-
-thread_local! {
-    static RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    static ENDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-impl Running {
-    fn enter() -> Running {
-        RUNNING.with(|r| r.set(true));
-        ENDED.with(|e| e.set(false));
-        Running
-    }
-
-    fn now() -> bool {
-        RUNNING.with(|r| r.get())
-    }
-
-    /// The stream ended while its event ran (taken once).
-    fn ended_meanwhile() -> bool {
-        ENDED.with(|e| e.replace(false))
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        RUNNING.with(|r| r.set(false));
-    }
-}
-
-/// Called by Envoy's stream-complete hook: `true` if it came inside the
-/// stream's own event (then it runs when that event is over).
-pub fn completes_later() -> bool {
-    RUNNING.with(|r| {
-        if r.get() {
-            ENDED.with(|e| e.set(true));
-        }
-        r.get()
-    })
-}
-
 /// One slice as it is, several joined into one copy.
 fn joined<'a>(chunks: &mut Vec<&'a [u8]>) -> Cow<'a, [u8]> {
     match chunks.len() {
@@ -292,50 +251,4 @@ fn joined<'a>(chunks: &mut Vec<&'a [u8]>) -> Cow<'a, [u8]> {
         1 => Cow::Borrowed(chunks.swap_remove(0)),
         _ => Cow::Owned(chunks.concat()),
     }
-}
-
-/// Request facts: headers from the block read once, the rest answered from
-/// Envoy on demand.
-struct Facts<'a> {
-    filter: FilterPtr,
-    headers: &'a HeaderBlock,
-}
-
-impl RequestFacts for Facts<'_> {
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
-        self.headers.get(name).map(<[u8]>::to_vec)
-    }
-
-    fn has_header(&self, name: &str) -> bool {
-        self.headers.get(name).is_some()
-    }
-
-    fn source_address(&self) -> Option<String> {
-        text(abi::attribute(self.filter, Attribute::SourceAddress))
-    }
-
-    /// Envoy's dynamic-module ABI reads one top-level metadata key, and
-    /// `jwt_authn` keeps claims nested under the payload key: not readable
-    /// here (`loopguard check` says so; `claim_to_headers` and a header
-    /// limit key give the same verified value).
-    fn verified_claim(&self, _payload_key: &str, _claim: &str) -> Option<Vec<u8>> {
-        None
-    }
-
-    fn route_name(&self) -> Option<String> {
-        text(abi::attribute(self.filter, Attribute::XdsRouteName))
-    }
-
-    fn route_policy(&self) -> Option<String> {
-        text(abi::metadata_string(
-            self.filter,
-            Metadata::Route,
-            "loopguard",
-            "policy",
-        ))
-    }
-}
-
-fn text(raw: Option<Vec<u8>>) -> Option<String> {
-    String::from_utf8(raw?).ok().filter(|s| !s.is_empty())
 }
