@@ -17,7 +17,9 @@ purely informational ones (metadata.labels) are listed as IGNORED.
 
 Left out on purpose, as they do not change what loopguard sees: istio-proxy's
 own filters (metadata exchange, istio.stats, alpn), Istio's route retry
-policies and decorators, Envoy Gateway's listener and cluster tuning.
+policies and decorators, Envoy Gateway's cluster tuning and its listener
+tuning other than the per-connection buffer limit (where a body held by
+loopguard waits).
 """
 
 from __future__ import annotations
@@ -36,12 +38,13 @@ from pathlib import Path
 
 import yaml
 
-from harness import ROOT, ROUTER, WASM
+from harness import NATIVE, ROOT, ROUTER, WASM
 
 ISTIO_EXAMPLES = ROOT / "examples" / "istio"
 EG_EXAMPLES = ROOT / "examples" / "envoy-gateway"
 
 WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+DYNAMIC_MODULE_TYPE = "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter"
 RBAC_TYPE = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"
 STRING_VALUE = "type.googleapis.com/google.protobuf.StringValue"
 HCM_NAME = "envoy.filters.network.http_connection_manager"
@@ -121,7 +124,7 @@ def carries_loopguard_config(doc: dict) -> bool:
     if doc["kind"] == "WasmPlugin":
         return bool(doc["spec"].get("pluginConfig"))
     if doc["kind"] == "EnvoyExtensionPolicy":
-        return any("config" in w for w in doc["spec"].get("wasm", []))
+        return any("config" in w for w in doc["spec"].get("wasm", []) + doc["spec"].get("dynamicModule", []))
     return False
 
 
@@ -803,9 +806,17 @@ EEP = {
             "env": {"hostKeys": [LEAF]},
         }
     ],
+    "dynamicModule": [{"name": LEAF, "filterName": LEAF, "config": ANY}],
 }
 BTP = {"targetRefs": [TARGET_REF], "requestBuffer": {"limit": LEAF}}
-ENVOYPROXY = {"filterOrder": [{"name": LEAF, "before": LEAF, "after": LEAF}]}
+ENVOYPROXY = {
+    "filterOrder": [{"name": LEAF, "before": LEAF, "after": LEAF}],
+    # The proxy's image only picks the Envoy binary (the tests run Envoy 1.40).
+    "provider": {"type": LEAF, "kubernetes": {"envoyDeployment": {"container": {"image": LEAF}}}},
+    "dynamicModules": [{"name": LEAF, "source": {"type": LEAF, "local": {"path": LEAF}}, "doNotClose": LEAF, "loadGlobally": LEAF}],
+    "bootstrap": {"type": LEAF, "jsonPatches": [{"op": LEAF, "path": LEAF, "value": ANY}]},
+}
+CTP = {"targetRefs": [{**TARGET_REF, "sectionName": LEAF}], "connection": {"bufferLimit": LEAF}}
 AIGATEWAYROUTE = {
     "parentRefs": [PARENT_REF],
     "hostnames": [LEAF],
@@ -824,6 +835,7 @@ EG_SCHEMAS = {
     "EnvoyExtensionPolicy": (("gateway.envoyproxy.io/v1alpha1",), EEP),
     "BackendTrafficPolicy": (("gateway.envoyproxy.io/v1alpha1",), BTP),
     "EnvoyProxy": (("gateway.envoyproxy.io/v1alpha1",), ENVOYPROXY),
+    "ClientTrafficPolicy": (("gateway.envoyproxy.io/v1alpha1",), CTP),
     "AIGatewayRoute": (("aigateway.envoyproxy.io/v1beta1",), AIGATEWAYROUTE),
 }
 
@@ -917,10 +929,10 @@ def ai_gateway_insert_ext_proc(filters: list[dict]) -> list[dict]:
     return filters[:index] + [{"name": AI_GATEWAY_EXT_PROC, "placeholder": True}] + filters[index:]
 
 
-def quantity_bytes(limit) -> int:
+def quantity_bytes(limit, what: str = "requestBuffer.limit") -> int:
     m = re.fullmatch(r"([1-9][0-9]*)([EPTGMK]i|[EPTGMk])?", str(limit))
     if not m or (m.group(2) or "") not in QUANTITY:
-        raise Unhandled(f"requestBuffer.limit {limit!r}")
+        raise Unhandled(f"{what} {limit!r}")
     return int(m.group(1)) * QUANTITY[m.group(2) or ""]
 
 
@@ -953,6 +965,95 @@ def aigatewayroute_to_httproute(doc: dict) -> dict:
     }
 
 
+# The parts of Envoy Gateway's default bootstrap (internal/xds/bootstrap/
+# bootstrap.yaml.tpl, 1.9) that the tests' Envoy keeps: its stats tags (none
+# for loopguard's stats) and its runtime layer. An EnvoyProxy's bootstrap
+# JSONPatch applies to them; a patch elsewhere raises Unhandled (admin, xDS
+# and the stats listener are the tests' own).
+EG_BOOTSTRAP = {
+    "stats_config": {
+        "use_all_default_tags": True,
+        "stats_tags": [
+            {"regex": "\\.zone(\\.(([^\\.]+)\\.))", "tag_name": "from_zone"},
+            {"regex": "\\.zone\\.[^\\.]+\\.(([^\\.]+)\\.)", "tag_name": "to_zone"},
+            {"regex": "^cluster(\\..+\\.(.+))\\.total_match_count$", "tag_name": "socket_match_name"},
+            {"regex": "circuit_breakers\\.((.+?)\\.).+", "tag_name": "priority"},
+        ],
+    },
+    "layered_runtime": {
+        "layers": [
+            {"name": "global_config", "static_layer": {"re2.max_program_size.error_level": 4294967295, "re2.max_program_size.warn_level": 1000}},
+        ]
+    },
+}
+
+
+def eg_bootstrap(eg_minor: int) -> dict:
+    """EG_BOOTSTRAP as Envoy Gateway `eg_minor` renders it (up to 1.8 its
+    runtime layer also sets use_eds_cache_for_ads)."""
+    b = copy.deepcopy(EG_BOOTSTRAP)
+    if eg_minor < 9:
+        layer = b["layered_runtime"]["layers"][0]["static_layer"]
+        b["layered_runtime"]["layers"][0]["static_layer"] = {"envoy.restart_features.use_eds_cache_for_ads": True, **layer}
+    return b
+
+
+# xds/translator/listener.go tcpListenerPerConnectionBufferLimitBytes: the
+# listener's buffer unless a ClientTrafficPolicy sets connection.bufferLimit.
+EG_LISTENER_BUFFER_LIMIT = 32768
+
+
+def _pointer(path: str) -> list[str]:
+    if not path.startswith("/"):
+        raise Unhandled(f"bootstrap JSONPatch path {path!r} is not a JSON pointer")
+    return [t.replace("~1", "/").replace("~0", "~") for t in path[1:].split("/")]
+
+
+def json_patch(doc: dict, patches: list[dict]) -> dict:
+    """RFC 6902 add, replace and remove (internal/utils/jsonpatch, which
+    Envoy Gateway applies to its bootstrap as JSON)."""
+    doc = copy.deepcopy(doc)
+    for p in patches:
+        op, tokens = p["op"], _pointer(p["path"])
+        if op not in ("add", "replace", "remove"):
+            raise Unhandled(f"bootstrap JSONPatch op {op}")
+        if tokens[0] not in EG_BOOTSTRAP:
+            raise Unhandled(f"bootstrap JSONPatch path {p['path']}: the translation models only {sorted(EG_BOOTSTRAP)} of Envoy Gateway's bootstrap")
+        parent = doc
+        for t in tokens[:-1]:
+            try:
+                parent = parent[int(t)] if isinstance(parent, list) else parent[t]
+            except (KeyError, IndexError, ValueError):
+                raise Unhandled(f"bootstrap JSONPatch path {p['path']}: {t} does not exist (Envoy Gateway refuses the patch)")
+        last = tokens[-1]
+        if isinstance(parent, list):
+            i = len(parent) if last == "-" and op == "add" else int(last)
+            if op == "add":
+                parent.insert(i, copy.deepcopy(p["value"]))
+            elif op == "replace":
+                parent[i] = copy.deepcopy(p["value"])
+            else:
+                del parent[i]
+        else:
+            if op != "add" and last not in parent:
+                raise Unhandled(f"bootstrap JSONPatch {op} {p['path']}: no such member")
+            if op == "remove":
+                del parent[last]
+            else:
+                parent[last] = copy.deepcopy(p["value"])
+    return doc
+
+
+@dataclass
+class EgDynamicModule:
+    filter_name: str  # the HCM filter's name
+    ir_name: str
+    policy: str  # <ns>/<policy name>
+    module: str  # the allowlist entry's name
+    declared_path: str  # source.local.path in the EnvoyProxy
+    filter: dict
+
+
 @dataclass
 class EgWasm:
     filter_name: str
@@ -973,6 +1074,12 @@ class EnvoyGatewayConfig:
     wasms: list[EgWasm]
     unresolved_targets: list[str] = field(default_factory=list)
     ai_gateway: bool = False
+    dynamic_modules: list[EgDynamicModule] = field(default_factory=list)
+    # EnvoyExtensionPolicy -> why Envoy Gateway refused it (its routes answer 500).
+    refused_policies: dict[str, str] = field(default_factory=dict)
+    buffer_limit: int = EG_LISTENER_BUFFER_LIMIT  # the listener's per_connection_buffer_limit_bytes
+    bootstrap_base: dict = field(default_factory=lambda: copy.deepcopy(EG_BOOTSTRAP))  # after the EnvoyProxy's JSONPatch
+    envoy_image: str | None = None  # the EnvoyProxy's container image, if it sets one
 
     @property
     def filter_names(self) -> list[str]:
@@ -981,11 +1088,13 @@ class EnvoyGatewayConfig:
     def route(self, name_prefix: str) -> dict:
         return next(r for r in self.routes if r["name"].startswith(name_prefix))
 
-    def bootstrap(self, upstream_port: int, module_server_port: int) -> dict:
+    def bootstrap(self, upstream_port: int, module_server_port: int | None = None) -> dict:
         """The gateway's listener (placeholders dropped: the AI Gateway's
-        ext_proc is not run), every backend cluster pointed at
-        `upstream_port`, and wasm_cluster (Envoy Gateway's module server)
-        at `module_server_port`, all on loopback."""
+        ext_proc is not run) with its per-connection buffer limit, every
+        backend cluster pointed at `upstream_port`, and wasm_cluster (Envoy
+        Gateway's module server) at `module_server_port` (needed only with
+        Wasm modules), all on loopback; Envoy Gateway's stats_config and
+        layered_runtime, as the EnvoyProxy's bootstrap patch left them."""
         hcm = {
             "@type": HCM_TYPE,
             "stat_prefix": "http-10080",
@@ -993,11 +1102,16 @@ class EnvoyGatewayConfig:
             "http_filters": [f for f in self.http_filters if not f.get("placeholder")],
         }
         clusters = [static_cluster(c, upstream_port) for c in self.clusters]
-        clusters.append(static_cluster("wasm_cluster", module_server_port))
-        return bootstrap([listener("envoy-gateway", hcm)], clusters)
+        if module_server_port is not None:
+            clusters.append(static_cluster("wasm_cluster", module_server_port))
+        elif self.wasms:
+            raise ValueError("Wasm modules are fetched from Envoy Gateway's module server: give module_server_port")
+        lst = listener("envoy-gateway", hcm)
+        lst["per_connection_buffer_limit_bytes"] = self.buffer_limit
+        return {**bootstrap([lst], clusters), **copy.deepcopy(self.bootstrap_base)}
 
 
-def envoy_gateway_config(docs: list[dict], *, module_sha256: str, eg_minor: int = 9) -> EnvoyGatewayConfig:
+def envoy_gateway_config(docs: list[dict], *, module_sha256: str | None = None, eg_minor: int = 9, native_module: str = NATIVE) -> EnvoyGatewayConfig:
     """What Envoy Gateway (with the AI Gateway's extension server if an
     AIGatewayRoute is present) sends for the gateway's HTTP listener.
 
@@ -1024,7 +1138,25 @@ def envoy_gateway_config(docs: list[dict], *, module_sha256: str, eg_minor: int 
     - BackendTrafficPolicy requestBuffer (xds/translator/request_buffer.go):
       one HCM filter envoy.filters.http.buffer, disabled, and
       BufferPerRoute{max_request_bytes} on each targeted route.
-    - EnvoyProxy filterOrder of the Gateway's infrastructure.parametersRef.
+    - EnvoyExtensionPolicy dynamicModule[i] (gatewayapi/envoyextensionpolicy.go
+      buildDynamicModules, xds/translator/dynamicmodule.go; Envoy Gateway
+      1.8+): the module is looked up by name in the EnvoyProxy's
+      dynamicModules allowlist (a name it lacks: the policy is refused and
+      its routes answer 500); one HCM filter
+      envoy.filters.http.dynamic_modules/envoyextensionpolicy/<ns>/<policy>/dynamic-module/<i>,
+      disabled, enabled per route like wasm; DynamicModuleFilter with
+      dynamic_module_config {module: {local: {filename: source.local.path}},
+      do_not_close, load_globally} (no metrics_namespace: the stats are
+      dynamicmodulescustom.<filter_name>.*), filter_name = filterName,
+      filter_config = config as JSON in a StringValue. A path to
+      libloopguard_native.so becomes `native_module` (the built module).
+    - EnvoyProxy (the Gateway's infrastructure.parametersRef): filterOrder;
+      bootstrap JSONPatch applied to Envoy Gateway's default bootstrap
+      (bootstrap/util.go jsonPatchBootstrap; EG_BOOTSTRAP); provider's
+      container image recorded (it picks the Envoy binary).
+    - ClientTrafficPolicy connection.bufferLimit (gatewayapi/
+      clienttrafficpolicy.go, xds/translator/listener.go): the listener's
+      per_connection_buffer_limit_bytes, 32768 without one.
     - AIGatewayRoute: its generated HTTPRoute, and the AI Gateway's ext_proc
       inserted into the sorted chain.
     """
@@ -1045,6 +1177,9 @@ def envoy_gateway_config(docs: list[dict], *, module_sha256: str, eg_minor: int 
     listener_name = gw["spec"]["listeners"][0]["name"]
 
     filter_order: list[dict] = []
+    registry: dict[str, dict] = {}  # the EnvoyProxy's dynamicModules allowlist
+    bootstrap_base = eg_bootstrap(eg_minor)
+    envoy_image = None
     params = gw["spec"].get("infrastructure", {}).get("parametersRef")
     if params is not None:
         if (params.get("group"), params.get("kind")) != ("gateway.envoyproxy.io", "EnvoyProxy"):
@@ -1052,7 +1187,25 @@ def envoy_gateway_config(docs: list[dict], *, module_sha256: str, eg_minor: int 
         eps = [e for e in of_kind(docs, "EnvoyProxy") if e["metadata"]["name"] == params["name"] and e["metadata"]["namespace"] == gw_ns]
         if not eps:
             raise Unhandled(f"Gateway {gw_name} refers to EnvoyProxy {params['name']}, which is not in the documents")
-        filter_order = eps[0]["spec"].get("filterOrder", [])
+        if len(eps) > 1:
+            raise Unhandled(f"EnvoyProxy {params['name']} is given twice ({', '.join(e['_file'] for e in eps)}): applying one replaces the other")
+        ep_spec = eps[0]["spec"]
+        filter_order = ep_spec.get("filterOrder", [])
+        provider = ep_spec.get("provider")
+        if provider is not None:
+            if provider.get("type") != "Kubernetes":
+                raise Unhandled(f"EnvoyProxy provider type {provider.get('type')}")
+            envoy_image = provider.get("kubernetes", {}).get("envoyDeployment", {}).get("container", {}).get("image")
+        for m in ep_spec.get("dynamicModules", []):
+            if eg_minor < 8:
+                raise Unhandled("EnvoyProxy dynamicModules needs Envoy Gateway 1.8 or later")
+            if m["source"].get("type", "Local") != "Local" or "local" not in m["source"]:
+                raise Unhandled(f"EnvoyProxy dynamicModules {m['name']}: only a Local source is translated")
+            registry[m["name"]] = m
+        if "bootstrap" in ep_spec:
+            if ep_spec["bootstrap"].get("type") != "JSONPatch":
+                raise Unhandled(f"EnvoyProxy bootstrap type {ep_spec['bootstrap'].get('type')} (only JSONPatch is translated)")
+            bootstrap_base = json_patch(bootstrap_base, ep_spec["bootstrap"].get("jsonPatches", []))
         for pos in filter_order:
             for key in ("name", "before", "after"):
                 if key in pos and pos[key] not in EG_FILTER_ORDER:
@@ -1095,16 +1248,30 @@ def envoy_gateway_config(docs: list[dict], *, module_sha256: str, eg_minor: int 
     http_filters: list[dict] = []
     per_route: dict[tuple, dict] = {}  # (ns, route name) -> typed_per_filter_config
     wasms: list[EgWasm] = []
+    dynamic_modules: list[EgDynamicModule] = []
+    refused: dict[str, str] = {}
+    failed_routes: set = set()
     for policy in of_kind(docs, "EnvoyExtensionPolicy"):
         ns, pname = policy["metadata"]["namespace"], policy["metadata"]["name"]
         hit, missing = targets(policy)
         unresolved += [f"EnvoyExtensionPolicy/{pname} -> {m}" for m in missing]
         if not hit:
             continue
+        if policy["spec"].get("dynamicModule") and eg_minor < 8:
+            raise Unhandled("EnvoyExtensionPolicy dynamicModule needs Envoy Gateway 1.8 or later")
+        missing_modules = [dm["name"] for dm in policy["spec"].get("dynamicModule", []) if dm["name"] not in registry]
+        if missing_modules:
+            # An error in a dynamic module fails the policy: its routes
+            # answer 500, none of its extensions is added.
+            refused[f"{ns}/{pname}"] = f"dynamic module {missing_modules[0]!r} is not registered in the EnvoyProxy dynamicModules allowlist"
+            failed_routes |= hit
+            continue
         for idx, w in enumerate(policy["spec"].get("wasm", [])):
             ir_name = f"envoyextensionpolicy/{ns}/{pname}/wasm/{idx}"
             code = w["code"]
             ctype = code["type"]
+            if module_sha256 is None:
+                raise ValueError("a Wasm module needs module_sha256")
             if ctype == "HTTP":
                 src = code["http"]
                 original = src["url"]
@@ -1142,6 +1309,45 @@ def envoy_gateway_config(docs: list[dict], *, module_sha256: str, eg_minor: int 
             wasms.append(EgWasm(fname, ir_name, f"{ns}/{pname}", ctype, original, src.get("sha256"), flt))
             for key in hit:
                 per_route.setdefault(key, {})[fname] = {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "config": {}}
+        for idx, dm in enumerate(policy["spec"].get("dynamicModule", [])):
+            ir_name = f"envoyextensionpolicy/{ns}/{pname}/dynamic-module/{idx}"
+            entry = registry[dm["name"]]
+            declared = entry["source"]["local"]["path"]
+            module_config: dict = {"module": {"local": {"filename": native_module if Path(declared).name == "libloopguard_native.so" else declared}}}
+            if entry.get("doNotClose"):
+                module_config["do_not_close"] = True
+            if entry.get("loadGlobally"):
+                module_config["load_globally"] = True
+            typed: dict = {"@type": DYNAMIC_MODULE_TYPE, "dynamic_module_config": module_config}
+            if dm.get("filterName"):
+                typed["filter_name"] = dm["filterName"]
+            if "config" in dm:
+                typed["filter_config"] = {"@type": STRING_VALUE, "value": k8s_json(dm["config"])}
+            fname = f"envoy.filters.http.dynamic_modules/{ir_name}"
+            flt = {"name": fname, "disabled": True, "typed_config": typed}
+            http_filters.append(flt)
+            dynamic_modules.append(EgDynamicModule(fname, ir_name, f"{ns}/{pname}", dm["name"], declared, flt))
+            for key in hit:
+                per_route.setdefault(key, {})[fname] = {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "config": {}}
+
+    buffer_limit = EG_LISTENER_BUFFER_LIMIT
+    ctps = []
+    for policy in of_kind(docs, "ClientTrafficPolicy"):
+        for ref in policy["spec"].get("targetRefs", []):
+            if ref.get("group") != "gateway.networking.k8s.io" or ref.get("kind") != "Gateway":
+                raise Unhandled(f"ClientTrafficPolicy {policy['metadata']['name']}: targetRef {ref}")
+            if ref["name"] == gw_name and policy["metadata"]["namespace"] == gw_ns and ref.get("sectionName", listener_name) == listener_name:
+                ctps.append(policy)
+            else:
+                unresolved.append(f"ClientTrafficPolicy/{policy['metadata']['name']} -> Gateway/{ref['name']}")
+    if len(ctps) > 1:
+        raise Unhandled("more than one ClientTrafficPolicy applies to the listener (Envoy Gateway keeps the oldest)")
+    for policy in ctps:
+        limit = policy["spec"].get("connection", {}).get("bufferLimit")
+        if limit is not None:
+            buffer_limit = quantity_bytes(limit, "connection.bufferLimit")
+            if buffer_limit > 2**32 - 1:
+                raise Unhandled(f"connection.bufferLimit {limit} is above 4294967295 (Envoy Gateway refuses it)")
 
     buffered = False
     for policy in of_kind(docs, "BackendTrafficPolicy"):
@@ -1206,7 +1412,9 @@ def envoy_gateway_config(docs: list[dict], *, module_sha256: str, eg_minor: int 
                         "match": match,
                         "metadata": {"filter_metadata": {"envoy-gateway": {"resources": [resource]}}},
                     }
-                    if "_direct_response" in rule:
+                    if (ns, name) in failed_routes:
+                        route["direct_response"] = {"status": 500}
+                    elif "_direct_response" in rule:
                         route["direct_response"] = rule["_direct_response"]
                     else:
                         action: dict = {"cluster": cluster}
@@ -1222,7 +1430,8 @@ def envoy_gateway_config(docs: list[dict], *, module_sha256: str, eg_minor: int 
         vh["routes"] = [r for _, _, r in sorted(vh["routes"], key=lambda t: (t[0], t[1]))]
         virtual_hosts.append(vh)
     mark(docs, "translated")
-    return EnvoyGatewayConfig(http_filters, all_routes, virtual_hosts, clusters, wasms, unresolved, ai_gateway)
+    return EnvoyGatewayConfig(http_filters, all_routes, virtual_hosts, clusters, wasms, unresolved, ai_gateway,
+                              dynamic_modules, refused, buffer_limit, bootstrap_base, envoy_image)
 
 
 def _precedence(match: dict) -> tuple:

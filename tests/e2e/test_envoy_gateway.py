@@ -8,7 +8,11 @@ the OCI image: it serves the built module).
 
 extension-policy-mcp.yaml runs in front of the real MCP server of
 tests/e2e/mcp_apps (server.py), driven by the Python MCP SDK client
-(client.py) in both of its protocol modes."""
+(client.py) in both of its protocol modes.
+
+envoyproxy-native.yaml and extension-policy-native.yaml (Envoy Gateway's
+dynamic modules) always run the native module, libloopguard_native.so,
+whatever LOOPGUARD_HOST is: the allowlist's path becomes the built module."""
 
 import copy
 import hashlib
@@ -20,7 +24,7 @@ import pytest
 
 import mesh
 from mcp_agents import McpServer, looping_agent
-from harness import WASM, EnvoyFailed
+from harness import NATIVE, WASM, EnvoyFailed
 from mesh import ModuleServer, Unhandled, envoy_gateway_config
 
 BASE = ("httproute.yaml", "envoyproxy.yaml", "request-buffer.yaml")
@@ -32,6 +36,9 @@ MESSAGES = {"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [{"role"
 WASM_FILTER = "envoy.filters.http.wasm/envoyextensionpolicy/agents/loopguard/wasm/0"
 AI_WASM_FILTER = "envoy.filters.http.wasm/envoyextensionpolicy/agents/loopguard-ai/wasm/0"
 MCP_WASM_FILTER = "envoy.filters.http.wasm/envoyextensionpolicy/agents/loopguard-mcp/wasm/0"
+NATIVE_FILES = ("httproute.yaml", "envoyproxy-native.yaml", "extension-policy-native.yaml")
+NATIVE_FILTER = "envoy.filters.http.dynamic_modules/envoyextensionpolicy/agents/loopguard/dynamic-module/0"
+STRIP_PREFIX_FLAG = "envoy.reloadable_features.dynamic_modules_strip_custom_stat_prefix"
 
 
 def docs(*files: str) -> list[dict]:
@@ -64,6 +71,20 @@ def codes(responses) -> list[int]:
 def example_config(d: list[dict], policy: str) -> dict:
     eep = next(x for x in d if x["kind"] == "EnvoyExtensionPolicy" and x["metadata"]["name"] == policy)
     return eep["spec"]["wasm"][0]["config"]
+
+
+def native_example_config(d: list[dict]) -> dict:
+    eep = next(x for x in d if x["kind"] == "EnvoyExtensionPolicy")
+    return eep["spec"]["dynamicModule"][0]["config"]
+
+
+def built_native_module() -> str:
+    """The native module, which Envoy Gateway's dynamic-module examples load
+    whatever LOOPGUARD_HOST is."""
+    if not Path(NATIVE).is_file():
+        pytest.fail(f"the native module {NATIVE} is missing: `make build` builds it (envoyproxy-native.yaml and "
+                    "extension-policy-native.yaml load it into Envoy)")
+    return NATIVE
 
 
 # --- translation ---------------------------------------------------------------
@@ -134,7 +155,8 @@ def test_translation_refuses_fields_it_does_not_handle():
         (lambda r: r["spec"]["rules"][1]["matches"][0].update(path={"type": "RegularExpression", "value": "/v1/.*"}), "HTTPRoute", "llm-api", "path type RegularExpression"),
         (lambda b: b["spec"].update(rateLimit={"type": "Local"}), "BackendTrafficPolicy", "llm-request-buffer", "spec.rateLimit"),
         (lambda b: b["spec"]["requestBuffer"].update(limit="1.5Mi"), "BackendTrafficPolicy", "llm-request-buffer", "requestBuffer.limit"),
-        (lambda e: e["spec"].update(provider={"type": "Kubernetes"}), "EnvoyProxy", "loopguard-proxy", "spec.provider"),
+        (lambda e: e["spec"].update(provider={"type": "Kubernetes", "kubernetes": {"envoyService": {"type": "NodePort"}}}), "EnvoyProxy", "loopguard-proxy", "kubernetes.envoyService"),
+        (lambda e: e["spec"].update(provider={"type": "Custom"}), "EnvoyProxy", "loopguard-proxy", "provider type Custom"),
         (lambda e: e["spec"]["filterOrder"][0].update(after="envoy.filters.http.wasm_typo"), "EnvoyProxy", "loopguard-proxy", "wasm_typo"),
         (lambda a: a["spec"].update(llmRequestCosts=[{"metadataKey": "tokens", "type": "TotalToken"}]), "AIGatewayRoute", "llm-ai", "spec.llmRequestCosts"),
         (lambda a: a["spec"]["rules"][0]["backendRefs"][0].update(modelNameOverride="gpt-4o"), "AIGatewayRoute", "llm-ai", "modelNameOverride"),
@@ -334,6 +356,178 @@ def test_mcp_route_blocks_a_looping_agent(mode, mcp_server, start_envoy, module_
     assert "wasm log loopguard-mcp loopguard envoyextensionpolicy/agents/loopguard-mcp/wasm/0: " in e.log()  # the plugin name
 
 
+# --- native dynamic module ------------------------------------------------------
+
+
+def test_native_translation_loads_the_allowlisted_module_on_the_targeted_route_only():
+    d = docs(*NATIVE_FILES)
+    eg = envoy_gateway_config(d, native_module="/built/libloopguard_native.so")
+    assert eg.filter_names == [NATIVE_FILTER, "envoy.filters.http.router"]
+    (m,) = eg.dynamic_modules
+    assert (m.module, m.policy, m.declared_path) == ("loopguard", "agents/loopguard", "/etc/envoy/modules/libloopguard_native.so")
+    config = native_example_config(d)
+    # The allowlist's module (its path replaced by the built one), loopguard's
+    # key name, the configuration as JSON; no metrics_namespace, which
+    # Envoy Gateway cannot set.
+    assert m.filter == {
+        "name": NATIVE_FILTER,
+        "disabled": True,
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.dynamic_modules.v3.DynamicModuleFilter",
+            "dynamic_module_config": {"module": {"local": {"filename": "/built/libloopguard_native.so"}}, "do_not_close": True},
+            "filter_name": "loopguard",
+            "filter_config": {"@type": mesh.STRING_VALUE, "value": mesh.k8s_json(config)},
+        },
+    }
+    assert config["hold_request_headers"] is True
+
+    # Enabled (empty FilterConfig) on every llm-api route, not on internal-api.
+    llm = [r for r in eg.routes if r["name"].startswith("httproute/agents/llm-api/")]
+    internal = [r for r in eg.routes if r["name"].startswith("httproute/agents/internal-api/")]
+    assert len(llm) == 3 and len(internal) == 1
+    for r in llm:
+        assert r["typed_per_filter_config"] == {NATIVE_FILTER: {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "config": {}}}
+    assert "typed_per_filter_config" not in internal[0]
+
+    # The ClientTrafficPolicy's bufferLimit is the listener's buffer, where a
+    # held body waits: at least max_body_bytes. Envoy Gateway's default is 32 KiB.
+    assert eg.buffer_limit == 1 << 20 >= config["max_body_bytes"]
+    no_ctp = envoy_gateway_config([x for x in d if x["kind"] != "ClientTrafficPolicy"])
+    assert no_ctp.buffer_limit == 32768
+
+    # The bootstrap: Envoy Gateway's runtime layer, then the patch's; its
+    # stats tags, then the patch's for loopguard; no module server (no Wasm).
+    b = eg.bootstrap(1)
+    assert b["layered_runtime"]["layers"] == [
+        mesh.EG_BOOTSTRAP["layered_runtime"]["layers"][0],
+        {"name": "loopguard", "static_layer": {STRIP_PREFIX_FLAG: True}},
+    ]
+    eg_tags = mesh.EG_BOOTSTRAP["stats_config"]["stats_tags"]
+    assert b["stats_config"]["stats_tags"][: len(eg_tags)] == eg_tags
+    added = b["stats_config"]["stats_tags"][len(eg_tags) :]
+    assert [t["tag_name"] for t in added] == ["policy", "mode", "action", "tier", "step", "reason", "result", "token_type", "loop", "caller", "model"]
+    assert all(t["regex"].startswith("^dynamicmodulescustom\\.loopguard\\.") for t in added)
+    (lst,) = b["static_resources"]["listeners"]
+    assert lst["per_connection_buffer_limit_bytes"] == 1 << 20
+    assert [c["name"] for c in b["static_resources"]["clusters"]] == ["httproute/agents/llm-api/rule/0", "httproute/agents/llm-api/rule/1", "httproute/agents/internal-api/rule/0"]
+    assert "metrics_namespace" not in json.dumps(b)
+    # The image the EnvoyProxy runs is Envoy 1.40 (the tests run Envoy 1.40).
+    assert eg.envoy_image.endswith(":v1.40.0")
+
+    # envoyproxy-native.yaml keeps envoyproxy.yaml's filter order for Wasm
+    # policies: the buffer still follows a Wasm loopguard.
+    wasm = envoy_gateway_config(docs("httproute.yaml", "envoyproxy-native.yaml", "request-buffer.yaml", "extension-policy.yaml"), module_sha256=MODULE_SHA256)
+    assert wasm.filter_names == [WASM_FILTER, "envoy.filters.http.buffer", "envoy.filters.http.router"]
+    with pytest.raises(Unhandled, match="EnvoyProxy loopguard-proxy is given twice"):
+        envoy_gateway_config(docs(*NATIVE_FILES, "envoyproxy.yaml"))
+
+    # A module no allowlist names: Envoy Gateway refuses the policy, and
+    # its routes answer 500.
+    refused = copy.deepcopy(d)
+    next(x for x in refused if x["kind"] == "EnvoyExtensionPolicy")["spec"]["dynamicModule"][0]["name"] = "loopguard-typo"
+    r = envoy_gateway_config(refused)
+    assert r.filter_names == ["envoy.filters.http.router"] and r.dynamic_modules == []
+    assert r.refused_policies == {"agents/loopguard": "dynamic module 'loopguard-typo' is not registered in the EnvoyProxy dynamicModules allowlist"}
+    assert [x.get("direct_response") for x in r.routes] == [{"status": 500}] * 3 + [None]
+
+
+def test_native_translation_refuses_fields_it_does_not_handle():
+    def translate(edit, kind):
+        d = docs(*NATIVE_FILES)
+        edit(next(x for x in d if x["kind"] == kind))
+        return envoy_gateway_config(d)
+
+    remote = {"type": "Remote", "remote": {"url": "https://example.com/libloopguard_native.so", "sha256": "0" * 64}}
+    cases = [
+        (lambda e: e["spec"]["dynamicModules"][0].update(source=remote), "EnvoyProxy", "source.remote"),
+        (lambda e: e["spec"]["dynamicModules"][0]["source"].update(type="Remote"), "EnvoyProxy", "only a Local source"),
+        (lambda e: e["spec"]["bootstrap"].update(type="Merge"), "EnvoyProxy", "bootstrap type Merge"),
+        (lambda e: e["spec"]["bootstrap"]["jsonPatches"][0].update(path="/admin/address"), "EnvoyProxy", "models only"),
+        (lambda e: e["spec"]["bootstrap"]["jsonPatches"][0].update(op="move"), "EnvoyProxy", "op move"),
+        (lambda p: p["spec"]["dynamicModule"][0].update(terminalFilter=True), "EnvoyExtensionPolicy", "terminalFilter"),
+        (lambda c: c["spec"]["connection"].update(bufferLimit="1.5Mi"), "ClientTrafficPolicy", "connection.bufferLimit"),
+        (lambda c: c["spec"].update(timeout={"http": {"requestReceivedTimeout": "5s"}}), "ClientTrafficPolicy", "spec.timeout"),
+    ]
+    for edit, kind, message in cases:
+        with pytest.raises(Unhandled, match=message):
+            translate(edit, kind)
+    # A ClientTrafficPolicy for another Gateway leaves the default buffer.
+    other = translate(lambda c: c["spec"]["targetRefs"][0].update(name="other"), "ClientTrafficPolicy")
+    assert other.buffer_limit == 32768 and other.unresolved_targets == ["ClientTrafficPolicy/loopguard-held-bodies -> Gateway/other"]
+
+
+def test_native_module_catches_a_loop_and_holds_large_bodies(upstream, start_envoy):
+    """envoyproxy-native.yaml and extension-policy-native.yaml (with
+    httproute.yaml's Gateway and routes) in Envoy 1.40 with the native
+    module: the policy's threshold of identical calls gives 200s then 429
+    with loopguard's error; bodies of 300 KB are held (their headers reach
+    the upstream only once judged) and passed whole, and a loop of them is
+    caught; the stats are where Envoy Gateway puts them."""
+    module = built_native_module()
+    d = docs(*NATIVE_FILES)
+    eg = envoy_gateway_config(d, native_module=module)
+    e = start_envoy(eg.bootstrap(upstream.port))
+    log = e.log()
+    assert "Dynamic module ABI version v0.2.0 matched" in log
+    assert "loopguard: configured 1 policy (agents), tracking up to 65536 fingerprints" in log
+    mesh.mark_loaded([x for x in d if x["kind"] == "EnvoyExtensionPolicy"])
+    config = native_example_config(d)
+    threshold = config["policies"][0]["spec"]["loop_detection"]["threshold_identical_requests"]
+    allowed = [200] * (threshold - 1)
+
+    # (a) llm-api: the threshold-th identical call is rejected with
+    # loopguard's JSON error, in the API's shape; never sent upstream.
+    chat = loop(e, "llm.example.com", "/v1/chat/completions", CHAT, threshold + 1)
+    assert codes(chat) == allowed + [429, 429]
+    assert chat[threshold - 1].headers["content-type"].startswith("application/json")
+    err = chat[threshold - 1].json()["error"]
+    assert (err["code"], err["type"], err["policy"], err["hit_count"], err["cooldown_seconds"]) == ("recursive_loop_detected", "loop_detected", "agents", threshold, 30)
+    messages = loop(e, "llm.example.com", "/v1/messages", MESSAGES, threshold)
+    assert codes(messages) == allowed + [429]
+    assert messages[-1].json()["error"]["type"] == "rate_limit_error"
+    assert len(upstream.requests) == 2 * (threshold - 1)
+
+    # (b) 300 KB bodies, above Envoy Gateway's 32 KiB default buffer, within
+    # the ClientTrafficPolicy's 1 MiB: held until judged, passed whole, and
+    # the repeated one caught. The rejected ones' headers never left Envoy.
+    big = {**CHAT, "messages": [{"role": "user", "content": "build log:\n" + "x" * 300_000}]}
+    upstream.requests.clear()
+    upstream.arrivals.clear()
+    held = loop(e, "llm.example.com", "/v1/chat/completions", big, threshold + 1, key="sk-eg-big")
+    assert codes(held) == allowed + [429, 429]
+    assert held[threshold - 1].json()["error"]["hit_count"] == threshold
+    assert [json.loads(r["body"]) for r in upstream.requests] == [big] * (threshold - 1)
+    assert len(upstream.arrivals) == threshold - 1
+
+    # (c) internal-api, another HTTPRoute: loopguard is not enabled there.
+    assert codes(loop(e, "internal.example.com", "/v1/chat/completions", CHAT, threshold + 2)) == [200] * (threshold + 2)
+
+    # (d) The stats: dynamicmodulescustom.loopguard.* (Envoy Gateway sets no
+    # metrics_namespace); the patch's runtime flag exports them as
+    # loopguard_* and its stats tags give them the Wasm series' labels.
+    judged = 2 * threshold + 1 + threshold + 1
+    rejected = 2 + 1 + 2
+    stats = e.stats()
+    assert stats["dynamicmodulescustom.loopguard.requests_total"] == judged
+    assert stats["dynamicmodulescustom.loopguard.rejected_total.policy.agents"] == rejected
+    assert not any(k.startswith("wasmcustom.") for k in stats)
+    prom = e.prometheus()
+    assert prom["loopguard_requests_total{}"] == judged
+    assert prom['loopguard_rejected_total{policy="agents"}'] == rejected
+    assert prom['loopguard_detected_total{policy="agents",mode="enforce"}'] == 3  # one per loop
+    assert not any(k.startswith(("envoy_dynamicmodulescustom_", "envoy_wasmcustom_", "loopguard_rejected_total_")) for k in prom)
+    e.stop()
+
+    # Without the ClientTrafficPolicy, the listener keeps Envoy Gateway's
+    # 32 KiB: Envoy answers 413 to a held 300 KB body; small ones pass.
+    upstream.requests.clear()
+    small_buffer = envoy_gateway_config([x for x in d if x["kind"] != "ClientTrafficPolicy"], native_module=module)
+    e = start_envoy(small_buffer.bootstrap(upstream.port))
+    assert codes(loop(e, "llm.example.com", "/v1/chat/completions", big, 1, key="sk-eg-big")) == [413]
+    assert codes(loop(e, "llm.example.com", "/v1/chat/completions", CHAT, 1)) == [200]
+    assert len(upstream.requests) == 1
+
+
 # --- every example is exercised ---------------------------------------------------
 
 
@@ -341,4 +535,4 @@ def test_every_envoy_gateway_example_is_translated_and_its_loopguard_config_load
     """Runs last: every YAML file in examples/envoy-gateway went through the
     translation, and every loopguard configuration in them was loaded by a
     real Envoy in the tests above."""
-    mesh.assert_examples_covered(request, mesh.EG_EXAMPLES, set(BASE + POLICIES + ("ai-gateway.yaml", "extension-policy-mcp.yaml")))
+    mesh.assert_examples_covered(request, mesh.EG_EXAMPLES, set(BASE + POLICIES + ("ai-gateway.yaml", "extension-policy-mcp.yaml") + NATIVE_FILES))
