@@ -10,7 +10,8 @@
 
 use crate::abi::{self, ConfigPtr, SchedulerPtr};
 use crate::metrics::Metrics;
-use crate::worker::{now_ms, Worker};
+use crate::timer::now_ms;
+use crate::worker::Worker;
 use loopguard_core::config::Config;
 use loopguard_core::flow::Engine;
 use loopguard_core::state::store::{plugin_namespace, InProcess, StoreCall};
@@ -173,6 +174,14 @@ impl FilterConfig {
             w.retain(|_, x| x.strong_count() > 0);
             w.insert(worker.id, Arc::downgrade(worker));
         }
+    }
+
+    /// The ids of this configuration's workers.
+    pub fn worker_ids(&self) -> Vec<u64> {
+        self.workers
+            .lock()
+            .map(|w| w.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     fn worker(&self, id: u64) -> Option<Arc<Worker>> {

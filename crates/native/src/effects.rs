@@ -4,6 +4,7 @@
 
 use crate::abi::{self, Body, FilterPtr, HeaderMap};
 use crate::worker::{Locked, Worker};
+use loopguard_core::act::reply::LocalReply;
 use loopguard_core::flow::{Effect, Effects, Level, Request, Step};
 use loopguard_core::state::store::StoreCall;
 
@@ -27,9 +28,40 @@ impl At {
     };
 }
 
+/// A local reply to send once the event is over (see [`settle`]).
+pub struct Reply {
+    pub reply: LocalReply,
+    pub details: &'static str,
+}
+
+impl Reply {
+    /// Send it. Envoy may end and destroy the stream inside this call, so
+    /// it is the last thing a hook does with its stream.
+    pub fn send(self, filter: FilterPtr) {
+        let headers: Vec<(&str, &str)> = self
+            .reply
+            .headers
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect();
+        abi::send_response(
+            filter,
+            self.reply.status,
+            &headers,
+            self.reply.body.as_bytes(),
+            self.details,
+        );
+    }
+}
+
 /// Carry out effects until none are left, reporting the relayed calls
 /// and (in a stream's event, for `request`) sending the store call the
-/// engine asks for; what the request does next.
+/// engine asks for; what the request does next, and the local reply to
+/// send when the engine's lock is given back.
+///
+/// Envoy skips this filter's response hooks for its own local reply, so
+/// the engine is given that response's headers here, as the Wasm host's
+/// response hook gives them: the headers it adds go with the reply.
 pub fn settle(
     w: &Worker,
     l: &mut Locked,
@@ -37,15 +69,29 @@ pub fn settle(
     now: u64,
     mut request: Option<&mut Request>,
     mut step: Step,
-) -> Step {
+) -> (Step, Option<Reply>) {
+    let mut held: Option<Reply> = None;
     loop {
-        let client = request.as_deref().map_or(&[][..], Request::client_headers);
-        let pending = apply(w, at, client, &mut l.out);
-        if pending.replied {
+        let pending = apply(w, at, &mut l.out);
+        if let Some(mut reply) = pending.reply {
             step = Step::Pause;
+            if let Some(r) = request.as_deref_mut() {
+                l.engine
+                    .on_response_headers(r, Some(reply.reply.status), now, &mut l.out);
+                l.out.retain(|e| match e {
+                    Effect::AddResponseHeader(name, value) => {
+                        reply.reply.headers.push((name, value.clone()));
+                        false
+                    }
+                    Effect::RemoveResponseHeader(_) => false,
+                    _ => true,
+                });
+            }
+            held = Some(reply);
+            continue;
         }
         if pending.root_calls_sent.is_empty() && pending.store_call.is_none() {
-            return step;
+            return (step, held);
         }
         for sent in pending.root_calls_sent {
             l.engine.on_root_call_sent(sent, now, &mut l.out);
@@ -66,18 +112,13 @@ pub struct Pending {
     pub store_call: Option<StoreCall>,
     /// Calls relayed from the root (their tokens), in order, to report.
     pub root_calls_sent: Vec<Result<u32, String>>,
-    /// A local reply was sent: the request stays stopped.
-    pub replied: bool,
+    /// A local reply for the request (sent after the event).
+    pub reply: Option<Reply>,
 }
 
-/// Carry out (and empty) `effects`. `client` are the headers the core adds
-/// to the client's response when its headers pass (see `LocalReply`).
-pub fn apply(
-    worker: &Worker,
-    at: At,
-    client: &[(&'static str, String)],
-    effects: &mut Effects,
-) -> Pending {
+/// Carry out (and empty) `effects`, but a local reply, which is handed
+/// back.
+pub fn apply(worker: &Worker, at: At, effects: &mut Effects) -> Pending {
     let mut pending = Pending::default();
     let Some(f) = at.filter else {
         for effect in effects.drain(..) {
@@ -155,21 +196,10 @@ pub fn apply(
                 }
             }
             Effect::LocalReply(reply, details) => {
-                // Envoy skips this filter's response hooks for its own
-                // local reply, so the headers the core adds when the
-                // response headers pass go with the reply (as they do
-                // through the Wasm host's response hook).
-                let headers: Vec<(&str, &str)> = reply
-                    .headers
-                    .iter()
-                    .chain(client)
-                    .map(|(k, v)| (*k, v.as_str()))
-                    .collect();
-                abi::send_response(f, reply.status, &headers, reply.body.as_bytes(), details);
-                pending.replied = true;
+                pending.reply = Some(Reply { reply, details });
             }
             Effect::SendStoreCall(call) => pending.store_call = Some(call),
-            Effect::Resume(stream) => worker.resume(stream, true),
+            Effect::Resume(stream) => worker.resume(stream),
             Effect::ArmTick => worker.arm_tick(Some(at.stream)),
             other => main_thread(worker, other, &mut pending),
         }
@@ -185,7 +215,7 @@ fn main_thread(worker: &Worker, effect: Effect, pending: &mut Pending) {
             worker.config.relay.send(worker.id, token, call);
             pending.root_calls_sent.push(Ok(token));
         }
-        Effect::Resume(stream) => worker.resume(stream, false),
+        Effect::Resume(stream) => worker.resume(stream),
         Effect::ArmTick => worker.arm_tick(None),
         Effect::StopTick => worker.stop_tick(),
         Effect::Count(id, n) => worker.config.metrics.count(id, n),

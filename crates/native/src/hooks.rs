@@ -108,6 +108,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: Con
             // SAFETY: made by `config_new`, destroyed once by Envoy.
             let c = unsafe { Box::from_raw(config as *mut Arc<FilterConfig>) };
             c.alive.store(false, std::sync::atomic::Ordering::Release);
+            // No more ticks through the configuration's scheduler.
+            crate::worker::stop_main_ticks(c.worker_ids());
         },
         || (),
     )
@@ -329,7 +331,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 ) {
     // Inside the stream's own event (a local reply ends it at once): run
     // when that event is over, not now.
-    if crate::reentry::completes_later() {
+    if crate::reentry::completes_later(s as usize) {
         return;
     }
     guard(
@@ -395,7 +397,14 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
                 s.on_scheduled(event);
             }
         },
-        || fail_request(s),
+        // A tick this stream only carried fails no request.
+        || {
+            if event == crate::timer::TICK_EVENT {
+                poison(s)
+            } else {
+                fail_request(s)
+            }
+        },
     )
 }
 

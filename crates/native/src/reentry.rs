@@ -4,18 +4,17 @@
 //! take the lock again.
 
 /// Whether this thread is inside a stream's event (the engine locked), and
-/// whether Envoy ended that stream meanwhile.
+/// which streams Envoy ended meanwhile.
 pub struct Running;
 
 thread_local! {
     static RUNNING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    static ENDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static ENDED: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Running {
     pub fn enter() -> Running {
         RUNNING.with(|r| r.set(true));
-        ENDED.with(|e| e.set(false));
         Running
     }
 
@@ -23,9 +22,14 @@ impl Running {
         RUNNING.with(|r| r.get())
     }
 
-    /// The stream ended while its event ran (taken once).
-    pub fn ended_meanwhile() -> bool {
-        ENDED.with(|e| e.replace(false))
+    /// The streams (module pointers) Envoy ended while the event ran
+    /// (taken once).
+    pub fn ended_meanwhile() -> Vec<usize> {
+        ENDED.with(|e| {
+            e.try_borrow_mut()
+                .map(|mut v| std::mem::take(&mut *v))
+                .unwrap_or_default()
+        })
     }
 }
 
@@ -35,13 +39,17 @@ impl Drop for Running {
     }
 }
 
-/// Called by Envoy's stream-complete hook: `true` if it came inside the
-/// stream's own event (then it runs when that event is over).
-pub fn completes_later() -> bool {
-    RUNNING.with(|r| {
-        if r.get() {
-            ENDED.with(|e| e.set(true));
-        }
-        r.get()
-    })
+/// Called by Envoy's stream-complete hook for `stream` (its module
+/// pointer): `true` if it came inside an event of this thread (then it
+/// runs when that event is over).
+pub fn completes_later(stream: usize) -> bool {
+    let inside = RUNNING.with(|r| r.get());
+    if inside {
+        ENDED.with(|e| {
+            if let Ok(mut v) = e.try_borrow_mut() {
+                v.push(stream);
+            }
+        });
+    }
+    inside
 }

@@ -9,8 +9,9 @@ use crate::effects::{self, At};
 use crate::facts::Facts;
 use crate::memory_store::Memory;
 use crate::reentry::Running;
+use crate::timer::now_ms;
 use crate::timer::TICK_EVENT;
-use crate::worker::{now_ms, Worker};
+use crate::worker::Worker;
 use loopguard_core::flow::{Effects, Engine, Request, Step};
 use loopguard_core::request::{HeaderBlock, RequestHead};
 use loopguard_core::state::store::CallReply;
@@ -46,27 +47,31 @@ impl Stream {
 
     /// Feed the engine one event, carry out its effects (sending the store
     /// call it asks for, reporting relayed calls), and say what the
-    /// request does next. The engine is locked for the event; Envoy may
-    /// end the stream inside a callback made meanwhile (a local reply),
-    /// and that ending is run once the lock is given back.
+    /// request does next. The engine is locked for the event. A local reply
+    /// is sent after the lock is given back, as the last thing done with
+    /// this stream: Envoy may end and destroy the stream inside that call.
+    /// `always`: run even for a stream a panic failed (its ending, a tick it
+    /// carries for its worker).
     fn run(
         &mut self,
         in_request_body: bool,
+        always: bool,
         event: impl FnOnce(&mut Engine<Memory>, &mut Request, &mut Effects) -> Step,
     ) -> Step {
         let Some(w) = self.worker.clone() else {
             return Step::Continue;
         };
-        if self.failed || Running::now() {
+        if (self.failed && !always) || Running::now() {
             // Re-entered from a callback of an event this thread runs: the
             // engine is busy (as a Wasm VM would be).
             return Step::Continue;
         }
         let now = now_ms();
-        if w.needs_driver() {
+        if w.needs_driver() && !self.failed {
             w.arm_tick(Some(self.req.id));
         }
-        let step = {
+        let me = self as *mut Stream as usize;
+        let (step, reply) = {
             let Some(mut guard) = w.lock() else {
                 return Step::Continue;
             };
@@ -78,17 +83,31 @@ impl Stream {
                 filter: Some(self.filter),
                 in_request_body,
             };
-            let step = effects::settle(&w, l, at, now, Some(&mut self.req), step);
+            let settled = effects::settle(&w, l, at, now, Some(&mut self.req), step);
             l.out.clear();
-            step
+            settled
         };
         if step == Step::Pause && w.ticking() {
             // Resumed by a tick, maybe on the main thread: its scheduler
             // is made now, on its own thread.
             w.can_resume(self.req.id);
         }
-        if Running::ended_meanwhile() {
-            self.on_complete();
+        for ended in Running::ended_meanwhile() {
+            if ended == me {
+                self.on_complete();
+            } else {
+                // SAFETY: another live stream of this thread whose ending
+                // Envoy delivered inside this event (destroy hooks are
+                // never nested in an event).
+                if let Some(other) = unsafe { (ended as *mut Stream).as_mut() } {
+                    other.on_complete();
+                }
+            }
+        }
+        if let Some(reply) = reply {
+            let filter = self.filter;
+            reply.send(filter);
+            return Step::Pause;
         }
         step
     }
@@ -114,7 +133,7 @@ impl Stream {
             authority: &authority,
         };
         let now = now_ms();
-        self.run(false, |e, r, out| {
+        self.run(false, false, |e, r, out| {
             e.on_headers(r, &head, &facts, end_of_stream, now, out)
         })
     }
@@ -145,7 +164,7 @@ impl Stream {
             None
         };
         let now = now_ms();
-        self.run(true, |e, r, out| {
+        self.run(true, false, |e, r, out| {
             e.on_body(r, size, end_of_stream, body.as_deref(), now, out)
         })
     }
@@ -159,7 +178,7 @@ impl Stream {
             None
         };
         let now = now_ms();
-        self.run(false, |e, r, out| {
+        self.run(false, false, |e, r, out| {
             e.on_trailers(r, body.as_deref(), now, out)
         })
     }
@@ -174,7 +193,7 @@ impl Stream {
             None
         };
         let now = now_ms();
-        self.run(false, |e, r, out| {
+        self.run(false, false, |e, r, out| {
             e.on_response_headers(r, status, now, out);
             if r.wants_content_type() {
                 e.on_response_content_type(r, content_type.as_deref(), now, out);
@@ -192,7 +211,7 @@ impl Stream {
         let mut chunks = unsafe { abi::body_chunks(self.filter, Body::ReceivedResponse) };
         let chunk = joined(&mut chunks);
         let now = now_ms();
-        self.run(false, |e, r, out| {
+        self.run(false, false, |e, r, out| {
             e.on_response_body(r, &chunk, end_of_stream, now, out);
             Step::Continue
         });
@@ -200,7 +219,7 @@ impl Stream {
 
     /// The stream ended (answered, or its client left).
     pub fn on_complete(&mut self) {
-        self.run(false, |e, r, out| {
+        self.run(false, true, |e, r, out| {
             e.on_done(r, out);
             Step::Continue
         });
@@ -212,7 +231,7 @@ impl Stream {
             return false;
         };
         let now = now_ms();
-        self.run(false, |e, r, out| {
+        self.run(false, false, |e, r, out| {
             e.on_store_reply(r, token, &reply, now, out)
         }) == Step::Continue
     }
@@ -223,7 +242,7 @@ impl Stream {
         match event {
             TICK_EVENT => {
                 let now = now_ms();
-                self.run(false, |e, _, out| {
+                self.run(false, true, |e, _, out| {
                     e.on_tick(now, out);
                     Step::Continue
                 });

@@ -13,6 +13,7 @@
 
 use crate::abi::{self, FilterPtr, SchedulerPtr};
 use crate::config::FilterConfig;
+pub use crate::locked::Locked;
 use crate::memory_store::{self, Memory};
 use crate::timer;
 use loopguard_core::flow::{Effects, Engine};
@@ -20,20 +21,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-/// The engine and the effects buffer its events fill.
-pub struct Locked {
-    pub engine: Engine<Memory>,
-    pub out: Effects,
-}
-
-// SAFETY: the engine and every `Request` it has made share reference
-// counts that are not atomic (`Rc`). All of them are only touched while
-// this lock is held: the engine through the lock, and a stream's request
-// only inside its worker's events (which hold the lock) and dropped under
-// it (`Worker::close_stream`). The lock orders every access, so moving
-// the engine between the worker thread and the main thread is sound.
-unsafe impl Send for Locked {}
 
 /// A stream alive on this worker: Envoy's pointer (valid until its
 /// destroy hook) and its scheduler, once it needed one (as addresses).
@@ -53,8 +40,26 @@ pub struct Worker {
     /// The engine wants ticks.
     tick_armed: AtomicBool,
     /// The stream whose scheduler the clock ticks this worker through
-    /// (0: none; the main thread ticks it while it is armed).
-    driver: AtomicU32,
+    /// (0: none; the main thread ticks it while it is armed). Its lock
+    /// orders every change of driver with the clock and with closing
+    /// streams (lock order: driver, then streams).
+    driver: Mutex<u32>,
+}
+
+impl Drop for Worker {
+    /// No tick for a worker that is gone (its configuration's scheduler may
+    /// be deleted next).
+    fn drop(&mut self) {
+        timer::stop(self.id);
+    }
+}
+
+/// Stop the main thread's ticks of a configuration's workers (Envoy is
+/// destroying the configuration).
+pub fn stop_main_ticks(workers: impl IntoIterator<Item = u64>) {
+    for w in workers {
+        timer::stop(w);
+    }
 }
 
 static NEXT_WORKER: AtomicU64 = AtomicU64::new(1);
@@ -88,7 +93,7 @@ impl Worker {
             &namespace,
             |layout| memory_store::open(&namespace, layout),
             |var| std::env::var(var).ok(),
-            random_seed(),
+            timer::random_seed(),
         );
         let engine = match engine {
             Ok(e) => e,
@@ -108,13 +113,23 @@ impl Worker {
             next_stream: AtomicU32::new(1),
             next_root_token: AtomicU32::new(1),
             tick_armed: AtomicBool::new(false),
-            driver: AtomicU32::new(0),
+            driver: Mutex::new(0),
         })
     }
 
-    /// The engine, locked (`None` if a panic left it unusable).
+    /// The engine, locked. A panic while it was locked (a bug) does not
+    /// turn loopguard off on this worker: it is logged, and the engine goes
+    /// on as the panic left it (memory-safe; the request it happened in got
+    /// its 500).
     pub fn lock(&self) -> Option<MutexGuard<'_, Locked>> {
-        self.engine.lock().ok()
+        Some(self.engine.lock().unwrap_or_else(|poisoned| {
+            abi::log(
+                abi::LogLevel::Critical,
+                "loopguard: the engine goes on after a panic in an earlier request",
+            );
+            self.engine.clear_poison();
+            poisoned.into_inner()
+        }))
     }
 
     /// A new stream's id, and it counted as alive.
@@ -135,35 +150,46 @@ impl Worker {
         id
     }
 
-    /// The stream's scheduler, made the first time (on its worker thread).
-    pub fn scheduler_of(&self, stream: u32) -> Option<SchedulerPtr> {
-        let mut streams = self.streams.lock().ok()?;
-        let live = streams.get_mut(&stream)?;
-        if live.scheduler.is_none() {
-            live.scheduler = abi::scheduler_new(live.filter as FilterPtr).map(|s| s as usize);
+    /// Make sure a stream can be resumed and can drive the tick: its
+    /// scheduler, made now (only on its worker thread, in its event).
+    pub fn can_resume(&self, stream: u32) {
+        if let Ok(mut streams) = self.streams.lock() {
+            if let Some(live) = streams.get_mut(&stream) {
+                if live.scheduler.is_none() {
+                    live.scheduler =
+                        abi::scheduler_new(live.filter as FilterPtr).map(|s| s as usize);
+                }
+            }
         }
-        live.scheduler.map(|s| s as SchedulerPtr)
     }
 
     /// The stream is gone (Envoy's destroy hook, on the worker thread):
-    /// `forget` drops what the engine gave it, under the lock; its
-    /// scheduler is deleted; if it drove the tick, another stream of this
-    /// worker (or the main thread) takes over.
+    /// `forget` drops what the engine gave it, under the engine's lock. Its
+    /// entry goes and, if it drove the tick, another stream (or the main
+    /// thread) takes over, under the driver's lock; its scheduler is
+    /// deleted last, when nothing can commit to it any more.
     pub fn close_stream(&self, stream: u32, forget: impl FnOnce()) {
         if let Some(_guard) = self.lock() {
             forget();
         }
-        let gone = self.streams.lock().ok().and_then(|mut s| s.remove(&stream));
-        if self.driver.load(Ordering::Acquire) == stream {
-            timer::stop(self.id);
-            self.driver.store(0, Ordering::Release);
-            if self.tick_armed.load(Ordering::Acquire) {
-                self.find_driver(None);
+        let gone = {
+            let Ok(mut driver) = self.driver.lock() else {
+                return;
+            };
+            let gone = self.streams.lock().ok().and_then(|mut s| s.remove(&stream));
+            if *driver == stream {
+                timer::stop(self.id);
+                *driver = 0;
+                if self.tick_armed.load(Ordering::Acquire) {
+                    self.find_driver(&mut driver, None);
+                }
             }
-        }
+            gone
+        };
         if let Some(s) = gone.and_then(|l| l.scheduler) {
-            // SAFETY: removed from the clock (above) before deletion, and
-            // deleted once: the stream's entry is gone.
+            // SAFETY: out of the streams (resumes commit under their lock)
+            // and not the clock's driver (stopped under the drivers' lock):
+            // nothing commits to it any more; deleted once.
             unsafe { abi::scheduler_delete(s as SchedulerPtr) };
         }
     }
@@ -173,15 +199,19 @@ impl Worker {
     /// live stream, else through the main thread.
     pub fn arm_tick(&self, current: Option<u32>) {
         self.tick_armed.store(true, Ordering::Release);
-        if self.driver.load(Ordering::Acquire) == 0 {
-            self.find_driver(current);
+        if let Ok(mut driver) = self.driver.lock() {
+            if *driver == 0 {
+                self.find_driver(&mut driver, current);
+            }
         }
     }
 
     pub fn stop_tick(&self) {
         self.tick_armed.store(false, Ordering::Release);
-        self.driver.store(0, Ordering::Release);
-        timer::stop(self.id);
+        if let Ok(mut driver) = self.driver.lock() {
+            *driver = 0;
+            timer::stop(self.id);
+        }
     }
 
     /// Whether the engine wants ticks.
@@ -189,61 +219,49 @@ impl Worker {
         self.tick_armed.load(Ordering::Acquire)
     }
 
-    /// Whether the tick is wanted but only the main thread drives it: a
-    /// stream of the worker's own takes over.
+    /// Whether the tick is wanted but no stream of the worker drives it
+    /// (the main thread does): a stream of the worker's own takes over.
     pub fn needs_driver(&self) -> bool {
-        self.tick_armed.load(Ordering::Acquire) && self.driver.load(Ordering::Acquire) == 0
+        self.tick_armed.load(Ordering::Acquire) && self.driver.lock().is_ok_and(|d| *d == 0)
     }
 
-    fn find_driver(&self, prefer: Option<u32>) {
-        let on_worker = prefer.is_some();
-        let candidates: Vec<u32> = match self.streams.lock() {
-            // Schedulers are made on the worker thread only.
-            Ok(s) if on_worker => prefer.into_iter().chain(s.keys().copied()).collect(),
-            Ok(s) => s
-                .iter()
-                .filter(|(_, l)| l.scheduler.is_some())
-                .map(|(id, _)| *id)
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        for stream in candidates {
-            let s = if on_worker {
-                self.scheduler_of(stream)
-            } else {
-                self.streams
-                    .lock()
-                    .ok()
-                    .and_then(|m| m.get(&stream).and_then(|l| l.scheduler))
-                    .map(|s| s as SchedulerPtr)
-            };
-            if let Some(s) = s {
-                self.driver.store(stream, Ordering::Release);
-                timer::drive(self.id, timer::Driver::Stream(s));
-                return;
+    /// Choose what ticks this worker (the driver's lock held): `prefer`
+    /// (the stream at hand, whose scheduler may be made now), else a live
+    /// stream that has a scheduler, else the main thread.
+    fn find_driver(&self, driver: &mut u32, prefer: Option<u32>) {
+        if let Some(stream) = prefer {
+            self.can_resume(stream);
+        }
+        let found = self.streams.lock().ok().and_then(|m| {
+            prefer
+                .and_then(|p| m.get(&p).and_then(|l| l.scheduler).map(|s| (p, s)))
+                .or_else(|| m.iter().find_map(|(id, l)| l.scheduler.map(|s| (*id, s))))
+        });
+        match found {
+            Some((stream, s)) => {
+                *driver = stream;
+                timer::drive(self.id, timer::Driver::Stream(s as SchedulerPtr));
+            }
+            None => {
+                *driver = 0;
+                if self.config.alive.load(Ordering::Acquire) {
+                    timer::drive(self.id, timer::Driver::Main(self.config.relay.scheduler()));
+                }
             }
         }
-        timer::drive(self.id, timer::Driver::Main(self.config.relay.scheduler()));
     }
 
     /// Resume a paused stream of this worker: through its own scheduler, so
     /// that it continues in an event of its own, never inside another
-    /// stream's hook (or on the main thread).
-    pub fn resume(&self, stream: u32, on_worker: bool) {
-        let s = if on_worker {
-            self.scheduler_of(stream)
-        } else {
-            self.streams
-                .lock()
-                .ok()
-                .and_then(|m| m.get(&stream).and_then(|l| l.scheduler))
-                .map(|s| s as SchedulerPtr)
-        };
-        if let Some(s) = s {
-            // SAFETY: the scheduler belongs to a live stream (its entry is
-            // removed before it is deleted, on the worker thread, which
-            // commits nothing then).
-            unsafe { abi::scheduler_commit(s, crate::stream::RESUME_EVENT) };
+    /// stream's hook (or on the main thread). Committed under the streams'
+    /// lock, so its scheduler cannot be deleted meanwhile.
+    pub fn resume(&self, stream: u32) {
+        if let Ok(streams) = self.streams.lock() {
+            if let Some(s) = streams.get(&stream).and_then(|l| l.scheduler) {
+                // SAFETY: a live stream's scheduler (deleted only after its
+                // entry is removed, under this lock).
+                unsafe { abi::scheduler_commit(s as SchedulerPtr, crate::stream::RESUME_EVENT) };
+            }
         }
     }
 
@@ -255,7 +273,7 @@ impl Worker {
         };
         let l = &mut *guard;
         event(&mut l.engine, &mut l.out);
-        crate::effects::settle(
+        let _ = crate::effects::settle(
             self,
             l,
             crate::effects::At::MAIN,
@@ -264,12 +282,6 @@ impl Worker {
             loopguard_core::flow::Step::Continue,
         );
         l.out.clear();
-    }
-
-    /// Make sure a stream that pauses can be resumed from anywhere (its
-    /// scheduler is made now, on its worker thread).
-    pub fn can_resume(&self, stream: u32) {
-        let _ = self.scheduler_of(stream);
     }
 
     /// A token for a call relayed through the main thread.
@@ -281,20 +293,4 @@ impl Worker {
             t
         }
     }
-}
-
-/// 64 random bits (the standard library's hash keys come from the OS).
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(now_ms());
-    h.finish()
-}
-
-/// Wall-clock milliseconds (the clock the Wasm host reads too).
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
