@@ -75,7 +75,7 @@ def sign(claims: dict, key: bytes = b"loopguard-example-signing-key-do-not-use")
     return f"{head}.{body}.{sig}"
 
 
-@pytest.mark.skipif(HOST == "native", reason="jwt_verified: keys read jwt_authn's nested payload metadata, which the dynamic-module ABI cannot read (crates/native/src/stream.rs verified_claim)")
+@pytest.mark.skipif(HOST == "native", reason="jwt_verified: keys read jwt_authn's nested payload metadata, which the dynamic-module ABI cannot read (crates/native/src/facts.rs verified_claim)")
 def test_verified_identity_example(upstream, start_envoy):
     e = run_example(start_envoy, upstream, "verified-identity")
     exp = int(time.time()) + 3600
