@@ -42,16 +42,21 @@ pub struct Found<'a> {
 impl Found<'_> {
     /// `file (document): place` for messages.
     pub fn location(&self) -> String {
-        let mut s = self.doc.file.clone();
-        let what = self.doc.describe();
-        if !what.is_empty() {
-            s.push_str(&format!(" ({what})"));
-        }
-        if !self.place.is_empty() {
-            s.push_str(&format!(" {}", self.place));
-        }
-        s
+        location(self.doc, &self.place)
     }
+}
+
+/// `file (document) place`: where a configuration is, for messages.
+pub fn location(doc: &Document, place: &str) -> String {
+    let mut s = doc.file.clone();
+    let what = doc.describe();
+    if !what.is_empty() {
+        s.push_str(&format!(" ({what})"));
+    }
+    if !place.is_empty() {
+        s.push_str(&format!(" {place}"));
+    }
+    s
 }
 
 /// Every loopguard configuration in `docs`.
@@ -73,16 +78,14 @@ pub fn find(docs: &[Document]) -> Vec<Found<'_>> {
                 place: String::new(),
                 bytes: serde_json::to_vec(&doc.value).map_err(|e| e.to_string()),
             }),
-            _ => {
-                let mut names = Vec::new();
-                walk_wasm(doc, &doc.value, &mut names, &mut out);
-            }
+            _ => out.extend(wasm_filters(doc)),
         }
     }
     out
 }
 
-fn is_api(doc: &Document, group: &str) -> bool {
+/// Whether the document's `apiVersion` is of `group`.
+pub fn is_api(doc: &Document, group: &str) -> bool {
     doc.value
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -147,49 +150,66 @@ fn extension_policy(doc: &Document) -> Vec<Found<'_>> {
         .collect()
 }
 
-/// Wasm filter configs anywhere in Envoy configuration; `names` is the
-/// stack of enclosing `name` fields (the filter's name is the nearest).
-fn walk_wasm<'a>(doc: &'a Document, v: &Value, names: &mut Vec<String>, out: &mut Vec<Found<'a>>) {
-    match v {
-        Value::Object(o) => {
-            let pushed = match o.get("name").and_then(Value::as_str) {
-                Some(n) => {
-                    names.push(n.to_string());
-                    true
+/// Every object of type `type_url` anywhere in Envoy configuration
+/// (bootstrap, listener, ECDS resource, EnvoyFilter patch), depth first,
+/// with the nearest enclosing `name` (the HTTP filter's).
+pub fn typed_filters<'v>(v: &'v Value, type_url: &str) -> Vec<(String, &'v Value)> {
+    fn walk<'v>(
+        v: &'v Value,
+        type_url: &str,
+        names: &mut Vec<String>,
+        out: &mut Vec<(String, &'v Value)>,
+    ) {
+        match v {
+            Value::Object(o) => {
+                if o.get("@type").and_then(Value::as_str) == Some(type_url) {
+                    out.push((names.last().cloned().unwrap_or_default(), v));
+                    return;
                 }
-                None => false,
-            };
-            if o.get("@type").and_then(Value::as_str) == Some(WASM_FILTER_TYPE) {
-                if let Some(plugin) = o.get("config") {
-                    if is_loopguard_plugin(plugin) {
-                        let filter = names.last().cloned().unwrap_or_default();
-                        out.push(Found {
-                            doc,
-                            origin: Origin::Envoy {
-                                filter: filter.clone(),
-                                plugin: plugin.clone(),
-                            },
-                            place: format!("filter \"{filter}\""),
-                            bytes: configuration_bytes(plugin),
-                        });
+                let pushed = match o.get("name").and_then(Value::as_str) {
+                    Some(n) => {
+                        names.push(n.to_string());
+                        true
                     }
-                }
-            } else {
+                    None => false,
+                };
                 for value in o.values() {
-                    walk_wasm(doc, value, names, out);
+                    walk(value, type_url, names, out);
+                }
+                if pushed {
+                    names.pop();
                 }
             }
-            if pushed {
-                names.pop();
+            Value::Array(a) => {
+                for value in a {
+                    walk(value, type_url, names, out);
+                }
             }
+            _ => {}
         }
-        Value::Array(a) => {
-            for value in a {
-                walk_wasm(doc, value, names, out);
-            }
-        }
-        _ => {}
     }
+    let mut out = Vec::new();
+    walk(v, type_url, &mut Vec::new(), &mut out);
+    out
+}
+
+/// Wasm filters that run loopguard in Envoy configuration.
+fn wasm_filters(doc: &Document) -> Vec<Found<'_>> {
+    typed_filters(&doc.value, WASM_FILTER_TYPE)
+        .into_iter()
+        .filter_map(|(filter, typed)| {
+            let plugin = typed.get("config").filter(|p| is_loopguard_plugin(p))?;
+            Some(Found {
+                doc,
+                origin: Origin::Envoy {
+                    filter: filter.clone(),
+                    plugin: plugin.clone(),
+                },
+                place: format!("filter \"{filter}\""),
+                bytes: configuration_bytes(plugin),
+            })
+        })
+        .collect()
 }
 
 /// A Wasm `PluginConfig` that runs loopguard.
@@ -203,11 +223,15 @@ pub fn is_loopguard_plugin(plugin: &Value) -> bool {
             .and_then(Value::as_str)
             .is_some_and(|s| s.contains("loopguard"))
     });
-    names_it
-        || configuration_bytes(plugin)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|v| v.get("policies").is_some())
+    names_it || holds_policies(configuration_bytes(plugin))
+}
+
+/// Whether a filter's configuration bytes are a JSON object with policies.
+pub fn holds_policies(bytes: Result<Vec<u8>, String>) -> bool {
+    bytes
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .is_some_and(|v| v.get("policies").is_some())
 }
 
 /// The bytes Envoy hands the plugin: the `configuration` StringValue.

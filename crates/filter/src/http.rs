@@ -8,7 +8,7 @@ use crate::effects;
 use crate::root::Plugin;
 use crate::shared_store::SharedData;
 use loopguard_core::flow::{Effects, Engine, Request, Step};
-use loopguard_core::request::{HeaderBlock, RequestFacts, RequestHead};
+use loopguard_core::request::{HeaderBlock, RequestFacts};
 use loopguard_core::state::store::CallReply;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -168,16 +168,8 @@ impl HttpContext for Stream {
         #[cfg(feature = "fault-injection")]
         crate::faults::on_request(&headers);
         let facts = HostFacts { headers: &headers };
-        let (method, path, authority) = (
-            headers.text(":method"),
-            headers.text(":path"),
-            headers.text(":authority"),
-        );
-        let head = RequestHead {
-            method: &method,
-            path: &path,
-            authority: &authority,
-        };
+        let line = headers.request_line();
+        let head = line.head();
         let now = abi::now_ms();
         action(self.run(|e, r, out| e.on_headers(r, &head, &facts, end_of_stream, now, out)))
     }

@@ -8,6 +8,7 @@
 //! The hooks Envoy calls (`envoy_dynamic_module_on_*`) are in `hooks.rs`.
 #![allow(unsafe_code)]
 
+use loopguard_core::state::store::StoreCall;
 use std::ffi::c_void;
 
 /// The ABI version this module is built against, returned to Envoy at
@@ -461,7 +462,8 @@ pub fn append_body(filter: FilterPtr, body: Body, data: &[u8]) -> bool {
     }
 }
 
-fn module_headers(headers: &[(&str, &str)]) -> Vec<ModuleHeader> {
+/// Headers as the core carries them (a name and its value), lent to Envoy.
+fn module_headers(headers: &[(&str, String)]) -> Vec<ModuleHeader> {
     headers
         .iter()
         .map(|(k, v)| ModuleHeader {
@@ -475,7 +477,7 @@ fn module_headers(headers: &[(&str, &str)]) -> Vec<ModuleHeader> {
 pub fn send_response(
     filter: FilterPtr,
     status: u32,
-    headers: &[(&str, &str)],
+    headers: &[(&str, String)],
     body: &[u8],
     details: &str,
 ) {
@@ -592,15 +594,8 @@ pub unsafe fn config_scheduler_delete(s: SchedulerPtr) {
     unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(s) }
 }
 
-/// An HTTP call through an Envoy cluster: its id, or why Envoy refused it
-/// (the `envoy_dynamic_module_type_http_callout_init_result`).
-pub struct Callout<'a> {
-    pub cluster: &'a str,
-    pub headers: &'a [(&'a str, &'a str)],
-    pub body: &'a [u8],
-    pub timeout_ms: u64,
-}
-
+/// Why Envoy refused a callout (its
+/// `envoy_dynamic_module_type_http_callout_init_result`).
 fn refused(code: u32) -> String {
     match code {
         1 => "missing :method, :path or host".to_string(),
@@ -611,22 +606,23 @@ fn refused(code: u32) -> String {
     }
 }
 
-/// Send a call on behalf of a stream (answered to the stream, on its worker).
-pub fn stream_callout(filter: FilterPtr, call: &Callout<'_>) -> Result<u64, String> {
-    let mut h = module_headers(call.headers);
+/// Send `call` through an Envoy cluster with one of Envoy's callout
+/// callbacks (`send` gets the id to fill, the cluster, the headers, the
+/// body and the timeout): the call's id, or why Envoy refused it.
+fn callout(
+    call: &StoreCall,
+    send: impl FnOnce(*mut u64, ModuleBuffer, *mut ModuleHeader, usize, ModuleBuffer, u64) -> u32,
+) -> Result<u64, String> {
+    let mut h = module_headers(&call.headers);
     let mut id = 0u64;
-    // SAFETY: every buffer is read during the call only.
-    let code = unsafe {
-        envoy_dynamic_module_callback_http_filter_http_callout(
-            filter,
-            &mut id,
-            ModuleBuffer::of(call.cluster.as_bytes()),
-            h.as_mut_ptr(),
-            h.len(),
-            ModuleBuffer::of(call.body),
-            call.timeout_ms,
-        )
-    };
+    let code = send(
+        &mut id,
+        ModuleBuffer::of(call.cluster.as_bytes()),
+        h.as_mut_ptr(),
+        h.len(),
+        ModuleBuffer::of(&call.body),
+        call.timeout_ms,
+    );
     if code == CALLOUT_INIT_SUCCESS {
         Ok(id)
     } else {
@@ -634,26 +630,41 @@ pub fn stream_callout(filter: FilterPtr, call: &Callout<'_>) -> Result<u64, Stri
     }
 }
 
+/// Send a call on behalf of a stream (answered to the stream, on its worker).
+pub fn stream_callout(filter: FilterPtr, call: &StoreCall) -> Result<u64, String> {
+    callout(call, |id, cluster, headers, n, body, timeout| {
+        // SAFETY: every buffer is read during the call only.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_http_callout(
+                filter, id, cluster, headers, n, body, timeout,
+            )
+        }
+    })
+}
+
 /// Send a call on behalf of the configuration (main thread; answered there).
-pub fn config_callout(config: ConfigPtr, call: &Callout<'_>) -> Result<u64, String> {
-    let mut h = module_headers(call.headers);
-    let mut id = 0u64;
-    // SAFETY: every buffer is read during the call only.
-    let code = unsafe {
-        envoy_dynamic_module_callback_http_filter_config_http_callout(
-            config,
-            &mut id,
-            ModuleBuffer::of(call.cluster.as_bytes()),
-            h.as_mut_ptr(),
-            h.len(),
-            ModuleBuffer::of(call.body),
-            call.timeout_ms,
-        )
-    };
-    if code == CALLOUT_INIT_SUCCESS {
-        Ok(id)
+pub fn config_callout(config: ConfigPtr, call: &StoreCall) -> Result<u64, String> {
+    callout(call, |id, cluster, headers, n, body, timeout| {
+        // SAFETY: every buffer is read during the call only.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_config_http_callout(
+                config, id, cluster, headers, n, body, timeout,
+            )
+        }
+    })
+}
+
+/// Strings as an array of module buffers for the call `f` makes (null and
+/// 0 when there are none).
+fn with_buffers<T>(strings: &[&str], f: impl FnOnce(*mut ModuleBuffer, usize) -> T) -> T {
+    let mut buffers: Vec<ModuleBuffer> = strings
+        .iter()
+        .map(|s| ModuleBuffer::of(s.as_bytes()))
+        .collect();
+    if buffers.is_empty() {
+        f(std::ptr::null_mut(), 0)
     } else {
-        Err(refused(code))
+        f(buffers.as_mut_ptr(), buffers.len())
     }
 }
 
@@ -672,19 +683,10 @@ pub fn define_metric(
     name: &str,
     labels: &[&str],
 ) -> Option<usize> {
-    let mut names: Vec<ModuleBuffer> = labels
-        .iter()
-        .map(|l| ModuleBuffer::of(l.as_bytes()))
-        .collect();
-    let (ptr, len) = if names.is_empty() {
-        (std::ptr::null_mut(), 0)
-    } else {
-        (names.as_mut_ptr(), names.len())
-    };
     let mut id = 0usize;
     let name = ModuleBuffer::of(name.as_bytes());
     // SAFETY: every buffer is read during the call only.
-    let code = unsafe {
+    let code = with_buffers(labels, |ptr, len| unsafe {
         match kind {
             MetricKind::Counter => envoy_dynamic_module_callback_http_filter_config_define_counter(
                 config, name, ptr, len, &mut id,
@@ -698,7 +700,7 @@ pub fn define_metric(
                 )
             }
         }
-    };
+    });
     (code == METRICS_SUCCESS).then_some(id)
 }
 
@@ -720,17 +722,8 @@ pub fn metric(
     labels: &[&str],
     value: u64,
 ) -> bool {
-    let mut values: Vec<ModuleBuffer> = labels
-        .iter()
-        .map(|l| ModuleBuffer::of(l.as_bytes()))
-        .collect();
-    let (ptr, len) = if values.is_empty() {
-        (std::ptr::null_mut(), 0)
-    } else {
-        (values.as_mut_ptr(), values.len())
-    };
     // SAFETY: every buffer is read during the call only.
-    let code = unsafe {
+    let code = with_buffers(labels, |ptr, len| unsafe {
         match (kind, op) {
             (MetricKind::Counter, _) => {
                 envoy_dynamic_module_callback_http_filter_config_increment_counter(
@@ -753,6 +746,6 @@ pub fn metric(
                 )
             }
         }
-    };
+    });
     code == METRICS_SUCCESS
 }

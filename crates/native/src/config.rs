@@ -84,21 +84,7 @@ impl Relay {
         };
         let mut refused = Vec::new();
         for o in queued {
-            let headers: Vec<(&str, &str)> = o
-                .call
-                .headers
-                .iter()
-                .map(|(k, v)| (*k, v.as_str()))
-                .collect();
-            let sent = abi::config_callout(
-                self.config as ConfigPtr,
-                &abi::Callout {
-                    cluster: &o.call.cluster,
-                    headers: &headers,
-                    body: &o.call.body,
-                    timeout_ms: o.call.timeout_ms,
-                },
-            );
+            let sent = abi::config_callout(self.config as ConfigPtr, &o.call);
             match sent {
                 Ok(id) => {
                     if let Ok(mut f) = self.in_flight.lock() {

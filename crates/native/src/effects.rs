@@ -38,16 +38,10 @@ impl Reply {
     /// Send it. Envoy may end and destroy the stream inside this call, so
     /// it is the last thing a hook does with its stream.
     pub fn send(self, filter: FilterPtr) {
-        let headers: Vec<(&str, &str)> = self
-            .reply
-            .headers
-            .iter()
-            .map(|(k, v)| (*k, v.as_str()))
-            .collect();
         abi::send_response(
             filter,
             self.reply.status,
-            &headers,
+            &self.reply.headers,
             self.reply.body.as_bytes(),
             self.details,
         );
@@ -241,17 +235,7 @@ fn main_thread(worker: &Worker, effect: Effect, pending: &mut Pending) {
 /// Send a store call on behalf of a stream: its token, or why Envoy
 /// refused it.
 pub fn dispatch(filter: FilterPtr, call: &StoreCall) -> Result<u32, String> {
-    let headers: Vec<(&str, &str)> = call.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let id = abi::stream_callout(
-        filter,
-        &abi::Callout {
-            cluster: &call.cluster,
-            headers: &headers,
-            body: &call.body,
-            timeout_ms: call.timeout_ms,
-        },
-    )
-    .map_err(|why| {
+    let id = abi::stream_callout(filter, call).map_err(|why| {
         format!(
             "Envoy refused the call ({why}): is \"{}\" a cluster in the bootstrap?",
             call.cluster

@@ -46,7 +46,7 @@ fn fail_request(p: StreamModule) {
             abi::send_response(
                 s.filter(),
                 500,
-                &[("content-type", "text/plain")],
+                &[("content-type", "text/plain".to_string())],
                 b"loopguard: internal error\n",
                 "loopguard_panic",
             );

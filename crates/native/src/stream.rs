@@ -13,7 +13,7 @@ use crate::timer::now_ms;
 use crate::timer::TICK_EVENT;
 use crate::worker::Worker;
 use loopguard_core::flow::{Effects, Engine, Request, Step};
-use loopguard_core::request::{HeaderBlock, RequestHead};
+use loopguard_core::request::HeaderBlock;
 use loopguard_core::state::store::CallReply;
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -122,16 +122,8 @@ impl Stream {
             filter: self.filter,
             headers: &headers,
         };
-        let (method, path, authority) = (
-            headers.text(":method"),
-            headers.text(":path"),
-            headers.text(":authority"),
-        );
-        let head = RequestHead {
-            method: &method,
-            path: &path,
-            authority: &authority,
-        };
+        let line = headers.request_line();
+        let head = line.head();
         let now = now_ms();
         self.run(false, false, |e, r, out| {
             e.on_headers(r, &head, &facts, end_of_stream, now, out)

@@ -10,6 +10,7 @@ use super::gateway::{
     buffer_moved_after, has_request_buffer, target_ref_lints, DYNAMIC_MODULES_FILTER,
 };
 use super::{bodies_matter, Report};
+use crate::discover::{holds_policies, is_api, location, typed_filters};
 use crate::documents::{as_struct, Document};
 use loopguard_core::config::{Config, LimitKey};
 use serde_json::Value;
@@ -64,18 +65,6 @@ impl Native<'_> {
     }
 }
 
-fn location(doc: &Document, place: &str) -> String {
-    let mut s = doc.file.clone();
-    let what = doc.describe();
-    if !what.is_empty() {
-        s.push_str(&format!(" ({what})"));
-    }
-    if !place.is_empty() {
-        s.push_str(&format!(" {place}"));
-    }
-    s
-}
-
 /// Every configuration of the loopguard dynamic module in `docs`.
 pub fn find(docs: &[Document]) -> Vec<Native<'_>> {
     let mut out = Vec::new();
@@ -83,18 +72,10 @@ pub fn find(docs: &[Document]) -> Vec<Native<'_>> {
         if doc.kind() == Some("EnvoyExtensionPolicy") && is_api(doc, "gateway.envoyproxy.io") {
             out.extend(extension_policy(doc, docs));
         } else if doc.value.get("policies").is_none() {
-            let mut names = Vec::new();
-            walk(doc, &doc.value, &mut names, &mut out);
+            out.extend(module_filters(doc));
         }
     }
     out
-}
-
-fn is_api(doc: &Document, group: &str) -> bool {
-    doc.value
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .is_some_and(|v| v.starts_with(group))
 }
 
 fn mentions_loopguard(v: &Value, pointer: &str) -> bool {
@@ -103,48 +84,21 @@ fn mentions_loopguard(v: &Value, pointer: &str) -> bool {
         .is_some_and(|s| s.contains("loopguard"))
 }
 
-/// DynamicModuleFilters anywhere in Envoy configuration (bootstrap,
-/// listener, ECDS resource, EnvoyFilter patch); `names` is the stack of
-/// enclosing `name` fields (the HTTP filter's name is the nearest).
-fn walk<'a>(doc: &'a Document, v: &Value, names: &mut Vec<String>, out: &mut Vec<Native<'a>>) {
-    match v {
-        Value::Object(o) => {
-            if o.get("@type").and_then(Value::as_str) == Some(DYNAMIC_MODULE_FILTER_TYPE) {
-                if is_loopguard_filter(v) {
-                    let filter = names.last().cloned().unwrap_or_default();
-                    out.push(Native {
-                        doc,
-                        host: Host::Envoy {
-                            filter: filter.clone(),
-                            typed: v.clone(),
-                        },
-                        place: format!("filter \"{filter}\""),
-                        bytes: filter_config_bytes(v),
-                    });
-                }
-                return;
-            }
-            let pushed = match o.get("name").and_then(Value::as_str) {
-                Some(n) => {
-                    names.push(n.to_string());
-                    true
-                }
-                None => false,
-            };
-            for value in o.values() {
-                walk(doc, value, names, out);
-            }
-            if pushed {
-                names.pop();
-            }
-        }
-        Value::Array(a) => {
-            for value in a {
-                walk(doc, value, names, out);
-            }
-        }
-        _ => {}
-    }
+/// DynamicModuleFilters that run loopguard in Envoy configuration.
+fn module_filters(doc: &Document) -> Vec<Native<'_>> {
+    typed_filters(&doc.value, DYNAMIC_MODULE_FILTER_TYPE)
+        .into_iter()
+        .filter(|(_, typed)| is_loopguard_filter(typed))
+        .map(|(filter, typed)| Native {
+            doc,
+            host: Host::Envoy {
+                filter: filter.clone(),
+                typed: typed.clone(),
+            },
+            place: format!("filter \"{filter}\""),
+            bytes: filter_config_bytes(typed),
+        })
+        .collect()
 }
 
 /// A DynamicModuleFilter that runs loopguard: its `filter_name` or the
@@ -159,10 +113,7 @@ fn is_loopguard_filter(typed: &Value) -> bool {
     ]
     .iter()
     .any(|p| mentions_loopguard(typed, p))
-        || filter_config_bytes(typed)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|v| v.get("policies").is_some())
+        || holds_policies(filter_config_bytes(typed))
 }
 
 /// The bytes Envoy hands the module: a StringValue's or BytesValue's
@@ -180,7 +131,7 @@ pub fn filter_config_bytes(typed: &Value) -> Result<Vec<u8>, String> {
             .to_vec()),
         Some(BYTES_VALUE_TYPE) => {
             let text = c.get("value").and_then(Value::as_str).unwrap_or_default();
-            base64_decode(text).ok_or_else(|| {
+            crate::replay::input::base64(text).map_err(|_| {
                 "filter_config is a google.protobuf.BytesValue whose value is not base64 (JSON and YAML carry bytes as base64)".to_string()
             })
         }
@@ -196,32 +147,6 @@ pub fn filter_config_bytes(typed: &Value) -> Result<Vec<u8>, String> {
             other.unwrap_or("no @type")
         )),
     }
-}
-
-/// Standard or URL-safe base64, padding optional (as protobuf's JSON
-/// reader accepts it).
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let mut acc: u32 = 0;
-    let mut bits = 0u32;
-    for c in text.bytes().filter(|c| !c.is_ascii_whitespace()) {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' | b'-' => 62,
-            b'/' | b'_' => 63,
-            b'=' => continue,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push(((acc >> bits) & 0xff) as u8);
-        }
-    }
-    Some(out)
 }
 
 /// The loopguard entries of an EnvoyExtensionPolicy's `spec.dynamicModule`:

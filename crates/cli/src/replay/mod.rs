@@ -15,7 +15,7 @@
 //! - `progress`: what has been read so far, on a terminal.
 
 mod html;
-mod input;
+pub(crate) mod input;
 mod progress;
 pub mod record;
 mod report;

@@ -142,6 +142,32 @@ impl HeaderBlock {
     pub fn text(&self, name: &str) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(self.get(name).unwrap_or_default())
     }
+    /// The request line's pseudo-headers, as text, to lend a
+    /// [`RequestHead`] (`line.head()`).
+    pub fn request_line(&self) -> RequestLine<'_> {
+        RequestLine {
+            method: self.text(":method"),
+            path: self.text(":path"),
+            authority: self.text(":authority"),
+        }
+    }
+}
+
+/// The request line read from a [`HeaderBlock`].
+pub struct RequestLine<'a> {
+    method: std::borrow::Cow<'a, str>,
+    path: std::borrow::Cow<'a, str>,
+    authority: std::borrow::Cow<'a, str>,
+}
+
+impl RequestLine<'_> {
+    pub fn head(&self) -> RequestHead<'_> {
+        RequestHead {
+            method: &self.method,
+            path: &self.path,
+            authority: &self.authority,
+        }
+    }
 }
 
 /// A request that opens a tunnel (an HTTP/1.1 `Upgrade`, e.g. a WebSocket,
@@ -454,6 +480,9 @@ pub(crate) mod tests {
             Some(&b"\xff\x00z"[..]),
             "the first value"
         );
+        let line = given.request_line();
+        let head = line.head();
+        assert_eq!((head.method, head.path, head.authority), ("POST", "", ""));
     }
 
     #[test]
