@@ -46,6 +46,22 @@ Both return {count, until_allowed_ms, cooldown_remaining_ms, event}:
   cooldown_remaining_ms  cooldown left (0 for none)
   event                  -1, or the number of detections suppressed since the
                          last reported one when this hit is to be reported
+
+  FCALL loopguard_budget <n> <budget key 1> .. <budget key n>
+        <now_ms> <slice_ms 1> <add 1> <cap 1> .. <slice_ms n> <add n> <cap n>
+
+Budgets (spend caps): each key a hash of a budget key's spending over a
+sliding window kept as 60 slices (field: the absolute slice number
+floor(t / slice_ms) in decimal, value: the amount spent in it). The caller
+gives the time (<now_ms>: its clock, so every slice is the same as in its
+local table), and for each key its slice length, what to add now (0: only
+check) and its cap (0: none). Slices before floor(now / slice_ms) - 59 are
+dropped, <add> goes to the current slice, and the answer is the flat list
+{total 1, until_below_ms 1, .., total n, until_below_ms n}: the spending in
+the window, and the milliseconds until it is below the cap if no more is
+spent (0 when it already is or there is no cap). The keys of one request
+share a hash tag (lg:<plugin name>:{b<caller>}:<key>), so one call checks
+them all on one shard. Every number is below 2^53 (Lua numbers count exactly there).
 ]]
 
 local day_ms = 86400000
@@ -383,6 +399,134 @@ local function forgive(keys, args)
   return 1
 end
 
+-- Budgets: a key's spending as slices of a sliding window, the same
+-- arithmetic as loopguard's local table (crates/core/src/state/budget/
+-- slices.rs). A spend in slice i counts while the current slice is less
+-- than budget_slices later.
+local budget_slices = 60
+-- Amounts, caps and times are Lua numbers (doubles): exact integers below
+-- 2^53, where floor(now / slice_ms) is exact too. Any larger argument reads
+-- as 2^53 or more, so it is refused.
+local max_amount = 9007199254740991
+-- A window is at most a day.
+local max_slice_ms = day_ms / budget_slices
+
+-- A whole number in decimal digits, at most `max` (nil otherwise).
+local function whole(s, max)
+  if type(s) ~= 'string' or #s == 0 or #s > 16 or not string.match(s, '^%d+$') then
+    return nil
+  end
+  local n = tonumber(s)
+  if n > max then
+    return nil
+  end
+  return n
+end
+
+local function slice_field(i)
+  return string.format('%d', i)
+end
+
+-- A slice's stored amount: HINCRBY keeps it an exact 64-bit integer; past
+-- 2^53 the sums below round (no policy's cap comes near).
+local function stored_amount(v)
+  if type(v) ~= 'string' or #v == 0 or #v > 19 or not string.match(v, '^%d+$') then
+    return nil
+  end
+  return tonumber(v)
+end
+
+-- One budget key: drop the slices that left the window, add <add> to the
+-- current one, and answer the total and the wait until it is below <cap>.
+local function budget_key(key, now, slice_ms, add, cap)
+  local current = math.floor(now / slice_ms)
+  local first = math.max(0, current - (budget_slices - 1))
+  -- {slice, amount, field} of the slices still in the window.
+  local kept = {}
+  local fields = redis.call('HGETALL', key)
+  for i = 1, #fields, 2 do
+    local field = fields[i]
+    local slice, amount = whole(field, max_amount), stored_amount(fields[i + 1])
+    if not slice or not amount or slice < first or field ~= slice_field(slice) then
+      redis.call('HDEL', key, field)
+    else
+      kept[#kept + 1] = {slice, amount, field}
+    end
+  end
+  if add > 0 then
+    local field = slice_field(current)
+    local amount = tonumber(redis.call('HINCRBY', key, field, add))
+    local found = false
+    for _, e in ipairs(kept) do
+      if e[1] == current then
+        e[2], found = amount, true
+      end
+    end
+    if not found then
+      kept[#kept + 1] = {current, amount, field}
+    end
+    -- A writer whose clock is far ahead may have left slices past the
+    -- current one: keep the newest budget_slices, as the local table does.
+    if #kept > budget_slices then
+      table.sort(kept, function(a, b) return a[1] > b[1] end)
+      for i = #kept, budget_slices + 1, -1 do
+        redis.call('HDEL', key, kept[i][3])
+        kept[i] = nil
+      end
+    end
+  end
+  table.sort(kept, function(a, b) return a[1] < b[1] end)
+  local total = 0
+  for _, e in ipairs(kept) do
+    total = total + e[2]
+  end
+  -- Below the cap once enough of the oldest slices have left the window
+  -- (slice i leaves when slice i + budget_slices begins).
+  local wait = 0
+  if cap > 0 and total >= cap then
+    local left = total
+    for _, e in ipairs(kept) do
+      left = left - e[2]
+      if left < cap then
+        wait = math.max(0, (e[1] + budget_slices) * slice_ms - now)
+        break
+      end
+    end
+  end
+  -- The newest slice counts for budget_slices slices: one more, so a
+  -- Redis clock slightly ahead of the caller's forgets nothing early
+  -- (a no-op when the key holds nothing).
+  redis.call('PEXPIRE', key, (budget_slices + 1) * slice_ms)
+  return total, wait
+end
+
+local function budget(keys, args)
+  local now = whole(args[1], max_amount)
+  if not now or #args ~= 1 + 3 * #keys then
+    return redis.error_reply('loopguard: bad arguments')
+  end
+  -- Every argument is read before anything is written (a script is not
+  -- rolled back when it fails half way).
+  local specs = {}
+  for k = 1, #keys do
+    local slice_ms = whole(args[3 * k - 1], max_slice_ms)
+    local add, cap = whole(args[3 * k], max_amount), whole(args[3 * k + 1], max_amount)
+    if not slice_ms or slice_ms < 1 or not add or not cap then
+      return redis.error_reply('loopguard: bad arguments')
+    end
+    specs[k] = {slice_ms, add, cap}
+  end
+  local out = {}
+  for k = 1, #keys do
+    local s = specs[k]
+    local total, wait = budget_key(keys[k], now, s[1], s[2], s[3])
+    out[#out + 1] = total
+    out[#out + 1] = wait
+  end
+  return out
+end
+
 redis.register_function('loopguard_hit', hit)
 redis.register_function('loopguard_near', near)
 redis.register_function('loopguard_forgive', forgive)
+redis.register_function('loopguard_budget', budget)

@@ -75,12 +75,14 @@ def _sse(name: str | None, data: dict | str) -> str:
 
 class Provider:
     """The upstream. `served` lists (path, usage reported or None) per
-    answer, in order."""
+    answer, in order; `headers` the request headers (lower-case names) of
+    every request it received, in order."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.planned: list[Turn] = []
         self.served: list[tuple[str, Turn | None]] = []
+        self.headers: list[dict[str, str]] = []
         # Streams end this many events early (a connection cut mid-stream).
         self.cut_streams = 0
         provider = self
@@ -93,6 +95,8 @@ class Provider:
                 pass
 
             def do_POST(self) -> None:
+                with provider.lock:
+                    provider.headers.append({k.lower(): v for k, v in self.headers.items()})
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
                 path = self.path.split("?")[0]
                 if body.get("stream"):
@@ -116,7 +120,13 @@ class Provider:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            # Envoy opens a connection per concurrent request: a burst of
+            # them must not overflow the listen backlog (5 by default; a
+            # dropped SYN is an upstream connect timeout, a 503).
+            request_queue_size = 64
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -405,7 +405,7 @@ def test_native_translation_loads_the_allowlisted_module_on_the_targeted_route_o
     eg_tags = mesh.EG_BOOTSTRAP["stats_config"]["stats_tags"]
     assert b["stats_config"]["stats_tags"][: len(eg_tags)] == eg_tags
     added = b["stats_config"]["stats_tags"][len(eg_tags) :]
-    assert [t["tag_name"] for t in added] == ["policy", "mode", "action", "tier", "step", "reason", "result", "token_type", "loop", "caller", "model"]
+    assert [t["tag_name"] for t in added] == ["policy", "mode", "action", "tier", "step", "reason", "result", "token_type", "loop", "caller", "budget", "key", "model"]
     assert all(t["regex"].startswith("^dynamicmodulescustom\\.loopguard\\.") for t in added)
     (lst,) = b["static_resources"]["listeners"]
     assert lst["per_connection_buffer_limit_bytes"] == 1 << 20

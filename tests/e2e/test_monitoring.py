@@ -9,7 +9,12 @@ stats_tags of envoy/envoy.yaml, and evaluates the rule file every second:
   exact `reject` policy (many loops from one caller, and oversized bodies),
   a `shadow` policy, a throttling `slow` policy, and an LLM `agents` policy
   (llm_tail with a warn-then-reject escalation, tool_loops, and `prices`)
-  in front of an upstream answering with OpenAI-style `usage`;
+  in front of an upstream answering with OpenAI-style `usage`; and two
+  budget policies: `spend` (caps on calls, tokens and dollars per caller,
+  warning from half the calls cap) whose callers are driven past the calls
+  cap (warned, near the cap, rejected) and sent responses without usage
+  (estimated), and `spend-shadow`, a shadow policy whose caller runs over
+  its cap (would-be rejections);
 - a second Envoy runs the fault-injection build of the module with
   FAIL_RELOAD, crashed once, so Envoy reloads its VM;
 - a third Envoy runs the shipped examples/mcp/envoy.yaml (its policy
@@ -148,6 +153,19 @@ LIT: dict[tuple[str, str], list[dict[str, str]]] = {
         {"policy": "mcp-shadow", "tier": "identical", "step": "block"}],
     ("MCP traffic passed unjudged by reason", "A"): [
         {"policy": "mcp-tools", "reason": "malformed"}, {"policy": "mcp-tools", "reason": "headers_disagree"}],
+    # Budgets: the agent's key spends in round 2 on every budget of `spend`
+    # (the first caller's, spent in round 1 only, stays flat).
+    ("Spend per budget over the time range", "A"): [
+        *({"policy": "spend", "budget": b} for b in ("calls-10m", "tokens-hour", "usd-hour")),
+        {"policy": "spend-shadow", "budget": "calls-10m"}],
+    ("Top spenders per budget", "A"): [
+        *({"policy": "spend", "budget": b, "key": HEX12} for b in ("calls-10m", "tokens-hour", "usd-hour")),
+        {"policy": "spend-shadow", "budget": "calls-10m", "key": HEX12}],
+    ("Budget rejections", "A"): [{"policy": "spend", "budget": "calls-10m"}],
+    ("Budget warnings and near cap", "A"): [{"policy": "spend", "budget": "calls-10m"}],
+    ("Budget warnings and near cap", "B"): [{"policy": "spend", "budget": "calls-10m"}],
+    ("Budget shadow would-be rejections", "A"): [{"policy": "spend-shadow", "budget": "calls-10m"}],
+    ("Budget spending estimated", "A"): [{"policy": "spend"}],
 }
 # Queries that must evaluate without error; this traffic cannot light them.
 EVALUATE_ONLY: dict[tuple[str, str], str] = {
@@ -169,12 +187,16 @@ ALERTS_LIT: dict[str, list[dict[str, str]]] = {
     "LoopguardBodiesSkipped": [{"instance": "{main}"}],
     "LoopguardMcpLoopStorm": [{"policy": "mcp-tools"}],
     "LoopguardMcpUnjudged": [{"policy": "mcp-tools"}],
+    "LoopguardBudgetNearCap": [{"policy": "spend", "budget": "calls-10m"}],
+    "LoopguardBudgetRejecting": [{"policy": "spend", "budget": "calls-10m"}],
 }
 ALERTS_QUIET = {"LoopguardStoreFailingOpen"}
 # Alerts Prometheus itself must hold once it has evaluated the rules: no
 # `for` fires at once; the others wait in pending.
 ALERT_STATES = {
     "LoopguardVmReloading": "firing",
+    "LoopguardBudgetNearCap": "firing",
+    "LoopguardBudgetRejecting": "firing",
     "LoopguardLoopStorm": "pending",
     "LoopguardCallerLoopingLong": "pending",
     "LoopguardBodiesSkipped": "pending",
@@ -200,6 +222,33 @@ CONFIG = plugin(
     max_body_bytes=65536,
     prices=PRICES,
 )
+# Budgets (the `budget` block of a policy). The windows outlast the test,
+# so nothing slides out of them while it runs.
+BUDGET_CALLS = 5
+CONFIG["policies"] += [
+    {"id": "spend", "spec": {
+        **policy("spend", threshold=10, selector={"pathPrefix": "/b/", "methods": ["POST"]})["spec"],
+        "budget": {
+            "limits": [
+                {"name": "calls-10m", "per": "caller", "window_seconds": 600, "calls": BUDGET_CALLS},
+                {"name": "tokens-hour", "per": "caller", "window_seconds": 3600, "tokens": 1_000_000_000},
+                {"name": "usd-hour", "per": "caller", "window_seconds": 3600, "usd": 1000},
+            ],
+            "warn_at": 0.5,
+        },
+    }},
+    {"id": "spend-shadow", "spec": {
+        **policy("spend-shadow", threshold=10, mode="shadow", selector={"pathPrefix": "/bs/", "methods": ["POST"]})["spec"],
+        "budget": {"limits": [{"name": "calls-10m", "per": "caller", "window_seconds": 600, "calls": 2}]},
+    }},
+]
+# The stats tags of the budget metrics (`.budget.<name>`, `.key.<tag>`),
+# placed before `model` (the last tag, which takes the rest of the name)
+# when envoy/envoy.yaml does not carry them.
+BUDGET_TAGS = [
+    {"tag_name": "budget", "regex": r"^wasmcustom\.loopguard\..*(\.budget\.([^.]+))"},
+    {"tag_name": "key", "regex": r"^wasmcustom\.loopguard\..*(\.key\.([^.]+))"},
+]
 # Distinct loops the reject policy's caller runs: enough for the storm
 # alert's rate (> 5 a minute over 5 minutes, i.e. > 25 in the window).
 STORM_LOOPS = 40
@@ -207,7 +256,8 @@ BIG_BODIES = 30
 
 
 def provider(request: dict) -> tuple[int, dict]:
-    """OpenAI Chat Completions with usage; without it under /v1/nousage/."""
+    """OpenAI Chat Completions with usage; without it under a path holding
+    /nousage/."""
     try:
         body = json.loads(request["body"] or b"{}")
     except ValueError:
@@ -217,7 +267,7 @@ def provider(request: dict) -> tuple[int, dict]:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Still checking."}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 12000, "completion_tokens": 800, "total_tokens": 12800},
     }
-    if request["path"].startswith("/v1/nousage/"):
+    if "/nousage/" in request["path"]:
         del answer["usage"]
     return 200, answer
 
@@ -238,6 +288,39 @@ def reject_loops(c: httpx.Client, first: int, count: int) -> list[int]:
     for i in range(first, first + count):
         codes += [c.post(f"/r/loop/{i}", content=f"loop {i}".encode()).status_code for _ in range(3)]
     return codes
+
+
+def budget_calls(url: str, caller: str, count: int, path: str = "/b/v1/chat/completions") -> list[int]:
+    """`count` different chat completions of one caller (its API key),
+    one after the other (a call is counted when its response ends)."""
+    with httpx.Client(base_url=url, headers={"authorization": f"Bearer {caller}"}, timeout=30) as c:
+        ask = lambda i: {"model": "gpt-4o-mini", "messages": [  # noqa: E731
+            {"role": "user", "content": f"Step {i} of task {uuid.uuid4().hex}"}]}
+        return [c.post(path, json=ask(i)).status_code for i in range(count)]
+
+
+def budget_round(url: str, first: bool) -> None:
+    """Budget traffic in two rounds (each series is defined when first
+    counted: its first sample is not 0, so round 1 defines and round 2,
+    once Prometheus has them, grows them). Under `spend`'s cap of 5 calls
+    (warning from 2.5, near the cap from 4): round 1 runs one caller to its
+    cap (calls 4 and 5 warned, 5 and 6 near the cap, 6 rejected) and makes
+    the first call of another; round 2 runs that one to its cap. The
+    shadow caller goes over its cap of 2 in both rounds, and one response
+    without usage each round is estimated."""
+    ok, capped = [200] * BUDGET_CALLS, [429]
+    if first:
+        assert budget_calls(url, "sk-budget-first", BUDGET_CALLS + 1) == ok + capped
+        assert budget_calls(url, "sk-budget-agent", 1) == [200]
+        assert budget_calls(url, "sk-budget-shadow", 3, "/bs/v1/chat/completions") == [200] * 3
+    else:
+        assert budget_calls(url, "sk-budget-agent", BUDGET_CALLS) == ok[1:] + capped
+        assert budget_calls(url, "sk-budget-shadow", 1, "/bs/v1/chat/completions") == [200]
+    assert budget_calls(url, "sk-budget-nousage", 1, "/b/nousage/chat/completions") == [200]
+
+
+def _budget_total(e: Envoy) -> float:
+    return sum(v for k, v in e.prometheus().items() if k.startswith("loopguard_budget_"))
 
 
 # --- MCP ------------------------------------------------------------------------
@@ -428,6 +511,10 @@ def observed():
     if not Path(FAULT_WASM).exists():
         pytest.fail(f"{FAULT_WASM} is missing: run the tests through `make test`, which builds it")
     stats_config = load_yaml(ROOT / "envoy" / "envoy.yaml")["stats_config"]
+    tags = stats_config["stats_tags"]
+    names = [t["tag_name"] for t in tags]
+    before = names.index("model") if "model" in names else len(tags)
+    tags[before:before] = [t for t in BUDGET_TAGS if t["tag_name"] not in names]
     up = Upstream(responder=provider)
     started: list[Envoy] = []
     prom = None
@@ -472,6 +559,14 @@ def observed():
         mcp_done = background.submit(mcp_traffic, mcp, prom, pi)
         background.shutdown(wait=False)
 
+        # Budgets, round 1 (see budget_round); round 2 comes last, so that
+        # its rates are inside the last minute when the queries run.
+        budget_round(main.url, first=True)
+        budget_scraped = lambda: prom.value(  # noqa: E731
+            f'sum({{__name__=~"loopguard_budget_.+",instance="{mi}"}})') == _budget_total(main)
+        if not wait_for(budget_scraped, timeout=15, interval=0.2):
+            obs.notes.append(f"prometheus never scraped the first budget counts ({_budget_total(main)})")
+
         with httpx.Client(base_url=main.url, headers={"authorization": "Bearer sk-looping-agent"}, timeout=30) as c:
             # Round 1: the caller's first loops (its series is defined when
             # first counted: its first sample is not 0).
@@ -509,6 +604,7 @@ def observed():
         assert fault.stats().get("wasm.loopguard.vm_reload_success") == 1
 
         mcp_done.result(timeout=120)
+        budget_round(main.url, first=False)
         # Wait until Prometheus holds the final counts of the Envoys.
         time.sleep(0.5)
         want, want_mcp = _loopguard_total(main), _loopguard_total(mcp)
@@ -524,6 +620,10 @@ def observed():
             for a in prom.api("alerts")["alerts"])
         if not wait_for(firing, timeout=20, interval=0.2):
             obs.notes.append("LoopguardVmReloading never fired")
+        budget_firing = lambda: {"LoopguardBudgetNearCap", "LoopguardBudgetRejecting"} <= {  # noqa: E731
+            a["labels"].get("alertname") for a in prom.api("alerts")["alerts"] if a["state"] == "firing"}
+        if not wait_for(budget_firing, timeout=20, interval=0.2):
+            obs.notes.append("LoopguardBudgetNearCap or LoopguardBudgetRejecting never fired")
 
         obs.at = time.time()
         for key, expr in TARGETS.items():
@@ -621,7 +721,7 @@ def test_prometheus_loads_the_rules_and_holds_the_alerts(observed):
 
 
 def test_the_policy_variable_lists_the_policies(observed):
-    assert {"reject", "shadow", "slow", "agents", "mcp-tools", "mcp-shadow"} <= set(observed.policies)
+    assert {"reject", "shadow", "slow", "agents", "spend", "spend-shadow", "mcp-tools", "mcp-shadow"} <= set(observed.policies)
 
 
 def test_the_prometheusrule_wrapper_carries_the_rule_file_unchanged():

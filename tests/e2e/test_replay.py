@@ -32,14 +32,20 @@ CLI = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopgua
 def through_envoy(plugin: dict, steps: list[dict], tmp: Path) -> tuple[Path, dict]:
     """Send `steps` through Envoy with `plugin`; write them as replay's JSON
     Lines (with the time each was sent and the upstream's answer) and return
-    the file with what Envoy did to each, by step id."""
+    the file with what Envoy did to each, by step id. A step with `usage`
+    is answered with that usage, which its line records (`response.usage`);
+    a failed answer to such a step is recorded with its body."""
     statuses = {s["id"]: s.get("upstream_status", 200) for s in steps}
+    usages = {s["id"]: s["usage"] for s in steps if "usage" in s}
+
+    def answer(sid: str) -> tuple[int, dict]:
+        status = statuses.get(sid, 200)
+        if status == 200:
+            return 200, {**h.COMPLETION, "usage": usages[sid]} if sid in usages else h.COMPLETION
+        return status, {"error": {"type": "server_error", "message": f"answer {status}"}}
 
     def respond(request: dict) -> tuple[int, dict]:
-        status = statuses.get(request["headers"].get("x-replay-id", ""), 200)
-        if status == 200:
-            return 200, h.COMPLETION
-        return status, {"error": {"type": "server_error", "message": f"answer {status}"}}
+        return answer(request["headers"].get("x-replay-id", ""))
 
     up = h.Upstream(respond)
     config = h.bootstrap(plugin, up.port, hold=True, buffer_limit=8 << 20)
@@ -70,11 +76,15 @@ def through_envoy(plugin: dict, steps: list[dict], tmp: Path) -> tuple[Path, dic
                     "status": resp.status_code if own_429 else None,
                     "delay_ms": int(resp.headers["x-loopguard-delay-ms"]) if "x-loopguard-delay-ms" in resp.headers else None,
                     "tool_loop": resp.headers.get("x-loopguard-tool-loop"),
+                    "budget": resp.headers.get("x-loopguard-budget"),
                 }
                 line = {"timestamp": sent_ms, "method": s["method"], "path": s["path"], "headers": headers,
                         "body": s["body"].decode()}
                 if not own_429:
                     line["response"] = {"status": statuses[s["id"]]}
+                    if s["id"] in usages:
+                        status, body = answer(s["id"])
+                        line["response"].update({"usage": usages[s["id"]]} if status == 200 else {"body": body})
                 lines.append(json.dumps(line))
         time.sleep(0.6)  # access-log lines are flushed every 0.2 s
         for entry in log.read_text().splitlines():
@@ -89,7 +99,7 @@ def through_envoy(plugin: dict, steps: list[dict], tmp: Path) -> tuple[Path, dic
     return traffic, seen
 
 
-def replayed(plugin: dict, traffic: Path, tmp: Path) -> list[dict]:
+def replayed(plugin: dict, traffic: Path, tmp: Path, report_out: dict | None = None) -> list[dict]:
     cfg = tmp / "config.json"
     cfg.write_text(json.dumps(plugin))
     verdicts = tmp / "verdicts.jsonl"
@@ -98,6 +108,8 @@ def replayed(plugin: dict, traffic: Path, tmp: Path) -> list[dict]:
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert report["inputs"]["skipped"] == 0, report["inputs"]
+    if report_out is not None:
+        report_out.update(report)
     return [json.loads(line) for line in verdicts.read_text().splitlines()]
 
 
@@ -193,3 +205,117 @@ def test_replay_agrees_with_envoy_on_windows_cooldowns_and_actions(tmp_path):
     assert actions[17:21] == ["allow", "warn", "allow", "warn"]
     assert actions[21:23] == ["pass", "pass"]
     assert actions[23:] == ["allow", "allow", "allow", "allow"], actions[23:]
+
+
+def test_replay_agrees_with_envoy_on_spend_caps(tmp_path):
+    """Budgets (issue 29): dollars per session (from a header or the body),
+    tokens per caller, calls per conversation, a cap in shadow mode, and a
+    cap beside loop detection. The responses' usage is recorded as JSON
+    Lines' `response.usage` (a failed answer with its body), replay feeds it
+    through the response path as Envoy read the provider's answer, and for
+    every request the decision, loopguard's 429 and the x-loopguard-budget
+    header the client got (the spend in it to the cent) are Envoy's."""
+    def capped(**budget) -> dict:
+        return {"limit_keys": ["header:x-user"], "budget": budget}
+    plugin = {
+        "max_body_bytes": 1 << 20, "hold_request_headers": True, "access_log": "all",
+        # $1000 / $2000 per million tokens: 200 + 100 tokens cost $0.40.
+        "prices": {"e2e-model": {"input_per_million": 1000, "output_per_million": 2000}},
+        "policies": [
+            {"id": "capped", "spec": {"selector": {"pathPrefix": "/v1/capped", "methods": ["POST"]}, **capped(
+                limits=[{"name": "session-usd", "per": "session", "window_seconds": 600, "usd": 1},
+                        {"name": "caller-tokens", "per": "caller", "window_seconds": 600, "tokens": 5000},
+                        {"name": "turns", "per": "conversation", "window_seconds": 600, "calls": 4}],
+                warn_at=0.5, session=["header:x-session-id", "body:metadata.session_id"])}},
+            {"id": "shadowed", "spec": {"selector": {"pathPrefix": "/v1/shadowed", "methods": ["POST"]}, "mode": "shadow",
+                                        **capped(limits=[{"name": "calls", "per": "caller", "window_seconds": 600, "calls": 2}])}},
+            {"id": "both", "spec": {"selector": {"pathPrefix": "/v1/both", "methods": ["POST"]},
+                                    "loop_detection": {"enabled": True, "window_seconds": 60, "similarity": "exact",
+                                                       "threshold_identical_requests": 3},
+                                    **capped(limits=[{"name": "calls", "per": "caller", "window_seconds": 600, "calls": 3}])}},
+        ],
+    }
+    steps: list[dict] = []
+
+    def step(path: str, user: str, messages: list[str], usage: tuple[int, int], *, session: str | None = None,
+             body_session: str | None = None, upstream: int = 200) -> None:
+        body: dict = {"model": "e2e-model", "messages": [{"role": "user", "content": m} for m in messages]}
+        if body_session:
+            body["metadata"] = {"session_id": body_session}
+        headers = {"x-user": user, "content-type": "application/json"}
+        if session:
+            headers["x-session-id"] = session
+        steps.append({"id": f"cap/{len(steps)}", "method": "POST", "path": path, "headers": headers,
+                      "body": json.dumps(body).encode(), "upstream_status": upstream,
+                      "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1]}})
+
+    # $0.40 a call in session s1: the 3rd is warned ($0.80 of $1), the 4th
+    # refused; session s2 (named in the body) has its own sum.
+    for i in range(4):
+        step("/v1/capped/chat", "u1", [f"task {i}"], (200, 100), session="s1")
+    step("/v1/capped/chat", "u1", ["task 9"], (200, 100), body_session="s2")
+    # No session: 2500 tokens a call against 5000 per caller.
+    for i in range(3):
+        step("/v1/capped/chat", "u2", [f"question {i}"], (2000, 500))
+    # One conversation, 4 calls (warned from 2), the 5th refused; a 503
+    # on the way is no call.
+    step("/v1/capped/chat", "u3", ["plan the trip"], (10, 5), upstream=503)
+    for i in range(5):
+        step("/v1/capped/chat", "u3", ["plan the trip"] + [f"leg {j}" for j in range(i + 1)], (10, 5))
+    # Shadow mode: the 3rd and 4th would be refused; all are forwarded.
+    for i in range(4):
+        step("/v1/shadowed/chat", "s", [f"job {i}"], (10, 5))
+    # A loop and a cap in one policy: the loop's 3rd repeat is refused by
+    # loop detection; the other caller's 4th call by its cap.
+    for i in range(4):
+        step("/v1/both/chat", "loop", ["same again"], (10, 5))
+        step("/v1/both/chat", "busy", [f"new {i}"], (10, 5))
+
+    traffic, seen = through_envoy(plugin, steps, tmp_path)
+    report: dict = {}
+    verdicts = replayed(plugin, traffic, tmp_path, report)
+    assert_agree(steps, seen, verdicts)
+    for s, v in zip(steps, verdicts):
+        e = seen[s["id"]]
+        assert (v["budget"] or {}).get("header") == e["budget"], f"{s['id']}: envoy {e} / replay {v}"
+    # The plan did what it says, so the agreement is about something.
+    refused = [v["budget"]["rejected"] for v in verdicts if v["status"] == 429 and v["budget"]]
+    assert refused == ["session-usd", "caller-tokens", "turns", "calls"], refused
+    headers = [e["budget"] for e in seen.values() if e["budget"]]
+    assert "session-usd; spent=0.80; cap=1.00; unit=usd; window=600" in headers, headers
+    assert "caller-tokens; spent=5000; cap=5000; unit=tokens; window=600" in headers, headers
+    loops = [v for v in verdicts if v["status"] == 429 and v["decision"].get("fingerprint")]
+    assert len(loops) == 2, loops
+    # A cap's 429 names its budget in the decision record.
+    assert sorted(v["decision"]["budget"] for v in verdicts
+                  if v["status"] == 429 and "budget" in v["decision"]) == sorted(refused), verdicts
+    shadowed = [v for v in verdicts if v["policy"] == "shadowed"]
+    assert [(v["status"], (v["budget"] or {}).get("rejected")) for v in shadowed] == \
+        [(None, None), (None, None), (None, "calls"), (None, "calls")]
+    caps = {p["id"]: {c["name"]: c for c in p["budgets"]["caps"]} for p in report["runs"][0]["policies"]}
+    assert [caps["capped"][n]["rejected"] for n in ("session-usd", "caller-tokens", "turns")] == [1, 1, 1]
+    assert caps["capped"]["turns"]["warned"] == 2
+    assert caps["shadowed"]["calls"]["rejected"] == 2
+    assert caps["both"]["calls"]["rejected"] == 1
+
+
+def test_replay_reports_and_sweeps_the_budget_example(tmp_path):
+    """The shipped budget example on the recorded fixture (a wandering
+    agent whose context grows, 40 turns, never a repeat): the $5 session cap
+    refuses its last 10 turns; a sweep of the cap by its name."""
+    traffic = ROOT / "crates" / "cli" / "testdata" / "budget.jsonl"
+    config = ROOT / "examples" / "budget" / "envoy.yaml"
+    run = subprocess.run([CLI, "replay", "--config", str(config), str(traffic)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "0 loops found" in run.stdout, run.stdout
+    assert ("budget session-hour: $5.00 per session in 3600 s (reject): 10 requests rejected "
+            "(the first at 2026-11-24T09:10:00.000Z), 4 warned; 1 key touched, 1 at the cap; $5.18 spent") in run.stdout, run.stdout
+    page = tmp_path / "r.html"
+    run = subprocess.run([CLI, "replay", "--config", str(config), "--json", "--html", str(page),
+                          "--set", "policies.agents.budget.limits.session-hour.usd=2,5,10", str(traffic)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    rows = json.loads(run.stdout)["sweep"]["rows"]
+    assert [(r["value"], r["budget_rejected"]) for r in rows] == [(2, 24), (5, 10), (10, 0)]
+    assert "<th>Budget rejections</th>" in page.read_text()

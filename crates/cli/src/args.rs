@@ -72,7 +72,8 @@ Run recorded traffic (JSON Lines, HAR 1.2, Envoy tap traces, or
 directories of them; each may be gzip-compressed) through each
 configuration with the filter's own engine on the recorded clock, and
 report per policy the loops found, what each action would have done and
-to how many requests and callers, and the tokens those requests carried.
+to how many requests and callers, the tokens those requests carried, and
+what each spend cap (budget) would have rejected and warned.
 --set replays once per value of one field (a sweep); --verdicts writes
 what the filter did to each request, one JSON line each; --html writes a
 self-contained page with a timeline per looping caller. While it reads,
@@ -144,9 +145,10 @@ pub struct ReplayArgs {
     /// Replay once per value of one field (a sweep)
     ///
     /// Given once: a sweep varies one field. PATH walks the configuration's
-    /// JSON: fields by name, list items by id (or position); a policy's
-    /// spec may be left out. Each value is read as JSON when it is JSON
-    /// (3, 0.35, true), else as text.
+    /// JSON: fields by name, list items by id or name (or position); a
+    /// policy's spec may be left out
+    /// (policies.agents.budget.limits.session-hour.usd=1,2,5). Each value
+    /// is read as JSON when it is JSON (3, 0.35, true), else as text.
     #[arg(long = "set", value_name = "PATH=V1,V2,...", verbatim_doc_comment)]
     pub sets: Vec<String>,
     /// Print the report as JSON

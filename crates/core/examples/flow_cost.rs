@@ -7,6 +7,10 @@
 //!     cargo run --release -p loopguard-core --example flow_cost -- BODY.json tool_loops 200
 //!     cargo run --release -p loopguard-core --example flow_cost -- mcp 200
 //!     cargo run --release -p loopguard-core --example flow_cost -- mcp-cold 200
+//!     cargo run --release -p loopguard-core --example flow_cost -- BODY.json llm_tail 200 budget
+//!
+//! With `budget`, the policy also has the bench's two spend caps, and each
+//! request's response passes (its headers, a body without usage).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -111,6 +115,13 @@ fn main() {
         serde_json::json!({"selector": {}, "loop_detection": {"enabled": true, "window_seconds": 1,
             "threshold_identical_requests": 64, "similarity": similarity}})
     };
+    let budget = args.get(4).is_some_and(|a| a == "budget");
+    let mut spec = spec;
+    if budget {
+        spec["budget"] = serde_json::json!({"limits": [
+            {"name": "hour", "per": "caller", "window_seconds": 3600, "tokens": 1_000_000_000_000u64},
+            {"name": "calls", "per": "caller", "window_seconds": 60, "calls": 1_000_000_000}]});
+    }
     let cfg =
         Config::from_value(&serde_json::json!({"policies": [{"id": "p", "spec": spec}]})).unwrap();
     let mut engine = Engine::new(cfg, "bench", |_| Ok(InProcess::default()), |_| None, 1).unwrap();
@@ -138,6 +149,12 @@ fn main() {
             1_000 + 100 * u64::from(i),
             &mut out,
         );
+        if budget {
+            let now = 1_000 + 100 * u64::from(i);
+            engine.on_response_headers(&mut r, Some(200), now, &mut out);
+            engine.on_response_content_type(&mut r, Some("text/plain"), now, &mut out);
+            engine.on_done(&mut r, &mut out);
+        }
         out.clear();
     }
 }

@@ -9,6 +9,11 @@
 //! also compared with each other wherever their times did not straddle a
 //! boundary.
 //!
+//! Budgets likewise: random adds and checks of several keys, at times that
+//! step over slice boundaries and window edges, run through
+//! `loopguard_budget` in both forms and through the core's slices
+//! (`state::budget::Slices`); every total and wait must be the same.
+//!
 //! It needs `redis-server` (Debian's `redis-server`, 7.0+). Without it the
 //! test says so and passes, unless `LOOPGUARD_REQUIRE_REDIS=1`, which
 //! `make test` sets: then it fails.
@@ -22,8 +27,9 @@
 
 use loopguard_core::detect::fingerprint::Fingerprint;
 use loopguard_core::detect::similarity::{NearThreshold, Signature};
+use loopguard_core::state::budget::{slice_ms, Slices, SLICES};
 use loopguard_core::state::near::NearProbe;
-use loopguard_core::state::redis::{self, Call, Script};
+use loopguard_core::state::redis::{self, BudgetKey, Call, Script};
 use loopguard_core::state::slot_table::{Bucket, Record, TableLayout};
 use loopguard_core::state::store::{
     BucketBackend, CasWrite, Hit, InProcess, SlotStore, StoreAnswer, TakeBack,
@@ -561,4 +567,370 @@ fn the_function_the_script_and_the_core_give_the_same_answers() {
         Resp::Array(vec![Resp::Int(1)]),
         "the first EVALSHA's NOSCRIPT was answered with EVAL, which cached it"
     );
+}
+
+// --- budgets ---------------------------------------------------------------------------
+
+/// Redis's answer to a budget call: each key's total and wait.
+fn budget_answer(reply: &Resp) -> Vec<(u64, u64)> {
+    let Resp::Array(items) = reply else {
+        panic!("not a budget answer: {reply:?}")
+    };
+    let n = |r: &Resp| match r {
+        Resp::Int(v) => u64::try_from(*v).unwrap(),
+        other => panic!("not a count: {other:?}"),
+    };
+    assert_eq!(items.len() % 2, 0, "{reply:?}");
+    items.chunks(2).map(|p| (n(&p[0]), n(&p[1]))).collect()
+}
+
+/// A budget key's hash in Redis: slice number -> amount, sorted.
+fn budget_hash(conn: &mut Conn, key: &str) -> Vec<(u64, u64)> {
+    let Resp::Array(fields) = conn.cmd(&["HGETALL", key]) else {
+        panic!("HGETALL")
+    };
+    let mut out: Vec<(u64, u64)> = fields
+        .chunks(2)
+        .map(|p| match (&p[0], &p[1]) {
+            (Resp::Bulk(Some(f)), Resp::Bulk(Some(v))) => {
+                // Absolute slice numbers, in plain decimal.
+                assert_eq!(f, &f.parse::<u64>().unwrap().to_string());
+                (f.parse().unwrap(), v.parse().unwrap())
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+#[derive(Debug, Default)]
+struct BudgetTally {
+    calls: u32,
+    checks: u32,
+    waits: u32,
+    on_boundaries: u32,
+    skewed: u32,
+    noscripts: u32,
+    windows_emptied: u32,
+    /// The most slices a key held, and answers from keys holding 40 or more.
+    most_slices: usize,
+    many_slices: u32,
+}
+
+/// The time of the next call: moving forward by a random step, onto a
+/// slice boundary or a millisecond before one, to the moment a key's
+/// oldest slice leaves the window (or one before), or past a whole window.
+/// `dense`: mostly small steps, so a key holds many slices.
+fn next_now(
+    rng: &mut Rng,
+    now: u64,
+    s: u64,
+    oldest: Option<u64>,
+    dense: bool,
+    tally: &mut BudgetTally,
+) -> u64 {
+    // Dense: no jump past a whole window.
+    let roll = match (dense, rng.below(25)) {
+        (false, _) => rng.below(12),
+        (true, 0) => rng.below(11),
+        (true, _) => [0, 4, 5][usize::try_from(rng.below(3)).unwrap()],
+    };
+    match roll {
+        0..=3 => now + rng.below(s / 4 + 1),
+        4 => {
+            tally.on_boundaries += 1;
+            (now / s + 1) * s
+        }
+        5 => {
+            tally.on_boundaries += 1;
+            ((now / s + 1) * s - 1).max(now)
+        }
+        6..=8 => now + s * rng.range(1, 10) + rng.below(s),
+        9 | 10 => match oldest {
+            Some(i) => {
+                tally.on_boundaries += 1;
+                ((i + SLICES) * s - rng.below(2)).max(now)
+            }
+            None => now + s,
+        },
+        _ => now + (SLICES + 1) * s + rng.below(s),
+    }
+}
+
+#[test]
+fn budgets_in_redis_are_the_core_s_slices() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut conn = Conn::open(server.port);
+    let loaded = conn.cmd(&["FUNCTION", "LOAD", "REPLACE", redis::script::LIBRARY]);
+    assert_eq!(loaded, Resp::Bulk(Some("loopguard".into())));
+    let script = Script::shipped();
+
+    let mut tally = BudgetTally::default();
+    for case in 0..24u64 {
+        let mut rng = Rng(0x5851_f42d_4c95_7f2d ^ (case + 1).wrapping_mul(0x2545_f491));
+        let mut lanes = [
+            Lane::new(How::Function, "bfn"),
+            Lane::new(How::Script, "bsc"),
+        ];
+        let caller = rng.next();
+        let n = usize::try_from(rng.range(1, 4)).unwrap();
+        // Slices of real windows (60 s .. a day): at least a second, so no
+        // key expires in Redis while the test runs.
+        let mut keys: Vec<BudgetKey> = (0..n)
+            .map(|k| BudgetKey {
+                key: rng.next() ^ k as u64,
+                slice_ms: match rng.below(4) {
+                    0 => 1_000,
+                    1 => slice_ms(3_600_000),
+                    2 => slice_ms(86_400_000),
+                    _ => rng.range(1_000, 30_000),
+                },
+                add: 0,
+                cap: 0,
+            })
+            .collect();
+        // Some amounts near what Lua still counts exactly.
+        let big = case % 6 == 5;
+        let unit = if big { 1 << 40 } else { rng.range(1, 1_000) };
+        let caps: Vec<u64> = keys
+            .iter()
+            .map(|_| match rng.below(5) {
+                0 => 0,
+                _ => unit * rng.range(1, 40),
+            })
+            .collect();
+        // From near 0 (the window's first slice saturates at 0), or a
+        // wall-clock time.
+        let mut now = if case % 4 == 0 {
+            rng.below(5_000)
+        } else {
+            1_700_000_000_000 + rng.below(1 << 32)
+        };
+        let mut models = vec![vec![Slices::default(); n]; lanes.len()];
+        let dense = case % 3 == 1;
+        for step in 0..(if dense { 400 } else { 120 }) {
+            // Steps of a random key's slices; dense: of the shortest.
+            let pick = if dense {
+                (0..n).min_by_key(|&k| keys[k].slice_ms).unwrap()
+            } else {
+                usize::try_from(rng.below(n as u64)).unwrap()
+            };
+            let s = keys[pick].slice_ms;
+            let oldest = models[0][pick].spent.iter().map(|&(i, _)| i).min();
+            now = next_now(&mut rng, now, s, oldest, dense, &mut tally);
+            // Now and then a writer whose clock is behind or ahead (by up
+            // to more than a window): the base clock does not move. One
+            // ahead drops the slices before its window, so a dense case
+            // meets one only at its start (and then holds a slice past the
+            // base clock's, and keeps the newest 60).
+            let at = match rng.below(14) {
+                1 if dense && step >= 20 => now,
+                0 => {
+                    tally.skewed += 1;
+                    now.saturating_sub(rng.range(0, SLICES + 10) * s + rng.below(s))
+                }
+                1 => {
+                    tally.skewed += 1;
+                    now + rng.range(0, SLICES + 10) * s + rng.below(s)
+                }
+                _ => now,
+            };
+            let check_only = rng.below(3) == 0;
+            for (k, key) in keys.iter_mut().enumerate() {
+                key.cap = caps[k];
+                key.add = if check_only || rng.below(4) == 0 {
+                    0
+                } else {
+                    rng.range(1, 2 * unit)
+                };
+            }
+            tally.calls += 1;
+            tally.checks += u32::from(check_only);
+            for (lane, model) in lanes.iter_mut().zip(models.iter_mut()) {
+                let call = redis::budget_call(lane.namespace, caller, &keys, at);
+                let reply = lane.send(&mut conn, &script, &call);
+                let got = budget_answer(&reply);
+                let expected: Vec<(u64, u64)> = keys
+                    .iter()
+                    .zip(model.iter_mut())
+                    .map(|(key, slices)| {
+                        // Everything the key had spent has left the window.
+                        if !slices.spent.is_empty() && slices.total(at, key.slice_ms) == 0 {
+                            tally.windows_emptied += 1;
+                        }
+                        slices.add(at, key.add, at, key.slice_ms);
+                        let total = slices.total(at, key.slice_ms);
+                        tally.most_slices = tally.most_slices.max(slices.spent.len());
+                        tally.many_slices += u32::from(slices.spent.len() >= 40);
+                        (total, slices.until_below(key.cap, at, key.slice_ms))
+                    })
+                    .collect();
+                assert_eq!(
+                    got, expected,
+                    "{:?} lane, case {case}: Redis and the core disagree at {at} on {keys:?}",
+                    lane.how
+                );
+                tally.waits += u32::try_from(got.iter().filter(|(_, w)| *w > 0).count()).unwrap();
+                // webdis's JSON of the same answer reads the same.
+                let json = format!(
+                    r#"{{"FCALL":[{}]}}"#,
+                    got.iter()
+                        .map(|(t, w)| format!("{t},{w}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+                assert_eq!(redis::parse_budget("200", json.as_bytes(), n), Ok(got));
+                // Redis keeps exactly the core's slices, and expires a key
+                // a slice after its window.
+                for ((store_key, key), slices) in call.keys.iter().zip(&keys).zip(model.iter()) {
+                    let mut kept = slices.spent.clone();
+                    kept.sort_unstable();
+                    assert_eq!(
+                        budget_hash(&mut conn, store_key),
+                        kept,
+                        "{:?} lane",
+                        lane.how
+                    );
+                    let Resp::Int(ttl) = conn.cmd(&["PTTL", store_key]) else {
+                        panic!("PTTL")
+                    };
+                    let full = i64::try_from((SLICES + 1) * key.slice_ms).unwrap();
+                    if kept.is_empty() {
+                        assert_eq!(ttl, -2, "an empty budget key is not kept");
+                    } else {
+                        assert!(ttl <= full && ttl > full - 1_000, "PTTL {ttl} of {full}");
+                    }
+                }
+            }
+        }
+        assert_eq!(lanes[0].noscripts, 0);
+        tally.noscripts += lanes[1].noscripts;
+    }
+    eprintln!("redis_agreement (budgets): {tally:?}");
+    assert_eq!(tally.noscripts, 1, "the script lane met NOSCRIPT once");
+    assert!(tally.waits >= 200, "too few answers over a cap: {tally:?}");
+    assert!(
+        tally.on_boundaries >= 300 && tally.skewed >= 200,
+        "{tally:?}"
+    );
+    assert!(tally.windows_emptied >= 10, "{tally:?}");
+    assert!(
+        tally.most_slices >= 50 && tally.many_slices >= 1000,
+        "too few keys with many slices: {tally:?}"
+    );
+}
+
+#[test]
+fn a_budget_call_with_bad_arguments_changes_nothing() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut conn = Conn::open(server.port);
+    conn.cmd(&["FUNCTION", "LOAD", "REPLACE", redis::script::LIBRARY]);
+    let key = "lg:x:{b1}:1";
+    let fcall = |conn: &mut Conn, keys: &[&str], args: &[&str]| {
+        let n = keys.len().to_string();
+        let mut parts = vec!["FCALL", "loopguard_budget", &n];
+        parts.extend_from_slice(keys);
+        parts.extend_from_slice(args);
+        conn.cmd(&parts)
+    };
+    assert_eq!(
+        budget_answer(&fcall(&mut conn, &[key], &["120000", "1000", "5", "5"])),
+        // Slice 120 leaves the window when slice 180 begins.
+        [(5, 60_000)]
+    );
+    let bad = Resp::Error("loopguard: bad arguments".into());
+    for args in [
+        &["120000", "1000", "5"][..],                 // a number short
+        &["120000", "1000", "5", "5", "1"],           // one too many
+        &["120000", "0", "5", "5"],                   // no slice length
+        &["120000", "1440001", "5", "5"],             // past a day's window
+        &["120000", "1000", "-5", "5"],               // negative
+        &["120000", "1000", "1.5", "5"],              // not whole
+        &["120000", "1000", "9007199254740993", "5"], // past 2^53
+        &["1e6", "1000", "5", "5"],                   // not digits
+        &["", "1000", "5", "5"],                      // empty
+    ] {
+        assert_eq!(fcall(&mut conn, &[key], args), bad, "{args:?}");
+    }
+    // The second key's arguments are bad: the first is not added to either.
+    assert_eq!(
+        fcall(
+            &mut conn,
+            &[key, "lg:x:{b1}:2"],
+            &["120000", "1000", "5", "0", "0", "5", "x"]
+        ),
+        bad
+    );
+    assert_eq!(budget_hash(&mut conn, key), [(120, 5)]);
+    assert_eq!(conn.cmd(&["EXISTS", "lg:x:{b1}:2"]), Resp::Int(0));
+    // A check of a key never spent on writes nothing.
+    assert_eq!(
+        budget_answer(&fcall(
+            &mut conn,
+            &["lg:x:{b1}:3"],
+            &["120000", "1000", "0", "1"]
+        )),
+        [(0, 0)]
+    );
+    assert_eq!(conn.cmd(&["EXISTS", "lg:x:{b1}:3"]), Resp::Int(0));
+    // No keys: an empty answer.
+    assert_eq!(fcall(&mut conn, &[], &["120000"]), Resp::Array(vec![]));
+}
+
+/// A writer whose clock is ahead leaves a slice past the base clock's;
+/// once the base clock has spent in 60 slices of its own, the key holds 61
+/// and keeps the newest 60, as the core's slices do.
+#[test]
+fn a_key_keeps_its_newest_slices_as_the_core_does() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let mut conn = Conn::open(server.port);
+    conn.cmd(&["FUNCTION", "LOAD", "REPLACE", redis::script::LIBRARY]);
+    let script = Script::shipped();
+    let s = 1_000;
+    for mut lane in [
+        Lane::new(How::Function, "kfn"),
+        Lane::new(How::Script, "ksc"),
+    ] {
+        let mut slices = Slices::default();
+        let mut step = |lane: &mut Lane, at: u64, add: u64| {
+            let key = BudgetKey {
+                key: 9,
+                slice_ms: s,
+                add,
+                cap: 100,
+            };
+            let call = redis::budget_call(lane.namespace, 1, &[key], at);
+            let got = budget_answer(&lane.send(&mut conn, &script, &call));
+            slices.add(at, add, at, s);
+            let expected = (slices.total(at, s), slices.until_below(100, at, s));
+            assert_eq!(got, [expected], "{:?} lane at {at}", lane.how);
+            let mut kept = slices.spent.clone();
+            kept.sort_unstable();
+            assert_eq!(budget_hash(&mut conn, &call.keys[0]), kept);
+            kept
+        };
+        // Ahead: slice 160 (its window starts at slice 101).
+        step(&mut lane, 160 * s, 50);
+        for i in 50..160 {
+            let kept = step(&mut lane, i * s + 500, 1);
+            assert_eq!(kept.len(), usize::try_from(i - 48).unwrap().min(60));
+            assert_eq!(kept.last(), Some(&(160, 50)));
+            if i >= 109 {
+                // Slice i - 59 is still in the base clock's window, but 61
+                // slices are more than a key keeps: the oldest goes.
+                assert_eq!(kept.first(), Some(&(i - 58, 1)), "at slice {i}");
+            }
+        }
+        // Far behind: a slice before the others, the oldest, dropped at once.
+        let kept = step(&mut lane, 10 * s, 7);
+        assert_eq!(kept.len(), 60);
+        assert_eq!(kept.first(), Some(&(101, 1)), "slice 10 is not kept");
+    }
 }

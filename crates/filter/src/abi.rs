@@ -22,6 +22,7 @@ const MAP_REQUEST_HEADERS: u32 = 0;
 const MAP_RESPONSE_HEADERS: u32 = 2;
 const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
 const STREAM_HTTP_REQUEST: u32 = 0;
+const STREAM_HTTP_RESPONSE: u32 = 1;
 const METRIC_GAUGE: u32 = 1;
 const METRIC_HISTOGRAM: u32 = 2;
 const BUFFER_REQUEST_BODY: u32 = 0;
@@ -422,6 +423,12 @@ pub fn set_effective_context(context_id: u32) -> HostResult<()> {
 pub fn resume_request() -> HostResult<()> {
     // SAFETY: plain value.
     status(unsafe { proxy_continue_stream(STREAM_HTTP_REQUEST) })
+}
+
+/// Continue the paused response of the effective context.
+pub fn resume_response() -> HostResult<()> {
+    // SAFETY: plain value.
+    status(unsafe { proxy_continue_stream(STREAM_HTTP_RESPONSE) })
 }
 
 /// The root context's tick period (0 stops the tick).

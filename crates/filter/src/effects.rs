@@ -19,8 +19,10 @@ pub struct Pending {
     pub reply_failed: bool,
 }
 
-/// Carry out (and empty) `effects`.
-pub fn apply(plugin: &Plugin, effects: &mut Effects) -> Pending {
+/// Carry out (and empty) `effects` in the context `home` (a stream's, or
+/// the root's): a call sent from the root context, or a stream resumed,
+/// returns to it.
+pub fn apply(plugin: &Plugin, effects: &mut Effects, home: u32) -> Pending {
     let mut pending = Pending::default();
     for effect in effects.drain(..) {
         match effect {
@@ -80,6 +82,7 @@ pub fn apply(plugin: &Plugin, effects: &mut Effects) -> Pending {
             Effect::SendFromRoot(call) => {
                 let _ = abi::set_effective_context(plugin.root_id);
                 pending.root_calls_sent.push(dispatch(&call));
+                let _ = abi::set_effective_context(home);
             }
             Effect::Resume(stream) => {
                 // A stream whose client left is gone: nothing to resume.
@@ -88,7 +91,7 @@ pub fn apply(plugin: &Plugin, effects: &mut Effects) -> Pending {
                         log::debug!("stream {stream} could not resume (host status {})", e.0);
                     }
                 }
-                let _ = abi::set_effective_context(plugin.root_id);
+                let _ = abi::set_effective_context(home);
             }
             Effect::ArmTick => plugin.arm_tick(),
             Effect::StopTick => plugin.disarm_tick(),

@@ -43,9 +43,22 @@ impl Stream {
             Err(_) => Step::Continue,
         };
         loop {
-            let pending = effects::apply(&plugin, &mut out);
+            let pending = effects::apply(&plugin, &mut out, self.req.id);
             if pending.reply_failed {
                 step = Step::Continue;
+            }
+            if !pending.root_calls_sent.is_empty() {
+                // Calls sent from the root context during this stream's
+                // event (a response's spending for the shared store): told
+                // to the engine in order, as the tick's are.
+                if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
+                    for sent in pending.root_calls_sent {
+                        engine.on_root_call_sent(sent, abi::now_ms(), &mut out);
+                    }
+                }
+                if pending.store_call.is_none() {
+                    continue;
+                }
             }
             let Some(call) = pending.store_call else {
                 break;
@@ -140,10 +153,17 @@ impl Context for Stream {
             body: abi::http_call_response_body(body_size).unwrap_or_default(),
         };
         let now = abi::now_ms();
+        // The response's end waits for a store call, or the request does.
+        let response = self.req.response_held();
         if self.run(|e, r, out| e.on_store_reply(r, token, &reply, now, out)) == Step::Continue {
-            if let Err(e) = abi::resume_request() {
+            let resumed = if response {
+                abi::resume_response()
+            } else {
+                abi::resume_request()
+            };
+            if let Err(e) = resumed {
                 log::debug!(
-                    "request could not resume after the store answered (host status {})",
+                    "stream could not resume after the store answered (host status {})",
                     e.0
                 );
             }
@@ -237,10 +257,8 @@ impl HttpContext for Stream {
         // are parsed.
         let chunk = abi::response_body(body_size).unwrap_or_default();
         let now = abi::now_ms();
-        self.run(|e, r, out| {
-            e.on_response_body(r, &chunk, end_of_stream, now, out);
-            Step::Continue
-        });
-        Action::Continue
+        // The last chunk may wait until the shared store has the
+        // response's spending.
+        action(self.run(|e, r, out| e.on_response_body(r, &chunk, end_of_stream, now, out)))
     }
 }

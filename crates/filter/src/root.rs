@@ -93,7 +93,7 @@ impl Context for Root {
         if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
             engine.on_root_reply(token, status.as_deref(), &body, abi::now_ms(), &mut out);
         }
-        effects::apply(plugin, &mut out);
+        effects::apply(plugin, &mut out, plugin.root_id);
         plugin.put_back(out);
     }
 }
@@ -132,14 +132,14 @@ impl RootContext for Root {
         if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
             engine.on_tick(now, &mut out);
         }
-        let sent = effects::apply(plugin, &mut out).root_calls_sent;
+        let sent = effects::apply(plugin, &mut out, plugin.root_id).root_calls_sent;
         if !sent.is_empty() {
             if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
                 for result in sent {
                     engine.on_root_call_sent(result, now, &mut out);
                 }
             }
-            effects::apply(plugin, &mut out);
+            effects::apply(plugin, &mut out, plugin.root_id);
         }
         let _ = abi::set_effective_context(self.id);
         plugin.put_back(out);

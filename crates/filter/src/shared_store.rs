@@ -51,7 +51,8 @@ impl BucketBackend for SharedData {
 }
 
 /// Open the table for `plugin`, creating any bucket key that does not exist
-/// yet (the fingerprint table's and the loops' spending ledger's).
+/// yet (the fingerprint table's, the loops' spending ledger's, the MCP
+/// histories' and the budget keys').
 /// Existing keys (a reload with the same layout, or another worker that got
 /// here first) keep their contents.
 pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
@@ -69,10 +70,16 @@ pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
     } else {
         0..0
     };
+    // And the budget keys' region, when a policy has a budget.
+    let budget = loopguard_core::state::budget::BudgetTable {
+        buckets: layout.budget_buckets,
+    }
+    .range();
     for bucket in (0..layout.buckets)
         .chain(ledger::BUCKETS)
         .chain([ledger::REGISTRY])
         .chain(mcp)
+        .chain(budget)
     {
         let key = data.key(bucket).to_string();
         match abi::shared_get(&key) {

@@ -225,6 +225,7 @@ extern "C" {
         result: *mut EnvoyBuffer,
     ) -> bool;
     fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterPtr);
+    fn envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterPtr);
     fn envoy_dynamic_module_callback_http_filter_scheduler_new(filter: FilterPtr) -> SchedulerPtr;
     fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
         scheduler: SchedulerPtr,
@@ -546,6 +547,12 @@ pub fn metadata_string(
 pub fn continue_decoding(filter: FilterPtr) {
     // SAFETY: on the stream's worker thread, while the stream lives.
     unsafe { envoy_dynamic_module_callback_http_filter_continue_decoding(filter) }
+}
+
+/// Resume a response a hook stopped (a repeated call is ignored by Envoy).
+pub fn continue_encoding(filter: FilterPtr) {
+    // SAFETY: on the stream's worker thread, while the stream lives.
+    unsafe { envoy_dynamic_module_callback_http_filter_continue_encoding(filter) }
 }
 
 /// A scheduler for a stream: commits come back as

@@ -7,7 +7,7 @@
 
 use crate::abi::{self, ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, LogLevel};
 use crate::config::FilterConfig;
-use crate::stream::Stream;
+use crate::stream::{Direction, Stream};
 use crate::worker;
 use loopguard_core::flow::Step;
 use loopguard_core::state::store::CallReply;
@@ -308,12 +308,18 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
     guard(
         || {
             if let Some(s) = unsafe { stream(s) } {
-                s.on_response_body(end_of_stream);
+                if s.on_response_body(end_of_stream) == Step::Pause {
+                    // Resumed when the shared store has the spending.
+                    return abi::BODY_STOP_AND_BUFFER;
+                }
             }
+            abi::BODY_CONTINUE
         },
-        || poison(s),
-    );
-    abi::BODY_CONTINUE
+        || {
+            poison(s);
+            abi::BODY_CONTINUE
+        },
+    )
 }
 
 #[no_mangle]
@@ -377,8 +383,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
             };
             // SAFETY: Envoy's arrays, during this hook.
             let r = unsafe { reply(result, headers, headers_len, chunks, chunks_len) };
-            if s.on_store_reply(callout, r) {
-                abi::continue_decoding(f);
+            match s.on_store_reply(callout, r) {
+                Some(Direction::Request) => abi::continue_decoding(f),
+                Some(Direction::Response) => abi::continue_encoding(f),
+                None => {}
             }
         },
         || fail_request(s),

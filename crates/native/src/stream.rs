@@ -194,9 +194,11 @@ impl Stream {
         });
     }
 
-    pub fn on_response_body(&mut self, end_of_stream: bool) {
+    /// A response body chunk; [`Step::Pause`]: the last one waits until
+    /// the shared store has the response's spending.
+    pub fn on_response_body(&mut self, end_of_stream: bool) -> Step {
         if !self.req.wants_response_body() {
-            return;
+            return Step::Continue;
         }
         // Each chunk passes on at once; it is read in place.
         // SAFETY: read in this hook, before any change to the body.
@@ -204,9 +206,8 @@ impl Stream {
         let chunk = joined(&mut chunks);
         let now = now_ms();
         self.run(false, false, |e, r, out| {
-            e.on_response_body(r, &chunk, end_of_stream, now, out);
-            Step::Continue
-        });
+            e.on_response_body(r, &chunk, end_of_stream, now, out)
+        })
     }
 
     /// The stream ended (answered, or its client left).
@@ -217,15 +218,22 @@ impl Stream {
         });
     }
 
-    /// The answer to this stream's store call; `true`: the request goes on.
-    pub fn on_store_reply(&mut self, callout: u64, reply: CallReply) -> bool {
+    /// The answer to this stream's store call: what goes on, if anything
+    /// (the request, or the response whose end waited for it).
+    pub fn on_store_reply(&mut self, callout: u64, reply: CallReply) -> Option<Direction> {
         let Ok(token) = u32::try_from(callout) else {
-            return false;
+            return None;
         };
         let now = now_ms();
-        self.run(false, false, |e, r, out| {
+        let direction = if self.req.response_held() {
+            Direction::Response
+        } else {
+            Direction::Request
+        };
+        (self.run(false, false, |e, r, out| {
             e.on_store_reply(r, token, &reply, now, out)
-        }) == Step::Continue
+        }) == Step::Continue)
+            .then_some(direction)
     }
 
     /// A scheduled event: the tick (this stream drives its worker's), or
@@ -253,6 +261,13 @@ impl Stream {
             w.close_stream(id, move || drop(req));
         }
     }
+}
+
+/// Which way of a stream a store answer resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Request,
+    Response,
 }
 
 /// One slice as it is, several joined into one copy.

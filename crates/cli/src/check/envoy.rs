@@ -15,6 +15,8 @@ const ENVOY_DEFAULT_BUFFER_LIMIT: u64 = 1 << 20;
 /// An HTTP connection manager: its filters, its inline routes (`None` when
 /// they come from RDS), and its listener's buffer limit.
 struct Hcm<'a> {
+    /// The connection manager's configuration.
+    config: &'a Value,
     filters: Vec<&'a Value>,
     routes: Option<Vec<&'a Value>>,
     buffer_limit: Option<u64>,
@@ -51,6 +53,7 @@ fn hcms_in<'a>(v: &'a Value, limit: Option<u64>, out: &mut Vec<Hcm<'a>>) {
                         .collect()
                 });
                 out.push(Hcm {
+                    config: v,
                     filters,
                     routes,
                     buffer_limit: limit,
@@ -179,6 +182,7 @@ pub(super) fn chain_setup(
                 );
             }
         }
+        super::budget::session_header_lints(r, &loc, cfg, hcm.config, &hcm.filters, at);
         if holds {
             let limit = hcm.buffer_limit.unwrap_or(ENVOY_DEFAULT_BUFFER_LIMIT);
             if limit < cfg.max_body_bytes {

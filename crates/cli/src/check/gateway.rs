@@ -37,6 +37,7 @@ pub(super) fn gateway_setup(
             r.warn(&loc, "Envoy Gateway runs the buffer filter before wasm by default: add an EnvoyProxy with spec.filterOrder [{name: envoy.filters.http.buffer, after: envoy.filters.http.wasm}] (Envoy Gateway 1.6+), else the upstream sees requests loopguard rejects");
         }
     }
+    super::budget::mesh_session_header_lints(r, &loc, cfg, docs);
     target_ref_lints(r, docs, f.doc, &loc);
 }
 

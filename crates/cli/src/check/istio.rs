@@ -42,6 +42,7 @@ pub(super) fn istio_setup(r: &mut Report, docs: &[Document], f: &Found<'_>, cfg:
             r.warn(&loc, format!("no EnvoyFilter in the files checked inserts envoy.filters.http.buffer right after this plugin's filter (INSERT_AFTER on subFilter \"{}\" for Istio 1.26-1.29, \"{}\" from 1.30): the upstream would receive the headers of a request before loopguard has judged its body", names[0], names[1]));
         }
     }
+    super::budget::mesh_session_header_lints(r, &loc, cfg, docs);
     let services: Vec<&Document> = docs
         .iter()
         .filter(|d| d.kind() == Some("VirtualService"))

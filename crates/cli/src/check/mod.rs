@@ -3,6 +3,9 @@
 //! validation, then look at the setup around it for mistakes that make
 //! loopguard silently do less than intended.
 
+mod budget;
+#[cfg(test)]
+mod budget_tests;
 mod envoy;
 mod gateway;
 mod istio;
@@ -52,6 +55,18 @@ impl Report {
     }
     fn warn(&mut self, location: impl Into<String>, message: impl Into<String>) {
         self.push(Severity::Warning, location, message);
+    }
+    /// A warning, unless the same one was given (a configuration that
+    /// runs in several connection managers is looked at in each).
+    fn warn_once(&mut self, location: impl Into<String>, message: impl Into<String>) {
+        let f = Finding {
+            severity: Severity::Warning,
+            location: location.into(),
+            message: message.into(),
+        };
+        if !self.0.contains(&f) {
+            self.0.push(f);
+        }
     }
     fn push(
         &mut self,
@@ -128,6 +143,7 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
     }
     for (f, cfg) in &configs {
         mcp_lints(&mut r, &f.location(), cfg);
+        budget::budget_lints(&mut r, &f.location(), cfg);
         match &f.origin {
             Origin::Plain => {}
             Origin::Envoy { filter, plugin } => envoy_setup(&mut r, docs, f, filter, plugin, cfg),
@@ -137,6 +153,7 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
     }
     for (n, cfg) in &native_configs {
         mcp_lints(&mut r, &n.location(), cfg);
+        budget::budget_lints(&mut r, &n.location(), cfg);
         native_setup(&mut r, docs, n, cfg);
     }
     per_route_lints(&mut r, docs, &natives);

@@ -376,6 +376,7 @@ fn gateway_setup(
             r.warn(loc, "Envoy Gateway runs the buffer filter before dynamic modules by default, where it does not hold the request for loopguard: set \"hold_request_headers\": true (the native module holds the headers without any Envoy flag), or add an EnvoyProxy with spec.filterOrder [{name: envoy.filters.http.buffer, after: envoy.filters.http.dynamic_modules}]; else the upstream sees requests loopguard rejects");
         }
     }
+    super::budget::mesh_session_header_lints(r, loc, cfg, docs);
     target_ref_lints(r, docs, policy, loc);
 }
 

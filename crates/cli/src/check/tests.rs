@@ -4,7 +4,7 @@ use super::*;
 use crate::discover::{BUFFER_TYPE, HCM_TYPE};
 use crate::documents::parse;
 
-fn findings(files: &[(&str, &str)]) -> Vec<String> {
+pub(super) fn findings(files: &[(&str, &str)]) -> Vec<String> {
     let docs: Vec<Document> = files
         .iter()
         .flat_map(|(name, text)| parse(name, text).unwrap())
@@ -15,7 +15,7 @@ fn findings(files: &[(&str, &str)]) -> Vec<String> {
 const POLICY: &str = r#"{"policies": [{"id": "agents", "spec": {"selector": {"pathPrefix": "/v1/", "routes": ["llm"]},
         "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 3}}}]}"#;
 
-fn bootstrap(filters: &str, routes: &str, plugin_extra: &str, config: &str) -> String {
+pub(super) fn bootstrap(filters: &str, routes: &str, plugin_extra: &str, config: &str) -> String {
     format!(
         r#"
 static_resources:
@@ -44,8 +44,8 @@ static_resources:
     )
 }
 
-const BUFFER: &str = r#"{name: envoy.filters.http.buffer, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer, max_request_bytes: 1048576}}"#;
-const ROUTER: &str = "{name: envoy.filters.http.router}";
+pub(super) const BUFFER: &str = r#"{name: envoy.filters.http.buffer, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer, max_request_bytes: 1048576}}"#;
+pub(super) const ROUTER: &str = "{name: envoy.filters.http.router}";
 
 #[test]
 fn a_plain_policy_is_validated_with_the_filters_messages() {

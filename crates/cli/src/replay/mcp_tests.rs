@@ -507,7 +507,7 @@ fn a_sweep_over_the_mcp_threshold() {
 
 #[test]
 fn loopguards_own_note_is_taken_out_of_a_recorded_result() {
-    use super::simulate::without_own_note;
+    use super::mcp::without_own_note;
     let note =
         json!({"type": "text", "text": "[loopguard] Note: the 3rd call. Use what you have."})
             .to_string();

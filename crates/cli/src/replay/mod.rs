@@ -9,13 +9,17 @@
 //!   merged in time order, with each response's content type and body
 //!   (its first 1 MiB);
 //! - `simulate`: one configuration's engine and clock, fed each request and
-//!   its recorded response as Envoy feeds the filter;
+//!   its recorded response as Envoy feeds the filter; `budget`: what it
+//!   reads of the spend caps from the engine's effects, and what the budget
+//!   keys spent; `mcp`: a request's part of a verdict under an MCP policy;
 //! - `report`: the tally, as JSON and text; `html`: the page;
 //! - `sweep`: `--set PATH=V1,V2,...`;
 //! - `progress`: what has been read so far, on a terminal.
 
+mod budget;
 mod html;
 pub(crate) mod input;
+mod mcp;
 mod progress;
 pub mod record;
 mod report;
@@ -131,10 +135,12 @@ pub fn command(
     } = replayed?;
     for run in &mut runs {
         run.sim.finish();
+        run.tally.finish(&run.sim);
     }
     let mut notes = notes(&runs, no_response, merged.out_of_order, read);
     for run in &runs {
         notes.extend(run.tally.mcp_notes(&run.config_file));
+        notes.extend(run.tally.budget_notes(&run.config_file));
     }
     notes.dedup();
     for (note, n) in entry_notes {
@@ -175,6 +181,7 @@ pub fn command(
                     "loops_found": loops,
                     "requests_touched": requests,
                     "callers_touched": callers,
+                    "budget_rejected": r.tally.budget_rejected(),
                 })
             }).collect::<Vec<_>>(),
         })),
@@ -296,6 +303,7 @@ fn verdict_line(run: usize, rec: &record::Recorded, v: &Verdict) -> Value {
         "tool_loop": v.tool_loop,
         "mcp_loop": v.mcp.loop_header,
         "mcp": mcp_json(v),
+        "budget": budget_json(v),
         "body_judged": !v.skipped_body,
         "decision": v.decision,
     })
@@ -322,6 +330,21 @@ fn mcp_json(v: &Verdict) -> Value {
     })
 }
 
+/// A request's budget verdict: `null` unless a cap rejected it or it
+/// carried a warning.
+fn budget_json(v: &Verdict) -> Value {
+    let b = &v.budget;
+    if b.rejected.is_none() && b.warned.is_empty() && b.header.is_none() {
+        return Value::Null;
+    }
+    json!({
+        "rejected": b.rejected,
+        "shadow": !b.shadow.is_empty(),
+        "warned": b.warned,
+        "header": b.header,
+    })
+}
+
 /// What the report header says about what replay cannot know.
 fn notes(runs: &[Run], no_response: u64, out_of_order: u64, read: u64) -> Vec<String> {
     let mut notes = Vec::new();
@@ -342,6 +365,8 @@ fn notes(runs: &[Run], no_response: u64, out_of_order: u64, read: u64) -> Vec<St
     notes
 }
 
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod mcp_tests;
 #[cfg(test)]

@@ -4,11 +4,14 @@
 //! memory. What the engine asks the host to do is read back as the verdict
 //! Envoy would have applied.
 
+use super::budget::{self, BudgetNames, BudgetSpend, BudgetVerdict};
+use super::mcp::{without_own_note, McpHistory, McpVerdict};
 use super::record::{Answer, Recorded};
 use loopguard_core::act::reply::LocalReply;
 use loopguard_core::config::{AccessLog, Config, McpKey, StoreConfig};
 use loopguard_core::detect::fingerprint::{self, Pending};
 use loopguard_core::flow::{Effect, Effects, Engine, Request, Step};
+use loopguard_core::metrics::Kind;
 use loopguard_core::request::policy::{self, Selection};
 use loopguard_core::request::RequestHead;
 use loopguard_core::state::store::InProcess;
@@ -23,7 +26,9 @@ pub struct Verdict {
     pub policy: Option<String>,
     /// `pass` (no policy, or not judged), `exempt`, `allow`, `warn`,
     /// `throttle`, `nudge`, `directive` or `reject`: the strongest of the
-    /// fingerprint's and the tool-loop ladder's; under an MCP policy
+    /// fingerprint's, the tool-loop ladder's and a spend cap's (a policy
+    /// with only a budget publishes no decision for what it lets through:
+    /// `pass`); under an MCP policy
     /// `allow` (a call judged and forwarded), `note` (a note inserted into
     /// its result), `block`, `error` or `reject`.
     pub action: &'static str,
@@ -49,52 +54,8 @@ pub struct Verdict {
     pub decision: Option<Value>,
     /// What this request did under an MCP policy.
     pub mcp: McpVerdict,
-}
-
-/// An MCP request's part of a verdict.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct McpVerdict {
-    /// A `tools/call` judged against its history
-    /// (`loopguard_mcp_calls_total`).
-    pub judged: bool,
-    /// The loop acted on (or, in shadow mode, that would have been), as
-    /// `x-loopguard-mcp-loop` shows it: `tier=..; tool=..; count=..;
-    /// step=..`.
-    pub loop_header: Option<String>,
-    /// A note was inserted into the server's result.
-    pub note_added: bool,
-    /// Why the request or its result passed unjudged
-    /// (`loopguard_mcp_unjudged_total`'s reason).
-    pub unjudged: Option<String>,
-    /// The forwarded call's result could not be fed as Envoy read it:
-    /// `not_recorded` (no content type and no body, or no body),
-    /// `incomplete` (the recorded body ends before the result),
-    /// `answered_by_loopguard` (the recording holds loopguard's own answer,
-    /// not the server's). The call then does not join its history.
-    pub result_missing: Option<&'static str>,
-    /// The recorded result held loopguard's own note (it was recorded in
-    /// front of loopguard): taken out before it was read.
-    pub own_note_removed: bool,
-}
-
-impl McpVerdict {
-    /// The loop's fields (`tier`, `tool`, `count`, `step`), from the
-    /// header's value.
-    pub fn loop_fields(&self) -> Option<Vec<(&str, &str)>> {
-        let h = self.loop_header.as_deref()?;
-        Some(
-            h.split(';')
-                .filter_map(|f| f.trim().split_once('='))
-                .collect(),
-        )
-    }
-
-    pub fn field(&self, name: &str) -> Option<&str> {
-        self.loop_fields()?
-            .into_iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v)
-    }
+    /// What the policy's spend caps did to it.
+    pub budget: BudgetVerdict,
 }
 
 /// Actions from weakest to strongest: an MCP note is as strong as a
@@ -114,7 +75,7 @@ const ORDER: [&str; 11] = [
     "reject",
 ];
 
-fn rank(action: &str) -> usize {
+pub(super) fn rank(action: &str) -> usize {
     ORDER.iter().position(|a| *a == action).unwrap_or(0)
 }
 
@@ -137,25 +98,10 @@ pub struct Simulation {
     /// Throttled requests waiting for the tick, with the answer they will
     /// get.
     held: HashMap<u32, Held>,
-}
-
-/// An MCP history beyond its caller's identity (see
-/// [`Simulation::mcp_history`]).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct McpHistory {
-    pub address: Option<String>,
-    pub session: Option<String>,
-}
-
-impl McpHistory {
-    /// Both, as shown: `address A; mcp session #S`.
-    pub fn shown(&self) -> Option<String> {
-        let parts: Vec<&str> = [&self.address, &self.session]
-            .into_iter()
-            .filter_map(|p| p.as_deref())
-            .collect();
-        (!parts.is_empty()).then(|| parts.join("; "))
-    }
+    budget_names: BudgetNames,
+    /// What the budget keys spent (read from every response, throttled
+    /// ones too).
+    budget_spend: BudgetSpend,
 }
 
 /// A throttled request and its recorded answer.
@@ -186,16 +132,33 @@ impl Simulation {
         )?;
         Ok(Simulation {
             engine,
+            budget_names: BudgetNames::of(&config),
             config,
             out: Vec::new(),
             now: 0,
             next_id: 1,
             held: HashMap::new(),
+            budget_spend: BudgetSpend::default(),
         })
     }
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// What the budget keys spent so far.
+    pub fn budget_spend(&self) -> &BudgetSpend {
+        &self.budget_spend
+    }
+
+    /// Add what the effects say budget keys spent.
+    fn account(&mut self, out: &[Effect]) {
+        budget::account(
+            out,
+            self.engine.registry().defs(),
+            &self.budget_names,
+            &mut self.budget_spend,
+        );
     }
 
     /// Replay one request at its time.
@@ -235,10 +198,18 @@ impl Simulation {
             }
             step = self.engine.on_body(&mut r, size, true, body, now, &mut out);
         }
-        read_effects(&out, &mut verdict, mcp, self.engine.registry().defs());
+        read_effects(
+            &out,
+            &mut verdict,
+            mcp,
+            self.engine.registry().defs(),
+            &self.budget_names,
+        );
         for (name, value) in r.client_headers() {
-            if *name == "x-loopguard-delay-ms" {
-                verdict.delay_ms = value.parse().ok();
+            match *name {
+                "x-loopguard-delay-ms" => verdict.delay_ms = value.parse().ok(),
+                budget::HEADER => verdict.budget.header = Some(value.clone()),
+                _ => {}
             }
         }
         let status = rec
@@ -247,6 +218,7 @@ impl Simulation {
             .and_then(|a| a.status)
             .map(u32::from)
             .or(Some(200));
+        self.account(&out);
         if verdict.status.is_some() {
             // Answered by loopguard: the client gets the local reply.
             self.engine.on_done(&mut r, &mut out);
@@ -272,12 +244,15 @@ impl Simulation {
             );
             verdict.mcp.result_missing = fed.missing;
             verdict.mcp.own_note_removed = fed.own_note_removed;
+            let after = out.get(from..).unwrap_or(&[]);
             read_effects(
-                out.get(from..).unwrap_or(&[]),
+                after,
                 &mut verdict,
                 mcp,
                 self.engine.registry().defs(),
+                &self.budget_names,
             );
+            self.account(after);
         }
         self.out = out;
         verdict
@@ -307,6 +282,8 @@ impl Simulation {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
         self.engine.on_tick(at, &mut out);
+        // The spend counted since the last flush, among others.
+        self.account(&out);
         let resumed: Vec<u32> = out
             .iter()
             .filter_map(|e| match e {
@@ -326,6 +303,7 @@ impl Simulation {
                     at,
                     &mut out,
                 );
+                self.account(&out);
             }
         }
         self.out = out;
@@ -439,6 +417,9 @@ fn respond(
         engine.on_done(r, out);
         return fed;
     }
+    // Usage recorded without the body: read from a body that reports it.
+    let reported = budget::with_reported_usage(answer, mcp);
+    let answer = reported.as_ref().or(answer);
     if r.wants_content_type() {
         let content_type = answer.and_then(|a| a.content_type.as_deref());
         let body = answer.and_then(|a| a.body.as_ref());
@@ -478,50 +459,6 @@ fn respond(
     fed
 }
 
-/// The start of the content block loopguard inserts as its note: serde
-/// writes an object's keys sorted (or, built with `preserve_order`, as
-/// written).
-const OWN_NOTE: [&[u8]; 2] = [
-    br#"{"text":"[loopguard] Note: "#,
-    br#"{"type":"text","text":"[loopguard] Note: "#,
-];
-
-/// A result recorded in front of loopguard carries loopguard's own note as
-/// the last block of its `content`: that block (and the comma before it)
-/// taken out, so the result read is the server's.
-pub(super) fn without_own_note(body: &[u8]) -> (Cow<'_, [u8]>, bool) {
-    let Some(at) = OWN_NOTE
-        .iter()
-        .find_map(|note| body.windows(note.len()).position(|w| w == *note))
-    else {
-        return (Cow::Borrowed(body), false);
-    };
-    let rest = body.get(at..).unwrap_or(&[]);
-    let mut values = serde_json::Deserializer::from_slice(rest).into_iter::<Value>();
-    let Some(Ok(block)) = values.next() else {
-        return (Cow::Borrowed(body), false);
-    };
-    let end = at + values.byte_offset();
-    let closes = body
-        .get(end..)
-        .and_then(|after| after.iter().find(|b| !b.is_ascii_whitespace()))
-        == Some(&b']');
-    let is_note = block.get("type").and_then(Value::as_str) == Some("text")
-        && block.as_object().is_some_and(|o| o.len() == 2);
-    if !closes || !is_note {
-        return (Cow::Borrowed(body), false);
-    }
-    let from = if at > 0 && body.get(at - 1) == Some(&b',') {
-        at - 1
-    } else {
-        at
-    };
-    let mut out = Vec::with_capacity(body.len());
-    out.extend_from_slice(body.get(..from).unwrap_or(&[]));
-    out.extend_from_slice(body.get(end..).unwrap_or(&[]));
-    (Cow::Owned(out), true)
-}
-
 fn replied(out: &Effects) -> bool {
     out.iter().any(|e| matches!(e, Effect::LocalReply(..)))
 }
@@ -532,9 +469,13 @@ fn read_effects(
     out: &[Effect],
     v: &mut Verdict,
     mcp: bool,
-    defs: &[(String, loopguard_core::metrics::Kind)],
+    defs: &[(String, Kind)],
+    budgets: &BudgetNames,
 ) {
     for e in out {
+        if budgets.read(e, defs, v) {
+            continue;
+        }
         match e {
             Effect::Count(id, _)
                 if mcp
@@ -577,7 +518,15 @@ fn read_effects(
                     }
                 }
             }
-            Effect::LocalReply(LocalReply { status, .. }, _) => v.status = Some(*status),
+            Effect::LocalReply(
+                LocalReply {
+                    status, headers, ..
+                },
+                _,
+            ) => {
+                v.status = Some(*status);
+                v.budget.reply_headers(headers);
+            }
             Effect::CountNamed(name, _) if name.starts_with("loopguard.mcp_unjudged_total.") => {
                 if let Some((_, reason)) = name.rsplit_once(".reason.") {
                     v.mcp.unjudged = Some(reason.to_string());
@@ -592,6 +541,8 @@ fn read_effects(
                         "loop.detected" | "loop.tool.detected" | "loop.mcp.detected"
                     ) {
                         v.events.push(event);
+                    } else {
+                        v.budget.event(name, &event);
                     }
                 }
             }

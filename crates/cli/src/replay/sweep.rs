@@ -2,9 +2,11 @@
 //! field at PATH set to it.
 //!
 //! PATH walks the configuration's JSON: object fields by name, list items
-//! by their `id` (or position), and a policy's `spec` may be left out
-//! (`policies.agents.loop_detection.threshold_identical_requests` is
-//! `policies[id=agents].spec.loop_detection.threshold_identical_requests`).
+//! by their `id` or `name` (or position), and a policy's `spec` may be left
+//! out (`policies.agents.loop_detection.threshold_identical_requests` is
+//! `policies[id=agents].spec.loop_detection.threshold_identical_requests`;
+//! `policies.agents.budget.limits.session-hour.usd` is the `usd` of the
+//! budget limit named `session-hour`).
 
 use serde_json::Value;
 
@@ -83,7 +85,7 @@ pub fn set(config: &mut Value, path: &str, value: Value) -> Result<(), String> {
 }
 
 /// One step down: an object's field (or its `spec`'s), a list's item by
-/// `id` or position.
+/// `id`, else `name`, else position.
 fn step<'a>(at: &'a mut Value, part: &str) -> Option<&'a mut Value> {
     match at {
         Value::Object(o) => {
@@ -96,10 +98,14 @@ fn step<'a>(at: &'a mut Value, part: &str) -> Option<&'a mut Value> {
             }
         }
         Value::Array(items) => {
-            let by_id = items
-                .iter()
-                .position(|i| i.get("id").and_then(Value::as_str) == Some(part));
-            let index = by_id.or_else(|| part.parse::<usize>().ok())?;
+            let named = |key: &str| {
+                items
+                    .iter()
+                    .position(|i| i.get(key).and_then(Value::as_str) == Some(part))
+            };
+            let index = named("id")
+                .or_else(|| named("name"))
+                .or_else(|| part.parse::<usize>().ok())?;
             items.get_mut(index)
         }
         _ => None,
@@ -118,7 +124,7 @@ fn missing(seen: &str, part: &str) -> String {
         format!("--set: the configuration has no field {part}")
     } else {
         format!(
-            "--set: {seen} has no field or item {part} (lists are walked by item id or position)"
+            "--set: {seen} has no field or item {part} (lists are walked by item id, name or position)"
         )
     }
 }
@@ -193,5 +199,47 @@ mod tests {
             err.contains("policies has no field or item nobody"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn budget_limits_are_found_by_name() {
+        let mut c = json!({"policies": [{"id": "agents", "spec": {"budget": {"limits": [
+            {"name": "session-hour", "per": "session", "window_seconds": 3600, "usd": 5},
+            {"name": "caller-day", "per": "caller", "window_seconds": 86400, "usd": 50},
+            {"name": "0", "per": "caller", "window_seconds": 60, "calls": 9}
+        ]}}}]});
+        set(
+            &mut c,
+            "policies.agents.budget.limits.caller-day.usd",
+            json!(20),
+        )
+        .unwrap();
+        set(
+            &mut c,
+            "policies.agents.budget.limits.session-hour.usd",
+            json!(2),
+        )
+        .unwrap();
+        let limits = &c["policies"][0]["spec"]["budget"]["limits"];
+        assert_eq!(
+            (limits[0]["usd"].as_i64(), limits[1]["usd"].as_i64()),
+            (Some(2), Some(20))
+        );
+        // A name that reads as a position is the name.
+        set(&mut c, "policies.agents.budget.limits.0.calls", json!(3)).unwrap();
+        assert_eq!(limits_of(&c)[2]["calls"], 3);
+        set(&mut c, "policies.agents.budget.limits.1.usd", json!(30)).unwrap();
+        assert_eq!(limits_of(&c)[1]["usd"], 30);
+        let err = set(&mut c, "policies.agents.budget.limits.hourly.usd", json!(1)).unwrap_err();
+        assert!(
+            err.contains("policies.agents.budget.limits has no field or item hourly (lists are walked by item id, name or position)"),
+            "{err}"
+        );
+    }
+
+    fn limits_of(c: &Value) -> &Vec<Value> {
+        c["policies"][0]["spec"]["budget"]["limits"]
+            .as_array()
+            .unwrap()
     }
 }

@@ -141,6 +141,17 @@ pub fn access_log(
     .to_string()
 }
 
+/// The same for a spend cap's verdict (`budget`: the cap's name).
+pub fn access_log_budget(policy_id: &str, mode: Mode, action: &str, budget: &str) -> String {
+    json!({
+        "policy": policy_id,
+        "mode": mode.as_str(),
+        "action": action,
+        "budget": budget,
+    })
+    .to_string()
+}
+
 /// The same for a tool-loop verdict (`action`: its ladder step).
 pub fn access_log_tool_loop(policy_id: &str, mode: Mode, step: &str, tool_loop: &str) -> String {
     json!({

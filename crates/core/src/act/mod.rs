@@ -2,6 +2,7 @@
 //! headers a client and the upstream see, throttled requests waiting for
 //! their time, held request headers, events and alerts.
 
+pub mod budget;
 pub mod decision;
 pub mod delay_queue;
 pub mod events;

@@ -36,7 +36,7 @@ pub struct LocalReply {
 pub type Headers = Vec<(&'static str, String)>;
 
 /// Set a member of a JSON object (a no-op on anything else).
-fn insert(v: &mut Value, key: &str, value: Value) {
+pub(crate) fn insert(v: &mut Value, key: &str, value: Value) {
     if let Some(o) = v.as_object_mut() {
         o.insert(key.to_string(), value);
     }
@@ -46,12 +46,23 @@ fn insert(v: &mut Value, key: &str, value: Value) {
 /// `{"error": {...}}` with loopguard's `details` beside `message`, `type`
 /// and `code`, or Anthropic's `rate_limit_error` with them (and `code`)
 /// under `loopguard`.
-fn api_error_body(api: Api, message: String, code: &str, mut details: Value) -> Value {
+fn api_error_body(api: Api, message: String, code: &str, details: Value) -> Value {
+    api_error_body_of(api, "loop_detected", message, code, details)
+}
+
+/// [`api_error_body`] with OpenAI's error `type` given.
+pub(crate) fn api_error_body_of(
+    api: Api,
+    openai_type: &str,
+    message: String,
+    code: &str,
+    mut details: Value,
+) -> Value {
     match api {
         Api::OpenAi => {
             let mut error = json!({
                 "message": message,
-                "type": "loop_detected",
+                "type": openai_type,
                 "code": code,
                 "param": null,
             });

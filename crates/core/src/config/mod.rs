@@ -9,6 +9,7 @@
 //! Schema of the configuration is generated from the same types
 //! ([`schema`], feature `schema`).
 
+pub mod budget;
 mod error;
 pub mod mcp;
 pub mod prices;
@@ -17,6 +18,7 @@ mod services;
 mod validate;
 pub mod volatile;
 
+pub use budget::Budget;
 pub use error::ConfigError;
 pub use mcp::{Mcp, McpKey, McpStep};
 pub use prices::{ModelPrice, Prices};
@@ -142,12 +144,17 @@ pub struct Policy {
     /// What is masked in message text and tool results before comparing
     /// (`llm_tail`, `near`; tool-call arguments only when opted in).
     pub volatile: Volatile,
+    /// Spend caps (`None`: none).
+    pub budget: Option<Budget>,
 }
 
 impl Policy {
     /// Whether the policy does anything with the requests it claims.
     pub fn is_active(&self) -> bool {
-        self.detection.is_some() || self.tool_loops.is_some() || self.mcp.is_some()
+        self.detection.is_some()
+            || self.tool_loops.is_some()
+            || self.mcp.is_some()
+            || self.budget.is_some()
     }
 
     /// How many of a conversation's last items the policy reads: the tail
@@ -568,6 +575,8 @@ pub fn normalize_host(raw: &str) -> String {
     without_port.trim_end_matches('.').to_string()
 }
 
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod detection_tests;
 #[cfg(test)]

@@ -67,7 +67,7 @@ fn tool_loops_block() {
     assert!(cfg.policies[0].detection.is_none() && cfg.policies[0].is_active());
     assert!(
         err_of(without(&["policies", "0", "spec", "loop_detection"]))
-            .contains("loop_detection is required (or give tool_loops, or mcp)")
+            .contains("loop_detection is required (or give tool_loops, mcp or budget)")
     );
 }
 

@@ -111,7 +111,8 @@ impl<B: BucketBackend> Engine<B> {
         // Parse the body once, for the fingerprint and the tool-loop judge,
         // keeping only the conversation items the policy reads.
         let mut refused = None;
-        let parsed = if pending.reads_llm_body() || p.tool_loops.is_some() {
+        let conversation_budget = p.budget.as_ref().is_some_and(|b| b.has_conversation());
+        let parsed = if pending.reads_llm_body() || p.tool_loops.is_some() || conversation_budget {
             match llm::parse(body, pending.path(), pending.keep()) {
                 Ok(req) => Some(req),
                 Err(NotRead::NotLlm) => None,
@@ -168,9 +169,19 @@ impl<B: BucketBackend> Engine<B> {
                 .is_some_and(|d| d.similarity.compares_content())
                 && tool_loops::only_exempt_calls(cfg, history);
         }
+        let phase = if r.headers_held {
+            Phase::HeadersHeld
+        } else {
+            Phase::HeadersSent
+        };
+        if p.budget.is_some() {
+            self.budget_keys(r, p, body, parsed.as_ref());
+        }
         if p.detection.is_none() {
             self.count_refusal(refused, out);
-            return Step::Continue;
+            return self
+                .budget_gate(r, phase, None, now, out)
+                .map_or_else(|s| s, |_| Step::Continue);
         }
         if polling {
             // The model's newest turn only calls exempt tools (polling):
@@ -181,7 +192,9 @@ impl<B: BucketBackend> Engine<B> {
             self.publish_decision(out, true, || {
                 events::access_log(&p.id, p.mode, "exempt", None, None)
             });
-            return Step::Continue;
+            return self
+                .budget_gate(r, phase, None, now, out)
+                .map_or_else(|s| s, |_| Step::Continue);
         }
         // Near mode: a request whose newest answer made progress repeats
         // only word for word (a resend is still a loop; the next edit of a
@@ -213,11 +226,6 @@ impl<B: BucketBackend> Engine<B> {
             made.unparsed = false;
         }
         self.count_refusal(refused, out);
-        let phase = if r.headers_held {
-            Phase::HeadersHeld
-        } else {
-            Phase::HeadersSent
-        };
         self.count_hit(r, policy, made, phase, now, out)
     }
 

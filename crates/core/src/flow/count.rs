@@ -37,6 +37,34 @@ impl<B: BucketBackend> Engine<B> {
         }
         self.hits = self.hits.wrapping_add(1);
         let hit = decision::hit(p, detection, &made, now, self.hits);
+        // A budget reached stops the request before its hit is counted.
+        let after = super::budget::After { policy, made, hit };
+        match self.budget_gate(r, phase, Some(after), now, out) {
+            Ok(Some(after)) => self.record_hit(r, after, phase, now, out),
+            Ok(None) => Step::Continue,
+            Err(step) => step,
+        }
+    }
+
+    /// Record a request's hit and act on the answer, at once (the local
+    /// table) or once the shared store's call returns.
+    pub(super) fn record_hit(
+        &mut self,
+        r: &mut Request,
+        after: super::budget::After,
+        phase: Phase,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let super::budget::After { policy, made, hit } = after;
+        let config = Rc::clone(&self.config);
+        let Some(detection) = config
+            .policies
+            .get(policy)
+            .and_then(|p| p.detection.as_ref())
+        else {
+            return Step::Continue;
+        };
         let step = match self.shared.as_mut() {
             Some(shared) => shared.record(&hit),
             None => StoreStep::Answer(self.local.record(&hit)),
@@ -71,6 +99,18 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
+        if matches!(r.state, State::Adding(_)) {
+            return self.on_add_sent(r, sent, out);
+        }
+        if let State::Budget(w) = &mut r.state {
+            return match sent {
+                Ok(token) => {
+                    w.token = Some(token);
+                    Step::Pause
+                }
+                Err(why) => self.on_budget_call_failed(r, why, now, out),
+            };
+        }
         let State::Waiting(w) = &mut r.state else {
             return Step::Continue;
         };
@@ -105,6 +145,12 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
+        if matches!(&r.state, State::Budget(w) if w.token == Some(token)) {
+            return self.on_budget_reply(r, reply, now, out);
+        }
+        if matches!(&r.state, State::Adding(w) if w.token == Some(token)) {
+            return self.on_add_reply(r, reply, out);
+        }
         if !matches!(&r.state, State::Waiting(w) if w.token == Some(token)) {
             // Not this request's call, or the request is gone (its client
             // left): nothing to do.

@@ -80,6 +80,7 @@ impl<B: BucketBackend> Engine<B> {
             && policy.mcp.is_none()
             && (pending.reads_llm_body()
                 || policy.tool_loops.is_some()
+                || policy.budget.is_some()
                 || crate::request::llm::is_llm_api_path(head.path_only()))
         {
             r.usage_for = Some(UsageFor {
@@ -88,6 +89,9 @@ impl<B: BucketBackend> Engine<B> {
                 loop_key: None,
                 model: None,
             });
+            if policy.budget.is_some() {
+                self.budget_headers(r, index, facts);
+            }
         }
         // An upgrade (WebSocket) or CONNECT sends nothing until it is
         // answered: judged on its headers, never held for a body.

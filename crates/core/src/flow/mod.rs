@@ -18,6 +18,7 @@
 //! one [`Request`] per stream holds where that request is.
 
 mod body;
+mod budget;
 mod count;
 mod headers;
 mod mcp;
@@ -29,6 +30,8 @@ mod usage;
 mod alert_tests;
 #[cfg(test)]
 mod body_tests;
+#[cfg(test)]
+mod budget_tests;
 #[cfg(test)]
 mod drift_tests;
 #[cfg(test)]
@@ -156,6 +159,10 @@ enum State {
     Held,
     /// Paused until the shared store answers.
     Waiting(Box<Waiting>),
+    /// Paused until the shared store answers a budget check.
+    Budget(Box<budget::BudgetWait>),
+    /// The response's end held until the shared store has its spending.
+    Adding(Box<budget::AddWait>),
     /// The client left.
     Done,
 }
@@ -219,6 +226,8 @@ pub struct Request {
     started_ms: u64,
     /// An MCP request under a policy with `mcp`.
     mcp: Option<Box<mcp::McpStream>>,
+    /// A request under a policy with a budget.
+    budget: Option<Box<budget::BudgetReq>>,
 }
 
 /// Whose tokens a response's usage is.
@@ -252,24 +261,48 @@ struct TakeBackCall {
     resent: bool,
 }
 
-/// What a call sent from the root context is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RootCall {
-    Alert,
+/// A store call sent from the root context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StoreRootCall {
     /// Taking back a failed attempt's hit.
     TakeBack(TakeBackCall),
+    /// Adding a response's spending to its budget keys.
+    BudgetAdd(budget::BudgetAdd),
+}
+
+/// What a call sent from the root context is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RootCall {
+    Alert,
+    Store(StoreRootCall),
 }
 
 /// Calls from the root context: waiting for the tick, sent and waiting for
-/// their tokens, and take-backs waiting for their answers.
+/// their tokens, and store calls waiting for their answers.
 #[derive(Default)]
 struct RootCalls {
-    /// Take-back calls waiting for the tick.
-    queued: VecDeque<(TakeBackCall, StoreCall)>,
+    /// Store calls waiting for the tick.
+    queued: VecDeque<(StoreRootCall, StoreCall)>,
     /// What the calls sent at the last tick were, in order.
     sent: VecDeque<RootCall>,
-    /// Take-backs answered later, by token.
-    awaiting: VecDeque<(u32, TakeBackCall)>,
+    /// Store calls answered later, by token.
+    awaiting: VecDeque<(u32, StoreRootCall)>,
+}
+
+impl RootCalls {
+    /// Budget adds queued or waiting for their answers.
+    fn budget_adds(&self) -> usize {
+        let adds = |c: &StoreRootCall| matches!(c, StoreRootCall::BudgetAdd(_));
+        self.queued.iter().filter(|(c, _)| adds(c)).count()
+            + self.awaiting.iter().filter(|(_, c)| adds(c)).count()
+    }
+
+    /// Take-backs queued or waiting for their answers.
+    fn take_backs(&self) -> usize {
+        let backs = |c: &StoreRootCall| matches!(c, StoreRootCall::TakeBack(_));
+        self.queued.iter().filter(|(c, _)| backs(c)).count()
+            + self.awaiting.iter().filter(|(_, c)| backs(c)).count()
+    }
 }
 
 /// Take-back calls waiting for the tick, and for their answers, at most
@@ -296,6 +329,7 @@ impl Request {
             model: None,
             started_ms: 0,
             mcp: None,
+            budget: None,
         }
     }
 
@@ -318,6 +352,13 @@ impl Request {
     /// tool loops), added when the response headers pass.
     pub fn client_headers(&self) -> &[(&'static str, String)] {
         &self.response_headers
+    }
+
+    /// Whether the response (not the request) waits for a store call: the
+    /// host resumes the response when [`Engine::on_store_reply`] says
+    /// [`Step::Continue`].
+    pub fn response_held(&self) -> bool {
+        matches!(self.state, State::Adding(_))
     }
 
     /// The body length buffered so far (for reading it at the trailers).
@@ -396,6 +437,10 @@ pub struct Engine<B> {
     ledger: crate::state::ledger::Ledger,
     /// MCP result members already digested (a loop's results repeat).
     mcp_memo: crate::response::mcp::SharedMemo,
+    /// Every policy's budget keys, in the shared table.
+    budget_table: crate::state::budget::BudgetTable,
+    /// Budget key tags with series of their own, and events logged.
+    budget_memo: budget::BudgetMemo,
 }
 
 impl<B: BucketBackend> Engine<B> {
@@ -421,8 +466,17 @@ impl<B: BucketBackend> Engine<B> {
                 }
             },
         };
+        let budget_table = crate::state::budget::BudgetTable::for_keys(
+            config
+                .policies
+                .iter()
+                .filter_map(|p| p.budget.as_ref())
+                .map(|b| u64::from(b.max_tracked_keys))
+                .sum(),
+        );
         let layout = TableLayout {
             mcp: config.policies.iter().any(|p| p.mcp.is_some()),
+            budget_buckets: budget_table.buckets,
             ..TableLayout::new(config.max_tracked_fingerprints)
         };
         let mut backend = open(layout)?;
@@ -451,6 +505,8 @@ impl<B: BucketBackend> Engine<B> {
             caller_series: vec![Vec::new(); config.policies.len()],
             ledger,
             mcp_memo: Default::default(),
+            budget_table,
+            budget_memo: Default::default(),
             config: Rc::new(config),
         })
     }

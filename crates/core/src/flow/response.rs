@@ -23,6 +23,7 @@ impl<B: BucketBackend> Engine<B> {
             out.push(Effect::AddResponseHeader(name, value));
         }
         self.mcp_response_status(r, status);
+        self.budget_status(r, status);
         let Some(counted) = r.counted.take() else {
             return;
         };
@@ -42,7 +43,7 @@ impl<B: BucketBackend> Engine<B> {
             return;
         };
         let calls = &mut self.root_calls;
-        if calls.queued.len() >= MAX_TAKE_BACKS {
+        if calls.take_backs() >= MAX_TAKE_BACKS {
             count_opt(out, self.registry.failed_attempt(counted.policy, None), 1);
             return;
         }
@@ -51,18 +52,28 @@ impl<B: BucketBackend> Engine<B> {
             what: counted.take_back,
             resent: false,
         };
-        calls
-            .queued
-            .push_back((call, shared.take_back(&counted.take_back)));
+        calls.queued.push_back((
+            StoreRootCall::TakeBack(call),
+            shared.take_back(&counted.take_back),
+        ));
         out.push(Effect::ArmTick);
     }
 
-    /// The tick: send the queued take-backs.
-    pub(super) fn send_take_backs(&mut self, out: &mut Effects) {
-        while let Some((take_back, call)) = self.root_calls.queued.pop_front() {
+    /// Queue a response's spending for the shared store, sent from the
+    /// root context at the tick (its stream is ending).
+    pub(super) fn queue_budget_add(&mut self, add: budget::BudgetAdd, out: &mut Effects) {
+        if let Some(call) = self.budget_add_call(&add) {
             self.root_calls
-                .sent
-                .push_back(RootCall::TakeBack(take_back));
+                .queued
+                .push_back((StoreRootCall::BudgetAdd(add), call));
+            out.push(Effect::ArmTick);
+        }
+    }
+
+    /// The tick: send the queued store calls (take-backs, budget adds).
+    pub(super) fn send_take_backs(&mut self, out: &mut Effects) {
+        while let Some((what, call)) = self.root_calls.queued.pop_front() {
+            self.root_calls.sent.push_back(RootCall::Store(what));
             out.push(Effect::SendFromRoot(call));
         }
     }
@@ -71,13 +82,26 @@ impl<B: BucketBackend> Engine<B> {
     /// order): its token, or why it could not.
     pub fn on_root_call_sent(&mut self, sent: Result<u32, String>, now: u64, out: &mut Effects) {
         match self.root_calls.sent.pop_front() {
-            Some(RootCall::TakeBack(call)) => match sent {
-                Ok(token) if self.root_calls.awaiting.len() < MAX_TAKE_BACKS => {
+            Some(RootCall::Store(call)) => match sent {
+                Ok(token)
+                    if self.root_calls.awaiting.len()
+                        < MAX_TAKE_BACKS + budget::MAX_BUDGET_ADDS =>
+                {
                     self.root_calls.awaiting.push_back((token, call));
                 }
-                _ => count_opt(out, self.registry.failed_attempt(call.policy, None), 1),
+                _ => self.store_root_call_lost(&call, out),
             },
             Some(RootCall::Alert) | None => self.on_alert_sent(sent.map(|_| ()), now, out),
+        }
+    }
+
+    /// A store call from the root context that could not be sent.
+    fn store_root_call_lost(&self, call: &StoreRootCall, out: &mut Effects) {
+        match call {
+            StoreRootCall::TakeBack(c) => {
+                count_opt(out, self.registry.failed_attempt(c.policy, None), 1)
+            }
+            StoreRootCall::BudgetAdd(a) => self.budget_add_lost(a, out),
         }
     }
 
@@ -99,6 +123,23 @@ impl<B: BucketBackend> Engine<B> {
         let Some((_, call)) = awaiting.remove(i) else {
             return;
         };
+        let call = match call {
+            StoreRootCall::TakeBack(c) => c,
+            StoreRootCall::BudgetAdd(a) => {
+                if !a.resent {
+                    if let Some(again) = self.budget_add_resend(&a, status, body) {
+                        let a = budget::BudgetAdd { resent: true, ..a };
+                        self.root_calls
+                            .queued
+                            .push_back((StoreRootCall::BudgetAdd(a), again));
+                        out.push(Effect::ArmTick);
+                        return;
+                    }
+                }
+                self.on_budget_add_reply(&a, status, body, out);
+                return;
+            }
+        };
         if !call.resent {
             // A node without the script (a promoted replica): once more,
             // with the whole script, at the next tick.
@@ -107,12 +148,14 @@ impl<B: BucketBackend> Engine<B> {
                 .as_ref()
                 .and_then(|shared| shared.resend_take_back(&call.what, status, body));
             if let Some(again) = resend {
-                if self.root_calls.queued.len() < MAX_TAKE_BACKS {
+                if self.root_calls.take_backs() < MAX_TAKE_BACKS {
                     let call = TakeBackCall {
                         resent: true,
                         ..call
                     };
-                    self.root_calls.queued.push_back((call, again));
+                    self.root_calls
+                        .queued
+                        .push_back((StoreRootCall::TakeBack(call), again));
                     out.push(Effect::ArmTick);
                     return;
                 }

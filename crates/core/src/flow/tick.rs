@@ -11,8 +11,11 @@ impl<B: BucketBackend> Engine<B> {
     /// The stream ended (answered, or its client left): forget it wherever
     /// it waits.
     pub fn on_done(&mut self, r: &mut Request, out: &mut Effects) {
-        // A response cut short still reported what it had read.
-        self.finish_usage(r, out);
+        // A response cut short still reported what it had read (its
+        // spending goes to the shared store from the tick).
+        if let Some(add) = self.finish_usage(r, false, out) {
+            self.add_shared(r, add, false, out);
+        }
         self.mcp_done(r, out);
         if matches!(r.state, State::Held) && self.throttled.remove(r.id) {
             out.push(count(self.registry.throttle_pending(), -1));

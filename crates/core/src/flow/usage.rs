@@ -38,7 +38,7 @@ impl Request {
     /// Whether the host should hand the response body's chunks over
     /// ([`Engine::on_response_body`]).
     pub fn wants_response_body(&self) -> bool {
-        self.usage.is_some() || self.reads_mcp_result()
+        self.usage.is_some() || self.reads_mcp_result() || self.response_held()
     }
 
     /// Note the loop key and model (its price's index, and its name) of
@@ -152,19 +152,31 @@ impl<B: BucketBackend> Engine<B> {
         };
         match content_type.and_then(Framing::of_content_type) {
             Some(f) => {
-                r.usage = Some(Box::new(
-                    UsageReader::new(f).watching(RepeatSettings::default()),
-                ))
+                let reader = UsageReader::new(f).watching(RepeatSettings::default());
+                r.usage = Some(Box::new(if r.budget.is_some() {
+                    reader.counting_events()
+                } else {
+                    reader
+                }))
             }
             None => {
                 r.usage_for = None;
                 count_opt(out, self.registry.without_usage(target.policy), 1);
+                // A call all the same; its tokens are estimated from the
+                // request (added in the shared store from the tick).
+                if let Some(add) =
+                    self.budget_spend(r, target.model, None, true, Default::default(), out)
+                {
+                    self.add_shared(r, add, false, out);
+                }
             }
         }
     }
 
     /// A chunk of the response body as it passes (`end_of_stream`: the
-    /// last).
+    /// last). [`Step::Pause`]: the last chunk waits until the shared store
+    /// has the response's spending (the host resumes the response when
+    /// [`Engine::on_store_reply`] says so).
     pub fn on_response_body(
         &mut self,
         r: &mut Request,
@@ -172,10 +184,15 @@ impl<B: BucketBackend> Engine<B> {
         end_of_stream: bool,
         now: u64,
         out: &mut Effects,
-    ) {
+    ) -> Step {
+        if r.response_held() {
+            // Envoy hands a held response's body over again as more of it
+            // comes: it stays held until the store answers.
+            return Step::Pause;
+        }
         if r.mcp.is_some() {
             self.mcp_body(r, chunk, end_of_stream, now, out);
-            return;
+            return Step::Continue;
         }
         if let Some(reader) = r.usage.as_mut() {
             reader.feed(chunk);
@@ -183,9 +200,19 @@ impl<B: BucketBackend> Engine<B> {
                 self.report_degenerate(r, &rep, out);
             }
         }
-        if end_of_stream {
-            self.finish_usage(r, out);
+        // With a shared store, the chunk that completes the usage waits
+        // until the store has the spending: a client that reads the usage
+        // (and so the end of its answer) sends its next request only then,
+        // and on any replica that request finds it.
+        let settled = self.shared.is_some()
+            && r.budget.as_ref().is_some_and(|b| b.has_keys())
+            && r.usage.as_ref().is_some_and(|u| u.usage_final());
+        if end_of_stream || settled {
+            if let Some(add) = self.finish_usage(r, true, out) {
+                return self.add_shared(r, add, true, out);
+            }
         }
+        Step::Continue
     }
 
     /// A stream found repeating itself: counted, and one
@@ -215,13 +242,15 @@ impl<B: BucketBackend> Engine<B> {
     /// The response is over (or the stream ended early): count what it
     /// reported. The loop's ledger dates it by its request's start (no
     /// clock read on the response path).
-    pub(super) fn finish_usage(&mut self, r: &mut Request, out: &mut Effects) {
-        let Some(reader) = r.usage.take() else {
-            return;
-        };
-        let Some(target) = r.usage_for.take() else {
-            return;
-        };
+    pub(super) fn finish_usage(
+        &mut self,
+        r: &mut Request,
+        complete: bool,
+        out: &mut Effects,
+    ) -> Option<super::budget::BudgetAdd> {
+        let reader = r.usage.take()?;
+        let target = r.usage_for.take()?;
+        let read = reader.bytes_read();
         if reader.compressed && !self.logs.compressed_body {
             self.logs.compressed_body = true;
             out.push(Effect::Log(
@@ -229,9 +258,11 @@ impl<B: BucketBackend> Engine<B> {
                 "a response body is gzip-compressed, so its token usage cannot be read: put Envoy's decompressor filter after loopguard in http_filters (responses pass the filters in reverse), see docs/observability.md#tokens-and-dollars".to_string(),
             ));
         }
-        let Some(u) = reader.finish() else {
+        let found = reader.finish();
+        let add = self.budget_spend(r, target.model, found.as_ref(), complete, read, out);
+        let Some(u) = found else {
             count_opt(out, self.registry.without_usage(target.policy), 1);
-            return;
+            return add;
         };
         let (p, l, m) = (target.policy, target.in_loop, target.model);
         let reg = &self.registry;
@@ -261,6 +292,32 @@ impl<B: BucketBackend> Engine<B> {
                 Added::Failed => out.push(count(self.registry.ledger_failed(), 1)),
             }
         }
+        add
+    }
+}
+
+impl<B: BucketBackend> Engine<B> {
+    /// Add a response's spending to its budget keys (reported, or
+    /// estimated from the bytes seen), priced by its model.
+    fn budget_spend(
+        &mut self,
+        r: &mut Request,
+        model: Option<usize>,
+        reported: Option<&crate::response::usage::Usage>,
+        complete: bool,
+        read: crate::response::usage::BytesRead,
+        out: &mut Effects,
+    ) -> Option<super::budget::BudgetAdd> {
+        let body_bytes = r.budget.as_ref().map(|b| b.body_bytes())?;
+        let (u, estimated) = super::budget::spent_of(reported, complete, body_bytes, read);
+        let microusd = model.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
+        let spent = crate::config::budget::Spent {
+            input: u.input,
+            output: u.output,
+            microusd,
+            calls: 1,
+        };
+        self.add_budget_spend(r, spent, estimated, out)
     }
 }
 

@@ -12,6 +12,7 @@
 //! name with Envoy at configure time and keeps the ids in a table indexed
 //! by [`MetricId`], so a request's metrics cost no string work.
 
+pub mod budget;
 pub mod mcp;
 pub mod named;
 
@@ -151,6 +152,9 @@ pub struct Registry {
     /// after every other metric, counted on every call, so a dense id
     /// rather than a name).
     mcp_calls: Vec<Option<MetricId>>,
+    /// Per policy, its budgets' counters (policies with a budget only:
+    /// defined after every other metric).
+    budgets: Vec<Option<budget::BudgetIds>>,
 }
 
 /// The caller label values one policy gives their own series, per worker;
@@ -285,6 +289,11 @@ impl Registry {
                 Some(id)
             })
             .collect();
+        let budgets = config
+            .policies
+            .iter()
+            .map(|p| budget::BudgetIds::define(p, &mut defs))
+            .collect();
         let models = u32::try_from(config.prices.models.len()).unwrap_or(0);
         Registry {
             defs,
@@ -292,6 +301,7 @@ impl Registry {
             models,
             per_policy: Self::per_policy(models),
             mcp_calls,
+            budgets,
         }
     }
 
@@ -381,6 +391,10 @@ impl Registry {
     /// `tools/call` requests an MCP policy judged.
     pub fn mcp_calls(&self, policy: usize) -> Option<MetricId> {
         self.mcp_calls.get(policy).copied().flatten()
+    }
+    /// A policy's budget counters (`None`: it has no budget).
+    pub fn budget(&self, policy: usize) -> Option<budget::BudgetIds> {
+        self.budgets.get(policy).copied().flatten()
     }
     pub fn matched(&self, policy: usize) -> Option<MetricId> {
         self.at(policy, 0)

@@ -21,6 +21,10 @@ pub const FAMILIES: &[Family] = &[
         labels: &["policy", "caller"],
     },
     Family {
+        name: "loopguard.budget_spend_total",
+        labels: &["policy", "budget", "key"],
+    },
+    Family {
         name: "loopguard.mcp_exempt_total",
         labels: &["policy"],
     },
@@ -61,6 +65,7 @@ mod tests {
     use super::*;
     use crate::config::McpStep;
     use crate::detect::mcp::McpTier;
+    use crate::metrics::budget as b;
     use crate::metrics::mcp::{self as m, McpUnjudged};
 
     #[test]
@@ -71,20 +76,25 @@ mod tests {
                 0,
                 vec!["p-1", "c0ffee"],
             ),
-            (m::exempt("p"), 1, vec!["p"]),
+            (
+                b::spend("p", "hour", "c0ffee"),
+                1,
+                vec!["p", "hour", "c0ffee"],
+            ),
+            (m::exempt("p"), 2, vec!["p"]),
             (
                 m::loops("p", McpTier::Identical, McpStep::Block),
-                2,
+                3,
                 vec!["p", McpTier::Identical.as_str(), McpStep::Block.as_str()],
             ),
             (
                 m::shadow("p", McpTier::Cycle, McpStep::Note),
-                3,
+                4,
                 vec!["p", McpTier::Cycle.as_str(), McpStep::Note.as_str()],
             ),
             (
                 m::unjudged("p", McpUnjudged::TooLarge),
-                4,
+                5,
                 vec!["p", "too_large"],
             ),
         ];

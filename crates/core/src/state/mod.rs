@@ -2,6 +2,7 @@
 //! table that holds them, and the stores that keep the table (Envoy shared
 //! data through a compare-and-swap backend, or Redis).
 
+pub mod budget;
 pub mod ledger;
 pub mod mcp_sessions;
 pub mod near;

@@ -136,6 +136,7 @@ pub unsafe fn envoy_dynamic_module_callback_http_get_metadata_string(
 }
 
 pub unsafe fn envoy_dynamic_module_callback_http_filter_continue_decoding(_filter: FilterPtr) {}
+pub unsafe fn envoy_dynamic_module_callback_http_filter_continue_encoding(_filter: FilterPtr) {}
 
 pub unsafe fn envoy_dynamic_module_callback_http_filter_scheduler_new(
     _filter: FilterPtr,

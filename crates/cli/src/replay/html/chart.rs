@@ -29,15 +29,28 @@ pub(super) fn sweep(out: &mut String, report: &Value) {
     }
     sweep_chart(out, sweep, rows);
 
-    out.push_str(
+    // Budget rejections, when a swept configuration has a budget.
+    let budgets = rows.iter().any(|r| field(r, "budget_rejected").is_some());
+    let _ = writeln!(
+        out,
         "<table>\n<thead><tr><th class=\"left\">Value</th><th>Loops found</th>\
-         <th>Requests touched</th><th>Callers touched</th></tr></thead>\n<tbody>\n",
+         <th>Requests touched</th><th>Callers touched</th>{}</tr></thead>\n<tbody>",
+        if budgets {
+            "<th>Budget rejections</th>"
+        } else {
+            ""
+        }
     );
     for row in rows {
         let value = row.get("value").map(show).unwrap_or_default();
+        let budget = if budgets {
+            format!("<td>{}</td>", opt_count(uint(row, "budget_rejected")))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "<tr><td class=\"left\"><code>{value}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td class=\"left\"><code>{value}</code></td><td>{}</td><td>{}</td><td>{}</td>{budget}</tr>",
             opt_count(uint(row, "loops_found")),
             opt_count(uint(row, "requests_touched")),
             opt_count(uint(row, "callers_touched"))

@@ -328,6 +328,9 @@ fn policy_section(out: &mut String, policy: &Value) {
         tokens_text(uint(tokens, "touched"), flag(tokens, "estimated"))
     );
     out.push_str("</tr>\n</tbody>\n</table>\n");
+    if let Some(b) = field(policy, "budgets") {
+        budget_table(out, b, flag(policy, "shadow"));
+    }
 
     let loops = array(policy, "loops");
     let not_listed = uint(policy, "loops_not_listed").unwrap_or(0);
@@ -350,6 +353,59 @@ fn policy_section(out: &mut String, policy: &Value) {
             "<p class=\"muted\">{} more {} not listed.</p>",
             count(not_listed),
             if not_listed == 1 { "loop" } else { "loops" }
+        );
+    }
+}
+
+/// A policy's spend caps: per cap, its figure, what it rejected (or in
+/// shadow mode would have) and warned, the keys it touched, when it first
+/// rejected and what its keys spent.
+fn budget_table(out: &mut String, b: &Value, shadow: bool) {
+    let caps = array(b, "caps");
+    if caps.is_empty() {
+        return;
+    }
+    let amount = |c: &Value, key: &str| {
+        let shown = c.get(key).map(show).unwrap_or_default();
+        match c.get("unit").and_then(Value::as_str) {
+            Some("usd") => format!("${shown}"),
+            Some(unit) => format!("{shown} {}", esc(unit)),
+            None => shown,
+        }
+    };
+    let _ = writeln!(
+        out,
+        "<table class=\"budgets\">\n<thead><tr><th class=\"left\">Budget</th><th class=\"left\">Cap</th>\
+         <th>{}</th><th>Warned</th><th>Keys touched</th><th>Keys at the cap</th>\
+         <th class=\"left\">First rejected</th><th>Spent</th></tr></thead>\n<tbody>",
+        if shadow { "Would have rejected" } else { "Rejected" }
+    );
+    for c in caps {
+        let name = c.get("name").map(show).unwrap_or_default();
+        let per = c.get("per").map(show).unwrap_or_default();
+        let window = uint(c, "window_seconds").map(count).unwrap_or_default();
+        let action = c.get("action").map(show).unwrap_or_default();
+        let first = uint(c, "first_rejected_ms").map_or_else(|| "—".to_string(), utc);
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"left\"><code>{name}</code></td><td class=\"left\">{} per {per} in {window} s ({action})</td>\
+             <td>{}</td><td>{}</td><td>{}{}</td><td>{}</td><td class=\"left\">{first}</td><td>{}</td></tr>",
+            amount(c, "cap"),
+            opt_count(uint(c, "rejected")),
+            opt_count(uint(c, "warned")),
+            if flag(c, "keys_at_least") { "at least " } else { "" },
+            opt_count(uint(c, "keys_touched")),
+            opt_count(uint(c, "keys_at_cap")),
+            amount(c, "spent"),
+        );
+    }
+    out.push_str("</tbody>\n</table>\n");
+    if let Some(n) = uint(b, "responses_estimated").filter(|n| *n > 0) {
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\">Spending estimated for {} {} (no usage recorded, or cut before it).</p>",
+            count(n),
+            if n == 1 { "response" } else { "responses" }
         );
     }
 }

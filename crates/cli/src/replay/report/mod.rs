@@ -2,10 +2,12 @@
 //! policy, the requests seen and touched, the actions, the tokens, and the
 //! loops (who, when, how many turns, which detector).
 
+mod budget;
 mod mcp;
 
 use super::record::Recorded;
 use super::simulate::{Simulation, Verdict};
+use budget::{in_sweep, render_budgets, sweep_cell, BudgetTally};
 use loopguard_core::config::Similarity;
 use mcp::{render_mcp, McpTally};
 use serde_json::{json, Value};
@@ -96,6 +98,11 @@ struct PolicyTally {
     shadow: bool,
     /// The policy reads MCP traffic.
     mcp: Option<McpTally>,
+    /// The policy's spend caps.
+    budget: Option<BudgetTally>,
+    /// Callers a cap rejected, by their key (each one's label is worked
+    /// out once).
+    budget_callers: std::collections::HashSet<u64>,
 }
 
 /// One run's tally.
@@ -119,6 +126,7 @@ impl Tally {
                     _ => "fingerprint",
                 },
                 mcp: p.mcp.as_ref().map(|_| McpTally::default()),
+                budget: p.budget.as_ref().map(BudgetTally::new),
                 ..PolicyTally::default()
             })
             .collect();
@@ -145,6 +153,7 @@ impl Tally {
         if let Some(m) = p.mcp.as_mut() {
             m.add(v);
         }
+        p.add_budget(sim, rec, id, v, touched);
         if touched {
             p.requests_touched += 1;
             p.tokens_touched += n;
@@ -378,6 +387,7 @@ impl Tally {
                         "timeline": l.timeline.iter().map(|(at, a)| json!({"at_ms": at, "action": a})).collect::<Vec<_>>(),
                     })).collect::<Vec<_>>(),
                     "loops_not_listed": p.loops_not_listed,
+                    "budgets": p.budget.as_ref().map(BudgetTally::to_json),
                     "mcp": p.mcp.as_ref().map(|m| json!({
                         "calls_judged": m.calls,
                         "notes_added": m.notes_added,
@@ -437,13 +447,19 @@ pub fn render(report: &Value) -> String {
             "\nsweep of {}\n",
             sweep["path"].as_str().unwrap_or("")
         ));
+        let rows = sweep["rows"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        let budgets = in_sweep(rows);
         s.push_str(&format!(
-            "  {:<28} {:>12} {:>18} {:>17}\n",
-            "config / value", "loops found", "requests touched", "callers touched"
+            "  {:<28} {:>12} {:>18} {:>17}{}\n",
+            "config / value",
+            "loops found",
+            "requests touched",
+            "callers touched",
+            sweep_cell(budgets, None)
         ));
-        for r in sweep["rows"].as_array().into_iter().flatten() {
+        for r in rows {
             s.push_str(&format!(
-                "  {:<28} {:>12} {:>18} {:>17}\n",
+                "  {:<28} {:>12} {:>18} {:>17}{}\n",
                 format!(
                     "{} = {}",
                     short(r["config"].as_str().unwrap_or("")),
@@ -451,7 +467,8 @@ pub fn render(report: &Value) -> String {
                 ),
                 r["loops_found"].to_string(),
                 r["requests_touched"].to_string(),
-                r["callers_touched"].to_string()
+                r["callers_touched"].to_string(),
+                sweep_cell(budgets, Some(r))
             ));
         }
     }
@@ -520,6 +537,9 @@ fn render_policy(s: &mut String, p: &Value) {
                 ""
             }
         ));
+    }
+    if let Some(b) = p.get("budgets").filter(|b| b.is_object()) {
+        render_budgets(s, b, p["shadow"] == true);
     }
     for l in p["loops"].as_array().into_iter().flatten() {
         let kind = l["kind"].as_str().unwrap_or("");

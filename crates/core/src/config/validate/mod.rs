@@ -6,6 +6,7 @@ use super::error::{shorten, valid_id, ConfigError};
 use super::raw::*;
 use super::*;
 
+mod budget;
 mod detection;
 mod mcp;
 mod selector;
@@ -13,6 +14,7 @@ mod services;
 mod tool_loops;
 
 use self::mcp::mcp;
+use budget::budget;
 use detection::detection;
 use selector::{exempt, limit_keys, selector};
 use services::{prices, store, webhook};
@@ -221,6 +223,7 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
         for (field, given) in [
             ("loop_detection", spec.loop_detection.is_some()),
             ("tool_loops", has_tool_loops),
+            ("budget", spec.budget.is_some()),
         ] {
             if given {
                 return Err(ctx.err(
@@ -256,9 +259,18 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
         None => None,
         Some(Obj(m)) => mcp(&ctx, m, &volatile, classes_listed)?,
     };
+    let budget = match spec.budget {
+        None => None,
+        Some(Obj(b)) => Some(budget(&ctx, b)?),
+    };
     let detection = match spec.loop_detection {
-        None if has_tool_loops || has_mcp => None,
-        None => return Err(ctx.err("loop_detection", "is required (or give tool_loops, or mcp)")),
+        None if has_tool_loops || has_mcp || budget.is_some() => None,
+        None => {
+            return Err(ctx.err(
+                "loop_detection",
+                "is required (or give tool_loops, mcp or budget)",
+            ))
+        }
         Some(Obj(d)) => detection(&ctx, d)?,
     };
     Ok(Policy {
@@ -271,6 +283,7 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
         tool_loops,
         mcp,
         volatile,
+        budget,
     })
 }
 

@@ -169,6 +169,27 @@ pub struct UsageReader {
     /// Responses API's `response.completed` repeats the whole response
     /// before its usage): read on as JSON, for its usage object alone.
     long: Option<Box<UsageReader>>,
+    /// Count a stream's `data:` events (an estimate's output when the
+    /// stream is cut off or reports no usage).
+    count_events: bool,
+    events: u64,
+    /// Body bytes fed.
+    bytes: u64,
+    /// A stream's closing event was seen (OpenAI's `[DONE]`, Anthropic's
+    /// `message_stop`, the Responses API's `response.completed`): its
+    /// usage is whole even if the client leaves before the body ends.
+    closed: bool,
+}
+
+/// How much of a response body was read: what a spending estimate is made
+/// from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BytesRead {
+    pub bytes: u64,
+    /// A stream's `data:` events (0 for a JSON body, or when not counted).
+    pub events: u64,
+    /// A stream's closing event was seen (when events are counted).
+    pub closed: bool,
 }
 
 /// A stream is watched for repetition once this many bytes have passed: a
@@ -191,6 +212,25 @@ impl UsageReader {
             repeated: None,
             consumed: 0,
             long: None,
+            count_events: false,
+            events: 0,
+            bytes: 0,
+            closed: false,
+        }
+    }
+
+    /// Also count a stream's events ([`UsageReader::bytes_read`]).
+    pub fn counting_events(mut self) -> UsageReader {
+        self.count_events = self.framing == Framing::EventStream;
+        self
+    }
+
+    /// How much of the body was read so far.
+    pub fn bytes_read(&self) -> BytesRead {
+        BytesRead {
+            bytes: self.bytes,
+            events: self.events,
+            closed: self.closed,
         }
     }
 
@@ -211,6 +251,18 @@ impl UsageReader {
 
     /// The next chunk of the body, as it passes.
     pub fn feed(&mut self, chunk: &[u8]) {
+        self.bytes = self.bytes.saturating_add(chunk.len() as u64);
+        if self.count_events {
+            // An event split over chunks at "data:" is missed: an estimate.
+            let n = memchr::memmem::find_iter(chunk, b"data:").count();
+            self.events = self.events.saturating_add(n as u64);
+            // A closing marker split over chunks is missed: the usage then
+            // counts as an estimate's floor, not as whole.
+            self.closed = self.closed
+                || [&b"data: [DONE]"[..], b"message_stop", b"response.completed"]
+                    .iter()
+                    .any(|m| memchr::memmem::find(chunk, m).is_some());
+        }
         if self.compressed {
             return;
         }
@@ -242,6 +294,17 @@ impl UsageReader {
     /// The usage read so far.
     pub fn usage(&self) -> Option<Usage> {
         self.found
+    }
+
+    /// Whether the usage read so far is what the response reports: a
+    /// JSON body's usage object was read (it comes after the content), or
+    /// a stream's closing event passed (when events are counted).
+    pub fn usage_final(&self) -> bool {
+        self.found.is_some()
+            && match self.framing {
+                Framing::Json => true,
+                Framing::EventStream => self.closed,
+            }
     }
 
     fn note(&mut self, u: Usage) {

@@ -5,10 +5,13 @@
 //! (`EVALSHA/<sha1>/3/<keys>/loopguard_hit/<args>`, sent again as `EVAL`
 //! when a node answers `NOSCRIPT`). The library is
 //! `envoy/redis/loopguard.lua`; [`script`] derives the script from it.
+//! Budgets use the same library and the same two forms ([`budget`]).
 
+pub mod budget;
 pub mod script;
 pub mod wire;
 
+pub use budget::{budget_call, budget_keys, parse_budget, BudgetKey};
 pub use script::Script;
 pub use wire::{encode_arg, is_noscript, parse_reply, parse_take_back, Entry, Invoke};
 

@@ -115,14 +115,20 @@ fn registration(rest: &str) -> Option<(String, String)> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Entry;
     use super::*;
 
     #[test]
-    fn the_shipped_library_derives_with_its_three_entries() {
+    fn the_shipped_library_derives_with_its_four_entries() {
         let s = Script::derive(LIBRARY).unwrap();
         assert_eq!(
             s.entries,
-            ["loopguard_hit", "loopguard_near", "loopguard_forgive"]
+            [
+                "loopguard_hit",
+                "loopguard_near",
+                "loopguard_forgive",
+                "loopguard_budget"
+            ]
         );
         assert_eq!(s, Script::shipped());
         assert_eq!(s.sha1.len(), 40);
@@ -135,8 +141,12 @@ mod tests {
             .source
             .ends_with("return entry(KEYS, {unpack(ARGV, 2)})\n"));
         assert!(s.source.contains(
-            "local entries = {loopguard_hit = hit, loopguard_near = near, loopguard_forgive = forgive}"
+            "local entries = {loopguard_hit = hit, loopguard_near = near, loopguard_forgive = forgive, loopguard_budget = budget}"
         ));
+        // Every entry the core calls is one the script dispatches.
+        for entry in [Entry::Hit, Entry::Near, Entry::Forgive, Entry::Budget] {
+            assert!(s.entries.iter().any(|e| e == entry.name()), "{entry:?}");
+        }
     }
 
     #[test]

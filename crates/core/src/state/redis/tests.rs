@@ -281,3 +281,173 @@ fn script_answers_parse_like_function_answers() {
     assert!(parse_reply("200", br#"{"GET":[1,0,0,-1]}"#).is_err());
     assert!(parse_reply("200", br#"[1,0,0,-1]"#).is_err());
 }
+
+fn budget_keys_of_a_request() -> [BudgetKey; 2] {
+    [
+        BudgetKey {
+            key: 0x0123_4567_89ab_cdef,
+            slice_ms: 60_000,
+            add: 1_500,
+            cap: 5_000_000,
+        },
+        BudgetKey {
+            key: 7,
+            slice_ms: 1_000,
+            add: 0,
+            cap: 0,
+        },
+    ]
+}
+
+#[test]
+fn a_request_s_budget_keys_share_the_caller_s_hash_tag() {
+    let keys = budget_keys_of_a_request();
+    assert_eq!(
+        budget_keys("edge-1", 0xab, &keys),
+        [
+            "lg:edge-1:{b00000000000000ab}:0123456789abcdef",
+            "lg:edge-1:{b00000000000000ab}:0000000000000007",
+        ]
+    );
+    // Another caller: another tag; no keys, no store keys.
+    assert!(budget_keys("edge-1", u64::MAX, &keys[..1])[0]
+        .starts_with("lg:edge-1:{bffffffffffffffff}:"));
+    assert!(budget_keys("edge-1", 1, &[]).is_empty());
+}
+
+#[test]
+fn a_budget_call_carries_the_time_then_each_key_s_numbers() {
+    let keys = budget_keys_of_a_request();
+    let call = budget_call("edge-1", 0xab, &keys, 1_700_000_123_456);
+    assert_eq!(call.entry, Entry::Budget);
+    assert_eq!(call.entry.name(), "loopguard_budget");
+    assert_eq!(
+        call.args,
+        [
+            "1700000123456",
+            "60000",
+            "1500",
+            "5000000",
+            "1000",
+            "0",
+            "0"
+        ]
+    );
+    let tag = "lg:edge-1:{b00000000000000ab}";
+    assert_eq!(
+        body_of_call(store(RedisTopology::Single).budget(0xab, &keys, 1_700_000_123_456)),
+        format!("FCALL/loopguard_budget/2/{tag}:0123456789abcdef/{tag}:0000000000000007/1700000123456/60000/1500/5000000/1000/0/0")
+    );
+    let sha = Script::shipped().sha1;
+    assert_eq!(
+        body_of_call(store(RedisTopology::Cluster).budget(0xab, &keys, 1_700_000_123_456)),
+        format!("EVALSHA/{sha}/2/{tag}:0123456789abcdef/{tag}:0000000000000007/loopguard_budget/1700000123456/60000/1500/5000000/1000/0/0")
+    );
+    // Past what Lua counts exactly, numbers are sent as 2^53 - 1; a slice is
+    // at least a millisecond.
+    let huge = BudgetKey {
+        key: 1,
+        slice_ms: 0,
+        add: u64::MAX,
+        cap: u64::MAX,
+    };
+    assert_eq!(
+        budget_call("x", 1, &[huge], u64::MAX).args,
+        [
+            "9007199254740991",
+            "1",
+            "9007199254740991",
+            "9007199254740991"
+        ]
+    );
+}
+
+fn body_of_call(call: StoreCall) -> String {
+    String::from_utf8(call.body).unwrap()
+}
+
+#[test]
+fn budget_answers_are_read_key_by_key() {
+    for command in ["FCALL", "EVALSHA", "EVAL"] {
+        let body = format!(r#"{{"{command}":[5000123,1260000,0,0]}}"#);
+        assert_eq!(
+            parse_budget("200", body.as_bytes(), 2),
+            Ok(vec![(5_000_123, 1_260_000), (0, 0)])
+        );
+    }
+    assert_eq!(parse_budget("200", br#"{"FCALL":[]}"#, 0), Ok(vec![]));
+    // Redis's errors, and the script not cached on a cluster node.
+    assert_eq!(
+        parse_budget("200", br#"{"FCALL":[false,"loopguard: bad arguments"]}"#, 1),
+        Err(StoreFailure::Reply("loopguard: bad arguments".into()))
+    );
+    assert!(matches!(
+        parse_budget(
+            "200",
+            br#"{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}"#,
+            1
+        ),
+        Err(StoreFailure::Reply(m)) if m.starts_with("NOSCRIPT")
+    ));
+    // A wrong length, or elements that are not counts.
+    for bad in [
+        &br#"{"FCALL":[1,0,2,0]}"#[..],
+        br#"{"FCALL":[1,0,2]}"#,
+        br#"{"FCALL":[1]}"#,
+        br#"{"FCALL":[1,"x"]}"#,
+        br#"{"FCALL":[-1,0]}"#,
+        br#"{"FCALL":[1.5,0]}"#,
+        br#"{"FCALL":7}"#,
+        br#"{"GET":[1,0]}"#,
+        b"{}",
+        b"",
+        b"\xff",
+    ] {
+        assert!(
+            matches!(parse_budget("200", bad, 1), Err(StoreFailure::Reply(_))),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    for gone in ["502", "503", "504"] {
+        assert!(matches!(
+            parse_budget(gone, b"upstream connect error", 1),
+            Err(StoreFailure::Unavailable(_))
+        ));
+    }
+    assert_eq!(
+        parse_budget("403", b"", 1),
+        Err(StoreFailure::Status("403".into()))
+    );
+}
+
+#[test]
+fn noscript_resends_a_budget_call_with_the_whole_script() {
+    let keys = budget_keys_of_a_request();
+    let noscript = br#"{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}"#;
+    let cluster = store(RedisTopology::Cluster);
+    let again = cluster
+        .resend_budget(0xab, &keys, 42, Some("200"), noscript)
+        .expect("a resend");
+    let body = body_of_call(again);
+    let sent = format!("EVAL/{}/2/", encode_arg(&Script::shipped().source));
+    assert!(body.starts_with(&sent), "{}", &body[..80]);
+    let cached = body_of_call(cluster.budget(0xab, &keys, 42));
+    assert_eq!(
+        &body[sent.len()..],
+        &cached[cached.find("/2/").unwrap() + 3..],
+        "the same keys and arguments"
+    );
+    assert!(body.ends_with("/loopguard_budget/42/60000/1500/5000000/1000/0/0"));
+    // Not a NOSCRIPT, or a single node: no resend.
+    assert!(cluster
+        .resend_budget(0xab, &keys, 42, Some("200"), br#"{"EVALSHA":[0,0,0,0]}"#)
+        .is_none());
+    assert!(cluster.resend_budget(0xab, &keys, 42, None, b"").is_none());
+    assert!(cluster
+        .resend_budget(0xab, &keys, 42, Some("503"), noscript)
+        .is_none());
+    assert!(store(RedisTopology::Single)
+        .resend_budget(0xab, &keys, 42, Some("200"), noscript)
+        .is_none());
+}

@@ -12,6 +12,9 @@ pub enum Entry {
     Hit,
     Near,
     Forgive,
+    /// Budgets: add to and check a request's budget keys
+    /// ([`super::budget`]).
+    Budget,
 }
 
 impl Entry {
@@ -20,6 +23,7 @@ impl Entry {
             Entry::Hit => "loopguard_hit",
             Entry::Near => "loopguard_near",
             Entry::Forgive => "loopguard_forgive",
+            Entry::Budget => "loopguard_budget",
         }
     }
 }
@@ -78,7 +82,7 @@ pub fn encode_arg(arg: &str) -> String {
 
 /// The command's result in webdis's answer `{"<COMMAND>": <result>}`
 /// (`FCALL`, `EVALSHA` or `EVAL`).
-fn result(body: &[u8]) -> Result<Value, StoreFailure> {
+pub(super) fn result(body: &[u8]) -> Result<Value, StoreFailure> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|_| StoreFailure::Reply("the answer is not JSON".to_string()))?;
     let Value::Object(map) = v else {
@@ -93,7 +97,7 @@ fn result(body: &[u8]) -> Result<Value, StoreFailure> {
 }
 
 /// Redis's error text when the result is one (`[false, "<text>"]`).
-fn error_text(result: &Value) -> Option<&str> {
+pub(super) fn error_text(result: &Value) -> Option<&str> {
     let items = result.as_array()?;
     (items.first() == Some(&Value::Bool(false)))
         .then(|| items.get(1).and_then(Value::as_str).unwrap_or("error"))

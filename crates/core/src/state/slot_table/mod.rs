@@ -29,6 +29,10 @@ pub struct TableLayout {
     /// A policy reads MCP: the call histories' region is created too
     /// ([`crate::state::mcp_sessions`]; not part of the tag).
     pub mcp: bool,
+    /// Buckets of the budget keys' region, created too
+    /// ([`crate::state::budget`]; not part of the tag: budget entries carry
+    /// their keys).
+    pub budget_buckets: u32,
 }
 
 impl TableLayout {
@@ -38,6 +42,7 @@ impl TableLayout {
         TableLayout {
             buckets: u32::try_from(buckets).unwrap_or(u32::MAX),
             mcp: false,
+            budget_buckets: 0,
         }
     }
 

@@ -147,6 +147,7 @@ proptest! {
         let layout = TableLayout {
             buckets,
             mcp: false,
+            budget_buckets: 0,
         };
         let query = q(2_000, 6);
         let mut table: HashMap<u32, Vec<u8>> = HashMap::new();

@@ -10,6 +10,9 @@ use serde::{Deserialize, Deserializer};
 use std::fmt;
 use std::marker::PhantomData;
 
+mod budget;
+pub use budget::*;
+
 #[cfg(feature = "schema")]
 use schemars::JsonSchema;
 
@@ -104,6 +107,9 @@ pub struct RawSpec {
     /// before comparing). Default: every class, tool-call arguments
     /// unmasked.
     pub volatile: Option<Obj<RawVolatile>>,
+    /// Spend caps: tokens, dollars or model calls per caller, session or
+    /// conversation over a sliding window, read from the responses.
+    pub budget: Option<Obj<RawBudget>>,
 }
 
 #[derive(Debug, Deserialize)]

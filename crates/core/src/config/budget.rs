@@ -1,0 +1,203 @@
+//! Spend caps (`spec.budget`): tokens, dollars or model calls per caller,
+//! session or conversation over a sliding window. The spending is read
+//! from the responses ([`crate::response::usage`]) and kept in
+//! [`crate::state::budget`]; [`crate::flow`] checks it before a request
+//! goes upstream.
+
+/// Budget limits per policy, at most.
+pub const MAX_LIMITS: usize = 8;
+/// Session sources per policy, at most.
+pub const MAX_SESSION_SOURCES: usize = 8;
+
+/// A policy's spend caps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    pub limits: Vec<BudgetLimit>,
+    pub action: BudgetAction,
+    /// From this fraction of a cap (in thousandths; 0: never) a request
+    /// carries the warning.
+    pub warn_at_permille: u32,
+    /// Where a session id is read, first found wins.
+    pub session: Vec<SessionSource>,
+    /// Budget keys tracked at once (the table's capacity).
+    pub max_tracked_keys: u32,
+}
+
+impl Budget {
+    /// Whether a limit counts per session (then the request's session id
+    /// is read).
+    pub fn has_session(&self) -> bool {
+        self.limits.iter().any(|l| l.per == BudgetPer::Session)
+    }
+
+    /// Whether a limit counts per conversation.
+    pub fn has_conversation(&self) -> bool {
+        self.limits.iter().any(|l| l.per == BudgetPer::Conversation)
+    }
+
+    /// Whether a limit is in dollars.
+    pub fn has_usd(&self) -> bool {
+        self.limits
+            .iter()
+            .any(|l| matches!(l.cap, Cap::MicroUsd(_)))
+    }
+}
+
+/// What happens at a cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetAction {
+    Reject,
+    Warn,
+}
+
+/// Whose spending a limit counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetPer {
+    Caller,
+    Session,
+    Conversation,
+}
+
+impl BudgetPer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetPer::Caller => "caller",
+            BudgetPer::Session => "session",
+            BudgetPer::Conversation => "conversation",
+        }
+    }
+}
+
+/// One spend cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetLimit {
+    pub name: String,
+    pub per: BudgetPer,
+    pub window_ms: u64,
+    pub cap: Cap,
+}
+
+/// Which tokens a token cap counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokensOf {
+    Input,
+    Output,
+    All,
+}
+
+/// A cap and its unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// Micro-dollars.
+    MicroUsd(u64),
+    Tokens(u64, TokensOf),
+    Calls(u64),
+}
+
+impl Cap {
+    /// The cap in the unit spending is kept in (micro-dollars, tokens,
+    /// calls).
+    pub fn amount(self) -> u64 {
+        match self {
+            Cap::MicroUsd(n) | Cap::Tokens(n, _) | Cap::Calls(n) => n,
+        }
+    }
+
+    /// The unit's name in headers, events and messages.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Cap::MicroUsd(_) => "usd",
+            Cap::Tokens(..) => "tokens",
+            Cap::Calls(_) => "calls",
+        }
+    }
+
+    /// An amount in this cap's unit, as people read it: dollars with
+    /// cents (and more digits below a cent), tokens and calls whole.
+    pub fn show(self, amount: u64) -> String {
+        match self {
+            Cap::MicroUsd(_) => show_usd(amount),
+            _ => amount.to_string(),
+        }
+    }
+
+    /// What one response spent, in this cap's unit.
+    pub fn spent(self, s: &Spent) -> u64 {
+        match self {
+            Cap::MicroUsd(_) => s.microusd,
+            Cap::Tokens(_, TokensOf::Input) => s.input,
+            Cap::Tokens(_, TokensOf::Output) => s.output,
+            Cap::Tokens(_, TokensOf::All) => s.input.saturating_add(s.output),
+            Cap::Calls(_) => s.calls,
+        }
+    }
+}
+
+/// What one response spent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spent {
+    pub input: u64,
+    pub output: u64,
+    pub microusd: u64,
+    pub calls: u64,
+}
+
+/// Micro-dollars as dollars: `5.00`, `0.0042`.
+pub fn show_usd(micro: u64) -> String {
+    let whole = micro / 1_000_000;
+    let frac = micro % 1_000_000;
+    if whole == 0 && frac > 0 && frac < 10_000 {
+        let s = format!("0.{frac:06}");
+        s.trim_end_matches('0').to_string()
+    } else {
+        format!("{whole}.{:02}", frac / 10_000)
+    }
+}
+
+/// Where a session id is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionSource {
+    /// A request header (lower case).
+    Header(String),
+    /// A top-level field of the JSON body, or a field of one (`a.b`).
+    Body(Vec<String>),
+}
+
+impl SessionSource {
+    /// As written in the configuration.
+    pub fn show(&self) -> String {
+        match self {
+            SessionSource::Header(h) => format!("header:{h}"),
+            SessionSource::Body(path) => format!("body:{}", path.join(".")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dollars_show_cents_or_what_is_below_a_cent() {
+        assert_eq!(show_usd(5_000_000), "5.00");
+        assert_eq!(show_usd(5_021_300), "5.02");
+        assert_eq!(show_usd(4_200), "0.0042");
+        assert_eq!(show_usd(0), "0.00");
+        assert_eq!(show_usd(123_456_789), "123.45");
+    }
+
+    #[test]
+    fn each_cap_reads_its_own_part_of_a_response() {
+        let s = Spent {
+            input: 100,
+            output: 20,
+            microusd: 7,
+            calls: 1,
+        };
+        assert_eq!(Cap::MicroUsd(1).spent(&s), 7);
+        assert_eq!(Cap::Tokens(1, TokensOf::Input).spent(&s), 100);
+        assert_eq!(Cap::Tokens(1, TokensOf::Output).spent(&s), 20);
+        assert_eq!(Cap::Tokens(1, TokensOf::All).spent(&s), 120);
+        assert_eq!(Cap::Calls(1).spent(&s), 1);
+    }
+}

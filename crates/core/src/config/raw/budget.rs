@@ -1,0 +1,87 @@
+//! `spec.budget` as written (see [`super`]).
+
+use super::{Int, Obj};
+use serde::Deserialize;
+
+#[cfg(feature = "schema")]
+use schemars::JsonSchema;
+
+/// Spend caps of a policy.
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "Budget"))]
+#[serde(deny_unknown_fields)]
+pub struct RawBudget {
+    /// 1..8 caps, each per caller, session or conversation.
+    #[cfg_attr(feature = "schema", schemars(required))]
+    pub limits: Option<Vec<Obj<RawBudgetLimit>>>,
+    /// What happens at a cap: `reject` (a 429, default) or `warn` (a
+    /// header and an event).
+    pub action: Option<BudgetActionName>,
+    /// The fraction of a cap from which requests carry the
+    /// `x-loopguard-budget` warning, 0 (off) to below 1. Default 0.8.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
+    pub warn_at: Option<serde_json::Value>,
+    /// Where a request's session id is read, in order, up to 8:
+    /// `header:<name>` or `body:<field>` (`body:<field>.<field>`).
+    /// Default `["header:x-session-id"]`.
+    pub session: Option<Vec<String>>,
+    /// Budget keys tracked at once, 64..1048576. Default 8192.
+    #[cfg_attr(feature = "schema", schemars(range(min = 64, max = 1_048_576)))]
+    pub max_tracked_keys: Option<Int>,
+}
+
+/// One spend cap.
+#[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "BudgetLimit"))]
+#[serde(deny_unknown_fields)]
+pub struct RawBudgetLimit {
+    /// `[a-z0-9_-]{1,32}`, unique in the policy: in metrics, headers and
+    /// logs.
+    #[cfg_attr(feature = "schema", schemars(required))]
+    pub name: Option<String>,
+    /// Whose spending the cap counts: `caller`, `session` or
+    /// `conversation`.
+    #[cfg_attr(feature = "schema", schemars(required))]
+    pub per: Option<BudgetPerName>,
+    /// The sliding window, 60..86400 seconds.
+    #[cfg_attr(feature = "schema", schemars(required, range(min = 60, max = 86_400)))]
+    pub window_seconds: Option<Int>,
+    /// A cap in US dollars (priced by `prices`), above 0 up to 1000000.
+    #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
+    pub usd: Option<serde_json::Value>,
+    /// A cap in tokens, 1..10^12.
+    pub tokens: Option<Int>,
+    /// With `tokens`: which tokens count, `input`, `output` or `all`
+    /// (default).
+    pub tokens_of: Option<TokensOfName>,
+    /// A cap in model calls, 1..10^9.
+    pub calls: Option<Int>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetActionName {
+    Reject,
+    Warn,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BudgetPerName {
+    Caller,
+    Session,
+    Conversation,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum TokensOfName {
+    Input,
+    Output,
+    All,
+}

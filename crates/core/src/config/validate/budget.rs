@@ -1,0 +1,233 @@
+//! `spec.budget`: spend caps per caller, session or conversation.
+
+use super::*;
+use crate::config::budget::*;
+
+/// The shortest and longest window of a cap, in seconds.
+const WINDOW_SECONDS: (u64, u64) = (60, 86_400);
+/// Label names of loopguard's metrics: a budget named like one would be
+/// read as that label by Envoy's tag extraction.
+const RESERVED: &[&str] = &[
+    "policy",
+    "mode",
+    "action",
+    "tier",
+    "step",
+    "reason",
+    "result",
+    "token_type",
+    "loop",
+    "caller",
+    "budget",
+    "key",
+    "model",
+];
+/// The largest dollar cap.
+const MAX_USD: f64 = 1_000_000.0;
+
+pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
+    let list = match b.limits {
+        None => return Err(ctx.err("budget.limits", "is required (at least one cap)")),
+        Some(l) if l.is_empty() => {
+            return Err(ctx.err("budget.limits", "must list at least one cap"))
+        }
+        Some(l) if l.len() > MAX_LIMITS => {
+            return Err(ctx.err(
+                "budget.limits",
+                format!("may list at most {MAX_LIMITS} caps (got {})", l.len()),
+            ))
+        }
+        Some(l) => l,
+    };
+    let mut limits: Vec<BudgetLimit> = Vec::with_capacity(list.len());
+    for (i, Obj(raw)) in list.into_iter().enumerate() {
+        let l = limit(ctx, i, raw)?;
+        if limits.iter().any(|o| o.name == l.name) {
+            return Err(ctx.err(
+                &format!("budget.limits[{i}].name"),
+                format!(
+                    "\"{}\" is used by more than one cap; names must be unique",
+                    l.name
+                ),
+            ));
+        }
+        limits.push(l);
+    }
+    let warn_at_permille = match b.warn_at {
+        None => 800,
+        Some(v) => match v.as_f64() {
+            Some(f) if (0.0..1.0).contains(&f) => (f * 1000.0).round() as u32,
+            _ => {
+                return Err(ctx.err(
+                    "budget.warn_at",
+                    format!(
+                        "must be a number from 0 (no warning) to below 1 (got {})",
+                        super::super::error::show(&v)
+                    ),
+                ))
+            }
+        },
+    };
+    let session = match b.session {
+        None => vec![SessionSource::Header("x-session-id".to_string())],
+        Some(list) if list.is_empty() => {
+            return Err(ctx.err(
+                "budget.session",
+                "must not be empty (leave it out for header:x-session-id)",
+            ))
+        }
+        Some(list) if list.len() > MAX_SESSION_SOURCES => {
+            return Err(ctx.err(
+                "budget.session",
+                format!(
+                    "may list at most {MAX_SESSION_SOURCES} sources (got {})",
+                    list.len()
+                ),
+            ))
+        }
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(i, s)| session_source(ctx, i, s))
+            .collect::<Result<_, _>>()?,
+    };
+    let max_tracked_keys = ctx
+        .int(
+            "budget.max_tracked_keys",
+            &b.max_tracked_keys,
+            64,
+            1_048_576,
+        )?
+        .unwrap_or(8192);
+    Ok(Budget {
+        limits,
+        action: match b.action {
+            None | Some(BudgetActionName::Reject) => BudgetAction::Reject,
+            Some(BudgetActionName::Warn) => BudgetAction::Warn,
+        },
+        warn_at_permille,
+        session,
+        max_tracked_keys: u32::try_from(max_tracked_keys).unwrap_or(u32::MAX),
+    })
+}
+
+fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, ConfigError> {
+    let field = |f: &str| format!("budget.limits[{i}].{f}");
+    let name = match raw.name {
+        None => return Err(ctx.err(&field("name"), "is required")),
+        Some(n)
+            if !n.is_empty()
+                && n.len() <= 32
+                && n.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
+                }) =>
+        {
+            n
+        }
+        Some(n) => {
+            return Err(ctx.err(
+                &field("name"),
+                format!(
+                    "must match [a-z0-9_-]{{1,32}} (got {})",
+                    serde_json::Value::from(n)
+                ),
+            ))
+        }
+    };
+    if RESERVED.contains(&name.as_str()) {
+        return Err(ctx.err(
+            &field("name"),
+            format!(
+                "\"{name}\" is a metric label name (its series would be misread); choose another"
+            ),
+        ));
+    }
+    let per = match raw.per {
+        None => {
+            return Err(ctx.err(
+                &field("per"),
+                "is required: caller, session or conversation",
+            ))
+        }
+        Some(BudgetPerName::Caller) => BudgetPer::Caller,
+        Some(BudgetPerName::Session) => BudgetPer::Session,
+        Some(BudgetPerName::Conversation) => BudgetPer::Conversation,
+    };
+    let window = ctx
+        .int(
+            &field("window_seconds"),
+            &raw.window_seconds,
+            WINDOW_SECONDS.0,
+            WINDOW_SECONDS.1,
+        )?
+        .ok_or_else(|| ctx.err(&field("window_seconds"), "is required (60 to 86400)"))?;
+    let given = [raw.usd.is_some(), raw.tokens.is_some(), raw.calls.is_some()];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(ctx.err(
+            &format!("budget.limits[{i}]"),
+            "must give exactly one cap: usd, tokens or calls",
+        ));
+    }
+    if raw.tokens_of.is_some() && raw.tokens.is_none() {
+        return Err(ctx.err(&field("tokens_of"), "applies only to a tokens cap"));
+    }
+    let cap = if let Some(v) = raw.usd {
+        match v.as_f64() {
+            Some(f) if f > 0.0 && f <= MAX_USD => Cap::MicroUsd((f * 1e6).round() as u64),
+            _ => {
+                return Err(ctx.err(
+                    &field("usd"),
+                    format!(
+                        "must be a number of dollars above 0, at most 1000000 (got {})",
+                        super::super::error::show(&v)
+                    ),
+                ))
+            }
+        }
+    } else if raw.tokens.is_some() {
+        let n = ctx
+            .int(&field("tokens"), &raw.tokens, 1, 1_000_000_000_000)?
+            .unwrap_or(1);
+        let of = match raw.tokens_of {
+            Some(TokensOfName::Input) => TokensOf::Input,
+            Some(TokensOfName::Output) => TokensOf::Output,
+            None | Some(TokensOfName::All) => TokensOf::All,
+        };
+        Cap::Tokens(n, of)
+    } else {
+        Cap::Calls(
+            ctx.int(&field("calls"), &raw.calls, 1, 1_000_000_000)?
+                .unwrap_or(1),
+        )
+    };
+    Ok(BudgetLimit {
+        name,
+        per,
+        window_ms: window * 1000,
+        cap,
+    })
+}
+
+fn session_source(ctx: &Ctx, i: usize, s: &str) -> Result<SessionSource, ConfigError> {
+    let field = format!("budget.session[{i}]");
+    if let Some(h) = s.strip_prefix("header:") {
+        if h.is_empty() || !h.bytes().all(is_token_byte) {
+            return Err(ctx.err(&field, format!("names no valid header (got \"{s}\")")));
+        }
+        return Ok(SessionSource::Header(h.to_ascii_lowercase()));
+    }
+    if let Some(path) = s.strip_prefix("body:") {
+        let parts: Vec<String> = path.split('.').map(str::to_string).collect();
+        if parts.len() > 2 || parts.iter().any(String::is_empty) {
+            return Err(ctx.err(
+                &field,
+                format!("must name a body field or a field of one, body:<field> or body:<field>.<field> (got \"{s}\")"),
+            ));
+        }
+        return Ok(SessionSource::Body(parts));
+    }
+    Err(ctx.err(
+        &field,
+        format!("must be header:<name> or body:<field> (got \"{s}\")"),
+    ))
+}

@@ -1,0 +1,376 @@
+//! The check before a request goes upstream: its keys' standings from the
+//! local table at once, or from the shared store's call (and what its
+//! failure means), and acting on the verdict: the 429, the warning, shadow
+//! mode, events.
+
+use super::*;
+use crate::act::budget::{self as verdict, BudgetVerdict, Standing};
+use crate::act::events;
+use crate::config::budget::{Budget, Spent};
+use crate::config::{Mode, OnStoreError};
+use crate::metrics::CallResult;
+use crate::state::budget::slice_ms;
+use crate::state::redis::budget::{parse_budget, BudgetKey};
+use crate::state::store::{CallReply, StoreFailure};
+
+impl<B: BucketBackend> Engine<B> {
+    /// Check the request's budget keys before it goes on. `Ok`: it goes on
+    /// (to `after`, if given); `Err`: the step to return (a 429, or waiting
+    /// for the shared store's answer).
+    pub(in crate::flow) fn budget_gate(
+        &mut self,
+        r: &mut Request,
+        phase: Phase,
+        after: Option<After>,
+        now: u64,
+        out: &mut Effects,
+    ) -> Result<Option<After>, Step> {
+        let Some(req) = r.budget.as_deref() else {
+            return Ok(after);
+        };
+        if req.keys.is_empty() {
+            return Ok(after);
+        }
+        let Some(shared) = self.shared.as_ref() else {
+            let standings = self.local_standings(r, now);
+            return self
+                .act_on_budget(r, &standings, phase, now, out)
+                .map(|()| after);
+        };
+        let call = shared.budget(r.caller, &self.budget_call_keys(r, None), now);
+        r.state = State::Budget(Box::new(BudgetWait {
+            token: None,
+            after,
+            phase,
+            at: now,
+            resent: false,
+        }));
+        out.push(Effect::SendStoreCall(call));
+        Err(Step::Pause)
+    }
+
+    /// The request's keys as the shared store takes them (`spent`: adding
+    /// what a response spent; `None`: checking).
+    pub(super) fn budget_call_keys(&self, r: &Request, spent: Option<&Spent>) -> Vec<BudgetKey> {
+        let (Some(req), Some(b)) = (r.budget.as_deref(), self.budget_of(r)) else {
+            return Vec::new();
+        };
+        req.keys
+            .iter()
+            .filter_map(|k| {
+                let l = b.limits.get(k.limit)?;
+                Some(BudgetKey {
+                    key: k.key,
+                    slice_ms: slice_ms(l.window_ms),
+                    add: spent.map_or(0, |s| l.cap.spent(s)),
+                    cap: if spent.is_some() { 0 } else { l.cap.amount() },
+                })
+            })
+            .collect()
+    }
+
+    fn budget_of(&self, r: &Request) -> Option<&Budget> {
+        let req = r.budget.as_deref()?;
+        self.config.policies.get(req.policy)?.budget.as_ref()
+    }
+
+    /// The request's standings in this process's table: one read per
+    /// group of keys (a caller's, a session's, a conversation's; the keys
+    /// are kept group by group).
+    fn local_standings(&mut self, r: &Request, now: u64) -> Vec<Standing> {
+        let Some(req) = r.budget.as_deref() else {
+            return Vec::new();
+        };
+        let config = Rc::clone(&self.config);
+        let Some(b) = config
+            .policies
+            .get(req.policy)
+            .and_then(|p| p.budget.as_ref())
+        else {
+            return Vec::new();
+        };
+        let keys = &req.keys;
+        let mut out = Vec::with_capacity(keys.len());
+        let mut start = 0;
+        while let Some(group) = keys.get(start).map(|k| k.tag) {
+            let run = keys.get(start..).unwrap_or_default();
+            let len = run.iter().take_while(|k| k.tag == group).count();
+            let run = run.get(..len).unwrap_or_default();
+            let ids: Vec<u64> = run.iter().map(|k| k.key).collect();
+            let read = self
+                .budget_table
+                .read(&mut self.local.backend, group, &ids)
+                .unwrap_or_default();
+            for (k, slices) in run.iter().zip(read) {
+                let Some(l) = b.limits.get(k.limit) else {
+                    continue;
+                };
+                let (slice, cap) = (slice_ms(l.window_ms), l.cap.amount());
+                out.push(Standing {
+                    limit: k.limit,
+                    spent: slices.total(now, slice),
+                    until_below_ms: slices.until_below(cap, now, slice),
+                    tag: k.tag,
+                });
+            }
+            start += len.max(1);
+        }
+        out
+    }
+
+    /// The shared store answered the budget check `token`.
+    pub(in crate::flow) fn on_budget_reply(
+        &mut self,
+        r: &mut Request,
+        reply: &CallReply,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Budget(mut w) = std::mem::take(&mut r.state) else {
+            return Step::Pause;
+        };
+        if !w.resent {
+            let keys = self.budget_call_keys(r, None);
+            let again = self.shared.as_ref().and_then(|s| {
+                s.resend_budget(r.caller, &keys, w.at, reply.status.as_deref(), &reply.body)
+            });
+            if let Some(call) = again {
+                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
+                w.resent = true;
+                w.token = None;
+                r.state = State::Budget(w);
+                out.push(Effect::SendStoreCall(call));
+                return Step::Pause;
+            }
+        }
+        let n = r.budget.as_ref().map_or(0, |b| b.keys.len());
+        let answer = match &reply.status {
+            None => Err(StoreFailure::Unavailable(
+                "no answer within the timeout, or the connection failed".to_string(),
+            )),
+            Some(status) => parse_budget(status, &reply.body, n),
+        };
+        let result = match &answer {
+            Ok(_) => CallResult::Ok,
+            Err(StoreFailure::Status(_)) => CallResult::Status,
+            Err(StoreFailure::Reply(_)) => CallResult::Reply,
+            Err(_) => CallResult::Unavailable,
+        };
+        out.push(count(self.registry.store_call(result), 1));
+        let standings = match answer {
+            Ok(totals) => {
+                let keys = r
+                    .budget
+                    .as_ref()
+                    .map(|b| b.keys.clone())
+                    .unwrap_or_default();
+                keys.iter()
+                    .zip(totals)
+                    .map(|(k, (spent, until_below_ms))| Standing {
+                        limit: k.limit,
+                        spent,
+                        until_below_ms,
+                        tag: k.tag,
+                    })
+                    .collect()
+            }
+            Err(failure) => match self.budget_store_failed(r, &failure, now, out) {
+                Some(s) => s,
+                None => return self.after_budget(r, w.after, w.phase, now, out),
+            },
+        };
+        match self.act_on_budget(r, &standings, w.phase, now, out) {
+            Ok(()) => self.after_budget(r, w.after, w.phase, now, out),
+            Err(step) => step,
+        }
+    }
+
+    /// The budget check's call could not be sent.
+    pub(in crate::flow) fn on_budget_call_failed(
+        &mut self,
+        r: &mut Request,
+        why: String,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Budget(w) = std::mem::take(&mut r.state) else {
+            return Step::Continue;
+        };
+        out.push(count(self.registry.store_call(CallResult::Unavailable), 1));
+        let standings = self.budget_store_failed(r, &StoreFailure::Unavailable(why), now, out);
+        if let Some(s) = standings {
+            if let Err(step) = self.act_on_budget(r, &s, w.phase, now, out) {
+                return step;
+            }
+        }
+        self.after_budget(r, w.after, w.phase, now, out)
+    }
+
+    /// The request goes on after its budget check: its hit is counted next,
+    /// or it is resumed.
+    fn after_budget(
+        &mut self,
+        r: &mut Request,
+        after: Option<After>,
+        phase: Phase,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        match after {
+            Some(a) => self.record_hit(r, a, phase, now, out),
+            None => Step::Continue,
+        }
+    }
+
+    /// The shared store failed a budget check: this process's own sums
+    /// answer, or the request passes unchecked, as `store.on_error` says
+    /// (counted, logged at most every 10 s).
+    fn budget_store_failed(
+        &mut self,
+        r: &Request,
+        failure: &StoreFailure,
+        now: u64,
+        out: &mut Effects,
+    ) -> Option<Vec<Standing>> {
+        let on_error = match &self.config.store {
+            StoreConfig::RedisWebdis(c) => c.on_error,
+            StoreConfig::Local => OnStoreError::Allow,
+        };
+        out.push(count(self.registry.fallback(on_error), 1));
+        let (standings, fallback) = match on_error {
+            OnStoreError::Local => (
+                Some(self.local_standings(r, now)),
+                "checked against this Envoy's own spending",
+            ),
+            OnStoreError::Allow => (None, "passed unchecked"),
+        };
+        if LogLimits::allow(&mut self.logs.store_error, now) {
+            out.push(Effect::Log(
+                Level::Warn,
+                format!("redis store {failure}; budgets are {fallback}"),
+            ));
+        }
+        standings
+    }
+
+    /// Act on a request's standings: `Err` ends it (a 429).
+    fn act_on_budget(
+        &mut self,
+        r: &mut Request,
+        standings: &[Standing],
+        phase: Phase,
+        now: u64,
+        out: &mut Effects,
+    ) -> Result<(), Step> {
+        let Some(req) = r.budget.as_deref() else {
+            return Ok(());
+        };
+        let index = req.policy;
+        let config = Rc::clone(&self.config);
+        let Some(p) = config.policies.get(index) else {
+            return Ok(());
+        };
+        let Some(b) = p.budget.as_ref() else {
+            return Ok(());
+        };
+        let v = verdict::judge(b, standings);
+        if v == BudgetVerdict::default() {
+            return Ok(());
+        }
+        let ids = self.registry.budget(index);
+        for &l in &v.near_cap {
+            count_opt(out, ids.and_then(|i| i.near_cap(l)), 1);
+        }
+        let rejects = v.rejects(b, p.mode);
+        for s in &v.exceeded {
+            let action = match (p.mode, b.action) {
+                (Mode::Shadow, _) => "shadow",
+                (_, crate::config::budget::BudgetAction::Reject) => "reject",
+                (_, crate::config::budget::BudgetAction::Warn) => "warn",
+            };
+            self.budget_event("budget.exceeded", p, b, s, action, now, out);
+        }
+        for s in &v.warned {
+            self.budget_event("budget.warning", p, b, s, "warn", now, out);
+        }
+        if p.mode == Mode::Shadow {
+            for s in &v.exceeded {
+                if let Some(line) = verdict::shadow_line(&p.id, b, s) {
+                    out.push(Effect::Log(Level::Info, line));
+                }
+                count_opt(out, ids.and_then(|i| i.shadow(s.limit)), 1);
+            }
+            return Ok(());
+        }
+        if rejects {
+            let Some(top) = v.exceeded.first() else {
+                return Ok(());
+            };
+            let Some(reply) = verdict::rejection(&p.id, b, top, r.api) else {
+                return Ok(());
+            };
+            // Never upstream: nothing to count or take back.
+            r.counted = None;
+            r.usage_for = None;
+            r.budget = None;
+            let name = b.limits.get(top.limit).map_or("", |l| l.name.as_str());
+            self.publish_decision(out, true, || {
+                events::access_log_budget(&p.id, p.mode, "reject", name)
+            });
+            count_opt(out, ids.and_then(|i| i.rejected(top.limit)), 1);
+            count_opt(out, self.registry.rejected(index), 1);
+            out.push(Effect::LocalReply(reply, "loopguard_budget_exceeded"));
+            return Err(Step::Pause);
+        }
+        // Warned (before a cap, or at one with `action: warn`): the client
+        // sees the header; the upstream too while the headers are held.
+        for s in v.exceeded.iter().chain(&v.warned) {
+            count_opt(out, ids.and_then(|i| i.warned(s.limit)), 1);
+        }
+        if let Some(h) = verdict::header(b, &v) {
+            if phase == Phase::HeadersHeld {
+                out.push(Effect::AddRequestHeader("x-loopguard-budget", h.clone()));
+            }
+            r.response_headers.push(("x-loopguard-budget", h));
+        }
+        Ok(())
+    }
+
+    /// Log a budget event, once per key within [`EVENT_EVERY_MS`] on this
+    /// worker; alerts go out with it.
+    #[allow(clippy::too_many_arguments)]
+    fn budget_event(
+        &mut self,
+        name: &str,
+        p: &Policy,
+        b: &Budget,
+        s: &Standing,
+        action: &str,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        // Per key, cap and kind of event.
+        let kind: u64 = if name == "budget.exceeded" { 1 } else { 2 };
+        let key = s.tag
+            ^ (s.limit as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ kind.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+        let memo = &mut self.budget_memo.events;
+        if let Some(at) = memo.iter_mut().find(|(k, _)| *k == key) {
+            if now.saturating_sub(at.1) < EVENT_EVERY_MS {
+                return;
+            }
+            at.1 = now;
+        } else {
+            if memo.len() >= MAX_EVENT_MEMO {
+                memo.pop_front();
+            }
+            memo.push_back((key, now));
+        }
+        if let Some(event) = verdict::event(name, &p.id, p.mode, b, s, action) {
+            out.push(Effect::Log(Level::Info, event.to_string()));
+            if name == "budget.exceeded" {
+                self.queue_alert(&event, now, out);
+            }
+        }
+    }
+}

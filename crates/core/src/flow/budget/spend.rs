@@ -1,0 +1,309 @@
+//! What a response spent, added to its keys: in the local table, in the
+//! spend counters, and in the shared store (the response's last chunk
+//! waits for it), or estimated from the bytes seen.
+
+use super::*;
+use crate::act::events::caller_tag;
+use crate::config::budget::Spent;
+use crate::config::Policy;
+use crate::metrics::budget as names;
+use crate::metrics::CallResult;
+use crate::state::budget::{slice_ms, Add, Added};
+use crate::state::redis::budget::{parse_budget, BudgetKey};
+use crate::state::store::CallReply;
+
+impl<B: BucketBackend> Engine<B> {
+    /// The response headers of a request under a budget: a provider failure
+    /// is not a call.
+    pub(in crate::flow) fn budget_status(&self, r: &mut Request, status: Option<u32>) {
+        if let Some(req) = r.budget.as_deref_mut() {
+            req.failed = status.is_some_and(crate::response::failed_attempt);
+        }
+    }
+
+    /// The response is over (`usage`: what it reported; `estimated`: the
+    /// spending was estimated from the bytes seen): add its spending to
+    /// each of the request's keys, here and in the shared store.
+    pub(in crate::flow) fn add_budget_spend(
+        &mut self,
+        r: &mut Request,
+        spent: Spent,
+        estimated: bool,
+        out: &mut Effects,
+    ) -> Option<BudgetAdd> {
+        let req = r.budget.as_deref_mut()?;
+        if req.added || req.keys.is_empty() {
+            return None;
+        }
+        req.added = true;
+        if req.failed {
+            // The provider failed the attempt: no call, nothing spent.
+            return None;
+        }
+        let spent = Spent { calls: 1, ..spent };
+        let policy = req.policy;
+        let keys = req.keys.clone();
+        let config = Rc::clone(&self.config);
+        let p = config.policies.get(policy)?;
+        let b = p.budget.as_ref()?;
+        let ids = self.registry.budget(policy);
+        if estimated {
+            count_opt(out, ids.map(|i| i.estimated()), 1);
+        }
+        let at = r.started_ms;
+        let mut unrecorded = false;
+        let mut groups: Vec<(u64, Vec<Add>)> = Vec::with_capacity(1);
+        for k in &keys {
+            let Some(l) = b.limits.get(k.limit) else {
+                continue;
+            };
+            let amount = l.cap.spent(&spent);
+            if amount == 0 {
+                continue;
+            }
+            let add = Add {
+                key: k.key,
+                slice_ms: slice_ms(l.window_ms),
+                amount,
+            };
+            match groups.iter_mut().find(|(g, _)| *g == k.tag) {
+                Some((_, adds)) => adds.push(add),
+                None => groups.push((k.tag, vec![add])),
+            }
+            let name = self.budget_spend_name(p, policy, k.limit, k.tag);
+            out.push(Effect::CountNamed(
+                name,
+                i64::try_from(amount).unwrap_or(i64::MAX),
+            ));
+        }
+        for (group, adds) in &groups {
+            match self
+                .budget_table
+                .add(&mut self.local.backend, *group, adds, at, at)
+            {
+                Added::Done {
+                    cas_retries,
+                    evicted,
+                } => {
+                    if cas_retries > 0 {
+                        out.push(count(self.registry.cas_retries(), i64::from(cas_retries)));
+                    }
+                    if evicted > 0 {
+                        count_opt(out, ids.map(|i| i.evicted()), i64::from(evicted));
+                    }
+                }
+                Added::Failed => unrecorded = true,
+            }
+        }
+        if unrecorded {
+            count_opt(out, ids.map(|i| i.unrecorded()), 1);
+        }
+        // With the shared store, the spending goes there too.
+        self.shared.as_ref()?;
+        let keys: Vec<BudgetKey> = self
+            .budget_call_keys(r, Some(&spent))
+            .into_iter()
+            .filter(|k| k.add > 0)
+            .collect();
+        (!keys.is_empty()).then_some(BudgetAdd {
+            policy,
+            caller: r.caller,
+            keys,
+            at,
+            resent: false,
+        })
+    }
+
+    /// Add a response's spending to the shared store. A response whose
+    /// body ended waits for it (`Step::Pause`: its last bytes go on to the
+    /// client once the store has the spending, or the call failed, within
+    /// `store.timeout_ms`), so the client's next request finds it on any
+    /// replica; one that ended early (its client left) sends it from the
+    /// root context at the tick.
+    pub(in crate::flow) fn add_shared(
+        &mut self,
+        r: &mut Request,
+        add: BudgetAdd,
+        hold: bool,
+        out: &mut Effects,
+    ) -> Step {
+        if hold {
+            if let Some(call) = self.budget_add_call(&add) {
+                r.state = State::Adding(Box::new(AddWait { token: None, add }));
+                out.push(Effect::SendStoreCall(call));
+                return Step::Pause;
+            }
+            return Step::Continue;
+        }
+        if self.root_calls.budget_adds() >= MAX_BUDGET_ADDS {
+            let ids = self.registry.budget(add.policy);
+            count_opt(out, ids.map(|i| i.unrecorded()), 1);
+            return Step::Continue;
+        }
+        self.queue_budget_add(add, out);
+        Step::Continue
+    }
+
+    /// The held response's add was sent (`token`) or could not be.
+    pub(in crate::flow) fn on_add_sent(
+        &mut self,
+        r: &mut Request,
+        sent: Result<u32, String>,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Adding(w) = &mut r.state else {
+            return Step::Continue;
+        };
+        match sent {
+            Ok(token) => {
+                w.token = Some(token);
+                Step::Pause
+            }
+            Err(_) => {
+                let State::Adding(w) = std::mem::take(&mut r.state) else {
+                    return Step::Continue;
+                };
+                self.budget_add_lost(&w.add, out);
+                Step::Continue
+            }
+        }
+    }
+
+    /// The shared store answered the held response's add: the response
+    /// goes on (after one resend with the whole script on `NOSCRIPT`).
+    pub(in crate::flow) fn on_add_reply(
+        &mut self,
+        r: &mut Request,
+        reply: &CallReply,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Adding(mut w) = std::mem::take(&mut r.state) else {
+            return Step::Continue;
+        };
+        if !w.add.resent {
+            if let Some(call) = self.budget_add_resend(&w.add, reply.status.as_deref(), &reply.body)
+            {
+                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
+                w.add.resent = true;
+                w.token = None;
+                r.state = State::Adding(w);
+                out.push(Effect::SendStoreCall(call));
+                return Step::Pause;
+            }
+        }
+        self.on_budget_add_reply(&w.add, reply.status.as_deref(), &reply.body, out);
+        Step::Continue
+    }
+
+    /// A key's spend counter: its tag's own for the first
+    /// [`crate::metrics::MAX_CALLER_SERIES`] keys of a budget on this
+    /// worker, `other` after (names kept, so a response formats none).
+    fn budget_spend_name(&mut self, p: &Policy, policy: usize, limit: usize, tag: u64) -> String {
+        let series = &mut self.budget_memo.series;
+        if series.len() <= policy {
+            series.resize_with(policy + 1, Vec::new);
+        }
+        let Some(per_limit) = series.get_mut(policy) else {
+            return String::new();
+        };
+        if per_limit.len() <= limit {
+            per_limit.resize_with(limit + 1, Vec::new);
+        }
+        let Some(seen) = per_limit.get_mut(limit) else {
+            return String::new();
+        };
+        if let Some((_, name)) = seen.iter().find(|(t, _)| *t == tag) {
+            return name.clone();
+        }
+        let budget = p
+            .budget
+            .as_ref()
+            .and_then(|b| b.limits.get(limit))
+            .map_or("", |l| l.name.as_str());
+        if seen.len() < crate::metrics::MAX_CALLER_SERIES {
+            let name = names::spend(&p.id, budget, &caller_tag(tag));
+            seen.push((tag, name.clone()));
+            return name;
+        }
+        names::spend(&p.id, budget, "other")
+    }
+
+    /// The call adding a response's spending in the shared store.
+    pub(in crate::flow) fn budget_add_call(&self, a: &BudgetAdd) -> Option<StoreCall> {
+        let shared = self.shared.as_ref()?;
+        Some(shared.budget(a.caller, &a.keys, a.at))
+    }
+
+    /// The call again with the whole script, if the answer says the node
+    /// had not cached it.
+    pub(in crate::flow) fn budget_add_resend(
+        &self,
+        a: &BudgetAdd,
+        status: Option<&str>,
+        body: &[u8],
+    ) -> Option<StoreCall> {
+        self.shared
+            .as_ref()?
+            .resend_budget(a.caller, &a.keys, a.at, status, body)
+    }
+
+    /// The answer to a shared-store add: a failure is counted (the local
+    /// table still has the spending).
+    pub(in crate::flow) fn on_budget_add_reply(
+        &mut self,
+        a: &BudgetAdd,
+        status: Option<&str>,
+        body: &[u8],
+        out: &mut Effects,
+    ) {
+        let ok = status.is_some_and(|s| parse_budget(s, body, a.keys.len()).is_ok());
+        out.push(count(
+            self.registry.store_call(if ok {
+                CallResult::Ok
+            } else {
+                CallResult::Unavailable
+            }),
+            1,
+        ));
+        if !ok {
+            let ids = self.registry.budget(a.policy);
+            count_opt(out, ids.map(|i| i.unrecorded()), 1);
+        }
+    }
+
+    /// A shared-store add could not be sent or answered.
+    pub(in crate::flow) fn budget_add_lost(&self, a: &BudgetAdd, out: &mut Effects) {
+        let ids = self.registry.budget(a.policy);
+        count_opt(out, ids.map(|i| i.unrecorded()), 1);
+    }
+}
+
+/// What a response spent, from the usage it reported, or estimated from
+/// the bytes seen when it reported none or was cut off (`complete`: its
+/// body ended; a stream whose closing event passed is whole too): input
+/// from the request body (4 bytes a token), output from a JSON body's
+/// length (4 bytes a token) or a stream's events (one token each).
+pub(in crate::flow) fn spent_of(
+    reported: Option<&crate::response::usage::Usage>,
+    complete: bool,
+    body_bytes: u64,
+    read: crate::response::usage::BytesRead,
+) -> (crate::response::usage::Usage, bool) {
+    let mut u = reported.copied().unwrap_or_default();
+    // A stream whose closing event passed reported all it will (an SDK may
+    // hang up right after it).
+    let whole = (complete || read.closed) && reported.is_some_and(|r| r.input > 0 || r.output > 0);
+    if whole {
+        return (u, false);
+    }
+    if u.input == 0 {
+        u.input = body_bytes / 4;
+    }
+    let output = if read.events > 0 {
+        read.events
+    } else {
+        read.bytes / 4
+    };
+    u.output = u.output.max(output);
+    (u, true)
+}
