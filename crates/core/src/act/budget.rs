@@ -134,18 +134,10 @@ pub fn rejection(policy_id: &str, b: &Budget, s: &Standing, api: Api) -> Option<
     });
     let body =
         reply::api_error_body_of(api, "budget_exceeded", message, "budget_exceeded", details);
-    Some(LocalReply {
-        status: 429,
-        headers: vec![
-            ("content-type", "application/json".to_string()),
-            ("retry-after", retry_after.to_string()),
-            ("retry-after-ms", retry_after_ms.to_string()),
-            ("x-should-retry", "false".to_string()),
-            ("x-loopguard-policy", policy_id.to_string()),
-            ("x-loopguard-budget", header_part(limit, s.spent)),
-        ],
-        body: body.to_string(),
-    })
+    let mut r = reply::too_many(body, retry_after_ms, policy_id);
+    r.headers
+        .push(("x-loopguard-budget", header_part(limit, s.spent)));
+    Some(r)
 }
 
 /// A `budget.warning` or `budget.exceeded` event for one standing.

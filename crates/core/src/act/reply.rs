@@ -125,14 +125,24 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
         insert(&mut details, "repeated_turns", json!(n.count));
     }
     let body = api_error_body(api, message, "recursive_loop_detected", details);
+    too_many(body, retry_after_ms, &n.policy_id)
+}
+
+/// A 429 with `body`, to be retried after `retry_after_ms` (`retry-after`
+/// in whole seconds rounded up, `retry-after-ms`) and not by the SDK
+/// itself (`x-should-retry: false`).
+pub(crate) fn too_many(body: Value, retry_after_ms: u64, policy_id: &str) -> LocalReply {
     LocalReply {
         status: 429,
         headers: vec![
             ("content-type", "application/json".to_string()),
-            ("retry-after", retry_after.to_string()),
+            (
+                "retry-after",
+                retry_after_seconds(retry_after_ms).to_string(),
+            ),
             ("retry-after-ms", retry_after_ms.to_string()),
             ("x-should-retry", "false".to_string()),
-            ("x-loopguard-policy", n.policy_id.clone()),
+            ("x-loopguard-policy", policy_id.to_string()),
         ],
         body: body.to_string(),
     }

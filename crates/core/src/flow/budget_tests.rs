@@ -57,6 +57,17 @@ fn named(h: &Harness, effects: &[Effect], name: &str) -> i64 {
             .sum::<i64>()
 }
 
+/// What the effects added to every spend counter.
+fn spent_total(effects: &[Effect]) -> i64 {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::CountNamed(n, v) if n.starts_with("loopguard.budget_spend_total.") => Some(*v),
+            _ => None,
+        })
+        .sum()
+}
+
 fn header<'a>(s: &'a Sent, name: &str) -> Option<&'a str> {
     s.reply()?
         .headers
@@ -312,13 +323,7 @@ fn a_stream_cut_off_or_without_usage_is_estimated() {
         named(&h, &out, "loopguard.budget_estimated_total.policy.p"),
         1
     );
-    let spent: i64 = out
-        .iter()
-        .filter_map(|e| match e {
-            Effect::CountNamed(n, v) if n.starts_with("loopguard.budget_spend_total.") => Some(*v),
-            _ => None,
-        })
-        .sum();
+    let spent = spent_total(&out);
     // Input: the body's bytes over four; output: one token an event.
     assert_eq!(spent, body.len() as i64 / 4 + 30);
     // A stream read to its closing event is whole, even when the client
@@ -338,13 +343,7 @@ fn a_stream_cut_off_or_without_usage_is_estimated() {
         named(&h, &out, "loopguard.budget_estimated_total.policy.p"),
         0
     );
-    let spent: i64 = out
-        .iter()
-        .filter_map(|e| match e {
-            Effect::CountNamed(n, v) if n.starts_with("loopguard.budget_spend_total.") => Some(*v),
-            _ => None,
-        })
-        .sum();
+    let spent = spent_total(&out);
     assert_eq!(spent, 102);
     // A whole response with its usage is not an estimate.
     let mut s = ask(&mut h, "sk-a", &[], &body);

@@ -16,7 +16,6 @@
 //! numbers: exact integers below 2^53 ([`MAX_AMOUNT`]; a cap of a million
 //! dollars is 10^12 micro-dollars).
 
-use super::wire::{error_text, result};
 use super::{Call, Entry, RedisStore};
 use crate::state::store::{StoreCall, StoreFailure};
 use serde_json::Value;
@@ -96,21 +95,7 @@ impl RedisStore {
 /// Read webdis's answer to a budget call of `n` keys: each key's total
 /// and milliseconds until below its cap, in the call's order.
 pub fn parse_budget(status: &str, body: &[u8], n: usize) -> Result<Vec<(u64, u64)>, StoreFailure> {
-    if matches!(status, "502" | "503" | "504") {
-        return Err(StoreFailure::Unavailable(format!(
-            "HTTP {status} (webdis unreachable or too slow, or its Redis is down)"
-        )));
-    }
-    if !status.starts_with('2') {
-        return Err(StoreFailure::Status(status.to_string()));
-    }
-    let reply = result(body)?;
-    if let Some(msg) = error_text(&reply) {
-        return Err(StoreFailure::Reply(msg.chars().take(200).collect()));
-    }
-    let items = reply
-        .as_array()
-        .ok_or_else(|| StoreFailure::Reply("the result is not a list".to_string()))?;
+    let items = super::wire::result_list(status, body)?;
     if items.len() != 2 * n {
         return Err(StoreFailure::Reply(format!(
             "the budget result has {} elements for {n} keys",

@@ -118,23 +118,8 @@ pub fn is_noscript(status: Option<&str>, body: &[u8]) -> bool {
 /// Read webdis's answer to a hit: `[count, until_allowed_ms,
 /// cooldown_remaining_ms, event]`.
 pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, StoreFailure> {
-    if matches!(status, "502" | "503" | "504") {
-        // Envoy's own answers (connect failure, timeout) or webdis without
-        // its Redis: no usable answer, as with no answer at all.
-        return Err(StoreFailure::Unavailable(format!(
-            "HTTP {status} (webdis unreachable or too slow, or its Redis is down)"
-        )));
-    }
-    if !status.starts_with('2') {
-        return Err(StoreFailure::Status(status.to_string()));
-    }
-    let reply = result(body)?;
-    if let Some(msg) = error_text(&reply) {
-        return Err(StoreFailure::Reply(msg.chars().take(200).collect()));
-    }
-    let items = reply
-        .as_array()
-        .ok_or_else(|| StoreFailure::Reply("the result is not a list".to_string()))?;
+    let items = result_list(status, body)?;
+    let items = &items;
     let num = |i: usize| -> Result<i64, StoreFailure> {
         items.get(i).and_then(Value::as_i64).ok_or_else(|| {
             StoreFailure::Reply(format!("element {i} of the result is not a number"))
@@ -150,6 +135,29 @@ pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, StoreFailur
         cooldown_remaining_ms: u64::try_from(remaining.max(0)).unwrap_or(0),
         event: u32::try_from(event).ok(),
     })
+}
+
+/// The list a call of the library answered (a hit's, a budget's), or why
+/// there is none: an unavailable store (Envoy's own 502-504 answers on a
+/// connect failure or a timeout, or webdis without its Redis: as with no
+/// answer at all), another status, an error reply, or not a list.
+pub(super) fn result_list(status: &str, body: &[u8]) -> Result<Vec<Value>, StoreFailure> {
+    if matches!(status, "502" | "503" | "504") {
+        return Err(StoreFailure::Unavailable(format!(
+            "HTTP {status} (webdis unreachable or too slow, or its Redis is down)"
+        )));
+    }
+    if !status.starts_with('2') {
+        return Err(StoreFailure::Status(status.to_string()));
+    }
+    let reply = result(body)?;
+    if let Some(msg) = error_text(&reply) {
+        return Err(StoreFailure::Reply(msg.chars().take(200).collect()));
+    }
+    match reply {
+        Value::Array(items) => Ok(items),
+        _ => Err(StoreFailure::Reply("the result is not a list".to_string())),
+    }
 }
 
 /// Read the answer to a take-back: 1 forgiven, 0 the window's forgiveness
