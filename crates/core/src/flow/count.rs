@@ -176,12 +176,10 @@ impl<B: BucketBackend> Engine<B> {
             Some(shared) => shared.complete(&w.hit, reply),
             None => StoreAnswer::Failed(StoreFailure::Backend),
         };
-        let result = match &answer {
-            StoreAnswer::Ready(_) => CallResult::Ok,
-            StoreAnswer::Failed(StoreFailure::Status(_)) => CallResult::Status,
-            StoreAnswer::Failed(StoreFailure::Reply(_)) => CallResult::Reply,
-            StoreAnswer::Failed(_) => CallResult::Unavailable,
-        };
+        let result = CallResult::of(match &answer {
+            StoreAnswer::Ready(_) => None,
+            StoreAnswer::Failed(f) => Some(f),
+        });
         out.push(count(self.registry.store_call(result), 1));
         let answer = match answer {
             StoreAnswer::Failed(f) if f.is_remote() => {
@@ -219,22 +217,45 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Option<StoreAnswer> {
+        match self.store_fallback(
+            failure,
+            "requests are counted locally",
+            "requests are",
+            now,
+            out,
+        ) {
+            OnStoreError::Local => Some(self.local.record(hit)),
+            OnStoreError::Allow => None,
+        }
+    }
+
+    /// What `store.on_error` says to do when the shared store failed a
+    /// call: counted, and logged at most every 10 s as `redis store
+    /// <failure>; <local>` or `...; <allow_what> passed unchecked`.
+    pub(super) fn store_fallback(
+        &mut self,
+        failure: &StoreFailure,
+        local: &str,
+        allow_what: &str,
+        now: u64,
+        out: &mut Effects,
+    ) -> OnStoreError {
         let on_error = match &self.config.store {
             StoreConfig::RedisWebdis(r) => r.on_error,
             StoreConfig::Local => OnStoreError::Allow,
         };
         out.push(count(self.registry.fallback(on_error), 1));
-        let (answer, fallback) = match on_error {
-            OnStoreError::Local => (Some(self.local.record(hit)), "counted locally"),
-            OnStoreError::Allow => (None, "passed unchecked"),
-        };
         if LogLimits::allow(&mut self.logs.store_error, now) {
+            let fallback = match on_error {
+                OnStoreError::Local => local.to_string(),
+                OnStoreError::Allow => format!("{allow_what} passed unchecked"),
+            };
             out.push(Effect::Log(
                 Level::Warn,
-                format!("redis store {failure}; requests are {fallback}"),
+                format!("redis store {failure}; {fallback}"),
             ));
         }
-        answer
+        on_error
     }
 
     /// Act on the store's answer for a hit (`since`: when the request

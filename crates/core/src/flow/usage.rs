@@ -296,31 +296,6 @@ impl<B: BucketBackend> Engine<B> {
     }
 }
 
-impl<B: BucketBackend> Engine<B> {
-    /// Add a response's spending to its budget keys (reported, or
-    /// estimated from the bytes seen), priced by its model.
-    fn budget_spend(
-        &mut self,
-        r: &mut Request,
-        model: Option<usize>,
-        reported: Option<&crate::response::usage::Usage>,
-        complete: bool,
-        read: crate::response::usage::BytesRead,
-        out: &mut Effects,
-    ) -> Option<super::budget::BudgetAdd> {
-        let body_bytes = r.budget.as_ref().map(|b| b.body_bytes())?;
-        let (u, estimated) = super::budget::spent_of(reported, complete, body_bytes, read);
-        let microusd = model.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
-        let spent = crate::config::budget::Spent {
-            input: u.input,
-            output: u.output,
-            microusd,
-            calls: 1,
-        };
-        self.add_budget_spend(r, spent, estimated, out)
-    }
-}
-
 fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -108,6 +108,19 @@ pub enum CallResult {
     NoScript,
 }
 
+impl CallResult {
+    /// A call's result from its failure (`None`: it succeeded).
+    pub fn of(failure: Option<&crate::state::store::StoreFailure>) -> CallResult {
+        use crate::state::store::StoreFailure;
+        match failure {
+            None => CallResult::Ok,
+            Some(StoreFailure::Status(_)) => CallResult::Status,
+            Some(StoreFailure::Reply(_)) => CallResult::Reply,
+            Some(_) => CallResult::Unavailable,
+        }
+    }
+}
+
 /// The result of a webhook alert.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WebhookResult {

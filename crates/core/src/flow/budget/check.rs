@@ -6,11 +6,11 @@
 use super::*;
 use crate::act::budget::{self as verdict, BudgetVerdict, Standing};
 use crate::act::events;
-use crate::config::budget::{Budget, Spent};
+use crate::config::budget::Budget;
 use crate::config::{Mode, OnStoreError};
 use crate::metrics::CallResult;
 use crate::state::budget::slice_ms;
-use crate::state::redis::budget::{parse_budget, BudgetKey};
+use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::{CallReply, StoreFailure};
 
 impl<B: BucketBackend> Engine<B> {
@@ -32,12 +32,12 @@ impl<B: BucketBackend> Engine<B> {
             return Ok(after);
         }
         let Some(shared) = self.shared.as_ref() else {
-            let standings = self.local_standings(r, now);
+            let standings = self.local_standings(r, now, out);
             return self
                 .act_on_budget(r, &standings, phase, now, out)
                 .map(|()| after);
         };
-        let call = shared.budget(r.caller, &self.budget_call_keys(r, None), now);
+        let call = shared.budget(r.caller, &self.budget_call_keys(r), now);
         r.state = State::Budget(Box::new(BudgetWait {
             token: None,
             after,
@@ -49,9 +49,8 @@ impl<B: BucketBackend> Engine<B> {
         Err(Step::Pause)
     }
 
-    /// The request's keys as the shared store takes them (`spent`: adding
-    /// what a response spent; `None`: checking).
-    pub(super) fn budget_call_keys(&self, r: &Request, spent: Option<&Spent>) -> Vec<BudgetKey> {
+    /// The request's keys as the shared store checks them.
+    fn budget_call_keys(&self, r: &Request) -> Vec<BudgetKey> {
         let (Some(req), Some(b)) = (r.budget.as_deref(), self.budget_of(r)) else {
             return Vec::new();
         };
@@ -62,8 +61,8 @@ impl<B: BucketBackend> Engine<B> {
                 Some(BudgetKey {
                     key: k.key,
                     slice_ms: slice_ms(l.window_ms),
-                    add: spent.map_or(0, |s| l.cap.spent(s)),
-                    cap: if spent.is_some() { 0 } else { l.cap.amount() },
+                    add: 0,
+                    cap: l.cap.amount(),
                 })
             })
             .collect()
@@ -77,7 +76,9 @@ impl<B: BucketBackend> Engine<B> {
     /// The request's standings in this process's table: one read per
     /// group of keys (a caller's, a session's, a conversation's; the keys
     /// are kept group by group).
-    fn local_standings(&mut self, r: &Request, now: u64) -> Vec<Standing> {
+    /// A group the table cannot read is not checked (counted as a
+    /// fail-open).
+    fn local_standings(&mut self, r: &Request, now: u64, out: &mut Effects) -> Vec<Standing> {
         let Some(req) = r.budget.as_deref() else {
             return Vec::new();
         };
@@ -90,23 +91,26 @@ impl<B: BucketBackend> Engine<B> {
             return Vec::new();
         };
         let keys = &req.keys;
-        let mut out = Vec::with_capacity(keys.len());
+        let mut standings = Vec::with_capacity(keys.len());
         let mut start = 0;
         while let Some(group) = keys.get(start).map(|k| k.tag) {
             let run = keys.get(start..).unwrap_or_default();
             let len = run.iter().take_while(|k| k.tag == group).count();
             let run = run.get(..len).unwrap_or_default();
             let ids: Vec<u64> = run.iter().map(|k| k.key).collect();
-            let read = self
-                .budget_table
-                .read(&mut self.local.backend, group, &ids)
-                .unwrap_or_default();
+            let read = match self.budget_table.read(&mut self.local.backend, group, &ids) {
+                Some(read) => read,
+                None => {
+                    out.push(count(self.registry.fail_open(), 1));
+                    Vec::new()
+                }
+            };
             for (k, slices) in run.iter().zip(read) {
                 let Some(l) = b.limits.get(k.limit) else {
                     continue;
                 };
                 let (slice, cap) = (slice_ms(l.window_ms), l.cap.amount());
-                out.push(Standing {
+                standings.push(Standing {
                     limit: k.limit,
                     spent: slices.total(now, slice),
                     until_below_ms: slices.until_below(cap, now, slice),
@@ -115,7 +119,7 @@ impl<B: BucketBackend> Engine<B> {
             }
             start += len.max(1);
         }
-        out
+        standings
     }
 
     /// The shared store answered the budget check `token`.
@@ -130,7 +134,7 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Pause;
         };
         if !w.resent {
-            let keys = self.budget_call_keys(r, None);
+            let keys = self.budget_call_keys(r);
             let again = self.shared.as_ref().and_then(|s| {
                 s.resend_budget(r.caller, &keys, w.at, reply.status.as_deref(), &reply.body)
             });
@@ -144,18 +148,8 @@ impl<B: BucketBackend> Engine<B> {
             }
         }
         let n = r.budget.as_ref().map_or(0, |b| b.keys.len());
-        let answer = match &reply.status {
-            None => Err(StoreFailure::Unavailable(
-                "no answer within the timeout, or the connection failed".to_string(),
-            )),
-            Some(status) => parse_budget(status, &reply.body, n),
-        };
-        let result = match &answer {
-            Ok(_) => CallResult::Ok,
-            Err(StoreFailure::Status(_)) => CallResult::Status,
-            Err(StoreFailure::Reply(_)) => CallResult::Reply,
-            Err(_) => CallResult::Unavailable,
-        };
+        let answer = budget_answer(reply.status.as_deref(), &reply.body, n);
+        let result = CallResult::of(answer.as_ref().err());
         out.push(count(self.registry.store_call(result), 1));
         let standings = match answer {
             Ok(totals) => {
@@ -232,25 +226,11 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Option<Vec<Standing>> {
-        let on_error = match &self.config.store {
-            StoreConfig::RedisWebdis(c) => c.on_error,
-            StoreConfig::Local => OnStoreError::Allow,
-        };
-        out.push(count(self.registry.fallback(on_error), 1));
-        let (standings, fallback) = match on_error {
-            OnStoreError::Local => (
-                Some(self.local_standings(r, now)),
-                "checked against this Envoy's own spending",
-            ),
-            OnStoreError::Allow => (None, "passed unchecked"),
-        };
-        if LogLimits::allow(&mut self.logs.store_error, now) {
-            out.push(Effect::Log(
-                Level::Warn,
-                format!("redis store {failure}; budgets are {fallback}"),
-            ));
+        let local = "budgets are checked against this Envoy's own spending";
+        match self.store_fallback(failure, local, "budgets are", now, out) {
+            OnStoreError::Local => Some(self.local_standings(r, now, out)),
+            OnStoreError::Allow => None,
         }
-        standings
     }
 
     /// Act on a request's standings: `Err` ends it (a 429).

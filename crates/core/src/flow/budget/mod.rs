@@ -11,8 +11,6 @@
 mod check;
 mod spend;
 
-pub(super) use spend::spent_of;
-
 use super::*;
 use crate::config::budget::{BudgetPer, SessionSource};
 use crate::config::Policy;
@@ -288,6 +286,7 @@ mod tests {
 
     #[test]
     fn estimates_fill_in_what_a_response_did_not_report() {
+        use super::spend::spent_of;
         use crate::response::usage::{BytesRead, Usage};
         let reported = Usage {
             input: 100,

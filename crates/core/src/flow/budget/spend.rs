@@ -9,7 +9,7 @@ use crate::config::Policy;
 use crate::metrics::budget as names;
 use crate::metrics::CallResult;
 use crate::state::budget::{slice_ms, Add, Added};
-use crate::state::redis::budget::{parse_budget, BudgetKey};
+use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::CallReply;
 
 impl<B: BucketBackend> Engine<B> {
@@ -21,10 +21,33 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
+    /// Add a response's spending to its budget keys (reported, or
+    /// estimated from the bytes seen), priced by its model.
+    pub(in crate::flow) fn budget_spend(
+        &mut self,
+        r: &mut Request,
+        model: Option<usize>,
+        reported: Option<&crate::response::usage::Usage>,
+        complete: bool,
+        read: crate::response::usage::BytesRead,
+        out: &mut Effects,
+    ) -> Option<BudgetAdd> {
+        let body_bytes = r.budget.as_ref().map(|b| b.body_bytes())?;
+        let (u, estimated) = spent_of(reported, complete, body_bytes, read);
+        let microusd = model.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
+        let spent = crate::config::budget::Spent {
+            input: u.input,
+            output: u.output,
+            microusd,
+            calls: 1,
+        };
+        self.add_budget_spend(r, spent, estimated, out)
+    }
+
     /// The response is over (`usage`: what it reported; `estimated`: the
     /// spending was estimated from the bytes seen): add its spending to
     /// each of the request's keys, here and in the shared store.
-    pub(in crate::flow) fn add_budget_spend(
+    fn add_budget_spend(
         &mut self,
         r: &mut Request,
         spent: Spent,
@@ -53,6 +76,8 @@ impl<B: BucketBackend> Engine<B> {
         let at = r.started_ms;
         let mut unrecorded = false;
         let mut groups: Vec<(u64, Vec<Add>)> = Vec::with_capacity(1);
+        // The same amounts for the shared store, if there is one.
+        let mut shared: Vec<BudgetKey> = Vec::new();
         for k in &keys {
             let Some(l) = b.limits.get(k.limit) else {
                 continue;
@@ -66,6 +91,14 @@ impl<B: BucketBackend> Engine<B> {
                 slice_ms: slice_ms(l.window_ms),
                 amount,
             };
+            if self.shared.is_some() {
+                shared.push(BudgetKey {
+                    key: add.key,
+                    slice_ms: add.slice_ms,
+                    add: amount,
+                    cap: 0,
+                });
+            }
             match groups.iter_mut().find(|(g, _)| *g == k.tag) {
                 Some((_, adds)) => adds.push(add),
                 None => groups.push((k.tag, vec![add])),
@@ -99,16 +132,10 @@ impl<B: BucketBackend> Engine<B> {
             count_opt(out, ids.map(|i| i.unrecorded()), 1);
         }
         // With the shared store, the spending goes there too.
-        self.shared.as_ref()?;
-        let keys: Vec<BudgetKey> = self
-            .budget_call_keys(r, Some(&spent))
-            .into_iter()
-            .filter(|k| k.add > 0)
-            .collect();
-        (!keys.is_empty()).then_some(BudgetAdd {
+        (!shared.is_empty()).then_some(BudgetAdd {
             policy,
             caller: r.caller,
-            keys,
+            keys: shared,
             at,
             resent: false,
         })
@@ -256,16 +283,10 @@ impl<B: BucketBackend> Engine<B> {
         body: &[u8],
         out: &mut Effects,
     ) {
-        let ok = status.is_some_and(|s| parse_budget(s, body, a.keys.len()).is_ok());
-        out.push(count(
-            self.registry.store_call(if ok {
-                CallResult::Ok
-            } else {
-                CallResult::Unavailable
-            }),
-            1,
-        ));
-        if !ok {
+        let answer = budget_answer(status, body, a.keys.len());
+        let result = CallResult::of(answer.as_ref().err());
+        out.push(count(self.registry.store_call(result), 1));
+        if answer.is_err() {
             let ids = self.registry.budget(a.policy);
             count_opt(out, ids.map(|i| i.unrecorded()), 1);
         }
@@ -283,7 +304,7 @@ impl<B: BucketBackend> Engine<B> {
 /// body ended; a stream whose closing event passed is whole too): input
 /// from the request body (4 bytes a token), output from a JSON body's
 /// length (4 bytes a token) or a stream's events (one token each).
-pub(in crate::flow) fn spent_of(
+pub(super) fn spent_of(
     reported: Option<&crate::response::usage::Usage>,
     complete: bool,
     body_bytes: u64,

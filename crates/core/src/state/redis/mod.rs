@@ -123,9 +123,7 @@ impl WindowStore for RedisStore {
 
     fn complete(&mut self, _hit: &Hit, reply: &CallReply) -> StoreAnswer {
         let Some(status) = &reply.status else {
-            return StoreAnswer::Failed(StoreFailure::Unavailable(
-                "no answer within the timeout, or the connection failed".to_string(),
-            ));
+            return StoreAnswer::Failed(no_answer());
         };
         match parse_reply(status, &reply.body) {
             Ok(state) => StoreAnswer::Ready(StoreReceipt {
@@ -137,6 +135,11 @@ impl WindowStore for RedisStore {
             Err(failure) => StoreAnswer::Failed(failure),
         }
     }
+}
+
+/// A call that got no answer.
+pub fn no_answer() -> StoreFailure {
+    StoreFailure::Unavailable("no answer within the timeout, or the connection failed".to_string())
 }
 
 /// The store keys of a fingerprint: the sliding log, the cooldown and the
