@@ -182,6 +182,19 @@ def read_body(handler: BaseHTTPRequestHandler) -> bytes:
         handler.rfile.readline()
 
 
+class LocalServer(ThreadingHTTPServer):
+    """A test HTTP server on loopback. Envoy opens a connection per
+    concurrent request: a burst of them must not overflow the listen backlog
+    (5 by default; a dropped SYN is retried after 1 s, past Envoy's 1 s
+    connect timeout: a 503)."""
+
+    request_queue_size = 256
+    daemon_threads = True
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+
+
 class Upstream:
     """A real HTTP server on loopback that records every request it gets and
     answers like an OpenAI-compatible API, or as `responder(request)` says
@@ -227,8 +240,7 @@ class Upstream:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = LocalServer(Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -16,7 +16,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from harness import LocalServer
 
 
 @dataclass(frozen=True)
@@ -120,14 +122,7 @@ class Provider:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        class Server(ThreadingHTTPServer):
-            # Envoy opens a connection per concurrent request: a burst of
-            # them must not overflow the listen backlog (5 by default; a
-            # dropped SYN is an upstream connect timeout, a 503).
-            request_queue_size = 64
-
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = LocalServer(Handler)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

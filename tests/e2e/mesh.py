@@ -33,12 +33,12 @@ import re
 import threading
 from dataclasses import dataclass, field
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import yaml
 
-from harness import NATIVE, ROOT, ROUTER, WASM
+from harness import NATIVE, ROOT, ROUTER, WASM, LocalServer
 
 ISTIO_EXAMPLES = ROOT / "examples" / "istio"
 EG_EXAMPLES = ROOT / "examples" / "envoy-gateway"
@@ -1466,8 +1466,7 @@ class ModuleServer:
                 self.end_headers()
                 self.wfile.write(server.data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = LocalServer(Handler)
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()

@@ -19,6 +19,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from harness import ENVOY, ROOT, free_port, stop_process
@@ -144,6 +145,21 @@ class Webdis:
     def stop(self) -> None:
         stop_process(self.proc)
         self.proc = None
+
+    def answers(self, tries: int = 4) -> bool:
+        """True when `tries` PINGs in a row, each on a new connection, are
+        answered. webdis runs two threads, each with its own pool of Redis
+        connections that reconnect on their own schedule, and a new
+        connection lands on either thread: one answered call does not mean
+        the next will be."""
+        for _ in range(tries):
+            try:
+                r = httpx.get(f"http://127.0.0.1:{self.port}/PING", timeout=2)
+            except httpx.HTTPError:
+                return False
+            if r.status_code != 200 or r.json() != {"PING": [True, "PONG"]}:
+                return False
+        return True
 
     def cleanup(self) -> None:
         self.stop()

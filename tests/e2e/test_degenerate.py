@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import anthropic
 import openai
@@ -70,8 +70,7 @@ class Streams:
                     time.sleep(0.002)
                 self.wfile.write(b"0\r\n\r\n")
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = h.LocalServer(Handler)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -25,12 +25,12 @@ import sys
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
 
-from harness import ROOT, Envoy, bootstrap, load_yaml, localize, plugin_config_of, read_body, wait_for
+from harness import ROOT, Envoy, LocalServer, bootstrap, load_yaml, localize, plugin_config_of, read_body, wait_for
 from harness import set_plugin_config as set_filter_config
 from mcp_agents import TOOLS, McpServer, ran, run_client
 
@@ -614,8 +614,11 @@ class RawUpstream:
                     self.send_header("content-encoding", "gzip")
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                # Recorded before it is written: the client may read the
+                # answer, and the test look for it here, before this thread
+                # runs again.
                 sent += plain
+                self.wfile.write(payload)
 
             def _stream(self, sent: bytearray, first: bytes | None, seconds: float) -> None:
                 self.send_response(200)
@@ -625,9 +628,9 @@ class RawUpstream:
                 self.end_headers()
 
                 def chunk(data: bytes) -> None:
+                    sent.extend(data)  # recorded first, as in _send
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
-                    sent.extend(data)
 
                 try:
                     if first:
@@ -651,8 +654,7 @@ class RawUpstream:
 
             do_GET = do_POST = do_DELETE = _handle
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = LocalServer(Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -64,8 +64,10 @@ FAULT_WASM = os.environ.get(
     "LOOPGUARD_FAULT_WASM",
     str(ROOT / "target" / "fault-injection" / "wasm32-wasip1" / "release" / "loopguard.wasm"),
 )
-# What Grafana's variables become in the queries sent here.
-RATE_INTERVAL = "1m"
+# What Grafana's variables become in the queries sent here: a rate window
+# well past the traffic phase's length (10 to 30 s today), so early traffic
+# still counts when the queries run.
+RATE_INTERVAL = "5m"
 RANGE = "5m"
 
 # --- the dashboard's queries and the rules' expressions ------------------------

@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
 import openai
@@ -21,6 +21,7 @@ from harness import (
     ROOT,
     ROUTER,
     TIMER_SLACK,
+    LocalServer,
     Schedule,
     bootstrap,
     buffer_filter,
@@ -30,6 +31,7 @@ from harness import (
     plugin,
     policy,
     loopguard_filter,
+    wait_for,
 )
 from shared_store import Redis, Webdis, run_example, with_store_cluster
 from test_window import sliding_window_boundary
@@ -458,11 +460,7 @@ class SlowStore:
                 except OSError:
                     pass
 
-        class Server(ThreadingHTTPServer):
-            request_queue_size = 256  # Envoy opens one connection per waiting call
-
-        self.server = Server(("127.0.0.1", 0), H)
-        self.server.daemon_threads = True
+        self.server = LocalServer(H)  # Envoy opens one connection per waiting call
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -555,6 +553,8 @@ def test_redis_down_counts_locally_then_shared_counting_resumes(own_backend, ups
             time.sleep(0.5)
         else:
             pytest.fail("shared counting did not resume")
+        # Every connection webdis holds is back, not only the one that answered.
+        assert wait_for(webdis.answers, timeout=10), "webdis did not reconnect every thread to Redis"
         fallbacks = [e.counter("loopguard.store_fallback_total") for e in (a, b)]
         codes = [(ca, cb)[i % 2].post("/v1/three", content=b"3").status_code for i in range(3)]
         assert codes == [200, 200, 429]

@@ -17,6 +17,7 @@ import uuid
 import httpx
 import pytest
 
+from harness import wait_for
 from redis_cluster import RedisCluster
 from shared_store import run_example
 
@@ -297,7 +298,8 @@ def test_a_graceful_failover_costs_no_errors_through_webdis(cluster):
     poller = threading.Thread(target=_poll, args=(cluster, [key, other], stop, results), daemon=True)
     poller.start()
     try:
-        time.sleep(0.5)
+        # The old master has met the key (and answered its NOSCRIPT) first.
+        assert wait_for(lambda: any(x[1] == key and isinstance(x[2], int) for x in results), timeout=5), results[:5]
         assert cluster.admin(replica, "CLUSTER", "FAILOVER").strip() == "OK"
         cluster.wait_promoted(replica, timeout=8)
         assert cluster.master_of(key) == replica

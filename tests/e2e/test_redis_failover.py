@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from harness import plugin, policy
+from harness import plugin, policy, wait_for
 from redis_cluster import RedisCluster
 from test_redis import replicas
 
@@ -231,6 +231,8 @@ def test_redis_proxy_and_webdis_restarts_fail_open_and_sharing_resumes(cluster, 
                     break
                 time.sleep(0.05)
             assert recovered is not None, f"sharing did not resume after the {what} restart"
+            # Every connection webdis holds is back, not only the one that answered.
+            assert wait_for(cluster.webdis.answers, timeout=10), f"webdis did not reconnect every thread after the {what} restart"
             assert fleet.loop(f"sk-{what}-after", 6) == [200] * 4 + [429] * 2
             print(f"\n{what} restart: {failed} store calls failed open while it was away; shared counts again {recovered:.2f} s after its start")
     finally:

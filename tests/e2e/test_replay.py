@@ -86,7 +86,10 @@ def through_envoy(plugin: dict, steps: list[dict], tmp: Path) -> tuple[Path, dic
                         status, body = answer(s["id"])
                         line["response"].update({"usage": usages[s["id"]]} if status == 200 else {"body": body})
                 lines.append(json.dumps(line))
-        time.sleep(0.6)  # access-log lines are flushed every 0.2 s
+        # Envoy writes a request's line once its response is sent, and
+        # flushes the log every 0.2 s: wait for every request's line.
+        logged = lambda: {e.partition(" ")[0] for e in log.read_text().splitlines()} if log.exists() else set()  # noqa: E731
+        assert h.wait_for(lambda: set(seen) <= logged(), timeout=10), sorted(set(seen) - logged())[:5]
         for entry in log.read_text().splitlines():
             rid, _, state = entry.partition(" ")
             if rid in seen:

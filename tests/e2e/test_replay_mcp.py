@@ -226,6 +226,11 @@ def test_replay_of_recorded_mcp_traffic_agrees_with_envoy(tmp_path, mcp_server, 
     while settled != count():
         settled = count()
         time.sleep(0.4)
+    # Envoy writes a request's access-log line once its response is sent,
+    # and flushes the log every 0.2 s: wait for every traced request's line.
+    ids = {r["request_id"] for r in recorded(out).values()}
+    logged = lambda: {e.partition(" ")[0] for e in log.read_text().splitlines()}  # noqa: E731
+    assert wait_for(lambda: ids <= logged(), timeout=10), sorted(ids - logged())[:5]
     envoy_decisions = {}
     for entry in log.read_text().splitlines():
         rid, _, state = entry.partition(" ")
