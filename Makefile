@@ -186,7 +186,8 @@ E2E_NATIVE_FILES := test_native test_reject test_window test_actions test_policy
   test_tool_loops test_mcp test_usage test_spend test_drift test_degenerate test_retries test_bodies test_hold_headers \
   test_routes test_config test_reload test_faults test_hostile_bodies test_observability test_monitoring test_examples \
   test_cli test_corpus test_frameworks test_replay test_replay_mcp test_realruns \
-  test_store test_redis test_spend_redis test_redis_failover test_redis_cluster test_redis_cluster_path test_budget
+  test_store test_redis test_spend_redis test_redis_failover test_redis_cluster test_redis_cluster_path \
+  test_budget test_budget_streams test_budget_redis
 E2E_NATIVE_ARGS  ?=
 e2e-native: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
 	LOOPGUARD_HOST=native $(E2E_ENV) $(VENV_PY) -m pytest -q -ra -p no:cacheprovider \

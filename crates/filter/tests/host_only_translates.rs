@@ -13,7 +13,7 @@
 )] // a test
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Names that only code deciding about policy would use.
 const FORBIDDEN: &[&str] = &[
@@ -45,7 +45,7 @@ const FORBIDDEN: &[&str] = &[
 ];
 
 /// Both hosts' source folders.
-fn host_dirs() -> [std::path::PathBuf; 2] {
+fn host_dirs() -> [PathBuf; 2] {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     [here.join("src"), here.join("../native/src")]
 }
@@ -57,14 +57,24 @@ fn host_sources_decide_nothing() {
     }
 }
 
+/// Every `.rs` file under `dir`, subfolders included.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
 fn decides_nothing(dir: &Path) {
     let mut checked = 0;
     let mut found = Vec::new();
-    for entry in fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
+    for path in rust_files(dir) {
         let text = fs::read_to_string(&path).unwrap();
         checked += 1;
         for (n, line) in text.lines().enumerate() {
@@ -96,11 +106,7 @@ fn decides_nothing(dir: &Path) {
 #[test]
 fn host_files_are_small_enough_to_read_in_one_sitting() {
     for dir in host_dirs() {
-        for entry in fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                continue;
-            }
+        for path in rust_files(&dir) {
             // abi.rs is the fallible host-call layer (declarations and
             // wrappers); the native hooks.rs declares the hooks Envoy calls.
             if path

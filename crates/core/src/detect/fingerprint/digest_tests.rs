@@ -4,6 +4,7 @@
 use super::*;
 use crate::config::Config;
 use crate::request::tests::FakeFacts;
+use crate::request::RequestHead;
 use serde_json::json;
 use serde_json::Value;
 use sha2::Digest;

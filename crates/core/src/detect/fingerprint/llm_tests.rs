@@ -2,8 +2,9 @@
 //! to exact for other bodies, and the session mode.
 
 use super::*;
-use crate::config::Config;
+use crate::config::{Config, Policy};
 use crate::request::tests::FakeFacts;
+use crate::request::RequestHead;
 use serde_json::json;
 
 fn llm_policy(similarity: serde_json::Value) -> (Config, Policy) {

@@ -2,8 +2,9 @@
 //! callers are told apart (API key, limit keys, verified claims).
 
 use super::*;
-use crate::config::Config;
+use crate::config::{Config, Policy};
 use crate::request::tests::FakeFacts;
+use crate::request::RequestHead;
 use serde_json::json;
 
 fn config(id: &str, keys: &[&str]) -> Config {

@@ -1,3 +1,4 @@
+use super::calls::trivially_varied;
 use super::*;
 use crate::config::Config;
 use crate::request::llm::{self, Format};

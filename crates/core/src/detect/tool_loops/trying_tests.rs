@@ -3,8 +3,11 @@
 //! or barely varied arguments, an answer loop stops at a user message that
 //! brought news; and actions written in text are judged as calls.
 
+use super::answer_loops::{brought_news, NEWS_WORDS};
+use super::calls::{trivially_varied, word_count, INFORMATIVE_WORDS};
 use super::tests::{cfg, judge_body};
 use super::*;
+use crate::config::Classes;
 use serde_json::{json, Value};
 
 const CHAT: &str = "/v1/chat/completions";

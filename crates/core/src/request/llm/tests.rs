@@ -1,5 +1,5 @@
 use super::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// Every item kept: the tests' conversations are short.
 fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {

@@ -4,7 +4,7 @@
 //! own history holds ([`Request::turn_starts`], [`Request::tail_before`]).
 
 use super::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 const CHAT: &str = "/v1/chat/completions";
 const MESSAGES: &str = "/v1/messages";
@@ -510,11 +510,11 @@ fn chat_content_arrays_carry_actions_too() {
     assert_eq!(tail[1].parts, vec![observed(&normalize_text(MINI_OUTPUT))]);
 }
 
-/// BUG: a Responses API reply's text is in `output_text` blocks, which
-/// `tools::text_blocks` (and so `Request::text_actions_of` and the tool
-/// history's `text_actions`) does not read: only `text` blocks are joined.
-/// The same mini-swe-agent turn read as calls over Chat is read as a text
-/// answer over Responses.
+/// A regression test (this was a bug): a Responses API reply's text is in
+/// `output_text` blocks, which `text_actions::text_blocks` (and so
+/// `Request::text_actions_of` and the tool history's `text_actions`) once
+/// did not read, so the same mini-swe-agent turn read as calls over Chat
+/// was read as a text answer over Responses.
 #[test]
 fn responses_output_text_carries_actions_too() {
     let body = json!({"model": "gpt-4.1", "input": [
@@ -537,13 +537,13 @@ fn responses_output_text_carries_actions_too() {
     assert_eq!(tail[1].parts, vec![observed(&normalize_text(MINI_OUTPUT))]);
 }
 
-/// BUG: the tool history takes whatever item follows a text-action reply
-/// as its observation (`tools.rs`, `awaiting_text`: any non-model item with
-/// a `content`), while the tail (`Request::read_text_actions`) and the
-/// comments say the next *user* message is the result. A harness reminder
-/// sent as a system message between the reply and the output becomes the
-/// command's result in the tool history (the real output is then the next
-/// turn's prompt), and the two readings disagree.
+/// A regression test (this was a bug): the tool history once took
+/// whatever item followed a text-action reply as its observation (any
+/// non-model item with a `content`), while the tail
+/// (`Request::read_text_actions`) takes the next *user* message. A harness
+/// reminder sent as a system message between the reply and the output
+/// became the command's result in the tool history, and the two readings
+/// disagreed.
 #[test]
 fn only_a_user_message_observes_a_text_action() {
     let chat = json!({"model": "m", "messages": [

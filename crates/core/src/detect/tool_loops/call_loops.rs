@@ -1,0 +1,166 @@
+//! Repeated tool calls: identical thrash, pattern thrash and cycles, each
+//! judged on the examined calls and counted onto the ladder.
+
+use super::calls::{trivially_varied, Calls};
+use super::ladder::{safe_tool_name, verdict};
+use super::{Results, Tier, ToolVerdict};
+use crate::config::ToolLoops;
+
+/// The calls among `recent` made in turn `turn`.
+fn of_turn<'a, R: Results>(
+    calls: &'a Calls<'_, '_, R>,
+    recent: &'a [usize],
+    turn: usize,
+) -> impl Iterator<Item = usize> + 'a {
+    recent
+        .iter()
+        .copied()
+        .filter(move |&i| calls.get(i).is_some_and(|c| c.turn == turn))
+}
+
+/// The most repeated (tool, arguments) of the newest turn, counting the
+/// calls answered as the newest one was, back from the newest as long as
+/// nothing new was tried in between: an agent that reruns its test after
+/// each of several different fixes, and sees the same failure, is trying
+/// things, not looping; one that reruns it after nothing but repeats is.
+pub(super) fn identical<R: Results>(
+    cfg: &ToolLoops,
+    calls: &Calls<'_, '_, R>,
+    recent: &[usize],
+    newest: usize,
+    news: &dyn Fn(usize) -> bool,
+) -> Option<ToolVerdict> {
+    let mut best: Option<(u32, usize)> = None;
+    for c in of_turn(calls, recent, newest) {
+        let same: Vec<usize> = recent
+            .iter()
+            .copied()
+            .filter(|&o| o < c && calls.same_call(o, c) && calls.same(o, c, true))
+            .collect();
+        let mut n = 1u32;
+        let mut later = c;
+        for &o in same.iter().rev() {
+            if !(o + 1..later).all(|i| calls.repeats_earlier(i)) {
+                break;
+            }
+            // A user told the agent something new in between (a support
+            // agent checking a line again after the user changed a
+            // setting): a new question, not the same one again.
+            let (from, to) = (
+                calls.get(o).map_or(0, |x| x.turn),
+                calls.get(later).map_or(0, |x| x.turn),
+            );
+            if (from + 1..=to).any(news) {
+                break;
+            }
+            n += 1;
+            later = o;
+        }
+        if n >= cfg.identical_min && best.is_none_or(|(m, _)| n > m) {
+            best = Some((n, c));
+        }
+    }
+    let (n, c) = best?;
+    let name = calls.get(c).map_or("", |c| &c.name);
+    verdict(
+        cfg,
+        Tier::Identical,
+        name,
+        Some(calls.arg(c)),
+        n,
+        cfg.identical_min,
+    )
+}
+
+/// A tool of the newest turn called often (in as many turns) with
+/// differing arguments and answered the same each time: a telling answer
+/// (see [`Calls::informative`]), or a short one to arguments that barely
+/// differ.
+pub(super) fn pattern<R: Results>(
+    cfg: &ToolLoops,
+    calls: &Calls<'_, '_, R>,
+    recent: &[usize],
+    newest: usize,
+) -> Option<ToolVerdict> {
+    let mut best: Option<(u32, usize)> = None;
+    for c in of_turn(calls, recent, newest) {
+        let name = calls.get(c).map(|c| &c.name);
+        let same: Vec<usize> = recent
+            .iter()
+            .copied()
+            .filter(|&o| calls.get(o).map(|o| &o.name) == name && calls.same(o, c, false))
+            .collect();
+        // Calls made at once (parallel calls of one turn) are an agent
+        // fanning out over many resources, not retrying: one occurrence
+        // per turn.
+        let mut turns: Vec<usize> = same
+            .iter()
+            .filter_map(|&o| calls.get(o).map(|c| c.turn))
+            .collect();
+        turns.dedup();
+        let n = turns.len() as u32;
+        let varied = same.iter().any(|&o| calls.arg(o) != calls.arg(c));
+        // A short answer (nothing found, an empty output, an ok) says
+        // little: the same one to other arguments is a loop only when the
+        // arguments barely differ (a search retried in other words), not
+        // when they ask for other things (another date, another command).
+        let telling = calls.informative(c)
+            || same
+                .iter()
+                .all(|&o| trivially_varied(calls.arg(o), calls.arg(c)));
+        if varied && telling && n >= cfg.pattern_min && best.is_none_or(|(m, _)| n > m) {
+            best = Some((n, c));
+        }
+    }
+    let (n, c) = best?;
+    let name = calls.get(c).map_or("", |c| &c.name);
+    verdict(cfg, Tier::Pattern, name, None, n, cfg.pattern_min)
+}
+
+/// The same 2 or 3 calls (tool, arguments, answer) in turn at the end of
+/// the history, repeated at least `cycle_min` times; the newest call ends
+/// it.
+pub(super) fn cycle<R: Results>(
+    cfg: &ToolLoops,
+    calls: &Calls<'_, '_, R>,
+    newest: usize,
+) -> Option<ToolVerdict> {
+    let n = calls.calls.len();
+    if cfg.cycle_min == 0 || calls.get(n.checked_sub(1)?)?.turn != newest {
+        return None;
+    }
+    let equal = |i: usize, j: usize| calls.same_call(i, j) && calls.same(i, j, true);
+    let mut best: Option<(u32, usize)> = None;
+    for period in [2usize, 3] {
+        if n < period * cfg.cycle_min as usize {
+            continue;
+        }
+        // A cycle of one call repeated is identical thrash, not a cycle.
+        let start = n - period;
+        if (start + 1..n).all(|i| equal(start, i)) {
+            continue;
+        }
+        // The longest end of the history with this period.
+        let mut len = period;
+        while len < n && equal(n - 1 - len, n - 1 - len + period) {
+            len += 1;
+        }
+        let reps = (len / period) as u32;
+        if reps >= cfg.cycle_min && best.is_none_or(|(r, _)| reps > r) {
+            best = Some((reps, period));
+        }
+    }
+    let (reps, period) = best?;
+    let names: Vec<String> = (n - period..n)
+        .filter_map(|i| calls.get(i))
+        .map(|c| safe_tool_name(&c.name))
+        .collect();
+    verdict(
+        cfg,
+        Tier::Cycle,
+        &names.join("+"),
+        None,
+        reps,
+        cfg.cycle_min,
+    )
+}

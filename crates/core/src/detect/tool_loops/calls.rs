@@ -1,0 +1,198 @@
+//! The examined calls as the judge compares them: their arguments masked
+//! once, their results read, masked and digested once, and what tells an
+//! answer worth repeating (its words) or two calls' arguments barely apart.
+
+use super::Results;
+use crate::config::Classes;
+use crate::request::llm::volatile::{self, Class, Context};
+use crate::request::llm::ToolCall;
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// The classes pattern thrash masks in results: of the policy's, the
+/// random ones that change on every call whatever is asked (no numbers: a
+/// conversion of another amount answers another number, and a query of
+/// another window another latency).
+fn noise(classes: Classes) -> Classes {
+    [
+        Class::Uuid,
+        Class::DateTime,
+        Class::Epoch,
+        Class::Hex,
+        Class::PrefixedId,
+    ]
+    .into_iter()
+    .filter(|c| classes.contains(*c))
+    .collect()
+}
+
+/// An answer with fewer words (markup aside) tells little on its own.
+pub(super) const INFORMATIVE_WORDS: usize = 16;
+
+/// Words with a letter or digit in them, markup (`<output>`, `</x>`) and
+/// punctuation aside.
+pub(super) fn word_count(text: &str) -> usize {
+    text.split(|c: char| c.is_whitespace() || c == '<' || c == '>')
+        .filter(|w| !w.is_empty() && !w.starts_with('/') && w.chars().any(char::is_alphanumeric))
+        .filter(|w| !w.contains('=') || w.len() > 24)
+        .count()
+        .saturating_sub(markup_words(text))
+}
+
+/// Words that are only tag names (`<output>` read as `output`).
+fn markup_words(text: &str) -> usize {
+    let mut n = 0;
+    let mut rest = text;
+    while let Some(at) = rest.find('<') {
+        let after = rest.get(at + 1..).unwrap_or("");
+        match after.find('>') {
+            Some(end)
+                if end <= 32 && !after.get(..end).unwrap_or("").contains(char::is_whitespace) =>
+            {
+                if !after.starts_with('/') {
+                    n += 1;
+                }
+                rest = after.get(end + 1..).unwrap_or("");
+            }
+            _ => rest = after,
+        }
+    }
+    n
+}
+
+/// Whether two calls' arguments barely differ: the same numbers in the
+/// same order, and at least half of their words shared (case and
+/// punctuation aside): `usb c charger` and `USB-C chargers`, not another
+/// date, amount or command.
+pub(super) fn trivially_varied(a: &str, b: &str) -> bool {
+    let numbers = |s: &str| -> Vec<String> {
+        s.split(|c: char| !c.is_ascii_digit())
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    if numbers(a) != numbers(b) {
+        return false;
+    }
+    let words = |s: &str| -> std::collections::BTreeSet<String> {
+        s.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty() && !w.chars().all(|c| c.is_ascii_digit()))
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let (wa, wb) = (words(a), words(b));
+    let shared = wa.intersection(&wb).count();
+    let all = wa.union(&wb).count();
+    all == 0 || 2 * shared >= all
+}
+
+/// What a call was answered, as compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Answered {
+    /// The request does not hold its result: no evidence of progress.
+    Missing,
+    /// The result could not be read: never counted as a repeat.
+    Unreadable,
+    /// A digest of the masked result.
+    Digest(u64),
+}
+
+/// The examined calls, their arguments as compared (masked once, when the
+/// policy opts in) and their results, each read and digested once.
+pub(super) struct Calls<'h, 'r, R: Results> {
+    pub(super) calls: Vec<&'h ToolCall>,
+    pub(super) args: Vec<Cow<'h, str>>,
+    pub(super) results: &'r R,
+    /// The policy's masking classes.
+    pub(super) classes: Classes,
+    pub(super) cache: RefCell<HashMap<(usize, bool), Answered>>,
+    /// Words in each call's answer, counted once.
+    pub(super) words: RefCell<HashMap<usize, usize>>,
+}
+
+impl<R: Results> Calls<'_, '_, R> {
+    pub(super) fn get(&self, i: usize) -> Option<&ToolCall> {
+        self.calls.get(i).copied()
+    }
+
+    pub(super) fn arg(&self, i: usize) -> &str {
+        self.args.get(i).map_or("", |a| a.as_ref())
+    }
+
+    /// Call `i`'s result (`full`: every class masked; else the noise
+    /// classes, leaving alone the tokens its own arguments name).
+    fn answered(&self, i: usize, full: bool) -> Answered {
+        let Some(at) = self.get(i).and_then(|c| c.result) else {
+            return Answered::Missing;
+        };
+        if let Some(a) = self.cache.borrow().get(&(i, full)) {
+            return *a;
+        }
+        let a = match self.results.result_text(at) {
+            None => Answered::Unreadable,
+            Some(text) if full => Answered::Digest(volatile::masked_digest(
+                &text,
+                self.classes,
+                Context::ToolResult,
+                &|_| false,
+            )),
+            Some(text) => {
+                let classes = noise(self.classes);
+                // The resource the call asked for, echoed in its result,
+                // is what tells two answers apart: the tokens of its
+                // arguments as written (even when the policy masks
+                // arguments), read as a result is (epochs included: a
+                // `"since": 1732370401` echoed back names the window).
+                let raw = self.get(i).map_or("", |c| &*c.arguments);
+                let named = volatile::tokens(raw, classes, Context::ToolResult);
+                Answered::Digest(volatile::masked_digest(
+                    &text,
+                    classes,
+                    Context::ToolResult,
+                    &|t| named.iter().any(|n| n.eq_ignore_ascii_case(t)),
+                ))
+            }
+        };
+        self.cache.borrow_mut().insert((i, full), a);
+        a
+    }
+
+    /// Whether calls `i` and `j` got the same answer.
+    pub(super) fn same(&self, i: usize, j: usize, full: bool) -> bool {
+        match (self.answered(i, full), self.answered(j, full)) {
+            (Answered::Unreadable, _) | (_, Answered::Unreadable) => false,
+            (Answered::Missing, _) | (_, Answered::Missing) => true,
+            (Answered::Digest(x), Answered::Digest(y)) => x == y,
+        }
+    }
+
+    /// Whether call `i` is a repeat of an earlier call (the same tool and
+    /// arguments, answered the same): nothing new was tried.
+    pub(super) fn repeats_earlier(&self, i: usize) -> bool {
+        (0..i).any(|j| self.same_call(j, i) && self.same(j, i, true))
+    }
+
+    /// Whether call `i`'s answer tells something: at least
+    /// [`INFORMATIVE_WORDS`] words once markup is set aside (not an empty
+    /// output, an "ok", a "no results").
+    pub(super) fn informative(&self, i: usize) -> bool {
+        let Some(at) = self.get(i).and_then(|c| c.result) else {
+            return false;
+        };
+        if let Some(n) = self.words.borrow().get(&i) {
+            return *n >= INFORMATIVE_WORDS;
+        }
+        let n = self.results.result_text(at).map_or(0, |t| word_count(&t));
+        self.words.borrow_mut().insert(i, n);
+        n >= INFORMATIVE_WORDS
+    }
+
+    /// The same tool, the same arguments.
+    pub(super) fn same_call(&self, i: usize, j: usize) -> bool {
+        match (self.get(i), self.get(j)) {
+            (Some(a), Some(b)) => a.name == b.name && self.arg(i) == self.arg(j),
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The ladder: the step a loop's occurrences reach, the note a nudge or a
+//! directive adds to the request, and the tool as headers, logs and 429s
+//! show it.
+
+use super::{Tier, ToolVerdict};
+use crate::config::{ToolLoops, ToolStep};
+use crate::request::llm::Request;
+
+/// step = occurrences - threshold + 1, capped at the ladder's last step.
+pub(super) fn verdict(
+    cfg: &ToolLoops,
+    tier: Tier,
+    tool: &str,
+    arguments: Option<&str>,
+    occurrences: u32,
+    threshold: u32,
+) -> Option<ToolVerdict> {
+    let last = cfg.ladder.len().checked_sub(1)?;
+    let index = ((occurrences - threshold) as usize).min(last);
+    let step = *cfg.ladder.get(index)?;
+    Some(ToolVerdict {
+        tier,
+        tool: tool.to_string(),
+        arguments: arguments.map(str::to_string),
+        occurrences,
+        level: index as u32 + 1,
+        step,
+    })
+}
+
+/// The note a nudge appends to the conversation.
+pub fn nudge_text(v: &ToolVerdict) -> String {
+    match v.tier {
+        Tier::Identical => format!(
+            "Note from the API gateway: you have called the tool `{}` {} times with the same arguments in your recent steps, and repeating it will not give a different result. Try a different approach or a different tool.",
+            v.tool, v.occurrences
+        ),
+        Tier::Pattern => format!(
+            "Note from the API gateway: you have called the tool `{}` {} times in your recent steps with varying arguments without making progress. Try a different approach or a different tool.",
+            v.tool, v.occurrences
+        ),
+        Tier::Cycle => format!(
+            "Note from the API gateway: you have repeated the same sequence of tool calls ({}) {} times, with the same results each time. Try a different approach or a different tool.",
+            cycle_names(&v.tool), v.occurrences
+        ),
+        Tier::Answer => format!(
+            "Note from the API gateway: your last {} answers say essentially the same thing, and the conversation has not moved on. Do not repeat that answer: try a fundamentally different approach, or say plainly what you cannot do.",
+            v.occurrences
+        ),
+    }
+}
+
+/// The firmer message of a directive.
+pub fn directive_text(v: &ToolVerdict) -> String {
+    let what = match &v.arguments {
+        Some(args) => {
+            let shown: String = args.chars().take(200).collect();
+            let cut = if args.chars().count() > 200 {
+                "..."
+            } else {
+                ""
+            };
+            format!("with the same arguments {shown}{cut}")
+        }
+        None => "with varying arguments".to_string(),
+    };
+    if v.tier == Tier::Answer {
+        return format!(
+            "Instruction from the API gateway: stop repeating your answer. You have given essentially the same answer {} times in a row without resolving the problem. Do not give it again. Take a different approach, ask the user a clarifying question, or explain what you cannot do.",
+            v.occurrences
+        );
+    }
+    if v.tier == Tier::Cycle {
+        return format!(
+            "Instruction from the API gateway: stop repeating the tool calls {}. You have gone through them {} times with the same results. Do not call them again in this order. Answer with the information you already have, or ask the user for what you need.",
+            cycle_names(&v.tool),
+            v.occurrences
+        );
+    }
+    format!(
+        "Instruction from the API gateway: stop calling the tool `{}`. You have called it {} times {what} without progress. Do not call it again. Answer with the information you already have, or ask the user for what you need.",
+        v.tool, v.occurrences
+    )
+}
+
+/// The request body a nudge or directive forwards (`None` for a reject, or
+/// when the body has no conversation to append to).
+pub fn rewrite(cfg: &ToolLoops, req: &Request<'_>, v: &ToolVerdict) -> Option<Vec<u8>> {
+    match v.step {
+        ToolStep::Nudge => req.with_note(&nudge_text(v)),
+        ToolStep::Directive if cfg.directive_disables_tools => {
+            req.with_note_and_no_tools(&directive_text(v))
+        }
+        ToolStep::Directive => req.with_note(&directive_text(v)),
+        ToolStep::Reject => None,
+    }
+}
+
+/// A cycle's tools for a message: `a` → `b` → `c`.
+fn cycle_names(joined: &str) -> String {
+    joined
+        .split('+')
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
+/// A tool name reduced to a safe token for headers and logs: at most 64 of
+/// `[A-Za-z0-9_.-]`, anything else replaced by `_`.
+pub fn safe_tool_name(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if s.is_empty() {
+        "_".to_string()
+    } else {
+        s
+    }
+}
+
+/// The verdict's tool as headers, logs and 429s show it: a safe token (a
+/// cycle's tools joined by `+`), or none for an answer loop.
+pub fn shown_tool(v: &ToolVerdict) -> Option<String> {
+    match v.tier {
+        Tier::Answer => None,
+        // Its tools are safe tokens already (see `cycle`).
+        Tier::Cycle => Some(v.tool.clone()),
+        _ => Some(safe_tool_name(&v.tool)),
+    }
+}
+
+/// `x-loopguard-tool-loop: <tier>;tool=<name>;level=<n>` (a cycle's
+/// tools joined by `+`; an answer loop names none).
+pub fn header_value(v: &ToolVerdict) -> String {
+    match shown_tool(v) {
+        Some(tool) => format!("{};tool={};level={}", v.tier.as_str(), tool, v.level),
+        None => format!("{};level={}", v.tier.as_str(), v.level),
+    }
+}

@@ -1,0 +1,136 @@
+//! The byte-level edits that speak back to the model: a note at the end of
+//! the conversation, in the request's own format, and a `tool_choice` that
+//! makes the model answer in text.
+//!
+//! Edits never re-serialise the body: they insert or replace bytes at the
+//! end of the conversation (and at `tool_choice`), so every earlier byte
+//! stays identical and provider prompt caches keyed on the prefix still hit.
+
+use super::{scan, Format, Items, Request};
+
+impl Request<'_> {
+    /// The body with `note` appended as the conversation's last word, in
+    /// the request's own format: an OpenAI `system` message (Chat), a
+    /// `developer` input item (Responses), or a text block in the final
+    /// user turn (Anthropic, keeping roles alternating). `None` if the body
+    /// has no conversation array to append to.
+    pub fn with_note(&self, note: &str) -> Option<Vec<u8>> {
+        Some(apply(self.body, vec![self.note_edit(note)?]))
+    }
+
+    /// The body with `note` appended (as [`Request::with_note`]) and
+    /// `tool_choice` set so the model must answer in text.
+    pub fn with_note_and_no_tools(&self, note: &str) -> Option<Vec<u8>> {
+        let note_edit = self.note_edit(note)?;
+        let none = match self.format {
+            Format::Anthropic => "{\"type\":\"none\"}",
+            _ => "\"none\"",
+        };
+        let choice_edit = match self.tool_choice {
+            Some((start, end)) => Edit {
+                at: start,
+                remove: end - start,
+                insert: none.to_string(),
+            },
+            None => Edit {
+                at: object_end(self.body)?,
+                remove: 0,
+                insert: format!(",\"tool_choice\":{none}"),
+            },
+        };
+        Some(apply(self.body, vec![note_edit, choice_edit]))
+    }
+
+    fn note_edit(&self, note: &str) -> Option<Edit> {
+        let text = serde_json::to_string(note).ok()?;
+        match self.format {
+            Format::OpenAiChat => {
+                self.append_item(&format!("{{\"role\":\"system\",\"content\":{text}}}"))
+            }
+            Format::OpenAiResponses => {
+                self.append_item(&format!("{{\"role\":\"developer\",\"content\":{text}}}"))
+            }
+            Format::Anthropic => self.anthropic_note(&text),
+        }
+    }
+
+    /// Insert one item at the end of the conversation array.
+    fn append_item(&self, item: &str) -> Option<Edit> {
+        let (_, end) = self.array?;
+        let close = end.checked_sub(1)?;
+        let empty = match &self.items {
+            Items::List(l) => l.is_empty(),
+            Items::Text(_) => return None,
+        };
+        Some(Edit {
+            at: close,
+            remove: 0,
+            insert: if empty {
+                item.to_string()
+            } else {
+                format!(",{item}")
+            },
+        })
+    }
+
+    /// A text block at the end of the final user turn, or a new user turn
+    /// if the conversation ends with the assistant.
+    fn anthropic_note(&self, text: &str) -> Option<Edit> {
+        let block = format!("{{\"type\":\"text\",\"text\":{text}}}");
+        let last = match &self.items {
+            Items::List(l) => l.last(),
+            Items::Text(_) => None,
+        };
+        let Some(last) = last else {
+            return self.append_item(&format!("{{\"role\":\"user\",\"content\":[{block}]}}"));
+        };
+        let members = scan::members(self.body, last)?;
+        let is_user = scan::get(&members, "role")
+            .and_then(|s| scan::plain_str(self.body, s))
+            .is_some_and(|r| r.eq_ignore_ascii_case(b"user"));
+        match scan::get(&members, "content") {
+            Some(content) if is_user && self.body.get(content.0) == Some(&b'[') => {
+                let empty = scan::elements(self.body, content)?.is_empty();
+                Some(Edit {
+                    at: content.1.checked_sub(1)?,
+                    remove: 0,
+                    insert: if empty { block } else { format!(",{block}") },
+                })
+            }
+            Some(content) if is_user && self.body.get(content.0) == Some(&b'"') => {
+                let original = std::str::from_utf8(self.body.get(content.0..content.1)?).ok()?;
+                Some(Edit {
+                    at: content.0,
+                    remove: content.1 - content.0,
+                    insert: format!("[{{\"type\":\"text\",\"text\":{original}}},{block}]"),
+                })
+            }
+            _ => self.append_item(&format!("{{\"role\":\"user\",\"content\":[{block}]}}")),
+        }
+    }
+}
+
+/// A byte edit: at `at`, drop `remove` bytes and put `insert` there.
+#[derive(Debug)]
+struct Edit {
+    at: usize,
+    remove: usize,
+    insert: String,
+}
+
+/// Apply non-overlapping edits, last first so earlier offsets hold.
+fn apply(body: &[u8], mut edits: Vec<Edit>) -> Vec<u8> {
+    edits.sort_by_key(|e| std::cmp::Reverse(e.at));
+    let mut out = body.to_vec();
+    for e in edits {
+        let end = (e.at + e.remove).min(out.len());
+        out.splice(e.at.min(out.len())..end, e.insert.into_bytes());
+    }
+    out
+}
+
+/// The offset of the top-level object's closing brace.
+fn object_end(body: &[u8]) -> Option<usize> {
+    let at = body.iter().rposition(|b| !b.is_ascii_whitespace())?;
+    (body.get(at) == Some(&b'}')).then_some(at)
+}

@@ -1,0 +1,114 @@
+//! Tool results in the body: which an item carries (a Chat `tool`
+//! message's content, a Responses `function_call_output`'s output, an
+//! Anthropic user turn's `tool_result` blocks), and the text at a
+//! [`ResultAt`] (a result, or a turn's answer or prompt) read on demand
+//! within the request's parsing budget.
+
+use super::ResultAt;
+use crate::request::llm::scan::{self, Span};
+use crate::request::llm::{normalize, Part, Request};
+use serde_json::Value;
+
+impl Request<'_> {
+    /// The tool results an item carries, in order: a chat `tool` message's
+    /// content, a Responses `function_call_output`'s output, the
+    /// `tool_result` blocks of an Anthropic user message.
+    pub(super) fn results_of(&self, keys: &scan::Picked) -> Vec<ResultAt> {
+        let value = |span: Option<Span>| span.map_or(ResultAt::Empty, ResultAt::Value);
+        let role = self.word(keys, "role");
+        if role == b"tool" || role == b"function" {
+            return vec![value(keys.get("content"))];
+        }
+        let kind = self.word(keys, "type");
+        if matches!(kind, b"function_call_output" | b"custom_tool_call_output") {
+            return vec![value(keys.get("output"))];
+        }
+        let Some(blocks) = keys
+            .get("content")
+            .filter(|s| self.body.get(s.0) == Some(&b'['))
+            .and_then(|s| scan::elements(self.body, s))
+        else {
+            return Vec::new();
+        };
+        blocks
+            .into_iter()
+            .filter_map(|b| scan::members(self.body, b))
+            .filter(|m| {
+                scan::get(m, "type")
+                    .and_then(|s| scan::plain_str(self.body, s))
+                    .is_some_and(|t| t == b"tool_result")
+            })
+            .map(|m| value(scan::get(&m, "content")))
+            .collect()
+    }
+
+    /// A tool result's text, normalised (its text parts joined; media as
+    /// a hash), or `None` if it cannot be read within the request's
+    /// parsing budget.
+    pub fn result_text(&self, at: ResultAt) -> Option<String> {
+        let ResultAt::Value(span) = at else {
+            return Some(String::new());
+        };
+        let raw = self.body.get(span.0..span.1)?;
+        if raw.first() == Some(&b'"') {
+            return normalize::normalize_json_str(raw);
+        }
+        if !self.afford(span) {
+            return None;
+        }
+        let v = serde_json::from_slice::<Value>(raw).ok()?;
+        let mut out = String::new();
+        flatten(&normalize::content(&v), &mut out);
+        Some(out)
+    }
+
+    /// The bytes of the value at `at` in the body, read no further (a
+    /// cache's key).
+    pub fn result_bytes(&self, at: ResultAt) -> Option<&[u8]> {
+        let ResultAt::Value(span) = at else {
+            return None;
+        };
+        self.body.get(span.0..span.1)
+    }
+
+    /// Take from the parsing budget what [`Request::result_text`] takes
+    /// for `at` (a text found in a cache is charged as if read): a string
+    /// costs nothing, other content its values; false when they do not
+    /// fit.
+    pub fn afford_result(&self, at: ResultAt) -> bool {
+        match at {
+            ResultAt::Value(span) if self.body.get(span.0) != Some(&b'"') => self.afford(span),
+            _ => true,
+        }
+    }
+}
+
+/// Parts as one text: texts joined by spaces, other parts by a marker.
+fn flatten(parts: &[Part], out: &mut String) {
+    for p in parts {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        match p {
+            Part::Text(t) => out.push_str(t),
+            Part::Media(h) => {
+                out.push_str("<media:");
+                for b in h.iter().take(8) {
+                    out.push_str(&format!("{b:02x}"));
+                }
+                out.push('>');
+            }
+            Part::ToolCall { name, arguments } => {
+                out.push_str(name);
+                out.push(' ');
+                out.push_str(arguments);
+            }
+            Part::ToolResult { content, .. } => flatten(content, out),
+            Part::Other(kind) => {
+                out.push('<');
+                out.push_str(kind);
+                out.push('>');
+            }
+        }
+    }
+}

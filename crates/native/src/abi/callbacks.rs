@@ -1,0 +1,173 @@
+//! The callbacks Envoy exports that loopguard calls, declared as the ABI
+//! header has them (unit tests link `absent.rs` instead).
+
+use super::*;
+
+extern "C" {
+    pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
+    pub fn envoy_dynamic_module_callback_log_enabled(level: u32) -> bool;
+    pub fn envoy_dynamic_module_callback_http_get_header(
+        filter: FilterPtr,
+        map: u32,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+        index: usize,
+        count: *mut usize,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_get_headers_size(
+        filter: FilterPtr,
+        map: u32,
+    ) -> usize;
+    pub fn envoy_dynamic_module_callback_http_get_headers(
+        filter: FilterPtr,
+        map: u32,
+        result: *mut EnvoyHeader,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_add_header(
+        filter: FilterPtr,
+        map: u32,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_set_header(
+        filter: FilterPtr,
+        map: u32,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_get_body_size(filter: FilterPtr, body: u32) -> usize;
+    pub fn envoy_dynamic_module_callback_http_get_body_chunks_size(
+        filter: FilterPtr,
+        body: u32,
+    ) -> usize;
+    pub fn envoy_dynamic_module_callback_http_get_body_chunks(
+        filter: FilterPtr,
+        body: u32,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_append_body(
+        filter: FilterPtr,
+        body: u32,
+        data: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_drain_body(
+        filter: FilterPtr,
+        body: u32,
+        bytes: usize,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_received_buffered_request_body(
+        filter: FilterPtr,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_send_response(
+        filter: FilterPtr,
+        status: u32,
+        headers: *mut ModuleHeader,
+        headers_len: usize,
+        body: ModuleBuffer,
+        details: ModuleBuffer,
+    );
+    pub fn envoy_dynamic_module_callback_http_set_filter_state_bytes(
+        filter: FilterPtr,
+        key: ModuleBuffer,
+        value: ModuleBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
+        filter: FilterPtr,
+        attribute: u32,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_get_metadata_string(
+        filter: FilterPtr,
+        source: u32,
+        namespace: ModuleBuffer,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterPtr);
+    pub fn envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterPtr);
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(
+        filter: FilterPtr,
+    ) -> SchedulerPtr;
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
+        scheduler: SchedulerPtr,
+        event: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: SchedulerPtr);
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+        config: ConfigPtr,
+    ) -> SchedulerPtr;
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+        scheduler: SchedulerPtr,
+        event: u64,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
+        scheduler: SchedulerPtr,
+    );
+    pub fn envoy_dynamic_module_callback_http_filter_http_callout(
+        filter: FilterPtr,
+        id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_len: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_http_callout(
+        config: ConfigPtr,
+        id: *mut u64,
+        cluster: ModuleBuffer,
+        headers: *mut ModuleHeader,
+        headers_len: usize,
+        body: ModuleBuffer,
+        timeout_ms: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+        config: ConfigPtr,
+        name: ModuleBuffer,
+        labels: *mut ModuleBuffer,
+        labels_len: usize,
+        id: *mut usize,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
+        config: ConfigPtr,
+        name: ModuleBuffer,
+        labels: *mut ModuleBuffer,
+        labels_len: usize,
+        id: *mut usize,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_histogram(
+        config: ConfigPtr,
+        name: ModuleBuffer,
+        labels: *mut ModuleBuffer,
+        labels_len: usize,
+        id: *mut usize,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
+        config: ConfigPtr,
+        id: usize,
+        labels: *mut ModuleBuffer,
+        labels_len: usize,
+        value: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+        config: ConfigPtr,
+        id: usize,
+        labels: *mut ModuleBuffer,
+        labels_len: usize,
+        value: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+        config: ConfigPtr,
+        id: usize,
+        labels: *mut ModuleBuffer,
+        labels_len: usize,
+        value: u64,
+    ) -> u32;
+    pub fn envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
+        config: ConfigPtr,
+        id: usize,
+        labels: *mut ModuleBuffer,
+        labels_len: usize,
+        value: u64,
+    ) -> u32;
+}

@@ -1,0 +1,66 @@
+//! Callouts: a store call sent through an Envoy cluster on behalf of a
+//! stream or of the configuration, and why Envoy refused one.
+
+use super::headers::module_headers;
+use super::*;
+use loopguard_core::state::store::StoreCall;
+
+/// Why Envoy refused a callout (its
+/// `envoy_dynamic_module_type_http_callout_init_result`).
+fn refused(code: u32) -> String {
+    match code {
+        1 => "missing :method, :path or host".to_string(),
+        2 => "no such cluster".to_string(),
+        3 => "duplicate callout id".to_string(),
+        4 => "cannot create the request (no healthy host?)".to_string(),
+        n => format!("init result {n}"),
+    }
+}
+
+/// Send `call` through an Envoy cluster with one of Envoy's callout
+/// callbacks (`send` gets the id to fill, the cluster, the headers, the
+/// body and the timeout): the call's id, or why Envoy refused it.
+fn callout(
+    call: &StoreCall,
+    send: impl FnOnce(*mut u64, ModuleBuffer, *mut ModuleHeader, usize, ModuleBuffer, u64) -> u32,
+) -> Result<u64, String> {
+    let mut h = module_headers(&call.headers);
+    let mut id = 0u64;
+    let code = send(
+        &mut id,
+        ModuleBuffer::of(call.cluster.as_bytes()),
+        h.as_mut_ptr(),
+        h.len(),
+        ModuleBuffer::of(&call.body),
+        call.timeout_ms,
+    );
+    if code == CALLOUT_INIT_SUCCESS {
+        Ok(id)
+    } else {
+        Err(refused(code))
+    }
+}
+
+/// Send a call on behalf of a stream (answered to the stream, on its worker).
+pub fn stream_callout(filter: FilterPtr, call: &StoreCall) -> Result<u64, String> {
+    callout(call, |id, cluster, headers, n, body, timeout| {
+        // SAFETY: every buffer is read during the call only.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_http_callout(
+                filter, id, cluster, headers, n, body, timeout,
+            )
+        }
+    })
+}
+
+/// Send a call on behalf of the configuration (main thread; answered there).
+pub fn config_callout(config: ConfigPtr, call: &StoreCall) -> Result<u64, String> {
+    callout(call, |id, cluster, headers, n, body, timeout| {
+        // SAFETY: every buffer is read during the call only.
+        unsafe {
+            envoy_dynamic_module_callback_http_filter_config_http_callout(
+                config, id, cluster, headers, n, body, timeout,
+            )
+        }
+    })
+}

@@ -1,0 +1,100 @@
+//! Metrics: counters, gauges and histograms defined while the
+//! configuration loads, and changed from any thread.
+
+use super::*;
+
+/// Strings as an array of module buffers for the call `f` makes (null and
+/// 0 when there are none).
+fn with_buffers<T>(strings: &[&str], f: impl FnOnce(*mut ModuleBuffer, usize) -> T) -> T {
+    let mut buffers: Vec<ModuleBuffer> = strings
+        .iter()
+        .map(|s| ModuleBuffer::of(s.as_bytes()))
+        .collect();
+    if buffers.is_empty() {
+        f(std::ptr::null_mut(), 0)
+    } else {
+        f(buffers.as_mut_ptr(), buffers.len())
+    }
+}
+
+/// What a metric is to Envoy.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum MetricKind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Define a metric (only while the configuration loads); its id.
+pub fn define_metric(
+    config: ConfigPtr,
+    kind: MetricKind,
+    name: &str,
+    labels: &[&str],
+) -> Option<usize> {
+    let mut id = 0usize;
+    let name = ModuleBuffer::of(name.as_bytes());
+    // SAFETY: every buffer is read during the call only.
+    let code = with_buffers(labels, |ptr, len| unsafe {
+        match kind {
+            MetricKind::Counter => envoy_dynamic_module_callback_http_filter_config_define_counter(
+                config, name, ptr, len, &mut id,
+            ),
+            MetricKind::Gauge => envoy_dynamic_module_callback_http_filter_config_define_gauge(
+                config, name, ptr, len, &mut id,
+            ),
+            MetricKind::Histogram => {
+                envoy_dynamic_module_callback_http_filter_config_define_histogram(
+                    config, name, ptr, len, &mut id,
+                )
+            }
+        }
+    });
+    (code == METRICS_SUCCESS).then_some(id)
+}
+
+/// What to do to a metric.
+#[derive(Clone, Copy)]
+pub enum MetricOp {
+    Increment,
+    Decrement,
+    Record,
+}
+
+/// Change a metric (any thread: Envoy's stats are atomic). `labels` are
+/// the values of a labelled metric's labels, in order (empty otherwise).
+pub fn metric(
+    config: ConfigPtr,
+    op: MetricOp,
+    kind: MetricKind,
+    id: usize,
+    labels: &[&str],
+    value: u64,
+) -> bool {
+    // SAFETY: every buffer is read during the call only.
+    let code = with_buffers(labels, |ptr, len| unsafe {
+        match (kind, op) {
+            (MetricKind::Counter, _) => {
+                envoy_dynamic_module_callback_http_filter_config_increment_counter(
+                    config, id, ptr, len, value,
+                )
+            }
+            (MetricKind::Gauge, MetricOp::Decrement) => {
+                envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
+                    config, id, ptr, len, value,
+                )
+            }
+            (MetricKind::Gauge, _) => {
+                envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+                    config, id, ptr, len, value,
+                )
+            }
+            (MetricKind::Histogram, _) => {
+                envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
+                    config, id, ptr, len, value,
+                )
+            }
+        }
+    });
+    code == METRICS_SUCCESS
+}

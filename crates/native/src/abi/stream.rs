@@ -1,0 +1,87 @@
+//! What else a stream's hooks ask of Envoy: a local reply, a filter-state
+//! value, a string attribute or metadata value, and resuming a request or
+//! response a hook stopped.
+
+use super::headers::module_headers;
+use super::*;
+
+/// Answer the request locally (Envoy's `sendLocalReply`).
+pub fn send_response(
+    filter: FilterPtr,
+    status: u32,
+    headers: &[(&str, String)],
+    body: &[u8],
+    details: &str,
+) {
+    let mut h = module_headers(headers);
+    // SAFETY: every buffer is read during the call only.
+    unsafe {
+        envoy_dynamic_module_callback_http_send_response(
+            filter,
+            status,
+            h.as_mut_ptr(),
+            h.len(),
+            ModuleBuffer::of(body),
+            ModuleBuffer::of(details.as_bytes()),
+        )
+    }
+}
+
+/// Set a filter-state value (bytes, read by `%FILTER_STATE(key:PLAIN)%`).
+pub fn set_filter_state(filter: FilterPtr, key: &str, value: &[u8]) -> bool {
+    // SAFETY: the buffers are read during the call only.
+    unsafe {
+        envoy_dynamic_module_callback_http_set_filter_state_bytes(
+            filter,
+            ModuleBuffer::of(key.as_bytes()),
+            ModuleBuffer::of(value),
+        )
+    }
+}
+
+/// A string attribute, copied.
+pub fn attribute(filter: FilterPtr, attribute: Attribute) -> Option<Vec<u8>> {
+    let mut out = EnvoyBuffer::EMPTY;
+    // SAFETY: Envoy writes one buffer; it is copied before returning.
+    unsafe {
+        envoy_dynamic_module_callback_http_filter_get_attribute_string(
+            filter,
+            attribute as u32,
+            &mut out,
+        )
+        .then(|| out.bytes().to_vec())
+    }
+}
+
+/// A string in metadata (`namespace`, top-level `key`), copied.
+pub fn metadata_string(
+    filter: FilterPtr,
+    source: Metadata,
+    namespace: &str,
+    key: &str,
+) -> Option<Vec<u8>> {
+    let mut out = EnvoyBuffer::EMPTY;
+    // SAFETY: Envoy writes one buffer; it is copied before returning.
+    unsafe {
+        envoy_dynamic_module_callback_http_get_metadata_string(
+            filter,
+            source as u32,
+            ModuleBuffer::of(namespace.as_bytes()),
+            ModuleBuffer::of(key.as_bytes()),
+            &mut out,
+        )
+        .then(|| out.bytes().to_vec())
+    }
+}
+
+/// Resume a request a hook stopped (a repeated call is ignored by Envoy).
+pub fn continue_decoding(filter: FilterPtr) {
+    // SAFETY: on the stream's worker thread, while the stream lives.
+    unsafe { envoy_dynamic_module_callback_http_filter_continue_decoding(filter) }
+}
+
+/// Resume a response a hook stopped (a repeated call is ignored by Envoy).
+pub fn continue_encoding(filter: FilterPtr) {
+    // SAFETY: on the stream's worker thread, while the stream lives.
+    unsafe { envoy_dynamic_module_callback_http_filter_continue_encoding(filter) }
+}
