@@ -56,6 +56,17 @@ struct Conn {
     writer: TcpStream,
 }
 
+/// A real redis-server with the shipped library loaded, and a connection
+/// to it (the server stops when dropped); `None` where redis-server is not
+/// installed and not required.
+fn loaded_server() -> Option<(Server, Conn)> {
+    let server = Server::start()?;
+    let mut conn = Conn::open(server.port);
+    let loaded = conn.cmd(&["FUNCTION", "LOAD", "REPLACE", redis::script::LIBRARY]);
+    assert_eq!(loaded, Resp::Bulk(Some("loopguard".into())));
+    Some((server, conn))
+}
+
 impl Conn {
     fn open(port: u16) -> Conn {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to redis");
@@ -470,12 +481,9 @@ fn take_back_in(lane: &mut Lane, conn: &mut Conn, script: &Script, of: &Made, ma
 
 #[test]
 fn the_function_the_script_and_the_core_give_the_same_answers() {
-    let Some(server) = Server::start() else {
+    let Some((_server, mut conn)) = loaded_server() else {
         return;
     };
-    let mut conn = Conn::open(server.port);
-    let loaded = conn.cmd(&["FUNCTION", "LOAD", "REPLACE", redis::script::LIBRARY]);
-    assert_eq!(loaded, Resp::Bulk(Some("loopguard".into())));
     let script = Script::shipped();
     // The script is not cached yet: the first call answers NOSCRIPT.
     assert_eq!(
@@ -660,12 +668,9 @@ fn next_now(
 
 #[test]
 fn budgets_in_redis_are_the_core_s_slices() {
-    let Some(server) = Server::start() else {
+    let Some((_server, mut conn)) = loaded_server() else {
         return;
     };
-    let mut conn = Conn::open(server.port);
-    let loaded = conn.cmd(&["FUNCTION", "LOAD", "REPLACE", redis::script::LIBRARY]);
-    assert_eq!(loaded, Resp::Bulk(Some("loopguard".into())));
     let script = Script::shipped();
 
     let mut tally = BudgetTally::default();
@@ -825,11 +830,9 @@ fn budgets_in_redis_are_the_core_s_slices() {
 
 #[test]
 fn a_budget_call_with_bad_arguments_changes_nothing() {
-    let Some(server) = Server::start() else {
+    let Some((_server, mut conn)) = loaded_server() else {
         return;
     };
-    let mut conn = Conn::open(server.port);
-    conn.cmd(&["FUNCTION", "LOAD", "REPLACE", redis::script::LIBRARY]);
     let key = "lg:x:{b1}:1";
     let fcall = |conn: &mut Conn, keys: &[&str], args: &[&str]| {
         let n = keys.len().to_string();
@@ -887,11 +890,9 @@ fn a_budget_call_with_bad_arguments_changes_nothing() {
 /// and keeps the newest 60, as the core's slices do.
 #[test]
 fn a_key_keeps_its_newest_slices_as_the_core_does() {
-    let Some(server) = Server::start() else {
+    let Some((_server, mut conn)) = loaded_server() else {
         return;
     };
-    let mut conn = Conn::open(server.port);
-    conn.cmd(&["FUNCTION", "LOAD", "REPLACE", redis::script::LIBRARY]);
     let script = Script::shipped();
     let s = 1_000;
     for mut lane in [

@@ -2,7 +2,7 @@
 //! conversation, the check before a request goes upstream, the 429, the
 //! warning, shadow mode, estimates, and the shared store's calls.
 
-use super::tests::{Harness, Sent};
+use super::tests::{events, Harness, Sent};
 use super::*;
 use crate::state::store::CallReply;
 use serde_json::{json, Value};
@@ -74,17 +74,6 @@ fn header<'a>(s: &'a Sent, name: &str) -> Option<&'a str> {
         .iter()
         .find(|(k, _)| *k == name)
         .map(|(_, v)| v.as_str())
-}
-
-fn events(effects: &[Effect], name: &str) -> Vec<Value> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Log(Level::Info, line) => serde_json::from_str::<Value>(line).ok(),
-            _ => None,
-        })
-        .filter(|v| v["event"] == name)
-        .collect()
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! events, what rejected requests would have spent, and the looping
 //! callers' own series.
 
-use super::tests::{Harness, Sent};
+use super::tests::{events, Harness, Sent};
 use super::usage::{caller_hash, caller_tag};
 use super::*;
 use serde_json::{json, Value};
@@ -42,17 +42,6 @@ fn answer(h: &mut Harness, s: &mut Sent, body: &str) -> Effects {
     }
     h.engine.on_done(&mut s.req, &mut out);
     out
-}
-
-fn events(effects: &[Effect], name: &str) -> Vec<Value> {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Log(Level::Info, line) => serde_json::from_str::<Value>(line).ok(),
-            _ => None,
-        })
-        .filter(|v| v["event"] == name)
-        .collect()
 }
 
 fn named(effects: &[Effect]) -> Vec<String> {

@@ -69,6 +69,18 @@ impl Sent {
     }
 }
 
+/// The structured events named `name` among the effects' info log lines.
+pub(super) fn events(effects: &[Effect], name: &str) -> Vec<Value> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Log(Level::Info, line) => serde_json::from_str::<Value>(line).ok(),
+            _ => None,
+        })
+        .filter(|v| v["event"] == name)
+        .collect()
+}
+
 pub(super) fn facts(headers: &[(&str, &str)]) -> FakeFacts {
     headers
         .iter()

@@ -190,14 +190,7 @@ fn a_stream_repeating_itself_is_reported_once_and_passes_whole() {
         h.metric(&out, "loopguard.degenerate_output_total.policy.p"),
         1
     );
-    let events: Vec<serde_json::Value> = out
-        .iter()
-        .filter_map(|e| match e {
-            Effect::Log(Level::Info, l) => serde_json::from_str(l).ok(),
-            _ => None,
-        })
-        .filter(|v: &serde_json::Value| v["event"] == "output.degenerate")
-        .collect();
+    let events = super::tests::events(&out, "output.degenerate");
     assert_eq!(events.len(), 1, "{out:?}");
     let e = &events[0];
     assert_eq!(e["policy"], "p");
