@@ -42,7 +42,7 @@ MANIFEST = HERE / "manifest.jsonl"
 # prompts, instructions, policies) are stored once per file.
 SHARED_MIN = 1000
 # The committed corpus's budget (runs/ in all).
-BUDGET_BYTES = 16 << 20
+BUDGET_BYTES = 24 << 20
 
 
 def digest(run_id: str) -> bytes:

@@ -12,13 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from formats import acr, claude_code, mini_swe, mint, swe_agent, tau
+from formats import acr, claude_code, mini_swe, mint, nebius, swe_agent, tau
 from formats.common import Repo
 
 AGPL_NC = "AGPL-3.0 for non-commercial use (repository-wide dual licence; commercial use by agreement)"
 MIT = "MIT"
 APACHE = "Apache-2.0"
 NONE_STATED = "none stated (no licence file in the repository)"
+CC_BY = "CC-BY-4.0 (the dataset's; the repository holding the copy states none)"
 
 
 @dataclass
@@ -100,6 +101,10 @@ def _tau2_gpt41(repo: Repo, name: str):
             yield from tau.read_tau2(repo, name, p, seen=seen)
 
 
+def _nebius(repo: Repo, name: str):
+    yield from nebius.read(repo, name, "SWE-agent 0.x (Nebius)", "swe_trajectories/trajectories")
+
+
 def _claude(repo: Repo, name: str):
     # Files read one by one, kept verbatim beside where a fetched
     # repository would be (formats/claude_code.py says why).
@@ -125,6 +130,9 @@ SOURCES = [
            "τ²-bench simulations with Grok models (branch addendum; some runs use the author's variants of the airline policy)"),
     Source("tau2-gpt41", "sierra-research/tau2-bench", "29510b1d0d47dbe502ada30079c642bd0d172ed9", MIT, 200, _tau2_gpt41,
            "τ²-bench results of gpt-4.1 and a fine-tuned gpt-4.1 (branch feature/gym)"),
+    Source("nebius", "wzh4464/ContextGraph", "1319787c5abf54f591ca3fbf408e4b0ac601b51b", CC_BY, 900, _nebius,
+           "Nebius's SWE-agent runs with its fine-tuned Llama models (swe-agent-llama-8b, -70b, -405b) on SWE-bench-extra tasks (dataset "
+           "nebius/SWE-agent-trajectories), one run per task, as a public copy keeps them (swe_trajectories/trajectories/)"),
     Source("claude-code", "benchflow-ai/skillsbench-trajectories", "", "", 60, _claude,
            "Claude Code runs of SkillsBench tasks (agent/claude-code.txt stream with result.json)"),
 ]
