@@ -18,11 +18,12 @@ fn of_turn<'a, R: Results>(
         .filter(move |&i| calls.get(i).is_some_and(|c| c.turn == turn))
 }
 
-/// The most repeated (tool, arguments) of the newest turn, counting the
-/// calls answered as the newest one was, back from the newest as long as
-/// nothing new was tried in between: an agent that reruns its test after
-/// each of several different fixes, and sees the same failure, is trying
-/// things, not looping; one that reruns it after nothing but repeats is.
+/// The most repeated (tool, arguments) of the newest turn, counting back
+/// from the newest the calls whose result repeats the one before (the
+/// same, or nothing new: see `news.rs`), as long as nothing new was tried
+/// in between: an agent that reruns its test after each of several
+/// different fixes, and sees the same failure, is trying things, not
+/// looping; one that reruns it after nothing but repeats is.
 pub(super) fn identical<R: Results>(
     cfg: &ToolLoops,
     calls: &Calls<'_, '_, R>,
@@ -30,17 +31,13 @@ pub(super) fn identical<R: Results>(
     newest: usize,
     news: &dyn Fn(usize) -> bool,
 ) -> Option<ToolVerdict> {
+    let first = recent.first().copied().unwrap_or(0);
     let mut best: Option<(u32, usize)> = None;
     for c in of_turn(calls, recent, newest) {
-        let same: Vec<usize> = recent
-            .iter()
-            .copied()
-            .filter(|&o| o < c && calls.same_call(o, c) && calls.same(o, c, true))
-            .collect();
         let mut n = 1u32;
         let mut later = c;
-        for &o in same.iter().rev() {
-            if !(o + 1..later).all(|i| calls.repeats_earlier(i)) {
+        while let Some(o) = calls.previous(later).filter(|&o| o >= first) {
+            if !calls.repeats_previous(later) || !(o + 1..later).all(|i| calls.repeats_earlier(i)) {
                 break;
             }
             // A user told the agent something new in between (a support
@@ -129,7 +126,13 @@ pub(super) fn cycle<R: Results>(
     if cfg.cycle_min == 0 || calls.get(n.checked_sub(1)?)?.turn != newest {
         return None;
     }
-    let equal = |i: usize, j: usize| calls.same_call(i, j) && calls.same(i, j, true);
+    // Call `j` repeats call `i` (the same call made last before it), its
+    // result the same or nothing new.
+    let equal = |i: usize, j: usize| {
+        calls.same_call(i, j)
+            && (calls.same(i, j, true)
+                || (calls.previous(j) == Some(i) && calls.repeats_previous(j)))
+    };
     let mut best: Option<(u32, usize)> = None;
     for period in [2usize, 3] {
         if n < period * cfg.cycle_min as usize {

@@ -2,13 +2,15 @@
 //! once, their results read, masked and digested once, and what tells an
 //! answer worth repeating (its words) or two calls' arguments barely apart.
 
+use super::news::{self, Added, Lines};
 use super::Results;
 use crate::config::Classes;
 use crate::request::llm::volatile::{self, Class, Context};
 use crate::request::llm::ToolCall;
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 /// The classes pattern thrash masks in results: of the policy's, the
 /// random ones that change on every call whatever is asked (no numbers: a
@@ -87,6 +89,28 @@ pub(super) fn trivially_varied(a: &str, b: &str) -> bool {
     all == 0 || 2 * shared >= all
 }
 
+/// The texts in a call's arguments (canonical JSON), one line each: what
+/// an edit writes, shown again in its result.
+fn argument_text(arguments: &str) -> String {
+    fn collect(v: &serde_json::Value, out: &mut String) {
+        match v {
+            serde_json::Value::String(s) => {
+                out.push_str(s);
+                out.push('\n');
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|i| collect(i, out)),
+            serde_json::Value::Object(m) => m.values().for_each(|i| collect(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    match serde_json::from_str::<serde_json::Value>(arguments) {
+        Ok(v) => collect(&v, &mut out),
+        Err(_) => out.push_str(arguments),
+    }
+    out
+}
+
 /// What a call was answered, as compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Answered {
@@ -109,6 +133,22 @@ pub(super) struct Calls<'h, 'r, R: Results> {
     pub(super) cache: RefCell<HashMap<(usize, bool), Answered>>,
     /// Words in each call's answer, counted once.
     pub(super) words: RefCell<HashMap<usize, usize>>,
+    /// Each call's result as lines (see `news.rs`), read once.
+    pub(super) lines: RefCell<HashMap<usize, Option<Rc<Lines>>>>,
+    /// How each call's result compares with its previous occurrence's.
+    pub(super) links: RefCell<HashMap<usize, Link>>,
+}
+
+/// How a call's result compares with the result of the same call (tool
+/// and arguments) made before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Link {
+    /// No such earlier call, or a result that cannot be read.
+    Unknown,
+    /// The same result (masked), or none to compare.
+    Same,
+    /// Another result: what it added (see `news.rs`).
+    Other(Added),
 }
 
 impl<R: Results> Calls<'_, '_, R> {
@@ -168,9 +208,82 @@ impl<R: Results> Calls<'_, '_, R> {
     }
 
     /// Whether call `i` is a repeat of an earlier call (the same tool and
-    /// arguments, answered the same): nothing new was tried.
+    /// arguments, answered the same, or answered with nothing new): nothing
+    /// new was tried.
     pub(super) fn repeats_earlier(&self, i: usize) -> bool {
-        (0..i).any(|j| self.same_call(j, i) && self.same(j, i, true))
+        (0..i).any(|j| self.same_call(j, i) && self.same(j, i, true)) || self.repeats_previous(i)
+    }
+
+    /// The same call made last before call `j`.
+    pub(super) fn previous(&self, j: usize) -> Option<usize> {
+        (0..j).rev().find(|&i| self.same_call(i, j))
+    }
+
+    /// The same call made next after call `j`.
+    fn next(&self, j: usize) -> Option<usize> {
+        (j + 1..self.calls.len()).find(|&i| self.same_call(i, j))
+    }
+
+    /// Whether call `j`'s result repeats the result of the same call made
+    /// before it: the same, or nothing new (see `news.rs`), its moved
+    /// numbers (if any) moved by the same steps as in the repetition before
+    /// or after it.
+    pub(super) fn repeats_previous(&self, j: usize) -> bool {
+        match self.link(j) {
+            Link::Same => true,
+            Link::Unknown | Link::Other(Added::Something) => false,
+            Link::Other(Added::Nothing(moved)) => {
+                // The repetition before (the previous call's own link) or
+                // after (the next call's link, to this one).
+                moved.is_empty()
+                    || [self.previous(j), self.next(j)].into_iter().flatten().any(
+                        |k| matches!(self.link(k), Link::Other(Added::Nothing(m)) if m == moved),
+                    )
+            }
+        }
+    }
+
+    fn link(&self, j: usize) -> Link {
+        if let Some(l) = self.links.borrow().get(&j) {
+            return l.clone();
+        }
+        let link = match self.previous(j) {
+            None => Link::Unknown,
+            Some(p) if self.same(p, j, true) => Link::Same,
+            Some(p) => match (self.lines_of(j), self.lines_of(p)) {
+                (Some(later), Some(before)) => {
+                    let mut seen: HashSet<u64> = HashSet::new();
+                    let mut earlier = Some(p);
+                    while let Some(i) = earlier {
+                        if let Some(l) = self.lines_of(i) {
+                            seen.extend(l.exact());
+                        }
+                        earlier = self.previous(i);
+                    }
+                    if let Some(c) = self.get(j) {
+                        seen.extend(Lines::of(&argument_text(&c.arguments), self.classes).exact());
+                    }
+                    Link::Other(news::added(&later, &before, &seen))
+                }
+                _ => Link::Unknown,
+            },
+        };
+        self.links.borrow_mut().insert(j, link.clone());
+        link
+    }
+
+    /// Call `i`'s result as lines, read once.
+    fn lines_of(&self, i: usize) -> Option<Rc<Lines>> {
+        if let Some(l) = self.lines.borrow().get(&i) {
+            return l.clone();
+        }
+        let lines = self
+            .get(i)
+            .and_then(|c| c.result)
+            .and_then(|at| self.results.result_raw(at))
+            .map(|text| Rc::new(Lines::of(&text, self.classes)));
+        self.lines.borrow_mut().insert(i, lines.clone());
+        lines
     }
 
     /// Whether call `i`'s answer tells something: at least

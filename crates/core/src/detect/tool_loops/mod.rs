@@ -35,6 +35,7 @@ mod answer_loops;
 mod call_loops;
 mod calls;
 mod ladder;
+mod news;
 
 pub use ladder::{directive_text, header_value, nudge_text, rewrite, safe_tool_name, shown_tool};
 
@@ -81,6 +82,13 @@ pub trait Results {
     /// request's parsing budget ran out).
     fn result_text(&self, at: ResultAt) -> Option<String>;
 
+    /// The text at `at` as written (its lines and case kept, for telling
+    /// what a repeated call's result adds; see `news.rs`); `None` when it
+    /// cannot be read.
+    fn result_raw(&self, at: ResultAt) -> Option<String> {
+        self.result_text(at)
+    }
+
     /// The bytes in the body of the text at `at` (a cache's key); `None`
     /// when there are none to key on.
     fn result_bytes(&self, _at: ResultAt) -> Option<&[u8]> {
@@ -97,6 +105,10 @@ pub trait Results {
 impl Results for Request<'_> {
     fn result_text(&self, at: ResultAt) -> Option<String> {
         Request::result_text(self, at)
+    }
+
+    fn result_raw(&self, at: ResultAt) -> Option<String> {
+        Request::result_raw(self, at)
     }
 
     fn result_bytes(&self, at: ResultAt) -> Option<&[u8]> {
@@ -138,6 +150,8 @@ pub fn judge(
         classes: cfg.result_classes,
         cache: RefCell::new(HashMap::new()),
         words: RefCell::new(HashMap::new()),
+        lines: RefCell::new(HashMap::new()),
+        links: RefCell::new(HashMap::new()),
     };
     let n = calls.calls.len();
     let recent: Vec<usize> = (n.saturating_sub(cfg.last_calls)..n).collect();
@@ -171,5 +185,7 @@ mod tests;
 
 #[cfg(test)]
 mod drift_tests;
+#[cfg(test)]
+mod news_tests;
 #[cfg(test)]
 mod trying_tests;

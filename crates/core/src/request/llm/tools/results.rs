@@ -62,6 +62,26 @@ impl Request<'_> {
         Some(out)
     }
 
+    /// A tool result's text as written: a string unescaped, or the text
+    /// parts of its content joined by line breaks; `None` if it cannot be
+    /// read within the request's parsing budget.
+    pub fn result_raw(&self, at: ResultAt) -> Option<String> {
+        let ResultAt::Value(span) = at else {
+            return Some(String::new());
+        };
+        let raw = self.body.get(span.0..span.1)?;
+        if raw.first() == Some(&b'"') {
+            return serde_json::from_slice::<String>(raw).ok();
+        }
+        if !self.afford(span) {
+            return None;
+        }
+        let v = serde_json::from_slice::<Value>(raw).ok()?;
+        let mut out = String::new();
+        texts_of(&v, &mut out);
+        Some(out)
+    }
+
     /// The bytes of the value at `at` in the body, read no further (a
     /// cache's key).
     pub fn result_bytes(&self, at: ResultAt) -> Option<&[u8]> {
@@ -80,6 +100,28 @@ impl Request<'_> {
             ResultAt::Value(span) if self.body.get(span.0) != Some(&b'"') => self.afford(span),
             _ => true,
         }
+    }
+}
+
+/// The texts in a content value (a string, text blocks, a tool result's
+/// content), one line each.
+fn texts_of(v: &Value, out: &mut String) {
+    match v {
+        Value::String(t) => {
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(t);
+        }
+        Value::Array(items) => items.iter().for_each(|i| texts_of(i, out)),
+        Value::Object(m) => {
+            if let Some(t @ Value::String(_)) = m.get("text") {
+                texts_of(t, out);
+            } else if let Some(c) = m.get("content").or_else(|| m.get("output")) {
+                texts_of(c, out);
+            }
+        }
+        _ => {}
     }
 }
 

@@ -1,0 +1,165 @@
+//! Repeated calls whose results differ only by what the repetition
+//! produces (an edit's block once more, a count that grows by the same
+//! step, a shell's own line counter) are repeats; a result with anything
+//! new (the next page, a poll's uneven progress) is progress.
+
+use super::tests::{cfg, judge_body};
+use super::*;
+use serde_json::json;
+
+const CHAT: &str = "/v1/chat/completions";
+
+/// A SWE-agent-style run: each reply a narration and a fenced command,
+/// each observation a user message.
+fn run(turns: &[(String, String)]) -> serde_json::Value {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are an autonomous programmer."}),
+        json!({"role": "user", "content": "Fix: total() returns 10.1 for a cart of 10.10."}),
+    ];
+    for (command, output) in turns {
+        messages.push(json!({"role": "assistant",
+            "content": format!("We need to insert the method again.\n\n```\n{command}\n```\n")}));
+        messages.push(json!({"role": "user", "content": output}));
+    }
+    json!({"model": "gpt-4o", "messages": messages})
+}
+
+const BLOCK: [&str; 3] = [
+    "    def total(self):",
+    "        return round(sum(self.items), 2)",
+    "",
+];
+
+/// The file view after the block was inserted at line 10 `times` times:
+/// the count grows by 3 each time, the lines below shift.
+fn view(times: usize) -> String {
+    let mut lines = vec![format!(
+        "[File: /repo/cart.py ({} lines total)]",
+        40 + 3 * times
+    )];
+    let mut body: Vec<String> = (1..10).map(|i| format!("    x{i} = {i}")).collect();
+    for _ in 0..times {
+        body.extend(BLOCK.iter().map(|s| s.to_string()));
+    }
+    body.push("class Item:".to_string());
+    for (i, l) in body.iter().enumerate().take(30) {
+        lines.push(format!("{}:{l}", i + 1));
+    }
+    lines.push(format!("({} more lines below)", 40 + 3 * times - 30));
+    lines.join("\n")
+}
+
+fn edit() -> String {
+    format!("edit 10:10\n{}\nend_of_edit", BLOCK.join("\n"))
+}
+
+#[test]
+fn an_edit_that_only_grows_the_file_is_repeated() {
+    let c = cfg(json!({}));
+    let turns: Vec<(String, String)> = (1..=3).map(|k| (edit(), view(k))).collect();
+    let v = judge_body(&c, &run(&turns), CHAT).expect("a repeated edit");
+    assert_eq!((v.tier, v.occurrences), (Tier::Identical, 3));
+    // Two of them are not yet a loop.
+    assert_eq!(judge_body(&c, &run(&turns[..2]), CHAT), None);
+}
+
+#[test]
+fn an_edit_and_a_test_in_turn_whose_edit_grows_the_file_cycle() {
+    let c = cfg(json!({}));
+    let fail = "Traceback (most recent call last):\n  File \"reproduce.py\", line 3\nAssertionError: 10.1 != 10.10".to_string();
+    let mut turns = Vec::new();
+    for k in 1..=3 {
+        turns.push((edit(), view(k)));
+        turns.push(("python reproduce.py".to_string(), fail.clone()));
+    }
+    let v = judge_body(&c, &run(&turns), CHAT).expect("a cycle");
+    assert!(matches!(v.tier, Tier::Cycle | Tier::Identical), "{v:?}");
+    assert!(v.occurrences >= 3);
+}
+
+#[test]
+fn a_shell_counter_that_moves_by_the_same_step_is_noise() {
+    let c = cfg(json!({}));
+    let turns: Vec<(String, String)> = [327, 342, 357]
+        .iter()
+        .map(|n| {
+            (
+                "cd.. ls -F".to_string(),
+                format!("/bin/bash: line {n}: cd..: command not found\n\n(Current directory: /dvc/temp)\nbash-$"),
+            )
+        })
+        .collect();
+    let v = judge_body(&c, &run(&turns), CHAT).expect("a repeated command");
+    assert_eq!((v.tier, v.occurrences), (Tier::Identical, 3));
+}
+
+#[test]
+fn scrolling_to_new_text_is_progress() {
+    let c = cfg(json!({}));
+    let page = |k: usize| {
+        let mut l = vec![
+            format!("[File: /repo/big.py (2000 lines total)]"),
+            format!("({} more lines above)", 100 * k),
+        ];
+        for i in 0..100 {
+            l.push(format!(
+                "{}:    value_{} = compute({})",
+                100 * k + i + 1,
+                100 * k + i,
+                i
+            ));
+        }
+        l.join("\n")
+    };
+    let turns: Vec<(String, String)> = (0..8)
+        .map(|k| ("scroll_down".to_string(), page(k)))
+        .collect();
+    assert_eq!(judge_body(&c, &run(&turns), CHAT), None);
+}
+
+#[test]
+fn a_poll_whose_progress_moves_unevenly_is_progress() {
+    let c = cfg(json!({}));
+    let turns: Vec<(String, String)> = [12, 31, 47, 52, 78, 90]
+        .iter()
+        .map(|p| {
+            (
+                "gh run view 4242".to_string(),
+                format!("Build 4242: in_progress\nProgress: {p}%\nStep: compile"),
+            )
+        })
+        .collect();
+    assert_eq!(judge_body(&c, &run(&turns), CHAT), None);
+    // A poll that says the same every time repeats.
+    let stuck: Vec<(String, String)> = (0..3)
+        .map(|_| {
+            (
+                "gh run view 4242".to_string(),
+                "Build 4242: queued\nProgress: 0%".to_string(),
+            )
+        })
+        .collect();
+    assert!(judge_body(&c, &run(&stuck), CHAT).is_some());
+}
+
+#[test]
+fn native_tool_calls_are_judged_alike() {
+    let c = cfg(json!({}));
+    let args = json!({"command": "insert", "path": "/repo/cart.py", "insert_line": 10,
+                      "new_str": BLOCK.join("\n")})
+    .to_string();
+    let mut messages = vec![json!({"role": "user", "content": "Fix the cart total."})];
+    for k in 1..=3 {
+        let id = format!("call_{k}");
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "str_replace_editor", "arguments": args}}]}));
+        let shown = view(k).replace(':', "\t");
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": shown}));
+    }
+    let body = json!({"model": "gpt-4o", "messages": messages});
+    let v = judge_body(&c, &body, CHAT).expect("a repeated insert");
+    assert_eq!(
+        (v.tier, v.tool.as_str(), v.occurrences),
+        (Tier::Identical, "str_replace_editor", 3)
+    );
+}
