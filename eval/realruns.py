@@ -46,6 +46,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "realruns"
+sys.path.insert(0, str(CORPUS))
+
+from formats.common import request_messages  # noqa: E402
 RECOMMENDED = ROOT / "examples" / "recommended" / "envoy.yaml"
 CLI = Path(os.environ.get("LOOPGUARD_CLI", ROOT / "target" / "release" / "loopguard"))
 PACES = ["recorded", 2, 5, 15, 30, 60]
@@ -100,9 +103,9 @@ def api_key(run_id: str) -> str:
 
 
 def requests_of(run: dict) -> list[tuple[str, dict, str]]:
-    """(path, headers, body) of each call: the conversation up to the call,
-    with the fields every request of the run carries."""
-    dumped = [json.dumps(m, ensure_ascii=False, separators=(",", ":")) for m in run["messages"]]
+    """(path, headers, body) of each call: the conversation as the call sent
+    it (formats/common.py's request_messages), with the fields every
+    request of the run carries."""
     extra = {k: v for k, v in run["body"].items() if k not in ("model", "messages")}
     tail = "".join(
         "," + json.dumps(k) + ":" + json.dumps(v, ensure_ascii=False, separators=(",", ":")) for k, v in extra.items()
@@ -113,12 +116,23 @@ def requests_of(run: dict) -> list[tuple[str, dict, str]]:
     else:
         path, headers = "/v1/chat/completions", {"content-type": "application/json", "authorization": f"Bearer {key}"}
     head = '{"model":' + json.dumps(run["model"]) + ',"messages":['
-    starts = run.get("threads") or [0]
+    dumped: dict[int, str] = {}
+
+    def dump(i: int, m: dict) -> str:
+        # A message as sent is the same bytes in every request (elided
+        # ones aside), dumped once.
+        if m is not run["messages"][i]:
+            return json.dumps(m, ensure_ascii=False, separators=(",", ":"))
+        if i not in dumped:
+            dumped[i] = json.dumps(m, ensure_ascii=False, separators=(",", ":"))
+        return dumped[i]
+
     out = []
-    for c in run["calls"]:
-        # A multi-agent run: each sub-agent sends its own conversation.
-        s = max(x for x in starts if x <= c)
-        out.append((path, headers, head + ",".join(dumped[s:c]) + "]" + tail + "}"))
+    for k, c in enumerate(run["calls"]):
+        sent = request_messages(run, k)
+        first = c - len(sent)
+        body = ",".join(dump(first + i, m) for i, m in enumerate(sent))
+        out.append((path, headers, head + body + "]" + tail + "}"))
     return out
 
 

@@ -12,8 +12,9 @@ written to runs/<source>.jsonl.gz and their labels, split and provenance to
 manifest.jsonl; the recordings themselves are not kept.
 
 Selection (decided before loopguard saw any run): per source, every
-successful run and every clearly stuck run (label.py), then the other runs
-in the order of their ids' SHA-256, up to the source's cap. The split is
+clearly stuck run, then every successful run (label.py), then the other
+runs, each group in the order of their ids' SHA-256, up to the source's
+cap. The split is
 fixed by the id alone: `heldout` when the first byte of SHA-256(id) is 128
 or more, `tune` otherwise.
 """
@@ -55,9 +56,10 @@ def split_of(run_id: str) -> str:
 
 def select(runs: list[dict], cap: int) -> list[dict]:
     runs = sorted(runs, key=lambda r: digest("select:" + r["id"]))
-    wanted = [r for r in runs if r["_labels"]["successful"] or r["_labels"]["stuck"]]
+    stuck = [r for r in runs if r["_labels"]["stuck"]]
+    successful = [r for r in runs if r["_labels"]["successful"]]
     rest = [r for r in runs if not (r["_labels"]["successful"] or r["_labels"]["stuck"])]
-    return (wanted + rest)[:cap]
+    return (stuck + successful + rest)[:cap]
 
 
 def share(runs: list[dict]) -> tuple[dict, list[dict]]:

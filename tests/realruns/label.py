@@ -17,8 +17,12 @@ its *action* and its *observation*.
   observation the tool results that answer it, joined;
 - actions written as text: the command the reply carries (SWE-agent and
   CodeR: the last fenced block; MINT: the `<execute>` or `<solution>`
-  body; AutoCodeRover: its search-API calls); the observation the user
-  messages that follow, up to the next reply;
+  body; AutoCodeRover: its search-API calls; SWE-agent 1.x writing its
+  calls as text: the `<function=NAME>` blocks, name and parameters); the
+  observation the user messages that follow, up to the next reply;
+- a reply the harness left out of the history (an unusable answer it
+  asked for again; see formats/common.py) is the action `dropped`; its
+  observation what the harness sent instead, up to the next call;
 - a reply with no action is the action `say: <its text>`; its observation
   the messages that follow.
 Texts are compared with runs of whitespace collapsed; MINT's "You have N
@@ -48,6 +52,8 @@ FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
 MINT_ACTION = re.compile(r"<(execute|solution)>(.*?)</\1>", re.S)
 MINT_COUNTDOWN = re.compile(r"You have \d+ steps? left.*$", re.S)
 ACR_CALL = re.compile(r"\b(search_\w+\s*\([^()]*\))")
+FUNCTION = re.compile(r"<function=([^>\s]+)>(.*?)</function>", re.S)
+PARAMETER = re.compile(r"<parameter=([^>\s]+)>(.*?)</parameter>", re.S)
 
 
 def norm(text: str) -> str:
@@ -93,6 +99,9 @@ def text_action(system: str, reply: str) -> str | None:
     if system.startswith("AutoCodeRover"):
         found = ACR_CALL.findall(reply)
         return "\n".join(norm(c) for c in found) or None
+    if system.startswith("SWE-agent 1"):
+        found = [f"{name} {canon({k: norm(v) for k, v in PARAMETER.findall(body)})}" for name, body in FUNCTION.findall(reply)]
+        return "\n".join(found) or None
     found = FENCE.findall(reply)
     return norm(found[-1]) if found else None
 
@@ -102,10 +111,16 @@ def steps(run: dict) -> list[tuple[str, str]]:
     msgs, shape, system = run["messages"], run["shape"], run["system"]
     out = []
     for start in run["calls"]:
-        reply = msgs[start]
         # The messages after the reply up to the next reply of its
         # conversation.
-        end = min([c for c in run["calls"] if c > start] + [thread_end(run, start)])
+        last = thread_end(run, start - 1)
+        end = min([c for c in run["calls"] if c > start] + [last])
+        reply = msgs[start] if start < last else {}
+        if reply.get("role") != "assistant":
+            # The reply was left out of the history: what follows the cut
+            # is the harness's answer to it.
+            out.append(("dropped", norm("\n".join(text_of(m.get("content")) for m in msgs[start:end]))))
+            continue
         after = msgs[start + 1 : end]
         action = None
         if shape == "chat-tools" and reply.get("tool_calls"):

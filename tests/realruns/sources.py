@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from formats import acr, claude_code, mini_swe, mint, nebius, swe_agent, tau
+from formats import acr, claude_code, mini_swe, mint, nebius, openhands_sdk, swe_agent, swe_agent1, tau, trae
 from formats.common import Repo
 
 AGPL_NC = "AGPL-3.0 for non-commercial use (repository-wide dual licence; commercial use by agreement)"
@@ -105,6 +105,31 @@ def _nebius(repo: Repo, name: str):
     yield from nebius.read(repo, name, "SWE-agent 0.x (Nebius)", "swe_trajectories/trajectories")
 
 
+OPENHANDS_RUN = (
+    "benchmarks/openagentsafety/outputs/mgulavani__openagentsafety_full_updated-train/"
+    "litellm_proxy/neulab/gpt-4o-2024-08-06_maxiter_100_N_initial"
+)
+
+
+def _openhands(repo: Repo, name: str):
+    yield from openhands_sdk.read(repo, name, OPENHANDS_RUN)
+
+
+def _trae(repo: Repo, name: str):
+    yield from trae.read(repo, name, "ISO-Bench/state/runs")
+
+
+SWE_AGENT1_RUNS = [
+    ("20250511_sweagent_lm_32b", "SWE-agent-LM-32B"),
+    ("20250522_sweagent_claude-4-sonnet-20250514", "claude-sonnet-4-20250514"),
+]
+
+
+def _swe_agent1(repo: Repo, name: str):
+    for run_dir, model in SWE_AGENT1_RUNS:
+        yield from swe_agent1.read(repo, name, run_dir, model)
+
+
 def _claude(repo: Repo, name: str):
     # Files read one by one, kept verbatim beside where a fetched
     # repository would be (formats/claude_code.py says why).
@@ -133,6 +158,17 @@ SOURCES = [
     Source("nebius", "wzh4464/ContextGraph", "1319787c5abf54f591ca3fbf408e4b0ac601b51b", CC_BY, 900, _nebius,
            "Nebius's SWE-agent runs with its fine-tuned Llama models (swe-agent-llama-8b, -70b, -405b) on SWE-bench-extra tasks (dataset "
            "nebius/SWE-agent-trajectories), one run per task, as a public copy keeps them (swe_trajectories/trajectories/)"),
+    Source("openhands-sdk", "OpenHands/benchmarks", "424d20d30f2d2ebdc8482f096b24546ce8a8c281", MIT, 50, _openhands,
+           "OpenHands agent SDK (gpt-4o) on OpenAgentSafety, contributed in pull request 90 (refs/pull/90/head): the JSON "
+           "event logs of one run; a safety benchmark, so no run is scored resolved"),
+    Source("trae", "ISO-Bench/ISO-Bench", "9cc08ddd1011a34c49b43c22671ae639f16a21d3", APACHE, 60, _trae,
+           "Trae Agent (gpt-4o, gpt-5, claude-sonnet-4-5) on ISO-Bench's vLLM and SGLang performance tasks "
+           "(ISO-Bench/state/runs/*/trae/); no per-run score, so no run is scored resolved"),
+    Source("swe-agent1", "lgetter/swe-agent-trajectory-analysis", "9ecabb67ca553a1c86a7e504c4556772b9443e99", NONE_STATED,
+           200, _swe_agent1,
+           "SWE-agent 1.x on SWE-bench Verified (SWE-agent-LM-32B writing its calls as text; claude-sonnet-4 with tool "
+           "calls), a course repository's copies of two SWE-bench experiments submissions; only the .traj files under "
+           "4 MiB are in the snapshot"),
     Source("claude-code", "benchflow-ai/skillsbench-trajectories", "", "", 60, _claude,
            "Claude Code runs of SkillsBench tasks (agent/claude-code.txt stream with result.json)"),
 ]

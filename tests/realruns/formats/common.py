@@ -18,11 +18,24 @@ A run record (one JSON line in runs/<source>.jsonl.gz):
                 (Anthropic: system, tools; OpenAI: tools)
     messages    the whole conversation as the last call sent it (plus the
                 last reply)
-    calls       request k sends messages[:calls[k]], in the order they were
-                made
+    calls       request k sends messages[:calls[k]] (see threads and elide;
+                request_messages() gives what it sent), in the order they
+                were made; messages[calls[k]] is its reply. A reply the
+                harness dropped from the history (unusable: it asked again)
+                is not in messages: messages[calls[k]] is then what the
+                harness appended next (its correction, a user message), or
+                calls[k] is the thread's end when nothing followed. So a
+                reply was dropped iff messages[calls[k]] is no assistant
+                message or lies past the thread
     threads     (multi-agent runs) where each sub-agent's conversation
                 starts in messages: request k then sends
-                messages[s:calls[k]], s the last start at or before calls[k]
+                messages[s:calls[k]], s the last start before calls[k]
+    elide       (absent when the harness elided nothing) how each request
+                shortened old observations: {"role": R, "first": F,
+                "last": L, "text": T}: of the messages of role R a request
+                sends, all but the first F and the last L carry T instead
+                of their (string) content, "{lines}" in T the number of
+                lines replaced (str.splitlines())
     times_ms    when each call was made, ms from the run's first call, or
                 null when the recording has no times
 """
@@ -89,6 +102,7 @@ def run_record(
     times_ms: list[int] | None = None,
     body: dict | None = None,
     threads: list[int] | None = None,
+    elide: dict | None = None,
 ) -> dict | None:
     """A run record, or None when the recording holds no model call."""
     if not calls:
@@ -118,12 +132,29 @@ def run_record(
     }
     if threads and threads != [0]:
         rec["threads"] = threads
+    if elide:
+        rec["elide"] = elide
     return rec
 
 
 def thread_start(run: dict, at: int) -> int:
     """Where the conversation holding message `at` starts."""
     return max((s for s in run.get("threads") or [0] if s <= at), default=0)
+
+
+def request_messages(run: dict, k: int) -> list[dict]:
+    """The messages request k sent: its thread's messages before calls[k],
+    old observations elided as the run's `elide` says (a run as
+    eval/realruns.py loads it, its shared texts put back)."""
+    end = run["calls"][k]
+    sent = run["messages"][thread_start(run, end - 1) : end]
+    e = run.get("elide")
+    if not e:
+        return sent
+    at = [i for i, m in enumerate(sent) if m["role"] == e["role"]]
+    for i in at[e["first"] : max(0, len(at) - e["last"])]:
+        sent[i] = {**sent[i], "content": e["text"].replace("{lines}", str(len(sent[i]["content"].splitlines())))}
+    return sent
 
 
 def thread_end(run: dict, at: int) -> int:

@@ -3,9 +3,14 @@
 `tool_calls`, answered by `tool` messages), each model reply carrying the
 provider's raw response (`extra.response`, with its `created` time) and
 each observation its time (`extra.timestamp`). The run ends with an
-`exit` message. The outcome is the SWE-bench harness's report
-(`resolved_ids`); `info.exit_status` says how it ended (`Submitted` on its
-own, `LimitsExceeded` at the step or cost limit, an exception otherwise).
+`exit` message. A reply without tool calls, or whose calls do not parse,
+raises a FormatError: the reply is left out of `messages` and a user
+message with the error (`extra.interrupt_type` "FormatError") is appended
+instead, so its call is a dropped reply (formats/common.py), cut before
+that message; its time is not recorded. The outcome is the SWE-bench
+harness's report (`resolved_ids`); `info.exit_status` says how it ended
+(`Submitted` on its own, `LimitsExceeded` at the step or cost limit, an
+exception otherwise).
 """
 
 from __future__ import annotations
@@ -41,6 +46,16 @@ def clean(m: dict) -> dict | None:
     return out
 
 
+def replaces_reply(m: dict, before: list[dict]) -> bool:
+    """Whether `m` is a FormatError's correction standing in for the reply
+    the harness dropped (after a kept reply it would be an observation)."""
+    return (
+        (m.get("extra") or {}).get("interrupt_type") == "FormatError"
+        and bool(before)
+        and before[-1]["role"] != "assistant"
+    )
+
+
 def call_time(m: dict) -> float | None:
     extra = m.get("extra") or {}
     created = (extra.get("response") or {}).get("created")
@@ -71,6 +86,9 @@ def read(repo: Repo, source: str, model: str, out_dir: str, report_path: str, ru
                 t = call_time(m)
                 times.append(int(t * 1000) if t else None)
                 names += [tc["function"]["name"] for tc in c.get("tool_calls") or []]
+            elif replaces_reply(m, messages):
+                calls.append(len(messages))
+                times.append(None)
             messages.append(c)
         if any(t is None for t in times):
             times = None

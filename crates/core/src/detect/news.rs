@@ -1,0 +1,400 @@
+//! What a repeated call's result adds. An agent that sends the same call
+//! word for word may be getting new results (the next page, a log that
+//! moved, a poll whose progress changed) or results that differ only by
+//! what the repetition itself produces: the same block once more in a file
+//! it keeps editing, a line count that grows by the same step every time,
+//! line numbers shifted by it, a shell's own line counter.
+//!
+//! A result is read as lines, each without its line-number gutter (`74:`,
+//! `    74\t`, `74→`), lower-cased and with the policy's volatile classes
+//! masked. A later result of the same call **adds nothing** over the
+//! results before it when each of its lines is
+//! - a line of an earlier result (of this call or another: a page read
+//!   again after scrolling back), or of the call's own arguments (an
+//!   edit's block shown again), or
+//! - a line of the result just before it with its numbers moved (a
+//!   header, a count, an error line: rows of data that differ only in
+//!   their numbers are other rows);
+//!
+//! and the numbers that moved, moved by the same step as in the
+//! repetition before or after it (see [`Added::Nothing`]): a count the
+//! repetition grows is a repetition's own effect, a poll's progress that
+//! moves unevenly is news. A single line never seen before is news.
+
+use crate::config::Classes;
+use crate::detect::similarity;
+use crate::detect::tool_loops::Results;
+use crate::request::llm::volatile::{self, Context};
+use crate::request::llm::ToolHistory;
+use crate::request::Fnv;
+use std::collections::{HashMap, HashSet};
+
+/// A text as its lines: each line's digest as written (gutter aside) and,
+/// with its numbers replaced, the digest of its shape and the numbers.
+#[derive(Debug, Default)]
+pub struct Lines {
+    exact: Vec<u64>,
+    shaped: Vec<(u64, Vec<u64>)>,
+    /// The lines long enough to tell content apart (see [`WRITTEN_BYTES`]).
+    long: Vec<u64>,
+}
+
+/// A line of a call's arguments this long (trimmed), found again in its
+/// result, is content the call wrote and its result shows.
+const WRITTEN_BYTES: usize = 12;
+
+/// Lines longer than this are compared by their first this many bytes.
+const LINE_BYTES: usize = 4096;
+/// Of a text, only this many lines are read (a result is seldom longer;
+/// what follows them is not compared).
+const MAX_LINES: usize = 4096;
+
+impl Lines {
+    /// `text`'s non-blank lines, masked for `classes` as tool results are.
+    pub fn of(text: &str, classes: Classes) -> Lines {
+        let mut out = Lines::default();
+        for line in text.lines().take(MAX_LINES) {
+            let line = without_gutter(line).trim_end();
+            if line.trim_start().is_empty() {
+                continue;
+            }
+            let line = without_shell_counter(cut(line, LINE_BYTES)).to_lowercase();
+            let masked = volatile::mask(&line, classes, Context::ToolResult);
+            let (exact, shape, numbers) = digests(&masked);
+            if masked.trim().len() >= WRITTEN_BYTES {
+                out.long.push(exact);
+            }
+            out.exact.push(exact);
+            out.shaped.push((shape, numbers));
+        }
+        out
+    }
+
+    /// Whether a long line of `written` (a call's arguments) is a line of
+    /// this result: the call wrote content and its result shows it.
+    pub fn shows(&self, written: &Lines) -> bool {
+        written.long.iter().any(|l| self.exact.contains(l))
+    }
+
+    /// The digests of its lines as written, for a set of lines seen.
+    pub fn exact(&self) -> impl Iterator<Item = u64> + '_ {
+        self.exact.iter().copied()
+    }
+}
+
+/// How many calls before a result are read for what the agent has seen.
+pub const SEEN_CALLS: usize = 64;
+
+/// Whether the model's turn `back` turns ago (0: the newest) made the calls
+/// of the turn before it again, word for word, and got results with words
+/// the conversation's earlier results had not shown, many of them
+/// ([`READ_ON_WORDS`], and a quarter of the results' words): an agent
+/// reading on (scrolling a page, paging through results), not one repeating
+/// itself. A machine-made word (a pod's suffix, a session token) or a
+/// number is not counted: an error that names a fresh worker each time is
+/// the same error.
+pub fn read_on(
+    history: &ToolHistory,
+    results: &impl Results,
+    classes: Classes,
+    back: usize,
+) -> bool {
+    let kept = history.turns.len().saturating_sub(back);
+    let (Some(newest), Some(before)) = (kept.checked_sub(1), kept.checked_sub(2)) else {
+        return false;
+    };
+    let of = |t: usize| history.calls.iter().filter(move |c| c.turn == t);
+    let again = of(newest).next().is_some()
+        && of(newest).all(|c| of(before).any(|b| b.name == c.name && b.arguments == c.arguments));
+    if !again {
+        return false;
+    }
+    let first = history
+        .calls
+        .iter()
+        .position(|c| c.turn == newest)
+        .unwrap_or(0);
+    let mut seen = HashSet::new();
+    for c in history
+        .calls
+        .get(first.saturating_sub(SEEN_CALLS)..first)
+        .unwrap_or_default()
+    {
+        if let Some(text) = c.result.and_then(|at| results.result_raw(at)) {
+            telling_words(&text, classes, &mut seen);
+        }
+    }
+    let mut now = HashSet::new();
+    for c in of(newest) {
+        if let Some(text) = c.result.and_then(|at| results.result_raw(at)) {
+            telling_words(&text, classes, &mut now);
+        }
+    }
+    let new = now.iter().filter(|w| !seen.contains(*w)).count();
+    new >= READ_ON_WORDS && 4 * new >= now.len()
+}
+
+/// New words a repeated call's results must bring to be read as reading
+/// on.
+pub const READ_ON_WORDS: usize = 8;
+
+/// The words of a result that tell its content (masked as tool results
+/// are): four letters or more, or a pair of characters of a script written
+/// without spaces; not a number, not a machine-made word.
+fn telling_words(text: &str, classes: Classes, out: &mut HashSet<u64>) {
+    let lower = text.to_lowercase();
+    let masked = volatile::mask(&lower, classes, Context::ToolResult);
+    similarity::words(&masked, |w| {
+        let telling = !w.iter().all(u8::is_ascii_digit)
+            && !similarity::looks_random(w)
+            && std::str::from_utf8(w)
+                .is_ok_and(|s| s.chars().count() >= 4 || s.chars().any(similarity::unsegmented));
+        if telling {
+            out.insert(similarity::fnv1a(w));
+        }
+    });
+}
+
+/// What a later result added over the results before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Added {
+    /// Nothing new: every line seen, or seen with its numbers moved; the
+    /// numbers that moved, each line's shape with the steps its numbers
+    /// took (sorted by shape; empty when none moved). Two repetitions that
+    /// moved the same lines by the same steps are the repetition's own
+    /// effect.
+    Nothing(Vec<(u64, Vec<u64>)>),
+    /// A line never seen, even with other numbers.
+    Something,
+}
+
+/// What `later` adds over `previous` (the result just before it) and the
+/// lines in `seen` (the earlier results and the call's arguments).
+/// A line not seen as written is matched by its shape, the k-th line of a
+/// shape with the k-th line of that shape before, only where the shape is
+/// on as many lines in both results and on few ([`FEW`]: a header, a
+/// count, an error line, each perhaps repeated in a before-and-after
+/// view); rows of data that differ only in their numbers are other rows
+/// (the next page of a listing), never the same rows moved.
+pub fn added(later: &Lines, previous: &Lines, seen: &HashSet<u64>) -> Added {
+    let before = shapes(previous);
+    let now = shapes(later);
+    let mut nth: HashMap<u64, usize> = HashMap::new();
+    let mut moved: Vec<(u64, Vec<u64>)> = Vec::new();
+    for (exact, (shape, numbers)) in later.exact.iter().zip(&later.shaped) {
+        let k = nth.entry(*shape).or_insert(0);
+        *k += 1;
+        if seen.contains(exact) {
+            continue;
+        }
+        let (Some(b), Some(n)) = (before.get(shape), now.get(shape)) else {
+            return Added::Something;
+        };
+        let Some(earlier) = b
+            .get(*k - 1)
+            .filter(|_| b.len() == n.len() && b.len() <= FEW)
+        else {
+            return Added::Something;
+        };
+        let steps = numbers
+            .iter()
+            .zip(earlier.iter())
+            .map(|(n, b)| n.wrapping_sub(*b))
+            .collect();
+        moved.push((*shape, steps));
+    }
+    moved.sort_unstable();
+    Added::Nothing(moved)
+}
+
+/// At most this many lines of one shape are matched line by line.
+const FEW: usize = 2;
+
+/// Each shape of `lines` with the numbers of its lines, in order.
+fn shapes(lines: &Lines) -> HashMap<u64, Vec<&[u64]>> {
+    let mut shapes: HashMap<u64, Vec<&[u64]>> = HashMap::new();
+    for (shape, numbers) in &lines.shaped {
+        shapes.entry(*shape).or_default().push(numbers);
+    }
+    shapes
+}
+
+/// A line's digest as written, the digest of its shape (every run of
+/// digits one `#`) and its numbers (a run too long for 64 bits wraps: it
+/// is compared, never computed with).
+fn digests(line: &str) -> (u64, u64, Vec<u64>) {
+    let mut exact = Fnv::default();
+    let mut shape = Fnv::default();
+    let mut numbers = Vec::new();
+    let mut current: Option<u64> = None;
+    for &b in line.as_bytes() {
+        exact.write(&[b]);
+        if b.is_ascii_digit() {
+            let n = current.unwrap_or(0);
+            current = Some(n.wrapping_mul(10).wrapping_add(u64::from(b - b'0')));
+            continue;
+        }
+        if let Some(n) = current.take() {
+            numbers.push(n);
+            shape.write(b"#");
+        }
+        shape.write(&[b]);
+    }
+    if let Some(n) = current {
+        numbers.push(n);
+        shape.write(b"#");
+    }
+    (exact.0, shape.0, numbers)
+}
+
+/// The line without the number of a shell's own line counter, which
+/// grows with every command a harness sends a long-lived shell
+/// (`/bin/bash: line 342: cd..: command not found`).
+fn without_shell_counter(line: &str) -> std::borrow::Cow<'_, str> {
+    let Some(at) = line.find("sh: line ") else {
+        return line.into();
+    };
+    let digits_at = at + "sh: line ".len();
+    let rest = line.get(digits_at..).unwrap_or("");
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let prefix = line.get(..at).unwrap_or("");
+    if digits == 0
+        || !rest.get(digits..).is_some_and(|r| r.starts_with(':'))
+        || prefix.contains(' ')
+    {
+        return line.into();
+    }
+    format!("{}sh: line{}", prefix, rest.get(digits..).unwrap_or("")).into()
+}
+
+/// The line without a line-number gutter: spaces, digits, then `:`, a
+/// tab, `|` or `→` (a file viewer's numbering, which an insertion shifts).
+fn without_gutter(line: &str) -> &str {
+    let digits_from = line.len() - line.trim_start_matches(' ').len();
+    let rest = line.get(digits_from..).unwrap_or("");
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    if digits == 0 {
+        return line;
+    }
+    let after = rest.get(digits..).unwrap_or("");
+    for mark in [":", "\t", "|", "→"] {
+        if let Some(body) = after.strip_prefix(mark) {
+            return body;
+        }
+    }
+    line
+}
+
+/// At most `max` bytes of `s`, cut on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.get(..end).unwrap_or(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(t: &str) -> Lines {
+        Lines::of(t, Classes::NONE)
+    }
+
+    fn seen(texts: &[&str]) -> HashSet<u64> {
+        texts.iter().flat_map(|t| lines(t).exact).collect()
+    }
+
+    #[test]
+    fn gutters_are_not_content() {
+        assert_eq!(without_gutter("74:    return x"), "    return x");
+        assert_eq!(without_gutter("    74\treturn x"), "return x");
+        assert_eq!(without_gutter("  74→return x"), "return x");
+        assert_eq!(without_gutter("12|a"), "a");
+        // A number that is the line's content, not its gutter.
+        assert_eq!(without_gutter("74 passed"), "74 passed");
+        assert_eq!(without_gutter("x: 74"), "x: 74");
+        // The same line at another place in the file is the same line.
+        assert_eq!(
+            lines("74:    return x").exact,
+            lines("89:    return x").exact
+        );
+    }
+
+    #[test]
+    fn an_edit_shown_again_adds_nothing() {
+        let block = "def total(self):\n    return round(sum(self.items), 2)";
+        let before = "[File: cart.py (40 lines total)]\n10:def total(self):\n11:    return round(sum(self.items), 2)\n12:class Item:";
+        let after = "[File: cart.py (42 lines total)]\n10:def total(self):\n11:    return round(sum(self.items), 2)\n12:def total(self):\n13:    return round(sum(self.items), 2)\n14:class Item:";
+        let moved = added(&lines(after), &lines(before), &seen(&[before, block]));
+        let Added::Nothing(moved) = moved else {
+            panic!("{moved:?}");
+        };
+        // Only the count moved, by 2.
+        assert_eq!(moved.len(), 1);
+        assert_eq!(moved[0].1, vec![2]);
+        // A line never seen is news.
+        let fixed = format!("{after}\n15:    price: Decimal");
+        assert_eq!(
+            added(&lines(&fixed), &lines(before), &seen(&[before, block])),
+            Added::Something
+        );
+    }
+
+    #[test]
+    fn numbers_that_moved_are_told_by_their_steps() {
+        let at =
+            |n: u32, pid: u32| format!("/bin/bash: line {n}: {pid} segmentation fault ./run.sh");
+        let (a, b, c) = (at(898, 5709), at(940, 5996), at(982, 6281));
+        let first = added(&lines(&b), &lines(&a), &seen(&[&a]));
+        let second = added(&lines(&c), &lines(&b), &seen(&[&a, &b]));
+        // The line counter moved by 42 both times, the process id unevenly:
+        // not the same repetition.
+        assert_ne!(first, second);
+        let at = |n: u32| format!("/bin/bash: line {n}: cd..: command not found");
+        let (a, b, c) = (at(327), at(342), at(357));
+        assert_eq!(
+            added(&lines(&b), &lines(&a), &seen(&[&a])),
+            added(&lines(&c), &lines(&b), &seen(&[&a, &b]))
+        );
+    }
+
+    #[test]
+    fn a_shells_own_line_counter_is_not_content() {
+        assert_eq!(
+            without_shell_counter("/bin/bash: line 342: cd..: command not found"),
+            "/bin/bash: line: cd..: command not found"
+        );
+        assert_eq!(
+            without_shell_counter("bash: line 7: x: unbound variable"),
+            "bash: line: x: unbound variable"
+        );
+        // Not a shell's counter.
+        assert_eq!(
+            without_shell_counter("see bash: line 342: here"),
+            "see bash: line 342: here"
+        );
+        assert_eq!(
+            without_shell_counter("/bin/sh: line 12 is long"),
+            "/bin/sh: line 12 is long"
+        );
+        assert_eq!(
+            lines("/bin/bash: line 342: cd..: command not found").exact,
+            lines("/bin/bash: line 357: cd..: command not found").exact
+        );
+    }
+
+    #[test]
+    fn long_numbers_and_lines_are_read_safely() {
+        let huge = "9".repeat(60);
+        let l = lines(&format!("{huge}\n{}", "x".repeat(10_000)));
+        assert_eq!(l.exact.len(), 2);
+        assert_eq!(l.shaped[0].1.len(), 1);
+        let wide = "é".repeat(LINE_BYTES);
+        assert_eq!(lines(&wide).exact.len(), 1);
+    }
+}
