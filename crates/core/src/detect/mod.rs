@@ -4,6 +4,7 @@
 
 pub mod fingerprint;
 pub mod mcp;
+pub mod news;
 pub mod progress;
 pub mod similarity;
 pub mod tool_loops;

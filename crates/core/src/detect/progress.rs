@@ -258,6 +258,22 @@ pub fn newest_answer_progressed(
     answer_progressed_at(history, results, classes, cache, 0)
 }
 
+/// Whether the model's turn `back` turns ago (0: the newest) made progress
+/// over the turn before it: its text answer did ([`answer_progressed_at`]),
+/// or it repeated the turn's calls and read something new
+/// ([`crate::detect::news::read_on`]). Near mode compares such a turn's
+/// tail only word for word.
+pub fn turn_progressed_at(
+    history: &ToolHistory,
+    results: &impl Results,
+    classes: Classes,
+    cache: Option<&TextCache>,
+    back: usize,
+) -> bool {
+    answer_progressed_at(history, results, classes, cache, back)
+        || crate::detect::news::read_on(history, results, classes, back)
+}
+
 /// [`newest_answer_progressed`] for the conversation as it was `back`
 /// model turns ago (0: now): what the request sent then was judged by.
 pub fn answer_progressed_at(

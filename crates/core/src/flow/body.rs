@@ -146,8 +146,16 @@ impl<B: BucketBackend> Engine<B> {
                 r.spend_under(key, model, req.model.as_deref());
             }
         }
+        // A harness asking the model again with the same correction (its
+        // unusable answers left out): the harness's retry, not the agent's
+        // loop. Like an SDK's retries, it is counted and left to a budget's
+        // caps: no tool-loop verdict, no loop count.
+        let reasked = parsed.as_ref().map_or(0, llm::Request::reasked);
+        if reasked > 0 {
+            count_opt(out, self.registry.harness_retries(policy), 1);
+        }
         if let (Some(cfg), Some(req), Some(history)) = (&p.tool_loops, &parsed, &history) {
-            let verdict = if req.over_budget() {
+            let verdict = if req.over_budget() || reasked > 0 {
                 None
             } else {
                 tool_loops::judge(cfg, history, req, Some(&self.text_cache))
@@ -183,14 +191,23 @@ impl<B: BucketBackend> Engine<B> {
                 .budget_gate(r, phase, None, now, out)
                 .map_or_else(|s| s, |_| Step::Continue);
         }
-        if polling {
+        let harness_retry = reasked > 0
+            && p.detection
+                .as_ref()
+                .is_some_and(|d| d.similarity.compares_content());
+        if polling || harness_retry {
             // The model's newest turn only calls exempt tools (polling):
             // repeating it is what it is for, so loop detection does not
-            // count it either.
+            // count it either; nor a harness's retry.
             self.count_refusal(refused, out);
-            count_opt(out, self.registry.exempted(policy), 1);
+            let action = if harness_retry {
+                "harness_retry"
+            } else {
+                count_opt(out, self.registry.exempted(policy), 1);
+                "exempt"
+            };
             self.publish_decision(out, true, || {
-                events::access_log(&p.id, p.mode, "exempt", None, None)
+                events::access_log(&p.id, p.mode, action, None, None)
             });
             return self
                 .budget_gate(r, phase, None, now, out)
@@ -201,15 +218,13 @@ impl<B: BucketBackend> Engine<B> {
         // text is not a repeat of the last).
         // So for each earlier turn near mode compares the newest with.
         let progress = |back: usize| match (near, &parsed, &history) {
-            (true, Some(req), Some(history)) if !req.over_budget() => {
-                progress::answer_progressed_at(
-                    history,
-                    req,
-                    p.volatile.classes,
-                    Some(&self.text_cache),
-                    back,
-                )
-            }
+            (true, Some(req), Some(history)) if !req.over_budget() => progress::turn_progressed_at(
+                history,
+                req,
+                p.volatile.classes,
+                Some(&self.text_cache),
+                back,
+            ),
             _ => false,
         };
         let mut made = pending.finish_parsed(body, parsed.as_ref(), &progress);

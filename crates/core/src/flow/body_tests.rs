@@ -175,3 +175,66 @@ fn tunnels_are_judged_on_their_headers() {
         .any(|e| matches!(e, Effect::LocalReply(r, _) if r.status == 429)));
     assert!(!out.contains(&Effect::ArmTick), "never held for a body");
 }
+
+/// A mini-swe-agent 2.x conversation whose harness asked the model again
+/// `times` times after answers without a tool call (the answers dropped,
+/// the same correction appended each time).
+fn reasked(times: usize) -> String {
+    let correction = "Tool call error:\n\n<error>\nNo tool calls found in the response. Every response MUST include at least one tool call.\n</error>";
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are a helpful assistant that can interact with a computer."}),
+        json!({"role": "user", "content": "Fix the rounding of the cart total."}),
+        json!({"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "bash", "arguments": "{\"command\":\"grep -n total cart.py\"}"}}]}),
+        json!({"role": "tool", "tool_call_id": "c1", "content": "3: def total(self):"}),
+    ];
+    for _ in 0..times {
+        messages.push(json!({"role": "user", "content": correction}));
+    }
+    json!({"model": "gpt-5-mini", "messages": messages}).to_string()
+}
+
+#[test]
+fn a_harness_asking_again_is_counted_and_never_judged() {
+    for similarity in ["llm_tail", "near"] {
+        let mut h = Harness::policy(json!({"selector": {},
+            "loop_detection": {"enabled": true, "window_seconds": 60,
+                               "threshold_identical_requests": 3, "similarity": similarity},
+            "tool_loops": {"enabled": true}}));
+        let first = h.post(&reasked(1));
+        assert_eq!(
+            h.metric(&first.effects, "loopguard.harness_retries_total.policy.p"),
+            0
+        );
+        for times in 2..12 {
+            let s = h.post(&reasked(times));
+            assert_eq!(s.status(), 200, "{similarity}: re-ask {times}");
+            assert_eq!(
+                h.metric(&s.effects, "loopguard.harness_retries_total.policy.p"),
+                1
+            );
+            assert!(s
+                .filter_state("loopguard")
+                .unwrap()
+                .contains("\"action\":\"harness_retry\""));
+        }
+    }
+    // The same user message sent again after a model turn is a turn of
+    // the conversation, not a harness's retry: still judged.
+    let mut h = Harness::policy(json!({"selector": {},
+        "loop_detection": {"enabled": true, "window_seconds": 60,
+                           "threshold_identical_requests": 3, "similarity": "llm_tail"}}));
+    let body = json!({"model": "gpt-4o", "messages": [
+        {"role": "user", "content": "still broken"}, {"role": "assistant", "content": "Try restarting it."},
+        {"role": "user", "content": "still broken"}]})
+    .to_string();
+    for _ in 0..2 {
+        assert_eq!(h.post(&body).status(), 200);
+    }
+    let third = h.post(&body);
+    assert_eq!(third.status(), 429);
+    assert_eq!(
+        h.metric(&third.effects, "loopguard.harness_retries_total.policy.p"),
+        0
+    );
+}

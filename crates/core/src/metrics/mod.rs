@@ -148,8 +148,9 @@ pub enum TokenType {
     Output,
 }
 
-/// Per policy: the ids before the token metrics.
-const PER_POLICY_FIXED: u32 = 6 + 2 + 5 + 12 + 4;
+/// Per policy: the ids before the token metrics (the six counters, detected,
+/// shadow, tool loops, failed attempts, harness retries).
+const PER_POLICY_FIXED: u32 = 6 + 2 + 5 + 12 + 4 + 1;
 
 /// Every metric of a configuration.
 #[derive(Debug, Clone)]
@@ -253,6 +254,7 @@ impl Registry {
             for r in FAILED_ATTEMPT_RESULTS {
                 defs.push(pc("failed_attempts_total", &format!(".result.{r}")));
             }
+            defs.push(pc("harness_retries_total", ""));
             // Token metrics, model last (a model name may hold dots; the
             // `model` tag takes the rest of the name).
             let models: Vec<&str> = config
@@ -414,6 +416,11 @@ impl Registry {
     }
     pub fn exempted(&self, policy: usize) -> Option<MetricId> {
         self.at(policy, 1)
+    }
+    /// A harness asked the model again with the same correction
+    /// ([`crate::request::llm::Request::reasked`]).
+    pub fn harness_retries(&self, policy: usize) -> Option<MetricId> {
+        self.at(policy, PER_POLICY_FIXED - 1)
     }
     pub fn rejected(&self, policy: usize) -> Option<MetricId> {
         self.at(policy, 2)

@@ -158,7 +158,7 @@ impl<S: Hashing> Pending<S> {
                 if progress {
                     c.0.note(|| {
                         Component::new(
-                            "newest answer made progress",
+                            "newest turn made progress (an answer that moved on, or calls repeated that read something new)",
                             "yes: the tail repeats only word for word",
                         )
                     });

@@ -90,7 +90,7 @@ impl Pending<Sha256> {
     /// Finish with the body and what [`llm::parse`] made of it (parsed once
     /// by the caller, who may need it too); `progress(j)`: the answer `j`
     /// model turns back made progress over the one before it
-    /// ([`progress::answer_progressed_at`]; 0, the newest, in near mode
+    /// ([`progress::turn_progressed_at`]; 0, the newest, in near mode
     /// makes the tail repeat only as it is, and so for the earlier turns
     /// it is compared with), asked only for the turns compared.
     pub fn finish_parsed(
@@ -253,7 +253,7 @@ fn progressed(
     back: usize,
 ) -> bool {
     match (req, history) {
-        (Some(req), Some(h)) => progress::answer_progressed_at(h, req, classes, None, back),
+        (Some(req), Some(h)) => progress::turn_progressed_at(h, req, classes, None, back),
         _ => false,
     }
 }

@@ -321,7 +321,7 @@ mod words;
 
 pub use sketch::Sketcher;
 use words::mix;
-pub use words::{fnv1a, quoted, unsegmented, words, words_in_context};
+pub use words::{fnv1a, looks_random, quoted, unsegmented, words, words_in_context};
 
 #[cfg(test)]
 mod tests;

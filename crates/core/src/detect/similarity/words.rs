@@ -181,7 +181,7 @@ pub(super) fn is_number(w: &[u8]) -> bool {
 /// least 3 times (`j9U91w8M0730fHq`, `f7167b20`, `itH0Q8K8Al1VGZ_Ai0WV`),
 /// but not `sha256sum`, `base64encoded` or `gpt4`. Session tokens and
 /// worker ids that no masking class names.
-pub(super) fn looks_random(w: &[u8]) -> bool {
+pub fn looks_random(w: &[u8]) -> bool {
     if w.len() < 8 {
         return false;
     }

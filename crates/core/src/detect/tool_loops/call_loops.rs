@@ -20,7 +20,7 @@ fn of_turn<'a, R: Results>(
 
 /// The most repeated (tool, arguments) of the newest turn, counting back
 /// from the newest the calls whose result repeats the one before (the
-/// same, or nothing new: see `news.rs`), as long as nothing new was tried
+/// same, or nothing new: see [`crate::detect::news`]), as long as nothing new was tried
 /// in between: an agent that reruns its test after each of several
 /// different fixes, and sees the same failure, is trying things, not
 /// looping; one that reruns it after nothing but repeats is.

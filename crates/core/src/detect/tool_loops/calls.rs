@@ -2,9 +2,9 @@
 //! once, their results read, masked and digested once, and what tells an
 //! answer worth repeating (its words) or two calls' arguments barely apart.
 
-use super::news::{self, Added, Lines};
 use super::Results;
 use crate::config::Classes;
+use crate::detect::news::{self, Added, Lines, SEEN_CALLS};
 use crate::request::llm::volatile::{self, Class, Context};
 use crate::request::llm::ToolCall;
 use std::borrow::Cow;
@@ -233,10 +233,15 @@ impl<R: Results> Calls<'_, '_, R> {
             Link::Same => true,
             Link::Unknown | Link::Other(Added::Something) => false,
             Link::Other(Added::Nothing(moved)) => {
-                // The repetition before (the previous call's own link) or
-                // after (the next call's link, to this one).
+                // Numbers that moved are the repetition's own effect when
+                // the call writes content its result shows again (an edit
+                // inserting its block once more: the file's length grows)
+                // and they moved as in the repetition before (the previous
+                // call's own link) or after (the next call's link, to this
+                // one). A call that only reports numbers (a batch job's
+                // progress, a queue draining) is making progress.
                 moved.is_empty()
-                    || [self.previous(j), self.next(j)].into_iter().flatten().any(
+                    || self.shows_what_it_wrote(j) && [self.previous(j), self.next(j)].into_iter().flatten().any(
                         |k| matches!(self.link(k), Link::Other(Added::Nothing(m)) if m == moved),
                     )
             }
@@ -252,13 +257,14 @@ impl<R: Results> Calls<'_, '_, R> {
             Some(p) if self.same(p, j, true) => Link::Same,
             Some(p) => match (self.lines_of(j), self.lines_of(p)) {
                 (Some(later), Some(before)) => {
+                    // What the agent has seen: the results of the calls
+                    // before this one (a page read again after scrolling
+                    // back is not new), and what the call itself writes.
                     let mut seen: HashSet<u64> = HashSet::new();
-                    let mut earlier = Some(p);
-                    while let Some(i) = earlier {
+                    for i in j.saturating_sub(SEEN_CALLS)..j {
                         if let Some(l) = self.lines_of(i) {
                             seen.extend(l.exact());
                         }
-                        earlier = self.previous(i);
                     }
                     if let Some(c) = self.get(j) {
                         seen.extend(Lines::of(&argument_text(&c.arguments), self.classes).exact());
@@ -270,6 +276,14 @@ impl<R: Results> Calls<'_, '_, R> {
         };
         self.links.borrow_mut().insert(j, link.clone());
         link
+    }
+
+    /// Whether call `j`'s result shows a line its arguments wrote.
+    fn shows_what_it_wrote(&self, j: usize) -> bool {
+        let (Some(c), Some(result)) = (self.get(j), self.lines_of(j)) else {
+            return false;
+        };
+        result.shows(&Lines::of(&argument_text(&c.arguments), self.classes))
     }
 
     /// Call `i`'s result as lines, read once.

@@ -35,7 +35,6 @@ mod answer_loops;
 mod call_loops;
 mod calls;
 mod ladder;
-mod news;
 
 pub use ladder::{directive_text, header_value, nudge_text, rewrite, safe_tool_name, shown_tool};
 

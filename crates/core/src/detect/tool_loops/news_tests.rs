@@ -163,3 +163,20 @@ fn native_tool_calls_are_judged_alike() {
         (Tier::Identical, "str_replace_editor", 3)
     );
 }
+
+#[test]
+fn a_batch_job_whose_counts_move_evenly_is_progress() {
+    let c = cfg(json!({}));
+    let args = json!({"queue": "dead-letter.payments", "max": 200}).to_string();
+    let mut messages = vec![json!({"role": "user", "content": "Drain the dead-letter queue."})];
+    for k in 0..6 {
+        let id = format!("call_{k}");
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "drain_queue_batch", "arguments": args}}]}));
+        let left = 2000 - 200 * (k + 1);
+        messages.push(json!({"role": "tool", "tool_call_id": id,
+            "content": format!("replayed 200 messages from dead-letter.payments · {left} left in queue · batch {}", k + 1)}));
+    }
+    let body = json!({"model": "gpt-4o", "messages": messages});
+    assert_eq!(judge_body(&c, &body, CHAT), None);
+}

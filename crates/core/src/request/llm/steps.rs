@@ -146,4 +146,36 @@ impl Request<'_> {
         }
         out
     }
+
+    /// How many times the conversation's last message, a user's, was sent
+    /// again right after itself with no model turn in between (0: it was
+    /// not): a harness asking the model again and again with the same
+    /// correction, the model's unusable answers left out of the history
+    /// ("No tool calls found in the response."). A person does not send
+    /// one message twice in a row; an SDK's retry resends the whole body.
+    pub fn reasked(&self) -> usize {
+        let Items::List(items) = &self.items else {
+            return 0;
+        };
+        let kept: Vec<_> = items.kept().collect();
+        let mut last: Option<&[u8]> = None;
+        let mut again = 0;
+        for (_, (_, keys)) in kept.iter().rev() {
+            let Some(keys) = keys.as_ref() else {
+                break;
+            };
+            if self.word(keys, "role") != b"user" {
+                break;
+            }
+            let Some(content) = keys.get("content").and_then(|s| self.body.get(s.0..s.1)) else {
+                break;
+            };
+            match last {
+                None => last = Some(content),
+                Some(l) if l == content => again += 1,
+                Some(_) => break,
+            }
+        }
+        again
+    }
 }

@@ -562,3 +562,37 @@ proptest::proptest! {
         proptest::prop_assert_eq!(normalize_text(&s), normalize_text_reference(&s));
     }
 }
+
+#[test]
+fn a_correction_sent_again_with_no_reply_between_is_a_reask() {
+    let reasked = |body: Value, path: &str| {
+        let bytes = body.to_string().into_bytes();
+        parse(&bytes, path).expect("recognised").reasked()
+    };
+    let fix = "Format error: reply with exactly one bash tool call.";
+    let chat = |extra: usize| {
+        let mut m = vec![
+            json!({"role": "user", "content": "Fix the build."}),
+            json!({"role": "assistant", "content": "Looking."}),
+        ];
+        m.extend((0..extra).map(|_| json!({"role": "user", "content": fix})));
+        json!({"model": "gpt-4o", "messages": m})
+    };
+    assert_eq!(reasked(chat(1), "/v1/chat/completions"), 0);
+    assert_eq!(reasked(chat(3), "/v1/chat/completions"), 2);
+    // Other messages between them, or a different last message: no re-ask.
+    let mut other = chat(2);
+    other["messages"][3]["content"] = json!("Format error: reply with one call.");
+    assert_eq!(reasked(other, "/v1/chat/completions"), 0);
+    // Anthropic blocks and Responses items alike.
+    let blocks = json!([{"type": "text", "text": fix}]);
+    let anthropic = json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "Fix the build."},
+        {"role": "assistant", "content": [{"type": "text", "text": "Looking."}]},
+        {"role": "user", "content": blocks}, {"role": "user", "content": blocks}]});
+    assert_eq!(reasked(anthropic, "/v1/messages"), 1);
+    let responses = json!({"model": "gpt-5", "input": [
+        {"role": "user", "content": "Fix the build."},
+        {"role": "user", "content": fix}, {"role": "user", "content": fix}, {"role": "user", "content": fix}]});
+    assert_eq!(reasked(responses, "/v1/responses"), 2);
+}
