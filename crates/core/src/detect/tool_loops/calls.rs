@@ -234,14 +234,18 @@ impl<R: Results> Calls<'_, '_, R> {
             Link::Unknown | Link::Other(Added::Something) => false,
             Link::Other(Added::Nothing(moved)) => {
                 // Numbers that moved are the repetition's own effect when
-                // the call writes content its result shows again (an edit
-                // inserting its block once more: the file's length grows)
-                // and they moved as in the repetition before (the previous
-                // call's own link) or after (the next call's link, to this
-                // one). A call that only reports numbers (a batch job's
-                // progress, a queue draining) is making progress.
+                // the repetition writes content a result shows again (an
+                // edit inserting its block once more: the file's length
+                // grows, and so do the line numbers of a test run's
+                // traceback after it) and they moved as in the repetition
+                // before (the previous call's own link) or after (the next
+                // call's link, to this one). A call that only reports
+                // numbers (a batch job's progress, a queue draining) is
+                // making progress.
+                let from = self.previous(j).unwrap_or(j);
                 moved.is_empty()
-                    || self.shows_what_it_wrote(j) && [self.previous(j), self.next(j)].into_iter().flatten().any(
+                    || (from + 1..=j).any(|i| self.shows_what_it_wrote(i))
+                        && [self.previous(j), self.next(j)].into_iter().flatten().any(
                         |k| matches!(self.link(k), Link::Other(Added::Nothing(m)) if m == moved),
                     )
             }

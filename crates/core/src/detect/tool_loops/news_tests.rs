@@ -66,11 +66,15 @@ fn an_edit_that_only_grows_the_file_is_repeated() {
 #[test]
 fn an_edit_and_a_test_in_turn_whose_edit_grows_the_file_cycle() {
     let c = cfg(json!({}));
-    let fail = "Traceback (most recent call last):\n  File \"reproduce.py\", line 3\nAssertionError: 10.1 != 10.10".to_string();
+    // The test's traceback points into the file, below the insertions:
+    // its line number moves with them.
+    let fail = |k: usize| {
+        format!("Traceback (most recent call last):\n  File \"/repo/cart.py\", line {}, in total\nAssertionError: 10.1 != 10.10", 20 + 3 * k)
+    };
     let mut turns = Vec::new();
     for k in 1..=3 {
         turns.push((edit(), view(k)));
-        turns.push(("python reproduce.py".to_string(), fail.clone()));
+        turns.push(("python reproduce.py".to_string(), fail(k)));
     }
     let v = judge_body(&c, &run(&turns), CHAT).expect("a cycle");
     assert!(matches!(v.tier, Tier::Cycle | Tier::Identical), "{v:?}");
