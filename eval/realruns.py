@@ -48,8 +48,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "realruns"
 sys.path.insert(0, str(CORPUS))
 
+import label  # noqa: E402
 from formats.common import request_messages  # noqa: E402
 RECOMMENDED = ROOT / "examples" / "recommended" / "envoy.yaml"
+BUDGET = ROOT / "examples" / "budget" / "envoy.yaml"
 CLI = Path(os.environ.get("LOOPGUARD_CLI", ROOT / "target" / "release" / "loopguard"))
 PACES = ["recorded", 2, 5, 15, 30, 60]
 # Between two runs: longer than any window (86400 s is the largest).
@@ -238,6 +240,11 @@ class Row:
     early: int = 0
     room: int = 0
     room_within3: int = 0
+    untouched: int = 0
+    # Stuck on a harness's retries (label.py's action "dropped"): counted
+    # apart, left to a budget's caps.
+    harness: int = 0
+    harness_touched: int = 0
     deltas: list[int] = field(default_factory=list)
     burned: int = 0
     burned_stopped: int = 0
@@ -247,6 +254,14 @@ class Row:
     touched_ids: list[str] = field(default_factory=list)
     rejected_ids: list[str] = field(default_factory=list)
     missed_ids: list[str] = field(default_factory=list)
+    harness_ids: list[str] = field(default_factory=list)
+
+
+def harness_streak(run: dict) -> bool:
+    """Whether a stuck run's pattern is a harness asking again (the
+    repeated action is a reply the harness dropped, label.py)."""
+    stuck = run["labels"]["stuck"]
+    return bool(stuck) and label.steps(run)[stuck["step"]][0] == "dropped"
 
 
 def tally(results: list[RunResult]) -> dict[tuple, Row]:
@@ -272,8 +287,13 @@ def tally(results: list[RunResult]) -> dict[tuple, Row]:
                 if rej is not None:
                     row.rejected += 1
                     row.rejected_ids.append(rr.run["id"])
-            if lab["stuck"]:
+            if lab["stuck"] and harness_streak(rr.run):
+                row.harness += 1
+                row.harness_touched += touch is not None
+                row.harness_ids.append(rr.run["id"])
+            elif lab["stuck"]:
                 row.stuck += 1
+                row.untouched += touch is None
                 first = lab["stuck"]["first_call"]
                 # Room to stop it within 3 calls: the run went on for 3
                 # calls from the first that carries the pattern.
@@ -304,9 +324,9 @@ def median(xs: list[int]) -> str:
 
 HEADER = (
     "| pace | successful runs | touched | rejected | clearly stuck | stopped | within 3 calls | "
-    "within 3 calls, of those with 3 calls left | first reject vs label (median) | "
+    "within 3 calls, of those with 3 calls left | never touched | first reject vs label (median) | "
     "budget-burning stopped | calls saved | tokens saved (est.) |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -318,7 +338,7 @@ def line(label: str, row: Row) -> str:
     return (
         f"| {label} | {row.successful} | {pct(row.touched, row.successful)} | {pct(row.rejected, row.successful)} | "
         f"{row.stuck} | {pct(row.stopped, row.stuck)} | {pct(row.within3, row.stuck)} | "
-        f"{pct(row.room_within3, row.room)} | {median(row.deltas)} | "
+        f"{pct(row.room_within3, row.room)} | {pct(row.untouched, row.stuck)} | {median(row.deltas)} | "
         f"{pct(row.burned_stopped, row.burned)} | {pct(row.calls_saved, row.calls_total)} | {row.tokens_saved / 1e6:.1f}M |"
     )
 
@@ -380,8 +400,32 @@ def main() -> None:
                 print(f"{pace_name(pace)}: successful rejected: {' '.join(row.rejected_ids) or '-'}")
                 print(f"{pace_name(pace)}: stuck not stopped within 3 calls: {' '.join(row.missed_ids) or '-'}")
             print()
+        harness_report(runs, per_config[ci])
     if a.runs_json:
         a.runs_json.write_text(json.dumps(dump))
+
+
+def harness_report(runs: list[dict], per_pace: list[tuple]) -> None:
+    """The stuck runs whose pattern is a harness asking again, counted apart
+    from the clearly stuck: what loopguard did to them at each pace, and
+    what the spend caps of examples/budget/ would have saved them (their
+    calls replayed through it, 15 s apart)."""
+    ids = set()
+    for _, rows in per_pace:
+        ids.update(rows[("all",)].harness_ids)
+    if not ids:
+        return
+    print("Stuck on a harness's retries (counted apart; a budget's caps, not a 429, are for them):\n")
+    for pace, rows in per_pace:
+        row = rows[("all",)]
+        print(f"- {pace_name(pace)}: {row.harness} runs, {row.harness_touched} touched by the recommended setup")
+    chosen = [r for r in runs if r["id"] in ids]
+    for rr in replay([str(BUDGET)], chosen, 15)[0]:
+        rej = rr.first_reject()
+        saved = len(rr.actions) - rej - 1 if rej is not None else 0
+        where = f"capped at call {rej} of {len(rr.actions)}, {saved} calls saved" if rej is not None else f"never capped ({len(rr.actions)} calls)"
+        print(f"- {rr.run['id']} ({rr.run['model']}) through {BUDGET.relative_to(ROOT)}: {where}")
+    print()
 
 
 def show(rr: RunResult, pace, ci: int) -> None:
