@@ -243,3 +243,96 @@ def test_actions_written_in_text_are_judged_as_tool_calls(stuck, start_envoy):
         assert r.status_code == 200
         assert "x-loopguard-tool-loop" not in r.headers
         assert json.loads(stuck.requests[-1]["body"]) == walking
+
+
+def near_agents_policy() -> dict:
+    """The recommended setup's policy: near-duplicate conversations and tool loops."""
+    return {"id": "agents", "spec": {
+        "selector": {"pathPrefix": "/v1", "methods": ["POST"]},
+        "loop_detection": {"enabled": True, "window_seconds": 60, "threshold_identical_requests": 3,
+                           "similarity": "near", "near_similarity": 0.35, "near_history": 64},
+        "tool_loops": {"enabled": True, "ladder": ["nudge", "directive", "reject"], "directive_disables_tools": True}}}
+
+
+def test_an_edit_that_only_grows_the_file_is_stopped(stuck, start_envoy):
+    """SWE-agent re-sending the same edit: the file view differs each time
+    only by what the edit adds (its block once more, a longer file, shifted
+    line numbers), so it is the same edit again: nudged, directed, 429."""
+    e = guard(start_envoy, stuck, near_agents_policy())
+    block = ["    def total(self):", "        return round(sum(self.items), 2)"]
+
+    def view(times: int) -> str:
+        body = [f"    x{i} = {i}" for i in range(1, 9)] + block * times + ["class Item:"]
+        shown = "\n".join(f"{n}:{line}" for n, line in enumerate(body, 1))
+        return f"[File: /repo/cart.py ({40 + 2 * times} lines total)]\n{shown}\n({40 + 2 * times - len(body)} more lines below)"
+
+    edit = "edit 9:9\n" + "\n".join(block) + "\nend_of_edit"
+    seen = []
+    with httpx.Client(base_url=e.url) as c:
+        for k in range(1, 6):
+            r = c.post("/v1/chat/completions", json=swe_agent_chat([(edit, view(j)) for j in range(1, k + 1)]))
+            seen.append((r.status_code, r.headers.get("x-loopguard-tool-loop")))
+    assert seen == [
+        (200, None),
+        (200, None),
+        (200, "identical;tool=edit;level=1"),
+        (200, "identical;tool=edit;level=2"),
+        (429, "identical;tool=edit;level=3"),
+    ], seen
+
+
+def test_scrolling_to_new_text_is_never_touched(start_envoy):
+    """A browsing agent scrolling down a page: the same call every turn, each
+    result new text under the same page chrome. Reading on is progress, for
+    near-duplicate detection as for tool loops."""
+    plain = Upstream()
+    try:
+        e = guard(start_envoy, plain, near_agents_policy())
+        chrome = "Reader view | The Long Walk | Home Library Settings Help | Font size Theme Bookmarks Share Print | " \
+                 "Chapter list Previous chapter Next chapter Table of contents About the author Reviews Related books"
+        words = [f"{a}{b}{c}" for a in ("ka", "lo", "mi", "ren", "tal") for b in ("vor", "sun", "dre", "pel", "ith")
+                 for c in ("oma", "bru", "cen", "dal", "fin", "gor")]
+        messages = [{"role": "user", "content": "Read the story in the open tab and tell me how it ends."}]
+        with httpx.Client(base_url=e.url) as c:
+            for k in range(8):
+                messages.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": f"c{k}", "type": "function", "function": {"name": "scroll_down", "arguments": "{}"}}]})
+                page = " ".join(words[18 * k:18 * k + 18])
+                messages.append({"role": "tool", "tool_call_id": f"c{k}", "content": f"{chrome}\n{page}\n[more below]"})
+                body = json.dumps({"model": "gpt-4o", "messages": messages}).encode()
+                r = c.post("/v1/chat/completions", content=body)
+                assert r.status_code == 200, k
+                assert not any(h.startswith("x-loopguard") for h in r.headers), (k, dict(r.headers))
+                assert plain.requests[-1]["body"] == body
+    finally:
+        plain.stop()
+
+
+def test_a_harness_asking_again_passes_and_is_counted(start_envoy):
+    """mini-swe-agent 2.x re-asking a model that answered without a tool
+    call: the same correction appended again and again, the failed answers
+    left out. The harness's retries, not the agent's loop: every request
+    passes untouched, each re-ask counted."""
+    plain = Upstream()
+    try:
+        e = guard(start_envoy, plain, near_agents_policy())
+        correction = ("Tool call error:\n\n<error>\nNo tool calls found in the response. Every response MUST include "
+                      "at least one tool call.\n</error>\n\nEvery response needs to use the 'bash' tool at least once.")
+        messages = [
+            {"role": "system", "content": "You are a helpful assistant that can interact with a computer."},
+            {"role": "user", "content": "Fix the rounding of the cart total."},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\":\"grep -n total cart.py\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "<returncode>0</returncode>\n<output>\n3: def total(self):\n</output>"},
+        ]
+        with httpx.Client(base_url=e.url) as c:
+            for k in range(10):
+                messages.append({"role": "user", "content": correction})
+                body = json.dumps({"model": "gpt-5-mini", "messages": messages}).encode()
+                r = c.post("/v1/chat/completions", content=body)
+                assert r.status_code == 200, k
+                assert not any(h.startswith("x-loopguard") for h in r.headers), (k, dict(r.headers))
+                assert plain.requests[-1]["body"] == body
+        assert e.counter("loopguard.harness_retries_total.policy.agents") == 9
+    finally:
+        plain.stop()
