@@ -132,7 +132,7 @@ def test_each_loop_kind_is_caught_through_the_sdks(kind, store, start_envoy, req
         assert code in ("recursive_loop_detected", "tool_loop_detected"), body
     else:
         tier = detail.split(";")[0]
-        assert tier in ("identical", "pattern", "cycle", "answer"), detail
+        assert tier in ("identical", "pattern", "cycle", "answer", "turn"), detail
     # Every request before the touch reached the upstream untouched.
     assert all(what == "ok" for what, _ in outcomes[: turn - 1])
     if store == "redis":

@@ -336,3 +336,29 @@ def test_a_harness_asking_again_passes_and_is_counted(start_envoy):
         assert e.counter("loopguard.harness_retries_total.policy.agents") == 9
     finally:
         plain.stop()
+
+
+def test_the_same_turn_eight_times_is_stopped_whatever_it_returned(stuck, start_envoy):
+    """A model scrolling a long file, writing the same reply word for word
+    every turn while every page is new: from the eighth such turn it is
+    nudged, then directed, then refused (tier `turn`)."""
+    e = guard(start_envoy, stuck, near_agents_policy())
+    narration = "We still have not found where the total is rounded; let us scroll down further to find it."
+    seen = []
+    with httpx.Client(base_url=e.url) as c:
+        for n in range(7, 11):
+            messages = [{"role": "system", "content": "You are an autonomous programmer."},
+                        {"role": "user", "content": "Find where the cart total is rounded."}]
+            for k in range(n):
+                messages.append({"role": "assistant", "content": f"{narration}\n\n```\nscroll_down\n```"})
+                page = "\n".join(f"{100 * k + i + 1}:    step_{k}_{i} = handler_{k}(record_{i})" for i in range(60))
+                messages.append({"role": "user", "content": page})
+            r = c.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": messages})
+            seen.append((r.status_code, r.headers.get("x-loopguard-tool-loop")))
+    assert seen == [
+        (200, None),
+        (200, "turn;tool=scroll_down;level=1"),
+        (200, "turn;tool=scroll_down;level=2"),
+        (429, "turn;tool=scroll_down;level=3"),
+    ], seen
+    assert e.counter("loopguard.tool_loop_detected_total.policy.agents.tier.turn.step.reject") == 1

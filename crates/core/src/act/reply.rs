@@ -172,6 +172,10 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
             "Blocked: the model gave essentially the same answer {} times in a row. This usually indicates a loop; change the conversation instead of retrying.",
             v.occurrences
         ),
+        tool_loops::Tier::Turn => format!(
+            "Blocked: the agent wrote the same reply and called the tool `{tool}` the same way {} times in a row, whatever it returned. This usually indicates an agent loop; change approach instead of retrying.",
+            v.occurrences
+        ),
     };
     let mut details = json!({
         "policy": policy_id,

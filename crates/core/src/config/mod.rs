@@ -181,7 +181,7 @@ impl Policy {
             let calls = t.last_calls.max(3 * t.cycle_min as usize);
             // Answers: as many as the ladder can need, with the user's
             // message before each, and one more.
-            let answers = 2 * (t.answer_min as usize + t.ladder.len() + 1) + 2;
+            let answers = 2 * (t.answer_min.max(t.turn_min) as usize + t.ladder.len() + 1) + 2;
             (4 * calls + 16).max(answers)
         });
         tail.max(tools).min(MAX_ITEMS_KEPT)
@@ -220,6 +220,9 @@ pub struct ToolLoops {
     /// Answer loops: the model's text answer repeated this many turns in a
     /// row (0: not looked for).
     pub answer_min: u32,
+    /// The same turn again (reply text and calls), this many turns in a
+    /// row whatever the calls returned (0: not looked for).
+    pub turn_min: u32,
     /// Classes masked in tool-call arguments before they are compared
     /// (none unless `volatile.tool_arguments`).
     pub arguments_mask: Classes,

@@ -1,5 +1,5 @@
-//! The `tool_loops` block: defaults, bounds and ladder, and the cycle and
-//! answer-loop counts.
+//! The `tool_loops` block: defaults, bounds and ladder, and the cycle,
+//! answer-loop and same-turn counts.
 
 use super::tests::{err_of, with, without};
 use super::*;
@@ -90,4 +90,29 @@ fn cycle_and_answer_settings() {
     );
     assert!(err_of(tl(json!({"enabled": true, "answer_min": 17})))
         .contains("tool_loops.answer_min must be <= 16 (got 17)"));
+}
+
+#[test]
+fn same_turn_settings() {
+    let tl = |v: Value| with(&["policies", "0", "spec", "tool_loops"], v);
+    let turn_min = |v: Value| {
+        Config::from_value(&tl(v)).unwrap().policies[0]
+            .tool_loops
+            .clone()
+            .unwrap()
+            .turn_min
+    };
+    assert_eq!(turn_min(json!({"enabled": true})), 8);
+    assert_eq!(turn_min(json!({"enabled": true, "turn_min": 0})), 0);
+    assert_eq!(turn_min(json!({"enabled": true, "turn_min": 32})), 32);
+    assert!(
+        err_of(tl(json!({"enabled": true, "turn_min": 1}))).contains(
+            "tool_loops.turn_min must be >= 2 (got 1); use 0 to switch same-turn detection off"
+        )
+    );
+    assert!(err_of(tl(json!({"enabled": true, "turn_min": 33})))
+        .contains("tool_loops.turn_min must be <= 32 (got 33)"));
+    // The conversation is kept far enough back for the ladder to climb.
+    let keep = |v: Value| Config::from_value(&tl(v)).unwrap().policies[0].items_needed();
+    assert!(keep(json!({"enabled": true, "turn_min": 32})) > keep(json!({"enabled": true})));
 }

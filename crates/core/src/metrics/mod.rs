@@ -130,7 +130,7 @@ pub enum WebhookResult {
 }
 
 const WOULD_BE: [&str; 5] = ["warn", "throttle", "reject", "nudge", "directive"];
-const TIERS: [&str; 4] = ["identical", "pattern", "cycle", "answer"];
+const TIERS: [&str; 5] = ["identical", "pattern", "cycle", "answer", "turn"];
 const STEPS: [&str; 3] = ["nudge", "directive", "reject"];
 const CALL_RESULTS: [&str; 5] = ["ok", "unavailable", "status", "reply", "noscript"];
 const FALLBACKS: [&str; 2] = ["local", "allow"];
@@ -150,7 +150,7 @@ pub enum TokenType {
 
 /// Per policy: the ids before the token metrics (the six counters, detected,
 /// shadow, tool loops, failed attempts, harness retries).
-const PER_POLICY_FIXED: u32 = 6 + 2 + 5 + 12 + 4 + 1;
+const PER_POLICY_FIXED: u32 = 6 + 2 + 5 + 3 * TIERS.len() as u32 + 4 + 1;
 
 /// Every metric of a configuration.
 #[derive(Debug, Clone)]
@@ -453,6 +453,7 @@ impl Registry {
             Tier::Pattern => 1,
             Tier::Cycle => 2,
             Tier::Answer => 3,
+            Tier::Turn => 4,
         };
         let s = match step {
             ToolStep::Nudge => 0,
@@ -470,7 +471,7 @@ impl Registry {
             Some(Forgave::NotFound) => 2,
             None => 3,
         };
-        self.at(policy, 25 + i)
+        self.at(policy, 13 + 3 * TIERS.len() as u32 + i)
     }
     /// The `model` label's index of a priced model (`None`: `other`).
     fn model(&self, model: Option<usize>) -> u32 {

@@ -281,6 +281,12 @@ pub struct RawToolLoops {
     /// turns in a row, 2..16, or 0 for none. Default 3.
     #[cfg_attr(feature = "schema", schemars(range(min = 0, max = 16)))]
     pub answer_min: Option<Int>,
+    /// The same turn again: the model's reply written word for word as
+    /// before (its reasoning, at least 40 characters) with the same calls,
+    /// this many turns in a row whatever the calls returned, 2..32, or 0
+    /// for none. Default 8.
+    #[cfg_attr(feature = "schema", schemars(range(min = 0, max = 32)))]
+    pub turn_min: Option<Int>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,5 +1,5 @@
 //! The `tool_loops` block: how many calls are compared, the ladder and
-//! the cycle and answer-loop counts.
+//! the cycle, answer-loop and same-turn counts.
 
 use super::*;
 
@@ -63,6 +63,9 @@ pub(super) fn tool_loops(
     };
     let cycle_min = min("cycle_min", &t.cycle_min, "cycle detection")?;
     let answer_min = min("answer_min", &t.answer_min, "answer-loop detection")?;
+    let turn_min = ctx
+        .off_or_from_2(&f("turn_min"), &t.turn_min, 32, "same-turn detection")?
+        .map_or(8, |n| u32::try_from(n).unwrap_or(32));
     let directive_disables_tools = t.directive_disables_tools.unwrap_or(false);
     if directive_disables_tools && !ladder.contains(&ToolStep::Directive) {
         return Err(ctx.err(
@@ -82,6 +85,7 @@ pub(super) fn tool_loops(
         directive_disables_tools,
         cycle_min,
         answer_min,
+        turn_min,
         arguments_mask: volatile.argument_classes(),
         result_classes: volatile.classes,
     }))

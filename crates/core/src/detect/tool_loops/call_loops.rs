@@ -167,3 +167,54 @@ pub(super) fn cycle<R: Results>(
         cfg.cycle_min,
     )
 }
+
+/// The same turn again: the model's newest turns each wrote the reply of
+/// the turn before word for word (its reasoning, long enough to tell) and
+/// made the same calls, whatever those returned, `turn_min` turns in a row:
+/// a model writing the same thought again and again is not reading what it
+/// gets (a file scrolled page after page for a function it never finds).
+pub(super) fn same_turns<R: Results>(
+    cfg: &ToolLoops,
+    calls: &Calls<'_, '_, R>,
+    history: &crate::request::llm::ToolHistory,
+) -> Option<ToolVerdict> {
+    if cfg.turn_min == 0 {
+        return None;
+    }
+    let newest = history.newest_turn?;
+    let of = |t: usize| -> Vec<(&str, &str)> {
+        calls
+            .calls
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.turn == t)
+            .map(|(i, c)| (&*c.name, calls.arg(i)))
+            .collect()
+    };
+    let first = calls.calls.iter().position(|c| c.turn == newest)?;
+    let made = of(newest);
+    if made.is_empty() {
+        return None;
+    }
+    let mut n = 1u32;
+    let mut later = newest;
+    while let Some(earlier) = later.checked_sub(1) {
+        if of(earlier) != made || !calls.same_turn_reply(earlier, later) {
+            break;
+        }
+        n += 1;
+        later = earlier;
+    }
+    if n < cfg.turn_min {
+        return None;
+    }
+    let name = calls.get(first).map_or("", |c| &c.name);
+    verdict(
+        cfg,
+        Tier::Turn,
+        name,
+        Some(calls.arg(first)),
+        n,
+        cfg.turn_min,
+    )
+}

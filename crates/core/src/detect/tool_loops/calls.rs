@@ -6,7 +6,7 @@ use super::Results;
 use crate::config::Classes;
 use crate::detect::news::{self, Added, Lines, SEEN_CALLS};
 use crate::request::llm::volatile::{self, Class, Context};
-use crate::request::llm::ToolCall;
+use crate::request::llm::{ResultAt, ToolCall};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -137,7 +137,14 @@ pub(super) struct Calls<'h, 'r, R: Results> {
     pub(super) lines: RefCell<HashMap<usize, Option<Rc<Lines>>>>,
     /// How each call's result compares with its previous occurrence's.
     pub(super) links: RefCell<HashMap<usize, Link>>,
+    /// Where each model turn's text is (its reasoning, and for actions
+    /// written as text the action too), by turn.
+    pub(super) replies: Vec<Option<ResultAt>>,
 }
+
+/// A reply shorter than this (normalised) says too little to tell that a
+/// model wrote the same thing again.
+const REPLY_MIN_CHARS: usize = 40;
 
 /// How a call's result compares with the result of the same call (tool
 /// and arguments) made before it.
@@ -242,12 +249,17 @@ impl<R: Results> Calls<'_, '_, R> {
                 // call's link, to this one). A call that only reports
                 // numbers (a batch job's progress, a queue draining) is
                 // making progress.
+                // Numbers that moved otherwise are news, unless the model
+                // then replied word for word as it had replied to the
+                // result before: its reasoning and its action took nothing
+                // from them.
                 let from = self.previous(j).unwrap_or(j);
                 moved.is_empty()
                     || (from + 1..=j).any(|i| self.shows_what_it_wrote(i))
                         && [self.previous(j), self.next(j)].into_iter().flatten().any(
                         |k| matches!(self.link(k), Link::Other(Added::Nothing(m)) if m == moved),
                     )
+                    || self.next(j).is_some_and(|k| self.same_reply(j, k))
             }
         }
     }
@@ -280,6 +292,28 @@ impl<R: Results> Calls<'_, '_, R> {
         };
         self.links.borrow_mut().insert(j, link.clone());
         link
+    }
+
+    /// Whether the model's turns that made calls `i` and `j` replied the
+    /// same text (reasoning and any action written in it), long enough to
+    /// tell.
+    fn same_reply(&self, i: usize, j: usize) -> bool {
+        match (self.get(i), self.get(j)) {
+            (Some(a), Some(b)) => self.same_turn_reply(a.turn, b.turn),
+            _ => false,
+        }
+    }
+
+    /// Whether model turns `a` and `b` replied the same text, long enough
+    /// to tell.
+    pub(super) fn same_turn_reply(&self, a: usize, b: usize) -> bool {
+        let text = |turn: usize| {
+            let at = (*self.replies.get(turn)?)?;
+            self.results
+                .result_text(at)
+                .filter(|t| t.len() >= REPLY_MIN_CHARS)
+        };
+        matches!((text(a), text(b)), (Some(x), Some(y)) if x == y)
     }
 
     /// Whether call `j`'s result shows a line its arguments wrote.

@@ -47,6 +47,10 @@ pub fn nudge_text(v: &ToolVerdict) -> String {
             "Note from the API gateway: your last {} answers say essentially the same thing, and the conversation has not moved on. Do not repeat that answer: try a fundamentally different approach, or say plainly what you cannot do.",
             v.occurrences
         ),
+        Tier::Turn => format!(
+            "Note from the API gateway: you have written the same reply and called `{}` the same way {} times in a row, whatever it returned. Read what the last results say, then change your approach.",
+            v.tool, v.occurrences
+        ),
     }
 }
 
@@ -68,6 +72,12 @@ pub fn directive_text(v: &ToolVerdict) -> String {
         return format!(
             "Instruction from the API gateway: stop repeating your answer. You have given essentially the same answer {} times in a row without resolving the problem. Do not give it again. Take a different approach, ask the user a clarifying question, or explain what you cannot do.",
             v.occurrences
+        );
+    }
+    if v.tier == Tier::Turn {
+        return format!(
+            "Instruction from the API gateway: stop repeating this step. You have written the same reply and called `{}` the same way {} times in a row. Do not call it again this way. Say what you learned from its results, or take a different approach.",
+            v.tool, v.occurrences
         );
     }
     if v.tier == Tier::Cycle {

@@ -26,7 +26,7 @@ use crate::detect::progress;
 use crate::request::llm::volatile::{self, Context};
 use crate::request::llm::{Request, ResultAt, ToolCall, ToolHistory};
 use answer_loops::{answer, news_before};
-use call_loops::{cycle, identical, pattern};
+use call_loops::{cycle, identical, pattern, same_turns};
 use calls::Calls;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -45,6 +45,9 @@ pub enum Tier {
     Pattern,
     /// The model's text answers repeat (rephrased), turn after turn.
     Answer,
+    /// The same turn again and again: the reply written word for word
+    /// with the same calls, whatever they returned.
+    Turn,
 }
 
 impl Tier {
@@ -54,6 +57,7 @@ impl Tier {
             Tier::Cycle => "cycle",
             Tier::Pattern => "pattern",
             Tier::Answer => "answer",
+            Tier::Turn => "turn",
         }
     }
 }
@@ -151,6 +155,7 @@ pub fn judge(
         words: RefCell::new(HashMap::new()),
         lines: RefCell::new(HashMap::new()),
         links: RefCell::new(HashMap::new()),
+        replies: history.turns.iter().map(|t| t.answer).collect(),
     };
     let n = calls.calls.len();
     let recent: Vec<usize> = (n.saturating_sub(cfg.last_calls)..n).collect();
@@ -160,6 +165,7 @@ pub fn judge(
         }),
         cycle(cfg, &calls, newest),
         answer(cfg, history, results, texts),
+        same_turns(cfg, &calls, history),
     ];
     repeated
         .into_iter()

@@ -5,6 +5,7 @@
 
 use super::tests::{cfg, judge_body};
 use super::*;
+use crate::config::ToolStep;
 use serde_json::json;
 
 const CHAT: &str = "/v1/chat/completions";
@@ -115,7 +116,9 @@ fn scrolling_to_new_text_is_progress() {
         }
         l.join("\n")
     };
-    let turns: Vec<(String, String)> = (0..8)
+    // Seven pages: the same narration every turn is the same turn again
+    // only from the eighth (see the test of `turn_min` below).
+    let turns: Vec<(String, String)> = (0..7)
         .map(|k| ("scroll_down".to_string(), page(k)))
         .collect();
     assert_eq!(judge_body(&c, &run(&turns), CHAT), None);
@@ -183,4 +186,54 @@ fn a_batch_job_whose_counts_move_evenly_is_progress() {
     }
     let body = json!({"model": "gpt-4o", "messages": messages});
     assert_eq!(judge_body(&c, &body, CHAT), None);
+}
+
+/// A SWE-agent run scrolling a long file: each page new, the narration
+/// `narration(k)` at turn k.
+fn scrolling(pages: usize, narration: &dyn Fn(usize) -> String) -> serde_json::Value {
+    let mut messages = vec![
+        json!({"role": "system", "content": "You are an autonomous programmer."}),
+        json!({"role": "user", "content": "Find where the cart total is rounded."}),
+    ];
+    for k in 0..pages {
+        messages.push(json!({"role": "assistant",
+            "content": format!("{}\n\n```\nscroll_down\n```\n", narration(k))}));
+        let lines: Vec<String> = (0..100)
+            .map(|i| {
+                format!(
+                    "{}:    step_{k}_{i} = handler_{k}(record_{i})",
+                    100 * k + i + 1
+                )
+            })
+            .collect();
+        messages.push(json!({"role": "user", "content": lines.join("\n")}));
+    }
+    json!({"model": "gpt-4o", "messages": messages})
+}
+
+#[test]
+fn the_same_reply_and_call_eight_times_is_a_loop_whatever_they_return() {
+    let c = cfg(json!({}));
+    let same = |_: usize| {
+        "We still have not found the rounding; let us scroll down further to find it.".to_string()
+    };
+    // Seven times: reading on, left alone.
+    assert_eq!(judge_body(&c, &scrolling(7, &same), CHAT), None);
+    let v = judge_body(&c, &scrolling(8, &same), CHAT).expect("the same turn eight times");
+    assert_eq!(
+        (v.tier, v.tool.as_str(), v.occurrences, v.level),
+        (Tier::Turn, "scroll_down", 8, 1)
+    );
+    let v = judge_body(&c, &scrolling(10, &same), CHAT).unwrap();
+    assert_eq!((v.tier, v.level, v.step), (Tier::Turn, 3, ToolStep::Reject));
+    // A model that says what each page showed is reading it.
+    let reading = |k: usize| {
+        format!("Page {k} defines handler_{k}; the rounding is not there, so let us scroll down further.")
+    };
+    assert_eq!(judge_body(&c, &scrolling(12, &reading), CHAT), None);
+    // Too short a reply to tell, and the rule switched off.
+    let short = |_: usize| "Scrolling.".to_string();
+    assert_eq!(judge_body(&c, &scrolling(12, &short), CHAT), None);
+    let off = cfg(json!({"turn_min": 0}));
+    assert_eq!(judge_body(&off, &scrolling(12, &same), CHAT), None);
 }
