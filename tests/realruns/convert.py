@@ -12,7 +12,8 @@ written to runs/<source>.jsonl.gz and their labels, split and provenance to
 manifest.jsonl; the recordings themselves are not kept.
 
 Selection (decided before loopguard saw any run): per source, every
-clearly stuck run, then every successful run (label.py), then the other
+clearly stuck run, then every successful run (label.py), then the runs in
+which a harness asked the model again (a dropped reply), then the other
 runs, each group in the order of their ids' SHA-256, up to the source's
 cap. The split is
 fixed by the id alone: `heldout` when the first byte of SHA-256(id) is 128
@@ -54,12 +55,20 @@ def split_of(run_id: str) -> str:
     return "heldout" if digest(run_id)[0] >= 128 else "tune"
 
 
+def reasked(run: dict) -> bool:
+    """Whether a harness asked the model again in the run (a reply it
+    dropped from the history, formats/common.py)."""
+    return any(label.steps(run)[k][0] == "dropped" for k in range(len(run["calls"])))
+
+
 def select(runs: list[dict], cap: int) -> list[dict]:
     runs = sorted(runs, key=lambda r: digest("select:" + r["id"]))
     stuck = [r for r in runs if r["_labels"]["stuck"]]
-    successful = [r for r in runs if r["_labels"]["successful"]]
-    rest = [r for r in runs if not (r["_labels"]["successful"] or r["_labels"]["stuck"])]
-    return (stuck + successful + rest)[:cap]
+    successful = [r for r in runs if r["_labels"]["successful"] and not r["_labels"]["stuck"]]
+    other = [r for r in runs if not (r["_labels"]["successful"] or r["_labels"]["stuck"])]
+    again = [r for r in other if reasked(r)]
+    rest = [r for r in other if not reasked(r)]
+    return (stuck + successful + again + rest)[:cap]
 
 
 def share(runs: list[dict]) -> tuple[dict, list[dict]]:

@@ -161,7 +161,7 @@ SOURCES = [
     Source("openhands-sdk", "OpenHands/benchmarks", "424d20d30f2d2ebdc8482f096b24546ce8a8c281", MIT, 50, _openhands,
            "OpenHands agent SDK (gpt-4o) on OpenAgentSafety, contributed in pull request 90 (refs/pull/90/head): the JSON "
            "event logs of one run; a safety benchmark, so no run is scored resolved"),
-    Source("trae", "ISO-Bench/ISO-Bench", "9cc08ddd1011a34c49b43c22671ae639f16a21d3", APACHE, 60, _trae,
+    Source("trae", "ISO-Bench/ISO-Bench", "9cc08ddd1011a34c49b43c22671ae639f16a21d3", APACHE, 80, _trae,
            "Trae Agent (gpt-4o, gpt-5, claude-sonnet-4-5) on ISO-Bench's vLLM and SGLang performance tasks "
            "(ISO-Bench/state/runs/*/trae/); no per-run score, so no run is scored resolved"),
     Source("swe-agent1", "lgetter/swe-agent-trajectory-analysis", "9ecabb67ca553a1c86a7e504c4556772b9443e99", NONE_STATED,
