@@ -2,8 +2,8 @@
 //! word for word may be getting new results (the next page, a log that
 //! moved, a poll whose progress changed) or results that differ only by
 //! what the repetition itself produces: the same block once more in a file
-//! it keeps editing, a line count that grows by the same step every time,
-//! line numbers shifted by it, a shell's own line counter.
+//! it keeps editing, a line count that grows with it, line numbers
+//! shifted by it, a shell's own line counter.
 //!
 //! A result is read as lines, each without its line-number gutter (`74:`,
 //! `    74\t`, `74→`), lower-cased and with the policy's volatile classes
@@ -14,12 +14,13 @@
 //!   edit's block shown again), or
 //! - a line of the result just before it with its numbers moved (a
 //!   header, a count, an error line: rows of data that differ only in
-//!   their numbers are other rows);
+//!   their numbers are other rows).
 //!
-//! and the numbers that moved, moved by the same step as in the
-//! repetition before or after it (see [`Added::Nothing`]): a count the
-//! repetition grows is a repetition's own effect, a poll's progress that
-//! moves unevenly is news. A single line never seen before is news.
+//! Whether numbers that moved are the repetition's own effect is the
+//! caller's to tell ([`Added::Nothing`]): they are when the repetition
+//! writes content its results show again (an edit inserting its block once
+//! more), not when a call only reports them (a batch job's progress, a
+//! queue draining). A single line never seen before is news.
 
 use crate::config::Classes;
 use crate::detect::similarity;
@@ -29,12 +30,12 @@ use crate::request::llm::ToolHistory;
 use crate::request::Fnv;
 use std::collections::{HashMap, HashSet};
 
-/// A text as its lines: each line's digest as written (gutter aside) and,
-/// with its numbers replaced, the digest of its shape and the numbers.
+/// A text as its lines: each line's digest as written (gutter aside) and
+/// the digest of its shape (its numbers replaced).
 #[derive(Debug, Default)]
 pub struct Lines {
     exact: Vec<u64>,
-    shaped: Vec<(u64, Vec<u64>)>,
+    shapes: Vec<u64>,
     /// The lines long enough to tell content apart (see [`WRITTEN_BYTES`]).
     long: Vec<u64>,
 }
@@ -60,12 +61,12 @@ impl Lines {
             }
             let line = without_shell_counter(cut(line, LINE_BYTES)).to_lowercase();
             let masked = volatile::mask(&line, classes, Context::ToolResult);
-            let (exact, shape, numbers) = digests(&masked);
+            let (exact, shape) = digests(&masked);
             if masked.trim().len() >= WRITTEN_BYTES {
                 out.long.push(exact);
             }
             out.exact.push(exact);
-            out.shaped.push((shape, numbers));
+            out.shapes.push(shape);
         }
         out
     }
@@ -158,93 +159,69 @@ fn telling_words(text: &str, classes: Classes, out: &mut HashSet<u64>) {
 /// What a later result added over the results before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Added {
-    /// Nothing new: every line seen, or seen with its numbers moved; the
-    /// numbers that moved, each line's shape with the steps its numbers
-    /// took (sorted by shape; empty when none moved). Two repetitions that
-    /// moved the same lines by the same steps are the repetition's own
-    /// effect.
-    Nothing(Vec<(u64, Vec<u64>)>),
+    /// Nothing new: every line seen, or seen with its numbers moved; how
+    /// many lines' numbers moved (0: the result shows only lines seen).
+    Nothing(usize),
     /// A line never seen, even with other numbers.
     Something,
 }
 
 /// What `later` adds over `previous` (the result just before it) and the
 /// lines in `seen` (the earlier results and the call's arguments).
-/// A line not seen as written is matched by its shape, the k-th line of a
-/// shape with the k-th line of that shape before, only where the shape is
-/// on as many lines in both results and on few ([`FEW`]: a header, a
-/// count, an error line, each perhaps repeated in a before-and-after
-/// view); rows of data that differ only in their numbers are other rows
-/// (the next page of a listing), never the same rows moved.
+/// A line not seen as written is a line before with its numbers moved
+/// only where its shape is on as many lines in both results and on few
+/// ([`FEW`]: a header, a count, an error line, each perhaps repeated in a
+/// before-and-after view); rows of data that differ only in their numbers
+/// are other rows (the next page of a listing), never the same rows moved.
 pub fn added(later: &Lines, previous: &Lines, seen: &HashSet<u64>) -> Added {
     let before = shapes(previous);
     let now = shapes(later);
-    let mut nth: HashMap<u64, usize> = HashMap::new();
-    let mut moved: Vec<(u64, Vec<u64>)> = Vec::new();
-    for (exact, (shape, numbers)) in later.exact.iter().zip(&later.shaped) {
-        let k = nth.entry(*shape).or_insert(0);
-        *k += 1;
+    let mut moved = 0;
+    for (exact, shape) in later.exact.iter().zip(&later.shapes) {
         if seen.contains(exact) {
             continue;
         }
-        let (Some(b), Some(n)) = (before.get(shape), now.get(shape)) else {
-            return Added::Something;
-        };
-        let Some(earlier) = b
-            .get(*k - 1)
-            .filter(|_| b.len() == n.len() && b.len() <= FEW)
-        else {
-            return Added::Something;
-        };
-        let steps = numbers
-            .iter()
-            .zip(earlier.iter())
-            .map(|(n, b)| n.wrapping_sub(*b))
-            .collect();
-        moved.push((*shape, steps));
+        match (before.get(shape), now.get(shape)) {
+            (Some(b), Some(n)) if b == n && *b <= FEW => moved += 1,
+            _ => return Added::Something,
+        }
     }
-    moved.sort_unstable();
     Added::Nothing(moved)
 }
 
-/// At most this many lines of one shape are matched line by line.
+/// At most this many lines of one shape are read as lines moved.
 const FEW: usize = 2;
 
-/// Each shape of `lines` with the numbers of its lines, in order.
-fn shapes(lines: &Lines) -> HashMap<u64, Vec<&[u64]>> {
-    let mut shapes: HashMap<u64, Vec<&[u64]>> = HashMap::new();
-    for (shape, numbers) in &lines.shaped {
-        shapes.entry(*shape).or_default().push(numbers);
+/// How many lines of `lines` have each shape.
+fn shapes(lines: &Lines) -> HashMap<u64, usize> {
+    let mut shapes: HashMap<u64, usize> = HashMap::new();
+    for shape in &lines.shapes {
+        *shapes.entry(*shape).or_default() += 1;
     }
     shapes
 }
 
-/// A line's digest as written, the digest of its shape (every run of
-/// digits one `#`) and its numbers (a run too long for 64 bits wraps: it
-/// is compared, never computed with).
-fn digests(line: &str) -> (u64, u64, Vec<u64>) {
+/// A line's digest as written and the digest of its shape (every run of
+/// digits one `#`).
+fn digests(line: &str) -> (u64, u64) {
     let mut exact = Fnv::default();
     let mut shape = Fnv::default();
-    let mut numbers = Vec::new();
-    let mut current: Option<u64> = None;
+    let mut in_number = false;
     for &b in line.as_bytes() {
         exact.write(&[b]);
         if b.is_ascii_digit() {
-            let n = current.unwrap_or(0);
-            current = Some(n.wrapping_mul(10).wrapping_add(u64::from(b - b'0')));
+            in_number = true;
             continue;
         }
-        if let Some(n) = current.take() {
-            numbers.push(n);
+        if std::mem::take(&mut in_number) {
             shape.write(b"#");
         }
         shape.write(&[b]);
     }
-    if let Some(n) = current {
-        numbers.push(n);
+    if in_number {
         shape.write(b"#");
     }
-    (exact.0, shape.0, numbers)
+    (exact.0, shape.0)
 }
 
 /// The line without the number of a shell's own line counter, which
@@ -330,13 +307,11 @@ mod tests {
         let block = "def total(self):\n    return round(sum(self.items), 2)";
         let before = "[File: cart.py (40 lines total)]\n10:def total(self):\n11:    return round(sum(self.items), 2)\n12:class Item:";
         let after = "[File: cart.py (42 lines total)]\n10:def total(self):\n11:    return round(sum(self.items), 2)\n12:def total(self):\n13:    return round(sum(self.items), 2)\n14:class Item:";
-        let moved = added(&lines(after), &lines(before), &seen(&[before, block]));
-        let Added::Nothing(moved) = moved else {
-            panic!("{moved:?}");
-        };
-        // Only the count moved, by 2.
-        assert_eq!(moved.len(), 1);
-        assert_eq!(moved[0].1, vec![2]);
+        // Only the count moved.
+        assert_eq!(
+            added(&lines(after), &lines(before), &seen(&[before, block])),
+            Added::Nothing(1)
+        );
         // A line never seen is news.
         let fixed = format!("{after}\n15:    price: Decimal");
         assert_eq!(
@@ -346,20 +321,26 @@ mod tests {
     }
 
     #[test]
-    fn numbers_that_moved_are_told_by_their_steps() {
-        let at =
-            |n: u32, pid: u32| format!("/bin/bash: line {n}: {pid} segmentation fault ./run.sh");
-        let (a, b, c) = (at(898, 5709), at(940, 5996), at(982, 6281));
-        let first = added(&lines(&b), &lines(&a), &seen(&[&a]));
-        let second = added(&lines(&c), &lines(&b), &seen(&[&a, &b]));
-        // The line counter moved by 42 both times, the process id unevenly:
-        // not the same repetition.
-        assert_ne!(first, second);
-        let at = |n: u32| format!("/bin/bash: line {n}: cd..: command not found");
-        let (a, b, c) = (at(327), at(342), at(357));
+    fn rows_that_differ_in_their_numbers_are_other_rows() {
+        // The next page of a listing: every row of the same shape as a row
+        // before, none the same row.
+        let page = |from: usize| {
+            (from..from + 5)
+                .map(|i| format!("order {i}: shipped, {} items", i % 7))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let (a, b) = (page(1), page(6));
         assert_eq!(
             added(&lines(&b), &lines(&a), &seen(&[&a])),
-            added(&lines(&c), &lines(&b), &seen(&[&a, &b]))
+            Added::Something
+        );
+        // A header and a footer whose numbers moved, the rows seen.
+        let a = format!("showing 1-5 of 9\n{}\nmore: 4", page(1));
+        let b = format!("showing 1-5 of 10\n{}\nmore: 5", page(1));
+        assert_eq!(
+            added(&lines(&b), &lines(&a), &seen(&[&a])),
+            Added::Nothing(2)
         );
     }
 
@@ -393,7 +374,7 @@ mod tests {
         let huge = "9".repeat(60);
         let l = lines(&format!("{huge}\n{}", "x".repeat(10_000)));
         assert_eq!(l.exact.len(), 2);
-        assert_eq!(l.shaped[0].1.len(), 1);
+        assert_ne!(l.shapes[0], l.shapes[1]);
         let wide = "é".repeat(LINE_BYTES);
         assert_eq!(lines(&wide).exact.len(), 1);
     }

@@ -226,40 +226,23 @@ impl<R: Results> Calls<'_, '_, R> {
         (0..j).rev().find(|&i| self.same_call(i, j))
     }
 
-    /// The same call made next after call `j`.
-    fn next(&self, j: usize) -> Option<usize> {
-        (j + 1..self.calls.len()).find(|&i| self.same_call(i, j))
-    }
-
     /// Whether call `j`'s result repeats the result of the same call made
-    /// before it: the same, or nothing new (see `news.rs`), its moved
-    /// numbers (if any) moved by the same steps as in the repetition before
-    /// or after it.
+    /// before it: the same, or nothing new ([`crate::detect::news`]), any
+    /// numbers that moved the repetition's own effect.
     pub(super) fn repeats_previous(&self, j: usize) -> bool {
         match self.link(j) {
             Link::Same => true,
             Link::Unknown | Link::Other(Added::Something) => false,
             Link::Other(Added::Nothing(moved)) => {
                 // Numbers that moved are the repetition's own effect when
-                // the repetition writes content a result shows again (an
-                // edit inserting its block once more: the file's length
-                // grows, and so do the line numbers of a test run's
-                // traceback after it) and they moved as in the repetition
-                // before (the previous call's own link) or after (the next
-                // call's link, to this one). A call that only reports
+                // the repetition writes content a result shows again: an
+                // edit inserting its block once more (the file's length
+                // grows, the view's offsets and the line numbers of a test
+                // run's traceback after it move). A call that only reports
                 // numbers (a batch job's progress, a queue draining) is
                 // making progress.
-                // Numbers that moved otherwise are news, unless the model
-                // then replied word for word as it had replied to the
-                // result before: its reasoning and its action took nothing
-                // from them.
                 let from = self.previous(j).unwrap_or(j);
-                moved.is_empty()
-                    || (from + 1..=j).any(|i| self.shows_what_it_wrote(i))
-                        && [self.previous(j), self.next(j)].into_iter().flatten().any(
-                        |k| matches!(self.link(k), Link::Other(Added::Nothing(m)) if m == moved),
-                    )
-                    || self.next(j).is_some_and(|k| self.same_reply(j, k))
+                moved == 0 || (from + 1..=j).any(|i| self.shows_what_it_wrote(i))
             }
         }
     }
@@ -292,16 +275,6 @@ impl<R: Results> Calls<'_, '_, R> {
         };
         self.links.borrow_mut().insert(j, link.clone());
         link
-    }
-
-    /// Whether the model's turns that made calls `i` and `j` replied the
-    /// same text (reasoning and any action written in it), long enough to
-    /// tell.
-    fn same_reply(&self, i: usize, j: usize) -> bool {
-        match (self.get(i), self.get(j)) {
-            (Some(a), Some(b)) => self.same_turn_reply(a.turn, b.turn),
-            _ => false,
-        }
     }
 
     /// Whether model turns `a` and `b` replied the same text, long enough
