@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from harness import ROOT
+from harness import HOST, ROOT
 from test_replay import assert_agree, replayed, through_envoy
 
 sys.path.insert(0, str(ROOT / "eval"))
@@ -25,9 +25,15 @@ import realruns  # noqa: E402
 
 # The held-out split's measurement at the time of writing (make eval,
 # README "Detection on real agent runs"); a change that does worse fails.
-HELDOUT_MAX_REJECTED = 7
-HELDOUT_MAX_TOUCHED = 12
-HELDOUT_MIN_STUCK_WITHIN_3 = 10
+HELDOUT_MAX_REJECTED = 9
+HELDOUT_MAX_TOUCHED = 19
+HELDOUT_MIN_STUCK_WITHIN_3 = 206
+HELDOUT_MAX_STUCK_UNTOUCHED = 6
+
+
+# `loopguard replay` runs the core natively whatever the host: the
+# measurement is the host's business only through the Envoy slice below.
+replay_only = pytest.mark.skipif(HOST != "wasm", reason="host-independent (loopguard replay); run once, with the Wasm host's suite")
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +41,7 @@ def heldout():
     return realruns.load_runs("heldout")
 
 
+@replay_only
 def test_the_corpus_is_what_the_readme_says(heldout):
     everything = realruns.load_runs(None)
     assert len(everything) >= 300
@@ -50,8 +57,15 @@ def test_the_corpus_is_what_the_readme_says(heldout):
     for r in everything:
         p = r["provenance"]
         assert p["repo"] and p["path"] and p["licence"], r["id"]
+    # Enough clearly stuck runs to measure recall, from several agent
+    # systems, text actions and native tool calls both.
+    stuck = [r for r in everything if r["labels"]["stuck"]]
+    assert len(stuck) >= 150 and sum(r["labels"]["split"] == "heldout" for r in stuck) >= 75
+    assert len({r["system"] for r in stuck}) >= 4
+    assert {"chat-text", "chat-tools"} <= {r["shape"] for r in stuck}
 
 
+@replay_only
 def test_heldout_runs_no_worse_than_measured_and_the_same_at_every_pace(heldout):
     rows = {}
     for pace in (2, 15, 60):
@@ -60,8 +74,12 @@ def test_heldout_runs_no_worse_than_measured_and_the_same_at_every_pace(heldout)
     assert row.successful >= 400, row.successful
     assert row.rejected <= HELDOUT_MAX_REJECTED, row.rejected_ids
     assert row.touched <= HELDOUT_MAX_TOUCHED, row.touched_ids
-    assert row.stuck >= 10
+    assert row.stuck >= 75
     assert row.within3 >= HELDOUT_MIN_STUCK_WITHIN_3, row.missed_ids
+    assert row.untouched <= HELDOUT_MAX_STUCK_UNTOUCHED, row.missed_ids
+    # A harness asking again is counted apart from the stuck runs, and
+    # passes.
+    assert row.harness >= 1 and row.harness_touched == 0, row.harness_ids
     # Not a vacuous slice: stopping saved calls.
     assert row.calls_saved > 0
     for pace in (2, 60):
