@@ -170,9 +170,11 @@ pub(super) fn cycle<R: Results>(
 
 /// The same turn again: the model's newest turns each wrote the reply of
 /// the turn before word for word (its reasoning, long enough to tell) and
-/// made the same calls, whatever those returned, `turn_min` turns in a row:
-/// a model writing the same thought again and again is not reading what it
-/// gets (a file scrolled page after page for a function it never finds).
+/// made the same calls, whatever those returned but progress reported in
+/// numbers, `turn_min` turns in a row: a model writing the same thought
+/// again and again is not reading what it gets (a file scrolled page after
+/// page for a function it never finds), while a job run a batch at a time
+/// ("drain the next batch", 140 left, then 0) says the same by design.
 pub(super) fn same_turns<R: Results>(
     cfg: &ToolLoops,
     calls: &Calls<'_, '_, R>,
@@ -196,10 +198,20 @@ pub(super) fn same_turns<R: Results>(
     if made.is_empty() {
         return None;
     }
+    // A turn whose calls report progress in numbers (the next batch of a
+    // queue drained, the next chunk indexed) is a step of a job written
+    // the same way each time, not the model ignoring what it gets.
+    let progress = |t: usize| {
+        calls
+            .calls
+            .iter()
+            .enumerate()
+            .any(|(i, c)| c.turn == t && calls.reports_progress(i))
+    };
     let mut n = 1u32;
     let mut later = newest;
     while let Some(earlier) = later.checked_sub(1) {
-        if of(earlier) != made || !calls.same_turn_reply(earlier, later) {
+        if of(earlier) != made || !calls.same_turn_reply(earlier, later) || progress(later) {
             break;
         }
         n += 1;

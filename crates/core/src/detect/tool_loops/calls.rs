@@ -247,6 +247,14 @@ impl<R: Results> Calls<'_, '_, R> {
         }
     }
 
+    /// Whether call `j`'s result differs from the same call's before only
+    /// in numbers that are not the repetition's own effect: a batch job or
+    /// a queue reporting its progress.
+    pub(super) fn reports_progress(&self, j: usize) -> bool {
+        matches!(self.link(j), Link::Other(Added::Nothing(moved)) if moved > 0)
+            && !self.repeats_previous(j)
+    }
+
     fn link(&self, j: usize) -> Link {
         if let Some(l) = self.links.borrow().get(&j) {
             return l.clone();

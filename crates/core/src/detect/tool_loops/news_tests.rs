@@ -237,3 +237,20 @@ fn the_same_reply_and_call_eight_times_is_a_loop_whatever_they_return() {
     let off = cfg(json!({"turn_min": 0}));
     assert_eq!(judge_body(&off, &scrolling(12, &same), CHAT), None);
 }
+
+#[test]
+fn a_job_run_a_batch_at_a_time_says_the_same_each_time() {
+    let c = cfg(json!({}));
+    let args = json!({"queue": "dead-letter.payments", "max": 200}).to_string();
+    let mut messages = vec![json!({"role": "user", "content": "Drain the dead-letter queue."})];
+    for k in 0..11 {
+        let id = format!("call_{k}");
+        messages.push(json!({"role": "assistant", "content": "Replaying the next batch of dead-letter messages now.",
+            "tool_calls": [{"id": id, "type": "function",
+                            "function": {"name": "drain_queue_batch", "arguments": args}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id,
+            "content": format!("replayed 200 messages from dead-letter.payments · {} left in queue", 2200 - 200 * (k + 1))}));
+    }
+    let body = json!({"model": "gpt-4o", "messages": messages});
+    assert_eq!(judge_body(&c, &body, CHAT), None);
+}
