@@ -36,7 +36,7 @@ pub(super) fn identical<R: Results>(
     for c in of_turn(calls, recent, newest) {
         let mut n = 1u32;
         let mut later = c;
-        while let Some(o) = calls.previous(later).filter(|&o| o >= first) {
+        while let Some(o) = calls.previous_since(later, first) {
             if !calls.repeats_previous(later) || !(o + 1..later).all(|i| calls.repeats_earlier(i)) {
                 break;
             }
@@ -178,55 +178,57 @@ pub(super) fn cycle<R: Results>(
 pub(super) fn same_turns<R: Results>(
     cfg: &ToolLoops,
     calls: &Calls<'_, '_, R>,
-    history: &crate::request::llm::ToolHistory,
+    newest: usize,
 ) -> Option<ToolVerdict> {
     if cfg.turn_min == 0 {
         return None;
     }
-    let newest = history.newest_turn?;
-    let of = |t: usize| -> Vec<(&str, &str)> {
-        calls
-            .calls
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| c.turn == t)
-            .map(|(i, c)| (&*c.name, calls.arg(i)))
-            .collect()
+    // A turn's calls are a run of the examined calls: where the run of
+    // turn `t` that ends at `end` starts.
+    let start_of = |t: usize, end: usize| {
+        (0..end)
+            .rev()
+            .take_while(|&i| calls.get(i).is_some_and(|c| c.turn == t))
+            .last()
+            .unwrap_or(end)
     };
-    let first = calls.calls.iter().position(|c| c.turn == newest)?;
-    let made = of(newest);
-    if made.is_empty() {
+    let n = calls.calls.len();
+    let (mut from, mut to) = (start_of(newest, n), n);
+    let made = to - from;
+    if made == 0 {
         return None;
     }
     // A turn whose calls report progress in numbers (the next batch of a
     // queue drained, the next chunk indexed) is a step of a job written
     // the same way each time, not the model ignoring what it gets.
-    let progress = |t: usize| {
-        calls
-            .calls
-            .iter()
-            .enumerate()
-            .any(|(i, c)| c.turn == t && calls.reports_progress(i))
-    };
-    let mut n = 1u32;
+    let progress = |from: usize, to: usize| (from..to).any(|i| calls.reports_progress(i));
+    let mut count = 1u32;
     let mut later = newest;
     while let Some(earlier) = later.checked_sub(1) {
-        if of(earlier) != made || !calls.same_turn_reply(earlier, later) || progress(later) {
+        let before = start_of(earlier, from);
+        let same_calls = from - before == made
+            && (0..made).all(|k| {
+                let (a, b) = (before + k, from + k);
+                calls.get(a).map(|c| &c.name) == calls.get(b).map(|c| &c.name)
+                    && calls.arg(a) == calls.arg(b)
+            });
+        if !same_calls || !calls.same_turn_reply(earlier, later) || progress(from, to) {
             break;
         }
-        n += 1;
+        count += 1;
         later = earlier;
+        (from, to) = (before, from);
     }
-    if n < cfg.turn_min {
+    if count < cfg.turn_min {
         return None;
     }
-    let name = calls.get(first).map_or("", |c| &c.name);
+    let name = calls.get(from).map_or("", |c| &c.name);
     verdict(
         cfg,
         Tier::Turn,
         name,
-        Some(calls.arg(first)),
-        n,
+        Some(calls.arg(from)),
+        count,
         cfg.turn_min,
     )
 }

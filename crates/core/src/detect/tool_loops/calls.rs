@@ -6,7 +6,7 @@ use super::Results;
 use crate::config::Classes;
 use crate::detect::news::{self, Added, Lines, SEEN_CALLS};
 use crate::request::llm::volatile::{self, Class, Context};
-use crate::request::llm::{ResultAt, ToolCall};
+use crate::request::llm::{ModelTurn, ToolCall};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -137,9 +137,9 @@ pub(super) struct Calls<'h, 'r, R: Results> {
     pub(super) lines: RefCell<HashMap<usize, Option<Rc<Lines>>>>,
     /// How each call's result compares with its previous occurrence's.
     pub(super) links: RefCell<HashMap<usize, Link>>,
-    /// Where each model turn's text is (its reasoning, and for actions
-    /// written as text the action too), by turn.
-    pub(super) replies: Vec<Option<ResultAt>>,
+    /// The model's turns, where each one's text is (its reasoning, and for
+    /// actions written as text the action too).
+    pub(super) turns: &'h [ModelTurn],
 }
 
 /// A reply shorter than this (normalised) says too little to tell that a
@@ -223,7 +223,12 @@ impl<R: Results> Calls<'_, '_, R> {
 
     /// The same call made last before call `j`.
     pub(super) fn previous(&self, j: usize) -> Option<usize> {
-        (0..j).rev().find(|&i| self.same_call(i, j))
+        self.previous_since(j, 0)
+    }
+
+    /// The same call made last before call `j`, at `first` or after.
+    pub(super) fn previous_since(&self, j: usize, first: usize) -> Option<usize> {
+        (first..j).rev().find(|&i| self.same_call(i, j))
     }
 
     /// Whether call `j`'s result repeats the result of the same call made
@@ -289,7 +294,7 @@ impl<R: Results> Calls<'_, '_, R> {
     /// to tell.
     pub(super) fn same_turn_reply(&self, a: usize, b: usize) -> bool {
         let text = |turn: usize| {
-            let at = (*self.replies.get(turn)?)?;
+            let at = self.turns.get(turn)?.answer?;
             self.results
                 .result_text(at)
                 .filter(|t| t.len() >= REPLY_MIN_CHARS)

@@ -155,7 +155,7 @@ pub fn judge(
         words: RefCell::new(HashMap::new()),
         lines: RefCell::new(HashMap::new()),
         links: RefCell::new(HashMap::new()),
-        replies: history.turns.iter().map(|t| t.answer).collect(),
+        turns: &history.turns,
     };
     let n = calls.calls.len();
     let recent: Vec<usize> = (n.saturating_sub(cfg.last_calls)..n).collect();
@@ -165,7 +165,7 @@ pub fn judge(
         }),
         cycle(cfg, &calls, newest),
         answer(cfg, history, results, texts),
-        same_turns(cfg, &calls, history),
+        same_turns(cfg, &calls, newest),
     ];
     repeated
         .into_iter()

@@ -157,10 +157,9 @@ impl Request<'_> {
         let Items::List(items) = &self.items else {
             return 0;
         };
-        let kept: Vec<_> = items.kept().collect();
         let mut last: Option<&[u8]> = None;
         let mut again = 0;
-        for (_, (_, keys)) in kept.iter().rev() {
+        for (_, (_, keys)) in items.kept().rev() {
             let Some(keys) = keys.as_ref() else {
                 break;
             };

@@ -116,7 +116,7 @@ impl Elements {
     }
 
     /// The kept last elements, oldest first, with their indices.
-    pub fn kept(&self) -> impl Iterator<Item = (usize, &Element)> {
+    pub fn kept(&self) -> impl DoubleEndedIterator<Item = (usize, &Element)> {
         let start = self.ring_start();
         self.ring
             .iter()
