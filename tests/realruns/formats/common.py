@@ -79,6 +79,20 @@ class Repo:
         return {"repo": self.name, "commit": rev or self.commit, "path": path, "licence": self.licence}
 
 
+def json_files(repo: Repo, under: str, suffix: str):
+    """(path, name without the suffix, parsed JSON) of each file under
+    `under` ending in `suffix`; a file the snapshot lacks (over its size
+    limit) is passed over."""
+    for path in repo.ls(under):
+        if not path.endswith(suffix):
+            continue
+        try:
+            d = repo.json(path)
+        except Exception:  # noqa: BLE001 (a file the snapshot lacks)
+            continue
+        yield path, path.rsplit("/", 1)[-1][: -len(suffix)], d
+
+
 def calls_before_replies(messages: list[dict], reply_role: str = "assistant") -> list[int]:
     """Each model reply in `messages` was the answer to a call that sent
     everything before it."""

@@ -14,7 +14,7 @@ says how the run ended: `submitted` on its own, `exit_cost` (or
 
 from __future__ import annotations
 
-from .common import Repo, run_record
+from .common import Repo, json_files, run_record
 
 
 def end_of(status: str) -> str:
@@ -53,14 +53,7 @@ def messages_of(history: list[dict]) -> tuple[list[dict], list[int], list[int]]:
 
 
 def read(repo: Repo, source: str, system: str, model: str, traj_dir: str, resolved: set[str], run_prefix: str = ""):
-    for path in repo.ls(traj_dir):
-        if not path.endswith(".traj"):
-            continue
-        task = path.rsplit("/", 1)[-1][: -len(".traj")]
-        try:
-            d = repo.json(path)
-        except Exception:  # noqa: BLE001 (a file the snapshot lacks)
-            continue
+    for path, task, d in json_files(repo, traj_dir, ".traj"):
         messages, calls, threads = messages_of(d.get("history") or [])
         status = (d.get("info") or {}).get("exit_status") or "missing"
         rec = run_record(

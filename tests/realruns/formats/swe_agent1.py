@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 
-from .common import Repo, calls_before_replies, run_record, tools_named
+from .common import Repo, calls_before_replies, json_files, run_record, tools_named
 from .swe_agent import end_of
 
 STAND_IN = "Old environment output: ({lines} lines omitted)"
@@ -73,14 +73,7 @@ def elide_of(d: dict, history: list[dict]) -> dict | None:
 
 def read(repo: Repo, source: str, run_dir: str, model: str):
     resolved = set(repo.json(f"{run_dir}/results/results.json").get("resolved") or [])
-    for path in repo.ls(f"{run_dir}/trajs"):
-        if not path.endswith(".traj"):
-            continue
-        task = path.rsplit("/", 1)[-1][: -len(".traj")]
-        try:
-            d = repo.json(path)
-        except Exception:  # noqa: BLE001 (a file the snapshot lacks)
-            continue
+    for path, task, d in json_files(repo, f"{run_dir}/trajs", ".traj"):
         history = [m for m in d.get("history") or [] if not m.get("is_demo")]
         messages = [clean(m) for m in history]
         names = [c["function"]["name"] for m in messages for c in m.get("tool_calls") or []]

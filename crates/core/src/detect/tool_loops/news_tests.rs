@@ -13,16 +13,7 @@ const CHAT: &str = "/v1/chat/completions";
 /// A SWE-agent-style run: each reply a narration and a fenced command,
 /// each observation a user message.
 fn run(turns: &[(String, String)]) -> serde_json::Value {
-    let mut messages = vec![
-        json!({"role": "system", "content": "You are an autonomous programmer."}),
-        json!({"role": "user", "content": "Fix: total() returns 10.1 for a cart of 10.10."}),
-    ];
-    for (command, output) in turns {
-        messages.push(json!({"role": "assistant",
-            "content": format!("We need to insert the method again.\n\n```\n{command}\n```\n")}));
-        messages.push(json!({"role": "user", "content": output}));
-    }
-    json!({"model": "gpt-4o", "messages": messages})
+    super::trying_tests::narrated("We need to insert the method again.", turns)
 }
 
 const BLOCK: [&str; 3] = [

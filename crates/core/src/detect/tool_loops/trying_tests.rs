@@ -345,13 +345,20 @@ fn news_is_a_long_message_unlike_the_one_before() {
 /// A SWE-agent run: each reply a DISCUSSION and a fenced command, each
 /// observation a user message.
 fn swe_agent(turns: &[(&str, &str)]) -> Value {
+    narrated("DISCUSSION\nLet's see what happens now.", turns)
+}
+
+/// A run of actions written in text: each reply `narration` and a fenced
+/// command, each observation a user message.
+pub(super) fn narrated<C: AsRef<str>, O: AsRef<str>>(narration: &str, turns: &[(C, O)]) -> Value {
     let mut messages = vec![
         json!({"role": "system", "content": "You are an autonomous programmer."}),
         json!({"role": "user", "content": "Fix: total() returns 10.1 for a cart of 10.10."}),
     ];
     for (command, output) in turns {
+        let (command, output) = (command.as_ref(), output.as_ref());
         messages.push(json!({"role": "assistant",
-            "content": format!("DISCUSSION\nLet's see what happens now.\n\n```\n{command}\n```\n")}));
+            "content": format!("{narration}\n\n```\n{command}\n```\n")}));
         messages.push(json!({"role": "user", "content": output}));
     }
     json!({"model": "gpt-4o", "messages": messages})
