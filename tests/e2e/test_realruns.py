@@ -26,7 +26,7 @@ import realruns  # noqa: E402
 # The held-out split's measurement at the time of writing (make eval,
 # README "Detection on real agent runs"); a change that does worse fails.
 HELDOUT_MAX_REJECTED = 9
-HELDOUT_MAX_TOUCHED = 19
+HELDOUT_MAX_TOUCHED = 18
 HELDOUT_MIN_STUCK_WITHIN_3 = 206
 HELDOUT_MAX_STUCK_UNTOUCHED = 6
 

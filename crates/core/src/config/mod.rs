@@ -181,8 +181,12 @@ impl Policy {
             let calls = t.last_calls.max(3 * t.cycle_min as usize);
             // Answers: as many as the ladder can need, with the user's
             // message before each, and one more.
-            let answers = 2 * (t.answer_min.max(t.turn_min) as usize + t.ladder.len() + 1) + 2;
-            (4 * calls + 16).max(answers)
+            let answers = 2 * (t.answer_min as usize + t.ladder.len() + 1) + 2;
+            // The same turn again: as many turns as the ladder can need,
+            // each a reply, its results (a few parallel calls) and a
+            // message.
+            let turns = 4 * (t.turn_min as usize + t.ladder.len() + 1) + 2;
+            (4 * calls + 16).max(answers).max(turns)
         });
         tail.max(tools).min(MAX_ITEMS_KEPT)
     }

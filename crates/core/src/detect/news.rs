@@ -74,7 +74,20 @@ impl Lines {
     /// Whether a long line of `written` (a call's arguments) is a line of
     /// this result: the call wrote content and its result shows it.
     pub fn shows(&self, written: &Lines) -> bool {
-        written.long.iter().any(|l| self.exact.contains(l))
+        if written.long.is_empty() {
+            return false;
+        }
+        let lines: HashSet<u64> = self.exact.iter().copied().collect();
+        written.long.iter().any(|l| lines.contains(l))
+    }
+
+    /// How many lines it has.
+    pub fn len(&self) -> usize {
+        self.exact.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty()
     }
 
     /// The digests of its lines as written, for a set of lines seen.
@@ -110,30 +123,46 @@ pub fn read_on(
     if !again {
         return false;
     }
-    let first = history
-        .calls
-        .iter()
-        .position(|c| c.turn == newest)
-        .unwrap_or(0);
-    let mut seen = HashSet::new();
-    for c in history
-        .calls
-        .get(first.saturating_sub(SEEN_CALLS)..first)
-        .unwrap_or_default()
-    {
-        if let Some(text) = c.result.and_then(|at| results.result_raw(at)) {
-            telling_words(&text, classes, &mut seen);
-        }
-    }
     let mut now = HashSet::new();
     for c in of(newest) {
         if let Some(text) = c.result.and_then(|at| results.result_raw(at)) {
             telling_words(&text, classes, &mut now);
         }
     }
+    if now.len() < READ_ON_WORDS {
+        return false;
+    }
+    // What the agent had seen, newest first, as far as a budget of bytes
+    // reaches (a long history of long results costs no more).
+    let first = history
+        .calls
+        .iter()
+        .position(|c| c.turn == newest)
+        .unwrap_or(0);
+    let before = history
+        .calls
+        .get(first.saturating_sub(SEEN_CALLS)..first)
+        .unwrap_or_default();
+    let mut seen = HashSet::new();
+    let mut budget = SEEN_BYTES;
+    for c in before.iter().rev() {
+        if budget == 0 {
+            break;
+        }
+        if let Some(text) = c.result.and_then(|at| results.result_raw(at)) {
+            budget = budget.saturating_sub(text.len());
+            telling_words(&text, classes, &mut seen);
+        }
+    }
     let new = now.iter().filter(|w| !seen.contains(*w)).count();
     new >= READ_ON_WORDS && 4 * new >= now.len()
 }
+
+/// Of each result, only this many bytes are read for its words.
+const RESULT_BYTES: usize = 16 << 10;
+/// Of the results before, at most this many bytes are read for the words
+/// the agent had seen.
+const SEEN_BYTES: usize = 256 << 10;
 
 /// New words a repeated call's results must bring to be read as reading
 /// on.
@@ -143,7 +172,7 @@ pub const READ_ON_WORDS: usize = 8;
 /// are): four letters or more, or a pair of characters of a script written
 /// without spaces; not a number, not a machine-made word.
 fn telling_words(text: &str, classes: Classes, out: &mut HashSet<u64>) {
-    let lower = text.to_lowercase();
+    let lower = cut(text, RESULT_BYTES).to_lowercase();
     let masked = volatile::mask(&lower, classes, Context::ToolResult);
     similarity::words(&masked, |w| {
         let telling = !w.iter().all(u8::is_ascii_digit)

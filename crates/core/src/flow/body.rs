@@ -149,13 +149,15 @@ impl<B: BucketBackend> Engine<B> {
         // A harness asking the model again with the same correction (its
         // unusable answers left out): the harness's retry, not the agent's
         // loop. Like an SDK's retries, it is counted and left to a budget's
-        // caps: no tool-loop verdict, no loop count.
+        // caps: loop detection that compares content does not count it.
+        // The model's history is unchanged, so a tool-loop verdict on it
+        // stands (a correction appended cannot lift a 429).
         let reasked = parsed.as_ref().map_or(0, llm::Request::reasked);
         if reasked > 0 {
             count_opt(out, self.registry.harness_retries(policy), 1);
         }
         if let (Some(cfg), Some(req), Some(history)) = (&p.tool_loops, &parsed, &history) {
-            let verdict = if req.over_budget() || reasked > 0 {
+            let verdict = if req.over_budget() {
                 None
             } else {
                 tool_loops::judge(cfg, history, req, Some(&self.text_cache))

@@ -65,6 +65,14 @@ fn every_id_names_its_metric() {
         "loopguard.failed_attempts_total.policy.a.result.unrecorded"
     );
     assert_eq!(
+        name(r.tool_loop(0, Tier::Turn, ToolStep::Nudge)),
+        "loopguard.tool_loop_detected_total.policy.a.tier.turn.step.nudge"
+    );
+    assert_eq!(
+        name(r.harness_retries(1)),
+        "loopguard.harness_retries_total.policy.b"
+    );
+    assert_eq!(
         name(Some(r.ledger_failed())),
         "loopguard.spend_ledger_failed_total"
     );

@@ -192,10 +192,14 @@ pub(super) fn same_turns<R: Results>(
             .last()
             .unwrap_or(end)
     };
+    // A turn that also called exempt tools (a poll) is waiting, not
+    // repeating: its examined calls are fewer than it made.
+    let waits =
+        |t: usize, from: usize, to: usize| calls.turns.get(t).is_some_and(|m| m.calls != to - from);
     let n = calls.calls.len();
     let (mut from, mut to) = (start_of(newest, n), n);
     let made = to - from;
-    if made == 0 {
+    if made == 0 || waits(newest, from, to) {
         return None;
     }
     // A turn whose calls report progress in numbers (the next batch of a
@@ -212,7 +216,11 @@ pub(super) fn same_turns<R: Results>(
                 calls.get(a).map(|c| &c.name) == calls.get(b).map(|c| &c.name)
                     && calls.arg(a) == calls.arg(b)
             });
-        if !same_calls || !calls.same_turn_reply(earlier, later) || progress(from, to) {
+        if !same_calls
+            || waits(earlier, before, from)
+            || !calls.same_turn_reply(earlier, later)
+            || progress(from, to)
+        {
             break;
         }
         count += 1;

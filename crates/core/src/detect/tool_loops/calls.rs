@@ -137,6 +137,8 @@ pub(super) struct Calls<'h, 'r, R: Results> {
     pub(super) lines: RefCell<HashMap<usize, Option<Rc<Lines>>>>,
     /// How each call's result compares with its previous occurrence's.
     pub(super) links: RefCell<HashMap<usize, Link>>,
+    /// Whether each call's result shows what its arguments wrote.
+    pub(super) shown: RefCell<HashMap<usize, bool>>,
     /// The model's turns, where each one's text is (its reasoning, and for
     /// actions written as text the action too).
     pub(super) turns: &'h [ModelTurn],
@@ -239,15 +241,19 @@ impl<R: Results> Calls<'_, '_, R> {
             Link::Same => true,
             Link::Unknown | Link::Other(Added::Something) => false,
             Link::Other(Added::Nothing(moved)) => {
-                // Numbers that moved are the repetition's own effect when
-                // the repetition writes content a result shows again: an
-                // edit inserting its block once more (the file's length
-                // grows, the view's offsets and the line numbers of a test
-                // run's traceback after it move). A call that only reports
-                // numbers (a batch job's progress, a queue draining) is
-                // making progress.
+                // Numbers that moved, or lines gone, are the repetition's
+                // own effect when the repetition writes content a result
+                // shows again: an edit inserting its block once more (the
+                // file's length grows, the view's offsets and the line
+                // numbers of a test run's traceback after it move). A call
+                // that only reports numbers (a batch job's progress, a
+                // queue draining) or a list that shrinks (jobs finishing)
+                // is making progress.
+                if moved == 0 && !self.lost_lines(j) {
+                    return true;
+                }
                 let from = self.previous(j).unwrap_or(j);
-                moved == 0 || (from + 1..=j).any(|i| self.shows_what_it_wrote(i))
+                (from + 1..=j).any(|i| self.shows_what_it_wrote(i))
             }
         }
     }
@@ -296,18 +302,33 @@ impl<R: Results> Calls<'_, '_, R> {
         let text = |turn: usize| {
             let at = self.turns.get(turn)?.answer?;
             self.results
-                .result_text(at)
+                .reply_words(at)
                 .filter(|t| t.len() >= REPLY_MIN_CHARS)
         };
         matches!((text(a), text(b)), (Some(x), Some(y)) if x == y)
     }
 
-    /// Whether call `j`'s result shows a line its arguments wrote.
+    /// Whether call `j`'s result has fewer lines than the result of the
+    /// same call before it.
+    fn lost_lines(&self, j: usize) -> bool {
+        let before = self.previous(j).and_then(|p| self.lines_of(p));
+        matches!((self.lines_of(j), before), (Some(now), Some(before)) if now.len() < before.len())
+    }
+
+    /// Whether call `j`'s result shows a line its arguments wrote (read
+    /// once per call).
     fn shows_what_it_wrote(&self, j: usize) -> bool {
-        let (Some(c), Some(result)) = (self.get(j), self.lines_of(j)) else {
-            return false;
+        if let Some(shows) = self.shown.borrow().get(&j) {
+            return *shows;
+        }
+        let shows = match (self.get(j), self.lines_of(j)) {
+            (Some(c), Some(result)) => {
+                result.shows(&Lines::of(&argument_text(&c.arguments), self.classes))
+            }
+            _ => false,
         };
-        result.shows(&Lines::of(&argument_text(&c.arguments), self.classes))
+        self.shown.borrow_mut().insert(j, shows);
+        shows
     }
 
     /// Call `i`'s result as lines, read once.

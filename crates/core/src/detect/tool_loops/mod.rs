@@ -92,6 +92,12 @@ pub trait Results {
         self.result_text(at)
     }
 
+    /// What a model's reply at `at` wrote as text, normalised: its text
+    /// parts only (a native call is not text the model wrote).
+    fn reply_words(&self, at: ResultAt) -> Option<String> {
+        self.result_text(at)
+    }
+
     /// The bytes in the body of the text at `at` (a cache's key); `None`
     /// when there are none to key on.
     fn result_bytes(&self, _at: ResultAt) -> Option<&[u8]> {
@@ -112,6 +118,10 @@ impl Results for Request<'_> {
 
     fn result_raw(&self, at: ResultAt) -> Option<String> {
         Request::result_raw(self, at)
+    }
+
+    fn reply_words(&self, at: ResultAt) -> Option<String> {
+        Request::reply_words(self, at)
     }
 
     fn result_bytes(&self, at: ResultAt) -> Option<&[u8]> {
@@ -155,6 +165,7 @@ pub fn judge(
         words: RefCell::new(HashMap::new()),
         lines: RefCell::new(HashMap::new()),
         links: RefCell::new(HashMap::new()),
+        shown: RefCell::new(HashMap::new()),
         turns: &history.turns,
     };
     let n = calls.calls.len();

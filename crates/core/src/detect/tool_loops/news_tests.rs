@@ -245,3 +245,73 @@ fn a_job_run_a_batch_at_a_time_says_the_same_each_time() {
     let body = json!({"model": "gpt-4o", "messages": messages});
     assert_eq!(judge_body(&c, &body, CHAT), None);
 }
+
+#[test]
+fn a_list_that_shrinks_is_progress() {
+    let c = cfg(json!({}));
+    let mut messages =
+        vec![json!({"role": "user", "content": "Wait for the nightly jobs to finish."})];
+    let jobs = [
+        "ingest-orders",
+        "ingest-refunds",
+        "rebuild-search",
+        "export-ledger",
+        "compact-logs",
+        "vacuum-db",
+    ];
+    for k in 0..4 {
+        let id = format!("call_{k}");
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": id, "type": "function", "function": {"name": "list_running_jobs", "arguments": "{}"}}]}));
+        let running: Vec<String> = jobs[k..].iter().map(|j| format!("{j}: running")).collect();
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": running.join("\n")}));
+    }
+    let body = json!({"model": "gpt-4o", "messages": messages});
+    assert_eq!(judge_body(&c, &body, CHAT), None);
+}
+
+#[test]
+fn a_turn_without_text_is_never_the_same_reply() {
+    // Claude scrolling a page with no text beside its calls: the calls are
+    // not a reply it wrote, so ten of them are not the same turn.
+    let c = cfg(json!({}));
+    let mut messages =
+        vec![json!({"role": "user", "content": "Read the article in the open tab."})];
+    for k in 0..10 {
+        let id = format!("toolu_{k}");
+        messages.push(json!({"role": "assistant", "content": [
+            {"type": "tool_use", "id": id, "name": "computer",
+             "input": {"action": "scroll", "coordinate": [640, 400], "scroll_direction": "down"}}]}));
+        let page: Vec<String> = (0..40)
+            .map(|i| format!("paragraph {k}.{i}: the expedition reached camp {i} of stage {k}"))
+            .collect();
+        messages.push(json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": id, "content": page.join("\n")}]}));
+    }
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 1024, "messages": messages});
+    let v = judge_body(&c, &body, "/v1/messages");
+    assert!(v.as_ref().is_none_or(|v| v.tier != Tier::Turn), "{v:?}");
+}
+
+#[test]
+fn a_turn_that_also_polls_is_waiting() {
+    // The same narration with a sleep and an exempt status poll, turn after
+    // turn: waiting for a job, not the same turn again.
+    let c = cfg(json!({"exempt_tools": ["poll_status"]}));
+    let mut messages =
+        vec![json!({"role": "user", "content": "Deploy and wait until it is live."})];
+    for k in 0..10 {
+        messages.push(json!({"role": "assistant",
+            "content": "The rollout is still in progress, so I will wait a minute and check its status again.",
+            "tool_calls": [
+                {"id": format!("s{k}"), "type": "function", "function": {"name": "sleep", "arguments": "{\"seconds\":60}"}},
+                {"id": format!("p{k}"), "type": "function", "function": {"name": "poll_status", "arguments": "{\"rollout\":\"web\"}"}}]}));
+        messages.push(
+            json!({"role": "tool", "tool_call_id": format!("s{k}"), "content": "slept 60 s"}),
+        );
+        messages.push(json!({"role": "tool", "tool_call_id": format!("p{k}"), "content": format!("web: {} of 12 pods ready", k + 1)}));
+    }
+    let body = json!({"model": "gpt-4o", "messages": messages});
+    let v = judge_body(&c, &body, CHAT);
+    assert!(v.as_ref().is_none_or(|v| v.tier != Tier::Turn), "{v:?}");
+}

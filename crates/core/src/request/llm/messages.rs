@@ -106,6 +106,19 @@ impl<'a> Request<'a> {
 
     /// Take `span`'s values from the budget before parsing it into a tree;
     /// false (and the request over budget) when they do not fit.
+    /// [`Request::afford`] for a value read as a whole again and again (a
+    /// result read as lines, then as words): charged the first time only.
+    pub(super) fn afford_once(&self, span: Span) -> bool {
+        if self.charged.borrow().contains(&span) {
+            return !self.over_budget.get();
+        }
+        let ok = self.afford(span);
+        if ok {
+            self.charged.borrow_mut().push(span);
+        }
+        ok
+    }
+
     pub(super) fn afford(&self, span: Span) -> bool {
         if self.over_budget.get() {
             return false;

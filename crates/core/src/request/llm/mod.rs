@@ -99,6 +99,9 @@ pub struct Request<'a> {
     over_budget: Cell<bool>,
     /// Items whose text actions were read ([`Request::text_actions_of`]).
     actions_memo: std::cell::RefCell<Vec<(usize, Vec<actions::TextAction>)>>,
+    /// Values already charged to the budget to read as a whole (a result
+    /// read again, as lines or words, is not charged twice).
+    charged: std::cell::RefCell<Vec<Span>>,
 }
 
 /// (The list variant is large: a request holds one, inside its own state.)

@@ -56,6 +56,7 @@ fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
         budget: Cell::new(MAX_PARSED_VALUES),
         over_budget: Cell::new(false),
         actions_memo: Default::default(),
+        charged: Default::default(),
     };
     if let Some(messages) = field("messages") {
         let list = split("messages")?;

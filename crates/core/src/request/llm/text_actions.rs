@@ -157,7 +157,7 @@ fn may_hold_action(raw: &[u8]) -> bool {
 
 /// The text blocks of a content array (Chat and Anthropic `text`,
 /// Responses `output_text`), joined by line ends.
-fn text_blocks(v: &Value) -> String {
+pub(super) fn text_blocks(v: &Value) -> String {
     let Some(blocks) = v.as_array() else {
         return v.as_str().unwrap_or_default().to_string();
     };

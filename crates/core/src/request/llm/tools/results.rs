@@ -53,7 +53,7 @@ impl Request<'_> {
         if raw.first() == Some(&b'"') {
             return normalize::normalize_json_str(raw);
         }
-        if !self.afford(span) {
+        if !self.afford_once(span) {
             return None;
         }
         let v = serde_json::from_slice::<Value>(raw).ok()?;
@@ -73,13 +73,30 @@ impl Request<'_> {
         if raw.first() == Some(&b'"') {
             return serde_json::from_slice::<String>(raw).ok();
         }
-        if !self.afford(span) {
+        if !self.afford_once(span) {
             return None;
         }
         let v = serde_json::from_slice::<Value>(raw).ok()?;
         let mut out = String::new();
         texts_of(&v, &mut out);
         Some(out)
+    }
+
+    /// What a model's reply wrote as text (a string, or its text blocks:
+    /// tool calls and thinking aside), normalised; `None` if it cannot be
+    /// read within the request's parsing budget.
+    pub fn reply_words(&self, at: ResultAt) -> Option<String> {
+        let ResultAt::Value(span) = at else {
+            return Some(String::new());
+        };
+        let raw = self.body.get(span.0..span.1)?;
+        match raw.first() {
+            Some(b'"') => normalize::normalize_json_str(raw),
+            Some(b'[') if self.afford_once(span) => serde_json::from_slice::<Value>(raw)
+                .ok()
+                .map(|v| normalize::normalize_text(&super::super::text_actions::text_blocks(&v))),
+            _ => None,
+        }
     }
 
     /// The bytes of the value at `at` in the body, read no further (a
@@ -97,7 +114,7 @@ impl Request<'_> {
     /// fit.
     pub fn afford_result(&self, at: ResultAt) -> bool {
         match at {
-            ResultAt::Value(span) if self.body.get(span.0) != Some(&b'"') => self.afford(span),
+            ResultAt::Value(span) if self.body.get(span.0) != Some(&b'"') => self.afford_once(span),
             _ => true,
         }
     }
