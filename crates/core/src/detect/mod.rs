@@ -6,5 +6,6 @@ pub mod fingerprint;
 pub mod mcp;
 pub mod news;
 pub mod progress;
+pub mod results;
 pub mod similarity;
 pub mod tool_loops;

@@ -23,8 +23,8 @@
 //! queue draining). A single line never seen before is news.
 
 use crate::config::Classes;
+use crate::detect::results::Results;
 use crate::detect::similarity;
-use crate::detect::tool_loops::Results;
 use crate::request::llm::volatile::{self, Context};
 use crate::request::llm::ToolHistory;
 use crate::request::Fnv;

@@ -16,8 +16,8 @@
 //! is still a loop; the next edit is not a repeat of the last).
 
 use crate::config::Classes;
+use crate::detect::results::Results;
 use crate::detect::similarity;
-use crate::detect::tool_loops::Results;
 use crate::request::llm::volatile::{self, Context};
 use crate::request::llm::{ResultAt, ToolHistory};
 use std::cell::RefCell;

@@ -5,6 +5,7 @@ use super::tests::{cfg, judge_body};
 use super::*;
 use crate::config::Config;
 use crate::request::llm;
+use crate::request::llm::ResultAt;
 use serde_json::{json, Value};
 
 /// An OpenAI chat history of (tool, arguments, result) calls, one per turn.

@@ -24,7 +24,7 @@
 use crate::config::{ToolLoops, ToolStep};
 use crate::detect::progress;
 use crate::request::llm::volatile::{self, Context};
-use crate::request::llm::{Request, ResultAt, ToolCall, ToolHistory};
+use crate::request::llm::{ToolCall, ToolHistory};
 use answer_loops::{answer, news_before};
 use call_loops::{cycle, identical, pattern, same_turns};
 use calls::Calls;
@@ -36,6 +36,7 @@ mod call_loops;
 mod calls;
 mod ladder;
 
+pub use crate::detect::results::Results;
 pub use ladder::{directive_text, header_value, nudge_text, rewrite, safe_tool_name, shown_tool};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,61 +77,6 @@ pub struct ToolVerdict {
     /// 1-based position on the ladder.
     pub level: u32,
     pub step: ToolStep,
-}
-
-/// Where the judge reads tool results and answers: the request itself, or
-/// a stand-in in tests.
-pub trait Results {
-    /// The text at `at`, normalised; `None` when it cannot be read (the
-    /// request's parsing budget ran out).
-    fn result_text(&self, at: ResultAt) -> Option<String>;
-
-    /// The text at `at` as written (its lines and case kept, for telling
-    /// what a repeated call's result adds; see `news.rs`); `None` when it
-    /// cannot be read.
-    fn result_raw(&self, at: ResultAt) -> Option<String> {
-        self.result_text(at)
-    }
-
-    /// What a model's reply at `at` wrote as text, normalised: its text
-    /// parts only (a native call is not text the model wrote).
-    fn reply_words(&self, at: ResultAt) -> Option<String> {
-        self.result_text(at)
-    }
-
-    /// The bytes in the body of the text at `at` (a cache's key); `None`
-    /// when there are none to key on.
-    fn result_bytes(&self, _at: ResultAt) -> Option<&[u8]> {
-        None
-    }
-
-    /// Take from the parsing budget what reading the text at `at` takes
-    /// (when it is found in a cache instead); false when it does not fit.
-    fn afford_result(&self, _at: ResultAt) -> bool {
-        true
-    }
-}
-
-impl Results for Request<'_> {
-    fn result_text(&self, at: ResultAt) -> Option<String> {
-        Request::result_text(self, at)
-    }
-
-    fn result_raw(&self, at: ResultAt) -> Option<String> {
-        Request::result_raw(self, at)
-    }
-
-    fn reply_words(&self, at: ResultAt) -> Option<String> {
-        Request::reply_words(self, at)
-    }
-
-    fn result_bytes(&self, at: ResultAt) -> Option<&[u8]> {
-        Request::result_bytes(self, at)
-    }
-
-    fn afford_result(&self, at: ResultAt) -> bool {
-        Request::afford_result(self, at)
-    }
 }
 
 /// Judge the conversation's tool calls. Exempt tools are dropped first.

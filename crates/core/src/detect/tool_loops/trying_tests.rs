@@ -8,6 +8,7 @@ use super::calls::{trivially_varied, word_count, INFORMATIVE_WORDS};
 use super::tests::{cfg, judge_body};
 use super::*;
 use crate::config::Classes;
+use crate::request::llm::ResultAt;
 use serde_json::{json, Value};
 
 const CHAT: &str = "/v1/chat/completions";
