@@ -141,10 +141,18 @@ def free_port() -> int:
     kernel hands out for binding to 0 can be taken as the source port of
     an outgoing connection before the server that was meant to get it
     binds (Envoy then fails with "address already in use"). Ports are not
-    handed out twice in one run."""
+    handed out twice in one run. Parallel workers (pytest-xdist's gw0,
+    gw1, ...) each draw from a slice of their own, so two workers never
+    hand out the same port."""
 
     low = max(1024, _EPHEMERAL[0] - 12000)
     high = _EPHEMERAL[0] - 1
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if worker.startswith("gw") and worker[2:].isdigit() and workers > 1:
+        span = (high - low) // workers
+        low += int(worker[2:]) * span
+        high = low + span - 1
     with _ports_lock:
         for _ in range(200):
             port = random.randint(low, high)
@@ -330,9 +338,10 @@ def native_stats_config() -> dict:
     return load_yaml(ROOT / "examples" / "native" / "envoy.yaml")["stats_config"]
 
 
-def loopguard_filter(plugin_config: dict | str, name: str = "loopguard", vm_id: str = "loopguard", hold: bool = False) -> dict:
-    """loopguard in the host the suite runs (HOST)."""
-    if HOST == "native":
+def loopguard_filter(plugin_config: dict | str, name: str = "loopguard", vm_id: str = "loopguard", hold: bool = False,
+                     host: str | None = None) -> dict:
+    """loopguard in `host`, by default the host the suite runs (HOST)."""
+    if (host or HOST) == "native":
         return native_filter(plugin_config, name=name, hold=hold)
     return wasm_filter(plugin_config, name=name, vm_id=vm_id, hold=hold)
 
@@ -416,6 +425,7 @@ def bootstrap(
     direct_response: bool = False,
     hold: bool = False,
     buffer_limit: int | None = None,
+    host: str | None = None,
 ) -> dict:
     """A bootstrap with one listener: loopguard -> buffer -> router -> upstream.
     With direct_response, Envoy itself answers 200 in place of the upstream
@@ -423,13 +433,14 @@ def bootstrap(
     would be the bottleneck. Ports for the listener and admin are filled in
     by Envoy(). With hold, the one-filter setup (no buffer filter);
     buffer_limit sets the listener's per_connection_buffer_limit_bytes, which
-    bounds the body Envoy buffers for a held request."""
+    bounds the body Envoy buffers for a held request. `host` picks the
+    filter's host (the suite's by default)."""
     route: dict = {"cluster": "upstream", "timeout": "30s"}
     action = {"direct_response": {"status": 200, "body": {"inline_string": "{}"}}} if direct_response else {"route": route}
     if http_filters is None:
         http_filters = []
         if plugin_config is not None:
-            http_filters.append(loopguard_filter(plugin_config, hold=hold))
+            http_filters.append(loopguard_filter(plugin_config, hold=hold, host=host))
         if buffer_bytes is not None and not hold:
             http_filters.append(buffer_filter(buffer_bytes))
         http_filters.append(ROUTER)
