@@ -176,22 +176,35 @@ schema: cli
 E2E_ENV = LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) \
   LOOPGUARD_NATIVE=$(abspath $(NATIVE)) LOOPGUARD_FAULT_NATIVE=$(abspath $(FAULT_NATIVE)) LOOPGUARD_CLI=$(abspath $(CLI))
 
-e2e: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
-	$(E2E_ENV) $(VENV_PY) -m pytest -q -ra -p no:cacheprovider $(E2E_PATHS) $(E2E_ARGS)
+# The end-to-end suite runs its files in parallel (pytest-xdist, one file to
+# a worker so a file's servers start once; every worker has its own ports,
+# files and processes). Tests marked `load` (floods that take the machine's
+# every core) run afterwards, alone. E2E_WORKERS=1 runs one file at a time.
+E2E_WORKERS ?= 3
+PYTEST       = $(VENV_PY) -m pytest -q -ra -p no:cacheprovider
+PARALLEL     = $(if $(filter-out 1,$(E2E_WORKERS)),-n $(E2E_WORKERS) --dist loadfile)
+# pytest exits 5 when a selection holds no test (a named file without floods).
+NONE_IS_FINE = || test $$? = 5
 
-# The detection, action and observability tests again, with loopguard loaded
-# as the dynamic module (the harness builds its filter for LOOPGUARD_HOST);
-# test_native.py holds what only the native host has (loading, panics).
-E2E_NATIVE_FILES := test_native test_reject test_window test_actions test_policy test_fingerprint test_llm \
-  test_tool_loops test_mcp test_usage test_spend test_drift test_degenerate test_retries test_bodies test_hold_headers \
-  test_routes test_config test_reload test_faults test_hostile_bodies test_observability test_monitoring test_examples \
-  test_cli test_corpus test_frameworks test_replay test_replay_mcp test_realruns \
-  test_store test_redis test_spend_redis test_redis_failover test_redis_cluster test_redis_cluster_path \
-  test_budget test_budget_streams test_budget_redis
+e2e: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
+	$(E2E_ENV) $(PYTEST) $(PARALLEL) -m 'not load' $(E2E_PATHS) $(E2E_ARGS)
+	$(E2E_ENV) $(PYTEST) -m load $(E2E_PATHS) $(E2E_ARGS) $(NONE_IS_FINE)
+
+# The native host runs what depends on the host: loading the module
+# (test_native), holding headers, reading and rewriting bodies and answers,
+# timers (throttles), store calls and their faults, shared data across
+# workers, stats and logs, configuration errors, reloads, the shipped
+# examples. Everything else is the core's, and test_hosts_agree (run with
+# the Wasm host's suite) sends the same traffic through both hosts side by
+# side and compares every answer, decision and counter.
+E2E_NATIVE_FILES := test_native test_hold_headers test_bodies test_hostile_bodies test_routes test_config test_reload \
+  test_faults test_store test_window test_actions test_observability test_monitoring test_examples test_usage \
+  test_budget_streams test_degenerate test_mcp test_redis test_redis_cluster
 E2E_NATIVE_ARGS  ?=
+E2E_NATIVE_PATHS  = $(if $(filter tests/%,$(E2E_NATIVE_ARGS)),,$(E2E_NATIVE_FILES:%=tests/e2e/%.py))
 e2e-native: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
-	LOOPGUARD_HOST=native $(E2E_ENV) $(VENV_PY) -m pytest -q -ra -p no:cacheprovider \
-	  $(if $(filter tests/%,$(E2E_NATIVE_ARGS)),,$(E2E_NATIVE_FILES:%=tests/e2e/%.py)) $(E2E_NATIVE_ARGS)
+	LOOPGUARD_HOST=native $(E2E_ENV) $(PYTEST) $(PARALLEL) -m 'not load' $(E2E_NATIVE_PATHS) $(E2E_NATIVE_ARGS)
+	LOOPGUARD_HOST=native $(E2E_ENV) $(PYTEST) -m load $(E2E_NATIVE_PATHS) $(E2E_NATIVE_ARGS) $(NONE_IS_FINE)
 
 # --- OCI image ---------------------------------------------------------------
 

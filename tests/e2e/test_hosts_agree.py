@@ -1,0 +1,360 @@
+"""Both hosts give the same answers.
+
+The Wasm module and the dynamic module are one core behind two thin hosts;
+what the core decides must reach the client the same way through either.
+So the native host's suite runs only what depends on the host (loading,
+holding headers, bodies, timers, store calls, stats, reload: see the
+Makefile's E2E_NATIVE_FILES), and this file shows that the rest agrees: the
+same traffic goes through a Wasm Envoy and a native Envoy side by side,
+each request to both at the same moment, and every answer is compared:
+status, loopguard's headers, the body the client read (loopguard's own
+429s in each API's shape, notes inserted into answers), the decision the
+filter published, and in the end every loopguard counter.
+
+The traffic covers what the files not re-run natively test: both labelled
+corpora (a scenario of every kind, the recommended setup), a slice of the
+real recorded runs of every request shape, windows, cooldowns, throttles,
+warnings and ladders, a provider's errors and the SDK's retries, spend caps
+read from the answers' usage, and MCP tool calls answered as JSON and as
+event streams.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+import harness as h
+from harness import ROOT
+
+sys.path.insert(0, str(ROOT / "eval"))
+import eval as corpus  # noqa: E402
+import realruns  # noqa: E402
+
+pytestmark = pytest.mark.skipif(h.HOST != "wasm", reason="starts both hosts itself; run once, with the Wasm host's suite")
+
+# Answer headers that differ between any two Envoys (times, ids) and are no
+# decision of loopguard's.
+VOLATILE = {"date", "x-envoy-upstream-service-time", "x-request-id", "server", "content-length"}
+
+
+class Answers:
+    """The upstream's answer to each step, by the step id the request
+    carries: a status, a content type and a body (JSON or an event stream),
+    and the usage a spend cap reads."""
+
+    def __init__(self, steps: list[dict]) -> None:
+        self.by_id = {s["id"]: s for s in steps}
+
+    def __call__(self, request: dict) -> tuple[int, dict]:
+        s = self.by_id.get(request["headers"].get("x-agree-id", ""), {})
+        status = s.get("upstream_status", 200)
+        if "answer" in s:
+            return status, s["answer"]
+        if status != 200:
+            return status, {"error": {"type": "server_error", "message": f"answer {status}"}}
+        return 200, {**h.COMPLETION, "usage": s["usage"]} if "usage" in s else h.COMPLETION
+
+
+def decision_log(envoy: h.Envoy) -> Path:
+    """Log each request's id and the decision loopguard published."""
+    log = envoy.dir / "access.log"
+    hcm = envoy.config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["access_log"] = [{
+        "name": "envoy.access_loggers.file",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "path": str(log),
+            "log_format": {"text_format_source": {"inline_string": "%REQ(X-AGREE-ID)% %FILTER_STATE(wasm.loopguard:PLAIN)%\n"}},
+        },
+    }]
+    return log
+
+
+def decisions(log: Path, ids: set[str]) -> dict[str, object]:
+    def logged() -> dict[str, object]:
+        out: dict[str, object] = {}
+        for line in log.read_text().splitlines() if log.exists() else []:
+            rid, _, state = line.partition(" ")
+            out[rid] = None if state in ("-", "") else json.loads(state)
+        return out
+
+    assert h.wait_for(lambda: ids <= set(logged()), timeout=15), sorted(ids - set(logged()))[:5]
+    return logged()
+
+
+def answer_of(resp: httpx.Response) -> dict:
+    """What a client read: status, headers (the volatile ones aside), body."""
+    headers = {k: v for k, v in resp.headers.items() if k not in VOLATILE}
+    body = resp.content
+    if resp.headers.get("content-type", "").startswith("application/json"):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            pass
+    return {"status": resp.status_code, "headers": headers, "body": body}
+
+
+# Time left until a caller may retry is read at the moment each Envoy
+# answered: the two answers of one step are compared within this much.
+TIME_LEFT_MS = {"retry-after-ms": 1000}
+TIME_LEFT_S = {"retry-after": 1}
+TIME_LEFT_BODY = ("retry_after_seconds", "retry_after_ms")
+
+
+def same_but_time_left(w: dict, n: dict) -> bool:
+    """Two answers are the same, a retry's time left aside (checked to be
+    close instead)."""
+    def close(a, b, within) -> bool:
+        try:
+            return abs(float(a) - float(b)) <= within
+        except (TypeError, ValueError):
+            return a == b
+
+    def strip(answer: dict) -> tuple[dict, dict]:
+        answer = json.loads(json.dumps(answer, default=repr))
+        left = {}
+        for k in [*TIME_LEFT_MS, *TIME_LEFT_S]:
+            if k in answer["headers"]:
+                left[k] = answer["headers"].pop(k)
+        err = answer["body"].get("error") if isinstance(answer["body"], dict) else None
+        for k in TIME_LEFT_BODY:
+            if isinstance(err, dict) and k in err:
+                left["body." + k] = err.pop(k)
+        return answer, left
+
+    (wa, wl), (na, nl) = strip(w), strip(n)
+    limits = {**TIME_LEFT_MS, **TIME_LEFT_S, "body.retry_after_seconds": 1, "body.retry_after_ms": 1000}
+    return wa == na and wl.keys() == nl.keys() and all(close(wl[k], nl[k], limits[k]) for k in wl)
+
+
+def loopguard_counters(envoy: h.Envoy) -> dict[str, int]:
+    return {k: v for k, v in envoy.stats().items() if k.startswith("wasmcustom.loopguard")}
+
+
+def side_by_side(plugin: dict, steps: list[dict]) -> tuple[dict, dict]:
+    """Send every step to a Wasm and a native Envoy at the same moment
+    (after the step's `wait`); what each client read, and each Envoy's
+    decisions and counters."""
+    up = h.Upstream(Answers(steps))
+    envoys = {}
+    for host in ("wasm", "native"):
+        e = h.Envoy(h.bootstrap(plugin, up.port, hold=True, buffer_limit=8 << 20, host=host), concurrency=2, name=host)
+        envoys[host] = (e, decision_log(e))
+    seen: dict[str, dict] = {"wasm": {}, "native": {}}
+    try:
+        for e, _ in envoys.values():
+            e.start()
+        clients = {host: httpx.Client(base_url=e.url, timeout=30) for host, (e, _) in envoys.items()}
+        go = threading.Barrier(2)
+
+        def send(host: str, s: dict) -> None:
+            go.wait(timeout=30)
+            resp = clients[host].request(s["method"], s["path"], content=s["body"],
+                                         headers={**s["headers"], "x-agree-id": s["id"]})
+            seen[host][s["id"]] = answer_of(resp)
+
+        with ThreadPoolExecutor(2) as pool:
+            for s in steps:
+                if s.get("wait"):
+                    time.sleep(s["wait"])  # the traffic's own pace (a window expiring), not a wait for an event
+                for f in [pool.submit(send, host, s) for host in ("wasm", "native")]:
+                    f.result(timeout=60)
+        for c in clients.values():
+            c.close()
+        ids = {s["id"] for s in steps}
+        for host, (e, log) in envoys.items():
+            for sid, d in decisions(log, ids).items():
+                if sid in seen[host]:
+                    seen[host][sid]["decision"] = d
+        # Counters are flushed to the admin as they change; wait until both
+        # have counted every request.
+        counted = {host: loopguard_counters(e) for host, (e, _) in envoys.items()}
+        h.wait_for(lambda: counted.update({host: loopguard_counters(e) for host, (e, _) in envoys.items()})
+                   or counted["wasm"] == counted["native"], timeout=5)
+        return seen, counted
+    finally:
+        for e, _ in envoys.values():
+            e.stop()
+        up.stop()
+
+
+def assert_same(steps: list[dict], seen: dict, counted: dict) -> int:
+    """Every request answered alike by both hosts; returns how many
+    loopguard acted on (so an agreement is never about nothing)."""
+    acted = 0
+    for s in steps:
+        w, n = seen["wasm"][s["id"]], seen["native"][s["id"]]
+        assert same_but_time_left(w, n), f"{s['id']}: the hosts differ\nwasm:   {w}\nnative: {n}"
+        d = w.get("decision") or {}
+        acted += isinstance(d, dict) and d.get("action") in ("warn", "throttle", "nudge", "directive", "reject", "note", "block")
+    assert counted["wasm"] == counted["native"], {
+        k: (counted["wasm"].get(k), counted["native"].get(k))
+        for k in set(counted["wasm"]) | set(counted["native"]) if counted["wasm"].get(k) != counted["native"].get(k)}
+    assert counted["wasm"], "no loopguard counter at all"
+    return acted
+
+
+def corpus_steps(name: str) -> list[dict]:
+    steps = []
+    for sc in corpus.load_scenarios(name, per_kind=1):
+        for i, req in enumerate(sc["requests"]):
+            steps.append({"id": f"{sc['id']}/{i + 1}", "method": req["method"], "path": req["path"],
+                          "headers": req["headers"], "body": json.dumps(req["body"]).encode(),
+                          "upstream_status": req.get("response", {}).get("status", 200)})
+    return steps
+
+
+@pytest.mark.parametrize("name", ["tuning", "heldout"])
+def test_the_hosts_agree_on_the_labelled_corpora(name):
+    plugin = {**corpus.plugin_config(corpus.recommended_for(name)), "access_log": "all"}
+    steps = corpus_steps(name)
+    seen, counted = side_by_side(plugin, steps)
+    assert assert_same(steps, seen, counted) >= 6
+
+
+def test_the_hosts_agree_on_real_runs():
+    """Two runs of each request shape (text actions, OpenAI tool calls,
+    Anthropic tool use), one stuck and one successful, recommended setup."""
+    runs = []
+    for shape in ("chat-text", "chat-tools", "anthropic"):
+        of_shape = [r for r in realruns.load_runs(None) if r["shape"] == shape and len(r["calls"]) <= 40]
+        runs += [r for r in of_shape if r["labels"]["stuck"]][:1] + [r for r in of_shape if r["labels"]["successful"]][:1]
+    assert len(runs) >= 4
+    plugin = {**realruns.plugin_of(realruns.RECOMMENDED), "access_log": "all"}
+    steps = [{"id": f"{r['id']}#{k}", "method": "POST", "path": path, "headers": headers, "body": body.encode()}
+             for r in runs for k, (path, headers, body) in enumerate(realruns.requests_of(r))]
+    seen, counted = side_by_side(plugin, steps)
+    assert assert_same(steps, seen, counted) >= 2
+
+
+def test_the_hosts_agree_on_windows_cooldowns_actions_and_retries():
+    """Windows that expire, a cooldown, a throttle's growing delay, warnings,
+    a ladder, shadow mode, a path no policy covers, and a provider's 503s
+    with the SDK's retries; OpenAI, Anthropic and plain HTTP callers, so
+    each API's 429 is compared byte for byte."""
+    def spec(prefix: str, **detection) -> dict:
+        return {"selector": {"pathPrefix": prefix, "methods": ["POST"]}, "limit_keys": ["header:x-user"],
+                "loop_detection": {"enabled": True, "window_seconds": 2, "similarity": "exact", **detection}}
+    plugin = {
+        "max_body_bytes": 1 << 20, "hold_request_headers": True, "access_log": "all",
+        "policies": [
+            {"id": "reject", "spec": spec("/v1/reject", threshold_identical_requests=3, action="reject", cooldown_seconds=3)},
+            {"id": "throttle", "spec": spec("/v1/throttle", threshold_identical_requests=2, action="throttle",
+                                            throttle_step_ms=50, throttle_max_delay_ms=200)},
+            {"id": "warn", "spec": spec("/v1/warn", threshold_identical_requests=2, action="warn")},
+            {"id": "shadow", "spec": {**spec("/v1/shadow", threshold_identical_requests=2, action="reject"), "mode": "shadow"}},
+            {"id": "chat", "spec": spec("/v1/chat/completions", threshold_identical_requests=3, action="reject")},
+            {"id": "messages", "spec": spec("/v1/messages", threshold_identical_requests=3, action="reject")},
+        ],
+    }
+    chat = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "again"}]})
+    messages = json.dumps({"model": "claude-x", "max_tokens": 10, "messages": [{"role": "user", "content": "again"}]})
+    plan = [
+        ("/v1/reject", "a", "{}", 0), ("/v1/reject", "a", "{}", 0), ("/v1/reject", "a", "{}", 0),
+        ("/v1/reject", "b", "{}", 0), ("/v1/reject", "a", "{}", 2.5), ("/v1/reject", "a", "{}", 3.5),
+        ("/v1/reject", "c", '{"x":1}', 0), ("/v1/reject", "c", '{"x":1}', 1.2), ("/v1/reject", "c", '{"x":1}', 1.2),
+        ("/v1/reject", "c", '{"x":1}', 0), ("/v1/reject", "c", '{"x":1}', 0),
+        *[("/v1/throttle", "a", "{}", 0)] * 6,
+        ("/v1/warn", "a", "{}", 0), ("/v1/warn", "a", "{}", 0), ("/v1/warn", "a", "{}", 2.5), ("/v1/warn", "a", "{}", 0),
+        *[("/v1/shadow", "a", "{}", 0)] * 3,
+        *[("/v1/chat/completions", "a", chat, 0)] * 4,
+        *[("/v1/messages", "a", messages, 0)] * 4,
+        ("/v1/other", "a", "{}", 0), ("/v1/other", "a", "{}", 0),
+    ]
+    steps = [{"id": f"mix/{i}", "method": "POST", "path": p, "headers": {"x-user": u, "content-type": "application/json"},
+              "body": b.encode(), "wait": w} for i, (p, u, b, w) in enumerate(plan)]
+    steps += [{"id": f"retry/{i}", "method": "POST", "path": "/v1/reject", "headers": {"x-user": "d", "content-type": "application/json"},
+               "body": b'{"r":1}', "upstream_status": st} for i, st in enumerate([503, 503, 200, 200])]
+    seen, counted = side_by_side(plugin, steps)
+    assert assert_same(steps, seen, counted) >= 10
+    statuses = [seen["wasm"][s["id"]]["status"] for s in steps]
+    assert statuses.count(429) >= 6, statuses
+    delays = [seen["wasm"][f"mix/{i}"]["headers"].get("x-loopguard-delay-ms") for i in range(11, 17)]
+    assert delays == [None, "100", "150", "200", "200", "200"], delays
+
+
+def test_the_hosts_agree_on_spend_caps():
+    """Caps in dollars, tokens and calls, per session, caller and
+    conversation, read from the answers' usage; a cap in shadow mode."""
+    plugin = {
+        "max_body_bytes": 1 << 20, "hold_request_headers": True, "access_log": "all",
+        "prices": {"e2e-model": {"input_per_million": 1000, "output_per_million": 2000}},
+        "policies": [
+            {"id": "capped", "spec": {"selector": {"pathPrefix": "/v1/capped", "methods": ["POST"]}, "limit_keys": ["header:x-user"],
+                                      "budget": {"limits": [
+                                          {"name": "session-usd", "per": "session", "window_seconds": 600, "usd": 1},
+                                          {"name": "caller-tokens", "per": "caller", "window_seconds": 600, "tokens": 5000},
+                                          {"name": "turns", "per": "conversation", "window_seconds": 600, "calls": 4}],
+                                          "warn_at": 0.5, "session": ["header:x-session-id"]}}},
+            {"id": "shadowed", "spec": {"selector": {"pathPrefix": "/v1/shadowed", "methods": ["POST"]}, "mode": "shadow",
+                                        "limit_keys": ["header:x-user"],
+                                        "budget": {"limits": [{"name": "calls", "per": "caller", "window_seconds": 600, "calls": 2}]}}},
+        ],
+    }
+    steps: list[dict] = []
+
+    def step(path: str, user: str, messages: list[str], usage: tuple[int, int], session: str | None = None, upstream: int = 200):
+        headers = {"x-user": user, "content-type": "application/json", **({"x-session-id": session} if session else {})}
+        body = {"model": "e2e-model", "messages": [{"role": "user", "content": m} for m in messages]}
+        steps.append({"id": f"cap/{len(steps)}", "method": "POST", "path": path, "headers": headers,
+                      "body": json.dumps(body).encode(), "upstream_status": upstream,
+                      "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1]}})
+
+    for i in range(4):
+        step("/v1/capped/chat", "u1", [f"task {i}"], (200, 100), session="s1")
+    for i in range(3):
+        step("/v1/capped/chat", "u2", [f"question {i}"], (2000, 500))
+    step("/v1/capped/chat", "u3", ["plan the trip"], (10, 5), upstream=503)
+    for i in range(5):
+        step("/v1/capped/chat", "u3", ["plan the trip"] + [f"leg {j}" for j in range(i + 1)], (10, 5))
+    for i in range(4):
+        step("/v1/shadowed/chat", "s", [f"job {i}"], (10, 5))
+    seen, counted = side_by_side(plugin, steps)
+    assert assert_same(steps, seen, counted) >= 3
+    budgets = [seen["wasm"][s["id"]]["headers"].get("x-loopguard-budget") for s in steps]
+    assert "session-usd; spent=0.80; cap=1.00; unit=usd; window=600" in budgets, budgets
+
+
+def mcp_call(i: int, name: str, args: dict) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": name, "arguments": args}}).encode()
+
+
+def test_the_hosts_agree_on_mcp_tool_calls():
+    """The shipped MCP example's policy: the same tools/call again and again
+    (noted in the answer, then refused in JSON-RPC's shape), a failing call,
+    a poll of an exempt tool; answered as JSON and as an event stream."""
+    example = h.load_yaml(ROOT / "examples" / "mcp" / "envoy.yaml")
+    hcm = example["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    (f,) = [f for f in hcm["http_filters"] if h.is_loopguard_filter(f)]
+    plugin = {**h.plugin_config_of(f), "access_log": "all"}
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
+               "mcp-session-id": "s-1", "mcp-protocol-version": "2025-11-25"}
+    result = {"content": [{"type": "text", "text": "ok"}], "isError": False}
+    failed = {"content": [{"type": "text", "text": "no such file"}], "isError": True}
+    steps = []
+    for i in range(5):
+        steps.append({"id": f"mcp/same/{i}", "method": "POST", "path": "/mcp", "headers": headers,
+                      "body": mcp_call(10 + i, "read_file", {"path": "a.txt"}),
+                      "answer": {"jsonrpc": "2.0", "id": 10 + i, "result": result}})
+    for i in range(5):
+        steps.append({"id": f"mcp/fail/{i}", "method": "POST", "path": "/mcp", "headers": headers,
+                      "body": mcp_call(20 + i, "open", {"path": "missing.txt"}),
+                      "answer": {"jsonrpc": "2.0", "id": 20 + i, "result": failed}})
+    for i in range(5):
+        steps.append({"id": f"mcp/other/{i}", "method": "POST", "path": "/mcp", "headers": headers,
+                      "body": mcp_call(30 + i, "search", {"q": f"term {i}"}),
+                      "answer": {"jsonrpc": "2.0", "id": 30 + i, "result": result}})
+    seen, counted = side_by_side(plugin, steps)
+    assert assert_same(steps, seen, counted) >= 6
+    # Noted (the answer rewritten) at the 3rd, blocked from the 4th.
+    steps_of = {s["id"]: seen["wasm"][s["id"]].get("decision") or {} for s in steps}
+    assert [steps_of[f"mcp/same/{i}"].get("action") for i in range(5)] == [None, None, "note", "block", "block"], steps_of
+    assert [steps_of[f"mcp/other/{i}"].get("action") for i in range(5)] == [None] * 5
