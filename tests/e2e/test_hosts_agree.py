@@ -253,6 +253,8 @@ def test_the_hosts_agree_on_windows_cooldowns_actions_and_retries():
             {"id": "shadow", "spec": {**spec("/v1/shadow", threshold_identical_requests=2, action="reject"), "mode": "shadow"}},
             {"id": "chat", "spec": spec("/v1/chat/completions", threshold_identical_requests=3, action="reject")},
             {"id": "messages", "spec": spec("/v1/messages", threshold_identical_requests=3, action="reject")},
+            {"id": "query", "spec": {**spec("/v1/q", threshold_identical_requests=3, action="reject"),
+                                     "selector": {"pathPrefix": "/v1/q", "methods": ["GET"]}}},
         ],
     }
     chat = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "again"}]})
@@ -271,12 +273,16 @@ def test_the_hosts_agree_on_windows_cooldowns_actions_and_retries():
     ]
     steps = [{"id": f"mix/{i}", "method": "POST", "path": p, "headers": {"x-user": u, "content-type": "application/json"},
               "body": b.encode(), "wait": w} for i, (p, u, b, w) in enumerate(plan)]
+    # The query read in sorted order: one fingerprint for all three.
+    steps += [{"id": f"query/{i}", "method": "GET", "path": q, "headers": {"x-user": "q"}, "body": b""}
+              for i, q in enumerate(["/v1/q?b=2&a=1", "/v1/q?a=1&b=2", "/v1/q?b=2&a=1", "/v1/q?a=1&c=3"])]
     steps += [{"id": f"retry/{i}", "method": "POST", "path": "/v1/reject", "headers": {"x-user": "d", "content-type": "application/json"},
                "body": b'{"r":1}', "upstream_status": st} for i, st in enumerate([503, 503, 200, 200])]
     seen, counted = side_by_side(plugin, steps)
     assert assert_same(steps, seen, counted) >= 10
     statuses = [seen["wasm"][s["id"]]["status"] for s in steps]
     assert statuses.count(429) >= 6, statuses
+    assert [seen["wasm"][f"query/{i}"]["status"] for i in range(4)] == [200, 200, 429, 200]
     delays = [seen["wasm"][f"mix/{i}"]["headers"].get("x-loopguard-delay-ms") for i in range(11, 17)]
     assert delays == [None, "100", "150", "200", "200", "200"], delays
 
