@@ -152,14 +152,13 @@ mcp-tools: $(MCP_STAMP)
 
 # A test build of the module with fault injection (crashes on request),
 # for the failure_policy tests; never shipped.
-FAULT_DIR  := target/fault-injection
-FAULT_WASM := $(FAULT_DIR)/$(WASM_TARGET)/release/loopguard.wasm
-FAULT_NATIVE := $(FAULT_DIR)/native/libloopguard_native.so
+FAULT_WASM := target/$(WASM_TARGET)/fault/loopguard.wasm
+FAULT_NATIVE := target/fault-native/libloopguard_native.so
 
 .PHONY: fault-build
 fault-build: wasm-target
-	$(CARGO) build --quiet --release --target $(WASM_TARGET) -p loopguard --features fault-injection --target-dir $(FAULT_DIR)
-	$(CARGO) build --quiet --profile native -p loopguard-native --features fault-injection --target-dir $(FAULT_DIR)
+	$(CARGO) build --quiet --profile fault --target $(WASM_TARGET) -p loopguard --features fault-injection
+	$(CARGO) build --quiet --profile fault-native -p loopguard-native --features fault-injection
 
 # The operators' CLI, built natively from the same core code.
 CLI := target/release/loopguard
