@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "examples").glob("*/README.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "examples").glob("*/README.md"))]
 QUOTE = re.compile(r"<!-- same as: (\S+) -->\n```(\w+)\n(.*?)\n```", re.S)
 
 
@@ -103,7 +103,7 @@ def outputs() -> list[tuple[Path, str, str]]:
 
 
 def test_documented_outputs_exist():
-    assert len(outputs()) >= 2, "docs/cli.md shows replay's report and a sweep"
+    assert len(outputs()) >= 2, "docs/cli/ shows replay's report and a sweep"
 
 
 @pytest.mark.parametrize("doc,args,block", outputs(), ids=lambda v: v if isinstance(v, str) and not v.startswith("$") else None)

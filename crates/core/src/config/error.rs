@@ -199,7 +199,7 @@ pub fn from_serde(e: serde_path_to_error::Error<serde_json::Error>, root: &Value
 /// Fields that were replaced, and what to write instead.
 const REPLACED: &[(&str, &str)] = &[(
     "near_distance",
-    "was replaced by \"near_similarity\": the fraction of their words two tails must share, above 0 and at most 1 (default 0.35); a SimHash distance of 3 or 4 bits joined only tails about 98% alike (see docs/detection.md)",
+    "was replaced by \"near_similarity\": the fraction of their words two tails must share, above 0 and at most 1 (default 0.35); a SimHash distance of 3 or 4 bits joined only tails about 98% alike (see docs/detection/near.md)",
 )];
 
 /// The names between backticks in serde's "expected one of `a`, `b`".

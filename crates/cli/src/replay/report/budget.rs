@@ -185,7 +185,7 @@ impl Tally {
             .filter_map(|p| {
                 let n = p.budget.as_ref()?.estimated();
                 (n > 0).then(|| format!(
-                    "{config}: policy {}: {n} response{} had no usage recorded (no usage and no body, or a body cut before it): {} spending was estimated from what was recorded, as the filter estimates a response it cannot read (input about the request body's bytes / 4, output about the recorded response body's bytes / 4, none without a body), where Envoy read what the provider reported, so caps in tokens or dollars fill more slowly than they did; record usage or response bodies (see docs/cli.md, Traffic formats)",
+                    "{config}: policy {}: {n} response{} had no usage recorded (no usage and no body, or a body cut before it): {} spending was estimated from what was recorded, as the filter estimates a response it cannot read (input about the request body's bytes / 4, output about the recorded response body's bytes / 4, none without a body), where Envoy read what the provider reported, so caps in tokens or dollars fill more slowly than they did; record usage or response bodies (see docs/cli/traffic-formats.md)",
                     p.id,
                     if n == 1 { "" } else { "s" },
                     if n == 1 { "its" } else { "their" },

@@ -322,7 +322,7 @@ impl Tally {
                     _ => "loopguard's own answer recorded instead of the server's (the recording was made in front of loopguard, and this configuration forwards the call)",
                 };
                 notes.push(format!(
-                    "{config}: policy {}: {n} forwarded MCP call{} had {said}: replay leaves {} out of the history, where Envoy added what the server answered, so loops through {} can be missed; record response bodies (see docs/cli.md, Traffic formats)",
+                    "{config}: policy {}: {n} forwarded MCP call{} had {said}: replay leaves {} out of the history, where Envoy added what the server answered, so loops through {} can be missed; record response bodies (see docs/cli/traffic-formats.md)",
                     p.id,
                     plural(*n),
                     if *n == 1 { "it" } else { "them" },
