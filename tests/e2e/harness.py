@@ -1,4 +1,6 @@
-"""End-to-end harness: real Envoy processes, a recording upstream, helpers.
+"""End-to-end harness: real Envoy processes, the one upstream server class
+(`Upstream`: records every request, answers as a handler says, plainly,
+streamed or slowly), the built artifacts and the CLI, helpers.
 
 Every process started here listens on loopback only, on free ports, and is
 stopped by PID when its test ends.
@@ -23,7 +25,12 @@ Time in these tests (they must pass on a busy 2-CPU machine):
   again with fresh fingerprints instead of failing; margins around a window
   boundary are hundreds of ms, not tens.
 - Wait for something to happen by polling with a deadline (`wait_for`), not
-  with a fixed sleep before the assertion.
+  with a fixed sleep before the assertion. To show that nothing more
+  happens (no second alert, no late count), wait for what would cause it to
+  be over: `Envoy.quiet()` (no request in flight, so every counter a
+  finished request moves has moved). A sleep is left only where it is the
+  traffic's pace (requests spaced across a window, a slow or streaming
+  upstream, time that must pass for what a test shows).
 """
 
 from __future__ import annotations
@@ -39,10 +46,14 @@ import threading
 import time
 import uuid
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Callable, Iterable
 
+import h2.config
+import h2.connection
+import h2.events
 import httpx
 import yaml
 
@@ -52,6 +63,12 @@ WASM = os.environ.get(
     "LOOPGUARD_WASM", str(ROOT / "target" / "wasm32-wasip1" / "release" / "loopguard.wasm")
 )
 NATIVE = os.environ.get("LOOPGUARD_NATIVE", str(ROOT / "target" / "release" / "libloopguard_native.so"))
+# The builds with fault injection (a request header crashes the filter),
+# where `make fault-build` puts them.
+FAULT_WASM = os.environ.get("LOOPGUARD_FAULT_WASM", str(ROOT / "target" / "wasm32-wasip1" / "fault" / "loopguard.wasm"))
+FAULT_NATIVE = os.environ.get("LOOPGUARD_FAULT_NATIVE", str(ROOT / "target" / "fault-native" / "libloopguard_native.so"))
+# The loopguard CLI (`make cli`).
+CLI = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopguard"))
 # Which host the suite loads loopguard in: "wasm" (the proxy-wasm module) or
 # "native" (the Envoy dynamic module). Tests build their filter with
 # loopguard_filter(), which follows it (and localize() turns a shipped
@@ -61,6 +78,12 @@ NATIVE = os.environ.get("LOOPGUARD_NATIVE", str(ROOT / "target" / "release" / "l
 HOST = os.environ.get("LOOPGUARD_HOST", "wasm")
 if HOST not in ("wasm", "native"):
     raise RuntimeError(f"LOOPGUARD_HOST must be wasm or native, not {HOST!r}")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """The loopguard CLI run with `args` from the repository's root."""
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
+
 
 COMPLETION = {
     "id": "chatcmpl-e2e",
@@ -203,15 +226,60 @@ class LocalServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), handler)
 
 
-class Upstream:
-    """A real HTTP server on loopback that records every request it gets and
-    answers like an OpenAI-compatible API, or as `responder(request)` says
-    (returning a status and a JSON-able body)."""
+@dataclass
+class Answer:
+    """An upstream's answer to one request. `body` goes with a
+    content-length (a dict or a list as JSON, application/json unless
+    `headers` name another type). `chunks`, when given instead, are sent
+    as a chunked stream, each flushed as it comes, so an iterator that waits
+    between them sets the stream's pace (see `paced`); one that waits before
+    its first holds the stream open after its headers. `close` ends the
+    connection after the answer, as a server ending an event stream does."""
 
-    def __init__(self, responder=None) -> None:
+    status: int = 200
+    body: bytes | str | dict | list = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    chunks: Iterable[bytes | str] | None = None
+    close: bool = False
+
+    def payload(self) -> bytes:
+        if isinstance(self.body, (dict, list)):
+            self.headers.setdefault("content-type", "application/json")
+            return json.dumps(self.body).encode()
+        return self.body.encode() if isinstance(self.body, str) else self.body
+
+
+def paced(chunks: Iterable[bytes | str], seconds: float) -> Iterable[bytes | str]:
+    """`chunks`, each followed by a pause of `seconds`: a stream's pace (a
+    model writing its answer a piece at a time, so that the filter sees the
+    pieces one by one)."""
+    for chunk in chunks:
+        yield chunk
+        time.sleep(seconds)
+
+
+ALL_METHODS = ("GET", "POST", "PUT", "DELETE", "PATCH")
+
+
+class Upstream:
+    """The tests' one upstream server: a real HTTP/1.1 server on loopback
+    that records every request it gets and answers like an
+    OpenAI-compatible API, or as `responder(request)` says: a status and a
+    JSON-able body, or an `Answer` (any headers and body, streamed, or as
+    slowly as the responder takes). A request is a dict of method, path,
+    headers (lower-case names) and body (bytes, de-chunked). Methods not in
+    `methods` are answered 501, as a server that does not implement them."""
+
+    def __init__(
+        self,
+        responder: Callable[[dict], "tuple[int, object] | Answer"] | None = None,
+        methods: Iterable[str] = ALL_METHODS,
+    ) -> None:
         self.requests: list[dict] = []
         self.arrivals: list[dict] = []
         self.lock = threading.Lock()
+        self.responder = responder
+        self.methods = set(methods)
         upstream = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -224,6 +292,9 @@ class Upstream:
                 pass
 
             def _handle(self) -> None:
+                if self.command not in upstream.methods:
+                    self.send_error(501, f"Unsupported method ({self.command!r})")
+                    return
                 # Recorded as soon as the headers arrive: a request whose
                 # headers reached the upstream counts even if its body never
                 # does (a request loopguard rejected after its headers went).
@@ -238,20 +309,48 @@ class Upstream:
                 }
                 with upstream.lock:
                     upstream.requests.append(request)
-                status, answer = responder(request) if responder else (200, COMPLETION)
-                payload = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self._send(upstream.answer(request))
+                except OSError:
+                    self.close_connection = True  # the client (Envoy) went away
 
-            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
+            def _send(self, answer: Answer) -> None:
+                payload = answer.payload()
+                self.send_response(answer.status)
+                for name, value in answer.headers.items():
+                    self.send_header(name, value)
+                if answer.chunks is None:
+                    self.send_header("content-length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                else:
+                    self.send_header("transfer-encoding", "chunked")
+                    self.end_headers()
+                    for chunk in answer.chunks:
+                        data = chunk.encode() if isinstance(chunk, str) else chunk
+                        if data:  # an empty chunk would end the stream
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                            self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                if answer.close:
+                    self.close_connection = True
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _handle
 
         self.server = LocalServer(Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
+
+    def answer(self, request: dict) -> Answer:
+        if self.responder is None:
+            return Answer(200, COMPLETION)
+        out = self.responder(request)
+        if isinstance(out, Answer):
+            return out
+        status, body = out
+        return Answer(status, json.dumps(body), {"content-type": "application/json"})
 
     @property
     def count(self) -> int:
@@ -762,6 +861,74 @@ def on_schedule(scenario, tries: int = 3):
     raise AssertionError(f"every run of the schedule overran, so nothing could be judged: {overruns}")
 
 
+def sliding_window_boundary(s: Schedule, hit) -> None:
+    """The core issue's boundary case, N=3, W=2 s. A fixed window starting
+    at the first hit would reset at t=2.0 and allow the request at 2.2; the
+    sliding window still holds the hits at 1.2 and 1.6 (the latter was
+    itself rejected, and still counts). `hit(i)` sends the i-th request (to
+    one Envoy, or to replicas sharing a store); times are from the first
+    hit's answer, so the first hit is certainly at or before t=0. The
+    schedule is the traffic's pace."""
+    first = s.send(lambda: hit(0))
+    assert first.response.status_code == 200
+    s.at(first.end + 1.2)
+    second = s.send(lambda: hit(1))
+    assert second.response.status_code == 200
+    s.at(first.end + 1.6)
+    third = s.send(lambda: hit(2))
+    s.ensure(third.within(2.0, of=first), "the 3rd hit within the window of the 1st")
+    assert third.response.status_code == 429
+    # The 1st hit has left the window (by construction), the 2nd and 3rd
+    # have not.
+    s.at(first.end + 2.2)
+    fourth = s.send(lambda: hit(3))
+    s.ensure(fourth.within(2.0, of=second), "the 4th hit within the window of the 2nd")
+    s.ensure(fourth.within(1.0, of=third), "the 4th hit less than 1 s after the 3rd")
+    r = fourth.response
+    assert r.status_code == 429
+    # Allowed again once the 2nd newest hit (t=1.6) leaves: at 3.6, i.e.
+    # 1.4 s from now, rounded up; in ms, as measured.
+    assert r.headers["retry-after"] == "2"
+    least, most = fourth.since(third)
+    ms = int(r.headers["retry-after-ms"])
+    assert (2 - most - CLOCK_SLACK) * 1000 <= ms <= (2 - least + CLOCK_SLACK) * 1000, (ms, least, most)
+    # Once the hit at 1.6 has left (at 3.9 as planned), only the hit at 2.2
+    # is in the window: allowed again.
+    s.at(max(first.end + 3.9, third.end + 2.0 + 0.3))
+    assert s.send(lambda: hit(4)).response.status_code == 200
+
+
+# --- clients -----------------------------------------------------------------
+
+
+def h2_post(port: int, path: str, body: bytes, trailers=None) -> int:
+    """POST over cleartext HTTP/2 (prior knowledge), optionally ending the
+    stream with trailers instead of with the last DATA frame."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        conn.initiate_connection()
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, [(":method", "POST"), (":path", path), (":scheme", "http"), (":authority", "localhost")])
+        conn.send_data(sid, body, end_stream=not trailers)
+        if trailers:
+            conn.send_headers(sid, trailers, end_stream=True)
+        s.sendall(conn.data_to_send())
+        status = None
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            for ev in conn.receive_data(data):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    status = int(dict(ev.headers)[b":status"])
+                elif isinstance(ev, h2.events.DataReceived):
+                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
+                    return status
+            s.sendall(conn.data_to_send())
+    return status
+
+
 # --- Envoy process -----------------------------------------------------------
 
 
@@ -862,17 +1029,18 @@ class Envoy:
             cwd=ROOT,
             env={**os.environ, **self.env},
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
             if self.proc.poll() is not None:
                 raise EnvoyFailed(f"envoy exited with {self.proc.returncode} at startup", self.log())
             try:
                 r = httpx.get(f"{self.admin}/ready", timeout=1.0)
-                if r.status_code == 200 and all(self._accepts(p) for p in self.listener_ports):
-                    return self
             except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+                return False
+            return r.status_code == 200 and all(self._accepts(p) for p in self.listener_ports)
+
+        if wait_for(ready, timeout):
+            return self
         self.stop()
         raise EnvoyFailed("envoy did not become ready", self.log())
 
@@ -939,6 +1107,36 @@ class Envoy:
         `loopguard.rejected_total`)."""
         full = f"wasmcustom.{name}"
         return sum(v for k, v in self.stats().items() if k == full or k.startswith(full + "."))
+
+    def in_flight(self) -> int:
+        """Requests in flight: from clients on any listener (the admin's
+        own requests left out) and Envoy's own to any cluster (the
+        upstream, a store, a webhook)."""
+        n = 0
+        for name, value in self.stats().items():
+            if name.startswith("http.") and name.endswith(".downstream_rq_active") and not name.startswith("http.admin."):
+                n += value
+            elif name.startswith("cluster.") and name.endswith(".upstream_rq_active"):
+                n += value
+        return n
+
+    def received(self) -> int:
+        """Requests its listeners have received (the admin's left out)."""
+        return sum(
+            v
+            for k, v in self.stats().items()
+            if k.startswith("http.") and k.endswith(".downstream_rq_total") and not k.startswith("http.admin.")
+        )
+
+    def quiet(self, timeout: float = 10.0) -> None:
+        """Wait until nothing is in flight: every request sent to it has
+        been answered (or its client left) and logged, and every call of its
+        own has ended; so every counter, event and log line a finished
+        request brings is there, and an assertion that nothing more came can
+        be made. (Alerts wait for the filter's tick: see
+        observing.alerts_sent.)"""
+        if not wait_for(lambda: self.in_flight() == 0, timeout):
+            raise AssertionError(f"{self.name} still has {self.in_flight()} requests in flight after {timeout} s")
 
     def rss_bytes(self) -> int:
         assert self.proc is not None
