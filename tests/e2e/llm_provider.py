@@ -1,24 +1,28 @@
-"""A fake LLM provider for the token-usage tests: a real HTTP server on
-loopback speaking OpenAI Chat Completions, the OpenAI Responses API and
-Anthropic Messages, plain JSON or streamed (server-sent events, a chunk at a
-time with a pause, so the filter sees them one by one), each answer with the
-usage a real provider reports.
+"""Fake LLM providers, each a responder of the one upstream server
+(harness.Upstream) on loopback.
 
+`Provider`, for the token-usage and budget tests, speaks OpenAI Chat
+Completions, the OpenAI Responses API and Anthropic Messages, plain JSON or
+streamed (server-sent events, a chunk at a time with a pause, so the filter
+sees them one by one), each answer with the usage a real provider reports.
 `Provider.plan(*usages)` scripts the usage of the next answers, one per
 request in the order they arrive, as token counts in the provider's own
 vocabulary (see `Turn`); without a plan each API answers with its fixed
-default usage."""
+default usage.
+
+`HeldStreams` holds its streams open before their usage until told to go
+on (a cap crossed mid-stream); `DeltaStreams` streams the text deltas a test
+sets (degenerate output); `Flaky` fails attempts as a provider in trouble
+does (retries)."""
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler
 
-from harness import LocalServer
+from harness import COMPLETION, Answer, Upstream, paced
 
 
 @dataclass(frozen=True)
@@ -87,48 +91,23 @@ class Provider:
         self.headers: list[dict[str, str]] = []
         # Streams end this many events early (a connection cut mid-stream).
         self.cut_streams = 0
-        provider = self
+        self.upstream = Upstream(self.respond, methods=("POST",))
+        self.port = self.upstream.port
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                with provider.lock:
-                    provider.headers.append({k.lower(): v for k, v in self.headers.items()})
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-                path = self.path.split("?")[0]
-                if body.get("stream"):
-                    events = provider.stream(path, body)
-                    events = events[: len(events) - provider.cut_streams]
-                    self.send_response(200)
-                    self.send_header("content-type", "text/event-stream; charset=utf-8")
-                    self.send_header("transfer-encoding", "chunked")
-                    self.end_headers()
-                    for ev in events:
-                        data = ev.encode()
-                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                        self.wfile.flush()
-                        time.sleep(0.01)
-                    self.wfile.write(b"0\r\n\r\n")
-                    return
-                payload = json.dumps(provider.answer(path, body)).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = LocalServer(Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def respond(self, request: dict) -> Answer:
+        with self.lock:
+            self.headers.append(request["headers"])
+        body = json.loads(request["body"] or b"{}")
+        path = request["path"].split("?")[0]
+        if body.get("stream"):
+            events = self.stream(path, body)
+            events = events[: len(events) - self.cut_streams]
+            # A pause after each event: the filter sees them one by one.
+            return Answer(200, headers={"content-type": "text/event-stream; charset=utf-8"}, chunks=paced(events, 0.01))
+        return Answer(200, json.dumps(self.answer(path, body)), {"content-type": "application/json"})
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.upstream.stop()
 
     def plan(self, *turns: Turn) -> None:
         """The usage of the next answers, in order."""
@@ -247,3 +226,151 @@ class Provider:
             ev("response.completed", response=cls.response_object(model, text, turn.responses())),
         ]
         return events
+
+
+class HeldStreams:
+    """An OpenAI-style upstream whose streams send their text, then wait
+    (for `release(i)`, at most 20 s) before their last events (the usage
+    and [DONE]). Plain calls answer at once. `turns` are the usages, in the
+    order the requests arrive; `arrived` is released as each stream's
+    headers have gone."""
+
+    def __init__(self, turns: list[Turn]) -> None:
+        self.turns = list(turns)
+        self.gates: list[threading.Event] = []
+        self.arrived = threading.Semaphore(0)
+        self.lock = threading.Lock()
+        self.upstream = Upstream(self.respond, methods=("POST",))
+        self.port = self.upstream.port
+
+    def respond(self, request: dict) -> Answer:
+        body = json.loads(request["body"])
+        with self.lock:
+            turn = self.turns.pop(0)
+            gate = threading.Event()
+            if body.get("stream"):
+                self.gates.append(gate)
+        if not body.get("stream"):
+            return Answer(200, json.dumps({
+                "id": "chatcmpl-held", "object": "chat.completion", "created": 1, "model": body["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "Four."},
+                             "finish_reason": "stop"}],
+                "usage": turn.chat()}), {"content-type": "application/json"})
+        events = Provider.chat_events(body["model"], turn, include=True)
+
+        def chunks():
+            self.arrived.release()  # the headers have gone
+            for i, ev in enumerate(events):
+                if i == len(events) - 2:
+                    gate.wait(20)
+                yield ev
+
+        return Answer(200, headers={"content-type": "text/event-stream; charset=utf-8"}, chunks=chunks())
+
+    def release(self, i: int) -> None:
+        self.gates[i].set()
+
+    def stop(self) -> None:
+        for g in self.gates:
+            g.set()
+        self.upstream.stop()
+
+
+class DeltaStreams:
+    """An upstream that streams `deltas` as the called API's text deltas
+    (Chat Completions with usage, the Responses API, Anthropic Messages),
+    a few per network write, and reports usage at the end."""
+
+    def __init__(self) -> None:
+        self.deltas: list[str] = []
+        self.upstream = Upstream(self.respond, methods=("POST",))
+        self.port = self.upstream.port
+
+    def respond(self, request: dict) -> Answer:
+        body = json.loads(request["body"] or b"{}")
+        events = self.events(request["path"], body.get("model", "m"))
+        # Three events a write, a short pause between writes (a model's pace).
+        writes = ["".join(events[i:i + 3]) for i in range(0, len(events), 3)]
+        return Answer(200, headers={"content-type": "text/event-stream"}, chunks=paced(writes, 0.002))
+
+    def stop(self) -> None:
+        self.upstream.stop()
+
+    def events(self, path: str, model: str) -> list[str]:
+        def sse(name: str | None, data) -> str:
+            return (f"event: {name}\n" if name else "") + f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+        if path.endswith("/messages"):
+            msg = {"id": "msg_d", "type": "message", "role": "assistant", "model": model, "content": [],
+                   "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 40, "output_tokens": 1}}
+            return ([sse("message_start", {"type": "message_start", "message": msg}),
+                     sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})]
+                    + [sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}})
+                       for d in self.deltas]
+                    + [sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                       sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
+                                             "usage": {"output_tokens": 500}}),
+                       sse("message_stop", {"type": "message_stop"})])
+        if path.endswith("/responses"):
+            text = "".join(self.deltas)
+            item = {"id": "msg_r", "type": "message", "status": "completed", "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}]}
+            def response(status: str, output: list, usage) -> dict:
+                return {"id": "resp_d", "object": "response", "created_at": 1, "status": status, "model": model,
+                        "output": output, "usage": usage, "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+            usage = {"input_tokens": 40, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 500,
+                     "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 540}
+            return ([sse("response.created", {"type": "response.created", "sequence_number": 0, "response": response("in_progress", [], None)})]
+                    + [sse("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": i + 1, "item_id": "msg_r",
+                                                          "output_index": 0, "content_index": 0, "delta": d, "logprobs": []})
+                       for i, d in enumerate(self.deltas)]
+                    + [sse("response.completed", {"type": "response.completed", "sequence_number": len(self.deltas) + 1,
+                                                  "response": response("completed", [item], usage)})])
+        base = {"id": "chatcmpl-d", "object": "chat.completion.chunk", "created": 1, "model": model}
+        return ([sse(None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "usage": None})]
+                + [sse(None, {**base, "choices": [{"index": 0, "delta": {"content": d}}], "usage": None}) for d in self.deltas]
+                + [sse(None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "usage": None}),
+                   sse(None, {**base, "choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 500, "total_tokens": 540}}),
+                   sse(None, "[DONE]")])
+
+
+# An Anthropic answer of a provider that recovered.
+FLAKY_ANTHROPIC_MESSAGE = {
+    "id": "msg_01",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-sonnet-4-5",
+    "content": [{"type": "text", "text": "The incident was a connection-pool limit on the ledger database."}],
+    "stop_reason": "end_turn",
+    "stop_sequence": None,
+    "usage": {"input_tokens": 12, "output_tokens": 14},
+}
+
+
+class Flaky:
+    """A provider in trouble (for the retry tests): it fails the first
+    `failures` attempts of each request body with `status`, then answers;
+    or fails every attempt when `failures` is None. With `only_first`, only
+    the first body's attempts fail."""
+
+    def __init__(self, status: int, failures: int | None, only_first: bool = False) -> None:
+        self.status, self.failures, self.only_first = status, failures, only_first
+        self.attempts: dict[bytes, int] = {}
+        self.retry_counts: list[str | None] = []
+        self.lock = threading.Lock()
+        self.upstream = Upstream(self.respond)
+
+    def respond(self, request: dict) -> tuple[int, dict]:
+        with self.lock:
+            n = self.attempts.get(request["body"], 0)
+            self.attempts[request["body"]] = n + 1
+            self.retry_counts.append(request["headers"].get("x-stainless-retry-count"))
+        first = len(self.attempts) == 1
+        if (self.failures is None or n < self.failures) and (first or not self.only_first):
+            return self.status, {"type": "error", "error": {"type": "overloaded_error" if self.status == 529 else "api_error", "message": "try again"}}
+        if request["path"].endswith("/messages"):
+            return 200, FLAKY_ANTHROPIC_MESSAGE
+        # A model answers what it was asked (the newest user message).
+        asked = json.loads(request["body"])["messages"][-1]["content"]
+        answer = json.loads(json.dumps(COMPLETION))
+        answer["choices"][0]["message"]["content"] = f"Here is what you asked for ({asked.lower().rstrip('.')}): done."
+        return 200, answer

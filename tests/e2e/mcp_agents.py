@@ -1,24 +1,28 @@
 """The real MCP apps the end-to-end tests drive (tests/e2e/mcp_apps): the
 Python SDK's server on a free loopback port, and the official SDK clients
 (Python, in either protocol mode, and TypeScript) running a script of
-steps; and the looping agent the mesh shapes are checked with.
+steps; the looping agent the mesh shapes are checked with; and
+`RawUpstream`, an MCP-ish upstream for odd and hostile traffic.
 
 Every process started here listens on loopback only and is stopped by PID."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 
-from harness import ROOT, free_port, stop_process, wait_for
+from harness import ROOT, Answer, Upstream, free_port, stop_process, wait_for
 
 APPS = Path(__file__).resolve().parent / "mcp_apps"
 # The tools server.py serves.
@@ -140,3 +144,115 @@ def looping_agent(url: str, mode: str, server: McpServer, **headers: str) -> Non
     after = server.calls()
     assert {tool: after.get(tool, 0) - before.get(tool, 0) for tool in TOOLS} == {
         "search": 3, "read": 1, "poll": 0, "fail": 0, "weather": 0}
+
+
+def rpc_result(rid, text: str, seq: int) -> dict:
+    # The sequence number is outside the compared result (content, isError,
+    # structuredContent): the same result every time, yet each answer can
+    # be told from the others.
+    return {"jsonrpc": "2.0", "id": rid,
+            "result": {"content": [{"type": "text", "text": text}], "isError": False, "_meta": {"seq": seq}}}
+
+
+class RawUpstream:
+    """A loopback MCP-ish upstream that records every request (method,
+    path, headers, body) and the exact body bytes it answered. The request
+    header x-answer chooses the answer: json (default: a JSON-RPC result,
+    the same text for every call), sse (the same result as an event stream,
+    after a ping and a progress notification), html (200 text/html), 500
+    (the same JSON-RPC result with status 500), sse-forever (200
+    text/event-stream: pings and notifications every 50 ms for
+    x-stream-seconds, never the response). GET opens a short event stream;
+    DELETE answers 200."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.sent: list[bytearray] = []
+        self.lock = threading.Lock()
+        self.upstream = Upstream(self.respond, methods=("GET", "POST", "DELETE"))
+        self.port = self.upstream.port
+
+    def respond(self, request: dict) -> Answer:
+        body = request["body"]
+        sent = bytearray()
+        with self.lock:
+            seq = len(self.requests)
+            self.requests.append(request)
+            self.sent.append(sent)
+        answer = request["headers"].get("x-answer", "json")
+        if request["method"] == "GET":
+            return self._stream(sent, b": open\n\n", 0.2)
+        if request["method"] == "DELETE":
+            return self._send(request, 200, "application/json", b"{}", sent)
+        if answer == "sse-forever":
+            return self._stream(sent, None, float(request["headers"].get("x-stream-seconds", "3")))
+        if answer == "sse":
+            msg = json.loads(body)
+            note = {"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": msg["id"], "progress": 1, "message": "working"}}
+            events = [b": ping\n\n", b"event: message\ndata: " + json.dumps(note).encode() + b"\n\n",
+                      b"event: message\ndata: " + json.dumps(rpc_result(msg["id"], "same", seq)).encode() + b"\n\n"]
+            return self._stream(sent, b"".join(events), 0)
+        if answer == "html":
+            return self._send(request, 200, "text/html", b"<html><body>oops</body></html>", sent)
+        try:
+            msg = json.loads(body)
+        except ValueError:
+            msg = None
+        if isinstance(msg, list):
+            out = [rpc_result(m.get("id") if isinstance(m, dict) else None, "same", seq) for m in msg]
+        elif isinstance(msg, dict):
+            out = rpc_result(msg.get("id"), "same", seq)
+        else:
+            out = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error", "data": seq}}
+        return self._send(request, 500 if answer == "500" else 200, "application/json", json.dumps(out).encode(), sent)
+
+    @staticmethod
+    def _send(request: dict, status: int, ctype: str, payload: bytes, sent: bytearray) -> Answer:
+        headers = {"content-type": ctype}
+        # Like a server behind a compressing middleware: gzip when the
+        # request allows it. (What was sent is recorded as the client reads
+        # it, decompressed.)
+        plain = payload
+        if request["method"] == "POST" and "gzip" in (request["headers"].get("accept-encoding") or ""):
+            payload = gzip.compress(payload)
+            headers["content-encoding"] = "gzip"
+        # Recorded before it is written: the client may read the answer, and
+        # the test look for it here, before this thread runs again.
+        sent += plain
+        return Answer(status, payload, headers)
+
+    @staticmethod
+    def _stream(sent: bytearray, first: bytes | None, seconds: float) -> Answer:
+        """An event stream: `first`, then for `seconds` a ping or a progress
+        notification every 50 ms (the stream's pace); the connection closes
+        after it."""
+
+        def chunks():
+            if first:
+                sent.extend(first)  # recorded first, as in _send
+                yield first
+            end = time.monotonic() + seconds
+            n = 0
+            while time.monotonic() < end:
+                n += 1
+                if n % 2:
+                    data = b": ping %d\n\n" % n
+                else:
+                    note = {"jsonrpc": "2.0", "method": "notifications/progress",
+                            "params": {"progressToken": 1, "progress": n, "message": "still working"}}
+                    data = b"event: message\ndata: " + json.dumps(note).encode() + b"\n\n"
+                sent.extend(data)
+                yield data
+                time.sleep(0.05)  # the stream's pace
+
+        return Answer(200, headers={"content-type": "text/event-stream", "cache-control": "no-cache"},
+                      chunks=chunks(), close=True)
+
+    @property
+    def count(self) -> int:
+        with self.lock:
+            return len(self.requests)
+
+    def stop(self) -> None:
+        self.upstream.stop()

@@ -30,15 +30,13 @@ import hashlib
 import json
 import os
 import re
-import threading
 from dataclasses import dataclass, field
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import yaml
 
-from harness import NATIVE, ROOT, ROUTER, WASM, LocalServer
+from harness import NATIVE, ROOT, ROUTER, WASM, Answer, Upstream
 
 ISTIO_EXAMPLES = ROOT / "examples" / "istio"
 EG_EXAMPLES = ROOT / "examples" / "envoy-gateway"
@@ -1445,35 +1443,20 @@ def _precedence(match: dict) -> tuple:
 
 class ModuleServer:
     """Envoy Gateway's module server stand-in: serves `data` at any path on
-    loopback and counts the downloads."""
+    loopback and records the paths downloaded."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.requests: list[str] = []
-        server = self
+        self.upstream = Upstream(self.respond, methods=("GET",))
+        self.port = self.upstream.port
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                server.requests.append(self.path)
-                self.send_response(200)
-                self.send_header("content-type", "application/wasm")
-                self.send_header("content-length", str(len(server.data)))
-                self.end_headers()
-                self.wfile.write(server.data)
-
-        self.httpd = LocalServer(Handler)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+    def respond(self, request: dict) -> Answer:
+        self.requests.append(request["path"])
+        return Answer(200, self.data, {"content-type": "application/wasm"})
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.upstream.stop()
 
 
 # --- Envoy bootstrap -----------------------------------------------------------
