@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from harness import ROOT, Envoy, free_port, stop_process
+from harness import ROOT, Envoy, free_port, stop_process, wait_for
 from shared_store import Webdis, _wait_port, webdis_cluster
 
 EXAMPLE = ROOT / "examples" / "cluster" / "cluster"
@@ -160,17 +160,18 @@ class RedisCluster:
         sees itself (role and master, none failing), every node sees 3
         masters serving all slots, and every replica's link to its master is
         up."""
-        deadline = time.monotonic() + timeout
         last = ""
-        while time.monotonic() < deadline:
+
+        def agreed() -> bool:
+            nonlocal last
             try:
                 last = self._disagreement()
-                if not last:
-                    return
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 last = str(e)
-            time.sleep(0.1)
-        raise RuntimeError(f"the cluster did not settle within {timeout} s: {last}")
+            return not last
+
+        if not wait_for(agreed, timeout, interval=0.1):
+            raise RuntimeError(f"the cluster did not settle within {timeout} s: {last}")
 
     def _disagreement(self) -> str:
         """What is not settled yet ("" when all is)."""
@@ -332,17 +333,19 @@ class RedisCluster:
         """Wait until `replica_port` is a master serving slots and the
         cluster is ok; return time.monotonic() when it was seen a master."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def master() -> bool:
             try:
                 me = next(n for n in self.nodes(via=replica_port) if n.port == replica_port)
-                if me.role == "master" and me.slots:
-                    seen = time.monotonic()
-                    self.wait_ok(max(1.0, deadline - time.monotonic()))
-                    return seen
             except (RuntimeError, subprocess.TimeoutExpired):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"node {replica_port} was not promoted within {timeout} s")
+                return False
+            return me.role == "master" and bool(me.slots)
+
+        if not wait_for(master, timeout):
+            raise RuntimeError(f"node {replica_port} was not promoted within {timeout} s")
+        seen = time.monotonic()
+        self.wait_ok(max(1.0, deadline - time.monotonic()))
+        return seen
 
     def restart_node(self, port: int, timeout: float = 20.0) -> None:
         """Start a stopped node again with its own nodes.conf: it rejoins, as

@@ -1,7 +1,9 @@
-"""Redis and webdis for the shared-store tests: started on free loopback
-ports with the shipped function and the shipped, locked-down configuration
-(examples/cluster/redis.conf and webdis.json, only ports and files moved),
-stopped by PID.
+"""The shared store as the tests run it: Redis and webdis started on free
+loopback ports with the shipped function and the shipped, locked-down
+configuration (examples/cluster/redis.conf and webdis.json, only ports and
+files moved), stopped by PID; a slow stand-in for webdis; the store's
+configuration and Envoy cluster; replicas of loopguard sharing a store, and
+the scenarios several files run on them; examples/cluster/run.sh.
 """
 
 from __future__ import annotations
@@ -20,13 +22,35 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 
-from harness import ENVOY, ROOT, free_port, stop_process
+from harness import (
+    ENVOY,
+    ROOT,
+    ROUTER,
+    Answer,
+    Upstream,
+    bootstrap,
+    buffer_filter,
+    free_port,
+    load_yaml,
+    localize,
+    loopguard_filter,
+    stop_process,
+    wait_for,
+)
 
 FUNCTION = ROOT / "envoy" / "redis" / "loopguard.lua"
 REDIS_CONF = ROOT / "examples" / "cluster" / "redis.conf"
 WEBDIS_CONF = ROOT / "examples" / "cluster" / "webdis.json"
+# The servers the store tests start (missing ones are a failure: make test
+# installs them).
+SERVERS = ("redis-server", "redis-cli", "webdis")
+# The store as the tests configure it: a timeout generous for correctness
+# tests on a busy 2-core machine (the point there is the shared count, and a
+# timeout would silently count locally instead).
+STORE = {"type": "redis_webdis", "cluster": "loopguard_redis", "timeout_ms": 1000}
 ADMIN_USER = "loopguard-admin"
 ADMIN_PASSWORD = re.search(r"^user loopguard-admin on >(\S+)", REDIS_CONF.read_text(), re.M).group(1)
 # webdis authenticates as the default user with this password.
@@ -34,16 +58,19 @@ WEBDIS_PASSWORD = json.loads(WEBDIS_CONF.read_text())["redis_auth"]
 
 
 def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Wait until `proc` listens on the loopback `port`."""
+
+    def listening() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode} at startup")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
+                return True
         except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port}")
+            return False
+
+    if not wait_for(listening, timeout):
+        raise RuntimeError(f"{what} did not listen on 127.0.0.1:{port}")
 
 
 class Redis:
@@ -188,6 +215,74 @@ def webdis_cluster(port: int, name: str = "loopguard_redis") -> dict:
 def with_store_cluster(config: dict, port: int, name: str = "loopguard_redis") -> dict:
     config["static_resources"]["clusters"].append(webdis_cluster(port, name))
     return config
+
+
+class SlowWebdis:
+    """A stand-in for a webdis that answers every call after `delay`
+    seconds (its slowness is the point): as a function call that found no
+    loop. Envoy opens one connection per waiting call."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.upstream = Upstream(self.respond, methods=("POST",))
+        self.port = self.upstream.port
+
+    def respond(self, request: dict) -> Answer:
+        time.sleep(self.delay)  # the store's pace
+        return Answer(200, b'{"FCALL":[1,0,0,-1]}', {"content-type": "application/json"})
+
+    def stop(self) -> None:
+        self.upstream.stop()
+
+
+# --- replicas sharing a store -------------------------------------------------
+
+
+def replicas(start_envoy, upstream, webdis_port, cfg, n=2, concurrency=2, timing=False, **kw):
+    """`n` Envoys with loopguard configured by `cfg` (its store's cluster
+    pointing at `webdis_port`) in front of `upstream` (anything with a
+    port); `kw` go to harness.bootstrap."""
+    return [
+        start_envoy(
+            with_store_cluster(bootstrap(cfg, upstream.port, **kw), webdis_port),
+            concurrency=concurrency,
+            name=f"replica-{i}",
+            timing=timing,
+        )
+        for i in range(n)
+    ]
+
+
+def named_replica(start_envoy, upstream, webdis_port, cfg, plugin_name):
+    """A replica whose loopguard plugin has another name (another deployment)."""
+    filters = [loopguard_filter(cfg, name=plugin_name), buffer_filter(), ROUTER]
+    config = with_store_cluster(bootstrap(None, upstream.port, http_filters=filters), webdis_port)
+    return start_envoy(config, name=plugin_name)
+
+
+def no_fallback(envoys) -> None:
+    """Every store call of every replica was answered: none fell back."""
+    for e in envoys:
+        assert e.counter("loopguard.store_fallback_total") == 0, e.name
+        assert e.counter("loopguard.store_calls_total.result.unavailable") == 0, e.name
+
+
+def example_trips_the_sdk_on_the_5th(start_envoy, example_path, webdis_port: int) -> list:
+    """Two replicas of a shipped example (ports moved) in front of the
+    store's webdis: an agent whose identical call goes to them in turn gets
+    the SDK's RateLimitError on the 5th call overall, every call counted in
+    the store. The replicas, for more checks."""
+    example = load_yaml(example_path)
+    envoys = [start_envoy(localize(example, {"loopguard_redis": webdis_port}), name=f"replica-{i}") for i in range(2)]
+    clients = [openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-test-cluster", max_retries=0) for e in envoys]
+    call = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "same question"}]}
+    for i in range(4):
+        assert clients[i % 2].chat.completions.create(**call).choices[0].message.content
+    with pytest.raises(openai.RateLimitError) as caught:
+        clients[0].chat.completions.create(**call)
+    assert caught.value.code == "recursive_loop_detected"
+    assert sum(e.counter("loopguard.store_calls_total.result.ok") for e in envoys) == 5
+    return envoys
 
 
 def port_free(port: int) -> bool:
