@@ -12,21 +12,12 @@ import openai
 import pytest
 
 import harness as h
-from redis_cluster import RedisCluster
-from shared_store import with_store_cluster
-from test_budget import (  # noqa: F401 (fixture)
-    BUDGET_KEY,
-    ask,
-    budget_boot,
-    budget_config,
-    check_retry,
-    provider,
-    release_of,
-    spend,
-    stat,
-    timed,
-)
-from test_redis import STORE, backend, own_backend, replicas, servers_installed, shared  # noqa: F401 (fixtures)
+from budgets import BUDGET_KEY, ask, budget_boot, budget_config, check_retry, release_of, spend, timed
+from observing import stat
+from shared_store import STORE, replicas, with_store_cluster
+
+# Redis, redis-cli and webdis must be installed: a failure, never a skip.
+pytestmark = pytest.mark.usefixtures("servers_installed")
 
 
 # --- replicas sharing a Redis -------------------------------------------------------
@@ -115,14 +106,7 @@ def test_the_request_right_after_the_crossing_is_refused_on_another_replica(shar
     assert outcomes == [429] * 5, f"{outcomes.count(200)} of 5 next calls through B passed the cap"
 
 
-@pytest.fixture
-def redis_cluster():
-    c = RedisCluster().start()
-    yield c
-    c.cleanup()
-
-
-def test_two_replicas_share_budgets_on_a_redis_cluster(redis_cluster, provider, start_envoy):
+def test_two_replicas_share_budgets_on_a_redis_cluster(fresh_cluster, provider, start_envoy):
     """The same on a 3-master Redis Cluster (EVALSHA through redis_proxy, the
     script sent once more where a node answers NOSCRIPT): a caller's keys
     (its own, and those of its sessions) share its hash tag, so one call
@@ -131,7 +115,7 @@ def test_two_replicas_share_budgets_on_a_redis_cluster(redis_cluster, provider, 
     store = {"type": "redis_webdis", "topology": "cluster", "cluster": "loopguard_redis", "timeout_ms": 1000}
     budget = {"limits": [{"name": "session-calls", "per": "session", "window_seconds": 600, "calls": 2},
                          {"name": "caller-calls", "per": "caller", "window_seconds": 600, "calls": 3}]}
-    a, b = replicas(start_envoy, provider, redis_cluster.webdis_port, budget_config(budget, store=store), hold=True)
+    a, b = replicas(start_envoy, provider, fresh_cluster.webdis_port, budget_config(budget, store=store), hold=True)
     clients = [openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-cluster-budget", max_retries=0) for e in (a, b)]
 
     def call(replica: int, session: str):
@@ -156,7 +140,7 @@ def test_two_replicas_share_budgets_on_a_redis_cluster(redis_cluster, provider, 
         "caller-calls", "caller", "3")
     assert provider.count == 3
     no_store_failure([a, b])
-    per_master = {m: ks for m, ks in redis_cluster.keys_per_master("lg:*").items() if ks}
+    per_master = {m: ks for m, ks in fresh_cluster.keys_per_master("lg:*").items() if ks}
     assert len(per_master) == 1, per_master
     [keys] = per_master.values()
     # The caller's key and its sessions s-1 and s-2 (a refused request adds nothing).
@@ -225,15 +209,21 @@ def test_redis_down_never_fails_a_request(own_backend, provider, start_envoy):
     # nothing), so the first check answered by Redis lets sk-x through
     # although this Envoy's own sums hold its 2 calls: Redis decides again.
     redis.start()
-    deadline = time.monotonic() + 20
-    while True:
+    probes: list[tuple[httpx.Response, int]] = []
+
+    def checked_in_redis() -> bool:
+        """One probe (a call of sk-x): answered from Redis, or refused from
+        the local sums while Redis is still away."""
         before, fallbacks = store_ok(local), local.counter("loopguard.store_fallback_total")
-        r = post(local, "sk-x")
+        probes.append((post(local, "sk-x"), fallbacks))
         if store_ok(local) > before:
-            break
-        assert r.status_code == 429  # still from the local sums
-        assert time.monotonic() < deadline, "checks did not go to Redis again"
-        time.sleep(0.5)
+            return True
+        assert probes[-1][0].status_code == 429  # still from the local sums
+        return False
+
+    # A probe every 0.5 s until one is answered from Redis.
+    assert h.wait_for(checked_in_redis, timeout=20, interval=0.5), "checks did not go to Redis again"
+    r, fallbacks = probes[-1]
     assert r.status_code == 200
     assert local.counter("loopguard.store_fallback_total") == fallbacks
     assert all(c in (200, 429) for c in codes), codes

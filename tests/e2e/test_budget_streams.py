@@ -4,90 +4,19 @@ the window sliding call by call."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler
 
 import openai
 import pytest
 
-import harness as h
-from llm_provider import Provider, Turn
-from test_budget import ask, budget_envoy, check_retry, provider, release_of, spend, stat, timed  # noqa: F401 (fixture)
-from test_spend import prometheus
-from test_usage import settle
+from budgets import ask, budget_envoy, check_retry, release_of, spend, timed
+from llm_provider import HeldStreams, Turn
+from observing import prometheus, settle, stat
 
 
 # --- a cap crossed mid-stream -------------------------------------------------------
-
-
-class HeldStreams:
-    """An OpenAI-style upstream whose streams send their text, then wait
-    (for `release(i)`, at most 20 s) before their last events (the usage
-    and [DONE]). Plain calls answer at once. `turns` are the usages, in the
-    order the requests arrive."""
-
-    def __init__(self, turns: list[Turn]) -> None:
-        self.turns = list(turns)
-        self.gates: list[threading.Event] = []
-        self.arrived = threading.Semaphore(0)
-        self.lock = threading.Lock()
-        held = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
-                with held.lock:
-                    turn = held.turns.pop(0)
-                    gate = threading.Event()
-                    if body.get("stream"):
-                        held.gates.append(gate)
-                if not body.get("stream"):
-                    payload = json.dumps({
-                        "id": "chatcmpl-held", "object": "chat.completion", "created": 1, "model": body["model"],
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Four."},
-                                     "finish_reason": "stop"}],
-                        "usage": turn.chat()}).encode()
-                    self.send_response(200)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                    return
-                events_ = Provider.chat_events(body["model"], turn, include=True)
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream; charset=utf-8")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-                held.arrived.release()
-                for i, ev in enumerate(events_):
-                    if i == len(events_) - 2:
-                        gate.wait(20)
-                    data = ev.encode()
-                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-
-        self.server = h.LocalServer(Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def release(self, i: int) -> None:
-        self.gates[i].set()
-
-    def stop(self) -> None:
-        for g in self.gates:
-            g.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def test_a_stream_crossing_the_cap_completes_and_the_next_request_is_refused(start_envoy):
@@ -211,6 +140,8 @@ def test_the_window_slides_call_by_call(provider, start_envoy):
             call()
         return caught.value.response.headers
 
+    # The calls' pace is the point: 3 s apart, then each just before or
+    # just after a call leaves the window.
     _, a_start, a_end = timed(call)
     time.sleep(3)
     _, b_start, b_end = timed(call)
@@ -233,7 +164,7 @@ def test_the_window_slides_call_by_call(provider, start_envoy):
     headers, start, end = timed(refused)
     retry = check_retry(headers, release_of(b_start, b_end, 60), start, end, 60)
     assert 1 <= retry <= 4, retry
-    time.sleep(int(headers["retry-after-ms"]) / 1000 + 0.3)
+    time.sleep(int(headers["retry-after-ms"]) / 1000 + 0.3)  # a client keeping to the Retry-After
     assert call().parse().choices[0].message.content == "Four."
     assert provider.count == 4
     assert stat(e, "budget_rejected_total.policy.agents.budget.minute") == 3

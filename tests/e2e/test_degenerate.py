@@ -7,18 +7,11 @@ shapes (a table, code, a refrain) are not reported."""
 
 from __future__ import annotations
 
-import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler
-
 import anthropic
 import openai
-import pytest
 
 import harness as h
-from test_observability import events
-from test_usage import settle
+from observing import events, settle
 
 CONFIG = {
     "max_body_bytes": 1 << 20,
@@ -41,90 +34,9 @@ HEALTHY = (
 )
 
 
-class Streams:
-    """An upstream that streams `deltas` as the called API's text deltas
-    (Chat Completions with usage, the Responses API, Anthropic Messages),
-    a few per network write, and reports usage at the end."""
-
-    def __init__(self) -> None:
-        self.deltas: list[str] = []
-        streams = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-                events = streams.events(self.path, body.get("model", "m"))
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-                for i in range(0, len(events), 3):
-                    data = "".join(events[i:i + 3]).encode()
-                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                    self.wfile.flush()
-                    time.sleep(0.002)
-                self.wfile.write(b"0\r\n\r\n")
-
-        self.server = h.LocalServer(Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    def events(self, path: str, model: str) -> list[str]:
-        def sse(name: str | None, data) -> str:
-            return (f"event: {name}\n" if name else "") + f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
-        if path.endswith("/messages"):
-            msg = {"id": "msg_d", "type": "message", "role": "assistant", "model": model, "content": [],
-                   "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 40, "output_tokens": 1}}
-            return ([sse("message_start", {"type": "message_start", "message": msg}),
-                     sse("content_block_start", {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})]
-                    + [sse("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": d}})
-                       for d in self.deltas]
-                    + [sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                       sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
-                                             "usage": {"output_tokens": 500}}),
-                       sse("message_stop", {"type": "message_stop"})])
-        if path.endswith("/responses"):
-            text = "".join(self.deltas)
-            item = {"id": "msg_r", "type": "message", "status": "completed", "role": "assistant",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}]}
-            def response(status: str, output: list, usage) -> dict:
-                return {"id": "resp_d", "object": "response", "created_at": 1, "status": status, "model": model,
-                        "output": output, "usage": usage, "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
-            usage = {"input_tokens": 40, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 500,
-                     "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 540}
-            return ([sse("response.created", {"type": "response.created", "sequence_number": 0, "response": response("in_progress", [], None)})]
-                    + [sse("response.output_text.delta", {"type": "response.output_text.delta", "sequence_number": i + 1, "item_id": "msg_r",
-                                                          "output_index": 0, "content_index": 0, "delta": d, "logprobs": []})
-                       for i, d in enumerate(self.deltas)]
-                    + [sse("response.completed", {"type": "response.completed", "sequence_number": len(self.deltas) + 1,
-                                                  "response": response("completed", [item], usage)})])
-        base = {"id": "chatcmpl-d", "object": "chat.completion.chunk", "created": 1, "model": model}
-        return ([sse(None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}], "usage": None})]
-                + [sse(None, {**base, "choices": [{"index": 0, "delta": {"content": d}}], "usage": None}) for d in self.deltas]
-                + [sse(None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}], "usage": None}),
-                   sse(None, {**base, "choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 500, "total_tokens": 540}}),
-                   sse(None, "[DONE]")])
-
-
 def split(text: str, size: int = 7) -> list[str]:
     """Deltas of a few characters, cut anywhere (as models stream)."""
     return [text[i:i + size] for i in range(0, len(text), size)]
-
-
-@pytest.fixture
-def streams():
-    s = Streams()
-    yield s
-    s.stop()
 
 
 def degenerate(e: h.Envoy) -> list[dict]:
@@ -153,7 +65,7 @@ def test_openai_chat_stream_repeating_a_sentence_is_reported_and_arrives_whole(s
                                                  stream=True, stream_options={"include_usage": True}))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "".join(HEALTHY)
     settle(e, "loopguard.tokens_total", 2 * 540)
-    time.sleep(0.2)
+    e.quiet()  # both streams are over: any event of theirs is logged
     assert len(degenerate(e)) == 1
     assert e.counter("loopguard.degenerate_output_total") == 1
 
@@ -186,7 +98,7 @@ def test_responses_stream_repeating_is_reported_and_healthy_shapes_are_not(strea
             if ev.type == "response.completed"]
     assert done[0].response.output_text == "".join(HEALTHY)
     settle(e, "loopguard.tokens_total", 540)
-    time.sleep(0.2)
+    e.quiet()  # the stream is over: an event of it would be logged
     assert degenerate(e) == []
     streams.deltas = split(SENTENCE * 8, 3)
     deltas = [ev.delta for ev in client.responses.create(model="gpt-4.1", input="report again", stream=True)

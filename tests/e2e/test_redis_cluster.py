@@ -6,35 +6,18 @@ test_redis_cluster_load.py."""
 
 from __future__ import annotations
 
-import json
 import re
 
 import httpx
-import pytest
 
-from harness import ROOT, bootstrap, load_yaml, plugin, plugin_config_of, policy
-from redis_cluster import RedisCluster
-from test_cli import cli
-from test_redis import example_trips_the_sdk_on_the_5th, replicas
+from harness import ROOT, bootstrap, cli, load_yaml, plugin, plugin_config_of, policy
+from shared_store import example_trips_the_sdk_on_the_5th, replicas
 
 # The store as the cluster example ships it, with a timeout generous for a
 # busy 2-core machine (a timeout would silently count locally instead).
 STORE = {"type": "redis_webdis", "topology": "cluster", "cluster": "loopguard_redis", "timeout_ms": 1000}
 # lg:<plugin name>:{<fingerprint digest>}:<w|cd|ev>
 FP_KEY = re.compile(r"^lg:loopguard:\{([0-9a-f]{32})\}:(w|cd|ev)$")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = RedisCluster().start()
-    yield c
-    c.cleanup()
-
-
-@pytest.fixture
-def fresh(cluster):
-    cluster.flush()
-    return cluster
 
 
 def total(envoys, name: str) -> int:
@@ -48,11 +31,11 @@ def no_fallback(envoys) -> None:
         assert e.counter("loopguard.store_calls_total.result.reply") == 0, e.name
 
 
-def test_loops_spread_over_three_replicas_trip_at_the_global_nth_on_every_shard(fresh, upstream, start_envoy):
+def test_loops_spread_over_three_replicas_trip_at_the_global_nth_on_every_shard(fresh_cluster, upstream, start_envoy):
     """24 callers each loop over the three replicas in turn: every loop is
     rejected at its 5th request overall, though no replica saw more than 2
     of its first 5, and their keys live on all three masters."""
-    envoys = replicas(start_envoy, upstream, fresh.webdis_port, plugin([policy("spread", threshold=5, limit_keys=["header:authorization"])], store=STORE), n=3)
+    envoys = replicas(start_envoy, upstream, fresh_cluster.webdis_port, plugin([policy("spread", threshold=5, limit_keys=["header:authorization"])], store=STORE), n=3)
     clients = [httpx.Client(base_url=e.url) for e in envoys]
     try:
         for caller in range(24):
@@ -76,7 +59,7 @@ def test_loops_spread_over_three_replicas_trip_at_the_global_nth_on_every_shard(
     no_fallback(envoys)
     # Each loop's keys share one hash tag, so one master holds them all;
     # the 24 loops are spread over every master.
-    per_master = fresh.keys_per_master()
+    per_master = fresh_cluster.keys_per_master()
     assert len(per_master) == 3
     digests_by_master = {}
     for port, keys in per_master.items():
@@ -90,12 +73,12 @@ def test_loops_spread_over_three_replicas_trip_at_the_global_nth_on_every_shard(
     assert "sk-caller" not in dump and "same body" not in dump
 
 
-def test_a_node_without_the_script_gets_it_in_full_once(fresh, upstream, start_envoy):
+def test_a_node_without_the_script_gets_it_in_full_once(fresh_cluster, upstream, start_envoy):
     """After SCRIPT FLUSH (as after a failover, whose new master never had
     the script), the first call of each master answers NOSCRIPT: loopguard
     sends it again with the whole script, the request is decided as
     usual, and later calls go by SHA1 again."""
-    envoys = replicas(start_envoy, upstream, fresh.webdis_port, plugin([policy("p", threshold=3, limit_keys=["header:authorization"])], store=STORE), n=1)
+    envoys = replicas(start_envoy, upstream, fresh_cluster.webdis_port, plugin([policy("p", threshold=3, limit_keys=["header:authorization"])], store=STORE), n=1)
     (e,) = envoys
     with httpx.Client(base_url=e.url) as c:
 
@@ -106,12 +89,12 @@ def test_a_node_without_the_script_gets_it_in_full_once(fresh, upstream, start_e
 
         assert loop("warm") == [200, 200, 429, 429]
         warm = e.counter("loopguard.store_calls_total.result.noscript")
-        fresh.script_flush()
+        fresh_cluster.script_flush()
         # Loops on several masters, so every master meets the script again.
         for caller in range(9):
             assert loop(f"after-flush-{caller}") == [200, 200, 429, 429]
         resent = e.counter("loopguard.store_calls_total.result.noscript") - warm
-        masters_used = sum(1 for keys in fresh.keys_per_master().values() if any("{" in k for k in keys))
+        masters_used = sum(1 for keys in fresh_cluster.keys_per_master().values() if any("{" in k for k in keys))
         assert resent == masters_used == 3, (resent, masters_used)
         assert e.counter("loopguard.store_calls_total.result.ok") == 40
         # Once more: every master has it cached now.
@@ -120,7 +103,7 @@ def test_a_node_without_the_script_gets_it_in_full_once(fresh, upstream, start_e
     no_fallback(envoys)
 
 
-def test_the_cluster_example_and_the_openai_sdk(fresh, start_envoy):
+def test_the_cluster_example_and_the_openai_sdk(fresh_cluster, start_envoy):
     """examples/cluster/cluster/envoy.yaml as shipped (ports moved): an
     agent whose identical call goes to two replicas in turn gets the SDK's
     RateLimitError on the 5th call overall."""
@@ -129,7 +112,7 @@ def test_the_cluster_example_and_the_openai_sdk(fresh, start_envoy):
     hcm = example["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     wasm = next(f for f in hcm["http_filters"] if f["name"] == "loopguard")
     assert plugin_config_of(wasm)["store"]["topology"] == "cluster"
-    envoys = example_trips_the_sdk_on_the_5th(start_envoy, path, fresh.webdis_port)
+    envoys = example_trips_the_sdk_on_the_5th(start_envoy, path, fresh_cluster.webdis_port)
     no_fallback(envoys)
 
 
@@ -147,16 +130,16 @@ def test_an_unknown_topology_stops_the_filter_naming_the_field(start_envoy, upst
 
 
 
-def test_a_script_loaded_ahead_from_the_cli_is_the_one_loopguard_calls(fresh, upstream, start_envoy):
+def test_a_script_loaded_ahead_from_the_cli_is_the_one_loopguard_calls(fresh_cluster, upstream, start_envoy):
     """`loopguard redis-script` prints the script the filter sends: loaded
     on every master with SCRIPT LOAD, Redis names it by the SHA1 that
     `--sha1` prints, and loopguard's calls then never meet NOSCRIPT."""
     script = cli("redis-script").stdout
     sha1 = cli("redis-script", "--sha1").stdout.strip()
-    fresh.script_flush()
-    for port in fresh.masters():
-        assert fresh.admin(port, "SCRIPT", "LOAD", stdin=script).strip() == sha1
-    (e,) = replicas(start_envoy, upstream, fresh.webdis_port, plugin([policy("p", threshold=3, limit_keys=["header:authorization"])], store=STORE), n=1)
+    fresh_cluster.script_flush()
+    for port in fresh_cluster.masters():
+        assert fresh_cluster.admin(port, "SCRIPT", "LOAD", stdin=script).strip() == sha1
+    (e,) = replicas(start_envoy, upstream, fresh_cluster.webdis_port, plugin([policy("p", threshold=3, limit_keys=["header:authorization"])], store=STORE), n=1)
     with httpx.Client(base_url=e.url) as c:
         for caller in range(9):
             codes = [c.post("/v1/x", content=b"same", headers={"authorization": f"k{caller}"}).status_code for _ in range(4)]

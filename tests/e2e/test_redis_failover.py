@@ -12,11 +12,10 @@ import threading
 import time
 
 import httpx
-import pytest
 
 from harness import plugin, policy, wait_for
 from redis_cluster import RedisCluster
-from test_redis import replicas
+from shared_store import replicas
 
 STORE = {
     "type": "redis_webdis",
@@ -33,13 +32,6 @@ DEADLINE_S = 40.0
 # key is on the killed master's shard one time in three, so 3 quiet rounds
 # leave a (2/3)^18 chance that the shard was not asked at all.
 QUIET_ROUNDS = 3
-
-
-@pytest.fixture
-def cluster():
-    c = RedisCluster().start()
-    yield c
-    c.cleanup()
 
 
 class Fleet:
@@ -100,8 +92,8 @@ def zcard(cluster: RedisCluster, key: str) -> int:
     return int(cluster.admin(cluster.master_of(key), "ZCARD", key).strip())
 
 
-def test_a_master_killed_mid_run_fails_open_then_detection_resumes(cluster, upstream, start_envoy):
-    fleet = Fleet(start_envoy, upstream, cluster)
+def test_a_master_killed_mid_run_fails_open_then_detection_resumes(own_cluster, upstream, start_envoy):
+    fleet = Fleet(start_envoy, upstream, own_cluster)
     try:
         # 1. Loops under way: 18 callers, 3 hits each, spread over the
         #    replicas and (by their digests) over the masters.
@@ -109,11 +101,11 @@ def test_a_master_killed_mid_run_fails_open_then_detection_resumes(cluster, upst
         for caller in keys:
             keys[caller] = key_of(fleet, caller)
             assert fleet.loop(caller, 2) == [200, 200]
-        masters = {k: cluster.master_of(k) for k in keys.values()}
+        masters = {k: own_cluster.master_of(k) for k in keys.values()}
         victim = max(set(masters.values()), key=lambda m: list(masters.values()).count(m))
         on_victim = [c for c, k in keys.items() if masters[k] == victim]
         assert len(on_victim) >= 3, masters
-        acknowledged = {c: zcard(cluster, keys[c]) for c in on_victim}
+        acknowledged = {c: zcard(own_cluster, keys[c]) for c in on_victim}
         assert set(acknowledged.values()) == {3}
         assert fleet.store_failures() == 0
         noscript_before = fleet.counter("loopguard.store_calls_total.result.noscript")
@@ -125,10 +117,10 @@ def test_a_master_killed_mid_run_fails_open_then_detection_resumes(cluster, upst
         #    random among those it knows, the dead one included, so how long
         #    that takes varies from run to run.)
         promoted: dict[str, float] = {}
-        kill = cluster.kill_master(victim)
+        kill = own_cluster.kill_master(victim)
 
         def watch() -> None:
-            promoted["at"] = cluster.wait_promoted(kill.replica, timeout=30)
+            promoted["at"] = own_cluster.wait_promoted(kill.replica, timeout=30)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
@@ -150,7 +142,7 @@ def test_a_master_killed_mid_run_fails_open_then_detection_resumes(cluster, upst
                 quiet += 1
             if quiet >= QUIET_ROUNDS and time.monotonic() - promoted["at"] > 1.0:
                 break
-            time.sleep(0.1)
+            time.sleep(0.1)  # the rounds' pace
         watcher.join(timeout=1)
         assert "at" in promoted, "the replica was not promoted"
         assert quiet >= QUIET_ROUNDS, f"store calls still failed {DEADLINE_S} s after the kill"
@@ -167,7 +159,7 @@ def test_a_master_killed_mid_run_fails_open_then_detection_resumes(cluster, upst
         # 3. After the promotion: the loops under way continue from the
         #    counts the replica had (asynchronous replication: hits in flight
         #    at the kill may be lost; none were in flight here).
-        kept = {c: zcard(cluster, keys[c]) for c in on_victim}
+        kept = {c: zcard(own_cluster, keys[c]) for c in on_victim}
         lost = sum(acknowledged[c] - kept[c] for c in on_victim)
         for caller in on_victim:
             missing = acknowledged[caller] - kept[caller]
@@ -196,13 +188,13 @@ def test_a_master_killed_mid_run_fails_open_then_detection_resumes(cluster, upst
         fleet.close()
 
 
-def test_redis_proxy_and_webdis_restarts_fail_open_and_sharing_resumes(cluster, upstream, start_envoy):
-    fleet = Fleet(start_envoy, upstream, cluster)
+def test_redis_proxy_and_webdis_restarts_fail_open_and_sharing_resumes(own_cluster, upstream, start_envoy):
+    fleet = Fleet(start_envoy, upstream, own_cluster)
     try:
         assert fleet.loop("sk-warm", 6) == [200] * 4 + [429] * 2
         for what, stop, start in [
-            ("redis_proxy", cluster.stop_proxy, cluster.start_proxy),
-            ("webdis", cluster.stop_webdis, cluster.start_webdis),
+            ("redis_proxy", own_cluster.stop_proxy, own_cluster.start_proxy),
+            ("webdis", own_cluster.stop_webdis, own_cluster.start_webdis),
         ]:
             failed_before = fleet.store_failures()
             ok_before = fleet.counter("loopguard.store_calls_total.result.ok")
@@ -222,17 +214,17 @@ def test_redis_proxy_and_webdis_restarts_fail_open_and_sharing_resumes(cluster, 
             start()
             # webdis reconnects to redis_proxy by itself: the first shared
             # answer comes within a second or so.
-            recovered = None
-            while time.monotonic() - t0 < 15:
+
+            def shared_again() -> bool:
+                """A probe (a caller of its own) answered from the store."""
                 probe = fleet.send(f"sk-{what}-probe-{int((time.monotonic() - t0) * 1000)}")
                 assert probe.status_code == 200
-                if fleet.counter("loopguard.store_calls_total.result.ok") > ok_before:
-                    recovered = time.monotonic() - t0
-                    break
-                time.sleep(0.05)
-            assert recovered is not None, f"sharing did not resume after the {what} restart"
+                return fleet.counter("loopguard.store_calls_total.result.ok") > ok_before
+
+            assert wait_for(shared_again, timeout=15), f"sharing did not resume after the {what} restart"
+            recovered = time.monotonic() - t0
             # Every connection webdis holds is back, not only the one that answered.
-            assert wait_for(cluster.webdis.answers, timeout=10), f"webdis did not reconnect every thread after the {what} restart"
+            assert wait_for(own_cluster.webdis.answers, timeout=10), f"webdis did not reconnect every thread after the {what} restart"
             assert fleet.loop(f"sk-{what}-after", 6) == [200] * 4 + [429] * 2
             print(f"\n{what} restart: {failed} store calls failed open while it was away; shared counts again {recovered:.2f} s after its start")
     finally:

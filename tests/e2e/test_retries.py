@@ -8,81 +8,28 @@ a client resending after successes is still a loop."""
 
 from __future__ import annotations
 
-import json
-import threading
-
 import anthropic
 import openai
 import pytest
 
-from harness import COMPLETION, Upstream, bootstrap
+from harness import bootstrap, wait_for
+from llm_provider import Flaky
+from recommended import recommended_config
+from shared_store import STORE, with_store_cluster
 
 # The SDKs warn about the model names the tests use.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-from redis_cluster import RedisCluster
-from test_drift import STORE, recommended_config, redis_backend  # noqa: F401
-from test_redis import with_store_cluster
-
-
-@pytest.fixture(scope="module")
-def redis_cluster_backend():
-    c = RedisCluster().start()
-    yield c
-    c.cleanup()
-
-ANTHROPIC_MESSAGE = {
-    "id": "msg_01",
-    "type": "message",
-    "role": "assistant",
-    "model": "claude-sonnet-4-5",
-    "content": [{"type": "text", "text": "The incident was a connection-pool limit on the ledger database."}],
-    "stop_reason": "end_turn",
-    "stop_sequence": None,
-    "usage": {"input_tokens": 12, "output_tokens": 14},
-}
-
-
-class Flaky:
-    """A provider that fails the first `failures` attempts of each request
-    body with `status`, then answers; or fails every attempt when
-    `failures` is None. With `only_first`, only the first body's attempts
-    fail."""
-
-    def __init__(self, status: int, failures: int | None, only_first: bool = False) -> None:
-        self.status, self.failures, self.only_first = status, failures, only_first
-        self.attempts: dict[bytes, int] = {}
-        self.retry_counts: list[str | None] = []
-        self.lock = threading.Lock()
-        self.upstream = Upstream(self.respond)
-
-    def respond(self, request: dict) -> tuple[int, dict]:
-        with self.lock:
-            n = self.attempts.get(request["body"], 0)
-            self.attempts[request["body"]] = n + 1
-            self.retry_counts.append(request["headers"].get("x-stainless-retry-count"))
-        first = len(self.attempts) == 1
-        if (self.failures is None or n < self.failures) and (first or not self.only_first):
-            return self.status, {"type": "error", "error": {"type": "overloaded_error" if self.status == 529 else "api_error", "message": "try again"}}
-        if request["path"].endswith("/messages"):
-            return 200, ANTHROPIC_MESSAGE
-        # A model answers what it was asked (the newest user message).
-        asked = json.loads(request["body"])["messages"][-1]["content"]
-        answer = json.loads(json.dumps(COMPLETION))
-        answer["choices"][0]["message"]["content"] = f"Here is what you asked for ({asked.lower().rstrip('.')}): done."
-        return 200, answer
 
 
 def start(start_envoy, request, store: str, flaky: Flaky):
     if store == "cluster":
-        cluster = request.getfixturevalue("redis_cluster_backend")
-        cluster.flush()
+        cluster = request.getfixturevalue("fresh_cluster")
         cfg = with_store_cluster(
             bootstrap(recommended_config({**STORE, "topology": "cluster"}), flaky.upstream.port, hold=True),
             cluster.webdis_port,
         )
     elif store == "redis":
-        redis, webdis = request.getfixturevalue("redis_backend")
-        redis.flush()
+        redis, webdis = request.getfixturevalue("shared")
         cfg = with_store_cluster(bootstrap(recommended_config(STORE), flaky.upstream.port, hold=True), webdis.port)
     else:
         cfg = bootstrap(recommended_config(None), flaky.upstream.port, hold=True)
@@ -92,12 +39,9 @@ def start(start_envoy, request, store: str, flaky: Flaky):
 def failed_attempts(e, result: str, want: int | None = None) -> int:
     """The counter; with `want`, waited for (a shared store's answer to a
     take-back is counted when it arrives, a few ms after the response)."""
-    import time
-
     name = f"loopguard.failed_attempts_total.policy.agents.result.{result}"
-    deadline = time.monotonic() + 2
-    while want is not None and e.counter(name) != want and time.monotonic() < deadline:
-        time.sleep(0.02)
+    if want is not None:
+        wait_for(lambda: e.counter(name) == want, timeout=2, interval=0.02)
     return e.counter(name)
 
 

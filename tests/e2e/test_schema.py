@@ -4,14 +4,12 @@ refuses too."""
 
 import json
 import subprocess
-from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 
-from harness import ROOT
-from test_cli import CLI
+from harness import CLI, ROOT
 
 SCHEMA = json.loads((ROOT / "schema" / "loopguard.schema.json").read_text())
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)

@@ -7,15 +7,15 @@ and docs/redis.md."""
 
 from __future__ import annotations
 
-import time
-
 import openai
 import pytest
 
-from llm_provider import Provider, Turn
-from test_observability import events
-from test_redis import STORE, backend, no_fallback, replicas, servers_installed, shared  # noqa: F401 (fixtures)
-from test_usage import metric, settle, tokens
+from llm_provider import Turn
+from observing import events, metric, settle, tokens
+from shared_store import STORE, no_fallback, replicas
+
+# Redis, redis-cli and webdis must be installed: a failure, never a skip.
+pytestmark = pytest.mark.usefixtures("servers_installed")
 
 PRICES = {"gpt-4o": {"input_per_million": 2.5, "output_per_million": 10, "cached_input_per_million": 1.25}}
 CONFIG = {
@@ -34,13 +34,6 @@ U1 = Turn(1000, 100)  # served by A: 2500 + 1000 = 3500 µ$
 U2 = Turn(2000, 200)  # served by B: 5000 + 2000 = 7000 µ$
 U3 = Turn(3000, 300)  # served by A: 7500 + 3000 = 10500 µ$
 U4 = Turn(4000, 400)  # served by B: 10000 + 4000 = 14000 µ$
-
-
-@pytest.fixture
-def provider():
-    p = Provider()
-    yield p
-    p.stop()
 
 
 def test_counts_are_shared_tokens_and_spending_stay_per_replica(shared, provider, start_envoy):
@@ -77,7 +70,8 @@ def test_counts_are_shared_tokens_and_spending_stay_per_replica(shared, provider
     assert provider.count == 4
     settle(a, "loopguard.tokens_total", 1100 + 3300)
     settle(b, "loopguard.tokens_total", 2200 + 4400)
-    time.sleep(0.3)
+    for e in (a, b):
+        e.quiet()  # the responses are over: nothing more is counted of them
     no_fallback([a, b])
     assert [e.counter("loopguard.store_calls_total.result.ok") for e in (a, b)] == [3, 3]
 
