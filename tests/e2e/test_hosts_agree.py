@@ -143,10 +143,10 @@ def side_by_side(plugin: dict, steps: list[dict]) -> tuple[dict, dict]:
     """Send every step to a Wasm and a native Envoy at the same moment
     (after the step's `wait`); what each client read, and each Envoy's
     decisions and counters."""
-    up = h.Upstream(Answers(steps))
+    ups = {host: h.Upstream(Answers(steps)) for host in ("wasm", "native")}
     envoys = {}
     for host in ("wasm", "native"):
-        e = h.Envoy(h.bootstrap(plugin, up.port, hold=True, buffer_limit=8 << 20, host=host), concurrency=2, name=host)
+        e = h.Envoy(h.bootstrap(plugin, ups[host].port, hold=True, buffer_limit=8 << 20, host=host), concurrency=2, name=host)
         envoys[host] = (e, decision_log(e))
     seen: dict[str, dict] = {"wasm": {}, "native": {}}
     try:
@@ -174,6 +174,13 @@ def side_by_side(plugin: dict, steps: list[dict]) -> tuple[dict, dict]:
             for sid, d in decisions(log, ids).items():
                 if sid in seen[host]:
                     seen[host][sid]["decision"] = d
+            # What went on to the provider: the request as loopguard left it
+            # (a nudge or a directive rewrites the body).
+            for r in ups[host].requests:
+                sid = r["headers"].get("x-agree-id", "")
+                if sid in seen[host]:
+                    seen[host][sid]["forwarded"] = {"path": r["path"], "body": r["body"],
+                                                   "headers": {k: v for k, v in r["headers"].items() if k.startswith("x-loopguard")}}
         # Counters are flushed to the admin as they change; wait until both
         # have counted every request.
         counted = {host: loopguard_counters(e) for host, (e, _) in envoys.items()}
@@ -183,7 +190,8 @@ def side_by_side(plugin: dict, steps: list[dict]) -> tuple[dict, dict]:
     finally:
         for e, _ in envoys.values():
             e.stop()
-        up.stop()
+        for up in ups.values():
+            up.stop()
 
 
 def assert_same(steps: list[dict], seen: dict, counted: dict) -> int:
@@ -218,6 +226,10 @@ def test_the_hosts_agree_on_the_labelled_corpora(name):
     steps = corpus_steps(name)
     seen, counted = side_by_side(plugin, steps)
     assert assert_same(steps, seen, counted) >= 6
+    # Requests the ladder rewrote on their way (a nudge, a directive) were
+    # compared as the provider got them.
+    rewritten = [s for s in steps if seen["wasm"][s["id"]].get("forwarded", {}).get("body", s["body"]) != s["body"]]
+    assert rewritten, "no request was rewritten: the comparison of forwarded bodies compared nothing"
 
 
 def test_the_hosts_agree_on_real_runs():
@@ -255,6 +267,8 @@ def test_the_hosts_agree_on_windows_cooldowns_actions_and_retries():
             {"id": "messages", "spec": spec("/v1/messages", threshold_identical_requests=3, action="reject")},
             {"id": "query", "spec": {**spec("/v1/q", threshold_identical_requests=3, action="reject"),
                                      "selector": {"pathPrefix": "/v1/q", "methods": ["GET"]}}},
+            {"id": "by-ip", "spec": {**spec("/v1/ip", threshold_identical_requests=2, action="reject"),
+                                     "limit_keys": ["ip:address"]}},
         ],
     }
     chat = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "again"}]})
@@ -270,6 +284,8 @@ def test_the_hosts_agree_on_windows_cooldowns_actions_and_retries():
         *[("/v1/chat/completions", "a", chat, 0)] * 4,
         *[("/v1/messages", "a", messages, 0)] * 4,
         ("/v1/other", "a", "{}", 0), ("/v1/other", "a", "{}", 0),
+        # The caller is its address (the downstream's, port aside).
+        ("/v1/ip", "a", "{}", 0), ("/v1/ip", "b", "{}", 0),
     ]
     steps = [{"id": f"mix/{i}", "method": "POST", "path": p, "headers": {"x-user": u, "content-type": "application/json"},
               "body": b.encode(), "wait": w} for i, (p, u, b, w) in enumerate(plan)]
@@ -283,6 +299,8 @@ def test_the_hosts_agree_on_windows_cooldowns_actions_and_retries():
     statuses = [seen["wasm"][s["id"]]["status"] for s in steps]
     assert statuses.count(429) >= 6, statuses
     assert [seen["wasm"][f"query/{i}"]["status"] for i in range(4)] == [200, 200, 429, 200]
+    ip_steps = [s["id"] for s in steps if s["path"] == "/v1/ip"]
+    assert [seen["wasm"][i]["status"] for i in ip_steps] == [200, 429]
     delays = [seen["wasm"][f"mix/{i}"]["headers"].get("x-loopguard-delay-ms") for i in range(11, 17)]
     assert delays == [None, "100", "150", "200", "200", "200"], delays
 
@@ -364,3 +382,26 @@ def test_the_hosts_agree_on_mcp_tool_calls():
     steps_of = {s["id"]: seen["wasm"][s["id"]].get("decision") or {} for s in steps}
     assert [steps_of[f"mcp/same/{i}"].get("action") for i in range(5)] == [None, None, "note", "block", "block"], steps_of
     assert [steps_of[f"mcp/other/{i}"].get("action") for i in range(5)] == [None] * 5
+
+
+def test_every_callback_the_module_binds_is_exercised_by_a_native_run():
+    """docs/native.md names, for each callback of the dynamic-module ABI the
+    module binds, the tests that exercise it: each is run with the native
+    host (the Makefile's E2E_NATIVE_FILES) or is this file."""
+    import re
+
+    make = (ROOT / "Makefile").read_text()
+    listed = re.search(r"^E2E_NATIVE_FILES :=((?:.*\\\n)*.*)$", make, re.M)
+    assert listed, "the Makefile lists no E2E_NATIVE_FILES"
+    native_files = {f"{name}.py" for name in listed.group(1).replace("\\\n", " ").split()}
+    doc = (ROOT / "docs" / "native.md").read_text()
+    table = doc[doc.index("## Each callback and the test that exercises it"):]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) >= 15, rows
+    for row in rows:
+        cell = row.rsplit("|", 2)[-2].strip()
+        named = set(re.findall(r"`(test_\w+\.py)`", cell))
+        assert named or cell == "every test", f"no test named for {row}"
+        for f in named:
+            assert (ROOT / "tests" / "e2e" / f).is_file(), f"docs/native.md names {f}, which does not exist"
+            assert f in native_files | {"test_hosts_agree.py"}, f"{f} exercises {row.split('|')[1].strip()} but is not run natively"
