@@ -1,14 +1,9 @@
 """Bodies: decided once complete (end of stream or HTTP/2 trailers); bodies
 above max_body_bytes are not fingerprinted, pass, and are counted."""
 
-import socket
-
-import h2.config
-import h2.connection
-import h2.events
 import httpx
 
-from harness import bootstrap, plugin, policy
+from harness import bootstrap, h2_post, plugin, policy
 
 
 def test_body_less_requests_are_decided_in_the_headers_phase(upstream, start_envoy):
@@ -54,34 +49,6 @@ def test_chunked_upload_under_the_limit_is_fingerprinted_like_any_body(upstream,
         second = c.post("/v1/c", content=data)
     assert (first.status_code, second.status_code) == (200, 429)
     assert upstream.requests[0]["body"] == data
-
-
-def h2_post(port: int, path: str, body: bytes, trailers=None) -> int:
-    """POST over cleartext HTTP/2 (prior knowledge), optionally ending the
-    stream with trailers instead of with the last DATA frame."""
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        conn.initiate_connection()
-        sid = conn.get_next_available_stream_id()
-        conn.send_headers(sid, [(":method", "POST"), (":path", path), (":scheme", "http"), (":authority", "localhost")])
-        conn.send_data(sid, body, end_stream=not trailers)
-        if trailers:
-            conn.send_headers(sid, trailers, end_stream=True)
-        s.sendall(conn.data_to_send())
-        status = None
-        while True:
-            data = s.recv(65536)
-            if not data:
-                break
-            for ev in conn.receive_data(data):
-                if isinstance(ev, h2.events.ResponseReceived):
-                    status = int(dict(ev.headers)[b":status"])
-                elif isinstance(ev, h2.events.DataReceived):
-                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-                elif isinstance(ev, (h2.events.StreamEnded, h2.events.StreamReset)):
-                    return status
-            s.sendall(conn.data_to_send())
-    return status
 
 
 def test_http2_request_with_trailers_is_decided_in_the_trailers_phase(upstream, start_envoy):

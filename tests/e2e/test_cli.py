@@ -6,27 +6,19 @@ file."""
 
 import gzip
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
-from harness import ROOT, bootstrap, plugin, policy, loopguard_filter, ROUTER, buffer_filter
-
-CLI = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopguard"))
+from harness import CLI, ROOT, ROUTER, bootstrap, buffer_filter, cli, loopguard_filter, plugin, policy
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
     if not Path(CLI).exists():
         pytest.fail(f"{CLI} is missing: run the tests through `make test`, which builds it (make cli)")
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
 
 
 @pytest.mark.parametrize("sub", ["check", "explain", "replay", "schema", "redis-script"])

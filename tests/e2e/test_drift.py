@@ -7,17 +7,16 @@ with fresh timestamps and request ids; and the answers SDKs raise."""
 
 from __future__ import annotations
 
-import json
 import sys
 import warnings
-from pathlib import Path
 
 import anthropic
 import openai
 import pytest
 
 from harness import ROOT, Upstream, bootstrap, plugin
-from shared_store import Redis, Webdis, with_store_cluster
+from recommended import recommended_config
+from shared_store import STORE, with_store_cluster
 
 sys.path.insert(0, str(ROOT / "eval"))
 import eval as corpus  # noqa: E402
@@ -25,21 +24,12 @@ import eval as corpus  # noqa: E402
 # The corpus names models the SDKs warn about (deprecated ones included).
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-STORE = {"type": "redis_webdis", "cluster": "loopguard_redis", "timeout_ms": 1000}
 LOOP_KINDS = ["identical_retry", "volatile_tool_error", "rephrased_text", "stuck_search", "alternating_tools", "resumed_loop"]
 
 
 def scenario(kind: str) -> dict:
     """The first loop of `kind` in the corpus."""
     return next(s for s in corpus.load_scenarios(per_kind=1) if s["label"] == "loop" and s["kind"] == kind)
-
-
-def recommended_config(store: dict | None) -> dict:
-    spec = {"selector": {"methods": ["POST"]}, **corpus.RECOMMENDED}
-    top = {"hold_request_headers": True, "max_body_bytes": 4 << 20}
-    if store:
-        top["store"] = store
-    return plugin([{"id": "agents", "spec": spec}], **top)
 
 
 class Clients:
@@ -77,15 +67,6 @@ class Clients:
         return "ok", raw.headers
 
 
-@pytest.fixture(scope="module")
-def redis_backend():
-    redis = Redis().start()
-    webdis = Webdis(redis.port).start()
-    yield redis, webdis
-    webdis.cleanup()
-    redis.cleanup()
-
-
 def replay(url: str, sc: dict) -> list[tuple[str, object]]:
     clients = Clients(url)
     return [clients.send(sc["format"], req) for req in sc["requests"]]
@@ -108,8 +89,7 @@ def test_each_loop_kind_is_caught_through_the_sdks(kind, store, start_envoy, req
     up = Upstream()
     try:
         if store == "redis":
-            redis, webdis = request.getfixturevalue("redis_backend")
-            redis.flush()
+            redis, webdis = request.getfixturevalue("shared")
             cfg = with_store_cluster(bootstrap(recommended_config(STORE), up.port, hold=True, buffer_limit=8 << 20), webdis.port)
         else:
             cfg = bootstrap(recommended_config(None), up.port, hold=True, buffer_limit=8 << 20)
@@ -141,11 +121,10 @@ def test_each_loop_kind_is_caught_through_the_sdks(kind, store, start_envoy, req
         assert e.counter("loopguard.store_fallback_total") == 0
 
 
-def test_near_history_lives_in_redis_with_expiry(redis_backend, start_envoy):
+def test_near_history_lives_in_redis_with_expiry(shared, start_envoy):
     """A near-mode loop's record is a sorted set of signatures (112 hex
     digits each) under the caller's key, expiring with the window."""
-    redis, webdis = redis_backend
-    redis.flush()
+    redis, webdis = shared
     sc = scenario("volatile_tool_error")
     up = Upstream()
     try:

@@ -10,6 +10,7 @@ import time
 import httpx
 
 from harness import ROOT, Schedule, Upstream, bootstrap, free_port, load_yaml, localize, on_schedule, plugin, policy, wait_for
+from observing import alerts_sent, events
 
 SECRET = "s3cret-for-tests"
 EXAMPLE = ROOT / "examples" / "observability" / "envoy.yaml"
@@ -18,14 +19,6 @@ EXAMPLE = ROOT / "examples" / "observability" / "envoy.yaml"
 def observability_envoy(start_envoy, api_port, alerts_port, secret=SECRET, **mutate):
     cfg = localize(load_yaml(EXAMPLE), {"api": api_port, "alerts": alerts_port})
     return start_envoy(cfg, env={"LOOPGUARD_WEBHOOK_SECRET": secret} if secret else {}, **mutate)
-
-
-def events(envoy, name="loop.detected"):
-    out = []
-    for line in envoy.log().splitlines():
-        if f'"event":"{name}"' in line:
-            out.append(json.loads(line[line.index("{"):]))
-    return out
 
 
 def test_prometheus_labels_events_access_log_and_one_signed_alert(upstream, start_envoy):
@@ -70,7 +63,7 @@ def test_prometheus_labels_events_access_log_and_one_signed_alert(upstream, star
 
         # Exactly one alert, signed.
         assert wait_for(lambda: receiver.count >= 1)
-        time.sleep(0.5)
+        alerts_sent(e)  # every alert of the traffic so far: a second would be here
         assert receiver.count == 1
         alert = receiver.requests[0]
         assert alert["method"] == "POST" and alert["path"] == "/loopguard"

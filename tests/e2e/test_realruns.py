@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from harness import HOST, ROOT
-from test_replay import assert_agree, replayed, through_envoy
+from replaying import assert_agree, replayed, through_envoy
 
 sys.path.insert(0, str(ROOT / "eval"))
 import realruns  # noqa: E402

@@ -6,101 +6,41 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler
 
 import httpx
-import openai
 import pytest
 
 from harness import (
     CLOCK_SLACK,
     ENVOY_HEADROOM,
     ROOT,
-    ROUTER,
     TIMER_SLACK,
-    LocalServer,
     Schedule,
     bootstrap,
-    buffer_filter,
-    load_yaml,
-    localize,
     on_schedule,
     plugin,
     policy,
-    loopguard_filter,
+    sliding_window_boundary,
     wait_for,
 )
-from shared_store import Redis, Webdis, run_example, with_store_cluster
-from test_window import sliding_window_boundary
+from shared_store import (
+    STORE,
+    SlowWebdis,
+    example_trips_the_sdk_on_the_5th,
+    named_replica,
+    no_fallback,
+    replicas,
+    run_example,
+    with_store_cluster,
+)
 
-@pytest.fixture(scope="module", autouse=True)
-def servers_installed():
-    """These tests need real servers: missing ones are a failure, never a
-    skip (make test installs them)."""
-    missing = [s for s in ("redis-server", "redis-cli", "webdis") if shutil.which(s) is None]
-    if missing:
-        pytest.fail(f"{', '.join(missing)} not installed: run the tests through `make test`, which installs them")
+# Redis, redis-cli and webdis must be installed: a failure, never a skip.
+pytestmark = pytest.mark.usefixtures("servers_installed")
 
-# Generous for correctness tests on a busy 2-core machine: the point there is
-# the shared count, and a timeout would silently count locally instead.
-STORE = {"type": "redis_webdis", "cluster": "loopguard_redis", "timeout_ms": 1000}
 # lg:<plugin name>:{<fingerprint digest>}:<w|cd|ev>
 FP_KEY = re.compile(r"^lg:loopguard:\{[0-9a-f]{32}\}:(w|cd|ev)$")
-
-
-@pytest.fixture(scope="module")
-def backend():
-    redis = Redis().start()
-    webdis = Webdis(redis.port).start()
-    yield redis, webdis
-    webdis.cleanup()
-    redis.cleanup()
-
-
-@pytest.fixture
-def shared(backend):
-    """A flushed Redis (the function stays loaded) and its webdis."""
-    redis, webdis = backend
-    redis.flush()
-    return redis, webdis
-
-
-@pytest.fixture
-def own_backend():
-    """A Redis and webdis of this test's own, for tests that stop them."""
-    redis = Redis().start()
-    webdis = Webdis(redis.port).start()
-    yield redis, webdis
-    webdis.cleanup()
-    redis.cleanup()
-
-
-def replicas(start_envoy, upstream, webdis_port, cfg, n=2, concurrency=2, timing=False, **kw):
-    return [
-        start_envoy(
-            with_store_cluster(bootstrap(cfg, upstream.port, **kw), webdis_port),
-            concurrency=concurrency,
-            name=f"replica-{i}",
-            timing=timing,
-        )
-        for i in range(n)
-    ]
-
-
-def named_replica(start_envoy, upstream, webdis_port, cfg, plugin_name):
-    """A replica whose loopguard plugin has another name (another deployment)."""
-    filters = [loopguard_filter(cfg, name=plugin_name), buffer_filter(), ROUTER]
-    config = with_store_cluster(bootstrap(None, upstream.port, http_filters=filters), webdis_port)
-    return start_envoy(config, name=plugin_name)
-
-
-def no_fallback(envoys) -> None:
-    for e in envoys:
-        assert e.counter("loopguard.store_fallback_total") == 0, e.name
-        assert e.counter("loopguard.store_calls_total.result.unavailable") == 0, e.name
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -146,24 +86,6 @@ def test_cluster_example_two_replicas_and_the_openai_sdk(shared, start_envoy):
     the 5th call overall."""
     _, webdis = shared
     no_fallback(example_trips_the_sdk_on_the_5th(start_envoy, ROOT / "examples" / "cluster" / "envoy.yaml", webdis.port))
-
-
-def example_trips_the_sdk_on_the_5th(start_envoy, example_path, webdis_port: int) -> list:
-    """Two replicas of a shipped example (ports moved) in front of the
-    store's webdis: an agent whose identical call goes to them in turn gets
-    the SDK's RateLimitError on the 5th call overall, every call counted in
-    the store. The replicas, for more checks."""
-    example = load_yaml(example_path)
-    envoys = [start_envoy(localize(example, {"loopguard_redis": webdis_port}), name=f"replica-{i}") for i in range(2)]
-    clients = [openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-test-cluster", max_retries=0) for e in envoys]
-    call = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "same question"}]}
-    for i in range(4):
-        assert clients[i % 2].chat.completions.create(**call).choices[0].message.content
-    with pytest.raises(openai.RateLimitError) as caught:
-        clients[0].chat.completions.create(**call)
-    assert caught.value.code == "recursive_loop_detected"
-    assert sum(e.counter("loopguard.store_calls_total.result.ok") for e in envoys) == 5
-    return envoys
 
 
 def test_sliding_window_boundary_holds_across_replicas(shared, upstream, start_envoy):
@@ -397,10 +319,8 @@ def test_a_hundred_thousand_fingerprints_are_bounded_and_expire(shared, start_en
     assert all(t == -2 or 0 < t <= window * 1000 for t in ttls), min(ttls)
     # Everything expires with the window, counted from the last hit at the
     # end of the flood; Redis deletes expired keys actively, within seconds.
-    deadline = flooded + window + 40
-    while redis.dbsize() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert redis.dbsize() == 0
+    gone = wait_for(lambda: redis.dbsize() == 0, timeout=max(0.0, flooded + window + 40 - time.monotonic()), interval=0.5)
+    assert gone, redis.dbsize()
 
 
 def test_webdis_and_redis_refuse_everything_but_the_function(own_backend):
@@ -438,43 +358,8 @@ def test_webdis_and_redis_refuse_everything_but_the_function(own_backend):
     assert "NOPERM" in out or "No permissions" in out, out
 
 
-class SlowStore:
-    """An HTTP server standing in for a webdis that answers after `delay`."""
-
-    def __init__(self, delay: float) -> None:
-        delay_s = delay
-
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                time.sleep(delay_s)
-                body = b'{"FCALL":[1,0,0,-1]}'
-                try:
-                    self.send_response(200)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:
-                    pass
-
-        self.server = LocalServer(H)  # Envoy opens one connection per waiting call
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_a_slow_webdis_adds_at_most_the_timeout(upstream, start_envoy):
-    slow = SlowStore(delay=1.5)
+    slow = SlowWebdis(delay=1.5)
     try:
         cfg = plugin([policy(threshold=3)], store={**STORE, "timeout_ms": 100})
         e = start_envoy(with_store_cluster(bootstrap(cfg, upstream.port), slow.port), timing=True)
@@ -503,7 +388,7 @@ def test_a_slow_webdis_adds_at_most_the_timeout(upstream, start_envoy):
 def test_clients_leaving_while_waiting_for_the_store(upstream, start_envoy):
     """Requests whose clients hang up while paused for the store are
     dropped cleanly; Envoy keeps serving."""
-    slow = SlowStore(delay=0.6)
+    slow = SlowWebdis(delay=0.6)
     try:
         cfg = plugin([policy(threshold=1000)], store={**STORE, "timeout_ms": 1000})
         e = start_envoy(with_store_cluster(bootstrap(cfg, upstream.port), slow.port))
@@ -517,7 +402,7 @@ def test_clients_leaving_while_waiting_for_the_store(upstream, start_envoy):
 
         with ThreadPoolExecutor(20) as pool:
             assert all(pool.map(leave, range(60)))
-        time.sleep(1.2)  # every store answer has arrived or timed out
+        e.quiet()  # every store call has been answered or timed out
         assert e.proc.poll() is None
         r = httpx.post(f"{e.url}/v1/after", content=b"x", timeout=5)
         assert r.status_code == 200
@@ -547,15 +432,15 @@ def test_redis_down_counts_locally_then_shared_counting_resumes(own_backend, ups
         # Redis is back (same port, function reloaded): webdis reconnects and
         # the count is shared again, without restarting Envoy.
         redis.start()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+
+        def shared_again() -> bool:
+            """A probe (a new fingerprint each time) answered from Redis."""
             before = a.counter("loopguard.store_calls_total.result.ok")
             ca.post("/v1/probe", content=str(time.monotonic()).encode())
-            if a.counter("loopguard.store_calls_total.result.ok") > before:
-                break
-            time.sleep(0.5)
-        else:
-            pytest.fail("shared counting did not resume")
+            return a.counter("loopguard.store_calls_total.result.ok") > before
+
+        # A probe every 0.5 s until one is counted in Redis.
+        assert wait_for(shared_again, timeout=20, interval=0.5), "shared counting did not resume"
         # Every connection webdis holds is back, not only the one that answered.
         assert wait_for(webdis.answers, timeout=10), "webdis did not reconnect every thread to Redis"
         fallbacks = [e.counter("loopguard.store_fallback_total") for e in (a, b)]

@@ -11,7 +11,6 @@ import hashlib
 import hmac
 import json
 import re
-import time
 
 import anthropic
 import httpx
@@ -19,10 +18,9 @@ import openai
 import pytest
 
 import harness as h
-from llm_provider import Provider, Turn
+from llm_provider import Turn
+from observing import alerts_sent, events, metric, prometheus, settle, tokens
 from shared_store import webdis_cluster
-from test_observability import events
-from test_usage import metric, settle, tokens
 
 SECRET = "spend-webhook-secret"
 PRICES = {
@@ -46,20 +44,6 @@ CONFIG = {
 TAG = re.compile(r"^[0-9a-f]{12}$")
 
 
-@pytest.fixture
-def provider():
-    p = Provider()
-    yield p
-    p.stop()
-
-
-@pytest.fixture
-def receiver():
-    r = h.Upstream(responder=lambda req: (200, {"ok": True}))
-    yield r
-    r.stop()
-
-
 def spend_envoy(start_envoy, provider, receiver, config=CONFIG):
     """Envoy with loopguard holding headers, the `alerts` cluster pointing at
     the receiver, the webhook secret passed into the VM, and the example's
@@ -72,19 +56,9 @@ def spend_envoy(start_envoy, provider, receiver, config=CONFIG):
     return start_envoy(boot, env={"LOOPGUARD_WEBHOOK_SECRET": SECRET})
 
 
-def prometheus(e: h.Envoy, name: str) -> dict[frozenset, float]:
-    """The series of one Prometheus metric, keyed by their label sets."""
-    out = {}
-    for key, value in e.prometheus().items():
-        metric_name, _, labels = key.partition("{")
-        if metric_name == name:
-            out[frozenset(re.findall(r'(\w+)="([^"]*)"', labels))] = value
-    return out
-
-
-def one_signed_alert(receiver) -> dict:
+def one_signed_alert(e: h.Envoy, receiver) -> dict:
     assert h.wait_for(lambda: receiver.count >= 1)
-    time.sleep(0.5)
+    alerts_sent(e)  # every alert of the traffic so far: a second would be here
     assert receiver.count == 1
     alert = receiver.requests[0]
     expected = "sha256=" + hmac.new(SECRET.encode(), alert["body"], hashlib.sha256).hexdigest()
@@ -132,7 +106,7 @@ def test_openai_loop_spending_cost_event_webhook_avoided_and_caller(provider, re
         assert caught.value.status_code == 429
     assert provider.count == 4
     settle(e, "loopguard.tokens_total", 2200 + 250 + 2700 + 170)
-    time.sleep(0.3)
+    e.quiet()  # the responses are over: nothing more is counted of them
 
     # Tokens and dollars, by loop.
     assert (tokens(e, "input", False, "gpt-4o", "spend"), tokens(e, "output", False, "gpt-4o", "spend")) == (2200, 250)
@@ -161,7 +135,7 @@ def test_openai_loop_spending_cost_event_webhook_avoided_and_caller(provider, re
     assert callers == {f"wasmcustom.loopguard.caller_loop_requests_total.policy.spend.caller.{event['caller']}": 4}
 
     # The signed alert carries the same.
-    payload = one_signed_alert(receiver)
+    payload = one_signed_alert(e, receiver)
     assert payload["event"] == "loop.detected" and payload["fingerprint"] == event["fingerprint"]
     assert payload["caller"] == event["caller"]
     assert payload["spent"] == event["spent"]
@@ -208,7 +182,7 @@ def test_anthropic_streamed_loop_spending_event_webhook_avoided_and_caller(provi
         assert caught.value.status_code == 429
     assert provider.count == 4
     settle(e, "loopguard.tokens_total", 5100 + 230 + 5500 + 190)
-    time.sleep(0.3)
+    e.quiet()  # the responses are over: nothing more is counted of them
 
     m = "claude-haiku-4-5"
     assert (tokens(e, "input", False, m, "spend"), tokens(e, "output", False, m, "spend")) == (5100, 230)
@@ -225,7 +199,7 @@ def test_anthropic_streamed_loop_spending_event_webhook_avoided_and_caller(provi
     assert event["spent"] == {"responses": 2, "input_tokens": 5100, "output_tokens": 230, "usd": usd(1300 + 1350)}
     callers = {k: v for k, v in e.stats().items() if k.startswith("wasmcustom.loopguard.caller_loop_requests_total.")}
     assert callers == {f"wasmcustom.loopguard.caller_loop_requests_total.policy.spend.caller.{event['caller']}": 4}
-    payload = one_signed_alert(receiver)
+    payload = one_signed_alert(e, receiver)
     assert (payload["caller"], payload["spent"]) == (event["caller"], event["spent"])
 
 
@@ -244,7 +218,7 @@ def test_avoided_cost_prices_the_newest_response_as_it_was_priced(provider, rece
         assert client.messages.create(**call).content[0].text == "Four."
     with pytest.raises(anthropic.RateLimitError):
         client.messages.create(**call)
-    time.sleep(0.3)
+    e.quiet()  # the responses are over: nothing more is counted of them
     assert metric(e, "cost_microusd_total.policy.spend.loop.true.model.claude-haiku-4-5") == 1400 + 1450
     assert metric(e, "tokens_avoided_total.policy.spend.token_type.input.model.claude-haiku-4-5") == 2800
     assert metric(e, "cost_avoided_microusd_total.policy.spend.model.claude-haiku-4-5") == 1450
@@ -263,7 +237,7 @@ def test_an_exact_mode_policy_prices_the_request_s_model(provider, start_envoy):
                    json={"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200
     settle(e, "loopguard.tokens_total", 1350)
-    time.sleep(0.3)
+    e.quiet()  # the responses are over: nothing more is counted of them
     assert e.counter("loopguard.tokens_total") == 1200 + 150
     assert (tokens(e, "input", False, "gpt-4o", "exact"), tokens(e, "output", False, "gpt-4o", "exact")) == (1200, 150)
     assert metric(e, "cost_microusd_total.policy.exact.loop.false.model.gpt-4o") == 4500

@@ -7,16 +7,13 @@ rejection saved: test_spend.py.)"""
 
 from __future__ import annotations
 
-import time
-
 import anthropic
 import httpx
 import openai
-import pytest
 
 import harness as h
 import llm_provider as lp
-from llm_provider import Provider
+from observing import metric, settle, tokens
 
 CONFIG = {
     "max_body_bytes": 1 << 20,
@@ -27,34 +24,6 @@ CONFIG = {
                            "escalation": [{"at": 2, "action": "warn"}, {"at": 4, "action": "reject"}]},
     }}],
 }
-
-
-def metric(e: h.Envoy, name: str) -> int:
-    """One loopguard stat by its full name (labels included). Every token
-    series is defined when the plugin starts: a missing one is a renamed
-    metric, not a zero."""
-    stats = e.stats()
-    full = f"wasmcustom.loopguard.{name}"
-    assert full in stats, (full, sorted(k for k in stats if "loopguard.tokens" in k or "loopguard.cost" in k))
-    return stats[full]
-
-
-def tokens(e: h.Envoy, kind: str, in_loop: bool, model: str = "other", policy: str = "agents") -> int:
-    return metric(e, f"tokens_total.policy.{policy}.token_type.{kind}.loop.{str(in_loop).lower()}.model.{model}")
-
-
-def settle(e: h.Envoy, name: str, value: int, timeout: float = 5.0) -> None:
-    """Wait until the counter `name` (summed over labels) reaches `value`:
-    a response is counted when its last byte has passed Envoy, which may be
-    just after the client has read it."""
-    h.wait_for(lambda: e.counter(name) >= value, timeout)
-
-
-@pytest.fixture
-def provider():
-    p = Provider()
-    yield p
-    p.stop()
 
 
 def test_openai_plain_and_streamed_usage_is_counted_and_streams_arrive_whole(provider, start_envoy):
@@ -70,7 +39,7 @@ def test_openai_plain_and_streamed_usage_is_counted_and_streams_arrive_whole(pro
     # A stream without usage (the default) is counted as such.
     list(client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "and 3+3?"}], stream=True))
     settle(e, "loopguard.responses_without_usage_total", 1)
-    time.sleep(0.3)
+    e.quiet()  # the responses are over: nothing more is counted of them
     assert (tokens(e, "input", False), tokens(e, "output", False)) == (120 + 300, 7 + 9)
     assert (tokens(e, "input", True), tokens(e, "output", True)) == (0, 0)
     assert e.counter("loopguard.responses_without_usage_total") == 1
@@ -87,7 +56,7 @@ def test_anthropic_usage_with_cache_reads_and_a_loop_s_tokens(provider, start_en
         assert s.get_final_text() == "Four."
         assert s.get_final_message().usage.output_tokens == 12
     settle(e, "loopguard.tokens_total", 250 + 5 + 80 + 12)
-    time.sleep(0.3)
+    e.quiet()  # the responses are over: nothing more is counted of them
     assert (tokens(e, "input", False), tokens(e, "output", False)) == (250, 5)
     assert (tokens(e, "input", True), tokens(e, "output", True)) == (80, 12)
     assert e.counter("loopguard.warned_total") == 1
@@ -130,7 +99,7 @@ def test_responses_api_plain_and_streamed_with_cached_and_reasoning_tokens(provi
     assert (done.usage.output_tokens, done.usage.output_tokens_details.reasoning_tokens) == (300, 256)
 
     settle(e, "loopguard.tokens_total", 900 + 70 + 1500 + 300)
-    time.sleep(0.3)
+    e.quiet()  # the responses are over: nothing more is counted of them
     assert [p for p, _ in provider.served] == ["/v1/responses", "/v1/responses"]
     assert (tokens(e, "input", False, "gpt-4.1"), tokens(e, "output", False, "gpt-4.1")) == (900 + 1500, 70 + 300)
     assert e.counter("loopguard.tokens_total") == 900 + 1500 + 70 + 300  # nothing under other or loop=true
@@ -150,7 +119,7 @@ def test_responses_stream_cut_before_response_completed_reports_no_usage(provide
         r = c.post("/v1/responses", json={"model": "gpt-4.1", "input": "hi", "stream": True})
     assert r.status_code == 200 and "response.output_text.done" in r.text and "response.completed" not in r.text
     settle(e, "loopguard.responses_without_usage_total", 1)
-    time.sleep(0.3)
+    e.quiet()  # the responses are over: nothing more is counted of them
     assert e.counter("loopguard.responses_without_usage_total") == 1
     assert e.counter("loopguard.tokens_total") == 0
 
@@ -168,7 +137,7 @@ def test_a_non_llm_path_reads_no_usage(provider, start_envoy):
         codes = [c.post("/api/orders", json=order).status_code for _ in range(4)]
         assert codes == [200, 200, 429, 429]
         assert c.post("/api/orders", json={"sku": "B-2"}).json()["usage"]["prompt_tokens"] == 120
-        time.sleep(0.5)
+        e.quiet()  # the answers are over: nothing of them is counted
         assert provider.count == 3
         assert e.counter("loopguard.detected_total") == 1
         assert e.counter("loopguard.tokens_total") == 0
@@ -177,6 +146,6 @@ def test_a_non_llm_path_reads_no_usage(provider, start_envoy):
         # The control: the same policy, the same answer, an LLM API path.
         assert c.post("/v1/chat/completions", json=order).status_code == 200
     settle(e, "loopguard.tokens_total", 127)
-    time.sleep(0.3)
+    e.quiet()  # the responses are over: nothing more is counted of them
     assert (tokens(e, "input", False, policy="orders"), tokens(e, "output", False, policy="orders")) == (120, 7)
     assert e.counter("loopguard.responses_without_usage_total") == 0

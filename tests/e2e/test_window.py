@@ -5,42 +5,7 @@ late to prove its point re-plans the scenario rather than failing it."""
 
 import httpx
 
-from harness import CLOCK_SLACK, Schedule, bootstrap, on_schedule, plugin, policy
-
-
-def sliding_window_boundary(s: Schedule, hit) -> None:
-    """N=3, W=2 s. A fixed window starting at the first hit would reset at
-    t=2.0 and allow the request at 2.2; the sliding window still holds the
-    hits at 1.2 and 1.6 (the latter was itself rejected, and still counts).
-    `hit(i)` sends the i-th request; times are from the first hit's answer,
-    so the first hit is certainly at or before t=0."""
-    first = s.send(lambda: hit(0))
-    assert first.response.status_code == 200
-    s.at(first.end + 1.2)
-    second = s.send(lambda: hit(1))
-    assert second.response.status_code == 200
-    s.at(first.end + 1.6)
-    third = s.send(lambda: hit(2))
-    s.ensure(third.within(2.0, of=first), "the 3rd hit within the window of the 1st")
-    assert third.response.status_code == 429
-    # The 1st hit has left the window (by construction), the 2nd and 3rd
-    # have not.
-    s.at(first.end + 2.2)
-    fourth = s.send(lambda: hit(3))
-    s.ensure(fourth.within(2.0, of=second), "the 4th hit within the window of the 2nd")
-    s.ensure(fourth.within(1.0, of=third), "the 4th hit less than 1 s after the 3rd")
-    r = fourth.response
-    assert r.status_code == 429
-    # Allowed again once the 2nd newest hit (t=1.6) leaves: at 3.6, i.e.
-    # 1.4 s from now, rounded up; in ms, as measured.
-    assert r.headers["retry-after"] == "2"
-    least, most = fourth.since(third)
-    ms = int(r.headers["retry-after-ms"])
-    assert (2 - most - CLOCK_SLACK) * 1000 <= ms <= (2 - least + CLOCK_SLACK) * 1000, (ms, least, most)
-    # Once the hit at 1.6 has left (at 3.9 as planned), only the hit at 2.2
-    # is in the window: allowed again.
-    s.at(max(first.end + 3.9, third.end + 2.0 + 0.3))
-    assert s.send(lambda: hit(4)).response.status_code == 200
+from harness import Schedule, bootstrap, on_schedule, plugin, policy, sliding_window_boundary
 
 
 def test_sliding_not_fixed_window_and_rejected_hits_count(upstream, start_envoy):
