@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 import mesh
-from mcp_agents import McpServer, looping_agent
+from mcp_agents import looping_agent
 from harness import NATIVE, WASM, EnvoyFailed
 from mesh import ModuleServer, Unhandled, envoy_gateway_config
 
@@ -292,17 +292,6 @@ def test_ai_gateway_route_gets_its_own_loopguard(upstream, start_envoy, module_s
 
 
 # --- MCP -------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def mcp_server():
-    """tests/e2e/mcp_apps/server.py (SSE answers; JSON to 2026-07-28
-    clients) on a free loopback port, for the module."""
-    server = McpServer("sse")
-    try:
-        yield server
-    finally:
-        server.stop()
-
 
 def answered_by_envoy(e) -> int:
     """Requests Envoy answered without sending them upstream: downstream

@@ -13,14 +13,14 @@ tests/e2e/mcp_apps (server.py), driven by the Python MCP SDK client
 
 import copy
 import json
-import time
 
 import httpx
 import pytest
 
+import harness
 import mesh
-from mcp_agents import McpServer, looping_agent
 from harness import WASM
+from mcp_agents import looping_agent
 from mesh import IstioControlPlane, IstioProxy, Unhandled
 
 FILES = ("gateway.yaml", "virtualservice.yaml", "wasmplugin-gateway.yaml", "wasmplugin-sidecar.yaml", "envoyfilter-buffer.yaml",
@@ -52,15 +52,11 @@ def start(start_envoy, cp: IstioControlPlane, upstream, **push):
     return start_envoy(cp.bootstrap(upstream.port))
 
 
-def wait_for(e, stat: str, predicate, timeout: float = 15.0) -> int:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
+def stat_until(e, stat: str, predicate, timeout: float = 15.0) -> None:
+    """Wait until Envoy's `stat` satisfies `predicate`."""
+    if not harness.wait_for(lambda: predicate(e.stats().get(stat, 0)), timeout):
         value = e.stats().get(stat, 0)
-        if predicate(value):
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{stat} = {value}, still not as expected after {timeout}s\n{e.log()[-3000:]}")
+        raise AssertionError(f"{stat} = {value}, still not as expected after {timeout}s\n{e.log()[-3000:]}")
 
 
 def push_and_wait(e, cp: IstioControlPlane, name: str, *, accepted: bool = True, **push) -> None:
@@ -70,12 +66,12 @@ def push_and_wait(e, cp: IstioControlPlane, name: str, *, accepted: bool = True,
     if accepted:
         success, reload = s[cp.stat(name, "update_success")], s[cp.stat(name, "config_reload")]
         cp.push(**push)
-        wait_for(e, cp.stat(name, "update_success"), lambda v: v > success)
-        wait_for(e, cp.stat(name, "config_reload"), lambda v: v > reload)
+        stat_until(e, cp.stat(name, "update_success"), lambda v: v > success)
+        stat_until(e, cp.stat(name, "config_reload"), lambda v: v > reload)
     else:
         fails = s[cp.stat(name, "config_fail")]
         cp.push(**push)
-        wait_for(e, cp.stat(name, "config_fail"), lambda v: v > fails)
+        stat_until(e, cp.stat(name, "config_fail"), lambda v: v > fails)
 
 
 def loop(e, path: str, body: dict, n: int, key: str = "sk-istio-agent", **headers) -> list[httpx.Response]:
@@ -433,17 +429,6 @@ def test_sidecar_plugin_judges_inbound_tool_calls(version, upstream, start_envoy
 
 
 # --- MCP -------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def mcp_server():
-    """tests/e2e/mcp_apps/server.py (SSE answers; JSON to 2026-07-28
-    clients) on a free loopback port, for the module."""
-    server = McpServer("sse")
-    try:
-        yield server
-    finally:
-        server.stop()
-
 
 def answered_by_envoy(e) -> int:
     """Requests Envoy answered without sending them upstream: downstream

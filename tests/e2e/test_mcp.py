@@ -17,22 +17,19 @@ arguments), so one Envoy and one server serve a whole module.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 import shutil
 import sys
-import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler
 
 import httpx
 import pytest
 
-from harness import ROOT, Envoy, LocalServer, bootstrap, load_yaml, localize, plugin_config_of, read_body, wait_for
+from harness import ROOT, Envoy, bootstrap, load_yaml, localize, plugin_config_of, wait_for
 from harness import set_plugin_config as set_filter_config
-from mcp_agents import TOOLS, McpServer, ran, run_client
+from mcp_agents import TOOLS, RawUpstream, ran, run_client
 
 EXAMPLE = ROOT / "examples" / "mcp" / "envoy.yaml"
 CLIENTS = ["python-auto", "python-legacy", "ts"]
@@ -164,26 +161,14 @@ _started: list[Envoy] = []
 
 
 @pytest.fixture(scope="module")
-def servers():
-    started = {}
-    try:
-        for mode in ("json", "sse"):
-            started[mode] = McpServer(mode)
-        yield started
-    finally:
-        for s in started.values():
-            s.stop()
-
-
-@pytest.fixture(scope="module")
-def gateways(servers):
+def gateways(mcp_servers):
     """gateways(kind, mode): the Envoy of that kind in front of the server
     answering in that mode, started once for the module."""
     cache: dict[tuple[str, str], Envoy] = {}
 
     def get(kind: str, mode: str) -> Envoy:
         if (kind, mode) not in cache:
-            e = start_gateway(kind, servers[mode].port)
+            e = start_gateway(kind, mcp_servers[mode].port)
             cache[(kind, mode)] = e
             _started.append(e)
         return cache[(kind, mode)]
@@ -236,14 +221,14 @@ def wait_events(e: Envoy, since: int, count: int) -> list[dict]:
 @pytest.mark.parametrize("mode", ["json", "sse"])
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("chain", ["example", "native"])
-def test_a_looping_agent_is_noted_then_blocked_and_goes_on(chain, client, mode, gateways, servers):
+def test_a_looping_agent_is_noted_then_blocked_and_goes_on(chain, client, mode, gateways, mcp_servers):
     """The same search four times (a tools/list between each): the 3rd
     result is the real one plus a note, the 4th a blocked result that never
     reached the server; then another call, a poll whose result changes 8
     times and a tools/list are all real. (The Python client in its default
     2026-07-28 mode gets JSON even from the SSE server.)"""
     e = gateways(chain, mode)
-    server = servers[mode]
+    server = mcp_servers[mode]
     t = token()
     query, path, job = f"loop {t}", f"/src/{t}.py", f"job-{t}"
     script = []
@@ -289,13 +274,13 @@ def test_a_looping_agent_is_noted_then_blocked_and_goes_on(chain, client, mode, 
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_a_healthy_session_of_120_calls_is_never_touched(client, gateways, servers):
+def test_a_healthy_session_of_120_calls_is_never_touched(client, gateways, mcp_servers):
     """One session of 120 calls, as a working agent makes them: many
     searches, reading many files, the weather of many cities, a job polled
     until its result stops moving, paging through results: no note, no
     block, every call reaches the server."""
     e = gateways("example", "sse")
-    server = servers["sse"]
+    server = mcp_servers["sse"]
     t = token()
     script = []
     for i in range(38):
@@ -330,11 +315,11 @@ def native_log(e: Envoy) -> list[dict]:
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_failing_and_cycling_calls_climb_the_ladder(client, gateways, servers):
+def test_failing_and_cycling_calls_climb_the_ladder(client, gateways, mcp_servers):
     """A call failing the same way (tool `fail`) and a search/read cycle:
     noted, then blocked; the session goes on after each."""
     e = gateways("example", "sse")
-    server = servers["sse"]
+    server = mcp_servers["sse"]
     t = token()
     bad, query, path, city = f"/etc/{t}", f"cycle {t}", f"/src/{t}.md", f"city-{t}"
     script = [{"call": "fail", "args": {"path": bad}}] * 4 + [read(f"/other/{t}")]
@@ -378,12 +363,12 @@ def exception_type(step: dict) -> str:
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_the_error_step_is_a_json_rpc_error_the_client_raises(client, gateways, servers):
+def test_the_error_step_is_a_json_rpc_error_the_client_raises(client, gateways, mcp_servers):
     """ladder [block, error] with error_code -31042: the 3rd identical call
     is blocked, the 4th and 5th raise the SDK's MCP error with that code;
     the next call works."""
     e = gateways("variants", "sse")
-    server = servers["sse"]
+    server = mcp_servers["sse"]
     t = token()
     script = [search(f"err {t}")] * 5 + [read(f"/after/{t}")]
     calls, stats = server.calls(), counters(e, "mcp-error")
@@ -407,12 +392,12 @@ def test_the_error_step_is_a_json_rpc_error_the_client_raises(client, gateways, 
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_the_reject_step_is_a_429_the_client_raises(client, gateways, servers):
+def test_the_reject_step_is_a_429_the_client_raises(client, gateways, mcp_servers):
     """ladder [reject]: the 3rd and 4th identical calls get a 429 with a
     JSON-RPC error (the Python SDK parses it: code -31000; the TypeScript
     SDK raises the HTTP status); the next call works."""
     e = gateways("variants", "sse")
-    server = servers["sse"]
+    server = mcp_servers["sse"]
     t = token()
     script = [search(f"rej {t}")] * 4 + [read(f"/after/{t}")]
     calls, stats = server.calls(), counters(e, "mcp-reject")
@@ -436,11 +421,11 @@ def test_the_reject_step_is_a_429_the_client_raises(client, gateways, servers):
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_exempt_tools_are_never_counted(client, gateways, servers):
+def test_exempt_tools_are_never_counted(client, gateways, mcp_servers):
     """exempt_tools [search]: six identical searches all run; an exempt call
     between three identical reads neither counts nor breaks their run."""
     e = gateways("variants", "sse")
-    server = servers["sse"]
+    server = mcp_servers["sse"]
     t = token()
     query, path = f"exempt {t}", f"/src/{t}.rs"
     script = [search(query)] * 6 + [read(path), read(path), search(query), read(path)]
@@ -465,9 +450,9 @@ def test_exempt_tools_are_never_counted(client, gateways, servers):
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_shadow_mode_changes_nothing_and_counts_what_it_would_do(client, gateways, servers):
+def test_shadow_mode_changes_nothing_and_counts_what_it_would_do(client, gateways, mcp_servers):
     e = gateways("variants", "sse")
-    server = servers["sse"]
+    server = mcp_servers["sse"]
     t = token()
     script = [search(f"shadow {t}")] * 6
     calls, stats, log_at = server.calls(), counters(e, "mcp-shadow"), len(e.log())
@@ -495,7 +480,7 @@ def test_shadow_mode_changes_nothing_and_counts_what_it_would_do(client, gateway
 # --- 5: metrics and events -----------------------------------------------------
 
 
-def test_metrics_and_events_of_a_loop(gateways, servers):
+def test_metrics_and_events_of_a_loop(gateways, mcp_servers):
     """Six identical calls: 6 judged calls, one note and three blocks, in
     /stats and as labelled Prometheus metrics (the example's stats_tags);
     one event line per level of the ladder, not per blocked call."""
@@ -514,8 +499,8 @@ def test_metrics_and_events_of_a_loop(gateways, servers):
     assert delta(f'loopguard_mcp_loops_total{{policy="{POLICY}",tier="identical",step="note"}}') == 1
     assert delta(f'loopguard_mcp_loops_total{{policy="{POLICY}",tier="identical",step="block"}}') == 3
     assert delta(f'loopguard_mcp_loops_total{{policy="{POLICY}",tier="failing",step="block"}}') == 0
-    events = wait_events(e, log_at, 2)
-    time.sleep(0.3)  # no third line comes late
+    wait_events(e, log_at, 2)
+    e.quiet()  # the calls are over: a third line would be logged by now
     events = mcp_events(e, log_at)
     assert len(events) == 2, events
     for ev in events:
@@ -531,142 +516,6 @@ def test_metrics_and_events_of_a_loop(gateways, servers):
 
 
 # --- 6, 7: odd and hostile traffic, sent raw -----------------------------------
-
-
-def rpc_result(rid, text: str, seq: int) -> dict:
-    # The sequence number is outside the compared result (content, isError,
-    # structuredContent): the same result every time, yet each answer can
-    # be told from the others.
-    return {"jsonrpc": "2.0", "id": rid,
-            "result": {"content": [{"type": "text", "text": text}], "isError": False, "_meta": {"seq": seq}}}
-
-
-class RawUpstream:
-    """A loopback MCP-ish upstream that records every request (method,
-    path, headers, body) and the exact body bytes it answered. The request
-    header x-answer chooses the answer: json (default: a JSON-RPC result,
-    the same text for every call), sse (the same result as an event stream,
-    after a ping and a progress notification), html (200 text/html), 500
-    (the same JSON-RPC result with status 500), sse-forever (200
-    text/event-stream: pings and notifications every 50 ms for
-    x-stream-seconds, never the response). GET opens a short event stream;
-    DELETE answers 200."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict] = []
-        self.sent: list[bytearray] = []
-        self.lock = threading.Lock()
-        up = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def _handle(self) -> None:
-                body = read_body(self)
-                sent = bytearray()
-                with up.lock:
-                    seq = len(up.requests)
-                    up.requests.append({"method": self.command, "path": self.path,
-                                        "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
-                    up.sent.append(sent)
-                answer = self.headers.get("x-answer", "json")
-                if self.command == "GET":
-                    return self._stream(sent, b": open\n\n", 0.2)
-                if self.command == "DELETE":
-                    return self._send(200, "application/json", b"{}", sent)
-                if answer == "sse-forever":
-                    return self._stream(sent, None, float(self.headers.get("x-stream-seconds", "3")))
-                if answer == "sse":
-                    msg = json.loads(body)
-                    note = {"jsonrpc": "2.0", "method": "notifications/progress",
-                            "params": {"progressToken": msg["id"], "progress": 1, "message": "working"}}
-                    events = [b": ping\n\n", b"event: message\ndata: " + json.dumps(note).encode() + b"\n\n",
-                              b"event: message\ndata: " + json.dumps(rpc_result(msg["id"], "same", seq)).encode() + b"\n\n"]
-                    return self._stream(sent, b"".join(events), 0)
-                if answer == "html":
-                    return self._send(200, "text/html", b"<html><body>oops</body></html>", sent)
-                try:
-                    msg = json.loads(body)
-                except ValueError:
-                    msg = None
-                if isinstance(msg, list):
-                    out = [rpc_result(m.get("id") if isinstance(m, dict) else None, "same", seq) for m in msg]
-                elif isinstance(msg, dict):
-                    out = rpc_result(msg.get("id"), "same", seq)
-                else:
-                    out = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error", "data": seq}}
-                self._send(500 if answer == "500" else 200, "application/json", json.dumps(out).encode(), sent)
-
-            def _send(self, status: int, ctype: str, payload: bytes, sent: bytearray) -> None:
-                self.send_response(status)
-                self.send_header("content-type", ctype)
-                # Like a server behind a compressing middleware: gzip when
-                # the request allows it.
-                # (What was sent is recorded as the client reads it,
-                # decompressed.)
-                plain = payload
-                if self.command == "POST" and "gzip" in (self.headers.get("accept-encoding") or ""):
-                    payload = gzip.compress(payload)
-                    self.send_header("content-encoding", "gzip")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                # Recorded before it is written: the client may read the
-                # answer, and the test look for it here, before this thread
-                # runs again.
-                sent += plain
-                self.wfile.write(payload)
-
-            def _stream(self, sent: bytearray, first: bytes | None, seconds: float) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("cache-control", "no-cache")
-                self.send_header("transfer-encoding", "chunked")
-                self.end_headers()
-
-                def chunk(data: bytes) -> None:
-                    sent.extend(data)  # recorded first, as in _send
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                    self.wfile.flush()
-
-                try:
-                    if first:
-                        chunk(first)
-                    end = time.monotonic() + seconds
-                    n = 0
-                    while time.monotonic() < end:
-                        n += 1
-                        if n % 2:
-                            chunk(b": ping %d\n\n" % n)
-                        else:
-                            note = {"jsonrpc": "2.0", "method": "notifications/progress",
-                                    "params": {"progressToken": 1, "progress": n, "message": "still working"}}
-                            chunk(b"event: message\ndata: " + json.dumps(note).encode() + b"\n\n")
-                        time.sleep(0.05)
-                    self.wfile.write(b"0\r\n\r\n")
-                    self.wfile.flush()
-                except OSError:
-                    pass  # the client (or Envoy) went away
-                self.close_connection = True
-
-            do_GET = do_POST = do_DELETE = _handle
-
-        self.server = LocalServer(Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def count(self) -> int:
-        with self.lock:
-            return len(self.requests)
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 RAW_POLICY = "raw"

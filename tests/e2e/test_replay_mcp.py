@@ -24,19 +24,15 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import os
 import subprocess
-import time
 from pathlib import Path
 
-import pytest
 
-from harness import ROOT, load_yaml, localize, wait_for
-from mcp_agents import McpServer, run_client
+from harness import CLI, ROOT, load_yaml, localize, wait_for
+from mcp_agents import run_client
 
 EXAMPLE = ROOT / "examples" / "mcp" / "envoy.yaml"
 TAP_EXAMPLE = ROOT / "examples" / "tap" / "envoy.yaml"
-CLI = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopguard"))
 NOTE = "[loopguard] Note:"
 
 
@@ -56,15 +52,6 @@ def tap_filter(out: Path) -> dict:
     static["match"]["http_request_headers_match"]["headers"][0]["string_match"] = {"prefix": "/mcp"}
     static["output_config"]["sinks"][0]["file_per_tap"]["path_prefix"] = str(out / "trace")
     return tap
-
-
-@pytest.fixture
-def mcp_server():
-    server = McpServer("sse")
-    try:
-        yield server.port
-    finally:
-        server.stop()
 
 
 def client(url: str, script: list, mode: str, key: str) -> list[dict]:
@@ -188,7 +175,7 @@ def test_replay_of_recorded_mcp_traffic_agrees_with_envoy(tmp_path, mcp_server, 
     out = tmp_path / "tap"
     out.mkdir()
     log = tmp_path / "access.log"
-    cfg = localize(load_yaml(EXAMPLE), {"mcp_server": mcp_server})
+    cfg = localize(load_yaml(EXAMPLE), {"mcp_server": mcp_server.port})
     http_filters(cfg).insert(0, tap_filter(out))
     hcm(cfg)["access_log"] = [{
         "name": "envoy.access_loggers.file",
@@ -220,12 +207,11 @@ def test_replay_of_recorded_mcp_traffic_agrees_with_envoy(tmp_path, mcp_server, 
 
     # Every request's trace is written when its stream ends (the legacy
     # client's DELETE is the last).
+    # The tap sees every request: once Envoy has none in flight, there is
+    # a trace of each request it received.
     count = lambda: len(traces(out))  # noqa: E731
     assert wait_for(lambda: count() >= len(MODERN) + len(LEGACY) and log.exists(), timeout=10)
-    settled = -1
-    while settled != count():
-        settled = count()
-        time.sleep(0.4)
+    assert wait_for(lambda: envoy.in_flight() == 0 and count() == envoy.received(), timeout=10), (count(), envoy.received())
     # Envoy writes a request's access-log line once its response is sent,
     # and flushes the log every 0.2 s: wait for every traced request's line.
     ids = {r["request_id"] for r in recorded(out).values()}
