@@ -1,14 +1,13 @@
 """The shipped configurations work as their comments and the README say."""
 
 import json
-import time
 import re
 
 import httpx
 import openai
 import pytest
 
-from harness import ROOT, localize, load_yaml
+from harness import ROOT, load_yaml, localize, wait_for
 
 CHAT = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Is the build green?"}]}
 
@@ -36,9 +35,7 @@ def test_make_run_config_answers_and_trips_at_the_fifth_identical_request(start_
     prom = e.prometheus()
     assert prom['loopguard_rejected_total{policy="llm-policy"}'] == 2
     assert prom['loopguard_detected_total{policy="llm-policy",mode="enforce"}'] == 1
-    deadline = time.monotonic() + 5
-    while '" 429 loopguard={"action":"reject"' not in e.log() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: '" 429 loopguard={"action":"reject"' in e.log(), timeout=5, interval=0.1)
     assert '" 429 loopguard={"action":"reject","count":5,' in e.log()
 
 

@@ -5,23 +5,17 @@ reloads fail). These measurements choose the failure policy of every
 shipped configuration: FAIL_RELOAD, with a short reload backoff where the
 control plane lets us set it."""
 
-import os
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from harness import CLOCK_SLACK, HOST, ROOT, Upstream, bootstrap, plugin, policy
+from harness import CLOCK_SLACK, FAULT_WASM, HOST, bootstrap, plugin, policy, wait_for
 
 # Envoy's Wasm failure_policy and VM reload: nothing of the dynamic module
 # (whose panics test_native.py covers).
 pytestmark = pytest.mark.skipif(HOST == "native", reason="Envoy's Wasm VM failure policy and reload: Wasm host only")
-
-FAULT_WASM = os.environ.get(
-    "LOOPGUARD_FAULT_WASM",
-    str(ROOT / "target" / "fault-injection" / "wasm32-wasip1" / "release" / "loopguard.wasm"),
-)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,15 +46,15 @@ def stat(e, name: str) -> int:
 
 
 def until_served(e, pause: float) -> list[int]:
-    """Send requests to /v1/y until one is not answered 503 (for at most
-    3 s): the codes seen."""
-    t0 = time.monotonic()
+    """Send requests to /v1/y, one every `pause` s (the probes' pace), until
+    one is not answered 503 (for at most 3 s): the codes seen."""
     codes: list[int] = []
-    while time.monotonic() - t0 < 3:
+
+    def served() -> bool:
         codes.append(httpx.post(f"{e.url}/v1/y", content=b"y", timeout=10).status_code)
-        if codes[-1] != 503:
-            break
-        time.sleep(pause)
+        return codes[-1] != 503
+
+    wait_for(served, timeout=3, interval=pause)
     return codes
 
 
@@ -110,7 +104,7 @@ def test_fail_reload_a_crash_costs_the_crashing_request_and_detection_comes_back
 def test_fail_reload_within_the_backoff_requests_fail_closed_until_the_reload(upstream, start_envoy):
     e = faulty_envoy(start_envoy, upstream, "FAIL_RELOAD")  # Envoy's default backoff: 1 s base, jittered
     assert post(e) == 200
-    time.sleep(1.6)
+    time.sleep(1.6)  # past the backoff (at most 1.5 s) from the VM's first load
     assert post(e, b"x", fault="crash") == 503
     assert post(e) == 200  # reloaded at once: the last load was > 1.5 s ago
     # A second crash right after that reload: requests within the backoff get
@@ -130,15 +124,15 @@ def test_fail_reload_within_the_backoff_requests_fail_closed_until_the_reload(up
 def test_fail_reload_when_reloads_fail_every_request_fails_until_one_succeeds(upstream, start_envoy):
     e = faulty_envoy(start_envoy, upstream, "FAIL_RELOAD", backoff="0.1s")
     assert [post(e), post(e)] == [200, 200]
-    time.sleep(0.3)
+    time.sleep(0.3)  # the backoff counts from the VM's last load
     assert post(e, b"x", fault="crash-then-fail-reloads=3") == 503
     codes = []
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+
+    def served() -> bool:
         codes.append(post(e))
-        if codes[-1] != 503:
-            break
-        time.sleep(0.05)
+        return codes[-1] != 503
+
+    wait_for(served, timeout=5, interval=0.05)  # a request every 50 ms until one is served
     assert codes[-1] == 429, codes  # detection back, counts kept
     assert codes.count(503) >= 3
     assert stat(e, "wasm.loopguard.vm_reload_failure") == 3
@@ -151,7 +145,7 @@ def test_fail_open_a_crash_turns_detection_off_for_good(upstream, start_envoy):
     assert post(e, b"x", fault="crash") == 503
     # Traffic flows, unchecked: the loop is never caught again.
     assert [post(e) for _ in range(5)] == [200] * 5
-    time.sleep(1.6)
+    time.sleep(1.6)  # past any reload's backoff: still no reload
     assert post(e) == 200
     assert stat(e, "wasm.loopguard.vm_reload_success") == 0
 
@@ -161,5 +155,5 @@ def test_fail_closed_a_crash_fails_every_later_request(upstream, start_envoy):
     assert post(e) == 200
     assert post(e, b"x", fault="crash") == 503
     assert [post(e, b"new") for _ in range(3)] == [503] * 3
-    time.sleep(1.6)
+    time.sleep(1.6)  # past any reload's backoff: still failing
     assert post(e, b"new") == 503

@@ -119,7 +119,9 @@ def test_store_contention_four_workers_one_hot_fingerprint_and_a_flood(upstream,
     flooder = threading.Thread(target=flood)
     flooder.start()
     try:
-        time.sleep(0.5)
+        # The flood is under way (its requests reach Envoy) before the hot
+        # fingerprint's requests start.
+        assert wait_for(lambda: e.counter("loopguard.requests_total") >= 500, timeout=30), outputs
 
         def hot(k):
             with httpx.Client(base_url=e.url, timeout=30) as c:

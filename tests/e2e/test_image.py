@@ -27,7 +27,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 import tomllib
 from pathlib import Path
 
@@ -37,7 +36,7 @@ import oras.schemas
 import pytest
 import yaml
 
-from harness import ROOT, WASM, free_port, stop_process
+from harness import ROOT, WASM, free_port, stop_process, wait_for
 
 SCRIPT = ROOT / "image" / "oci_image.py"
 SOURCE = "https://github.com/loopguard/loopguard"  # the Makefile's IMAGE_SOURCE
@@ -191,16 +190,17 @@ class Registry:
             cwd=self.dir,
             env=env,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def answers() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"docker-registry exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.url}/v2/", timeout=1.0).status_code == 200:
-                    return self
+                return httpx.get(f"{self.url}/v2/", timeout=1.0).status_code == 200
             except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+                return False
+
+        if wait_for(answers, timeout):
+            return self
         self.stop()
         raise RuntimeError(f"docker-registry did not answer on {self.url}/v2/:\n{self.log()}")
 

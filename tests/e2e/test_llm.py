@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from harness import Upstream, bootstrap, plugin, policy, stuck_model
+from harness import Upstream, bootstrap, plugin, policy
 
 THRESHOLD = 3
 TOOLS = [
@@ -23,13 +23,6 @@ TOOLS = [
         },
     }
 ]
-
-
-@pytest.fixture
-def stuck():
-    u = Upstream(responder=stuck_model)
-    yield u
-    u.stop()
 
 
 def llm_guard(start_envoy, upstream, **detection):

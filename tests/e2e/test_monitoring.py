@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import subprocess
@@ -53,17 +52,13 @@ import httpx
 import pytest
 import yaml
 
-from harness import (ROOT, ROUTER, Envoy, Upstream, bootstrap, buffer_filter, free_port, load_yaml, localize, plugin,
+from harness import (FAULT_WASM, ROOT, ROUTER, Envoy, Upstream, bootstrap, buffer_filter, free_port, load_yaml, localize, plugin,
                      plugin_config_of, policy, set_plugin_config, stop_process, wait_for, wasm_filter)
 from mcp_agents import McpServer, run_client
 
 DASHBOARD = ROOT / "monitoring" / "grafana" / "loopguard.json"
 RULES = ROOT / "monitoring" / "prometheus" / "loopguard-alerts.yaml"
 WRAPPER = ROOT / "monitoring" / "prometheus" / "prometheusrule.sh"
-FAULT_WASM = os.environ.get(
-    "LOOPGUARD_FAULT_WASM",
-    str(ROOT / "target" / "fault-injection" / "wasm32-wasip1" / "release" / "loopguard.wasm"),
-)
 # What Grafana's variables become in the queries sent here: a rate window
 # well past the traffic phase's length (10 to 30 s today), so early traffic
 # still counts when the queries run.
@@ -578,7 +573,7 @@ def observed():
             if not seen:
                 obs.notes.append("no loopguard_caller_loop_requests_total series with a caller label reached Prometheus "
                                  "(is the `caller` stats_tag in envoy/envoy.yaml?)")
-                time.sleep(2)
+                time.sleep(2)  # the pace: two scrapes (1 s apart) between the rounds
             # Round 2: the storm, oversized bodies, shadow, throttle.
             assert reject_loops(c, 3, STORM_LOOPS) == [200, 200, 429] * STORM_LOOPS
             big = [c.post(f"/r/big/{i}", content=b"x" * 100_000).status_code for i in range(BIG_BODIES)]
@@ -607,8 +602,10 @@ def observed():
 
         mcp_done.result(timeout=120)
         budget_round(main.url, first=False)
-        # Wait until Prometheus holds the final counts of the Envoys.
-        time.sleep(0.5)
+        # Wait until Prometheus holds the final counts of the Envoys (final
+        # once every request is over).
+        main.quiet()
+        mcp.quiet()
         want, want_mcp = _loopguard_total(main), _loopguard_total(mcp)
         final = lambda: (  # noqa: E731
             prom.value(f'sum({{__name__=~"loopguard_.+_total",instance="{mi}"}})') == want

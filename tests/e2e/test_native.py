@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from harness import (
+    FAULT_NATIVE,
     NATIVE,
     ROOT,
     ROUTER,
@@ -28,9 +29,6 @@ from harness import (
     wasm_filter,
 )
 
-FAULT_NATIVE = os.environ.get(
-    "LOOPGUARD_FAULT_NATIVE", str(ROOT / "target" / "fault-injection" / "native" / "libloopguard_native.so")
-)
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "Is the build green?"}]}
 
 

@@ -12,7 +12,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import pytest
 
 from harness import bootstrap, plugin, policy
 from redis_cluster import RedisCluster
@@ -20,13 +19,6 @@ from shared_store import with_store_cluster
 
 STORE = {"type": "redis_webdis", "topology": "cluster", "cluster": "loopguard_redis", "timeout_ms": 2000}
 CONNECTIONS = 16
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = RedisCluster().start()
-    yield c
-    c.cleanup()
 
 
 def fleet(start_envoy, upstream, cluster: RedisCluster, cfg: dict) -> list:

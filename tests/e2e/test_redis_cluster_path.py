@@ -7,9 +7,7 @@ with every part percent-encoded."""
 from __future__ import annotations
 
 import hashlib
-import shutil
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -22,37 +20,16 @@ from redis_cluster import RedisCluster
 from shared_store import run_example
 
 
-@pytest.fixture(scope="module", autouse=True)
-def servers_installed():
-    """These tests need real servers: missing ones are a failure, never a
-    skip (make test installs them)."""
-    missing = [s for s in ("redis-server", "redis-cli", "webdis") if shutil.which(s) is None]
-    if missing:
-        pytest.fail(f"{', '.join(missing)} not installed: run the tests through `make test`, which installs them")
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = RedisCluster().start()
-    print(f"cluster, redis_proxy and webdis up in {c.startup_seconds:.1f} s", file=sys.stderr)
-    yield c
-    c.cleanup()
+# Redis, redis-cli and webdis must be installed: a failure, never a skip.
+pytestmark = pytest.mark.usefixtures("servers_installed")
 
 
 @pytest.fixture(autouse=True)
 def flushed(request):
-    """A flushed cluster for each test that uses it; the redis_proxy's and
-    webdis's logs if the test failed."""
-    if "cluster" not in request.fixturenames:
-        yield
-        return
-    cluster = request.getfixturevalue("cluster")
-    cluster.flush()
-    yield
-    rep = getattr(request.node, "rep_call", None)
-    if rep is not None and rep.failed:
-        print(f"\n--- redis_proxy log ---\n{cluster.proxy_log()[-10000:]}", file=sys.stderr)
-        print(f"--- webdis log ---\n{cluster.webdis_log()[-5000:]}", file=sys.stderr)
+    """The module's cluster flushed for each test that uses it, with the
+    redis_proxy's and webdis's logs if the test failed (fresh_cluster)."""
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("fresh_cluster")
 
 
 def encode_arg(arg: str) -> str:
@@ -239,9 +216,13 @@ def test_redis_proxy_and_webdis_restarts(cluster):
     assert (r.status_code, r.text) == (503, "")
     cluster.start_proxy()
     # webdis reconnects by itself.
-    deadline = time.monotonic() + 10
-    while (r := call(cluster, "EVAL", INCR_LIKE, "1", key)).status_code != 200 and time.monotonic() < deadline:
-        time.sleep(0.05)
+
+    def answered() -> bool:
+        nonlocal r
+        r = call(cluster, "EVAL", INCR_LIKE, "1", key)
+        return r.status_code == 200
+
+    wait_for(answered, timeout=10)
     assert r.json() == {"EVAL": 2}
     cluster.stop_webdis()
     with pytest.raises(httpx.ConnectError):
@@ -275,7 +256,7 @@ def _poll(cluster: RedisCluster, keys: list[str], stop: threading.Event, results
                     results.append((t, k, "NOSCRIPT"))
                     answer = send(client, "EVAL", INCR_LIKE, "1", k)
                 results.append((t, k, answer))
-            time.sleep(0.03)
+            time.sleep(0.03)  # the poller's pace
 
 
 def _errors(results: list) -> list:
@@ -303,7 +284,9 @@ def test_a_graceful_failover_costs_no_errors_through_webdis(cluster):
         assert cluster.admin(replica, "CLUSTER", "FAILOVER").strip() == "OK"
         cluster.wait_promoted(replica, timeout=8)
         assert cluster.master_of(key) == replica
-        time.sleep(1.0)
+        # The poller calls on across the switch: 20 more calls on the key.
+        switched = len(results)
+        assert wait_for(lambda: sum(1 for x in results[switched:] if x[1] == key) >= 20, timeout=10), results[switched:]
     finally:
         stop.set()
         poller.join(10)
@@ -326,9 +309,13 @@ def test_a_killed_master_is_replaced_by_its_replica_and_rejoins_as_a_replica(clu
     assert r.json() == {"EVAL": [False, "upstream failure"]}
     promoted = cluster.wait_promoted(kill.replica, timeout=20)
     assert 4.0 < promoted - kill.at < 20
-    deadline = time.monotonic() + 10
-    while (r := call(cluster, "EVAL", INCR_LIKE, "1", key)).json() != {"EVAL": 2} and time.monotonic() < deadline:
-        time.sleep(0.05)
+
+    def counted() -> bool:
+        nonlocal r
+        r = call(cluster, "EVAL", INCR_LIKE, "1", key)
+        return r.json() == {"EVAL": 2}
+
+    wait_for(counted, timeout=10)
     assert r.json() == {"EVAL": 2}, r.text
     cluster.restart_node(kill.port)
     me = next(n for n in cluster.nodes() if n.port == kill.port)

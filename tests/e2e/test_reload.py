@@ -3,11 +3,10 @@ table size starts clean."""
 
 import json
 import os
-import time
 
 import httpx
 
-from harness import bootstrap, free_port, plugin, policy, set_plugin_config
+from harness import bootstrap, free_port, plugin, policy, set_plugin_config, wait_for
 
 
 def lds_reload_envoy(start_envoy, upstream, tmp_path, first_cfg):
@@ -36,14 +35,20 @@ def lds_reload_envoy(start_envoy, upstream, tmp_path, first_cfg):
 
 
 def wait_for_update(e, n):
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
+    """Wait until the n-th listener is applied and every worker has taken
+    it over from the one before (listener_create_success counts a listener
+    added to a worker), so that a new connection reaches it."""
+
+    def applied() -> bool:
         s = e.stats()
-        if s.get("listener_manager.lds.update_success", 0) >= n and s.get("listener_manager.total_listeners_warming", 0) == 0:
-            time.sleep(0.3)  # let the old listener's socket hand over
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"LDS update {n} not applied:\n{e.log()[-3000:]}")
+        return (
+            s.get("listener_manager.lds.update_success", 0) >= n
+            and s.get("listener_manager.total_listeners_warming", 0) == 0
+            and s.get("listener_manager.listener_create_success", 0) >= n * e.concurrency
+        )
+
+    if not wait_for(applied, timeout=15, interval=0.1):
+        raise AssertionError(f"LDS update {n} not applied:\n{e.log()[-3000:]}")
 
 
 def hit(e) -> int:

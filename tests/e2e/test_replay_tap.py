@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import subprocess
 import time
@@ -18,11 +17,10 @@ import httpx
 import pytest
 import yaml
 
-from harness import ROOT, load_yaml, localize, wait_for
+from harness import CLI, ROOT, load_yaml, localize, wait_for
 
 EXAMPLE = ROOT / "examples" / "tap" / "envoy.yaml"
 README = ROOT / "examples" / "tap" / "README.md"
-CLI = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopguard"))
 
 # The loopguard configuration replayed: the 3rd identical request in a
 # minute is rejected.
@@ -107,12 +105,12 @@ def capture_config(upstream_port: int, out: Path, patch=None) -> dict:
     return cfg
 
 
-def send(url: str, out: Path) -> list[tuple[float, float, bytes]]:
+def send(e, out: Path) -> list[tuple[float, float, bytes]]:
     """SEQUENCE as POST /v1/chat/completions with a GET /healthz among
-    them; (sent, answered, body) of each POST, in Unix seconds. Waits until
-    Envoy has written a trace for each."""
+    them, through Envoy `e`; (sent, answered, body) of each POST, in Unix
+    seconds. Waits until Envoy has written a trace for each."""
     sent = []
-    with httpx.Client(base_url=url, timeout=30) as client:
+    with httpx.Client(base_url=e.url, timeout=30) as client:
         for i, doc in enumerate(SEQUENCE):
             if i == 2:
                 assert client.get("/healthz").status_code == 200
@@ -125,12 +123,12 @@ def send(url: str, out: Path) -> list[tuple[float, float, bytes]]:
             )
             sent.append((start, time.time(), body))
             assert r.status_code == 200, r.text
-            # Whole milliseconds apart: replay orders by millisecond.
+            # The pace: whole milliseconds apart (replay orders by millisecond).
             time.sleep(0.02)
     assert wait_for(lambda: len(trace_files(out)) >= len(SEQUENCE) and all(map(complete, trace_files(out))), timeout=10), [
         (f.name, complete(f)) for f in trace_files(out)
     ]
-    time.sleep(0.3)  # anything more (a /healthz trace) would be written by now
+    e.quiet()  # every request is over: anything more (a /healthz trace) would be written by now
     return sent
 
 
@@ -195,7 +193,7 @@ def test_tap_traces_hold_each_v1_request_exactly_with_its_time(tmp_path, upstrea
     out = tmp_path / "tap"
     out.mkdir()
     e = start_envoy(capture_config(upstream.port, out))
-    sent = send(e.url, out)
+    sent = send(e, out)
     files = trace_files(out)
     assert len(files) == len(SEQUENCE), files
     assert all(re.fullmatch(r"trace_\d+\.json", f.name) for f in files), files
@@ -224,7 +222,7 @@ def test_replay_reads_the_captured_traces_in_order(tmp_path, upstream, start_env
     out = tmp_path / "tap"
     out.mkdir()
     e = start_envoy(capture_config(upstream.port, out))
-    sent = send(e.url, out)
+    sent = send(e, out)
     names = {f.name: base64.b64decode(json.loads(f.read_text())["http_buffered_trace"]["request"]["body"]["as_bytes"]) for f in trace_files(out)}
     report, lines = replay(out, tmp_path)
     check_verdicts(report, lines, sent, names)
@@ -262,7 +260,7 @@ def test_streamed_traces_timed_by_the_readmes_header(tmp_path, upstream, start_e
     out = tmp_path / "tap"
     out.mkdir()
     e = start_envoy(capture_config(upstream.port, out, streamed))
-    sent = send(e.url, out)
+    sent = send(e, out)
     names = {}
     for f in trace_files(out):
         docs = json_documents(f.read_text())

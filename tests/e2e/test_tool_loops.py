@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from harness import ROUTER, Upstream, bootstrap, buffer_filter, plugin, policy, stuck_model, warn_header_mutation, loopguard_filter
+from harness import ROUTER, Upstream, bootstrap, buffer_filter, loopguard_filter, plugin, warn_header_mutation
 
 TOOLS = [
     {
@@ -23,13 +23,6 @@ TOOLS = [
     }
     for name in ["get_build_status", "list_jobs", "read_log", "rerun_job", "notify"]
 ]
-
-
-@pytest.fixture
-def stuck():
-    u = Upstream(responder=stuck_model)
-    yield u
-    u.stop()
 
 
 def tool_policy(pid="agents", mode=None, **tool_loops):
