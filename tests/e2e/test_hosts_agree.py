@@ -56,6 +56,11 @@ class Answers:
     def __call__(self, request: dict) -> tuple[int, dict]:
         s = self.by_id.get(request["headers"].get("x-agree-id", ""), {})
         status = s.get("upstream_status", 200)
+        if "answer" in s and s.get("stream"):
+            # An event stream, as an MCP server on streamable HTTP answers
+            # (a new Answer each time: its chunks are read once).
+            event = f"event: message\ndata: {json.dumps(s['answer'])}\n\n"
+            return h.Answer(status=status, headers={"content-type": "text/event-stream"}, chunks=[event])
         if "answer" in s:
             return status, s["answer"]
         if status != 200:
@@ -376,12 +381,19 @@ def test_the_hosts_agree_on_mcp_tool_calls():
         steps.append({"id": f"mcp/other/{i}", "method": "POST", "path": "/mcp", "headers": headers,
                       "body": mcp_call(30 + i, "search", {"q": f"term {i}"}),
                       "answer": {"jsonrpc": "2.0", "id": 30 + i, "result": result}})
+    for i in range(5):
+        steps.append({"id": f"mcp/stream/{i}", "method": "POST", "path": "/mcp", "headers": headers,
+                      "body": mcp_call(40 + i, "list_dir", {"path": "src"}), "stream": True,
+                      "answer": {"jsonrpc": "2.0", "id": 40 + i, "result": result}})
     seen, counted = side_by_side(plugin, steps)
     assert assert_same(steps, seen, counted) >= 6
     # Noted (the answer rewritten) at the 3rd, blocked from the 4th.
     steps_of = {s["id"]: seen["wasm"][s["id"]].get("decision") or {} for s in steps}
     assert [steps_of[f"mcp/same/{i}"].get("action") for i in range(5)] == [None, None, "note", "block", "block"], steps_of
     assert [steps_of[f"mcp/other/{i}"].get("action") for i in range(5)] == [None] * 5
+    # Answered as event streams: the note goes into the stream's result.
+    assert [steps_of[f"mcp/stream/{i}"].get("action") for i in range(5)] == [None, None, "note", "block", "block"], steps_of
+    assert b"[loopguard]" in seen["wasm"]["mcp/stream/2"]["body"], seen["wasm"]["mcp/stream/2"]
 
 
 def test_every_callback_the_module_binds_is_exercised_by_a_native_run():
