@@ -1,12 +1,15 @@
 """Envoy fixtures: `start_envoy` starts real Envoy processes with loopguard
 in the host the suite runs (LOOPGUARD_HOST) and stops them after the test,
-printing their logs if it failed; the recording `upstream` and an alert
-`receiver`. Also: the built artifacts are checked before anything runs, and
-each test's outcome is kept on its item (rep_setup, rep_call, rep_teardown)
-for fixtures that print more when a test failed."""
+printing their logs if it failed; `shared_envoy` starts one Envoy per test
+module and configuration, shared by the module's tests (with the module's
+`shared_upstream`); the recording `upstream` and an alert `receiver`. Also:
+the built artifacts are checked before anything runs, and each test's
+outcome is kept on its item (rep_setup, rep_call, rep_teardown) for
+fixtures that print more when a test failed."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -80,3 +83,53 @@ def start_envoy(request):
             if e.timing_log and e.timing_log.exists():
                 print(f"--- Envoy's timing of {e.name}'s requests ---\n{e.timing_log.read_text()[-5000:]}", file=sys.stderr)
         shutil.rmtree(e.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared_upstream():
+    """An upstream like `upstream`, shared by the tests of a module (with
+    shared_envoy): each test reads only the requests to its own paths."""
+    u = Upstream()
+    yield u
+    u.stop()
+
+
+@pytest.fixture(scope="module")
+def _shared_envoys():
+    """The Envoys shared_envoy started in this module, by configuration;
+    stopped when the module's last test is done."""
+    started: dict[str, Envoy] = {}
+    yield started
+    for e in started.values():
+        e.stop()
+        shutil.rmtree(e.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def shared_envoy(request, _shared_envoys):
+    """shared_envoy(config, concurrency=2) -> a started Envoy, shared with the
+    module's other tests that ask for the same configuration (one start
+    instead of one per test): a test that uses it sends requests (callers,
+    paths, bodies) no other test of the module sends, and reads counters as
+    deltas. Its log is printed if a test that used it failed."""
+    used: list[Envoy] = []
+
+    def start(config: dict, concurrency: int = 2) -> Envoy:
+        key = json.dumps([config, concurrency], sort_keys=True)
+        e = _shared_envoys.get(key)
+        if e is None:
+            e = Envoy(config, concurrency=concurrency, name=f"shared envoy {len(_shared_envoys) + 1}")
+            try:
+                e.start()
+            except BaseException:
+                e.stop()
+                shutil.rmtree(e.dir, ignore_errors=True)
+                raise
+            _shared_envoys[key] = e
+        used.append(e)
+        return e
+
+    yield start
+    if failed(request):
+        for e in used:
+            print(f"\n--- log of {e.name} (admin {e.admin}), shared with the module's other tests ---\n{e.log()[-20000:]}", file=sys.stderr)
