@@ -17,10 +17,15 @@ def jwt(claims: dict) -> str:
 
 
 @pytest.fixture
-def guard(upstream, start_envoy):
+def guard(shared_upstream, shared_envoy, start_envoy):
+    """The guarded Envoy. Without limit keys it is one Envoy shared by the
+    module's tests (none reads the upstream or a counter, and each sends
+    requests no other test sends: its own paths, bodies or API keys); with
+    them, the test's own."""
+
     def make(limit_keys=None):
-        cfg = plugin([policy(threshold=2, window=60, limit_keys=limit_keys)])
-        return start_envoy(bootstrap(cfg, upstream.port))
+        cfg = bootstrap(plugin([policy(threshold=2, window=60, limit_keys=limit_keys)]), shared_upstream.port)
+        return shared_envoy(cfg) if limit_keys is None else start_envoy(cfg)
 
     return make
 
@@ -106,8 +111,8 @@ def test_default_identity_is_the_api_key(guard):
     assert same(e, {"content": body, "headers": {"x-api-key": "sk-ant-1"}}, {"content": body, "headers": {"x-api-key": "sk-ant-1"}})
 
 
-def test_raw_api_key_never_appears_in_responses_or_logs(upstream, start_envoy):
-    e = start_envoy(bootstrap(plugin([policy(threshold=2)]), upstream.port))
+def test_raw_api_key_never_appears_in_responses_or_logs(guard):
+    e = guard()
     secret = "sk-live-SECRET-1234567890"
     with httpx.Client(base_url=e.url, headers={"authorization": f"Bearer {secret}"}) as c:
         c.post("/v1/x", content=b"{}")
