@@ -8,8 +8,15 @@ import httpx
 from harness import Schedule, bootstrap, on_schedule, plugin, policy, sliding_window_boundary
 
 
-def test_sliding_not_fixed_window_and_rejected_hits_count(upstream, start_envoy):
-    e = start_envoy(bootstrap(plugin([policy(threshold=3, window=2)]), upstream.port))
+def n3_w2(upstream, shared_envoy):
+    """N=3, W=2 s: one Envoy shared by the two tests below (each sends to
+    paths of its own, /v1/w/... and /v1/t/..., and reads only those)."""
+    return shared_envoy(bootstrap(plugin([policy(threshold=3, window=2)]), upstream.port))
+
+
+def test_sliding_not_fixed_window_and_rejected_hits_count(shared_upstream, shared_envoy):
+    upstream = shared_upstream
+    e = n3_w2(upstream, shared_envoy)
 
     def scenario(attempt):
         path = f"/v1/w/{attempt}"
@@ -20,11 +27,11 @@ def test_sliding_not_fixed_window_and_rejected_hits_count(upstream, start_envoy)
     on_schedule(scenario)
 
 
-def test_not_a_ttl_refreshed_on_every_hit(upstream, start_envoy):
+def test_not_a_ttl_refreshed_on_every_hit(shared_upstream, shared_envoy):
     """Hits 1.1 s apart with N=3, W=2 s: each sees only one earlier hit in its
     window, so a loop this slow is never stopped. A counter whose TTL is
     refreshed on every hit would block the third."""
-    e = start_envoy(bootstrap(plugin([policy(threshold=3, window=2)]), upstream.port))
+    e = n3_w2(shared_upstream, shared_envoy)
 
     def scenario(attempt):
         codes, hits = [], []
