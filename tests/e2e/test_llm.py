@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from harness import Upstream, bootstrap, plugin, policy
+from harness import Upstream, bootstrap, plugin, policy, stuck_model
 
 THRESHOLD = 3
 TOOLS = [
@@ -30,12 +30,36 @@ def llm_guard(start_envoy, upstream, **detection):
     return start_envoy(bootstrap(cfg, upstream.port))
 
 
-def test_openai_sdk_agent_loop_is_stopped_once_the_tail_repeats(stuck, start_envoy):
+@pytest.fixture(scope="module")
+def stuck_upstream():
+    """The model stuck on the same tool call (like the `stuck` fixture),
+    shared by the agent tests below and their one Envoy: each agent has an
+    API key of its own, and a test reads only its own calls (calls())."""
+    u = Upstream(responder=stuck_model)
+    yield u
+    u.stop()
+
+
+@pytest.fixture
+def stuck_guard(stuck_upstream, shared_envoy):
+    return llm_guard(shared_envoy, stuck_upstream)
+
+
+def calls(upstream, api_key: str) -> list[dict]:
+    """The requests of the caller with this API key that reached the upstream."""
+    return [
+        r for r in upstream.requests
+        if api_key in (r["headers"].get("authorization", "").removeprefix("Bearer "), r["headers"].get("x-api-key"))
+    ]
+
+
+def test_openai_sdk_agent_loop_is_stopped_once_the_tail_repeats(stuck_upstream, stuck_guard):
     """Every request body differs (the conversation grows, call ids are new),
     yet from the third call on the last three messages repeat: [tool result,
     tool call, tool result]. The THRESHOLD-th repetition is rejected, so the
     upstream sees the two first calls plus THRESHOLD - 1 repetitions."""
-    e = llm_guard(start_envoy, stuck)
+    e = stuck_guard
+    requests, rejected = e.counter("loopguard.requests_total"), e.counter("loopguard.rejected_total")
     client = openai.OpenAI(base_url=f"{e.url}/v1", api_key="sk-agent-1")  # default retries on
     messages = [
         {"role": "system", "content": "You are a release assistant."},
@@ -48,8 +72,8 @@ def test_openai_sdk_agent_loop_is_stopped_once_the_tail_repeats(stuck, start_env
             messages.append(msg.model_dump(exclude_none=True))
             for call in msg.tool_calls:
                 messages.append({"role": "tool", "tool_call_id": call.id, "content": "ERROR: CI API timed out"})
-    assert stuck.count == THRESHOLD + 1
-    bodies = [req["body"] for req in stuck.requests]
+    assert len(calls(stuck_upstream, "sk-agent-1")) == THRESHOLD + 1
+    bodies = [req["body"] for req in calls(stuck_upstream, "sk-agent-1")]
     assert len(set(bodies)) == len(bodies), "every body differed"
     err = caught.value
     assert err.status_code == 429
@@ -58,12 +82,13 @@ def test_openai_sdk_agent_loop_is_stopped_once_the_tail_repeats(stuck, start_env
     assert int(err.response.headers["retry-after-ms"]) > 0
     # The SDK did not retry the 429 on its own: one more request reached
     # loopguard, none reached the upstream.
-    assert e.counter("loopguard.requests_total") == THRESHOLD + 2
-    assert e.counter("loopguard.rejected_total") == 1
+    assert e.counter("loopguard.requests_total") - requests == THRESHOLD + 2
+    assert e.counter("loopguard.rejected_total") - rejected == 1
 
 
-def test_anthropic_sdk_agent_loop_is_stopped(stuck, start_envoy):
-    e = llm_guard(start_envoy, stuck)
+def test_anthropic_sdk_agent_loop_is_stopped(stuck_upstream, stuck_guard):
+    e = stuck_guard
+    requests = e.counter("loopguard.requests_total")
     client = anthropic.Anthropic(base_url=e.url, api_key="sk-ant-agent")
     tools = [{"name": "get_build_status", "description": "CI status", "input_schema": {"type": "object", "properties": {"branch": {"type": "string"}}}}]
     messages = [{"role": "user", "content": "Is the build green?"}]
@@ -81,7 +106,7 @@ def test_anthropic_sdk_agent_loop_is_stopped(stuck, start_envoy):
                     ],
                 }
             )
-    assert stuck.count == THRESHOLD + 1
+    assert len(calls(stuck_upstream, "sk-ant-agent")) == THRESHOLD + 1
     err = caught.value
     assert err.status_code == 429
     assert err.body["type"] == "error"
@@ -90,10 +115,10 @@ def test_anthropic_sdk_agent_loop_is_stopped(stuck, start_envoy):
     assert err.body["loopguard"]["code"] == "recursive_loop_detected"
     assert err.body["loopguard"]["policy"] == "agents"
     assert err.response.headers["retry-after"] == "60"
-    assert e.counter("loopguard.requests_total") == THRESHOLD + 2
+    assert e.counter("loopguard.requests_total") - requests == THRESHOLD + 2
 
 
-def test_langgraph_react_agent_ends_with_the_loop_error_not_the_recursion_limit(stuck, start_envoy):
+def test_langgraph_react_agent_ends_with_the_loop_error_not_the_recursion_limit(stuck_upstream, stuck_guard):
     from langchain_core.tools import ToolException, tool
     from langchain_openai import ChatOpenAI
     from langgraph.errors import GraphRecursionError
@@ -105,7 +130,7 @@ def test_langgraph_react_agent_ends_with_the_loop_error_not_the_recursion_limit(
         raise ToolException("CI API timed out")
 
     get_build_status.handle_tool_error = True  # the error goes back to the model, as in real agents
-    e = llm_guard(start_envoy, stuck)
+    e = stuck_guard
     llm = ChatOpenAI(model="gpt-4o-mini", base_url=f"{e.url}/v1", api_key="sk-langgraph")
     with warnings.catch_warnings():
         # The prebuilt ReAct agent is deprecated in favour of langchain's
@@ -119,11 +144,11 @@ def test_langgraph_react_agent_ends_with_the_loop_error_not_the_recursion_limit(
         raise AssertionError("ran into the recursion limit instead of the loop error") from ex
     except openai.RateLimitError as ex:
         assert ex.code == "recursive_loop_detected"
-    assert stuck.count == THRESHOLD + 1
+    assert len(calls(stuck_upstream, "sk-langgraph")) == THRESHOLD + 1
 
 
-def test_responses_api_loop_is_stopped(stuck, start_envoy):
-    e = llm_guard(start_envoy, stuck)
+def test_responses_api_loop_is_stopped(stuck_guard):
+    e = stuck_guard
     items = [{"role": "user", "content": "Find the Q3 report"}]
     codes = []
     with httpx.Client(base_url=e.url) as c:
@@ -185,8 +210,10 @@ def chat_body(text: str, tools: bool = False) -> bytes:
     return json.dumps(body).encode()
 
 
-def test_session_mode_counts_calls_per_session(upstream, start_envoy):
-    e = session_guard(start_envoy, upstream)
+def test_session_mode_counts_calls_per_session(shared_upstream, shared_envoy):
+    # One Envoy shared with the next test: their callers (tenant-1, tenant-2;
+    # tenant-3) differ.
+    e = session_guard(shared_envoy, shared_upstream)
     with httpx.Client(base_url=e.url) as c:
         h = lambda key, sid: {"authorization": f"Bearer {key}", "x-session-id": sid}  # noqa: E731
         # Every call of one session counts, whatever it says.
@@ -199,8 +226,8 @@ def test_session_mode_counts_calls_per_session(upstream, start_envoy):
     assert (t2, tools) == (200, 200)
 
 
-def test_session_mode_falls_back_to_one_count_per_caller(upstream, start_envoy):
-    e = session_guard(start_envoy, upstream)
+def test_session_mode_falls_back_to_one_count_per_caller(shared_upstream, shared_envoy):
+    e = session_guard(shared_envoy, shared_upstream)
     with httpx.Client(base_url=e.url, headers={"authorization": "Bearer tenant-3"}) as c:
         codes = [c.post("/v1/chat/completions", content=chat_body(f"call {i}")).status_code for i in range(16)]
     # Without a session id: judged against 5 x the threshold.
