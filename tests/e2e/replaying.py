@@ -16,6 +16,133 @@ import harness as h
 from harness import CLI
 
 
+def decision_log(envoy: h.Envoy, id_header: str) -> Path:
+    """Have an unstarted Envoy log, per request, the step id it carries in
+    `id_header` and the decision loopguard published (filter state, the
+    same key on either host); the log's path."""
+    log = envoy.dir / "access.log"
+    hcm = envoy.config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    hcm["access_log"] = [{
+        "name": "envoy.access_loggers.file",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "path": str(log),
+            "log_format": {"text_format_source": {
+                "inline_string": f"%REQ({id_header.upper()})% %FILTER_STATE(wasm.loopguard:PLAIN)%\n"}},
+        },
+    }]
+    return log
+
+
+def windows_mix() -> tuple[dict, list[dict]]:
+    """A generated mix and its plugin: windows that expire (2 s), a cooldown
+    that outlasts the window, a throttle's escalating delay, warnings, a
+    path no policy covers, and a provider's 503s with the SDK's retries,
+    over several callers. Steps 0-5 reject and cool down, 6-10 repeat 1.2 s
+    apart then fast, 11-16 throttle, 17-20 warn, 21-22 pass, 23-26 retry."""
+    def spec(prefix: str, **detection) -> dict:
+        return {"selector": {"pathPrefix": prefix, "methods": ["POST"]}, "limit_keys": ["header:x-user"],
+                "loop_detection": {"enabled": True, "window_seconds": 2, "similarity": "exact", **detection}}
+    plugin = {
+        "max_body_bytes": 1 << 20, "hold_request_headers": True, "access_log": "all",
+        "policies": [
+            {"id": "reject", "spec": spec("/v1/reject", threshold_identical_requests=3, action="reject", cooldown_seconds=3)},
+            {"id": "throttle", "spec": spec("/v1/throttle", threshold_identical_requests=2, action="throttle",
+                                            throttle_step_ms=50, throttle_max_delay_ms=200)},
+            {"id": "warn", "spec": spec("/v1/warn", threshold_identical_requests=2, action="warn")},
+        ],
+    }
+
+    def step(i: int, path: str, user: str, body: str, wait: float = 0.0, upstream: int = 200) -> dict:
+        return {"id": f"mix/{i}", "method": "POST", "path": path, "headers": {"x-user": user, "content-type": "application/json"},
+                "body": body.encode(), "wait": wait, "upstream_status": upstream}
+
+    plan = [
+        # Three in a row: the third is rejected; the cooldown holds after
+        # the window has gone (2.5 s later), and ends (3.5 s after that).
+        ("/v1/reject", "a", "{}", 0), ("/v1/reject", "a", "{}", 0), ("/v1/reject", "a", "{}", 0),
+        ("/v1/reject", "b", "{}", 0), ("/v1/reject", "a", "{}", 2.5), ("/v1/reject", "a", "{}", 3.5),
+        # Repeats 1.2 s apart: never three in a 2 s window... then fast.
+        ("/v1/reject", "c", "{\"x\":1}", 0), ("/v1/reject", "c", "{\"x\":1}", 1.2), ("/v1/reject", "c", "{\"x\":1}", 1.2),
+        ("/v1/reject", "c", "{\"x\":1}", 0), ("/v1/reject", "c", "{\"x\":1}", 0),
+        # Throttle: delays step up and cap.
+        ("/v1/throttle", "a", "{}", 0), ("/v1/throttle", "a", "{}", 0), ("/v1/throttle", "a", "{}", 0),
+        ("/v1/throttle", "a", "{}", 0), ("/v1/throttle", "a", "{}", 0), ("/v1/throttle", "a", "{}", 0),
+        # Warn, then the window expires and counting starts again.
+        ("/v1/warn", "a", "{}", 0), ("/v1/warn", "a", "{}", 0), ("/v1/warn", "a", "{}", 2.5), ("/v1/warn", "a", "{}", 0),
+        # No policy for this path.
+        ("/v1/other", "a", "{}", 0), ("/v1/other", "a", "{}", 0),
+    ]
+    steps = [step(i, *p) for i, p in enumerate(plan)]
+    # A provider error, then the SDK's retry of the same body: forgiven.
+    steps += [step(100, "/v1/reject", "d", "{\"r\":1}", 0, 503), step(101, "/v1/reject", "d", "{\"r\":1}", 0, 503),
+              step(102, "/v1/reject", "d", "{\"r\":1}", 0), step(103, "/v1/reject", "d", "{\"r\":1}", 0)]
+    return plugin, steps
+
+
+def spend_caps_mix() -> tuple[dict, list[dict]]:
+    """Spend caps and their plugin: dollars per session (from a header or
+    the body), tokens per caller, calls per conversation, a cap in shadow
+    mode, and a cap beside loop detection; each step carries the usage its
+    answer reports."""
+    def capped(**budget) -> dict:
+        return {"limit_keys": ["header:x-user"], "budget": budget}
+    plugin = {
+        "max_body_bytes": 1 << 20, "hold_request_headers": True, "access_log": "all",
+        # $1000 / $2000 per million tokens: 200 + 100 tokens cost $0.40.
+        "prices": {"e2e-model": {"input_per_million": 1000, "output_per_million": 2000}},
+        "policies": [
+            {"id": "capped", "spec": {"selector": {"pathPrefix": "/v1/capped", "methods": ["POST"]}, **capped(
+                limits=[{"name": "session-usd", "per": "session", "window_seconds": 600, "usd": 1},
+                        {"name": "caller-tokens", "per": "caller", "window_seconds": 600, "tokens": 5000},
+                        {"name": "turns", "per": "conversation", "window_seconds": 600, "calls": 4}],
+                warn_at=0.5, session=["header:x-session-id", "body:metadata.session_id"])}},
+            {"id": "shadowed", "spec": {"selector": {"pathPrefix": "/v1/shadowed", "methods": ["POST"]}, "mode": "shadow",
+                                        **capped(limits=[{"name": "calls", "per": "caller", "window_seconds": 600, "calls": 2}])}},
+            {"id": "both", "spec": {"selector": {"pathPrefix": "/v1/both", "methods": ["POST"]},
+                                    "loop_detection": {"enabled": True, "window_seconds": 60, "similarity": "exact",
+                                                       "threshold_identical_requests": 3},
+                                    **capped(limits=[{"name": "calls", "per": "caller", "window_seconds": 600, "calls": 3}])}},
+        ],
+    }
+    steps: list[dict] = []
+
+    def step(path: str, user: str, messages: list[str], usage: tuple[int, int], *, session: str | None = None,
+             body_session: str | None = None, upstream: int = 200) -> None:
+        body: dict = {"model": "e2e-model", "messages": [{"role": "user", "content": m} for m in messages]}
+        if body_session:
+            body["metadata"] = {"session_id": body_session}
+        headers = {"x-user": user, "content-type": "application/json"}
+        if session:
+            headers["x-session-id"] = session
+        steps.append({"id": f"cap/{len(steps)}", "method": "POST", "path": path, "headers": headers,
+                      "body": json.dumps(body).encode(), "upstream_status": upstream,
+                      "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1]}})
+
+    # $0.40 a call in session s1: the 3rd is warned ($0.80 of $1), the 4th
+    # refused; session s2 (named in the body) has its own sum.
+    for i in range(4):
+        step("/v1/capped/chat", "u1", [f"task {i}"], (200, 100), session="s1")
+    step("/v1/capped/chat", "u1", ["task 9"], (200, 100), body_session="s2")
+    # No session: 2500 tokens a call against 5000 per caller.
+    for i in range(3):
+        step("/v1/capped/chat", "u2", [f"question {i}"], (2000, 500))
+    # One conversation, 4 calls (warned from 2), the 5th refused; a 503
+    # on the way is no call.
+    step("/v1/capped/chat", "u3", ["plan the trip"], (10, 5), upstream=503)
+    for i in range(5):
+        step("/v1/capped/chat", "u3", ["plan the trip"] + [f"leg {j}" for j in range(i + 1)], (10, 5))
+    # Shadow mode: the 3rd and 4th would be refused; all are forwarded.
+    for i in range(4):
+        step("/v1/shadowed/chat", "s", [f"job {i}"], (10, 5))
+    # A loop and a cap in one policy: the loop's 3rd repeat is refused by
+    # loop detection; the other caller's 4th call by its cap.
+    for i in range(4):
+        step("/v1/both/chat", "loop", ["same again"], (10, 5))
+        step("/v1/both/chat", "busy", [f"new {i}"], (10, 5))
+    return plugin, steps
+
+
 def through_envoy(plugin: dict, steps: list[dict], tmp: Path) -> tuple[Path, dict]:
     """Send `steps` through Envoy with `plugin`; write them as replay's JSON
     Lines (with the time each was sent and the upstream's answer) and return
@@ -37,16 +164,7 @@ def through_envoy(plugin: dict, steps: list[dict], tmp: Path) -> tuple[Path, dic
     up = h.Upstream(respond)
     config = h.bootstrap(plugin, up.port, hold=True, buffer_limit=8 << 20)
     envoy = h.Envoy(config, concurrency=2, name="replay")
-    log = envoy.dir / "access.log"
-    hcm = envoy.config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    hcm["access_log"] = [{
-        "name": "envoy.access_loggers.file",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
-            "path": str(log),
-            "log_format": {"text_format_source": {"inline_string": "%REQ(X-REPLAY-ID)% %FILTER_STATE(wasm.loopguard:PLAIN)%\n"}},
-        },
-    }]
+    log = decision_log(envoy, "x-replay-id")
     envoy.start()
     seen: dict[str, dict] = {}
     lines = []

@@ -33,6 +33,7 @@ import pytest
 
 import harness as h
 from harness import ROOT
+from replaying import corpus_steps, decision_log, spend_caps_mix, windows_mix
 
 sys.path.insert(0, str(ROOT / "eval"))
 import eval as corpus  # noqa: E402
@@ -66,21 +67,6 @@ class Answers:
         if status != 200:
             return status, {"error": {"type": "server_error", "message": f"answer {status}"}}
         return 200, {**h.COMPLETION, "usage": s["usage"]} if "usage" in s else h.COMPLETION
-
-
-def decision_log(envoy: h.Envoy) -> Path:
-    """Log each request's id and the decision loopguard published."""
-    log = envoy.dir / "access.log"
-    hcm = envoy.config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
-    hcm["access_log"] = [{
-        "name": "envoy.access_loggers.file",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
-            "path": str(log),
-            "log_format": {"text_format_source": {"inline_string": "%REQ(X-AGREE-ID)% %FILTER_STATE(wasm.loopguard:PLAIN)%\n"}},
-        },
-    }]
-    return log
 
 
 def decisions(log: Path, ids: set[str]) -> dict[str, object]:
@@ -152,7 +138,7 @@ def side_by_side(plugin: dict, steps: list[dict]) -> tuple[dict, dict]:
     envoys = {}
     for host in ("wasm", "native"):
         e = h.Envoy(h.bootstrap(plugin, ups[host].port, hold=True, buffer_limit=8 << 20, host=host), concurrency=2, name=host)
-        envoys[host] = (e, decision_log(e))
+        envoys[host] = (e, decision_log(e, "x-agree-id"))
     seen: dict[str, dict] = {"wasm": {}, "native": {}}
     try:
         for e, _ in envoys.values():
@@ -215,20 +201,10 @@ def assert_same(steps: list[dict], seen: dict, counted: dict) -> int:
     return acted
 
 
-def corpus_steps(name: str) -> list[dict]:
-    steps = []
-    for sc in corpus.load_scenarios(name, per_kind=1):
-        for i, req in enumerate(sc["requests"]):
-            steps.append({"id": f"{sc['id']}/{i + 1}", "method": req["method"], "path": req["path"],
-                          "headers": req["headers"], "body": json.dumps(req["body"]).encode(),
-                          "upstream_status": req.get("response", {}).get("status", 200)})
-    return steps
-
-
 @pytest.mark.parametrize("name", ["tuning", "heldout"])
 def test_the_hosts_agree_on_the_labelled_corpora(name):
     plugin = {**corpus.plugin_config(corpus.recommended_for(name)), "access_log": "all"}
-    steps = corpus_steps(name)
+    steps = corpus_steps(corpus.load_scenarios(name, per_kind=1))
     seen, counted = side_by_side(plugin, steps)
     assert assert_same(steps, seen, counted) >= 6
     # Requests the ladder rewrote on their way (a nudge, a directive) were
@@ -253,52 +229,33 @@ def test_the_hosts_agree_on_real_runs():
 
 
 def test_the_hosts_agree_on_windows_cooldowns_actions_and_retries():
-    """Windows that expire, a cooldown, a throttle's growing delay, warnings,
-    a ladder, shadow mode, a path no policy covers, and a provider's 503s
-    with the SDK's retries; OpenAI, Anthropic and plain HTTP callers, so
-    each API's 429 is compared byte for byte."""
-    def spec(prefix: str, **detection) -> dict:
+    """The replay tests' mix (windows that expire, a cooldown, a throttle's
+    growing delay, warnings, a path no policy covers, a provider's 503s
+    with the SDK's retries), and shadow mode, a query read in sorted order,
+    the caller's address as its key, and OpenAI, Anthropic and plain HTTP
+    callers, so each API's 429 is compared byte for byte."""
+    plugin, steps = windows_mix()
+    def spec(prefix: str, threshold: int, **extra) -> dict:
         return {"selector": {"pathPrefix": prefix, "methods": ["POST"]}, "limit_keys": ["header:x-user"],
-                "loop_detection": {"enabled": True, "window_seconds": 2, "similarity": "exact", **detection}}
-    plugin = {
-        "max_body_bytes": 1 << 20, "hold_request_headers": True, "access_log": "all",
-        "policies": [
-            {"id": "reject", "spec": spec("/v1/reject", threshold_identical_requests=3, action="reject", cooldown_seconds=3)},
-            {"id": "throttle", "spec": spec("/v1/throttle", threshold_identical_requests=2, action="throttle",
-                                            throttle_step_ms=50, throttle_max_delay_ms=200)},
-            {"id": "warn", "spec": spec("/v1/warn", threshold_identical_requests=2, action="warn")},
-            {"id": "shadow", "spec": {**spec("/v1/shadow", threshold_identical_requests=2, action="reject"), "mode": "shadow"}},
-            {"id": "chat", "spec": spec("/v1/chat/completions", threshold_identical_requests=3, action="reject")},
-            {"id": "messages", "spec": spec("/v1/messages", threshold_identical_requests=3, action="reject")},
-            {"id": "query", "spec": {**spec("/v1/q", threshold_identical_requests=3, action="reject"),
-                                     "selector": {"pathPrefix": "/v1/q", "methods": ["GET"]}}},
-            {"id": "by-ip", "spec": {**spec("/v1/ip", threshold_identical_requests=2, action="reject"),
-                                     "limit_keys": ["ip:address"]}},
-        ],
-    }
+                "loop_detection": {"enabled": True, "window_seconds": 2, "similarity": "exact",
+                                   "threshold_identical_requests": threshold, "action": "reject"}, **extra}
+    plugin["policies"] += [
+        {"id": "shadow", "spec": spec("/v1/shadow", 2, mode="shadow")},
+        {"id": "chat", "spec": spec("/v1/chat/completions", 3)},
+        {"id": "messages", "spec": spec("/v1/messages", 3)},
+        {"id": "query", "spec": spec("/v1/q", 3, selector={"pathPrefix": "/v1/q", "methods": ["GET"]})},
+        # The caller is its address (the downstream's, port aside).
+        {"id": "by-ip", "spec": spec("/v1/ip", 2, limit_keys=["ip:address"])},
+    ]
     chat = json.dumps({"model": "gpt-x", "messages": [{"role": "user", "content": "again"}]})
     messages = json.dumps({"model": "claude-x", "max_tokens": 10, "messages": [{"role": "user", "content": "again"}]})
-    plan = [
-        ("/v1/reject", "a", "{}", 0), ("/v1/reject", "a", "{}", 0), ("/v1/reject", "a", "{}", 0),
-        ("/v1/reject", "b", "{}", 0), ("/v1/reject", "a", "{}", 2.5), ("/v1/reject", "a", "{}", 3.5),
-        ("/v1/reject", "c", '{"x":1}', 0), ("/v1/reject", "c", '{"x":1}', 1.2), ("/v1/reject", "c", '{"x":1}', 1.2),
-        ("/v1/reject", "c", '{"x":1}', 0), ("/v1/reject", "c", '{"x":1}', 0),
-        *[("/v1/throttle", "a", "{}", 0)] * 6,
-        ("/v1/warn", "a", "{}", 0), ("/v1/warn", "a", "{}", 0), ("/v1/warn", "a", "{}", 2.5), ("/v1/warn", "a", "{}", 0),
-        *[("/v1/shadow", "a", "{}", 0)] * 3,
-        *[("/v1/chat/completions", "a", chat, 0)] * 4,
-        *[("/v1/messages", "a", messages, 0)] * 4,
-        ("/v1/other", "a", "{}", 0), ("/v1/other", "a", "{}", 0),
-        # The caller is its address (the downstream's, port aside).
-        ("/v1/ip", "a", "{}", 0), ("/v1/ip", "b", "{}", 0),
-    ]
-    steps = [{"id": f"mix/{i}", "method": "POST", "path": p, "headers": {"x-user": u, "content-type": "application/json"},
-              "body": b.encode(), "wait": w} for i, (p, u, b, w) in enumerate(plan)]
+    more = [*[("/v1/shadow", "a", "{}")] * 3, *[("/v1/chat/completions", "a", chat)] * 4,
+            *[("/v1/messages", "a", messages)] * 4, ("/v1/ip", "a", "{}"), ("/v1/ip", "b", "{}")]
+    steps += [{"id": f"more/{i}", "method": "POST", "path": p, "headers": {"x-user": u, "content-type": "application/json"},
+               "body": b.encode()} for i, (p, u, b) in enumerate(more)]
     # The query read in sorted order: one fingerprint for all three.
     steps += [{"id": f"query/{i}", "method": "GET", "path": q, "headers": {"x-user": "q"}, "body": b""}
               for i, q in enumerate(["/v1/q?b=2&a=1", "/v1/q?a=1&b=2", "/v1/q?b=2&a=1", "/v1/q?a=1&c=3"])]
-    steps += [{"id": f"retry/{i}", "method": "POST", "path": "/v1/reject", "headers": {"x-user": "d", "content-type": "application/json"},
-               "body": b'{"r":1}', "upstream_status": st} for i, st in enumerate([503, 503, 200, 200])]
     seen, counted = side_by_side(plugin, steps)
     assert assert_same(steps, seen, counted) >= 10
     statuses = [seen["wasm"][s["id"]]["status"] for s in steps]
@@ -311,41 +268,10 @@ def test_the_hosts_agree_on_windows_cooldowns_actions_and_retries():
 
 
 def test_the_hosts_agree_on_spend_caps():
-    """Caps in dollars, tokens and calls, per session, caller and
-    conversation, read from the answers' usage; a cap in shadow mode."""
-    plugin = {
-        "max_body_bytes": 1 << 20, "hold_request_headers": True, "access_log": "all",
-        "prices": {"e2e-model": {"input_per_million": 1000, "output_per_million": 2000}},
-        "policies": [
-            {"id": "capped", "spec": {"selector": {"pathPrefix": "/v1/capped", "methods": ["POST"]}, "limit_keys": ["header:x-user"],
-                                      "budget": {"limits": [
-                                          {"name": "session-usd", "per": "session", "window_seconds": 600, "usd": 1},
-                                          {"name": "caller-tokens", "per": "caller", "window_seconds": 600, "tokens": 5000},
-                                          {"name": "turns", "per": "conversation", "window_seconds": 600, "calls": 4}],
-                                          "warn_at": 0.5, "session": ["header:x-session-id"]}}},
-            {"id": "shadowed", "spec": {"selector": {"pathPrefix": "/v1/shadowed", "methods": ["POST"]}, "mode": "shadow",
-                                        "limit_keys": ["header:x-user"],
-                                        "budget": {"limits": [{"name": "calls", "per": "caller", "window_seconds": 600, "calls": 2}]}}},
-        ],
-    }
-    steps: list[dict] = []
-
-    def step(path: str, user: str, messages: list[str], usage: tuple[int, int], session: str | None = None, upstream: int = 200):
-        headers = {"x-user": user, "content-type": "application/json", **({"x-session-id": session} if session else {})}
-        body = {"model": "e2e-model", "messages": [{"role": "user", "content": m} for m in messages]}
-        steps.append({"id": f"cap/{len(steps)}", "method": "POST", "path": path, "headers": headers,
-                      "body": json.dumps(body).encode(), "upstream_status": upstream,
-                      "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1]}})
-
-    for i in range(4):
-        step("/v1/capped/chat", "u1", [f"task {i}"], (200, 100), session="s1")
-    for i in range(3):
-        step("/v1/capped/chat", "u2", [f"question {i}"], (2000, 500))
-    step("/v1/capped/chat", "u3", ["plan the trip"], (10, 5), upstream=503)
-    for i in range(5):
-        step("/v1/capped/chat", "u3", ["plan the trip"] + [f"leg {j}" for j in range(i + 1)], (10, 5))
-    for i in range(4):
-        step("/v1/shadowed/chat", "s", [f"job {i}"], (10, 5))
+    """The replay tests' caps: dollars, tokens and calls, per session,
+    caller and conversation, read from the answers' usage; a cap in shadow
+    mode; a cap beside loop detection."""
+    plugin, steps = spend_caps_mix()
     seen, counted = side_by_side(plugin, steps)
     assert assert_same(steps, seen, counted) >= 3
     budgets = [seen["wasm"][s["id"]]["headers"].get("x-loopguard-budget") for s in steps]
