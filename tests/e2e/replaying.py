@@ -1,19 +1,26 @@
 """`loopguard replay` against real Envoy: send steps (requests with ids)
 through an Envoy and record them as replay's JSON Lines with what Envoy
 did to each; replay that traffic with the CLI; and check that the two agree
-request by request (decision, loopguard's 429, delay, tool-loop header)."""
+request by request (decision, loopguard's 429, delay, tool-loop header).
+The traffic plans (a windows mix, spend caps, a slice of the real runs),
+the upstream's answers by step id and the decision log serve
+test_hosts_agree too, which compares the two hosts on the same traffic."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import httpx
 
 import harness as h
-from harness import CLI
+from harness import CLI, ROOT
+
+sys.path.insert(0, str(ROOT / "eval"))
+import realruns  # noqa: E402
 
 
 def decision_log(envoy: h.Envoy, id_header: str) -> Path:
@@ -32,6 +39,49 @@ def decision_log(envoy: h.Envoy, id_header: str) -> Path:
         },
     }]
     return log
+
+
+class Answers:
+    """The upstream's answer to each step, by the step id the request
+    carries in `id_header`: its `upstream_status`, its `answer` (JSON, or
+    an event stream with `stream`), or a completion with its `usage` (a
+    spend cap reads it); a failed status gets an error body."""
+
+    def __init__(self, steps: list[dict], id_header: str) -> None:
+        self.by_id = {s["id"]: s for s in steps}
+        self.id_header = id_header
+
+    def __call__(self, request: dict):
+        return self.of(request["headers"].get(self.id_header, ""))
+
+    def of(self, sid: str):
+        s = self.by_id.get(sid, {})
+        status = s.get("upstream_status", 200)
+        if "answer" in s and s.get("stream"):
+            # An event stream, as an MCP server on streamable HTTP answers
+            # (a new Answer each time: its chunks are read once).
+            event = f"event: message\ndata: {json.dumps(s['answer'])}\n\n"
+            return h.Answer(status=status, headers={"content-type": "text/event-stream"}, chunks=[event])
+        if "answer" in s:
+            return status, s["answer"]
+        if status != 200:
+            return status, {"error": {"type": "server_error", "message": f"answer {status}"}}
+        return 200, {**h.COMPLETION, "usage": s["usage"]} if "usage" in s else h.COMPLETION
+
+
+def decisions(log: Path, ids: set[str], timeout: float) -> dict[str, object]:
+    """The decision loopguard published for each request of `decision_log`,
+    by step id, once every one of `ids` is logged (Envoy writes a request's
+    line once its response is sent, and flushes the log every 0.2 s)."""
+    def logged() -> dict[str, object]:
+        out: dict[str, object] = {}
+        for line in log.read_text().splitlines() if log.exists() else []:
+            rid, _, state = line.partition(" ")
+            out[rid] = None if state in ("-", "") else json.loads(state)
+        return out
+
+    assert h.wait_for(lambda: ids <= set(logged()), timeout=timeout), sorted(ids - set(logged()))[:5]
+    return logged()
 
 
 def windows_mix() -> tuple[dict, list[dict]]:
@@ -143,25 +193,32 @@ def spend_caps_mix() -> tuple[dict, list[dict]]:
     return plugin, steps
 
 
+def real_runs_slice() -> tuple[dict, list[dict]]:
+    """A few recorded real runs of every request shape (text actions,
+    OpenAI tool calls, Anthropic tool use), a stuck one (so loopguard acts)
+    and a successful one of each, as steps, with the recommended setup."""
+    runs = realruns.load_runs(None)
+    chosen = []
+    for shape in ("chat-text", "chat-tools", "anthropic"):
+        of_shape = [r for r in runs if r["shape"] == shape and len(r["calls"]) <= 40]
+        stuck = [r for r in of_shape if r["labels"]["stuck"]][:1]
+        ok = [r for r in of_shape if r["labels"]["successful"]][:1]
+        chosen += stuck + ok
+    assert len(chosen) >= 4, [r["id"] for r in chosen]
+    plugin = {**realruns.plugin_of(realruns.RECOMMENDED), "access_log": "all"}
+    steps = [{"id": f"{r['id']}#{k}", "method": "POST", "path": path, "headers": headers, "body": body.encode()}
+             for r in chosen for k, (path, headers, body) in enumerate(realruns.requests_of(r))]
+    return plugin, steps
+
+
 def through_envoy(plugin: dict, steps: list[dict], tmp: Path) -> tuple[Path, dict]:
     """Send `steps` through Envoy with `plugin`; write them as replay's JSON
     Lines (with the time each was sent and the upstream's answer) and return
     the file with what Envoy did to each, by step id. A step with `usage`
     is answered with that usage, which its line records (`response.usage`);
     a failed answer to such a step is recorded with its body."""
-    statuses = {s["id"]: s.get("upstream_status", 200) for s in steps}
-    usages = {s["id"]: s["usage"] for s in steps if "usage" in s}
-
-    def answer(sid: str) -> tuple[int, dict]:
-        status = statuses.get(sid, 200)
-        if status == 200:
-            return 200, {**h.COMPLETION, "usage": usages[sid]} if sid in usages else h.COMPLETION
-        return status, {"error": {"type": "server_error", "message": f"answer {status}"}}
-
-    def respond(request: dict) -> tuple[int, dict]:
-        return answer(request["headers"].get("x-replay-id", ""))
-
-    up = h.Upstream(respond)
+    answers = Answers(steps, "x-replay-id")
+    up = h.Upstream(answers)
     config = h.bootstrap(plugin, up.port, hold=True, buffer_limit=8 << 20)
     envoy = h.Envoy(config, concurrency=2, name="replay")
     log = decision_log(envoy, "x-replay-id")
@@ -186,19 +243,14 @@ def through_envoy(plugin: dict, steps: list[dict], tmp: Path) -> tuple[Path, dic
                 line = {"timestamp": sent_ms, "method": s["method"], "path": s["path"], "headers": headers,
                         "body": s["body"].decode()}
                 if not own_429:
-                    line["response"] = {"status": statuses[s["id"]]}
-                    if s["id"] in usages:
-                        status, body = answer(s["id"])
-                        line["response"].update({"usage": usages[s["id"]]} if status == 200 else {"body": body})
+                    status, body = answers.of(s["id"])
+                    line["response"] = {"status": status}
+                    if "usage" in s:
+                        line["response"].update({"usage": s["usage"]} if status == 200 else {"body": body})
                 lines.append(json.dumps(line))
-        # Envoy writes a request's line once its response is sent, and
-        # flushes the log every 0.2 s: wait for every request's line.
-        logged = lambda: {e.partition(" ")[0] for e in log.read_text().splitlines()} if log.exists() else set()  # noqa: E731
-        assert h.wait_for(lambda: set(seen) <= logged(), timeout=10), sorted(set(seen) - logged())[:5]
-        for entry in log.read_text().splitlines():
-            rid, _, state = entry.partition(" ")
+        for rid, decision in decisions(log, set(seen), timeout=10).items():
             if rid in seen:
-                seen[rid]["decision"] = None if state in ("-", "") else json.loads(state)
+                seen[rid]["decision"] = decision
     finally:
         envoy.stop()
         up.stop()

@@ -26,59 +26,22 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
 
 import harness as h
 from harness import ROOT
-from replaying import corpus_steps, decision_log, spend_caps_mix, windows_mix
+from replaying import Answers, corpus_steps, decision_log, decisions, real_runs_slice, spend_caps_mix, windows_mix
 
 sys.path.insert(0, str(ROOT / "eval"))
 import eval as corpus  # noqa: E402
-import realruns  # noqa: E402
 
 pytestmark = pytest.mark.skipif(h.HOST != "wasm", reason="starts both hosts itself; run once, with the Wasm host's suite")
 
 # Answer headers that differ between any two Envoys (times, ids) and are no
 # decision of loopguard's.
 VOLATILE = {"date", "x-envoy-upstream-service-time", "x-request-id", "server", "content-length"}
-
-
-class Answers:
-    """The upstream's answer to each step, by the step id the request
-    carries: a status, a content type and a body (JSON or an event stream),
-    and the usage a spend cap reads."""
-
-    def __init__(self, steps: list[dict]) -> None:
-        self.by_id = {s["id"]: s for s in steps}
-
-    def __call__(self, request: dict) -> tuple[int, dict]:
-        s = self.by_id.get(request["headers"].get("x-agree-id", ""), {})
-        status = s.get("upstream_status", 200)
-        if "answer" in s and s.get("stream"):
-            # An event stream, as an MCP server on streamable HTTP answers
-            # (a new Answer each time: its chunks are read once).
-            event = f"event: message\ndata: {json.dumps(s['answer'])}\n\n"
-            return h.Answer(status=status, headers={"content-type": "text/event-stream"}, chunks=[event])
-        if "answer" in s:
-            return status, s["answer"]
-        if status != 200:
-            return status, {"error": {"type": "server_error", "message": f"answer {status}"}}
-        return 200, {**h.COMPLETION, "usage": s["usage"]} if "usage" in s else h.COMPLETION
-
-
-def decisions(log: Path, ids: set[str]) -> dict[str, object]:
-    def logged() -> dict[str, object]:
-        out: dict[str, object] = {}
-        for line in log.read_text().splitlines() if log.exists() else []:
-            rid, _, state = line.partition(" ")
-            out[rid] = None if state in ("-", "") else json.loads(state)
-        return out
-
-    assert h.wait_for(lambda: ids <= set(logged()), timeout=15), sorted(ids - set(logged()))[:5]
-    return logged()
 
 
 def answer_of(resp: httpx.Response) -> dict:
@@ -134,7 +97,7 @@ def side_by_side(plugin: dict, steps: list[dict]) -> tuple[dict, dict]:
     """Send every step to a Wasm and a native Envoy at the same moment
     (after the step's `wait`); what each client read, and each Envoy's
     decisions and counters."""
-    ups = {host: h.Upstream(Answers(steps)) for host in ("wasm", "native")}
+    ups = {host: h.Upstream(Answers(steps, "x-agree-id")) for host in ("wasm", "native")}
     envoys = {}
     for host in ("wasm", "native"):
         e = h.Envoy(h.bootstrap(plugin, ups[host].port, hold=True, buffer_limit=8 << 20, host=host), concurrency=2, name=host)
@@ -162,7 +125,7 @@ def side_by_side(plugin: dict, steps: list[dict]) -> tuple[dict, dict]:
             c.close()
         ids = {s["id"] for s in steps}
         for host, (e, log) in envoys.items():
-            for sid, d in decisions(log, ids).items():
+            for sid, d in decisions(log, ids, timeout=15).items():
                 if sid in seen[host]:
                     seen[host][sid]["decision"] = d
             # What went on to the provider: the request as loopguard left it
@@ -216,14 +179,7 @@ def test_the_hosts_agree_on_the_labelled_corpora(name):
 def test_the_hosts_agree_on_real_runs():
     """Two runs of each request shape (text actions, OpenAI tool calls,
     Anthropic tool use), one stuck and one successful, recommended setup."""
-    runs = []
-    for shape in ("chat-text", "chat-tools", "anthropic"):
-        of_shape = [r for r in realruns.load_runs(None) if r["shape"] == shape and len(r["calls"]) <= 40]
-        runs += [r for r in of_shape if r["labels"]["stuck"]][:1] + [r for r in of_shape if r["labels"]["successful"]][:1]
-    assert len(runs) >= 4
-    plugin = {**realruns.plugin_of(realruns.RECOMMENDED), "access_log": "all"}
-    steps = [{"id": f"{r['id']}#{k}", "method": "POST", "path": path, "headers": headers, "body": body.encode()}
-             for r in runs for k, (path, headers, body) in enumerate(realruns.requests_of(r))]
+    plugin, steps = real_runs_slice()
     seen, counted = side_by_side(plugin, steps)
     assert assert_same(steps, seen, counted) >= 2
 

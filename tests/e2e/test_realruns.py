@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from harness import HOST, ROOT
-from replaying import assert_agree, replayed, through_envoy
+from replaying import assert_agree, real_runs_slice, replayed, through_envoy
 
 sys.path.insert(0, str(ROOT / "eval"))
 import realruns  # noqa: E402
@@ -91,28 +91,8 @@ def test_heldout_runs_no_worse_than_measured_and_the_same_at_every_pace(heldout)
         ), pace
 
 
-def slice_for_envoy() -> list[dict]:
-    """A few runs of every request shape: text actions, OpenAI tool calls,
-    Anthropic tool use; stuck runs (so loopguard acts) and successful ones."""
-    runs = realruns.load_runs(None)
-    chosen = []
-    for shape in ("chat-text", "chat-tools", "anthropic"):
-        of_shape = [r for r in runs if r["shape"] == shape and len(r["calls"]) <= 40]
-        stuck = [r for r in of_shape if r["labels"]["stuck"]][:1]
-        ok = [r for r in of_shape if r["labels"]["successful"]][:1]
-        chosen += stuck + ok
-    return chosen
-
-
 def test_replay_agrees_with_envoy_on_real_runs(tmp_path):
-    runs = slice_for_envoy()
-    assert len(runs) >= 4
-    plugin = {**realruns.plugin_of(realruns.RECOMMENDED), "access_log": "all"}
-    steps = []
-    for r in runs:
-        for k, (path, headers, body) in enumerate(realruns.requests_of(r)):
-            steps.append({"id": f"{r['id']}#{k}", "method": "POST", "path": path, "headers": headers,
-                          "body": body.encode()})
+    plugin, steps = real_runs_slice()
     traffic, seen = through_envoy(plugin, steps, tmp_path)
     acted = assert_agree(steps, seen, replayed(plugin, traffic, tmp_path))
     # The stuck runs were acted on: the agreement is about something.
