@@ -12,6 +12,7 @@
 
 pub mod mcp;
 pub mod repeats;
+pub mod stream_usage;
 pub mod usage;
 
 /// Whether a response status says the provider failed the attempt: any

@@ -29,6 +29,7 @@ pub(crate) mod normalize;
 mod recognise;
 pub mod scan;
 mod steps;
+pub mod stream_options;
 mod text_actions;
 mod tools;
 pub mod volatile;
