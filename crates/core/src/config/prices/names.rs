@@ -1,0 +1,306 @@
+//! How a request's `model` names a priced model. Providers and gateways
+//! write one model many ways: `gpt-4o`, `GPT-4o`, `gpt-4o-2024-08-06`,
+//! `openai/gpt-4o`, `azure/gpt-4o`; `claude-sonnet-4-5-20250929`,
+//! `us.anthropic.claude-sonnet-4-5-20250929-v1:0` (Bedrock),
+//! `claude-sonnet-4-5@20250929` (Vertex AI); `ft:gpt-4o-mini-2024-07-18:acme::x1`
+//! (a fine-tuned model). [`resolve`] tries the forms of a name most specific
+//! first, without allocating: the name as written, then without the
+//! provider's path, Bedrock's region, vendor and version and Vertex AI's
+//! `@`, then without a date or `-latest`.
+//!
+//! `tools/prices.py` names the built-in table's rows by the same rules:
+//! keep the two in step.
+
+use std::cmp::Ordering;
+
+/// Bedrock's cross-region inference prefixes (`us.anthropic.…`).
+const REGIONS: &[&str] = &["us", "eu", "apac", "global", "jp", "au", "ca", "us-gov"];
+/// Bedrock's model vendors (`anthropic.claude-…`, `meta.llama3-…`).
+const VENDORS: &[&str] = &[
+    "anthropic",
+    "meta",
+    "mistral",
+    "deepseek",
+    "openai",
+    "qwen",
+    "amazon",
+    "cohere",
+    "ai21",
+    "google",
+    "moonshot",
+    "moonshotai",
+    "minimax",
+    "writer",
+    "nvidia",
+    "zai",
+];
+/// The longest name built from parts (Vertex AI's `name@date` as
+/// `name-date`, `name` as `name-latest`); longer ones are not built.
+const MAX_BUILT: usize = 128;
+
+/// Call `find` with the forms of `model`, most specific first, until it
+/// finds one; `find` should compare ignoring ASCII case.
+///
+/// 1. the name as written;
+/// 2. a fine-tuned `ft:BASE:org::id` as `ft:BASE` (and undated), then as
+///    its base model (the rest of the steps);
+/// 3. without leading path segments (`openai/`, `openrouter/anthropic/`,
+///    `accounts/fireworks/models/`, `publishers/google/models/`), a
+///    Bedrock region and vendor (`us.anthropic.`, `meta.`) and version
+///    (`-v1:0`), and a Vertex AI `@tag`; a Vertex AI `@YYYYMMDD` first as
+///    `-YYYYMMDD`;
+/// 4. without a date (`-2024-08-06`, `-20250514`, `-0613`, `-2411`);
+/// 5. without `-latest`, or else with it.
+pub fn resolve<T>(model: &str, mut find: impl FnMut(&str) -> Option<T>) -> Option<T> {
+    let s = model.trim();
+    if s.is_empty() {
+        return None;
+    }
+    if let Some(found) = find(s) {
+        return Some(found);
+    }
+    if let Some(rest) = strip_prefix_ci(s, "ft:") {
+        let base = rest.split(':').next().unwrap_or(rest);
+        let tuned = s.get(..3 + base.len()).unwrap_or(s);
+        if tuned.len() < s.len() {
+            if let Some(found) = find(tuned) {
+                return Some(found);
+            }
+        }
+        if let Some(found) = strip_date(tuned).and_then(&mut find) {
+            return Some(found);
+        }
+        return plain(base, s, find);
+    }
+    plain(s, s, find)
+}
+
+/// Steps 3 to 5 for `s`; `tried` was looked up already.
+fn plain<T>(s: &str, tried: &str, mut find: impl FnMut(&str) -> Option<T>) -> Option<T> {
+    let (name, date) = normalize(s);
+    if name.is_empty() {
+        return None;
+    }
+    let mut buf = [0u8; MAX_BUILT];
+    if let Some(date) = date {
+        if let Some(found) = join(&mut buf, name, date).and_then(&mut find) {
+            return Some(found);
+        }
+    }
+    if name != tried {
+        if let Some(found) = find(name) {
+            return Some(found);
+        }
+    }
+    if let Some(found) = strip_date(name).and_then(&mut find) {
+        return Some(found);
+    }
+    match strip_latest(name) {
+        Some(undated) => find(undated).or_else(|| strip_date(undated).and_then(find)),
+        None => join(&mut buf, name, "latest").and_then(find),
+    }
+}
+
+/// `name-part`, in `buf`.
+fn join<'b>(buf: &'b mut [u8; MAX_BUILT], name: &str, part: &str) -> Option<&'b str> {
+    let len = name.len() + 1 + part.len();
+    let out = buf.get_mut(..len)?;
+    let (head, tail) = out.split_at_mut(name.len());
+    head.copy_from_slice(name.as_bytes());
+    let (dash, rest) = tail.split_first_mut()?;
+    *dash = b'-';
+    rest.copy_from_slice(part.as_bytes());
+    std::str::from_utf8(out).ok()
+}
+
+/// `s` without the parts no price list names: the leading path segments,
+/// a Bedrock region, vendor and version, a Vertex AI `@tag`; and the tag
+/// when it is a date (`@20241022`).
+fn normalize(s: &str) -> (&str, Option<&str>) {
+    let mut n = s.rsplit('/').next().unwrap_or(s);
+    let mut tag = None;
+    if let Some((head, t)) = n.split_once('@') {
+        n = head;
+        tag = Some(t);
+    }
+    let mut vendor = false;
+    if let Some((first, rest)) = n.split_once('.') {
+        if is_one_of(first, REGIONS) {
+            if let Some((v, model)) = rest.split_once('.') {
+                if is_one_of(v, VENDORS) {
+                    n = model;
+                    vendor = true;
+                }
+            }
+        } else if is_one_of(first, VENDORS) {
+            n = rest;
+            vendor = true;
+        }
+    }
+    // Bedrock's version: `-v1:0`, `-1:0`, `:0`.
+    match n.rsplit_once(':') {
+        Some((head, num)) if all_digits(num) => {
+            n = strip_version(head, true).unwrap_or(head);
+        }
+        _ if vendor || tag.is_some() => n = strip_version(n, false).unwrap_or(n),
+        _ => {}
+    }
+    let date = tag.filter(|t| t.len() == 8 && all_digits(t));
+    (n, date)
+}
+
+/// `name-vN` (or, `plain`, `name-N`) without its version.
+fn strip_version(s: &str, plain: bool) -> Option<&str> {
+    let (head, tail) = s.rsplit_once('-')?;
+    let num = match tail.strip_prefix(['v', 'V']) {
+        Some(n) => n,
+        None if plain => tail,
+        None => return None,
+    };
+    (all_digits(num) && !head.is_empty()).then_some(head)
+}
+
+/// `name-YYYY-MM-DD`, `name-YYYYMMDD`, `name-MMDD` (`gpt-4-0613`) or
+/// `name-YYMM` (`mistral-large-2411`) without its date.
+pub fn strip_date(model: &str) -> Option<&str> {
+    // -YYYY-MM-DD
+    if model.len() > 11 {
+        let (head, tail) = model.split_at_checked(model.len() - 11)?;
+        let t = tail.as_bytes();
+        if t.first() == Some(&b'-')
+            && t.get(5) == Some(&b'-')
+            && t.get(8) == Some(&b'-')
+            && all_digits(tail.get(1..5).unwrap_or(""))
+            && all_digits(tail.get(6..8).unwrap_or(""))
+            && all_digits(tail.get(9..).unwrap_or(""))
+        {
+            return Some(head);
+        }
+    }
+    let (head, tail) = model.rsplit_once('-')?;
+    if head.is_empty() || !all_digits(tail) {
+        return None;
+    }
+    let pair = |i: usize| tail.get(i..i + 2).and_then(|d| d.parse::<u8>().ok());
+    let dated = match tail.len() {
+        8 => true,
+        4 => match (pair(0), pair(2)) {
+            // MMDD, or YYMM
+            (Some(a), Some(b)) => {
+                ((1..=12).contains(&a) && (1..=31).contains(&b))
+                    || ((23..=30).contains(&a) && (1..=12).contains(&b))
+            }
+            _ => false,
+        },
+        _ => false,
+    };
+    dated.then_some(head)
+}
+
+/// `name-latest` without `-latest`.
+pub fn strip_latest(model: &str) -> Option<&str> {
+    let cut = model.len().checked_sub("-latest".len())?;
+    let (head, tail) = model.split_at_checked(cut)?;
+    (!head.is_empty() && tail.eq_ignore_ascii_case("-latest")).then_some(head)
+}
+
+/// The provider a model's family belongs to, by its name (without path,
+/// Bedrock prefixes, `ft:`).
+pub fn family(model: &str) -> Option<super::Provider> {
+    use super::Provider;
+    let s = model.trim();
+    let s = strip_prefix_ci(s, "ft:").unwrap_or(s);
+    let (n, _) = normalize(s);
+    let starts = |prefixes: &[&str]| prefixes.iter().any(|p| starts_with_ci(n, p));
+    if starts(&["gpt-oss"]) {
+        return Some(Provider::Open);
+    }
+    if starts(&[
+        "gpt-",
+        "chatgpt",
+        "text-embedding",
+        "davinci",
+        "babbage",
+        "codex",
+        "computer-use",
+    ]) {
+        return Some(Provider::OpenAi);
+    }
+    let b = n.as_bytes();
+    if matches!(b.first(), Some(b'o' | b'O'))
+        && matches!(b.get(1), Some(b'1' | b'3' | b'4'))
+        && matches!(b.get(2), None | Some(b'-'))
+    {
+        return Some(Provider::OpenAi);
+    }
+    if starts(&["claude"]) {
+        return Some(Provider::Anthropic);
+    }
+    if starts(&["gemini", "gemma"]) {
+        return Some(Provider::Google);
+    }
+    if starts(&[
+        "mistral",
+        "codestral",
+        "magistral",
+        "devstral",
+        "ministral",
+        "pixtral",
+        "open-mistral",
+        "open-mixtral",
+        "mixtral",
+        "voxtral",
+    ]) {
+        return Some(Provider::Mistral);
+    }
+    if starts(&["deepseek"]) {
+        return Some(Provider::DeepSeek);
+    }
+    if starts(&["grok"]) {
+        return Some(Provider::XAi);
+    }
+    if starts(&[
+        "llama",
+        "meta-llama",
+        "qwen",
+        "qwq",
+        "kimi",
+        "glm",
+        "zai-glm",
+        "phi-",
+        "nemotron",
+        "minimax",
+    ]) {
+        return Some(Provider::Open);
+    }
+    None
+}
+
+/// `a` against `b` in lower case, byte by byte (the table is sorted by
+/// its lower-case names).
+pub fn cmp_lower(a: &str, b: &str) -> Ordering {
+    a.bytes()
+        .map(|c| c.to_ascii_lowercase())
+        .cmp(b.bytes().map(|c| c.to_ascii_lowercase()))
+}
+
+fn all_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
+}
+
+fn is_one_of(s: &str, list: &[&str]) -> bool {
+    list.iter().any(|x| x.eq_ignore_ascii_case(s))
+}
+
+fn starts_with_ci(s: &str, prefix: &str) -> bool {
+    s.get(..prefix.len())
+        .is_some_and(|h| h.eq_ignore_ascii_case(prefix))
+}
+
+fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    if starts_with_ci(s, prefix) {
+        s.get(prefix.len()..)
+    } else {
+        None
+    }
+}
