@@ -175,6 +175,16 @@ cli:
 schema: cli
 	$(CLI) schema > schema/loopguard.schema.json
 
+# The built-in model prices (crates/core/src/config/prices/table.rs) from
+# LiteLLM's price list (MIT): PRICES_SOURCE is a URL or a file of
+# model_prices_and_context_window.json; PRICES_REVISION names its commit
+# (from a raw GitHub URL by default).
+PRICES_SOURCE   ?= https://raw.githubusercontent.com/BerriAI/litellm/main/model_prices_and_context_window.json
+PRICES_REVISION ?=
+.PHONY: prices
+prices:
+	$(PYTHON) tools/prices.py '$(PRICES_SOURCE)' -o crates/core/src/config/prices/table.rs $(if $(PRICES_REVISION),--revision '$(PRICES_REVISION)')
+
 E2E_ENV = LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) \
   LOOPGUARD_NATIVE=$(abspath $(NATIVE)) LOOPGUARD_FAULT_NATIVE=$(abspath $(FAULT_NATIVE)) LOOPGUARD_CLI=$(abspath $(CLI))
 

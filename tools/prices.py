@@ -18,8 +18,9 @@ model as its provider writes it, lower case, without the provider's path
 (`gemini/`, `together_ai/meta-llama/`), Bedrock's region, vendor and
 version (`us.anthropic.`, `-v1:0`) or Vertex AI's `@date`: the filter
 resolves a request's name the same way. A dated name priced as its undated
-name is left out (the filter falls back to the undated name); dated names
-that all cost the same and have no undated row become one undated row.
+name (or as that with `-latest`) is left out: the filter falls back to
+it. Dated names that all cost the same and have neither become one
+undated row.
 Where one tier lists a name twice (a host's two spellings), each price is
 the higher of the two.
 
@@ -274,9 +275,11 @@ def collapse(rows):
         if u:
             groups.setdefault(u, []).append(name)
     for u, names in sorted(groups.items()):
-        if u in rows:
+        # The filter tries the undated name, then it with `-latest`.
+        target = next((t for t in (u, u + "-latest") if t in rows), None)
+        if target:
             for n in names:
-                if rows[n] == rows[u]:
+                if rows[n] == rows[target]:
                     del rows[n]
         elif len({rows[n] for n in names}) == 1:
             rows[u] = rows[names[0]]

@@ -49,7 +49,8 @@ const MAX_BUILT: usize = 128;
 ///    Bedrock region and vendor (`us.anthropic.`, `meta.`) and version
 ///    (`-v1:0`), and a Vertex AI `@tag`; a Vertex AI `@YYYYMMDD` first as
 ///    `-YYYYMMDD`;
-/// 4. without a date (`-2024-08-06`, `-20250514`, `-0613`, `-2411`);
+/// 4. without a date (`-2024-08-06`, `-20250514`, `-0613`, `-2411`), then
+///    that with `-latest`;
 /// 5. without `-latest`, or else with it.
 pub fn resolve<T>(model: &str, mut find: impl FnMut(&str) -> Option<T>) -> Option<T> {
     let s = model.trim();
@@ -92,8 +93,14 @@ fn plain<T>(s: &str, tried: &str, mut find: impl FnMut(&str) -> Option<T>) -> Op
             return Some(found);
         }
     }
-    if let Some(found) = strip_date(name).and_then(&mut find) {
-        return Some(found);
+    if let Some(undated) = strip_date(name) {
+        if let Some(found) = find(undated) {
+            return Some(found);
+        }
+        let latest = join(&mut buf, undated, "latest");
+        if let Some(found) = latest.and_then(&mut find) {
+            return Some(found);
+        }
     }
     match strip_latest(name) {
         Some(undated) => find(undated).or_else(|| strip_date(undated).and_then(find)),
