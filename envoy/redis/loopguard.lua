@@ -408,8 +408,11 @@ local budget_slices = 60
 -- 2^53, where floor(now / slice_ms) is exact too. Any larger argument reads
 -- as 2^53 or more, so it is refused.
 local max_amount = 9007199254740991
--- A window is at most a day.
-local max_slice_ms = day_ms / budget_slices
+-- A budget's window is at most 31 days (loopguard's configuration
+-- bound): a slice of 44,640,000 ms, an expiry of 61 slices (about 31.5
+-- days); slice numbers and waits stay exact (now / slice_ms is below 2^53).
+local max_budget_window_ms = 31 * day_ms
+local max_slice_ms = max_budget_window_ms / budget_slices
 
 -- A whole number in decimal digits, at most `max` (nil otherwise).
 local function whole(s, max)

@@ -12,7 +12,9 @@
 //! Budgets likewise: random adds and checks of several keys, at times that
 //! step over slice boundaries and window edges, run through
 //! `loopguard_budget` in both forms and through the core's slices
-//! (`state::budget::Slices`); every total and wait must be the same.
+//! (`state::budget::Slices`); every total and wait must be the same, for
+//! windows of a minute to 30 days. A group of 8 keys (a request's most
+//! caps) goes through Redis and the core's budget table alike.
 //!
 //! It needs `redis-server` (Debian's `redis-server`, 7.0+). Without it the
 //! test says so and passes, unless `LOOPGUARD_REQUIRE_REDIS=1`, which
@@ -27,7 +29,7 @@
 
 use loopguard_core::detect::fingerprint::Fingerprint;
 use loopguard_core::detect::similarity::{NearThreshold, Signature};
-use loopguard_core::state::budget::{slice_ms, Slices, SLICES};
+use loopguard_core::state::budget::{slice_ms, Add, Added, BudgetTable, Slices, SLICES};
 use loopguard_core::state::near::NearProbe;
 use loopguard_core::state::redis::{self, BudgetKey, Call, Script};
 use loopguard_core::state::slot_table::{Bucket, Record, TableLayout};
@@ -612,6 +614,10 @@ fn budget_hash(conn: &mut Conn, key: &str) -> Vec<(u64, u64)> {
     out
 }
 
+/// A 30-day window, and the longest a budget may have (31 days).
+const THIRTY_DAYS_MS: u64 = 30 * 86_400_000;
+const LONGEST_WINDOW_MS: u64 = 31 * 86_400_000;
+
 #[derive(Debug, Default)]
 struct BudgetTally {
     calls: u32,
@@ -621,6 +627,10 @@ struct BudgetTally {
     skewed: u32,
     noscripts: u32,
     windows_emptied: u32,
+    /// Answers for keys of a 30-day window or longer, and ones of those
+    /// over their cap.
+    long_windows: u32,
+    long_waits: u32,
     /// The most slices a key held, and answers from keys holding 40 or more.
     most_slices: usize,
     many_slices: u32,
@@ -682,12 +692,14 @@ fn budgets_in_redis_are_the_core_s_slices() {
         ];
         let caller = rng.next();
         let n = usize::try_from(rng.range(1, 4)).unwrap();
-        // Slices of real windows (60 s .. a day): at least a second, so no
-        // key expires in Redis while the test runs.
+        // Slices of real windows (60 s .. 30 days): at least a second, so
+        // no key expires in Redis while the test runs. The first key of
+        // every fourth case (but the dense ones) has a 30-day window.
         let mut keys: Vec<BudgetKey> = (0..n)
             .map(|k| BudgetKey {
                 key: rng.next() ^ k as u64,
                 slice_ms: match rng.below(4) {
+                    _ if k == 0 && case % 4 == 3 && case % 3 != 1 => slice_ms(THIRTY_DAYS_MS),
                     0 => 1_000,
                     1 => slice_ms(3_600_000),
                     2 => slice_ms(86_400_000),
@@ -769,6 +781,11 @@ fn budgets_in_redis_are_the_core_s_slices() {
                         slices.add(at, key.add, at, key.slice_ms);
                         let total = slices.total(at, key.slice_ms);
                         tally.most_slices = tally.most_slices.max(slices.spent.len());
+                        if key.slice_ms >= slice_ms(THIRTY_DAYS_MS) {
+                            tally.long_windows += 1;
+                            tally.long_waits +=
+                                u32::from(slices.until_below(key.cap, at, key.slice_ms) > 0);
+                        }
                         tally.many_slices += u32::from(slices.spent.len() >= 40);
                         (total, slices.until_below(key.cap, at, key.slice_ms))
                     })
@@ -823,6 +840,10 @@ fn budgets_in_redis_are_the_core_s_slices() {
     );
     assert!(tally.windows_emptied >= 10, "{tally:?}");
     assert!(
+        tally.long_windows >= 500 && tally.long_waits >= 1,
+        "too few answers of 30-day windows: {tally:?}"
+    );
+    assert!(
         tally.most_slices >= 50 && tally.many_slices >= 1000,
         "too few keys with many slices: {tally:?}"
     );
@@ -851,7 +872,7 @@ fn a_budget_call_with_bad_arguments_changes_nothing() {
         &["120000", "1000", "5"][..],                 // a number short
         &["120000", "1000", "5", "5", "1"],           // one too many
         &["120000", "0", "5", "5"],                   // no slice length
-        &["120000", "1440001", "5", "5"],             // past a day's window
+        &["120000", "44640001", "5", "5"],            // past a 31-day window
         &["120000", "1000", "-5", "5"],               // negative
         &["120000", "1000", "1.5", "5"],              // not whole
         &["120000", "1000", "9007199254740993", "5"], // past 2^53
@@ -933,5 +954,166 @@ fn a_key_keeps_its_newest_slices_as_the_core_does() {
         let kept = step(&mut lane, 10 * s, 7);
         assert_eq!(kept.len(), 60);
         assert_eq!(kept.first(), Some(&(101, 1)), "slice 10 is not kept");
+    }
+}
+
+/// Windows of 30 days and the longest, 31: their slices count exactly up
+/// to the moment they leave, in Redis as in the core, and Redis keeps a
+/// key 61 slices.
+#[test]
+fn month_long_windows_agree_to_the_millisecond() {
+    let Some((_server, mut conn)) = loaded_server() else {
+        return;
+    };
+    let script = Script::shipped();
+    assert_eq!(slice_ms(THIRTY_DAYS_MS), 43_200_000);
+    assert_eq!(slice_ms(LONGEST_WINDOW_MS), 44_640_000);
+    for (window, mut lane) in [
+        (THIRTY_DAYS_MS, Lane::new(How::Function, "lfn")),
+        (THIRTY_DAYS_MS, Lane::new(How::Script, "lsc")),
+        (LONGEST_WINDOW_MS, Lane::new(How::Function, "lfn")),
+        (LONGEST_WINDOW_MS, Lane::new(How::Script, "lsc")),
+    ] {
+        let s = slice_ms(window);
+        let mut slices = Slices::default();
+        let start = 1_700_000_000_000 / s * s + 12_345;
+        let mut step = |lane: &mut Lane, at: u64, add: u64| {
+            let key = BudgetKey {
+                key: window,
+                slice_ms: s,
+                add,
+                cap: 100,
+            };
+            let call = redis::budget_call(lane.namespace, 1, &[key], at);
+            let got = budget_answer(&lane.send(&mut conn, &script, &call));
+            slices.add(at, add, at, s);
+            let expected = (slices.total(at, s), slices.until_below(100, at, s));
+            assert_eq!(got, [expected], "{:?} lane at {at}", lane.how);
+            let Resp::Int(ttl) = conn.cmd(&["PTTL", &call.keys[0]]) else {
+                panic!("PTTL")
+            };
+            if expected.0 > 0 {
+                let full = i64::try_from(61 * s).unwrap();
+                assert!(ttl <= full && ttl > full - 1_000, "PTTL {ttl} of {full}");
+            }
+            expected
+        };
+        // 60 at the start, 50 twenty days on: over the cap until the first
+        // slice leaves, 60 slices after it began.
+        assert_eq!(step(&mut lane, start, 60), (60, 0));
+        let first_leaves = (start / s + 60) * s;
+        assert_eq!(
+            step(&mut lane, start + 20 * 86_400_000, 50),
+            (110, first_leaves - start - 20 * 86_400_000)
+        );
+        assert_eq!(step(&mut lane, first_leaves - 1, 0), (110, 1));
+        assert_eq!(step(&mut lane, first_leaves, 0), (50, 0));
+        // And the second leaves a window after its slice began.
+        let second_leaves = ((start + 20 * 86_400_000) / s + 60) * s;
+        assert_eq!(step(&mut lane, second_leaves - 1, 0), (50, 0));
+        assert_eq!(step(&mut lane, second_leaves, 0), (0, 0));
+    }
+}
+
+/// A request's most caps: 8 keys of one caller (one group), each of its
+/// own window and cap, all added and all checked in one call, in Redis as
+/// in the core's budget table.
+#[test]
+fn eight_keys_of_one_group_are_all_added_and_checked() {
+    let Some((_server, mut conn)) = loaded_server() else {
+        return;
+    };
+    let script = Script::shipped();
+    let windows = [
+        60_000,
+        3_600_000,
+        86_400_000,
+        7 * 86_400_000,
+        THIRTY_DAYS_MS,
+        LONGEST_WINDOW_MS,
+        600_000,
+        120_000,
+    ];
+    let caller = 0xfeed;
+    let keys: Vec<BudgetKey> = windows
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| BudgetKey {
+            key: 0x100 + i as u64,
+            slice_ms: slice_ms(w),
+            add: 0,
+            cap: 50 + 10 * i as u64,
+        })
+        .collect();
+    let table = BudgetTable::for_keys(64);
+    for mut lane in [
+        Lane::new(How::Function, "efn"),
+        Lane::new(How::Script, "esc"),
+    ] {
+        let mut local = InProcess::default();
+        let mut now = 1_700_000_000_000u64;
+        // Answers of keys over their cap.
+        let mut over = 0;
+        for round in 0..12u64 {
+            let adding: Vec<BudgetKey> = keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| BudgetKey {
+                    add: 3 + i as u64 + round,
+                    ..*k
+                })
+                .collect();
+            let call = redis::budget_call(lane.namespace, caller, &adding, now);
+            assert_eq!(call.keys.len(), 8);
+            let added = budget_answer(&lane.send(&mut conn, &script, &call));
+            let adds: Vec<Add> = adding
+                .iter()
+                .map(|k| Add {
+                    key: k.key,
+                    slice_ms: k.slice_ms,
+                    amount: k.add,
+                    cap: k.cap,
+                })
+                .collect();
+            assert!(matches!(
+                table.add(&mut local, caller, &adds, now, now),
+                Added::Done { evicted: 0, .. }
+            ));
+            // A check only, a little later: every key's total and wait, the
+            // same from Redis and from the table.
+            now += 7_000;
+            let call = redis::budget_call(lane.namespace, caller, &keys, now);
+            let checked = budget_answer(&lane.send(&mut conn, &script, &call));
+            let ids: Vec<u64> = keys.iter().map(|k| k.key).collect();
+            let read = table.read(&mut local, caller, &ids).unwrap();
+            let from_table: Vec<(u64, u64)> = keys
+                .iter()
+                .zip(&read)
+                .map(|(k, s)| {
+                    (
+                        s.total(now, k.slice_ms),
+                        s.until_below(k.cap, now, k.slice_ms),
+                    )
+                })
+                .collect();
+            assert_eq!(checked, from_table, "{:?} lane, round {round}", lane.how);
+            assert_eq!(checked.len(), 8);
+            for (i, ((total, _), (was, _))) in checked.iter().zip(&added).enumerate() {
+                assert_eq!(total, was, "key {i} round {round}");
+                assert!(*total > 0, "key {i} round {round}");
+            }
+            over += checked.iter().filter(|(_, wait)| *wait > 0).count();
+            now += 3_000;
+        }
+        assert!(over >= 20, "{over} answers over a cap");
+        // The 60 s window's spending has left it by now; the others hold
+        // every add.
+        let call = redis::budget_call(lane.namespace, caller, &keys, now);
+        let checked = budget_answer(&lane.send(&mut conn, &script, &call));
+        for (i, (total, _)) in checked.iter().enumerate().skip(1) {
+            let all: u64 = (0..12).map(|r| 3 + i as u64 + r).sum();
+            let kept = if windows[i] <= 120_000 { *total } else { all };
+            assert_eq!(*total, kept, "key {i}");
+        }
     }
 }

@@ -90,6 +90,7 @@ impl<B: BucketBackend> Engine<B> {
                 key: k.key,
                 slice_ms: slice_ms(l.window_ms),
                 amount,
+                cap: l.cap.amount(),
             };
             if self.shared.is_some() {
                 shared.push(BudgetKey {

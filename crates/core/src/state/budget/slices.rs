@@ -9,8 +9,9 @@
 /// Slices per window.
 pub const SLICES: u64 = 60;
 
-/// A slice's length for a window (a window is at least 60 s, so at least
-/// one second).
+/// A slice's length for a window (a window is 60 s to 31 days, so one
+/// second to 44,640 s: every slice number and wait of a millisecond clock
+/// is exact in `u64`, and in the Redis library's doubles below 2^53).
 pub fn slice_ms(window_ms: u64) -> u64 {
     (window_ms / SLICES).max(1)
 }
@@ -128,6 +129,32 @@ mod tests {
         assert_eq!(w.until_below(7, 20_000, s), 40_000);
         // Cap 4: two must leave: slice 10 leaves at 70 s.
         assert_eq!(w.until_below(4, 20_000, s), 50_000);
+    }
+
+    #[test]
+    fn a_31_day_window_counts_to_the_millisecond() {
+        let window = 31 * 86_400_000;
+        let s = slice_ms(window);
+        assert_eq!(s * SLICES, window);
+        let now = 1_700_000_000_000u64;
+        let mut w = Slices::default();
+        w.add(now, 5, now, s);
+        w.add(now + 10 * 86_400_000, 7, now + 10 * 86_400_000, s);
+        let leaves = (now / s + SLICES) * s;
+        assert!(leaves - now <= window && leaves - now > window - s);
+        assert_eq!(w.total(leaves - 1, s), 12);
+        assert_eq!(w.total(leaves, s), 7);
+        assert_eq!(w.until_below(12, now, s), leaves - now);
+        assert_eq!(
+            w.until_below(7, now, s),
+            (((now + 10 * 86_400_000) / s) + SLICES) * s - now
+        );
+        // A spend dated before the window at the time it is added counts for
+        // nothing.
+        let mut late = Slices::default();
+        late.add(now, 3, leaves, s);
+        assert_eq!(late.total(leaves, s), 0);
+        assert!(late.spent.is_empty());
     }
 
     proptest! {

@@ -3,92 +3,225 @@
 //! the native host), read and written with compare-and-swap, so every
 //! worker of the process adds to and reads the same spending, exactly.
 //! The keys of one caller, session or conversation (its group: a
-//! request's caps under one of them) share a bucket, so a request costs one
-//! read per group and its response one compare-and-swap per group.
+//! request's caps under one of them, at most
+//! [`crate::config::budget::MAX_LIMITS`]) share a bucket, so a request
+//! costs one read per group and its response one compare-and-swap per
+//! group.
+//!
 //! Memory is bounded by the configuration: a bucket holds [`PER_BUCKET`]
-//! keys; a full bucket gives the key idle longest (or one whose spending
-//! has all left its window) to a new one, counted.
+//! keys (twice the largest group, so a whole group always fits beside
+//! others), and the table has `max_tracked_keys / PER_BUCKET` buckets. A
+//! bucket that would hold more gives up the keys with least to lose
+//! ([`Stake`]): first those with nothing left in their window (not
+//! counted), then the lowest fraction of their cap spent, then the one
+//! idle longest; a key being added competes like the others (and is the
+//! one dropped if it has the least to lose). So a key at its cap, idle
+//! because its requests are rejected, outlasts any number of fresh keys
+//! spending a little.
 
-use super::slices::Slices;
+use super::slices::{Slices, SLICES};
 use crate::state::store::{BucketBackend, CasWrite, MAX_CAS_ATTEMPTS};
+use std::cmp::Ordering;
 use std::ops::Range;
 
-/// Keys per bucket.
-pub const PER_BUCKET: usize = 4;
+/// Keys per bucket: twice [`crate::config::budget::MAX_LIMITS`].
+pub const PER_BUCKET: usize = 2 * crate::config::budget::MAX_LIMITS;
 /// The first bucket of the region (after the fingerprint table's, at
-/// most 2^20, and before the MCP histories' and the ledger's).
+/// most 2^20, and before the MCP histories' at 0xE000_0000 and the
+/// ledger's at 0xF000_0000): at most [`MAX_BUCKETS`] buckets.
 const BASE: u32 = 0xD000_0000;
-/// The encoding's version (the first byte of a bucket).
-const VERSION: u8 = 1;
+/// The most buckets of the region (it ends at 0xD100_0000).
+const MAX_BUCKETS: u64 = 1 << 24;
+/// The encoding's version (the first byte of a bucket); a bucket of
+/// another version reads as empty. 2: entries carry their cap, numbers
+/// are varints, slices are numbered from the entry's oldest.
+const VERSION: u8 = 2;
+/// The most bytes of a varint (a `u64`).
+const VARINT: usize = 10;
+/// The most bytes of one entry: its key, cap, slice length, last add and
+/// slice count, the oldest slice, and each slice's offset and amount (a
+/// slice of small amounts takes 2 to 4 bytes).
+pub const MAX_ENTRY_BYTES: usize = 8 + 3 * VARINT + 1 + VARINT + SLICES as usize * 2 * VARINT;
+/// The most bytes of a bucket.
+pub const MAX_BUCKET_BYTES: usize = 1 + PER_BUCKET * MAX_ENTRY_BYTES;
 
 /// One key's spending.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
     key: u64,
+    /// The key's cap when it was last added to (0: none known).
+    cap: u64,
     slice_ms: u64,
-    /// When it was last added to (the least recent is evicted first).
+    /// When it was last added to.
     last_ms: u64,
     slices: Slices,
 }
 
-const HEAD: usize = 8 * 3 + 1;
-const SLICE: usize = 16;
-
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    let mut a = [0u8; 8];
-    if let Some(s) = b.get(i..i + 8) {
-        a.copy_from_slice(s);
-    }
-    u64::from_le_bytes(a)
+/// Reads a bucket's bytes in order; `None` when they end early or are
+/// malformed.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    at: usize,
 }
 
-/// The entries of a bucket where they are: each one's byte range, key and
-/// when it was last added to (nothing else is decoded).
-fn spans(bytes: &[u8]) -> Vec<(std::ops::Range<usize>, u64, u64)> {
-    let mut out = Vec::with_capacity(PER_BUCKET);
+impl Cursor<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let b = *self.bytes.get(self.at)?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn fixed(&mut self) -> Option<u64> {
+        let s = self.bytes.get(self.at..self.at + 8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        self.at += 8;
+        Some(u64::from_le_bytes(a))
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            let low = u64::from(b & 0x7f);
+            if shift == 63 && low > 1 {
+                return None;
+            }
+            v |= low << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn done(&self) -> bool {
+        self.at >= self.bytes.len()
+    }
+
+    /// The next entry: its key, and the entry itself when `want` says so
+    /// (the others' slices are skipped, not collected).
+    fn entry(&mut self, want: impl Fn(u64) -> bool) -> Option<(u64, Option<Entry>)> {
+        let key = self.fixed()?;
+        let cap = self.varint()?;
+        let slice_ms = self.varint()?.max(1);
+        let last_ms = self.varint()?;
+        let n = u64::from(self.byte()?);
+        if n > SLICES {
+            return None;
+        }
+        let wanted = want(key);
+        let mut spent = Vec::new();
+        if n > 0 {
+            let base = self.varint()?;
+            if wanted {
+                spent.reserve(n as usize);
+            }
+            for _ in 0..n {
+                let slice = base.checked_add(self.varint()?)?;
+                let amount = self.varint()?;
+                if wanted {
+                    spent.push((slice, amount));
+                }
+            }
+        }
+        let entry = wanted.then_some(Entry {
+            key,
+            cap,
+            slice_ms,
+            last_ms,
+            slices: Slices { spent },
+        });
+        Some((key, entry))
+    }
+}
+
+/// The entries of a bucket wanted by `want`, in order (a malformed tail,
+/// or a bucket of another version, holds none).
+fn decode(bytes: &[u8], want: impl Fn(u64) -> bool) -> Vec<Entry> {
+    let mut out = Vec::new();
     if bytes.first() != Some(&VERSION) {
         return out;
     }
-    let mut i = 1;
-    while i + HEAD <= bytes.len() {
-        let n = usize::from(bytes.get(i + 24).copied().unwrap_or(0));
-        let end = i + HEAD + n * SLICE;
-        if end > bytes.len() {
-            break;
+    let mut c = Cursor { bytes, at: 1 };
+    while !c.done() {
+        match c.entry(&want) {
+            Some((_, Some(e))) => out.push(e),
+            Some((_, None)) => {}
+            None => break,
         }
-        out.push((i..end, u64_at(bytes, i), u64_at(bytes, i + 16)));
-        i = end;
     }
     out
 }
 
-/// The entry at `range`.
-fn entry_at(bytes: &[u8], range: std::ops::Range<usize>) -> Entry {
-    let b = bytes.get(range).unwrap_or_default();
-    let n = usize::from(b.get(24).copied().unwrap_or(0));
-    let spent = (0..n)
-        .map(|j| {
-            let at = HEAD + j * SLICE;
-            (u64_at(b, at), u64_at(b, at + 8))
-        })
-        .collect();
-    Entry {
-        key: u64_at(b, 0),
-        slice_ms: u64_at(b, 8).max(1),
-        last_ms: u64_at(b, 16),
-        slices: Slices { spent },
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(u8::try_from(v & 0x7f).unwrap_or(0) | 0x80);
+        v >>= 7;
+    }
+    out.push(u8::try_from(v).unwrap_or(0));
+}
+
+fn encode_into(out: &mut Vec<u8>, e: &Entry) {
+    out.extend_from_slice(&e.key.to_le_bytes());
+    put_varint(out, e.cap);
+    put_varint(out, e.slice_ms);
+    put_varint(out, e.last_ms);
+    // Newest first, at most SLICES (as `Slices::add` keeps them).
+    let mut spent = e.slices.spent.clone();
+    spent.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
+    spent.truncate(SLICES as usize);
+    out.push(u8::try_from(spent.len()).unwrap_or(0));
+    let Some(base) = spent.iter().map(|s| s.0).min() else {
+        return;
+    };
+    put_varint(out, base);
+    for (slice, amount) in spent {
+        put_varint(out, slice - base);
+        put_varint(out, amount);
     }
 }
 
-fn encode_into(b: &mut Vec<u8>, e: &Entry) {
-    b.extend_from_slice(&e.key.to_le_bytes());
-    b.extend_from_slice(&e.slice_ms.to_le_bytes());
-    b.extend_from_slice(&e.last_ms.to_le_bytes());
-    let n = e.slices.spent.len().min(usize::from(u8::MAX));
-    b.push(u8::try_from(n).unwrap_or(u8::MAX));
-    for (i, amount) in e.slices.spent.iter().take(n) {
-        b.extend_from_slice(&i.to_le_bytes());
-        b.extend_from_slice(&amount.to_le_bytes());
+/// What a key would lose with its place: its spending in the window as a
+/// fraction of its cap, and when it was last added to. Ordered from least
+/// to most to lose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stake {
+    /// Anything left in its window.
+    live: bool,
+    /// Spent of its cap, at most the cap (`spent / cap`; 0 of 1 when no
+    /// cap is known).
+    spent: u64,
+    cap: u64,
+    last_ms: u64,
+}
+
+impl Stake {
+    fn of(e: &Entry, now: u64) -> Stake {
+        let total = e.slices.total(now, e.slice_ms);
+        Stake {
+            live: total > 0,
+            spent: if e.cap == 0 { 0 } else { total.min(e.cap) },
+            cap: e.cap.max(1),
+            last_ms: e.last_ms,
+        }
+    }
+}
+
+impl Ord for Stake {
+    fn cmp(&self, o: &Stake) -> Ordering {
+        let a = u128::from(self.spent) * u128::from(o.cap);
+        let b = u128::from(o.spent) * u128::from(self.cap);
+        self.live
+            .cmp(&o.live)
+            .then(a.cmp(&b))
+            .then(self.last_ms.cmp(&o.last_ms))
+    }
+}
+
+impl PartialOrd for Stake {
+    fn partial_cmp(&self, o: &Stake) -> Option<Ordering> {
+        Some(self.cmp(o))
     }
 }
 
@@ -97,7 +230,8 @@ fn encode_into(b: &mut Vec<u8>, e: &Entry) {
 pub enum Added {
     Done {
         cas_retries: u32,
-        /// Keys with spending in their window that gave their place.
+        /// Keys with spending in their window that lost their place (ones
+        /// in the bucket, or ones being added that had the least to lose).
         evicted: u32,
     },
     /// The backend failed or the bucket stayed contended.
@@ -110,6 +244,8 @@ pub struct Add {
     pub key: u64,
     pub slice_ms: u64,
     pub amount: u64,
+    /// The key's cap (in the unit of `amount`): what its place is worth.
+    pub cap: u64,
 }
 
 /// The region of buckets for `keys` budget keys.
@@ -119,9 +255,9 @@ pub struct BudgetTable {
 }
 
 impl BudgetTable {
-    /// A table for `keys` keys (0: none).
+    /// A table for `keys` keys (0: none): `keys / PER_BUCKET` buckets.
     pub fn for_keys(keys: u64) -> BudgetTable {
-        let buckets = keys.div_ceil(PER_BUCKET as u64).min(1 << 24);
+        let buckets = keys.div_ceil(PER_BUCKET as u64).min(MAX_BUCKETS);
         BudgetTable {
             buckets: u32::try_from(buckets).unwrap_or(0),
         }
@@ -150,14 +286,14 @@ impl BudgetTable {
             return Some(vec![Slices::default(); keys.len()]);
         }
         let (bytes, _) = backend.read(self.bucket(group))?;
-        let spans = spans(&bytes);
+        let found = decode(&bytes, |k| keys.contains(&k));
         Some(
             keys.iter()
                 .map(|k| {
-                    spans
+                    found
                         .iter()
-                        .find(|(_, key, _)| key == k)
-                        .map(|(r, _, _)| entry_at(&bytes, r.clone()).slices)
+                        .find(|e| e.key == *k)
+                        .map(|e| e.slices.clone())
                         .unwrap_or_default()
                 })
                 .collect(),
@@ -182,52 +318,7 @@ impl BudgetTable {
             let Some((bytes, version)) = backend.read(bucket) else {
                 return Added::Failed;
             };
-            let mut spans = spans(&bytes);
-            let mut out = Vec::with_capacity(bytes.len() + adds.len() * (HEAD + SLICE));
-            out.push(VERSION);
-            // Each key added to, written anew; the others as they are, but
-            // the least recent make room for new keys.
-            let mut fresh = Vec::with_capacity(adds.len());
-            for a in adds {
-                let mut e = match spans.iter().position(|(_, k, _)| *k == a.key) {
-                    Some(i) => entry_at(&bytes, spans.remove(i).0),
-                    None => Entry {
-                        key: a.key,
-                        slice_ms: a.slice_ms,
-                        last_ms: now,
-                        slices: Slices::default(),
-                    },
-                };
-                e.slice_ms = a.slice_ms.max(1);
-                e.last_ms = now;
-                e.slices.add(at, a.amount, now, e.slice_ms);
-                fresh.push(e);
-            }
-            let mut evicted = 0;
-            while spans.len() + fresh.len() > PER_BUCKET && !spans.is_empty() {
-                // An entry with nothing left in its window first, else the
-                // one idle longest.
-                let victim = spans
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (r, _, last))| {
-                        let mut e = entry_at(&bytes, r.clone());
-                        e.slices.prune(now, e.slice_ms);
-                        (i, !e.slices.spent.is_empty(), *last)
-                    })
-                    .min_by_key(|(_, live, last)| (*live, *last));
-                let Some((i, live, _)) = victim else {
-                    break;
-                };
-                evicted += u32::from(live);
-                spans.remove(i);
-            }
-            for (r, _, _) in &spans {
-                out.extend_from_slice(bytes.get(r.clone()).unwrap_or_default());
-            }
-            for e in fresh.iter().take(PER_BUCKET) {
-                encode_into(&mut out, e);
-            }
+            let (out, evicted) = added(&bytes, adds, at, now);
             match backend.write(bucket, &out, version) {
                 CasWrite::Written => {
                     return Added::Done {
@@ -243,23 +334,106 @@ impl BudgetTable {
     }
 }
 
+/// A bucket's bytes with `adds` added (dated `at`, at `now`), and how many
+/// keys with spending in their window lost their place.
+fn added(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
+    let mut entries = decode(bytes, |_| true);
+    for a in adds {
+        let i = match entries.iter().position(|e| e.key == a.key) {
+            Some(i) => i,
+            None => {
+                entries.push(Entry {
+                    key: a.key,
+                    cap: a.cap,
+                    slice_ms: a.slice_ms.max(1),
+                    last_ms: now,
+                    slices: Slices::default(),
+                });
+                entries.len() - 1
+            }
+        };
+        if let Some(e) = entries.get_mut(i) {
+            e.cap = a.cap;
+            e.slice_ms = a.slice_ms.max(1);
+            e.last_ms = now;
+            e.slices.add(at, a.amount, now, e.slice_ms);
+        }
+    }
+    // What left every window is dropped (nothing is lost with it).
+    for e in &mut entries {
+        e.slices.prune(now, e.slice_ms);
+    }
+    entries.retain(|e| e.slices.total(now, e.slice_ms) > 0);
+    // Then, while too many, the one with least to lose (the first of
+    // equals: a key already there before one being added).
+    let mut stakes: Vec<Stake> = entries.iter().map(|e| Stake::of(e, now)).collect();
+    let mut evicted = 0;
+    while entries.len() > PER_BUCKET {
+        let Some(i) = stakes
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.cmp(b.1))
+            .map(|(i, _)| i)
+        else {
+            break;
+        };
+        entries.remove(i);
+        stakes.remove(i);
+        evicted += 1;
+    }
+    let mut out = Vec::with_capacity(bytes.len() + adds.len() * 32);
+    out.push(VERSION);
+    for e in &entries {
+        encode_into(&mut out, e);
+    }
+    (out, evicted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::budget::slice_ms;
     use crate::state::store::InProcess;
+    use proptest::prelude::*;
+
+    fn add(key: u64, amount: u64, cap: u64) -> Add {
+        Add {
+            key,
+            slice_ms: 1000,
+            amount,
+            cap,
+        }
+    }
+
+    /// The `k`th group landing in the bucket of `group`.
+    fn beside(t: &BudgetTable, group: u64, k: u64) -> u64 {
+        let b = u64::from(t.bucket(group) - BASE);
+        (b + k * u64::from(t.buckets)).rotate_right(17)
+    }
+
+    fn total(t: &BudgetTable, b: &mut InProcess, group: u64, key: u64, now: u64) -> u64 {
+        t.read(b, group, &[key]).unwrap()[0].total(now, 1000)
+    }
+
+    /// The keys a bucket holds.
+    fn keys_in(t: &BudgetTable, b: &mut InProcess, group: u64) -> Vec<u64> {
+        let (bytes, _) = b.read(t.bucket(group)).unwrap();
+        decode(&bytes, |_| true).iter().map(|e| e.key).collect()
+    }
 
     #[test]
     fn spending_adds_up_per_key() {
         let t = BudgetTable::for_keys(64);
         let mut b = InProcess::default();
-        let add = |key, amount| Add {
-            key,
-            slice_ms: 1000,
-            amount,
-        };
         for i in 0..10 {
             assert!(matches!(
-                t.add(&mut b, 1, &[add(7, 3), add(8, 1)], i * 100, i * 100),
+                t.add(
+                    &mut b,
+                    1,
+                    &[add(7, 3, 100), add(8, 1, 100)],
+                    i * 100,
+                    i * 100
+                ),
                 Added::Done { .. }
             ));
         }
@@ -267,48 +441,259 @@ mod tests {
         let totals: Vec<u64> = got.iter().map(|s| s.total(1000, 1000)).collect();
         assert_eq!(totals, vec![30, 10, 0]);
         // Another group's bucket (or the same bucket) holds its own keys.
-        t.add(&mut b, 2, &[add(70, 5)], 0, 0);
-        assert_eq!(t.read(&mut b, 1, &[7]).unwrap()[0].total(1000, 1000), 30);
-        assert_eq!(t.read(&mut b, 2, &[70]).unwrap()[0].total(1000, 1000), 5);
+        t.add(&mut b, 2, &[add(70, 5, 100)], 0, 0);
+        assert_eq!(total(&t, &mut b, 1, 7, 1000), 30);
+        assert_eq!(total(&t, &mut b, 2, 70, 1000), 5);
     }
 
     #[test]
-    fn a_full_bucket_gives_the_idle_key_away() {
-        // One bucket: four keys fit, the fifth evicts the least recent.
-        let t = BudgetTable::for_keys(4);
+    fn the_table_is_sized_in_buckets_of_sixteen() {
+        assert_eq!(PER_BUCKET, 16);
+        assert_eq!(BudgetTable::for_keys(0).buckets, 0);
+        assert_eq!(BudgetTable::for_keys(64).buckets, 4);
+        assert_eq!(BudgetTable::for_keys(8192).buckets, 512);
+        assert_eq!(BudgetTable::for_keys(8193).buckets, 513);
+        // The region stays below the MCP histories' (0xE000_0000).
+        let most = BudgetTable::for_keys(u64::MAX).range();
+        assert_eq!(most, 0xD000_0000..0xD100_0000);
+    }
+
+    #[test]
+    fn two_groups_of_eight_share_a_bucket_whole() {
+        // One bucket.
+        let t = BudgetTable::for_keys(16);
         let mut b = InProcess::default();
-        let add = |key| Add {
-            key,
-            slice_ms: 1000,
-            amount: 1,
+        let first: Vec<Add> = (1..=8).map(|k| add(k, k, 100)).collect();
+        let second: Vec<Add> = (101..=108).map(|k| add(k, k, 1000)).collect();
+        let done = Added::Done {
+            cas_retries: 0,
+            evicted: 0,
         };
-        for k in 0..4u64 {
-            t.add(&mut b, k, &[add(k)], k, k);
-        }
-        let added = t.add(&mut b, 99, &[add(99)], 10, 10);
+        assert_eq!(t.add(&mut b, 1, &first, 10, 10), done);
+        let read = |b: &mut InProcess, group, keys: &[u64]| -> Vec<u64> {
+            t.read(b, group, keys)
+                .unwrap()
+                .iter()
+                .map(|s| s.total(10, 1000))
+                .collect()
+        };
         assert_eq!(
-            added,
+            read(&mut b, 1, &[1, 2, 3, 4, 5, 6, 7, 8]),
+            [1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        assert_eq!(t.add(&mut b, 2, &second, 10, 10), done);
+        assert_eq!(
+            read(&mut b, 1, &[1, 2, 3, 4, 5, 6, 7, 8]),
+            [1, 2, 3, 4, 5, 6, 7, 8]
+        );
+        assert_eq!(
+            read(&mut b, 2, &[101, 102, 103, 104, 105, 106, 107, 108]),
+            [101, 102, 103, 104, 105, 106, 107, 108]
+        );
+        // Both again: each key adds up, none is lost.
+        assert_eq!(t.add(&mut b, 1, &first, 10, 10), done);
+        assert_eq!(t.add(&mut b, 2, &second, 10, 10), done);
+        assert_eq!(read(&mut b, 1, &[1, 8]), [2, 16]);
+        assert_eq!(read(&mut b, 2, &[101, 108]), [202, 216]);
+        // A seventeenth key: the one with least to lose (key 1, 2 of 100
+        // spent) gives way.
+        assert_eq!(
+            t.add(&mut b, 3, &[add(200, 50, 100)], 10, 10),
             Added::Done {
                 cas_retries: 0,
                 evicted: 1
             }
         );
-        let read = |b: &mut InProcess, k| t.read(b, k, &[k]).unwrap()[0].total(10, 1000);
-        assert_eq!(read(&mut b, 0), 0);
-        assert_eq!(read(&mut b, 3), 1);
-        assert_eq!(read(&mut b, 99), 1);
-        // A key whose spending left the window goes first, unevicted.
-        let later = 100_000;
-        t.add(&mut b, 3, &[add(3)], later, later);
-        let added = t.add(&mut b, 100, &[add(100)], later, later);
+        assert_eq!(read(&mut b, 1, &[1, 2]), [0, 4]);
+        assert_eq!(read(&mut b, 2, &[101, 102]), [202, 204]);
+        assert_eq!(read(&mut b, 3, &[200]), [50]);
+    }
+
+    #[test]
+    fn least_to_lose_goes_first() {
+        let t = BudgetTable::for_keys(16);
+        let mut b = InProcess::default();
+        // Sixteen keys, each 10 of 100 spent at time k.
+        for k in 0..16u64 {
+            t.add(&mut b, k, &[add(k, 10, 100)], k, k);
+        }
+        let evicted = |a| match a {
+            Added::Done { evicted, .. } => evicted,
+            Added::Failed => u32::MAX,
+        };
+        // Key 3 spends its cap, key 0 near it, later.
+        t.add(&mut b, 3, &[add(3, 90, 100)], 20, 20);
+        t.add(&mut b, 0, &[add(0, 80, 100)], 21, 21);
+        // Equal fractions: the one idle longest goes (1, then 2).
+        assert_eq!(evicted(t.add(&mut b, 50, &[add(50, 10, 100)], 30, 30)), 1);
+        assert_eq!(total(&t, &mut b, 1, 1, 30), 0);
+        assert_eq!(evicted(t.add(&mut b, 51, &[add(51, 10, 100)], 31, 31)), 1);
+        assert_eq!(total(&t, &mut b, 2, 2, 31), 0);
+        // The lowest fraction goes before one idle longer: key 60 spends
+        // 1 of 1000 and is the one dropped, though it is the newest.
+        assert_eq!(evicted(t.add(&mut b, 60, &[add(60, 1, 1000)], 40, 40)), 1);
+        assert_eq!(total(&t, &mut b, 60, 60, 40), 0);
+        // A key being added with a higher fraction takes the place of the
+        // lowest (keys 4.. have 10 of 100; key 61 spends 20 of 100).
+        assert_eq!(evicted(t.add(&mut b, 61, &[add(61, 20, 100)], 41, 41)), 1);
+        assert_eq!(total(&t, &mut b, 61, 61, 41), 20);
+        assert_eq!(total(&t, &mut b, 4, 4, 41), 0);
+        // The capped and near-cap keys stay.
+        assert_eq!(total(&t, &mut b, 3, 3, 41), 100);
+        assert_eq!(total(&t, &mut b, 0, 0, 41), 90);
+        // Spending that left its window makes room first, uncounted: at
+        // 59.5 s the slices of second 0 have left, so key 3 and key 0 are
+        // alive only through their later slices... all keys spent within
+        // seconds 0..=0, so at 60 s every one but the new is empty.
         assert_eq!(
-            added,
+            t.add(&mut b, 70, &[add(70, 1, 1_000_000)], 60_000, 60_000),
             Added::Done {
                 cas_retries: 0,
                 evicted: 0
             }
         );
-        assert_eq!(t.read(&mut b, 3, &[3]).unwrap()[0].total(later, 1000), 1);
+        assert_eq!(keys_in(&t, &mut b, 70), [70]);
+    }
+
+    #[test]
+    fn a_capped_key_outlasts_a_flood_of_fresh_sessions() {
+        let t = BudgetTable::for_keys(16 * 64);
+        let mut b = InProcess::default();
+        let g = 0x1234_5678;
+        // At its cap (its requests are now rejected: it adds nothing more),
+        // one near it, and three keys that spent little, all early.
+        t.add(&mut b, g, &[add(1, 100, 100)], 0, 0);
+        t.add(&mut b, beside(&t, g, 1), &[add(2, 95, 100)], 0, 0);
+        for k in 0..3 {
+            t.add(&mut b, beside(&t, g, 2 + k), &[add(10 + k, 1, 100)], 0, 0);
+        }
+        let mut evicted = 0;
+        for i in 0..10_000u64 {
+            let now = 1 + i;
+            let session = beside(&t, g, 100 + i);
+            assert_eq!(t.bucket(session), t.bucket(g));
+            match t.add(&mut b, session, &[add(1000 + i, 1 + i % 5, 100)], now, now) {
+                Added::Done { evicted: e, .. } => evicted += e,
+                Added::Failed => panic!("failed"),
+            }
+        }
+        let now = 20_000;
+        assert_eq!(total(&t, &mut b, g, 1, now), 100);
+        assert_eq!(total(&t, &mut b, g, 2, now), 95);
+        for k in 0..3 {
+            assert_eq!(total(&t, &mut b, g, 10 + k, now), 0);
+        }
+        let kept = keys_in(&t, &mut b, g);
+        assert_eq!(kept.len(), PER_BUCKET);
+        assert_eq!(evicted, 5 + 10_000 - 16);
+        let (bytes, _) = b.read(t.bucket(g)).unwrap();
+        assert!(bytes.len() < 16 * 24, "{} bytes", bytes.len());
+    }
+
+    #[test]
+    fn a_bucket_of_the_old_encoding_reads_as_empty() {
+        let t = BudgetTable::for_keys(16);
+        let mut b = InProcess::default();
+        let mut old = vec![1u8];
+        old.extend_from_slice(&7u64.to_le_bytes());
+        old.extend_from_slice(&[0; 17]);
+        assert_eq!(b.write(t.bucket(1), &old, 0), CasWrite::Written);
+        assert_eq!(t.read(&mut b, 1, &[7]).unwrap(), [Slices::default()]);
+        t.add(&mut b, 1, &[add(8, 2, 10)], 0, 0);
+        assert_eq!(keys_in(&t, &mut b, 1), [8]);
+        // A malformed tail is dropped; the entries before it stay.
+        let (mut bytes, v) = b.read(t.bucket(1)).unwrap();
+        bytes.extend_from_slice(&[9, 9, 9]);
+        assert_eq!(b.write(t.bucket(1), &bytes, v), CasWrite::Written);
+        assert_eq!(total(&t, &mut b, 1, 8, 0), 2);
+    }
+
+    #[test]
+    fn an_entry_is_compact_and_bounded() {
+        // Sixty slices of a 31-day window, small amounts: 3 bytes a slice.
+        let s = slice_ms(2_678_400_000);
+        assert_eq!(s, 44_640_000);
+        let now = 1_700_000_000_000u64;
+        let mut e = Entry {
+            key: u64::MAX,
+            cap: 5_000_000,
+            slice_ms: s,
+            last_ms: now,
+            slices: Slices::default(),
+        };
+        for i in 0..SLICES {
+            e.slices.add(now - i * s, 100 + i, now, s);
+        }
+        let mut out = vec![];
+        encode_into(&mut out, &e);
+        assert!(out.len() <= 8 + 4 + 4 + 6 + 1 + 4 + 60 * 3, "{}", out.len());
+        let mut with_version = vec![VERSION];
+        with_version.extend_from_slice(&out);
+        let back = decode(&with_version, |_| true);
+        let mut want = e.clone();
+        want.slices.spent.sort_unstable();
+        let mut got = back[0].clone();
+        got.slices.spent.sort_unstable();
+        assert_eq!(got, want);
+        // The largest numbers everywhere stay within the bound.
+        let big = Entry {
+            key: u64::MAX,
+            cap: u64::MAX,
+            slice_ms: u64::MAX,
+            last_ms: u64::MAX,
+            slices: Slices {
+                spent: (0..SLICES)
+                    .map(|i| (u64::MAX - i * (u64::MAX / 64), u64::MAX))
+                    .collect(),
+            },
+        };
+        let mut out = vec![VERSION];
+        encode_into(&mut out, &big);
+        assert!(out.len() <= 1 + MAX_ENTRY_BYTES);
+        assert_eq!(decode(&out, |_| true).len(), 1);
+    }
+
+    #[test]
+    fn a_31_day_window_counts_exactly() {
+        let t = BudgetTable::for_keys(16);
+        let mut b = InProcess::default();
+        let window = 31 * 86_400_000;
+        let s = slice_ms(window);
+        let start = 1_700_000_000_000u64;
+        let a = Add {
+            key: 5,
+            slice_ms: s,
+            amount: 7,
+            cap: 7,
+        };
+        t.add(&mut b, 1, &[a], start, start);
+        let read = |b: &mut InProcess, _: u64| t.read(b, 1, &[5]).unwrap()[0].clone();
+        let first = start / s * s;
+        // Counted until the slice 60 later begins, gone then.
+        assert_eq!(read(&mut b, start).total(first + 60 * s - 1, s), 7);
+        assert_eq!(read(&mut b, start).total(first + 60 * s, s), 0);
+        assert_eq!(
+            read(&mut b, start).until_below(7, start, s),
+            first + 60 * s - start
+        );
+        assert!(first + 60 * s - start <= window);
+        // A later add drops it then, not before.
+        t.add(
+            &mut b,
+            1,
+            &[Add { amount: 1, ..a }],
+            first + 60 * s - 1,
+            first + 60 * s - 1,
+        );
+        assert_eq!(read(&mut b, 0).total(first + 60 * s - 1, s), 8);
+        t.add(
+            &mut b,
+            1,
+            &[Add { amount: 1, ..a }],
+            first + 60 * s,
+            first + 60 * s,
+        );
+        assert_eq!(read(&mut b, 0).total(first + 60 * s, s), 2);
     }
 
     #[test]
@@ -338,6 +723,7 @@ mod tests {
                             key: 42,
                             slice_ms: 60_000,
                             amount: 2,
+                            cap: 10,
                         };
                         // Contended past its attempts, an add fails (and
                         // is counted by the caller); it never half-lands.
@@ -354,5 +740,178 @@ mod tests {
             t.read(&mut b, 7, &[42]).unwrap()[0].total(1, 60_000),
             4 * 500 * 2
         );
+    }
+
+    /// A small random source for the measurements.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            // splitmix64
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+    }
+
+    /// Fill a table for `max_keys` keys with `fill` of that many keys, in
+    /// random groups of 1 to 3 keys, each spending in its window: the
+    /// fraction of the keys evicted.
+    fn evicted_at(max_keys: u64, fill: f64, seed: u64) -> f64 {
+        let t = BudgetTable::for_keys(max_keys);
+        let mut b = InProcess::default();
+        let mut rng = Rng(seed);
+        let want = (max_keys as f64 * fill) as u64;
+        let (mut keys, mut evicted) = (0u64, 0u64);
+        while keys < want {
+            let n = 1 + rng.next() % 3;
+            let group = rng.next();
+            let adds: Vec<Add> = (0..n)
+                .map(|_| Add {
+                    key: rng.next(),
+                    slice_ms: 60_000,
+                    amount: 1 + rng.next() % 100,
+                    cap: 1000,
+                })
+                .collect();
+            keys += n;
+            match t.add(&mut b, group, &adds, keys, keys) {
+                Added::Done { evicted: e, .. } => evicted += u64::from(e),
+                Added::Failed => panic!("failed"),
+            }
+        }
+        evicted as f64 / keys as f64
+    }
+
+    /// The sizing rule, measured (the numbers in docs/configuration.md):
+    /// `cargo test -p loopguard-core sizing -- --nocapture` prints them.
+    #[test]
+    fn sizing_evicts_little_below_half_full() {
+        let max_keys = 16 * 1024;
+        let mut at = vec![];
+        for fill in [0.25, 0.5, 0.75, 1.0] {
+            let f = (0..2).map(|s| evicted_at(max_keys, fill, s)).sum::<f64>() / 2.0;
+            eprintln!(
+                "{:>3.0}% of max_tracked_keys: {:.3}% of keys evicted",
+                fill * 100.0,
+                f * 100.0
+            );
+            at.push(f);
+        }
+        assert!(at[0] < 0.005, "{at:?}");
+        assert!(at[1] < 0.03, "{at:?}");
+        assert!(at[3] < 0.25, "{at:?}");
+        assert!(at.windows(2).all(|w| w[0] <= w[1]), "{at:?}");
+    }
+
+    /// A key's model: its slices as added, and whether it is in the table.
+    #[derive(Clone, Default)]
+    struct Model {
+        slices: Slices,
+        cap: u64,
+        last_ms: u64,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+
+        /// Random adds of groups of up to 8 keys into a one- or two-bucket
+        /// table: a key never evicted reads exactly what was added to it;
+        /// every key that went had nothing in its window, or is counted
+        /// and had no more to lose than any that stayed; the bucket never
+        /// holds more than its bound.
+        #[test]
+        fn reads_are_what_was_added_and_the_bucket_stays_bounded(
+            steps in proptest::collection::vec(
+                (0u64..4, proptest::collection::vec((0u64..24, 0u64..50), 1..=8), 0u64..3_000, 0u64..3),
+                1..120,
+            ),
+            keys in 16u64..40,
+        ) {
+            let t = BudgetTable::for_keys(keys);
+            let mut b = InProcess::default();
+            let mut models: std::collections::HashMap<u64, Model> = Default::default();
+            let mut now = 0u64;
+            let s = 1000;
+            for (group, adds, dt, back) in steps {
+                now += dt;
+                let at = now.saturating_sub(back * s);
+                // A key belongs to one group: key k of group g.
+                let mut seen = vec![];
+                let adds: Vec<Add> = adds
+                    .into_iter()
+                    .filter(|(k, _)| {
+                        let fresh = !seen.contains(k);
+                        seen.push(*k);
+                        fresh
+                    })
+                    .map(|(k, amount)| Add {
+                        key: group * 100 + k,
+                        slice_ms: s,
+                        amount,
+                        cap: 10 + (k * 7) % 60,
+                    })
+                    .collect();
+                let Added::Done { evicted, .. } = t.add(&mut b, group, &adds, at, now) else {
+                    panic!("failed")
+                };
+                for a in &adds {
+                    let m = models.entry(a.key).or_default();
+                    m.slices.add(at, a.amount, now, s);
+                    m.cap = a.cap;
+                    m.last_ms = now;
+                }
+                // Which keys each bucket holds.
+                let mut held = vec![];
+                for bucket in t.range() {
+                    let (bytes, _) = b.read(bucket).unwrap();
+                    prop_assert!(bytes.len() <= MAX_BUCKET_BYTES);
+                    let entries = decode(&bytes, |_| true);
+                    prop_assert!(entries.len() <= PER_BUCKET);
+                    held.extend(entries.iter().map(|e| e.key));
+                }
+                let stake = |m: &Model| Stake::of(&Entry {
+                    key: 0, cap: m.cap, slice_ms: s, last_ms: m.last_ms, slices: m.slices.clone(),
+                }, now);
+                let mut gone = vec![];
+                let ids: Vec<u64> = models.keys().copied().collect();
+                let mut reads = std::collections::HashMap::new();
+                for g in 0..4 {
+                    let of: Vec<u64> = ids.iter().copied().filter(|k| k / 100 == g).collect();
+                    reads.extend(of.iter().copied().zip(t.read(&mut b, g, &of).unwrap()));
+                }
+                for (key, m) in models.iter_mut() {
+                    let got = reads.remove(key).unwrap_or_default();
+                    if held.contains(key) {
+                        // The same slices, once what left the window is
+                        // dropped.
+                        let (mut got, mut want) = (got, m.slices.clone());
+                        got.prune(now, s);
+                        want.prune(now, s);
+                        let (mut got, mut want) = (got.spent, want.spent);
+                        got.sort_unstable();
+                        want.sort_unstable();
+                        prop_assert_eq!(got, want, "key {}", key);
+                    } else {
+                        prop_assert!(got.spent.is_empty());
+                        if m.slices.total(now, s) > 0 {
+                            gone.push((stake(m), t.bucket(key / 100)));
+                        }
+                        *m = Model::default();
+                    }
+                }
+                prop_assert_eq!(gone.len() as u32, evicted);
+                // Each key that went had no more to lose than any that
+                // stayed in its bucket.
+                for (lost, bucket) in &gone {
+                    for (key, m) in &models {
+                        if held.contains(key) && t.bucket(key / 100) == *bucket {
+                            prop_assert!(*lost <= stake(m));
+                        }
+                    }
+                }
+            }
+        }
     }
 }

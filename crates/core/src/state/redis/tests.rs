@@ -362,6 +362,55 @@ fn a_budget_call_carries_the_time_then_each_key_s_numbers() {
     );
 }
 
+/// A request's most caps (8, of windows up to 31 days) under one caller:
+/// one call carries every key, under one hash tag, and its answer is read
+/// for all 8.
+#[test]
+fn eight_caps_of_one_caller_go_in_one_call() {
+    use crate::state::budget::slice_ms;
+    let windows = [
+        60,
+        600,
+        3_600,
+        86_400,
+        7 * 86_400,
+        30 * 86_400,
+        31 * 86_400,
+        120,
+    ];
+    let keys: Vec<BudgetKey> = (0..8u64)
+        .zip(windows)
+        .map(|(i, w)| BudgetKey {
+            key: 0x100 + i,
+            slice_ms: slice_ms(w * 1000),
+            add: i,
+            cap: 1_000 + i,
+        })
+        .collect();
+    assert_eq!(keys.len(), crate::config::budget::MAX_LIMITS);
+    let call = budget_call("edge-1", 0xab, &keys, 1_700_000_123_456);
+    assert_eq!(call.keys.len(), 8);
+    assert!(call
+        .keys
+        .iter()
+        .all(|k| k.starts_with("lg:edge-1:{b00000000000000ab}:")));
+    assert_eq!(call.args.len(), 1 + 3 * 8);
+    // The 30- and 31-day windows' slices go out as they are (the library
+    // takes up to 31 days / 60).
+    assert_eq!(call.args[3 * 5 + 1], "43200000");
+    assert_eq!(call.args[3 * 6 + 1], "44640000");
+    assert!(
+        crate::state::redis::script::LIBRARY.contains("local max_budget_window_ms = 31 * day_ms")
+    );
+    let body = format!(
+        r#"{{"FCALL":[{}]}}"#,
+        (0..16).map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+    );
+    let read = parse_budget("200", body.as_bytes(), 8).unwrap();
+    assert_eq!(read.len(), 8);
+    assert_eq!(read[7], (14, 15));
+}
+
 fn body_of_call(call: StoreCall) -> String {
     String::from_utf8(call.body).unwrap()
 }
