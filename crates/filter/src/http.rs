@@ -220,29 +220,32 @@ impl HttpContext for Stream {
         // A request whose usage is read needs the status and the content
         // type: both from one call for the whole (small) map; any other
         // only its status.
-        let (status, content_type) = if self.req.wants_content_type() {
+        let (status, head) = if self.req.wants_content_type() {
             let block = abi::response_headers()
                 .ok()
                 .and_then(loopguard_core::request::HeaderBlock::parse);
             match block {
                 Some(b) => (
                     b.get(":status").and_then(loopguard_core::response::status),
-                    b.get("content-type")
-                        .map(|v| String::from_utf8_lossy(v).into_owned()),
+                    loopguard_core::response::RESPONSE_HEADERS
+                        .iter()
+                        .map(|name| b.get(name).map(|v| String::from_utf8_lossy(v).into_owned()))
+                        .collect(),
                 ),
-                None => (None, None),
+                None => (None, Vec::new()),
             }
         } else {
             (
                 abi::response_status().and_then(|s| loopguard_core::response::status(&s)),
-                None,
+                Vec::new(),
             )
         };
         let now = abi::now_ms();
         self.run(|e, r, out| {
             e.on_response_headers(r, status, now, out);
             if r.wants_content_type() {
-                e.on_response_content_type(r, content_type.as_deref(), now, out);
+                let head = loopguard_core::response::ResponseHead::of(&head);
+                e.on_response_head(r, &head, now, out);
             }
             Step::Continue
         });

@@ -178,17 +178,23 @@ impl Stream {
     pub fn on_response_headers(&mut self) {
         let status = abi::header(self.filter, HeaderMap::Response, ":status")
             .and_then(|s| loopguard_core::response::status(&s));
-        let content_type = if self.req.wants_content_type() {
-            abi::header(self.filter, HeaderMap::Response, "content-type")
-                .map(|v| String::from_utf8_lossy(&v).into_owned())
+        let head: Vec<Option<String>> = if self.req.wants_content_type() {
+            loopguard_core::response::RESPONSE_HEADERS
+                .iter()
+                .map(|name| {
+                    abi::header(self.filter, HeaderMap::Response, name)
+                        .map(|v| String::from_utf8_lossy(&v).into_owned())
+                })
+                .collect()
         } else {
-            None
+            Vec::new()
         };
         let now = now_ms();
         self.run(false, false, |e, r, out| {
             e.on_response_headers(r, status, now, out);
             if r.wants_content_type() {
-                e.on_response_content_type(r, content_type.as_deref(), now, out);
+                let head = loopguard_core::response::ResponseHead::of(&head);
+                e.on_response_head(r, &head, now, out);
             }
             Step::Continue
         });

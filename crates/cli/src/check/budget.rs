@@ -15,7 +15,7 @@
 use super::Report;
 use crate::discover::{HEADER_MUTATION_TYPE, WASM_FILTER_TYPE};
 use crate::documents::Document;
-use loopguard_core::config::budget::{BudgetPer, Cap, SessionSource};
+use loopguard_core::config::budget::{BudgetPer, Cap, SessionSource, Unpriced};
 use loopguard_core::config::{Config, Policy};
 use serde_json::Value;
 
@@ -48,19 +48,20 @@ const OPAQUE: [(&str, &str); 5] = [
     ),
 ];
 
-/// Budget findings any configuration can have, wherever it runs.
+/// Budget findings any configuration can have, wherever it runs: a
+/// dollar cap that lets unpriced models spend nothing.
 pub(super) fn budget_lints(r: &mut Report, loc: &str, cfg: &Config) {
-    if !cfg.prices.models.is_empty() {
-        return;
-    }
     for p in &cfg.policies {
         let Some(b) = &p.budget else {
             continue;
         };
+        if b.unpriced != Unpriced::Ignore {
+            continue;
+        }
         for (i, l) in b.limits.iter().enumerate() {
             if let Cap::MicroUsd(cap) = l.cap {
                 r.warn(loc, format!(
-                    "policy \"{}\": budget.limits[{i}] \"{}\" is a dollar cap (${} per {} in {} s), but the configuration has no \"prices\": no response is priced, so the cap never fills; add prices for the models it should count, or cap tokens or calls",
+                    "policy \"{}\": budget.limits[{i}] \"{}\" is a dollar cap (${} per {} in {} s) with budget.unpriced: ignore: a model neither \"prices\" nor the built-in table prices spends nothing against it (loopguard_budget_unpriced_total counts such calls); leave unpriced out to charge them at their provider's highest price, or cap tokens or calls as well",
                     p.id,
                     l.name,
                     l.cap.show(cap),
@@ -83,7 +84,7 @@ fn session_headers(p: &Policy) -> Vec<(usize, &str)> {
         .enumerate()
         .filter_map(|(i, s)| match s {
             SessionSource::Header(h) => Some((i, h.as_str())),
-            SessionSource::Body(_) => None,
+            _ => None,
         })
         .collect()
 }

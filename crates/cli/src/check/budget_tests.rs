@@ -55,7 +55,7 @@ fn budget_errors_name_the_policy_and_the_field() {
         ),
         (
             json!({"limits": [{"name": "h", "per": "session", "window_seconds": 60, "calls": 3}], "session": ["cookie:sid"]}),
-            "policy \"agents\": budget.session[0] must be header:<name> or body:<field> (got \"cookie:sid\")",
+            "policy \"agents\": budget.session[0] must be header:<name>, body:<field>, jwt:<claim> or jwt_verified:<claim> (got \"cookie:sid\")",
         ),
         (
             json!({"limits": [{"name": "h", "per": "session", "window_seconds": 60, "calls": 3}], "warn_at": 1}),
@@ -77,38 +77,44 @@ fn budget_errors_name_the_policy_and_the_field() {
 }
 
 #[test]
-fn a_dollar_cap_without_prices_never_fills() {
+fn a_dollar_cap_that_ignores_unpriced_models_is_warned_of() {
+    // Without prices, the built-in table prices the models: no finding.
     let c = config(
         json!({"limits": limits(&[SESSION_HOUR, CALLER_DAY]), "session": ["body:user"]}),
         json!({}),
     );
-    assert_eq!(
-        findings(&[("p.json", &c)]),
-        [
-            "p.json: warning: policy \"agents\": budget.limits[0] \"session-hour\" is a dollar cap ($5.00 per session in 3600 s), but the configuration has no \"prices\": no response is priced, so the cap never fills; add prices for the models it should count, or cap tokens or calls",
-            "p.json: warning: policy \"agents\": budget.limits[1] \"caller-day\" is a dollar cap ($50.00 per caller in 86400 s), but the configuration has no \"prices\": no response is priced, so the cap never fills; add prices for the models it should count, or cap tokens or calls",
-        ]
-    );
-    let priced = config(
-        json!({"limits": limits(&[SESSION_HOUR, CALLER_DAY]), "session": ["body:user"]}),
-        prices(),
-    );
-    assert!(findings(&[("p.json", &priced)]).is_empty());
-    // Tokens and calls need no prices.
-    let tokens = config(
-        json!({"limits": [{"name": "t", "per": "caller", "window_seconds": 60, "tokens": 1000},
-                          {"name": "c", "per": "caller", "window_seconds": 60, "calls": 10}]}),
+    assert!(findings(&[("p.json", &c)]).is_empty());
+    let ignore = config(
+        json!({"limits": limits(&[SESSION_HOUR, CALLER_DAY]), "session": ["body:user"], "unpriced": "ignore"}),
         json!({}),
     );
-    assert!(findings(&[("p.json", &tokens)]).is_empty());
+    let warning = |i: usize, name: &str, cap: &str, per: &str, window: u32| {
+        format!("p.json: warning: policy \"agents\": budget.limits[{i}] \"{name}\" is a dollar cap (${cap} per {per} in {window} s) with budget.unpriced: ignore: a model neither \"prices\" nor the built-in table prices spends nothing against it (loopguard_budget_unpriced_total counts such calls); leave unpriced out to charge them at their provider's highest price, or cap tokens or calls as well")
+    };
+    assert_eq!(
+        findings(&[("p.json", &ignore)]),
+        [
+            warning(0, "session-hour", "5.00", "session", 3600),
+            warning(1, "caller-day", "50.00", "caller", 86400),
+        ]
+    );
     // Wherever the configuration is: here in Envoy.
-    let got = in_envoy(&c, "", "", ROUTES);
+    let got = in_envoy(&ignore, "", "", ROUTES);
     assert_eq!(got.len(), 2, "{got:#?}");
     assert!(
         got[0].starts_with(&format!(
             "{WHERE}policy \"agents\": budget.limits[0] \"session-hour\" is a dollar cap"
         )),
         "{got:#?}"
+    );
+    // `unpriced` without a dollar cap is a configuration error.
+    let tokens = config(
+        json!({"limits": [{"name": "t", "per": "caller", "window_seconds": 60, "tokens": 1000}], "unpriced": "reject"}),
+        json!({}),
+    );
+    assert_eq!(
+        findings(&[("p.json", &tokens)]),
+        ["p.json: error: policy \"agents\": budget.unpriced applies only to a dollar cap (a limit with usd); remove it or add one"]
     );
 }
 

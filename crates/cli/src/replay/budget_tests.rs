@@ -315,17 +315,18 @@ fn recorded_usage_is_what_the_caps_count() {
         0
     );
     // Without usage, spending is estimated (about 4 bytes a token of the
-    // request, no output), counted and said in the header.
+    // request, and the output the call may have generated: no max_tokens,
+    // 4096), counted and said in the header: two calls fill the cap.
     let t = write_traffic(&d, calls("sk-a", None, 8, START, 1000, 200, None));
     let r = run_json(&["--config", &cfg, &t]);
     let p = &r["runs"][0]["policies"][0];
-    assert_eq!(p["budgets"]["responses_estimated"], 8);
-    assert_eq!(p["budgets"]["caps"][0]["rejected"], 0);
+    assert_eq!(p["budgets"]["responses_estimated"], 2);
+    assert_eq!(p["budgets"]["caps"][0]["rejected"], 6);
     assert!(
         r["notes"].as_array().unwrap().iter().any(|n| n
             .as_str()
             .unwrap()
-            .contains("policy agents: 8 responses had no usage recorded")),
+            .contains("policy agents: 2 responses had no usage recorded")),
         "{}",
         r["notes"]
     );
@@ -440,6 +441,7 @@ fn a_usage_only_recording_reads_as_the_providers_answer() {
             cached_input: 20_000,
             cache_write: 1_000,
             reasoning: 0,
+            cost_microusd: None,
         },
         Usage {
             input: 1200,
@@ -447,6 +449,7 @@ fn a_usage_only_recording_reads_as_the_providers_answer() {
             cached_input: 0,
             cache_write: 0,
             reasoning: 120,
+            cost_microusd: None,
         },
         // Counts that do not add up: OpenAI's form keeps the input.
         Usage {
@@ -455,6 +458,7 @@ fn a_usage_only_recording_reads_as_the_providers_answer() {
             cached_input: 50,
             cache_write: 0,
             reasoning: 0,
+            cost_microusd: None,
         },
     ] {
         assert_eq!(usage_in_body(&usage_body(&u)), Some(u));

@@ -165,6 +165,63 @@ pub fn event(
     }))
 }
 
+/// A `budget.unpriced` event: a call under a dollar cap whose model no
+/// price names, and what it was charged as.
+pub fn unpriced_event(
+    policy_id: &str,
+    mode: Mode,
+    b: &Budget,
+    model: &str,
+    charged_as: &str,
+    caller: u64,
+) -> Value {
+    json!({
+        "event": "budget.unpriced",
+        "policy": policy_id,
+        "mode": mode.as_str(),
+        "model": model,
+        "unpriced": b.unpriced.as_str(),
+        "charged_as": charged_as,
+        "key": crate::act::events::caller_tag(caller),
+    })
+}
+
+/// The `x-loopguard-budget` part naming an unpriced model and what it is
+/// charged as.
+pub fn unpriced_header(model: &str, charged_as: &str) -> String {
+    format!("unpriced; model={model}; charged_as={charged_as}")
+}
+
+/// The refusal of a call whose model no price names, under a dollar cap
+/// with `unpriced: reject`: a `403` in the called API's error shape
+/// (`code` `model_unpriced`; the SDKs raise it without retrying).
+pub fn unpriced_rejection(policy_id: &str, model: &str, api: Api) -> LocalReply {
+    let message = format!(
+        "Model \"{model}\" has no price under policy \"{policy_id}\", whose spend caps refuse unpriced models (budget.unpriced: reject). Use a priced model, or ask the gateway's operators to add its price."
+    );
+    let details = json!({"policy": policy_id, "model": model, "unpriced": "reject"});
+    let mut body =
+        reply::api_error_body_of(api, "permission_denied", message, "model_unpriced", details);
+    if api == Api::Anthropic {
+        if let Some(e) = body.get_mut("error") {
+            reply::insert(e, "type", json!("permission_error"));
+        }
+    }
+    LocalReply {
+        status: 403,
+        headers: vec![
+            ("content-type", "application/json".to_string()),
+            ("x-should-retry", "false".to_string()),
+            ("x-loopguard-policy", policy_id.to_string()),
+            (
+                "x-loopguard-budget",
+                unpriced_header(model, "refused (reject)"),
+            ),
+        ],
+        body: body.to_string(),
+    }
+}
+
 /// The log line of a rejection shadow mode did not make.
 pub fn shadow_line(policy_id: &str, b: &Budget, s: &Standing) -> Option<String> {
     let limit = b.limits.get(s.limit)?;

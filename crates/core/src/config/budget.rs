@@ -6,8 +6,10 @@
 
 /// Budget limits per policy, at most.
 pub const MAX_LIMITS: usize = 8;
-/// Session sources per policy, at most.
+/// Session sources per policy, at most (and user sources).
 pub const MAX_SESSION_SOURCES: usize = 8;
+/// The longest window of a cap: 31 days, in seconds (a monthly budget).
+pub const MAX_BUDGET_WINDOW_SECONDS: u64 = 2_678_400;
 
 /// A policy's spend caps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +21,11 @@ pub struct Budget {
     pub warn_at_permille: u32,
     /// Where a session id is read, first found wins.
     pub session: Vec<SessionSource>,
+    /// Where the end user's id is read (for `per: user`), first found
+    /// wins.
+    pub user: Vec<SessionSource>,
+    /// What a dollar cap charges for a model no price list names.
+    pub unpriced: Unpriced,
     /// Budget keys tracked at once (the table's capacity).
     pub max_tracked_keys: u32,
 }
@@ -28,6 +35,11 @@ impl Budget {
     /// is read).
     pub fn has_session(&self) -> bool {
         self.limits.iter().any(|l| l.per == BudgetPer::Session)
+    }
+
+    /// Whether a limit counts per end user.
+    pub fn has_user(&self) -> bool {
+        self.limits.iter().any(|l| l.per == BudgetPer::User)
     }
 
     /// Whether a limit counts per conversation.
@@ -40,6 +52,30 @@ impl Budget {
         self.limits
             .iter()
             .any(|l| matches!(l.cap, Cap::MicroUsd(_)))
+    }
+}
+
+/// What a dollar cap does with a model that neither `prices` nor the
+/// built-in table prices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unpriced {
+    /// Charged at the highest price known for its provider (or in the
+    /// table): never free.
+    #[default]
+    Max,
+    /// Refused before it goes upstream.
+    Reject,
+    /// Charged nothing in dollars (its tokens and calls still count).
+    Ignore,
+}
+
+impl Unpriced {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unpriced::Max => "max",
+            Unpriced::Reject => "reject",
+            Unpriced::Ignore => "ignore",
+        }
     }
 }
 
@@ -56,6 +92,9 @@ pub enum BudgetPer {
     Caller,
     Session,
     Conversation,
+    /// The end user behind a caller (a shared API key), as the request
+    /// names them.
+    User,
 }
 
 impl BudgetPer {
@@ -64,6 +103,7 @@ impl BudgetPer {
             BudgetPer::Caller => "caller",
             BudgetPer::Session => "session",
             BudgetPer::Conversation => "conversation",
+            BudgetPer::User => "user",
         }
     }
 }
@@ -154,13 +194,19 @@ pub fn show_usd(micro: u64) -> String {
     }
 }
 
-/// Where a session id is read.
+/// Where a session's or an end user's id is read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionSource {
     /// A request header (lower case).
     Header(String),
     /// A top-level field of the JSON body, or a field of one (`a.b`).
     Body(Vec<String>),
+    /// A claim of the request's bearer JWT, read without verifying it (as
+    /// the `jwt:` limit key).
+    Jwt(String),
+    /// A claim of the JWT payload Envoy's `jwt_authn` verified (as the
+    /// `jwt_verified:` limit key).
+    JwtVerified(String),
 }
 
 impl SessionSource {
@@ -169,7 +215,14 @@ impl SessionSource {
         match self {
             SessionSource::Header(h) => format!("header:{h}"),
             SessionSource::Body(path) => format!("body:{}", path.join(".")),
+            SessionSource::Jwt(claim) => format!("jwt:{claim}"),
+            SessionSource::JwtVerified(claim) => format!("jwt_verified:{claim}"),
         }
+    }
+
+    /// Whether it is read from the request headers (else from the body).
+    pub fn in_headers(&self) -> bool {
+        !matches!(self, SessionSource::Body(_))
     }
 }
 

@@ -92,8 +92,8 @@ fn every_field_is_checked_and_named() {
             "budget.limits[0].window_seconds must be >= 60",
         ),
         (
-            with_field("window_seconds", json!(86401)),
-            "budget.limits[0].window_seconds must be <= 86400",
+            with_field("window_seconds", json!(2_678_401)),
+            "budget.limits[0].window_seconds must be <= 2678400",
         ),
         (
             one(json!({"name": "n", "per": "caller", "calls": 1})),
@@ -141,7 +141,36 @@ fn every_field_is_checked_and_named() {
         ),
         (
             budget(json!({"limits": [ok.clone()], "session": ["cookie:x"]})),
-            "budget.session[0] must be header:<name> or body:<field>",
+            "budget.session[0] must be header:<name>, body:<field>, jwt:<claim> or jwt_verified:<claim>",
+        ),
+        (
+            budget(json!({"limits": [ok.clone()], "user": ["jwt:"]})),
+            "budget.user[0] must be header:<name>, body:<field>, jwt:<claim>",
+        ),
+        (
+            budget(json!({"limits": [ok.clone()], "user": []})),
+            "budget.user must not be empty",
+        ),
+        (
+            budget(json!({"limits": [ok.clone()], "unpriced": "max"})),
+            "budget.unpriced applies only to a dollar cap",
+        ),
+        (
+            budget(json!({"limits": [{"name": "n", "per": "caller", "window_seconds": 60, "usd": 1}], "unpriced": "free"})),
+            "unpriced",
+        ),
+        // Validated after rounding: nothing becomes zero or switches off.
+        (
+            one(json!({"name": "n", "per": "caller", "window_seconds": 60, "usd": 1e-7})),
+            "budget.limits[0].usd 1e-7 rounds to $0 (caps are kept in micro-dollars): the smallest cap is 0.000001",
+        ),
+        (
+            budget(json!({"limits": [ok.clone()], "warn_at": 0.9995})),
+            "budget.warn_at 0.9995 rounds to 1 (warn_at is kept in thousandths), which would switch the warning off",
+        ),
+        (
+            budget(json!({"limits": [ok.clone()], "warn_at": 0.0004})),
+            "budget.warn_at 0.0004 rounds to 0",
         ),
         (
             budget(json!({"limits": [ok.clone()], "session": ["header:bad header"]})),
@@ -162,6 +191,48 @@ fn every_field_is_checked_and_named() {
         assert!(e.contains(expect), "{e} !~ {expect}");
         assert!(e.starts_with("policy \""), "{e}");
     }
+}
+
+#[test]
+fn users_windows_and_unpriced_models_are_configured() {
+    let cfg = Config::from_value(&json!({"policies": [{"id": "p", "spec": {"selector": {},
+        "budget": {"limits": [
+            {"name": "month", "per": "user", "window_seconds": 2_678_400, "usd": 100},
+            {"name": "tiny", "per": "caller", "window_seconds": 60, "usd": 0.000001}],
+            "user": ["header:x-end-user", "jwt:sub", "jwt_verified:email", "body:metadata.user_id"],
+            "unpriced": "reject", "warn_at": 0.999}}}]}))
+    .unwrap();
+    let b = cfg.policies[0].budget.as_ref().unwrap();
+    assert!(b.has_user());
+    assert_eq!(b.limits[0].per, BudgetPer::User);
+    assert_eq!(b.limits[0].window_ms, 2_678_400_000);
+    assert_eq!(b.limits[1].cap, Cap::MicroUsd(1));
+    assert_eq!(b.warn_at_permille, 999);
+    assert_eq!(b.unpriced, Unpriced::Reject);
+    assert_eq!(
+        b.user,
+        vec![
+            SessionSource::Header("x-end-user".into()),
+            SessionSource::Jwt("sub".into()),
+            SessionSource::JwtVerified("email".into()),
+            SessionSource::Body(vec!["metadata".into(), "user_id".into()]),
+        ]
+    );
+    // The defaults: OpenAI's user fields, then Anthropic's; unpriced
+    // models charged at the highest price.
+    let cfg = Config::from_value(&json!({"policies": [{"id": "p", "spec": {"selector": {},
+        "budget": {"limits": [{"name": "h", "per": "user", "window_seconds": 60, "usd": 1}]}}}]}))
+    .unwrap();
+    let b = cfg.policies[0].budget.as_ref().unwrap();
+    assert_eq!(b.unpriced, Unpriced::Max);
+    assert_eq!(
+        b.user.iter().map(SessionSource::show).collect::<Vec<_>>(),
+        [
+            "body:user",
+            "body:safety_identifier",
+            "body:metadata.user_id"
+        ]
+    );
 }
 
 #[test]

@@ -32,7 +32,15 @@ impl<B: BucketBackend> Engine<B> {
         r.body_len = size;
         if size as u64 > r.body_limit {
             // Stop buffering; what is held so far flows on.
-            return self.skip_body(r, out);
+            if let Some(b) = r.budget.as_deref_mut() {
+                b.set_body_bytes(size as u64);
+            }
+            let phase = if r.headers_held {
+                Phase::HeadersHeld
+            } else {
+                Phase::HeadersSent
+            };
+            return self.skip_body(r, phase, now, out);
         }
         if !end_of_stream {
             return Step::Pause;
@@ -93,13 +101,21 @@ impl<B: BucketBackend> Engine<B> {
         let State::Buffering { policy, pending } = std::mem::take(&mut r.state) else {
             return Step::Continue;
         };
+        let phase = if r.headers_held {
+            Phase::HeadersHeld
+        } else {
+            Phase::HeadersSent
+        };
         let Some(body) = body else {
             out.push(count(self.registry.skipped(SkipReason::Unreadable), 1));
             out.push(Effect::Log(
                 Level::Debug,
                 "body unreadable; request passed".to_string(),
             ));
-            return Step::Continue;
+            if let Some(b) = r.budget.as_deref_mut() {
+                b.set_body_bytes(r.body_len as u64);
+            }
+            return self.budget_gate_only(r, phase, now, out);
         };
         let config = Rc::clone(&self.config);
         let Some(p) = config.policies.get(policy) else {
@@ -179,13 +195,9 @@ impl<B: BucketBackend> Engine<B> {
                 .is_some_and(|d| d.similarity.compares_content())
                 && tool_loops::only_exempt_calls(cfg, history);
         }
-        let phase = if r.headers_held {
-            Phase::HeadersHeld
-        } else {
-            Phase::HeadersSent
-        };
         if p.budget.is_some() {
             self.budget_keys(r, p, body, parsed.as_ref());
+            self.ask_stream_usage(r, pending.path(), body, out);
         }
         if p.detection.is_none() {
             self.count_refusal(refused, out);

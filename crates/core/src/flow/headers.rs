@@ -76,12 +76,14 @@ impl<B: BucketBackend> Engine<B> {
         // An LLM call's answer is read for its usage: a request with a body
         // to an LLM API path, or judged by a policy that reads LLM bodies
         // (a body-less one, or another API's, costs no response-path work).
-        if !end_of_stream
-            && policy.mcp.is_none()
-            && (pending.reads_llm_body()
-                || policy.tool_loops.is_some()
-                || policy.budget.is_some()
-                || crate::request::llm::is_llm_api_path(head.path_only()))
+        // Under a budget every request is read: each is a call, whatever
+        // its body.
+        if policy.mcp.is_none()
+            && (policy.budget.is_some()
+                || (!end_of_stream
+                    && (pending.reads_llm_body()
+                        || policy.tool_loops.is_some()
+                        || crate::request::llm::is_llm_api_path(head.path_only()))))
         {
             r.usage_for = Some(UsageFor {
                 policy: index,
@@ -91,15 +93,27 @@ impl<B: BucketBackend> Engine<B> {
             });
             if policy.budget.is_some() {
                 self.budget_headers(r, index, facts);
+                // Usage is read from the answer as it passes: it must come
+                // uncompressed (a compressor before loopguard may still
+                // compress it towards the client).
+                if facts.has_header("accept-encoding") {
+                    out.push(Effect::RemoveRequestHeader("accept-encoding"));
+                }
             }
         }
         // An upgrade (WebSocket) or CONNECT sends nothing until it is
         // answered: judged on its headers, never held for a body.
         let tunnel = request::is_tunnel(head.method, facts.header("upgrade").as_deref());
+        if tunnel && policy.budget.is_some() {
+            // Checked and counted as a call as it opens; what passes
+            // through the tunnel is not read.
+            count_opt(out, self.registry.budget(index).map(|i| i.tunnels()), 1);
+        }
         if end_of_stream || tunnel {
             if policy.detection.is_none() {
-                // No body: no conversation for tool loops to read.
-                return Step::Continue;
+                // No body: no conversation for tool loops to read; its
+                // budget keys are those its headers name.
+                return self.budget_gate_only(r, Phase::HeadersHeld, now, out);
             }
             let made = pending.finish(&[]);
             return self.count_hit(r, index, made, Phase::HeadersHeld, now, out);
@@ -107,8 +121,11 @@ impl<B: BucketBackend> Engine<B> {
         let declared = facts
             .header("content-length")
             .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok());
-        if declared.is_some_and(|len| len > config.max_body_bytes) {
-            return self.skip_body(r, out);
+        if let Some(len) = declared.filter(|len| *len > config.max_body_bytes) {
+            if let Some(b) = r.budget.as_deref_mut() {
+                b.set_body_bytes(len);
+            }
+            return self.skip_body(r, Phase::HeadersHeld, now, out);
         }
         r.body_limit = config.max_body_bytes;
         r.state = State::Buffering {
@@ -124,7 +141,9 @@ impl<B: BucketBackend> Engine<B> {
             }
             return Step::Pause;
         }
-        if policy.may_rewrite_bodies() {
+        if policy.may_rewrite_bodies()
+            || (policy.budget.is_some() && super::budget::asks_stream_usage(head.path_only()))
+        {
             // A nudge changes the body's length: the buffer filter after
             // loopguard sets content-length again once the body is final.
             out.push(Effect::RemoveRequestHeader("content-length"));
@@ -167,14 +186,20 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// Stop buffering a body too large to judge: what is held so far flows
-    /// on, counted.
-    pub(super) fn skip_body(&mut self, r: &mut Request, out: &mut Effects) -> Step {
+    /// on, counted, once the budget keys its headers name are checked.
+    pub(super) fn skip_body(
+        &mut self,
+        r: &mut Request,
+        phase: Phase,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
         r.state = State::Pass;
         self.mcp_too_large(r, out);
         out.push(count(
             self.registry.skipped(crate::metrics::SkipReason::TooLarge),
             1,
         ));
-        Step::Continue
+        self.budget_gate_only(r, phase, now, out)
     }
 }

@@ -31,6 +31,8 @@ mod alert_tests;
 #[cfg(test)]
 mod body_tests;
 #[cfg(test)]
+mod budget_gaps_tests;
+#[cfg(test)]
 mod budget_tests;
 #[cfg(test)]
 mod drift_tests;

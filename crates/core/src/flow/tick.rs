@@ -16,6 +16,13 @@ impl<B: BucketBackend> Engine<B> {
         if let Some(add) = self.finish_usage(r, false, out) {
             self.add_shared(r, add, false, out);
         }
+        // Forwarded, but gone before its answer's headers: the provider may
+        // bill the generation all the same (estimated).
+        if r.usage.is_none() && r.usage_for.take().is_some() && matches!(r.state, State::Pass) {
+            if let Some(add) = self.budget_spend(r, None, false, Default::default(), None, out) {
+                self.add_shared(r, add, false, out);
+            }
+        }
         self.mcp_done(r, out);
         if matches!(r.state, State::Held) && self.throttled.remove(r.id) {
             out.push(count(self.registry.throttle_pending(), -1));

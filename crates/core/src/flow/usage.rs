@@ -143,30 +143,50 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) {
+        let head = crate::response::ResponseHead {
+            content_type,
+            ..Default::default()
+        };
+        self.on_response_head(r, &head, now, out);
+    }
+
+    /// The response headers a request whose usage is read needs
+    /// ([`crate::response::RESPONSE_HEADERS`], after
+    /// [`Engine::on_response_headers`]): a JSON body or an event stream is
+    /// read for its usage; any other answer reported no usage; a cost the
+    /// upstream reports is kept.
+    pub fn on_response_head(
+        &mut self,
+        r: &mut Request,
+        head: &crate::response::ResponseHead<'_>,
+        now: u64,
+        out: &mut Effects,
+    ) {
         if r.mcp.is_some() {
-            self.mcp_content_type(r, content_type, now, out);
+            self.mcp_content_type(r, head.content_type, now, out);
             return;
         }
         let Some(target) = r.usage_for else {
             return;
         };
-        match content_type.and_then(Framing::of_content_type) {
+        self.budget_head(r, head);
+        match head.content_type.and_then(Framing::of_content_type) {
             Some(f) => {
-                let reader = UsageReader::new(f).watching(RepeatSettings::default());
-                r.usage = Some(Box::new(if r.budget.is_some() {
-                    reader.counting_events()
-                } else {
-                    reader
-                }))
+                let mut reader = UsageReader::new(f).watching(RepeatSettings::default());
+                if r.budget.is_some() {
+                    reader = reader.counting_events();
+                    if self.budget_needs_model(r) {
+                        reader = reader.finding_model();
+                    }
+                }
+                r.usage = Some(Box::new(reader));
             }
             None => {
                 r.usage_for = None;
                 count_opt(out, self.registry.without_usage(target.policy), 1);
                 // A call all the same; its tokens are estimated from the
                 // request (added in the shared store from the tick).
-                if let Some(add) =
-                    self.budget_spend(r, target.model, None, true, Default::default(), out)
-                {
+                if let Some(add) = self.budget_spend(r, None, true, Default::default(), None, out) {
                     self.add_shared(r, add, false, out);
                 }
             }
@@ -200,6 +220,7 @@ impl<B: BucketBackend> Engine<B> {
                 self.report_degenerate(r, &rep, out);
             }
         }
+        self.strip_stream_usage(r, chunk, end_of_stream, out);
         // With a shared store, the chunk that completes the usage waits
         // until the store has the spending: a client that reads the usage
         // (and so the end of its answer) sends its next request only then,
@@ -258,8 +279,16 @@ impl<B: BucketBackend> Engine<B> {
                 "a response body is gzip-compressed, so its token usage cannot be read: put Envoy's decompressor filter after loopguard in http_filters (responses pass the filters in reverse), see docs/observability.md#tokens-and-dollars".to_string(),
             ));
         }
+        let answered_by = reader.model().map(str::to_string);
         let found = reader.finish();
-        let add = self.budget_spend(r, target.model, found.as_ref(), complete, read, out);
+        let add = self.budget_spend(
+            r,
+            found.as_ref(),
+            complete,
+            read,
+            answered_by.as_deref(),
+            out,
+        );
         let Some(u) = found else {
             count_opt(out, self.registry.without_usage(target.policy), 1);
             return add;

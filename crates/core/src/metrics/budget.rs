@@ -16,7 +16,7 @@ pub struct BudgetIds {
 }
 
 /// Per-policy counters, then per-budget ones.
-const PER_POLICY: u32 = 3;
+const PER_POLICY: u32 = 6;
 const PER_LIMIT: u32 = 4;
 
 impl BudgetIds {
@@ -25,7 +25,14 @@ impl BudgetIds {
     pub fn define(p: &Policy, defs: &mut Vec<(String, Kind)>) -> Option<BudgetIds> {
         let b = p.budget.as_ref()?;
         let first = u32::try_from(defs.len()).ok()?;
-        for name in [estimated(&p.id), unrecorded(&p.id), evicted(&p.id)] {
+        for name in [
+            estimated(&p.id),
+            unrecorded(&p.id),
+            evicted(&p.id),
+            unpriced(&p.id),
+            tunnels(&p.id),
+            reported_cost(&p.id),
+        ] {
             defs.push((name, Kind::Counter));
         }
         for l in &b.limits {
@@ -57,6 +64,15 @@ impl BudgetIds {
     }
     pub fn evicted(&self) -> MetricId {
         MetricId(self.first + 2)
+    }
+    pub fn unpriced(&self) -> MetricId {
+        MetricId(self.first + 3)
+    }
+    pub fn tunnels(&self) -> MetricId {
+        MetricId(self.first + 4)
+    }
+    pub fn reported_cost(&self) -> MetricId {
+        MetricId(self.first + 5)
     }
     pub fn rejected(&self, limit: usize) -> Option<MetricId> {
         self.limit(limit, 0)
@@ -115,6 +131,24 @@ pub fn evicted(policy_id: &str) -> String {
     format!("loopguard.budget_evicted_total.policy.{policy_id}")
 }
 
+/// Calls under a dollar cap whose model no price names (charged as
+/// `budget.unpriced` says).
+pub fn unpriced(policy_id: &str) -> String {
+    format!("loopguard.budget_unpriced_total.policy.{policy_id}")
+}
+
+/// Upgrades and CONNECT tunnels under a budget: checked and counted as a
+/// call when they open, but what passes through them is not read.
+pub fn tunnels(policy_id: &str) -> String {
+    format!("loopguard.budget_tunnels_total.policy.{policy_id}")
+}
+
+/// Responses whose cost the upstream reported (OpenRouter's `usage.cost`,
+/// LiteLLM's `x-litellm-response-cost`), used instead of the price list.
+pub fn reported_cost(policy_id: &str) -> String {
+    format!("loopguard.budget_reported_cost_total.policy.{policy_id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +171,9 @@ mod tests {
         assert_eq!(name(Some(ids.estimated())), estimated("b"));
         assert_eq!(name(Some(ids.unrecorded())), unrecorded("b"));
         assert_eq!(name(Some(ids.evicted())), evicted("b"));
+        assert_eq!(name(Some(ids.unpriced())), unpriced("b"));
+        assert_eq!(name(Some(ids.tunnels())), tunnels("b"));
+        assert_eq!(name(Some(ids.reported_cost())), reported_cost("b"));
         assert_eq!(name(ids.rejected(0)), rejected("b", "x"));
         assert_eq!(name(ids.warned(1)), warned("b", "y"));
         assert_eq!(name(ids.shadow(1)), shadow("b", "y"));

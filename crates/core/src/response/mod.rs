@@ -15,6 +15,35 @@ pub mod repeats;
 pub mod stream_usage;
 pub mod usage;
 
+/// The response headers a request whose usage is read needs: the host
+/// reads [`RESPONSE_HEADERS`] and hands them over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponseHead<'a> {
+    pub content_type: Option<&'a str>,
+    /// LiteLLM's `x-litellm-response-cost`: what the call cost, in dollars.
+    pub reported_cost: Option<&'a str>,
+}
+
+/// The response headers [`ResponseHead`] holds, as the host reads them.
+pub const RESPONSE_HEADERS: [&str; 2] = ["content-type", "x-litellm-response-cost"];
+
+impl<'a> ResponseHead<'a> {
+    /// From the values of [`RESPONSE_HEADERS`], in order.
+    pub fn of(values: &'a [Option<String>]) -> ResponseHead<'a> {
+        let at = |i: usize| values.get(i).and_then(|v| v.as_deref());
+        ResponseHead {
+            content_type: at(0),
+            reported_cost: at(1),
+        }
+    }
+}
+
+/// A failed attempt the provider may still bill: the gateway gave up
+/// waiting (`504`, or `408`) while the model may still be generating.
+pub fn may_be_billed(status: u32) -> bool {
+    matches!(status, 408 | 504)
+}
+
 /// Whether a response status says the provider failed the attempt: any
 /// `5xx` (`529` overloaded included) and `429`.
 pub fn failed_attempt(status: u32) -> bool {

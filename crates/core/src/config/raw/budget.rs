@@ -26,6 +26,16 @@ pub struct RawBudget {
     /// `header:<name>` or `body:<field>` (`body:<field>.<field>`).
     /// Default `["header:x-session-id"]`.
     pub session: Option<Vec<String>>,
+    /// Where a request's end user is read (for `per: user`), in order, up
+    /// to 8: `header:<name>`, `body:<field>` (`body:<field>.<field>`),
+    /// `jwt:<claim>` (the bearer token's, unverified) or
+    /// `jwt_verified:<claim>` (verified by Envoy's `jwt_authn`).
+    /// Default `["body:user", "body:safety_identifier",
+    /// "body:metadata.user_id"]`.
+    pub user: Option<Vec<String>>,
+    /// What a dollar cap charges for a model no price names: `max` (its
+    /// provider's highest price; default), `reject` or `ignore`.
+    pub unpriced: Option<UnpricedName>,
     /// Budget keys tracked at once, 64..1048576. Default 8192.
     #[cfg_attr(feature = "schema", schemars(range(min = 64, max = 1_048_576)))]
     pub max_tracked_keys: Option<Int>,
@@ -41,12 +51,15 @@ pub struct RawBudgetLimit {
     /// logs.
     #[cfg_attr(feature = "schema", schemars(required))]
     pub name: Option<String>,
-    /// Whose spending the cap counts: `caller`, `session` or
-    /// `conversation`.
+    /// Whose spending the cap counts: `caller`, `session`,
+    /// `conversation` or `user`.
     #[cfg_attr(feature = "schema", schemars(required))]
     pub per: Option<BudgetPerName>,
-    /// The sliding window, 60..86400 seconds.
-    #[cfg_attr(feature = "schema", schemars(required, range(min = 60, max = 86_400)))]
+    /// The sliding window, 60..2678400 seconds (31 days).
+    #[cfg_attr(
+        feature = "schema",
+        schemars(required, range(min = 60, max = 2_678_400))
+    )]
     pub window_seconds: Option<Int>,
     /// A cap in US dollars (priced by `prices`), above 0 up to 1000000.
     #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
@@ -75,6 +88,16 @@ pub enum BudgetPerName {
     Caller,
     Session,
     Conversation,
+    User,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(feature = "schema", derive(JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum UnpricedName {
+    Max,
+    Reject,
+    Ignore,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

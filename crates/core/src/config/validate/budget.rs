@@ -4,7 +4,7 @@ use super::*;
 use crate::config::budget::*;
 
 /// The shortest and longest window of a cap, in seconds.
-const WINDOW_SECONDS: (u64, u64) = (60, 86_400);
+const WINDOW_SECONDS: (u64, u64) = (60, MAX_BUDGET_WINDOW_SECONDS);
 /// Label names of loopguard's metrics: a budget named like one would be
 /// read as that label by Envoy's tag extraction.
 const RESERVED: &[&str] = &[
@@ -56,7 +56,22 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
     let warn_at_permille = match b.warn_at {
         None => 800,
         Some(v) => match v.as_f64() {
-            Some(f) if (0.0..1.0).contains(&f) => (f * 1000.0).round() as u32,
+            Some(f) if (0.0..1.0).contains(&f) => {
+                // Kept in thousandths: a value that rounds to 1 would never
+                // warn, one that rounds to 0 always off.
+                let permille = (f * 1000.0).round() as u32;
+                if permille >= 1000 || (f > 0.0 && permille == 0) {
+                    return Err(ctx.err(
+                        "budget.warn_at",
+                        format!(
+                            "{} rounds to {} (warn_at is kept in thousandths), which would switch the warning off; use at most 0.999, and 0 for no warning",
+                            super::super::error::show(&v),
+                            if permille == 0 { "0" } else { "1" }
+                        ),
+                    ));
+                }
+                permille
+            }
             _ => {
                 return Err(ctx.err(
                     "budget.warn_at",
@@ -68,29 +83,21 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
             }
         },
     };
-    let session = match b.session {
-        None => vec![SessionSource::Header("x-session-id".to_string())],
-        Some(list) if list.is_empty() => {
-            return Err(ctx.err(
-                "budget.session",
-                "must not be empty (leave it out for header:x-session-id)",
-            ))
-        }
-        Some(list) if list.len() > MAX_SESSION_SOURCES => {
-            return Err(ctx.err(
-                "budget.session",
-                format!(
-                    "may list at most {MAX_SESSION_SOURCES} sources (got {})",
-                    list.len()
-                ),
-            ))
-        }
-        Some(list) => list
+    let session = sources(ctx, "budget.session", b.session, || {
+        vec![SessionSource::Header("x-session-id".to_string())]
+    })?;
+    let user = sources(ctx, "budget.user", b.user, || {
+        ["user", "safety_identifier", "metadata.user_id"]
             .iter()
-            .enumerate()
-            .map(|(i, s)| session_source(ctx, i, s))
-            .collect::<Result<_, _>>()?,
-    };
+            .map(|p| SessionSource::Body(p.split('.').map(str::to_string).collect()))
+            .collect()
+    })?;
+    if b.unpriced.is_some() && !limits.iter().any(|l| matches!(l.cap, Cap::MicroUsd(_))) {
+        return Err(ctx.err(
+            "budget.unpriced",
+            "applies only to a dollar cap (a limit with usd); remove it or add one",
+        ));
+    }
     let max_tracked_keys = ctx
         .int(
             "budget.max_tracked_keys",
@@ -107,6 +114,12 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
         },
         warn_at_permille,
         session,
+        user,
+        unpriced: match b.unpriced {
+            None | Some(UnpricedName::Max) => Unpriced::Max,
+            Some(UnpricedName::Reject) => Unpriced::Reject,
+            Some(UnpricedName::Ignore) => Unpriced::Ignore,
+        },
         max_tracked_keys: u32::try_from(max_tracked_keys).unwrap_or(u32::MAX),
     })
 }
@@ -146,12 +159,13 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
         None => {
             return Err(ctx.err(
                 &field("per"),
-                "is required: caller, session or conversation",
+                "is required: caller, session, conversation or user",
             ))
         }
         Some(BudgetPerName::Caller) => BudgetPer::Caller,
         Some(BudgetPerName::Session) => BudgetPer::Session,
         Some(BudgetPerName::Conversation) => BudgetPer::Conversation,
+        Some(BudgetPerName::User) => BudgetPer::User,
     };
     let window = ctx
         .int(
@@ -160,7 +174,12 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
             WINDOW_SECONDS.0,
             WINDOW_SECONDS.1,
         )?
-        .ok_or_else(|| ctx.err(&field("window_seconds"), "is required (60 to 86400)"))?;
+        .ok_or_else(|| {
+            ctx.err(
+                &field("window_seconds"),
+                format!("is required (60 to {MAX_BUDGET_WINDOW_SECONDS}, 31 days)"),
+            )
+        })?;
     let given = [raw.usd.is_some(), raw.tokens.is_some(), raw.calls.is_some()];
     if given.iter().filter(|g| **g).count() != 1 {
         return Err(ctx.err(
@@ -173,7 +192,20 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
     }
     let cap = if let Some(v) = raw.usd {
         match v.as_f64() {
-            Some(f) if f > 0.0 && f <= MAX_USD => Cap::MicroUsd((f * 1e6).round() as u64),
+            // Kept in micro-dollars: a cap that rounds to nothing would
+            // refuse every request.
+            Some(f) if f > 0.0 && f <= MAX_USD && (f * 1e6).round() >= 1.0 => {
+                Cap::MicroUsd((f * 1e6).round() as u64)
+            }
+            Some(f) if f > 0.0 && f <= MAX_USD => {
+                return Err(ctx.err(
+                    &field("usd"),
+                    format!(
+                        "{} rounds to $0 (caps are kept in micro-dollars): the smallest cap is 0.000001",
+                        super::super::error::show(&v)
+                    ),
+                ))
+            }
             _ => {
                 return Err(ctx.err(
                     &field("usd"),
@@ -208,11 +240,38 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
     })
 }
 
-fn session_source(ctx: &Ctx, i: usize, s: &str) -> Result<SessionSource, ConfigError> {
-    let field = format!("budget.session[{i}]");
+/// A list of id sources (`budget.session`, `budget.user`), or its default.
+fn sources(
+    ctx: &Ctx,
+    name: &str,
+    given: Option<Vec<String>>,
+    default: impl FnOnce() -> Vec<SessionSource>,
+) -> Result<Vec<SessionSource>, ConfigError> {
+    match given {
+        None => Ok(default()),
+        Some(list) if list.is_empty() => Err(ctx.err(
+            name,
+            "must not be empty (leave it out for the default sources)",
+        )),
+        Some(list) if list.len() > MAX_SESSION_SOURCES => Err(ctx.err(
+            name,
+            format!(
+                "may list at most {MAX_SESSION_SOURCES} sources (got {})",
+                list.len()
+            ),
+        )),
+        Some(list) => list
+            .iter()
+            .enumerate()
+            .map(|(i, s)| session_source(ctx, &format!("{name}[{i}]"), s))
+            .collect(),
+    }
+}
+
+fn session_source(ctx: &Ctx, field: &str, s: &str) -> Result<SessionSource, ConfigError> {
     if let Some(h) = s.strip_prefix("header:") {
         if h.is_empty() || !h.bytes().all(is_token_byte) {
-            return Err(ctx.err(&field, format!("names no valid header (got \"{s}\")")));
+            return Err(ctx.err(field, format!("names no valid header (got \"{s}\")")));
         }
         return Ok(SessionSource::Header(h.to_ascii_lowercase()));
     }
@@ -220,14 +279,27 @@ fn session_source(ctx: &Ctx, i: usize, s: &str) -> Result<SessionSource, ConfigE
         let parts: Vec<String> = path.split('.').map(str::to_string).collect();
         if parts.len() > 2 || parts.iter().any(String::is_empty) {
             return Err(ctx.err(
-                &field,
+                field,
                 format!("must name a body field or a field of one, body:<field> or body:<field>.<field> (got \"{s}\")"),
             ));
         }
         return Ok(SessionSource::Body(parts));
     }
+    let claim = |c: &str| {
+        !c.is_empty()
+            && c.bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+    };
+    if let Some(c) = s.strip_prefix("jwt_verified:").filter(|c| claim(c)) {
+        return Ok(SessionSource::JwtVerified(c.to_string()));
+    }
+    if let Some(c) = s.strip_prefix("jwt:").filter(|c| claim(c)) {
+        return Ok(SessionSource::Jwt(c.to_string()));
+    }
     Err(ctx.err(
-        &field,
-        format!("must be header:<name> or body:<field> (got \"{s}\")"),
+        field,
+        format!(
+            "must be header:<name>, body:<field>, jwt:<claim> or jwt_verified:<claim> (got \"{s}\")"
+        ),
     ))
 }

@@ -49,6 +49,19 @@ impl<B: BucketBackend> Engine<B> {
         Err(Step::Pause)
     }
 
+    /// Check the keys known so far (a request with no body, or one whose
+    /// body is not read: those its headers name) before it goes on.
+    pub(in crate::flow) fn budget_gate_only(
+        &mut self,
+        r: &mut Request,
+        phase: Phase,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        self.budget_gate(r, phase, None, now, out)
+            .map_or_else(|s| s, |_| Step::Continue)
+    }
+
     /// The request's keys as the shared store checks them.
     fn budget_call_keys(&self, r: &Request) -> Vec<BudgetKey> {
         let (Some(req), Some(b)) = (r.budget.as_deref(), self.budget_of(r)) else {
@@ -68,7 +81,7 @@ impl<B: BucketBackend> Engine<B> {
             .collect()
     }
 
-    fn budget_of(&self, r: &Request) -> Option<&Budget> {
+    pub(super) fn budget_of(&self, r: &Request) -> Option<&Budget> {
         let req = r.budget.as_deref()?;
         self.config.policies.get(req.policy)?.budget.as_ref()
     }
@@ -253,6 +266,12 @@ impl<B: BucketBackend> Engine<B> {
         let Some(b) = p.budget.as_ref() else {
             return Ok(());
         };
+        if let Some(price) = req.price.as_ref() {
+            if let Some(model) = price.unpriced.clone() {
+                let charged_as = price.charged_as.clone();
+                self.act_on_unpriced(r, p, b, &model, &charged_as, phase, now, out)?;
+            }
+        }
         let v = verdict::judge(b, standings);
         if v == BudgetVerdict::default() {
             return Ok(());
@@ -316,6 +335,59 @@ impl<B: BucketBackend> Engine<B> {
         Ok(())
     }
 
+    /// A call whose model no price names: refused under `unpriced:
+    /// reject` (enforced; shadow mode logs what it would do), else it goes
+    /// on carrying the warning that names the model and what it is charged
+    /// as.
+    #[allow(clippy::too_many_arguments)]
+    fn act_on_unpriced(
+        &mut self,
+        r: &mut Request,
+        p: &Policy,
+        b: &Budget,
+        model: &str,
+        charged_as: &str,
+        phase: Phase,
+        now: u64,
+        out: &mut Effects,
+    ) -> Result<(), Step> {
+        use crate::config::budget::Unpriced;
+        let index = r.budget.as_ref().map_or(0, |q| q.policy);
+        let ids = self.registry.budget(index);
+        if b.unpriced == Unpriced::Reject {
+            if p.mode == Mode::Shadow {
+                out.push(Effect::Log(
+                    Level::Info,
+                    format!(
+                        "shadow: would_reject budget policy=\"{}\" unpriced model=\"{model}\"",
+                        p.id
+                    ),
+                ));
+            } else {
+                count_opt(out, ids.map(|i| i.unpriced()), 1);
+                self.unpriced_event(p, model, "refused (reject)", r.caller, now, out);
+                r.counted = None;
+                r.usage_for = None;
+                r.budget = None;
+                self.publish_decision(out, true, || {
+                    events::access_log_budget(&p.id, p.mode, "reject", "unpriced")
+                });
+                count_opt(out, self.registry.rejected(index), 1);
+                out.push(Effect::LocalReply(
+                    verdict::unpriced_rejection(&p.id, model, r.api),
+                    "loopguard_budget_unpriced",
+                ));
+                return Err(Step::Pause);
+            }
+        }
+        let h = verdict::unpriced_header(model, charged_as);
+        if phase == Phase::HeadersHeld {
+            out.push(Effect::AddRequestHeader("x-loopguard-budget", h.clone()));
+        }
+        r.response_headers.push(("x-loopguard-budget", h));
+        Ok(())
+    }
+
     /// Log a budget event, once per key within [`EVENT_EVERY_MS`] on this
     /// worker; alerts go out with it.
     #[allow(clippy::too_many_arguments)]
@@ -352,5 +424,39 @@ impl<B: BucketBackend> Engine<B> {
                 self.queue_alert(&event, now, out);
             }
         }
+    }
+
+    /// A call under a dollar cap whose model no price names: one
+    /// `budget.unpriced` event per model within [`EVENT_EVERY_MS`] on this
+    /// worker.
+    pub(super) fn unpriced_event(
+        &mut self,
+        p: &Policy,
+        model: &str,
+        charged_as: &str,
+        caller: u64,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let mut h = crate::request::Fnv(0x756e_7072_6963_6564);
+        h.write(p.id.as_bytes());
+        h.write(model.as_bytes());
+        let memo = &mut self.budget_memo.events;
+        if let Some(at) = memo.iter_mut().find(|(k, _)| *k == h.0) {
+            if now.saturating_sub(at.1) < EVENT_EVERY_MS {
+                return;
+            }
+            at.1 = now;
+        } else {
+            if memo.len() >= MAX_EVENT_MEMO {
+                memo.pop_front();
+            }
+            memo.push_back((h.0, now));
+        }
+        let Some(b) = p.budget.as_ref() else {
+            return;
+        };
+        let event = verdict::unpriced_event(&p.id, p.mode, b, model, charged_as, caller);
+        out.push(Effect::Log(Level::Info, event.to_string()));
     }
 }

@@ -10,9 +10,12 @@
 
 mod check;
 mod spend;
+mod stream;
+
+pub(super) use stream::asks_stream_usage;
 
 use super::*;
-use crate::config::budget::{BudgetPer, SessionSource};
+use crate::config::budget::{BudgetPer, Cap, SessionSource};
 use crate::config::Policy;
 use crate::request::llm;
 use crate::request::RequestFacts;
@@ -34,8 +37,26 @@ pub(super) struct BudgetReq {
     /// A session id found in the headers: its source's place in
     /// `budget.session`, and its hash.
     header_session: Option<(usize, u64)>,
-    /// The keys the request counts under, found with its body.
+    /// An end user's id found in the headers: its source's place in
+    /// `budget.user`, and its hash.
+    header_user: Option<(usize, u64)>,
+    /// The keys the request counts under: those its headers name at
+    /// first, all of them once its body is read.
     keys: Vec<KeyOf>,
+    /// What its response is priced at under a dollar cap (`None`: not
+    /// yet known, or charged nothing).
+    price: Option<Price>,
+    /// The output limit its body sets (`max_tokens` and the like): what an
+    /// estimate charges at least.
+    output_limit: Option<u64>,
+    /// The cost the upstream reported in a response header, micro-dollars.
+    reported_cost: Option<u64>,
+    /// The gateway gave up waiting for the answer (a `504`): the provider
+    /// may still bill the generation, so it is estimated.
+    timed_out: bool,
+    /// loopguard asked for the stream's usage: what that adds to the
+    /// answer is taken out.
+    strip: Option<Box<crate::response::stream_usage::StripUsage>>,
     /// The request body's length (an estimate's input).
     body_bytes: u64,
     /// The provider failed the attempt (a 5xx or a 429): not a call.
@@ -45,15 +66,30 @@ pub(super) struct BudgetReq {
 }
 
 impl BudgetReq {
-    /// The request body's length.
-    pub(super) fn body_bytes(&self) -> u64 {
-        self.body_bytes
+    /// The request body's length when it is not read (too large): its
+    /// declared or buffered length.
+    pub(super) fn set_body_bytes(&mut self, n: u64) {
+        if self.body_bytes == 0 {
+            self.body_bytes = n;
+        }
     }
 
     /// Whether the request counts under a key (its response adds to it).
     pub(super) fn has_keys(&self) -> bool {
         !self.keys.is_empty() && !self.added
     }
+}
+
+/// How a request's response is priced under a dollar cap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Price {
+    pub(super) rate: crate::config::prices::Rate,
+    /// No price list names the model: charged as `budget.unpriced` says
+    /// (the model's name, for the warning).
+    pub(super) unpriced: Option<String>,
+    /// What it is charged as: the price's name and source
+    /// (`gpt-4o (table)`, `openai (provider_max)`, `nothing (ignore)`).
+    pub(super) charged_as: String,
 }
 
 /// One budget key of a request.
@@ -112,6 +148,10 @@ pub(super) struct BudgetMemo {
     events: VecDeque<(u64, u64)>,
 }
 
+/// The body fields that set a call's output limit (OpenAI Chat's, its
+/// older name, the Responses API's; Anthropic's `max_tokens`).
+const OUTPUT_LIMITS: [&str; 3] = ["max_completion_tokens", "max_tokens", "max_output_tokens"];
+
 /// A key of `base` (a caller, session or conversation) under one limit.
 fn key_of(base: u64, policy_id: &str, limit: &str) -> u64 {
     let mut h = crate::request::Fnv(base ^ 0x6275_6467_6574_0001);
@@ -126,6 +166,64 @@ fn session_hash(caller: u64, value: &[u8]) -> u64 {
     let mut h = crate::request::Fnv(caller ^ 0x7365_7373_696f_6e00);
     h.write(value);
     h.0
+}
+
+/// An end user's hash, scoped to its caller.
+fn user_hash(caller: u64, value: &[u8]) -> u64 {
+    let mut h = crate::request::Fnv(caller ^ 0x7573_6572_0000_0001);
+    h.write(value);
+    h.0
+}
+
+/// The first id the request headers carry from `sources`: its source's
+/// place in the list and its hash (`hash` scopes it to the caller).
+fn header_id(
+    sources: &[SessionSource],
+    facts: &dyn RequestFacts,
+    jwt_payload_key: &str,
+    hash: impl Fn(&[u8]) -> u64,
+) -> Option<(usize, u64)> {
+    sources.iter().enumerate().find_map(|(i, s)| {
+        let v = match s {
+            SessionSource::Header(name) => facts.header(name),
+            SessionSource::Jwt(claim) => facts
+                .header("authorization")
+                .and_then(|auth| crate::request::jwt_claim(&auth, claim)),
+            SessionSource::JwtVerified(claim) => facts.verified_claim(jwt_payload_key, claim),
+            SessionSource::Body(_) => None,
+        }?;
+        (!v.is_empty()).then(|| (i, hash(&v)))
+    })
+}
+
+/// An id known from the headers alone: the first source found in the
+/// headers, unless a body source comes before it (then the body decides).
+fn known_from_headers(sources: &[SessionSource], found: Option<(usize, u64)>) -> Option<u64> {
+    let (i, h) = found?;
+    sources
+        .iter()
+        .take(i)
+        .all(SessionSource::in_headers)
+        .then_some(h)
+}
+
+/// The id a request names, with its body: the first source found, body
+/// sources read from `body`.
+fn id_with_body(
+    sources: &[SessionSource],
+    found: Option<(usize, u64)>,
+    body: &[u8],
+    hash: impl Fn(&[u8]) -> u64,
+) -> Option<u64> {
+    let before = found.map_or(sources.len(), |(i, _)| i);
+    sources
+        .iter()
+        .take(before)
+        .find_map(|s| match s {
+            SessionSource::Body(path) => body_field(body, path).map(&hash),
+            _ => None,
+        })
+        .or(found.map(|(_, h)| h))
 }
 
 /// A field of the body's top-level object, or a field of one (`a.b`): its
@@ -152,33 +250,42 @@ fn body_field<'b>(body: &'b [u8], path: &[String]) -> Option<&'b [u8]> {
 }
 
 impl<B: BucketBackend> Engine<B> {
-    /// The request headers of a request under a budget: remember the first
-    /// session header it carries.
+    /// The request headers of a request under a budget: the ids they
+    /// carry (a session's, an end user's), and the keys known from them
+    /// alone (the caller's, and those ids'), checked whatever the body.
     pub(super) fn budget_headers(&self, r: &mut Request, policy: usize, facts: &dyn RequestFacts) {
-        let Some(b) = self
-            .config
-            .policies
-            .get(policy)
-            .and_then(|p| p.budget.as_ref())
-        else {
+        let config = Rc::clone(&self.config);
+        let Some(p) = config.policies.get(policy) else {
             return;
         };
-        let header_session = if b.has_session() {
-            b.session.iter().enumerate().find_map(|(i, s)| match s {
-                SessionSource::Header(name) => facts
-                    .header(name)
-                    .filter(|v| !v.is_empty())
-                    .map(|v| (i, session_hash(r.caller, &v))),
-                SessionSource::Body(_) => None,
-            })
-        } else {
-            None
+        let Some(b) = p.budget.as_ref() else {
+            return;
         };
-        r.budget = Some(Box::new(BudgetReq {
+        let caller = r.caller;
+        let jwt = config.jwt_payload_in_metadata.as_str();
+        let header_session = b
+            .has_session()
+            .then(|| header_id(&b.session, facts, jwt, |v| session_hash(caller, v)))
+            .flatten();
+        let header_user = b
+            .has_user()
+            .then(|| header_id(&b.user, facts, jwt, |v| user_hash(caller, v)))
+            .flatten();
+        let mut req = BudgetReq {
             policy,
             header_session,
+            header_user,
             ..BudgetReq::default()
-        }));
+        };
+        set_keys(
+            &mut req,
+            p,
+            caller,
+            known_from_headers(&b.session, header_session),
+            known_from_headers(&b.user, header_user),
+            None,
+        );
+        r.budget = Some(Box::new(req));
     }
 
     /// The body of a request under a budget: the keys it counts under.
@@ -195,17 +302,14 @@ impl<B: BucketBackend> Engine<B> {
         req.body_bytes = body.len() as u64;
         let caller = r.caller;
         let session = if b.has_session() {
-            let before = req.header_session.map_or(b.session.len(), |(i, _)| i);
-            b.session
-                .iter()
-                .take(before)
-                .find_map(|s| match s {
-                    SessionSource::Body(path) => {
-                        body_field(body, path).map(|v| session_hash(caller, v))
-                    }
-                    SessionSource::Header(_) => None,
-                })
-                .or(req.header_session.map(|(_, h)| h))
+            id_with_body(&b.session, req.header_session, body, |v| {
+                session_hash(caller, v)
+            })
+        } else {
+            None
+        };
+        let user = if b.has_user() {
+            id_with_body(&b.user, req.header_user, body, |v| user_hash(caller, v))
         } else {
             None
         };
@@ -216,42 +320,102 @@ impl<B: BucketBackend> Engine<B> {
         } else {
             None
         };
-        req.keys.clear();
+        set_keys(req, p, caller, session, user, conversation);
+        req.output_limit = OUTPUT_LIMITS
+            .iter()
+            .find_map(|f| body_field(body, &[(*f).to_string()]))
+            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
+        // An LLM call (its body names a model): an estimate charges its
+        // output limit.
+        let name = match parsed {
+            Some(q) => q.model.as_deref().map(str::to_string),
+            None => llm::model_of(body),
+        };
+        if name.is_some() && req.output_limit.is_none() {
+            req.output_limit = Some(spend::DEFAULT_OUTPUT_ESTIMATE);
+        }
         if b.has_usd() {
             // Its response is priced by the request's model.
-            let name = match parsed {
-                Some(q) => q.model.as_deref().map(str::to_string),
-                None => llm::model_of(body),
-            };
             let model = self.priced(name.as_deref());
             if let Some(u) = r.usage_for.as_mut() {
                 if u.model.is_none() {
                     u.model = model;
                 }
             }
+            if let (Some(n), Some(req)) = (name.as_deref(), r.budget.as_deref_mut()) {
+                req.price = Some(price_of(&self.config.prices, b, n));
+            }
             if r.model.is_none() {
                 r.model = name;
             }
         }
-        let Some(req) = r.budget.as_deref_mut() else {
-            return;
+    }
+}
+
+/// The keys a request counts under, given whose they are (`None`: not
+/// known), group by group (one read of the table per group).
+fn set_keys(
+    req: &mut BudgetReq,
+    p: &Policy,
+    caller: u64,
+    session: Option<u64>,
+    user: Option<u64>,
+    conversation: Option<u64>,
+) {
+    let Some(b) = p.budget.as_ref() else {
+        return;
+    };
+    req.keys.clear();
+    for (i, l) in b.limits.iter().enumerate() {
+        let base = match l.per {
+            BudgetPer::Caller => Some(caller),
+            BudgetPer::Session => session,
+            BudgetPer::User => user,
+            BudgetPer::Conversation => conversation,
         };
-        for (i, l) in b.limits.iter().enumerate() {
-            let base = match l.per {
-                BudgetPer::Caller => Some(caller),
-                BudgetPer::Session => session,
-                BudgetPer::Conversation => conversation,
-            };
-            if let Some(tag) = base {
-                req.keys.push(KeyOf {
-                    limit: i,
-                    key: key_of(tag, &p.id, &l.name),
-                    tag,
-                });
-            }
+        if let Some(tag) = base {
+            req.keys.push(KeyOf {
+                limit: i,
+                key: key_of(tag, &p.id, &l.name),
+                tag,
+            });
         }
-        // Group by group: one read of the table per group.
-        req.keys.sort_by_key(|k| k.tag);
+    }
+    req.keys.sort_by_key(|k| k.tag);
+}
+
+/// What a model's calls are charged at under a dollar cap: its price, or
+/// for a model no list prices, what `budget.unpriced` says (`Reject`
+/// prices it like `Max`: the request is refused before it spends).
+pub(super) fn price_of(
+    prices: &crate::config::Prices,
+    b: &crate::config::budget::Budget,
+    model: &str,
+) -> Price {
+    use crate::config::budget::Unpriced;
+    let shown =
+        |p: &crate::config::prices::Priced| format!("{} ({})", p.resolved, p.source.as_str());
+    if let Some(p) = prices.price_of(model) {
+        return Price {
+            rate: p.rate,
+            unpriced: None,
+            charged_as: shown(&p),
+        };
+    }
+    let (rate, charged_as) = match b.unpriced {
+        Unpriced::Max | Unpriced::Reject => {
+            let p = prices.highest_for(model);
+            (p.rate, shown(&p))
+        }
+        Unpriced::Ignore => (
+            crate::config::prices::Rate::default(),
+            "nothing (ignore)".to_string(),
+        ),
+    };
+    Price {
+        rate,
+        unpriced: Some(model.to_string()),
+        charged_as,
     }
 }
 
@@ -295,34 +459,46 @@ mod tests {
         };
         let none = BytesRead::default();
         assert_eq!(
-            spent_of(Some(&reported), true, 4000, none),
+            spent_of(Some(&reported), true, 4000, none, 4096),
             (reported, false)
         );
-        // Cut off after 50 events: the output is at least those.
-        let cut = spent_of(
-            Some(&Usage {
-                input: 100,
-                ..Usage::default()
-            }),
-            false,
-            4000,
-            BytesRead {
-                bytes: 9000,
-                events: 50,
-                closed: false,
-            },
+        // Cut off after 50 events: the output is at least those, and at
+        // least the request's output limit.
+        let cut = |limit| {
+            spent_of(
+                Some(&Usage {
+                    input: 100,
+                    ..Usage::default()
+                }),
+                false,
+                4000,
+                BytesRead {
+                    bytes: 9000,
+                    events: 50,
+                    closed: false,
+                },
+                limit,
+            )
+        };
+        assert_eq!((cut(0).0.input, cut(0).0.output, cut(0).1), (100, 50, true));
+        assert_eq!(cut(2000).0.output, 2000);
+        // No usage at all, a JSON body: bytes over four, or the limit.
+        let json = |limit| {
+            spent_of(
+                None,
+                true,
+                4000,
+                BytesRead {
+                    bytes: 800,
+                    ..BytesRead::default()
+                },
+                limit,
+            )
+        };
+        assert_eq!(
+            (json(0).0.input, json(0).0.output, json(0).1),
+            (1000, 200, true)
         );
-        assert_eq!((cut.0.input, cut.0.output, cut.1), (100, 50, true));
-        // No usage at all, a JSON body: bytes over four.
-        let json = spent_of(
-            None,
-            true,
-            4000,
-            BytesRead {
-                bytes: 800,
-                ..BytesRead::default()
-            },
-        );
-        assert_eq!((json.0.input, json.0.output, json.1), (1000, 200, true));
+        assert_eq!(json(4096).0.output, 4096);
     }
 }

@@ -14,27 +14,83 @@ use crate::state::store::CallReply;
 
 impl<B: BucketBackend> Engine<B> {
     /// The response headers of a request under a budget: a provider failure
-    /// is not a call.
+    /// is not a call, unless the gateway gave up waiting on a generation
+    /// the provider may still bill (then its spending is estimated); a
+    /// cost the upstream reports in a header is kept.
     pub(in crate::flow) fn budget_status(&self, r: &mut Request, status: Option<u32>) {
         if let Some(req) = r.budget.as_deref_mut() {
-            req.failed = status.is_some_and(crate::response::failed_attempt);
+            let billed = status.is_some_and(crate::response::may_be_billed);
+            req.failed = status.is_some_and(crate::response::failed_attempt) && !billed;
+            req.timed_out = billed;
         }
     }
 
+    /// The response headers' reported cost (LiteLLM's), kept for when the
+    /// response is over.
+    pub(in crate::flow) fn budget_head(
+        &self,
+        r: &mut Request,
+        head: &crate::response::ResponseHead<'_>,
+    ) {
+        if let (Some(req), Some(v)) = (r.budget.as_deref_mut(), head.reported_cost) {
+            req.reported_cost =
+                crate::response::usage::microusd_of(&serde_json::Value::from(v.trim()));
+        }
+    }
+
+    /// Whether the response should be read for the model that answered (a
+    /// dollar cap whose request named none that was read).
+    pub(in crate::flow) fn budget_needs_model(&self, r: &Request) -> bool {
+        r.budget
+            .as_deref()
+            .is_some_and(|req| req.price.is_none() && !req.keys.is_empty())
+            && self.budget_of(r).is_some_and(|b| b.has_usd())
+    }
+
     /// Add a response's spending to its budget keys (reported, or
-    /// estimated from the bytes seen), priced by its model.
+    /// estimated from the bytes seen), priced by its model (the request's,
+    /// else the one the response names), or at the cost the upstream
+    /// reported.
     pub(in crate::flow) fn budget_spend(
         &mut self,
         r: &mut Request,
-        model: Option<usize>,
         reported: Option<&crate::response::usage::Usage>,
         complete: bool,
         read: crate::response::usage::BytesRead,
+        answered_by: Option<&str>,
         out: &mut Effects,
     ) -> Option<BudgetAdd> {
-        let body_bytes = r.budget.as_ref().map(|b| b.body_bytes())?;
-        let (u, estimated) = spent_of(reported, complete, body_bytes, read);
-        let microusd = model.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
+        let req = r.budget.as_deref()?;
+        if req.added || req.keys.is_empty() {
+            return None;
+        }
+        let limit = req.output_limit;
+        let complete = complete && !req.timed_out;
+        let (u, estimated) = spent_of(reported, complete, req.body_bytes, read, limit.unwrap_or(0));
+        let policy = req.policy;
+        let config = Rc::clone(&self.config);
+        let b = config.policies.get(policy)?.budget.as_ref()?;
+        let ids = self.registry.budget(policy);
+        let reported_cost = u.cost_microusd.or(req.reported_cost);
+        let microusd = match reported_cost {
+            Some(c) if b.has_usd() => {
+                count_opt(out, ids.map(|i| i.reported_cost()), 1);
+                c
+            }
+            _ if b.has_usd() => {
+                let price = match &req.price {
+                    Some(p) => p.clone(),
+                    None => price_of(&config.prices, b, answered_by.unwrap_or_default()),
+                };
+                if let Some(model) = &price.unpriced {
+                    count_opt(out, ids.map(|i| i.unpriced()), 1);
+                    let p = config.policies.get(policy)?;
+                    self.unpriced_event(p, model, &price.charged_as, r.caller, r.started_ms, out);
+                }
+                price.rate.cost(&u.tokens())
+            }
+            _ => 0,
+        };
         let spent = crate::config::budget::Spent {
             input: u.input,
             output: u.output,
@@ -300,16 +356,22 @@ impl<B: BucketBackend> Engine<B> {
     }
 }
 
-/// What a response spent, from the usage it reported, or estimated from
-/// the bytes seen when it reported none or was cut off (`complete`: its
-/// body ended; a stream whose closing event passed is whole too): input
-/// from the request body (4 bytes a token), output from a JSON body's
-/// length (4 bytes a token) or a stream's events (one token each).
+/// The output an estimate charges an LLM call that set no output limit.
+pub(super) const DEFAULT_OUTPUT_ESTIMATE: u64 = 4096;
+
+/// What a response spent, from the usage it reported, or estimated when it
+/// reported none or was cut off (`complete`: its body ended; a stream
+/// whose closing event passed is whole too): input from the request body
+/// (4 bytes a token); output from a JSON body's length (4 bytes a token)
+/// or a stream's events (one token each), and at least `output_limit`
+/// (the request's `max_tokens`, or [`DEFAULT_OUTPUT_ESTIMATE`] for an LLM
+/// call that set none: what a generation, reasoning included, may bill).
 pub(super) fn spent_of(
     reported: Option<&crate::response::usage::Usage>,
     complete: bool,
     body_bytes: u64,
     read: crate::response::usage::BytesRead,
+    output_limit: u64,
 ) -> (crate::response::usage::Usage, bool) {
     let mut u = reported.copied().unwrap_or_default();
     // A stream whose closing event passed reported all it will (an SDK may
@@ -326,6 +388,6 @@ pub(super) fn spent_of(
     } else {
         read.bytes / 4
     };
-    u.output = u.output.max(output);
+    u.output = u.output.max(output).max(output_limit);
     (u, true)
 }

@@ -35,6 +35,22 @@ pub struct Usage {
     pub cache_write: u64,
     /// Of `output`, spent on reasoning.
     pub reasoning: u64,
+    /// What the call cost, in micro-dollars, when the upstream reports it
+    /// (OpenRouter's `usage.cost`, in dollars).
+    pub cost_microusd: Option<u64>,
+}
+
+/// Dollars as a provider reports them (a number, or a string holding one),
+/// in micro-dollars; `None` for anything else or below zero.
+pub fn microusd_of(v: &Value) -> Option<u64> {
+    let f = match v {
+        Value::Number(n) => n.as_f64()?,
+        Value::String(s) => s.trim().parse::<f64>().ok()?,
+        _ => return None,
+    };
+    // At most a million dollars a call.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    (f.is_finite() && (0.0..=1e6).contains(&f)).then(|| (f * 1e6).round() as u64)
 }
 
 impl Usage {
@@ -43,6 +59,7 @@ impl Usage {
     pub fn from_json(v: &Value) -> Option<Usage> {
         let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
         let deep = |a: &str, b: &str| v.get(a).and_then(|d| d.get(b)).and_then(Value::as_u64);
+        let cost_microusd = v.get("cost").and_then(microusd_of);
         // OpenAI Chat: prompt_tokens / completion_tokens.
         if let (Some(i), o) = (n(v, "prompt_tokens"), n(v, "completion_tokens")) {
             return Some(Usage {
@@ -51,6 +68,7 @@ impl Usage {
                 cached_input: deep("prompt_tokens_details", "cached_tokens").unwrap_or(0),
                 cache_write: 0,
                 reasoning: deep("completion_tokens_details", "reasoning_tokens").unwrap_or(0),
+                cost_microusd,
             });
         }
         let input = n(v, "input_tokens");
@@ -72,6 +90,7 @@ impl Usage {
             cached_input: cache_read.saturating_add(responses_cached),
             cache_write,
             reasoning: deep("output_tokens_details", "reasoning_tokens").unwrap_or(0),
+            cost_microusd,
         })
     }
 
@@ -86,6 +105,7 @@ impl Usage {
             cached_input: pick(self.cached_input, later.cached_input),
             cache_write: pick(self.cache_write, later.cache_write),
             reasoning: pick(self.reasoning, later.reasoning),
+            cost_microusd: later.cost_microusd.or(self.cost_microusd),
         }
     }
 }
@@ -179,6 +199,27 @@ pub struct UsageReader {
     /// `message_stop`, the Responses API's `response.completed`): its
     /// usage is whole even if the client leaves before the body ends.
     closed: bool,
+    /// The model that answered, as the body names it near its start (read
+    /// only when asked: a request whose own model was not read).
+    model: Option<String>,
+    find_model: bool,
+}
+
+/// Where the answering model is looked for: the first bytes of the body
+/// (OpenAI's and Anthropic's responses and first events name it there).
+const MODEL_WITHIN: u64 = 4096;
+
+/// The value of the first `"model":"..."` member in `chunk`.
+fn model_in(chunk: &[u8]) -> Option<String> {
+    let at = memchr::memmem::find(chunk, b"\"model\"")?;
+    let rest = chunk.get(at + 7..)?;
+    let rest = rest.get(rest.iter().position(|b| !b.is_ascii_whitespace())?..)?;
+    let rest = rest.strip_prefix(b":")?;
+    let rest = rest.get(rest.iter().position(|b| !b.is_ascii_whitespace())?..)?;
+    let rest = rest.strip_prefix(b"\"")?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    let name = rest.get(..end)?;
+    (!name.is_empty() && name.len() <= 128).then(|| String::from_utf8_lossy(name).into_owned())
 }
 
 /// How much of a response body was read: what a spending estimate is made
@@ -216,7 +257,20 @@ impl UsageReader {
             events: 0,
             bytes: 0,
             closed: false,
+            model: None,
+            find_model: false,
         }
+    }
+
+    /// Also read which model answered ([`UsageReader::model`]).
+    pub fn finding_model(mut self) -> UsageReader {
+        self.find_model = true;
+        self
+    }
+
+    /// The model the response names, if it was looked for and found.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
 
     /// Also count a stream's events ([`UsageReader::bytes_read`]).
@@ -251,6 +305,9 @@ impl UsageReader {
 
     /// The next chunk of the body, as it passes.
     pub fn feed(&mut self, chunk: &[u8]) {
+        if self.find_model && self.model.is_none() && self.bytes < MODEL_WITHIN {
+            self.model = model_in(chunk);
+        }
         self.bytes = self.bytes.saturating_add(chunk.len() as u64);
         if self.count_events {
             // An event split over chunks at "data:" is missed: an estimate.

@@ -44,6 +44,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 cached_input: 512,
                 cache_write: 0,
                 reasoning: 16,
+                cost_microusd: None,
             },
         ),
         (
@@ -55,6 +56,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 cached_input: 300,
                 cache_write: 100,
                 reasoning: 0,
+                cost_microusd: None,
             },
         ),
         (
@@ -66,6 +68,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 cached_input: 10,
                 cache_write: 0,
                 reasoning: 64,
+                cost_microusd: None,
             },
         ),
         (
@@ -77,6 +80,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 cached_input: 0,
                 cache_write: 0,
                 reasoning: 0,
+                cost_microusd: None,
             },
         ),
         (
@@ -88,6 +92,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 cached_input: 5,
                 cache_write: 0,
                 reasoning: 0,
+                cost_microusd: None,
             },
         ),
         (
@@ -99,6 +104,7 @@ fn all() -> Vec<(Framing, &'static str, Usage)> {
                 cached_input: 0,
                 cache_write: 0,
                 reasoning: 2,
+                cost_microusd: None,
             },
         ),
     ]
@@ -304,4 +310,21 @@ fn a_compressed_body_is_not_read() {
         assert!(r.compressed);
         assert_eq!(r.finish(), None);
     }
+}
+
+#[test]
+fn reported_cost_and_the_answering_model_are_read() {
+    let body = br#"{"id":"gen-1","model":"openai/gpt-4o","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":5,"cost":0.00125}}"#;
+    let mut r = UsageReader::new(Framing::Json).finding_model();
+    r.feed(body);
+    assert_eq!(r.model(), Some("openai/gpt-4o"));
+    let u = r.finish().unwrap();
+    assert_eq!((u.input, u.output, u.cost_microusd), (10, 5, Some(1250)));
+    // Not asked: not looked for.
+    let mut r = UsageReader::new(Framing::Json);
+    r.feed(body);
+    assert_eq!(r.model(), None);
+    assert_eq!(microusd_of(&serde_json::json!("0.5")), Some(500_000));
+    assert_eq!(microusd_of(&serde_json::json!(-1)), None);
+    assert_eq!(microusd_of(&serde_json::json!(null)), None);
 }
