@@ -36,6 +36,11 @@ pub enum Command {
     )]
     Replay(ReplayArgs),
     #[command(
+        about = "Show what a model's tokens cost: configured or built-in prices",
+        long_about = PRICES
+    )]
+    Prices(PricesArgs),
+    #[command(
         about = "Print the JSON Schema of the configuration",
         long_about = "Print the JSON Schema of the configuration (schema/loopguard.schema.json)."
     )]
@@ -78,6 +83,16 @@ what each spend cap (budget) would have rejected and warned.
 what the filter did to each request, one JSON line each; --html writes a
 self-contained page with a timeline per looping caller. While it reads,
 it shows its progress on stderr when stderr is a terminal.";
+
+const PRICES: &str = "\
+Without MODEL: the built-in price table's source, revision, date,
+licence and size, and with --config the configuration's own prices.
+With MODEL (as a request names it: gpt-4o-2024-08-06, openai/gpt-4o,
+us.anthropic.claude-sonnet-4-5-20250929-v1:0): its price per million
+input, output, cached-input and cache-write tokens, the name it resolved
+to and where the price comes from (the configuration's prices, the
+built-in table, or for a model neither prices, the highest price of its
+provider, as budget.unpriced: max charges it).";
 
 const REDIS_SCRIPT: &str = "\
 Print the Lua library in the script form a Redis Cluster store runs
@@ -189,4 +204,22 @@ pub struct RedisScriptArgs {
     /// Print only the script's SHA1 (the name EVALSHA calls it by)
     #[arg(long)]
     pub sha1: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct PricesArgs {
+    /// The model to price, as a request names it
+    #[arg(value_name = "MODEL")]
+    pub model: Option<String>,
+    /// A file with a loopguard configuration: its prices come first
+    ///
+    /// Any file `check` reads: a policy JSON, Envoy, Istio or Envoy Gateway
+    /// resources.
+    #[arg(long, value_name = "FILE", verbatim_doc_comment)]
+    pub config: Option<String>,
+    /// Which configuration, when the file holds several
+    ///
+    /// A filter, WasmPlugin or policy name.
+    #[arg(long, value_name = "NAME", verbatim_doc_comment)]
+    pub filter: Option<String>,
 }

@@ -10,6 +10,7 @@ mod check;
 mod discover;
 mod documents;
 mod explain;
+mod prices;
 mod replay;
 mod request_file;
 
@@ -72,6 +73,7 @@ fn run<S: AsRef<OsStr>>(
             "replay",
             replay::command(&a, out, err, terminal && !a.quiet),
         ),
+        Command::Prices(a) => ("prices", prices::command(&a, out)),
         Command::Schema => {
             let schema = loopguard_core::config::schema();
             let _ = writeln!(
