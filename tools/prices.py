@@ -22,7 +22,8 @@ name (or as that with `-latest`) is left out: the filter falls back to
 it. Dated names that all cost the same and have neither become one
 undated row.
 Where one tier lists a name twice (a host's two spellings), each price is
-the higher of the two.
+the higher of the two. A model listed at no cost for both input and output
+(a free tier, a model priced per image or second) is left out.
 
 Python 3 standard library only.
 """
@@ -243,7 +244,9 @@ def select(data):
             continue
         r = rate(entry)
         name = normalize(key)
-        if r is None or name is None:
+        # Listed at no cost (free tiers, models priced per something
+        # else): left out, a dollar cap charges it as `budget.unpriced` says.
+        if r is None or name is None or (r[0] == 0 and r[1] == 0):
             continue
         tier, provider = t
         fam = family(name)

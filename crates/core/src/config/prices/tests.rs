@@ -478,7 +478,8 @@ fn the_generator_writes_the_fixture_table_by_the_filters_name_rules() {
     sorted.dedup();
     assert_eq!(rows, sorted);
     // Left out: dated names priced as their undated (or -latest) name,
-    // other modes, other providers, a host's variants, no output price.
+    // other modes, other providers, a host's variants, no output price,
+    // no price at all.
     for gone in [
         "gpt-4o-2024-08-06",
         "claude-sonnet-4-5-20250929",
@@ -490,6 +491,7 @@ fn the_generator_writes_the_fixture_table_by_the_filters_name_rules() {
         "yi-large",
         "qwen3-235b-a22b-fast",
         "gpt-no-output-price",
+        "gemma-3-27b-it",
         "claude",
         "sample_spec",
     ] {
@@ -517,6 +519,7 @@ fn the_generator_writes_the_fixture_table_by_the_filters_name_rules() {
             "anthropic.claude-v2:1",
             "fireworks_ai/accounts/fireworks/models/yi-large",
             "fireworks_ai/accounts/fireworks/models/qwen3-235b-a22b-fast",
+            "gemini/gemma-3-27b-it",
         ];
         assert_eq!(found.is_none(), unpriced.contains(&key.as_str()), "{key}");
     }
