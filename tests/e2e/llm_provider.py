@@ -17,8 +17,10 @@ does (retries)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -91,12 +93,23 @@ class Provider:
         self.headers: list[dict[str, str]] = []
         # Streams end this many events early (a connection cut mid-stream).
         self.cut_streams = 0
-        self.upstream = Upstream(self.respond, methods=("POST",))
+        # Plain answers are gzip-compressed when the request accepts gzip
+        # (as real providers do).
+        self.gzip_when_asked = False
+        # Seconds to wait before answering (a slow generation).
+        self.delay = 0.0
+        # The cost the upstream reports: OpenRouter's usage.cost (dollars) in
+        # plain answers, and LiteLLM's x-litellm-response-cost header.
+        self.usage_cost: float | None = None
+        self.cost_header: str | None = None
+        self.upstream = Upstream(self.respond, methods=("POST", "GET"))
         self.port = self.upstream.port
 
     def respond(self, request: dict) -> Answer:
         with self.lock:
             self.headers.append(request["headers"])
+        if self.delay:
+            time.sleep(self.delay)
         body = json.loads(request["body"] or b"{}")
         path = request["path"].split("?")[0]
         if body.get("stream"):
@@ -104,7 +117,17 @@ class Provider:
             events = events[: len(events) - self.cut_streams]
             # A pause after each event: the filter sees them one by one.
             return Answer(200, headers={"content-type": "text/event-stream; charset=utf-8"}, chunks=paced(events, 0.01))
-        return Answer(200, json.dumps(self.answer(path, body)), {"content-type": "application/json"})
+        answer = self.answer(path, body)
+        if self.usage_cost is not None:
+            answer["usage"]["cost"] = self.usage_cost
+        headers = {"content-type": "application/json"}
+        if self.cost_header is not None:
+            headers["x-litellm-response-cost"] = self.cost_header
+        payload = json.dumps(answer).encode()
+        if self.gzip_when_asked and "gzip" in request["headers"].get("accept-encoding", ""):
+            headers["content-encoding"] = "gzip"
+            payload = gzip.compress(payload)
+        return Answer(200, payload, headers)
 
     def stop(self) -> None:
         self.upstream.stop()

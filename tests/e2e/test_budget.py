@@ -301,14 +301,16 @@ def test_shadow_mode_counts_and_logs_but_never_refuses(provider, start_envoy):
 def test_estimated_spending_is_counted_and_labelled(provider, start_envoy):
     """A stream cut off before its usage (the provider stops after the
     finish chunk, before the usage and [DONE]) is estimated: input = the
-    request body's bytes / 4, output = one token per data event (5).
+    request body's bytes / 4, output = what the call may have generated, its
+    max_completion_tokens (300; more than the 5 data events seen).
     loopguard_budget_estimated_total counts it (the label an estimate
     carries: docs/observability.md); a reported response is not counted."""
     e = budget_envoy(start_envoy, provider.port, {"limits": [
         {"name": "tokens", "per": "caller", "window_seconds": 600, "tokens": 100_000}], "warn_at": 0.001})
     body = json.dumps({"model": "gpt-4o", "messages": ask("x" * 800), "stream": True,
+                       "max_completion_tokens": 300,
                        "stream_options": {"include_usage": True}}).encode()
-    estimate = len(body) // 4 + 5
+    estimate = len(body) // 4 + 300
     with httpx.Client(base_url=e.url, headers={"authorization": "Bearer sk-estimated",
                                                "content-type": "application/json"}) as c:
         provider.cut_streams = 2
