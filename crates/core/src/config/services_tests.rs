@@ -199,6 +199,10 @@ fn prices_are_read_and_each_error_names_the_field() {
         e(json!({"gpt-4o": {"input_per_million": -1, "output_per_million": 10}})),
         "prices.gpt-4o.input_per_million must be >= 0 (got -1)"
     );
+    assert_eq!(
+        e(json!({"gpt-4o": {"input_per_million": 1e-7, "output_per_million": 10}})),
+        "prices.gpt-4o.input_per_million 1e-7 rounds to $0 (prices are kept in micro-dollars per million tokens): the smallest price is 0.000001, or 0 for free"
+    );
     assert!(
         e(json!({"gpt-4o": {"input_per_million": "2.5", "output_per_million": 10}}))
             .contains("must be a number of US dollars per million tokens")

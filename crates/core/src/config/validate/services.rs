@@ -125,11 +125,24 @@ pub(super) fn prices(
             return Err(ctx.err("prices", "a model name must not be empty"));
         }
         let field = |name: &str| format!("prices.{model}.{name}");
-        let price =
-            |name: &str, v: Option<serde_json::Value>| -> Result<Option<u64>, ConfigError> {
-                v.map(|v| prices::micro_per_million(&v).map_err(|why| ctx.err(&field(name), why)))
-                    .transpose()
-            };
+        let price = |name: &str,
+                     v: Option<serde_json::Value>|
+         -> Result<Option<u64>, ConfigError> {
+            v.map(|v| {
+                    let micro =
+                        prices::micro_per_million(&v).map_err(|why| ctx.err(&field(name), why))?;
+                    // Kept in micro-dollars per million tokens: a price that
+                    // rounds to nothing would make the model free.
+                    if micro == 0 && v.as_f64().is_some_and(|f| f > 0.0) {
+                        return Err(ctx.err(
+                            &field(name),
+                            format!("{v} rounds to $0 (prices are kept in micro-dollars per million tokens): the smallest price is 0.000001, or 0 for free"),
+                        ));
+                    }
+                    Ok(micro)
+                })
+                .transpose()
+        };
         let input = price("input_per_million", p.input_per_million)?
             .ok_or_else(|| ctx.err(&field("input_per_million"), "is required"))?;
         let output = price("output_per_million", p.output_per_million)?
