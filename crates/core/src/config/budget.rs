@@ -47,6 +47,12 @@ impl Budget {
         self.limits.iter().any(|l| l.per == BudgetPer::Conversation)
     }
 
+    /// Whether a limit counts tokens or dollars (a response's usage
+    /// matters; calls alone need none).
+    pub fn reads_usage(&self) -> bool {
+        self.limits.iter().any(|l| !matches!(l.cap, Cap::Calls(_)))
+    }
+
     /// Whether a limit is in dollars.
     pub fn has_usd(&self) -> bool {
         self.limits

@@ -142,7 +142,8 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Pause;
         }
         if policy.may_rewrite_bodies()
-            || (policy.budget.is_some() && super::budget::asks_stream_usage(head.path_only()))
+            || (policy.budget.as_ref().is_some_and(|b| b.reads_usage())
+                && super::budget::asks_stream_usage(head.path_only()))
         {
             // A nudge changes the body's length: the buffer filter after
             // loopguard sets content-length again once the body is final.

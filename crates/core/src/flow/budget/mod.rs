@@ -15,7 +15,7 @@ mod stream;
 pub(super) use stream::asks_stream_usage;
 
 use super::*;
-use crate::config::budget::{BudgetPer, Cap, SessionSource};
+use crate::config::budget::{BudgetPer, SessionSource};
 use crate::config::Policy;
 use crate::request::llm;
 use crate::request::RequestFacts;

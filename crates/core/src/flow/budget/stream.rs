@@ -34,10 +34,7 @@ impl<B: BucketBackend> Engine<B> {
         if memchr::memmem::find(body, b"\"stream\"").is_none() {
             return;
         }
-        if self
-            .budget_of(r)
-            .is_none_or(|b| b.limits.iter().all(|l| matches!(l.cap, Cap::Calls(_))))
-        {
+        if self.budget_of(r).is_none_or(|b| !b.reads_usage()) {
             return;
         }
         // A note added to the body earlier in this event: the option goes
