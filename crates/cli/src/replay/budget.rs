@@ -2,7 +2,8 @@
 //! caps did to each request, read from the engine's effects (the budget
 //! counters, whose names carry the policy and the cap; the `budget.*`
 //! events, which carry the key; the `x-loopguard-budget` header), and what
-//! the budget keys spent over the replay.
+//! the budget keys spent over the replay, with the policy's calls that were
+//! estimated, unpriced, priced at a reported cost, or tunnels.
 
 use super::record::{Answer, Usage};
 use super::simulate::{rank, Verdict};
@@ -49,6 +50,19 @@ enum BudgetCount {
     Shadow,
 }
 
+/// What a per-policy budget counter counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PolicyCount {
+    /// Responses whose spending was estimated.
+    Estimated,
+    /// Calls under a dollar cap whose model no price names.
+    Unpriced,
+    /// Responses priced at the cost the upstream reported.
+    ReportedCost,
+    /// Upgrades and CONNECT tunnels, charged as one call when they open.
+    Tunnels,
+}
+
 /// The budget counters of a configuration, by name: what each counts, for
 /// which policy and cap.
 #[derive(Debug, Default)]
@@ -57,8 +71,9 @@ pub struct BudgetNames {
     /// `loopguard.budget_spend_total.policy.P.budget.B.key.` (any key
     /// after it), with the policy and cap.
     spend: Vec<(String, String, String)>,
-    /// `loopguard.budget_estimated_total.policy.P`, with the policy.
-    estimated: HashMap<String, String>,
+    /// The per-policy counters (`loopguard.budget_estimated_total.policy.P`
+    /// and the like): what each counts, and the policy.
+    per_policy: HashMap<String, (PolicyCount, String)>,
 }
 
 impl BudgetNames {
@@ -85,22 +100,41 @@ impl BudgetNames {
                     l.name.clone(),
                 ));
             }
-            n.estimated
-                .insert(budget_names::estimated(&p.id), p.id.clone());
+            for (kind, name) in [
+                (PolicyCount::Estimated, budget_names::estimated(&p.id)),
+                (PolicyCount::Unpriced, budget_names::unpriced(&p.id)),
+                (
+                    PolicyCount::ReportedCost,
+                    budget_names::reported_cost(&p.id),
+                ),
+                (PolicyCount::Tunnels, budget_names::tunnels(&p.id)),
+            ] {
+                n.per_policy.insert(name, (kind, p.id.clone()));
+            }
         }
         n
     }
 }
 
 /// What every budget key of a policy's caps spent over the replay, in the
-/// cap's unit (micro-dollars, tokens, calls), and the responses whose
-/// spending was estimated.
+/// cap's unit (micro-dollars, tokens, calls), and per policy the responses
+/// whose spending was estimated, the calls to unpriced models, those
+/// priced at the cost the upstream reported, and the tunnels opened.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct BudgetSpend {
     /// (policy, cap) to what was spent.
     pub spent: HashMap<(String, String), u64>,
-    /// Policy to responses estimated.
+    /// Policy to responses estimated (`loopguard_budget_estimated_total`).
     pub estimated: HashMap<String, u64>,
+    /// Policy to calls whose model no price names
+    /// (`loopguard_budget_unpriced_total`).
+    pub unpriced: HashMap<String, u64>,
+    /// Policy to responses priced at the cost the upstream reported
+    /// (`loopguard_budget_reported_cost_total`).
+    pub reported_cost: HashMap<String, u64>,
+    /// Policy to upgrades and CONNECT tunnels opened
+    /// (`loopguard_budget_tunnels_total`).
+    pub tunnels: HashMap<String, u64>,
 }
 
 impl BudgetVerdict {
@@ -180,7 +214,8 @@ fn counted<'a>(e: &'a Effect, defs: &'a [(String, Kind)]) -> Option<(&'a str, i6
     }
 }
 
-/// Add what `out` says budget keys spent (and responses estimated).
+/// Add what `out` says budget keys spent (and the per-policy counts:
+/// responses estimated, unpriced calls, reported costs, tunnels).
 pub(super) fn account(
     out: &[Effect],
     defs: &[(String, Kind)],
@@ -201,8 +236,14 @@ pub(super) fn account(
                 .spent
                 .entry((policy.clone(), cap.clone()))
                 .or_default() += by;
-        } else if let Some(policy) = n.estimated.get(name) {
-            *spend.estimated.entry(policy.clone()).or_default() += by;
+        } else if let Some((kind, policy)) = n.per_policy.get(name) {
+            let counts = match kind {
+                PolicyCount::Estimated => &mut spend.estimated,
+                PolicyCount::Unpriced => &mut spend.unpriced,
+                PolicyCount::ReportedCost => &mut spend.reported_cost,
+                PolicyCount::Tunnels => &mut spend.tunnels,
+            };
+            *counts.entry(policy.clone()).or_default() += by;
         }
     }
 }
@@ -210,10 +251,11 @@ pub(super) fn account(
 /// A JSON response body whose `usage` the filter's reader reads as `u`:
 /// Anthropic's form, which carries every count (cache reads and writes
 /// outside `input_tokens`), or OpenAI's when the counts do not add up to
-/// it.
+/// it; a cost the upstream reported as OpenRouter's `usage.cost`, in
+/// dollars.
 pub(super) fn usage_body(u: &Usage) -> Vec<u8> {
     let cached = u.cached_input.saturating_add(u.cache_write);
-    let usage = if cached <= u.input {
+    let mut usage = if cached <= u.input {
         serde_json::json!({
             "input_tokens": u.input - cached,
             "cache_read_input_tokens": u.cached_input,
@@ -229,6 +271,11 @@ pub(super) fn usage_body(u: &Usage) -> Vec<u8> {
             "completion_tokens_details": {"reasoning_tokens": u.reasoning},
         })
     };
+    if let (Some(cost), Some(o)) = (u.cost_microusd, usage.as_object_mut()) {
+        // Micro-dollars are whole: the dollars read back to the same.
+        #[allow(clippy::cast_precision_loss)]
+        o.insert("cost".to_string(), serde_json::json!(cost as f64 / 1e6));
+    }
     serde_json::json!({ "usage": usage })
         .to_string()
         .into_bytes()

@@ -460,6 +460,15 @@ fn a_usage_only_recording_reads_as_the_providers_answer() {
             reasoning: 0,
             cost_microusd: None,
         },
+        // A cost the upstream reported (OpenRouter's usage.cost).
+        Usage {
+            input: 100,
+            output: 10,
+            cached_input: 0,
+            cache_write: 0,
+            reasoning: 0,
+            cost_microusd: Some(1_234_567),
+        },
     ] {
         assert_eq!(usage_in_body(&usage_body(&u)), Some(u));
     }
@@ -483,4 +492,153 @@ fn the_page_has_a_table_of_caps_and_the_sweep_a_column() {
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(html.contains("<th>Budget rejections</th>"));
     assert!(html.contains("<tr><td class=\"left\"><code>session-hour</code></td><td class=\"left\">$5.00 per session in 3,600 s (reject)</td><td>10</td><td>4</td><td>1</td><td>1</td><td class=\"left\">2026-11-24 09:10:00 UTC</td><td>$5.18</td></tr>"), "{html}");
+}
+
+/// One call of caller `key` at `at`, to `model`, answered 200 with
+/// `usage` recorded.
+fn call_to(key: &str, model: &str, at: u64, usage: Value) -> String {
+    json!({"timestamp": at, "method": "POST", "path": "/v1/chat/completions",
+           "headers": {"authorization": format!("Bearer {key}"), "content-type": "application/json"},
+           "body": json!({"model": model, "max_tokens": 100, "messages": [{"role": "user", "content": format!("hello {at}")}]}).to_string(),
+           "response": {"status": 200, "usage": usage}})
+    .to_string()
+}
+
+#[test]
+fn unpriced_calls_are_counted_and_swept_by_budget_unpriced() {
+    let d = Dir::new("budget-unpriced");
+    let cfg = budget_config(
+        &d,
+        json!({"limits": [
+            {"name": "usd", "per": "caller", "window_seconds": 3600, "usd": 100},
+            {"name": "calls", "per": "caller", "window_seconds": 3600, "calls": 1000}]}),
+    );
+    // Three calls to a model no price names, one to a priced one.
+    let usage = json!({"prompt_tokens": 100_000, "completion_tokens": 0});
+    let mut lines: Vec<String> = (0..3)
+        .map(|i| call_to("sk-a", "acme-large-2", START + i * 1000, usage.clone()))
+        .collect();
+    lines.push(call_to("sk-a", "gpt-4o", START + 5000, usage.clone()));
+    let t = write_traffic(&d, lines);
+    let r = run_json(&[
+        "--config",
+        &cfg,
+        "--set",
+        "budget.unpriced=max,reject,ignore",
+        &t,
+    ]);
+    let budgets = |i: usize| r["runs"][i]["policies"][0]["budgets"].clone();
+    let spent = |i: usize| budgets(i)["caps"][0]["spent"].as_str().unwrap().to_string();
+    // max: charged the highest input price of all (no provider known);
+    // gpt-4o's 100k input tokens at its configured $2.50 a million.
+    let highest = loopguard_core::config::Prices::default().highest_for("acme-large-2");
+    assert_eq!(highest.source.as_str(), "table_max");
+    let max_cost = 3 * highest.rate.input / 10 + 250_000;
+    assert_eq!(
+        spent(0),
+        loopguard_core::config::budget::show_usd(max_cost),
+        "{}",
+        budgets(0)
+    );
+    assert_eq!(
+        (
+            budgets(0)["unpriced"].as_str(),
+            budgets(0)["calls_unpriced"].as_u64()
+        ),
+        (Some("max"), Some(3))
+    );
+    // reject: the three are refused before they go (403), not calls.
+    assert_eq!(
+        (
+            budgets(1)["unpriced"].as_str(),
+            budgets(1)["calls_unpriced"].as_u64()
+        ),
+        (Some("reject"), Some(3))
+    );
+    assert_eq!(spent(1), "0.25");
+    assert_eq!(budgets(1)["caps"][1]["spent"], "1");
+    assert_eq!(r["runs"][1]["policies"][0]["actions"]["reject"], 3);
+    // ignore: no dollars, the calls still count.
+    assert_eq!(spent(2), "0.25");
+    assert_eq!(budgets(2)["caps"][1]["spent"], "4");
+    assert_eq!(budgets(2)["calls_unpriced"], 3);
+    // The text says it under the caps.
+    let (_, text) = replay(&["--config", &cfg, &t]).unwrap();
+    assert!(
+        text.contains("    budget: 3 calls to a model no price names (unpriced: max: charged at the highest price of their provider)\n"),
+        "{text}"
+    );
+    let (_, text) = replay(&["--config", &cfg, "--set", "budget.unpriced=reject", &t]).unwrap();
+    assert!(
+        text.contains(
+            "    budget: 3 calls to a model no price names (unpriced: reject: refused)\n"
+        ),
+        "{text}"
+    );
+    // Another value is refused before anything is read.
+    let err = replay(&["--config", &cfg, "--set", "budget.unpriced=free", &t]).unwrap_err();
+    assert!(
+        err.contains(
+            "--set budget.unpriced=free: budget.unpriced is max, reject or ignore (got free)"
+        ),
+        "{err}"
+    );
+    // A configuration without a dollar cap has nothing to set.
+    let calls_only = budget_config(
+        &d,
+        json!({"limits": [{"name": "calls", "per": "caller", "window_seconds": 3600, "calls": 9}]}),
+    );
+    let err = replay(&["--config", &calls_only, "--set", "budget.unpriced=max", &t]).unwrap_err();
+    assert!(
+        err.contains(
+            "budget.unpriced applies to dollar caps, and no policy has a budget with a usd limit"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn reported_costs_and_tunnels_are_counted_per_policy() {
+    let d = Dir::new("budget-reported");
+    let cfg = budget_config(
+        &d,
+        json!({"limits": [{"name": "usd", "per": "caller", "window_seconds": 3600, "usd": 100}]}),
+    );
+    // OpenRouter's usage.cost wins over the price: $0.25 a call.
+    let usage = json!({"prompt_tokens": 1_000_000, "completion_tokens": 0, "cost": 0.25});
+    let mut lines: Vec<String> = (0..2)
+        .map(|i| call_to("sk-a", "gpt-4o", START + i * 1000, usage.clone()))
+        .collect();
+    // A WebSocket upgrade: checked and charged as one call as it opens.
+    lines.push(
+        json!({"timestamp": START + 3000, "method": "GET", "path": "/v1/realtime",
+               "headers": {"authorization": "Bearer sk-a", "connection": "Upgrade", "upgrade": "websocket"},
+               "response": {"status": 101}})
+        .to_string(),
+    );
+    let t = write_traffic(&d, lines);
+    let r = run_json(&["--config", &cfg, &t]);
+    let b = &r["runs"][0]["policies"][0]["budgets"];
+    assert_eq!(b["caps"][0]["spent"], "0.50", "{b}");
+    assert_eq!(
+        (b["calls_reported_cost"].as_u64(), b["tunnels"].as_u64()),
+        (Some(2), Some(1))
+    );
+    let (_, text) = replay(&["--config", &cfg, &t]).unwrap();
+    assert!(
+        text.contains("    budget: 2 calls priced at the cost the upstream reported\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("    budget: 1 tunnel opened, each charged as one call (what passed through is not read)\n"),
+        "{text}"
+    );
+    let page = d.0.join("r.html").display().to_string();
+    replay(&["--config", &cfg, "--html", &page, &t]).unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("<p class=\"muted\">2 calls priced at the cost the upstream reported.</p>"),
+        "{html}"
+    );
+    assert!(html.contains("<p class=\"muted\">1 tunnel opened, each charged as one call (what passed through is not read).</p>"));
 }

@@ -7,8 +7,18 @@
 //! `policies[id=agents].spec.loop_detection.threshold_identical_requests`;
 //! `policies.agents.budget.limits.session-hour.usd` is the `usd` of the
 //! budget limit named `session-hour`).
+//!
+//! One PATH is not the configuration's: `budget.unpriced=max,reject,ignore`
+//! sets `budget.unpriced` in every policy with a dollar cap (what such a
+//! cap charges a model no price names).
 
 use serde_json::Value;
+
+/// The `--set` key that sets `budget.unpriced` in every policy with a
+/// dollar cap.
+pub const UNPRICED: &str = "budget.unpriced";
+/// Its values.
+const UNPRICED_VALUES: [&str; 3] = ["max", "reject", "ignore"];
 
 /// A parsed `--set`.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +49,17 @@ impl Sweep {
         if values.is_empty() {
             return Err(format!("--set {arg}: give at least one value"));
         }
+        if path == UNPRICED {
+            if let Some(v) = values
+                .iter()
+                .find(|v| !v.as_str().is_some_and(|s| UNPRICED_VALUES.contains(&s)))
+            {
+                let shown = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                return Err(format!(
+                    "--set {arg}: {UNPRICED} is max, reject or ignore (got {shown})"
+                ));
+            }
+        }
         Ok(Sweep {
             path: path.to_string(),
             values,
@@ -51,6 +72,9 @@ impl Sweep {
 /// configuration's validation then refuses a misspelt one). A policy's
 /// `spec` may be left out of the path.
 pub fn set(config: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    if path == UNPRICED {
+        return set_unpriced(config, &value);
+    }
     let parts: Vec<&str> = path.split('.').collect();
     let Some((last, walk)) = parts.split_last() else {
         return Err("empty path".to_string());
@@ -80,6 +104,40 @@ pub fn set(config: &mut Value, path: &str, value: Value) -> Result<(), String> {
             *target = value;
         }
         _ => return Err(missing(&seen, last)),
+    }
+    Ok(())
+}
+
+/// `budget.unpriced` in every policy whose budget has a dollar cap (a
+/// limit with `usd`): the only policies it applies to.
+fn set_unpriced(config: &mut Value, value: &Value) -> Result<(), String> {
+    let mut set = 0;
+    let policies = config
+        .get_mut("policies")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten();
+    for p in policies {
+        let spec = match p.get_mut("spec") {
+            Some(spec) => spec,
+            None => p,
+        };
+        let Some(budget) = spec.get_mut("budget").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        let dollars = budget
+            .get("limits")
+            .and_then(Value::as_array)
+            .is_some_and(|limits| limits.iter().any(|l| l.get("usd").is_some()));
+        if dollars {
+            budget.insert("unpriced".to_string(), value.clone());
+            set += 1;
+        }
+    }
+    if set == 0 {
+        return Err(format!(
+            "--set: {UNPRICED} applies to dollar caps, and no policy has a budget with a usd limit"
+        ));
     }
     Ok(())
 }
@@ -234,6 +292,60 @@ mod tests {
         assert!(
             err.contains("policies.agents.budget.limits has no field or item hourly (lists are walked by item id, name or position)"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn budget_unpriced_is_set_in_every_policy_with_a_dollar_cap() {
+        let s = Sweep::parse("budget.unpriced=max,reject,ignore").unwrap();
+        assert_eq!(
+            s.values,
+            vec![json!("max"), json!("reject"), json!("ignore")]
+        );
+        for bad in [
+            "budget.unpriced=free",
+            "budget.unpriced=max,3",
+            "budget.unpriced=Max",
+        ] {
+            let err = Sweep::parse(bad).unwrap_err();
+            assert!(
+                err.contains(": budget.unpriced is max, reject or ignore (got "),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            Sweep::parse("budget.unpriced=free").unwrap_err(),
+            "--set budget.unpriced=free: budget.unpriced is max, reject or ignore (got free)"
+        );
+        let usd =
+            json!({"limits": [{"name": "d", "per": "caller", "window_seconds": 60, "usd": 1}]});
+        let calls =
+            json!({"limits": [{"name": "c", "per": "caller", "window_seconds": 60, "calls": 1}]});
+        let mut c = json!({"policies": [
+            {"id": "a", "spec": {"budget": usd.clone()}},
+            {"id": "b", "spec": {"budget": calls}},
+            {"id": "c", "spec": {"loop_detection": {"enabled": true}}},
+            {"id": "d", "spec": {"budget": usd}}
+        ]});
+        set(&mut c, UNPRICED, json!("reject")).unwrap();
+        let unpriced: Vec<&Value> = (0..4)
+            .map(|i| &c["policies"][i]["spec"]["budget"]["unpriced"])
+            .collect();
+        assert_eq!(
+            unpriced,
+            [
+                &json!("reject"),
+                &Value::Null,
+                &Value::Null,
+                &json!("reject")
+            ]
+        );
+        let mut none = json!({"policies": [{"id": "b", "spec": {"budget": {"limits": [
+            {"name": "c", "per": "caller", "window_seconds": 60, "calls": 1}]}}}]});
+        let err = set(&mut none, UNPRICED, json!("max")).unwrap_err();
+        assert_eq!(
+            err,
+            "--set: budget.unpriced applies to dollar caps, and no policy has a budget with a usd limit"
         );
     }
 

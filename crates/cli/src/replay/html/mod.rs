@@ -408,6 +408,11 @@ fn budget_table(out: &mut String, b: &Value, shadow: bool) {
             if n == 1 { "response" } else { "responses" }
         );
     }
+    for line in super::report::calls_lines(b, shadow) {
+        // "budget: 3 calls ...": the table above says whose.
+        let line = line.strip_prefix("budget: ").unwrap_or(&line);
+        let _ = writeln!(out, "<p class=\"muted\">{}.</p>", esc(line));
+    }
 }
 
 /// An MCP policy's facts: calls judged, notes added, loops by tool, what

@@ -1,10 +1,12 @@
 //! What a policy's spend caps did over a replay: per cap, the requests it
 //! rejected (or, in shadow mode, would have) and warned, the keys it
-//! touched, when it first rejected, and what its keys spent.
+//! touched, when it first rejected, and what its keys spent; per policy,
+//! the responses estimated, the calls to unpriced models, those priced at
+//! the cost the upstream reported, and the tunnels opened.
 
 use super::*;
 use crate::replay::budget::{BudgetSpend, BudgetVerdict};
-use loopguard_core::config::budget::{Budget, BudgetAction, Cap};
+use loopguard_core::config::budget::{Budget, BudgetAction, Cap, Unpriced};
 
 /// Keys remembered per cap for the `keys touched` figures.
 const MAX_KEYS: usize = 100_000;
@@ -31,15 +33,27 @@ pub(super) struct CapTally {
 #[derive(Debug)]
 pub(super) struct BudgetTally {
     action: BudgetAction,
+    /// What its dollar caps do with a model no price names (`None`: no
+    /// dollar cap).
+    unpriced_policy: Option<Unpriced>,
     caps: Vec<CapTally>,
     /// Responses whose spending was estimated.
     estimated: u64,
+    /// Calls whose model no price names (charged, or refused, as
+    /// `budget.unpriced` says).
+    unpriced: u64,
+    /// Responses priced at the cost the upstream reported.
+    reported_cost: u64,
+    /// Upgrades and CONNECT tunnels, charged as one call each as they
+    /// opened.
+    tunnels: u64,
 }
 
 impl BudgetTally {
     pub(super) fn new(b: &Budget) -> BudgetTally {
         BudgetTally {
             action: b.action,
+            unpriced_policy: b.has_usd().then_some(b.unpriced),
             caps: b
                 .limits
                 .iter()
@@ -58,6 +72,9 @@ impl BudgetTally {
                 })
                 .collect(),
             estimated: 0,
+            unpriced: 0,
+            reported_cost: 0,
+            tunnels: 0,
         }
     }
 
@@ -101,7 +118,13 @@ impl BudgetTally {
                 .copied()
                 .unwrap_or(0);
         }
-        self.estimated = spend.estimated.get(policy).copied().unwrap_or(0);
+        let of = |counts: &std::collections::HashMap<String, u64>| {
+            counts.get(policy).copied().unwrap_or(0)
+        };
+        self.estimated = of(&spend.estimated);
+        self.unpriced = of(&spend.unpriced);
+        self.reported_cost = of(&spend.reported_cost);
+        self.tunnels = of(&spend.tunnels);
     }
 
     /// Requests rejected (or that would have been) over all caps.
@@ -134,6 +157,10 @@ impl BudgetTally {
                 "spent": c.cap.show(c.spent),
             })).collect::<Vec<_>>(),
             "responses_estimated": self.estimated,
+            "unpriced": self.unpriced_policy.map(Unpriced::as_str),
+            "calls_unpriced": self.unpriced,
+            "calls_reported_cost": self.reported_cost,
+            "tunnels": self.tunnels,
         })
     }
 }
@@ -185,7 +212,7 @@ impl Tally {
             .filter_map(|p| {
                 let n = p.budget.as_ref()?.estimated();
                 (n > 0).then(|| format!(
-                    "{config}: policy {}: {n} response{} had no usage recorded (no usage and no body, or a body cut before it): {} spending was estimated from what was recorded, as the filter estimates a response it cannot read (input about the request body's bytes / 4, output about the recorded response body's bytes / 4, none without a body), where Envoy read what the provider reported, so caps in tokens or dollars fill more slowly than they did; record usage or response bodies (see docs/cli/traffic-formats.md)",
+                    "{config}: policy {}: {n} response{} had no usage recorded (no usage and no body, or a body cut before it): {} spending was estimated from what was recorded, as the filter estimates a response it cannot read (input about the request body's bytes / 4; output about the recorded response body's bytes / 4, and at least the request's output limit: its max_tokens or the like, 4096 for an LLM call that sets none), where Envoy read what the provider reported, so caps in tokens or dollars count other amounts than they did; record usage or response bodies (see docs/cli/traffic-formats.md)",
                     p.id,
                     if n == 1 { "" } else { "s" },
                     if n == 1 { "its" } else { "their" },
@@ -281,4 +308,46 @@ pub(super) fn render_budgets(s: &mut String, b: &Value, shadow: bool) {
             plural(estimated, "response", "responses")
         ));
     }
+    for line in calls_lines(b, shadow) {
+        s.push_str(&format!("    {line}\n"));
+    }
+}
+
+/// What a policy's budget counted beside its caps, one sentence each
+/// (none when it is 0): calls to unpriced models, responses priced at the
+/// cost the upstream reported, tunnels opened (`shadow`: the policy is in
+/// shadow mode). The text and the page say the same.
+pub(in crate::replay) fn calls_lines(b: &Value, shadow: bool) -> Vec<String> {
+    let n = |k: &str| b[k].as_u64().unwrap_or(0);
+    let calls = |k: u64| if k == 1 { "call" } else { "calls" };
+    let mut lines = Vec::new();
+    let unpriced = n("calls_unpriced");
+    if unpriced > 0 {
+        let what = match b["unpriced"].as_str() {
+            Some("reject") if shadow => "would have been refused; charged as max",
+            Some("reject") => "refused",
+            Some("ignore") => "charged no dollars",
+            _ => "charged at the highest price of their provider",
+        };
+        lines.push(format!(
+            "budget: {unpriced} {} to a model no price names (unpriced: {}: {what})",
+            calls(unpriced),
+            b["unpriced"].as_str().unwrap_or("max"),
+        ));
+    }
+    let reported = n("calls_reported_cost");
+    if reported > 0 {
+        lines.push(format!(
+            "budget: {reported} {} priced at the cost the upstream reported",
+            calls(reported)
+        ));
+    }
+    let tunnels = n("tunnels");
+    if tunnels > 0 {
+        lines.push(format!(
+            "budget: {tunnels} {} opened, each charged as one call (what passed through is not read)",
+            if tunnels == 1 { "tunnel" } else { "tunnels" }
+        ));
+    }
+    lines
 }

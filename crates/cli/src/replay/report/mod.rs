@@ -7,6 +7,7 @@ mod mcp;
 
 use super::record::Recorded;
 use super::simulate::{Simulation, Verdict};
+pub(super) use budget::calls_lines;
 use budget::{in_sweep, render_budgets, sweep_cell, BudgetTally};
 use loopguard_core::config::Similarity;
 use mcp::{render_mcp, McpTally};
