@@ -3,6 +3,7 @@
 //! that never came, a stream that did not ask for its usage, and caps per
 //! end user.
 
+use super::budget_tests::spent_total as spent;
 use super::tests::{Harness, Sent};
 use super::*;
 use serde_json::{json, Value};
@@ -57,17 +58,6 @@ fn usage(input: u64, output: u64) -> String {
     json!({"model": "gpt-4o-2024-08-06", "choices": [{"message": {"content": "ok"}}],
         "usage": {"prompt_tokens": input, "completion_tokens": output}})
     .to_string()
-}
-
-/// What the effects added to the spend counters.
-fn spent(effects: &[Effect]) -> i64 {
-    effects
-        .iter()
-        .filter_map(|e| match e {
-            Effect::CountNamed(n, v) if n.starts_with("loopguard.budget_spend_total.") => Some(*v),
-            _ => None,
-        })
-        .sum()
 }
 
 fn response_header<'a>(effects: &'a [Effect], name: &str) -> Vec<&'a str> {

@@ -58,7 +58,7 @@ fn named(h: &Harness, effects: &[Effect], name: &str) -> i64 {
 }
 
 /// What the effects added to every spend counter.
-fn spent_total(effects: &[Effect]) -> i64 {
+pub(super) fn spent_total(effects: &[Effect]) -> i64 {
     effects
         .iter()
         .filter_map(|e| match e {

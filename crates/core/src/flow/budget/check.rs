@@ -406,17 +406,8 @@ impl<B: BucketBackend> Engine<B> {
         let key = s.tag
             ^ (s.limit as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
             ^ kind.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-        let memo = &mut self.budget_memo.events;
-        if let Some(at) = memo.iter_mut().find(|(k, _)| *k == key) {
-            if now.saturating_sub(at.1) < EVENT_EVERY_MS {
-                return;
-            }
-            at.1 = now;
-        } else {
-            if memo.len() >= MAX_EVENT_MEMO {
-                memo.pop_front();
-            }
-            memo.push_back((key, now));
+        if !self.budget_memo.event_due(key, now) {
+            return;
         }
         if let Some(event) = verdict::event(name, &p.id, p.mode, b, s, action) {
             out.push(Effect::Log(Level::Info, event.to_string()));
@@ -441,17 +432,8 @@ impl<B: BucketBackend> Engine<B> {
         let mut h = crate::request::Fnv(0x756e_7072_6963_6564);
         h.write(p.id.as_bytes());
         h.write(model.as_bytes());
-        let memo = &mut self.budget_memo.events;
-        if let Some(at) = memo.iter_mut().find(|(k, _)| *k == h.0) {
-            if now.saturating_sub(at.1) < EVENT_EVERY_MS {
-                return;
-            }
-            at.1 = now;
-        } else {
-            if memo.len() >= MAX_EVENT_MEMO {
-                memo.pop_front();
-            }
-            memo.push_back((h.0, now));
+        if !self.budget_memo.event_due(h.0, now) {
+            return;
         }
         let Some(b) = p.budget.as_ref() else {
             return;

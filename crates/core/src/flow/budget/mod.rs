@@ -152,6 +152,26 @@ pub(super) struct BudgetMemo {
 /// older name, the Responses API's; Anthropic's `max_tokens`).
 const OUTPUT_LIMITS: [&str; 3] = ["max_completion_tokens", "max_tokens", "max_output_tokens"];
 
+impl BudgetMemo {
+    /// Whether an event of `key` is due at `now` (none logged within
+    /// [`EVENT_EVERY_MS`] on this worker): remembered if so.
+    fn event_due(&mut self, key: u64, now: u64) -> bool {
+        let memo = &mut self.events;
+        if let Some(at) = memo.iter_mut().find(|(k, _)| *k == key) {
+            if now.saturating_sub(at.1) < EVENT_EVERY_MS {
+                return false;
+            }
+            at.1 = now;
+        } else {
+            if memo.len() >= MAX_EVENT_MEMO {
+                memo.pop_front();
+            }
+            memo.push_back((key, now));
+        }
+        true
+    }
+}
+
 /// A key of `base` (a caller, session or conversation) under one limit.
 fn key_of(base: u64, policy_id: &str, limit: &str) -> u64 {
     let mut h = crate::request::Fnv(base ^ 0x6275_6467_6574_0001);
