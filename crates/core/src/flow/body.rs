@@ -197,7 +197,9 @@ impl<B: BucketBackend> Engine<B> {
         }
         if p.budget.is_some() {
             self.budget_keys(r, p, body, parsed.as_ref());
-            self.ask_stream_usage(r, pending.path(), body, out);
+            if parsed.as_ref().is_none_or(|q| q.stream) {
+                self.ask_stream_usage(r, pending.path(), body, out);
+            }
         }
         if p.detection.is_none() {
             self.count_refusal(refused, out);

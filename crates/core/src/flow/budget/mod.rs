@@ -341,10 +341,15 @@ impl<B: BucketBackend> Engine<B> {
             None
         };
         set_keys(req, p, caller, session, user, conversation);
-        req.output_limit = OUTPUT_LIMITS
-            .iter()
-            .find_map(|f| body_field(body, &[(*f).to_string()]))
-            .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok());
+        req.output_limit = match parsed {
+            Some(q) => q.output_limit,
+            // Unparsed (exact mode): one search spares most bodies the scan.
+            None if memchr::memmem::find(body, b"\"max_").is_some() => OUTPUT_LIMITS
+                .iter()
+                .find_map(|f| body_field(body, &[(*f).to_string()]))
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok()),
+            None => None,
+        };
         // An LLM call (its body names a model): an estimate charges its
         // output limit.
         let name = match parsed {

@@ -78,16 +78,34 @@ impl<B: BucketBackend> Engine<B> {
                 c
             }
             _ if b.has_usd() => {
-                let price = match &req.price {
-                    Some(p) => p.clone(),
-                    None => price_of(&config.prices, b, answered_by.unwrap_or_default()),
+                // The request's model, else the one its answer names; an
+                // answer with token counts but no model is an unnamed,
+                // unpriced one. Neither a model nor usage: not an LLM call
+                // (a body-less request, a tunnel), no dollars.
+                let price = match (&req.price, answered_by) {
+                    (Some(p), _) => Some(p.clone()),
+                    (None, Some(m)) => Some(price_of(&config.prices, b, m)),
+                    (None, None) if reported.is_some() => Some(price_of(&config.prices, b, "")),
+                    (None, None) => None,
                 };
-                if let Some(model) = &price.unpriced {
-                    count_opt(out, ids.map(|i| i.unpriced()), 1);
-                    let p = config.policies.get(policy)?;
-                    self.unpriced_event(p, model, &price.charged_as, r.caller, r.started_ms, out);
+                match price {
+                    Some(price) => {
+                        if let Some(model) = &price.unpriced {
+                            count_opt(out, ids.map(|i| i.unpriced()), 1);
+                            let p = config.policies.get(policy)?;
+                            self.unpriced_event(
+                                p,
+                                model,
+                                &price.charged_as,
+                                r.caller,
+                                r.started_ms,
+                                out,
+                            );
+                        }
+                        price.rate.cost(&u.tokens())
+                    }
+                    None => 0,
                 }
-                price.rate.cost(&u.tokens())
             }
             _ => 0,
         };

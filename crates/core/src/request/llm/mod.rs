@@ -81,6 +81,11 @@ pub struct Request<'a> {
     pub model: Option<String>,
     /// The request offers the model tools.
     pub offers_tools: bool,
+    /// The output limit it sets (`max_completion_tokens`, `max_tokens`,
+    /// `max_output_tokens`).
+    pub output_limit: Option<u64>,
+    /// `"stream": true`.
+    pub stream: bool,
     /// The system prompt given outside the messages (Anthropic `system`,
     /// Responses `instructions`), counted as the conversation's first
     /// message.

@@ -44,10 +44,19 @@ fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
         .filter_map(|k| field(k).and_then(slice))
         .any(|raw| !matches!(raw, b"null" | b"[]" | b"{}"));
     let tool_choice = field("tool_choice");
+    // The output limit (OpenAI Chat's, its older name, the Responses API's;
+    // Anthropic's max_tokens): what a generation may bill at most.
+    let output_limit = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|k| field(k).and_then(slice))
+        .and_then(|raw| std::str::from_utf8(raw).ok()?.parse::<u64>().ok());
+    let stream = field("stream").and_then(slice) == Some(b"true");
     let request = |format, system, items, array| Request {
         format,
         model: model.clone(),
         offers_tools,
+        output_limit,
+        stream,
         system,
         items,
         array,
