@@ -227,7 +227,8 @@ impl HttpContext for Stream {
             match block {
                 Some(b) => (
                     b.get(":status").and_then(loopguard_core::response::status),
-                    loopguard_core::response::RESPONSE_HEADERS
+                    self.req
+                        .response_headers_wanted()
                         .iter()
                         .map(|name| b.get(name).map(|v| String::from_utf8_lossy(v).into_owned()))
                         .collect(),

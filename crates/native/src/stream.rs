@@ -179,7 +179,8 @@ impl Stream {
         let status = abi::header(self.filter, HeaderMap::Response, ":status")
             .and_then(|s| loopguard_core::response::status(&s));
         let head: Vec<Option<String>> = if self.req.wants_content_type() {
-            loopguard_core::response::RESPONSE_HEADERS
+            self.req
+                .response_headers_wanted()
                 .iter()
                 .map(|name| {
                     abi::header(self.filter, HeaderMap::Response, name)

@@ -425,17 +425,31 @@ fn an_unread_body_is_priced_by_the_model_its_answer_names() {
     // The answer names gpt-4o-2024-08-06: the table's gpt-4o prices it.
     let out = answer_with(&mut h, &mut s, 200, json_head(), &usage(1_000_000, 0));
     assert_eq!(spent(&out), 2_500_000);
-    assert_eq!(h.metric(&out, "loopguard.budget_unpriced_total.policy.p"), 0);
+    assert_eq!(
+        h.metric(&out, "loopguard.budget_unpriced_total.policy.p"),
+        0
+    );
     // A request nothing names a model for (no body, an answer without
     // usage) is no LLM call: a call, no dollars, not unpriced.
-    let mut s = h.send("GET", "/v1/models", &[("authorization", "Bearer sk-a")], b"");
+    let mut s = h.send(
+        "GET",
+        "/v1/models",
+        &[("authorization", "Bearer sk-a")],
+        b"",
+    );
     let out = answer_with(&mut h, &mut s, 200, json_head(), r#"{"data": []}"#);
     assert_eq!(spent(&out), 0);
-    assert_eq!(h.metric(&out, "loopguard.budget_unpriced_total.policy.p"), 0);
+    assert_eq!(
+        h.metric(&out, "loopguard.budget_unpriced_total.policy.p"),
+        0
+    );
     // An answer with token counts but no model: unpriced, never free.
     let mut s = ask(&mut h, &[], &big);
     let body = json!({"usage": {"prompt_tokens": 1000, "completion_tokens": 10}}).to_string();
     let out = answer_with(&mut h, &mut s, 200, json_head(), &body);
     assert!(spent(&out) > 0);
-    assert_eq!(h.metric(&out, "loopguard.budget_unpriced_total.policy.p"), 1);
+    assert_eq!(
+        h.metric(&out, "loopguard.budget_unpriced_total.policy.p"),
+        1
+    );
 }

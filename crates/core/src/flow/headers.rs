@@ -96,9 +96,7 @@ impl<B: BucketBackend> Engine<B> {
                 // Usage is read from the answer as it passes: it must come
                 // uncompressed (a compressor before loopguard may still
                 // compress it towards the client).
-                if facts.has_header("accept-encoding") {
-                    out.push(Effect::RemoveRequestHeader("accept-encoding"));
-                }
+                out.push(Effect::RemoveRequestHeader("accept-encoding"));
             }
         }
         // An upgrade (WebSocket) or CONNECT sends nothing until it is

@@ -35,6 +35,18 @@ impl Request {
         self.usage_for.is_some()
     }
 
+    /// The response headers the host reads for
+    /// [`Engine::on_response_head`]: the content type, and under a dollar
+    /// cap the cost an upstream may report.
+    pub fn response_headers_wanted(&self) -> &'static [&'static str] {
+        let all = &crate::response::RESPONSE_HEADERS;
+        if self.budget.as_ref().is_some_and(|b| b.dollars) {
+            all
+        } else {
+            all.get(..1).unwrap_or(all)
+        }
+    }
+
     /// Whether the host should hand the response body's chunks over
     /// ([`Engine::on_response_body`]).
     pub fn wants_response_body(&self) -> bool {

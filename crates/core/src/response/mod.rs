@@ -24,7 +24,8 @@ pub struct ResponseHead<'a> {
     pub reported_cost: Option<&'a str>,
 }
 
-/// The response headers [`ResponseHead`] holds, as the host reads them.
+/// The response headers [`ResponseHead`] holds, as the host reads them
+/// (those a request wants: [`crate::flow::Request::response_headers_wanted`]).
 pub const RESPONSE_HEADERS: [&str; 2] = ["content-type", "x-litellm-response-cost"];
 
 impl<'a> ResponseHead<'a> {

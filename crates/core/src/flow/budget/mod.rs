@@ -51,6 +51,8 @@ pub(super) struct BudgetReq {
     output_limit: Option<u64>,
     /// The cost the upstream reported in a response header, micro-dollars.
     reported_cost: Option<u64>,
+    /// A cap counts dollars (a reported cost is read).
+    pub(super) dollars: bool,
     /// The gateway gave up waiting for the answer (a `504`): the provider
     /// may still bill the generation, so it is estimated.
     timed_out: bool,
@@ -295,6 +297,7 @@ impl<B: BucketBackend> Engine<B> {
             policy,
             header_session,
             header_user,
+            dollars: b.has_usd(),
             ..BudgetReq::default()
         };
         set_keys(
