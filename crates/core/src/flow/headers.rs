@@ -113,6 +113,7 @@ impl<B: BucketBackend> Engine<B> {
                 // budget keys are those its headers name.
                 return self.budget_gate_only(r, Phase::HeadersHeld, now, out);
             }
+            self.budget_header_keys(r);
             let made = pending.finish(&[]);
             return self.count_hit(r, index, made, Phase::HeadersHeld, now, out);
         }

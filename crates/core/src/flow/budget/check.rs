@@ -58,6 +58,7 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
+        self.budget_header_keys(r);
         self.budget_gate(r, phase, None, now, out)
             .map_or_else(|s| s, |_| Step::Continue)
     }

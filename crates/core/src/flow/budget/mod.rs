@@ -273,8 +273,7 @@ fn body_field<'b>(body: &'b [u8], path: &[String]) -> Option<&'b [u8]> {
 
 impl<B: BucketBackend> Engine<B> {
     /// The request headers of a request under a budget: the ids they
-    /// carry (a session's, an end user's), and the keys known from them
-    /// alone (the caller's, and those ids'), checked whatever the body.
+    /// carry (a session's, an end user's), for its keys.
     pub(super) fn budget_headers(&self, r: &mut Request, policy: usize, facts: &dyn RequestFacts) {
         let config = Rc::clone(&self.config);
         let Some(p) = config.policies.get(policy) else {
@@ -293,22 +292,33 @@ impl<B: BucketBackend> Engine<B> {
             .has_user()
             .then(|| header_id(&b.user, facts, jwt, |v| user_hash(caller, v)))
             .flatten();
-        let mut req = BudgetReq {
+        r.budget = Some(Box::new(BudgetReq {
             policy,
             header_session,
             header_user,
             dollars: b.has_usd(),
             ..BudgetReq::default()
+        }));
+    }
+
+    /// A request judged without its body (none, too large, unreadable, a
+    /// tunnel): the keys its headers name (the caller's, and a session or
+    /// end user named there).
+    pub(super) fn budget_header_keys(&self, r: &mut Request) {
+        let config = Rc::clone(&self.config);
+        let caller = r.caller;
+        let Some(req) = r.budget.as_deref_mut() else {
+            return;
         };
-        set_keys(
-            &mut req,
-            p,
-            caller,
-            known_from_headers(&b.session, header_session),
-            known_from_headers(&b.user, header_user),
-            None,
-        );
-        r.budget = Some(Box::new(req));
+        let Some(p) = config.policies.get(req.policy) else {
+            return;
+        };
+        let Some(b) = p.budget.as_ref() else {
+            return;
+        };
+        let session = known_from_headers(&b.session, req.header_session);
+        let user = known_from_headers(&b.user, req.header_user);
+        set_keys(req, p, caller, session, user, None);
     }
 
     /// The body of a request under a budget: the keys it counts under.
@@ -355,14 +365,18 @@ impl<B: BucketBackend> Engine<B> {
         };
         // An LLM call (its body names a model): an estimate charges its
         // output limit.
-        let name = match parsed {
-            Some(q) => q.model.as_deref().map(str::to_string),
-            None => llm::model_of(body),
+        let named = match parsed {
+            Some(q) => q.model.is_some(),
+            None => memchr::memmem::find(body, b"\"model\"").is_some(),
         };
-        if name.is_some() && req.output_limit.is_none() {
+        if named && req.output_limit.is_none() {
             req.output_limit = Some(spend::DEFAULT_OUTPUT_ESTIMATE);
         }
         if b.has_usd() {
+            let name = match parsed {
+                Some(q) => q.model.as_deref().map(str::to_string),
+                None => llm::model_of(body),
+            };
             // Its response is priced by the request's model.
             let model = self.priced(name.as_deref());
             if let Some(u) = r.usage_for.as_mut() {
