@@ -174,6 +174,9 @@ EVALUATE_ONLY: dict[tuple[str, str], str] = {
     ("Table contention and evictions", "B"): "needs a full table",
     ("VM reloads", "B"): "needs a reload that fails",
     ("VM reloads", "C"): "needs a request inside the reload backoff",
+    ("Budget calls unpriced, priced by the upstream, tunnels", "A"): "needs a model no price names under a dollar cap",
+    ("Budget calls unpriced, priced by the upstream, tunnels", "B"): "needs an upstream that reports its cost",
+    ("Budget calls unpriced, priced by the upstream, tunnels", "C"): "needs a WebSocket or CONNECT under a budget",
 }
 # Alert expressions: those the traffic must light (with these labels), and
 # those that must return nothing for it.
@@ -187,7 +190,7 @@ ALERTS_LIT: dict[str, list[dict[str, str]]] = {
     "LoopguardBudgetNearCap": [{"policy": "spend", "budget": "calls-10m"}],
     "LoopguardBudgetRejecting": [{"policy": "spend", "budget": "calls-10m"}],
 }
-ALERTS_QUIET = {"LoopguardStoreFailingOpen"}
+ALERTS_QUIET = {"LoopguardStoreFailingOpen", "LoopguardBudgetUnpriced"}
 # Alerts Prometheus itself must hold once it has evaluated the rules: no
 # `for` fires at once; the others wait in pending.
 ALERT_STATES = {
