@@ -18,6 +18,13 @@
 //! one dropped if it has the least to lose). So a key at its cap, idle
 //! because its requests are rejected, outlasts any number of fresh keys
 //! spending a little.
+//!
+//! Each entry starts with its key and its length, so a read or an add
+//! finds its keys without reading the others' numbers: a read decodes
+//! only the entries it wants, an add only the ones it adds to (the others
+//! are copied as they are), and the others are weighed against each other
+//! only when the bucket would hold too many (until then, an entry whose
+//! spending all left its window stays, and reads as nothing spent).
 
 use super::slices::{Slices, SLICES};
 use crate::state::store::{BucketBackend, CasWrite, MAX_CAS_ATTEMPTS};
@@ -34,14 +41,17 @@ const BASE: u32 = 0xD000_0000;
 const MAX_BUCKETS: u64 = 1 << 24;
 /// The encoding's version (the first byte of a bucket); a bucket of
 /// another version reads as empty. 2: entries carry their cap, numbers
-/// are varints, slices are numbered from the entry's oldest.
-const VERSION: u8 = 2;
+/// are varints, slices are numbered from the entry's oldest. 3: each
+/// entry starts with its key and the length of the rest, fixed-width.
+const VERSION: u8 = 3;
 /// The most bytes of a varint (a `u64`).
 const VARINT: usize = 10;
-/// The most bytes of one entry: its key, cap, slice length, last add and
+/// An entry's head: its key (8 bytes) and the length of the rest (2).
+const HEAD: usize = 8 + 2;
+/// The most bytes of one entry: its head, cap, slice length, last add and
 /// slice count, the oldest slice, and each slice's offset and amount (a
 /// slice of small amounts takes 2 to 4 bytes).
-pub const MAX_ENTRY_BYTES: usize = 8 + 3 * VARINT + 1 + VARINT + SLICES as usize * 2 * VARINT;
+pub const MAX_ENTRY_BYTES: usize = HEAD + 3 * VARINT + 1 + VARINT + SLICES as usize * 2 * VARINT;
 /// The most bytes of a bucket.
 pub const MAX_BUCKET_BYTES: usize = 1 + PER_BUCKET * MAX_ENTRY_BYTES;
 
@@ -57,7 +67,95 @@ struct Entry {
     slices: Slices,
 }
 
-/// Reads a bucket's bytes in order; `None` when they end early or are
+impl Entry {
+    fn new(a: &Add, now: u64) -> Entry {
+        Entry {
+            key: a.key,
+            cap: a.cap,
+            slice_ms: a.slice_ms.max(1),
+            last_ms: now,
+            slices: Slices::default(),
+        }
+    }
+
+    /// Add the parts of `adds` for this key (dated `at`, at `now`); what
+    /// left its window is dropped.
+    fn apply(&mut self, adds: &[Add], at: u64, now: u64) {
+        for a in adds.iter().filter(|a| a.key == self.key) {
+            self.cap = a.cap;
+            self.slice_ms = a.slice_ms.max(1);
+            self.last_ms = now;
+            self.slices.add(at, a.amount, now, self.slice_ms);
+        }
+        self.slices.prune(now, self.slice_ms);
+    }
+
+    fn live(&self, now: u64) -> bool {
+        self.slices.total(now, self.slice_ms) > 0
+    }
+}
+
+/// Where one entry of a bucket is: its key and its bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct Span {
+    key: u64,
+    start: usize,
+    end: usize,
+}
+
+/// The entries of a bucket where they are, found by their heads alone (a
+/// truncated tail, entries past [`PER_BUCKET`], or a bucket of another
+/// version, hold none).
+struct Spans {
+    at: [Span; PER_BUCKET],
+    len: usize,
+}
+
+impl Spans {
+    fn of(bytes: &[u8]) -> Spans {
+        let mut s = Spans {
+            at: [Span::default(); PER_BUCKET],
+            len: 0,
+        };
+        if bytes.first() != Some(&VERSION) {
+            return s;
+        }
+        let mut i = 1;
+        for slot in &mut s.at {
+            let Some(head) = bytes.get(i..i + HEAD) else {
+                break;
+            };
+            let mut key = [0u8; 8];
+            key.copy_from_slice(head.get(..8).unwrap_or(&[0; 8]));
+            let n = usize::from(u16::from_le_bytes([
+                head.get(8).copied().unwrap_or(0),
+                head.get(9).copied().unwrap_or(0),
+            ]));
+            let end = i + HEAD + n;
+            if end > bytes.len() || HEAD + n > MAX_ENTRY_BYTES {
+                break;
+            }
+            *slot = Span {
+                key: u64::from_le_bytes(key),
+                start: i,
+                end,
+            };
+            s.len += 1;
+            i = end;
+        }
+        s
+    }
+
+    fn all(&self) -> &[Span] {
+        self.at.get(..self.len).unwrap_or_default()
+    }
+
+    fn find(&self, key: u64) -> Option<Span> {
+        self.all().iter().find(|s| s.key == key).copied()
+    }
+}
+
+/// Reads an entry's bytes in order; `None` when they end early or are
 /// malformed.
 struct Cursor<'a> {
     bytes: &'a [u8],
@@ -71,17 +169,13 @@ impl Cursor<'_> {
         Some(b)
     }
 
-    fn fixed(&mut self) -> Option<u64> {
-        let s = self.bytes.get(self.at..self.at + 8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(s);
-        self.at += 8;
-        Some(u64::from_le_bytes(a))
-    }
-
     fn varint(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
+        let b = self.byte()?;
+        if b < 0x80 {
+            return Some(u64::from(b));
+        }
+        let mut v = u64::from(b & 0x7f);
+        for shift in (7..64).step_by(7) {
             let b = self.byte()?;
             let low = u64::from(b & 0x7f);
             if shift == 63 && low > 1 {
@@ -94,64 +188,50 @@ impl Cursor<'_> {
         }
         None
     }
-
-    fn done(&self) -> bool {
-        self.at >= self.bytes.len()
-    }
-
-    /// The next entry: its key, and the entry itself when `want` says so
-    /// (the others' slices are skipped, not collected).
-    fn entry(&mut self, want: impl Fn(u64) -> bool) -> Option<(u64, Option<Entry>)> {
-        let key = self.fixed()?;
-        let cap = self.varint()?;
-        let slice_ms = self.varint()?.max(1);
-        let last_ms = self.varint()?;
-        let n = u64::from(self.byte()?);
-        if n > SLICES {
-            return None;
-        }
-        let wanted = want(key);
-        let mut spent = Vec::new();
-        if n > 0 {
-            let base = self.varint()?;
-            if wanted {
-                spent.reserve(n as usize);
-            }
-            for _ in 0..n {
-                let slice = base.checked_add(self.varint()?)?;
-                let amount = self.varint()?;
-                if wanted {
-                    spent.push((slice, amount));
-                }
-            }
-        }
-        let entry = wanted.then_some(Entry {
-            key,
-            cap,
-            slice_ms,
-            last_ms,
-            slices: Slices { spent },
-        });
-        Some((key, entry))
-    }
 }
 
-/// The entries of a bucket wanted by `want`, in order (a malformed tail,
-/// or a bucket of another version, holds none).
-fn decode(bytes: &[u8], want: impl Fn(u64) -> bool) -> Vec<Entry> {
-    let mut out = Vec::new();
-    if bytes.first() != Some(&VERSION) {
-        return out;
+/// The entry at `s` (`None`: malformed).
+fn entry_at(bytes: &[u8], s: Span) -> Option<Entry> {
+    let mut c = Cursor {
+        bytes: bytes.get(s.start + HEAD..s.end)?,
+        at: 0,
+    };
+    let cap = c.varint()?;
+    let slice_ms = c.varint()?.max(1);
+    let last_ms = c.varint()?;
+    let n = c.byte()?;
+    if u64::from(n) > SLICES {
+        return None;
     }
-    let mut c = Cursor { bytes, at: 1 };
-    while !c.done() {
-        match c.entry(&want) {
-            Some((_, Some(e))) => out.push(e),
-            Some((_, None)) => {}
-            None => break,
+    let mut spent = Vec::new();
+    if n > 0 {
+        let base = c.varint()?;
+        spent.reserve(usize::from(n) + 1);
+        for _ in 0..n {
+            let slice = base.checked_add(c.varint()?)?;
+            let amount = c.varint()?;
+            spent.push((slice, amount));
         }
     }
-    out
+    (c.at == c.bytes.len()).then_some(Entry {
+        key: s.key,
+        cap,
+        slice_ms,
+        last_ms,
+        slices: Slices { spent },
+    })
+}
+
+/// The entries of a bucket wanted by `want`, in order (a malformed one is
+/// left out).
+fn decode(bytes: &[u8], want: impl Fn(u64) -> bool) -> Vec<Entry> {
+    let spans = Spans::of(bytes);
+    spans
+        .all()
+        .iter()
+        .filter(|s| want(s.key))
+        .filter_map(|s| entry_at(bytes, *s))
+        .collect()
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -164,21 +244,33 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 
 fn encode_into(out: &mut Vec<u8>, e: &Entry) {
     out.extend_from_slice(&e.key.to_le_bytes());
+    let len_at = out.len();
+    out.extend_from_slice(&[0, 0]);
     put_varint(out, e.cap);
     put_varint(out, e.slice_ms);
     put_varint(out, e.last_ms);
-    // Newest first, at most SLICES (as `Slices::add` keeps them).
-    let mut spent = e.slices.spent.clone();
-    spent.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
-    spent.truncate(SLICES as usize);
-    out.push(u8::try_from(spent.len()).unwrap_or(0));
-    let Some(base) = spent.iter().map(|s| s.0).min() else {
-        return;
+    // At most SLICES, the newest (as `Slices::add` keeps them).
+    let newest;
+    let spent = if e.slices.spent.len() > SLICES as usize {
+        let mut s = e.slices.spent.clone();
+        s.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
+        s.truncate(SLICES as usize);
+        newest = s;
+        &newest
+    } else {
+        &e.slices.spent
     };
-    put_varint(out, base);
-    for (slice, amount) in spent {
-        put_varint(out, slice - base);
-        put_varint(out, amount);
+    out.push(u8::try_from(spent.len()).unwrap_or(0));
+    if let Some(base) = spent.iter().map(|s| s.0).min() {
+        put_varint(out, base);
+        for &(slice, amount) in spent {
+            put_varint(out, slice - base);
+            put_varint(out, amount);
+        }
+    }
+    let len = u16::try_from(out.len() - len_at - 2).unwrap_or(u16::MAX);
+    if let Some(at) = out.get_mut(len_at..len_at + 2) {
+        at.copy_from_slice(&len.to_le_bytes());
     }
 }
 
@@ -269,9 +361,12 @@ impl BudgetTable {
     }
 
     /// The bucket of a caller's, session's or conversation's keys (its
-    /// `group`): one read and one write for all of them.
+    /// `group`): one read and one write for all of them. The group is
+    /// mixed first: its hash (FNV of an identity or a session id) varies
+    /// little in any few bits between names that differ only at their end
+    /// (`key-1`, `key-2`), which would crowd a few buckets.
     fn bucket(&self, group: u64) -> u32 {
-        BASE + (group.rotate_left(17) % u64::from(self.buckets.max(1))) as u32
+        BASE + (mix(group) % u64::from(self.buckets.max(1))) as u32
     }
 
     /// The spending of `keys` of one group, in order (empty when unknown;
@@ -286,14 +381,14 @@ impl BudgetTable {
             return Some(vec![Slices::default(); keys.len()]);
         }
         let (bytes, _) = backend.read(self.bucket(group))?;
-        let found = decode(&bytes, |k| keys.contains(&k));
+        let spans = Spans::of(&bytes);
         Some(
             keys.iter()
                 .map(|k| {
-                    found
-                        .iter()
-                        .find(|e| e.key == *k)
-                        .map(|e| e.slices.clone())
+                    spans
+                        .find(*k)
+                        .and_then(|s| entry_at(&bytes, s))
+                        .map(|e| e.slices)
                         .unwrap_or_default()
                 })
                 .collect(),
@@ -334,36 +429,91 @@ impl BudgetTable {
     }
 }
 
+/// A bijection of `u64` whose every bit depends on every bit of `x` (the
+/// finalizer of MurmurHash3).
+fn mix(x: u64) -> u64 {
+    let mut x = x ^ (x >> 33);
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
 /// A bucket's bytes with `adds` added (dated `at`, at `now`), and how many
-/// keys with spending in their window lost their place.
+/// keys with spending in their window lost their place. Only the entries
+/// added to are decoded while the bucket has room for the keys being
+/// added; the others are copied as they are.
 fn added(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
-    let mut entries = decode(bytes, |_| true);
-    for a in adds {
-        let i = match entries.iter().position(|e| e.key == a.key) {
-            Some(i) => i,
-            None => {
-                entries.push(Entry {
-                    key: a.key,
-                    cap: a.cap,
-                    slice_ms: a.slice_ms.max(1),
-                    last_ms: now,
-                    slices: Slices::default(),
-                });
-                entries.len() - 1
+    let spans = Spans::of(bytes);
+    // The keys being added that the bucket does not hold yet (a key named
+    // twice counts once).
+    let new = |i: usize, a: &Add| {
+        spans.find(a.key).is_none()
+            && !adds
+                .get(..i)
+                .unwrap_or_default()
+                .iter()
+                .any(|b| b.key == a.key)
+    };
+    let fresh = adds.iter().enumerate().filter(|(i, a)| new(*i, a)).count();
+    if spans.len + fresh > PER_BUCKET {
+        return crowded(bytes, adds, at, now);
+    }
+    let mut out = Vec::with_capacity(bytes.len() + 1 + fresh * 32);
+    out.push(VERSION);
+    for s in spans.all() {
+        if adds.iter().any(|a| a.key == s.key) {
+            // A malformed entry starts again.
+            let mut e = entry_at(bytes, *s).unwrap_or_else(|| Entry {
+                key: s.key,
+                cap: 0,
+                slice_ms: 1,
+                last_ms: now,
+                slices: Slices::default(),
+            });
+            e.apply(adds, at, now);
+            // With nothing left in its window it goes (nothing is lost).
+            if e.live(now) {
+                encode_into(&mut out, &e);
             }
-        };
-        if let Some(e) = entries.get_mut(i) {
-            e.cap = a.cap;
-            e.slice_ms = a.slice_ms.max(1);
-            e.last_ms = now;
-            e.slices.add(at, a.amount, now, e.slice_ms);
+        } else {
+            out.extend_from_slice(bytes.get(s.start..s.end).unwrap_or_default());
+        }
+    }
+    for (i, a) in adds.iter().enumerate() {
+        if new(i, a) {
+            let mut e = Entry::new(a, now);
+            e.apply(adds, at, now);
+            if e.live(now) {
+                encode_into(&mut out, &e);
+            }
+        }
+    }
+    (out, 0)
+}
+
+/// [`added`] for a bucket that would hold too many: every entry decoded,
+/// those with nothing left in their window dropped, then the ones with
+/// least to lose.
+fn crowded(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
+    let mut entries = decode(bytes, |_| true);
+    for e in &mut entries {
+        e.apply(adds, at, now);
+    }
+    for (i, a) in adds.iter().enumerate() {
+        let seen = adds
+            .get(..i)
+            .unwrap_or_default()
+            .iter()
+            .any(|b| b.key == a.key);
+        if !seen && !entries.iter().any(|e| e.key == a.key) {
+            let mut e = Entry::new(a, now);
+            e.apply(adds, at, now);
+            entries.push(e);
         }
     }
     // What left every window is dropped (nothing is lost with it).
-    for e in &mut entries {
-        e.slices.prune(now, e.slice_ms);
-    }
-    entries.retain(|e| e.slices.total(now, e.slice_ms) > 0);
+    entries.retain(|e| e.live(now));
     // Then, while too many, the one with least to lose (the first of
     // equals: a key already there before one being added).
     let mut stakes: Vec<Stake> = entries.iter().map(|e| Stake::of(e, now)).collect();
@@ -405,10 +555,52 @@ mod tests {
         }
     }
 
+    /// The inverse of `mix`.
+    fn unmix(x: u64) -> u64 {
+        // The inverse of an odd number modulo 2^64, by Newton's iteration.
+        let inverse = |c: u64| {
+            let mut i = c;
+            for _ in 0..6 {
+                i = i.wrapping_mul(2u64.wrapping_sub(c.wrapping_mul(i)));
+            }
+            i
+        };
+        let mut x = x ^ (x >> 33);
+        x = x.wrapping_mul(inverse(0xc4ce_b9fe_1a85_ec53));
+        x ^= x >> 33;
+        x = x.wrapping_mul(inverse(0xff51_afd7_ed55_8ccd));
+        x ^ (x >> 33)
+    }
+
     /// The `k`th group landing in the bucket of `group`.
     fn beside(t: &BudgetTable, group: u64, k: u64) -> u64 {
         let b = u64::from(t.bucket(group) - BASE);
-        (b + k * u64::from(t.buckets)).rotate_right(17)
+        unmix(b + k * u64::from(t.buckets))
+    }
+
+    #[test]
+    fn groups_named_alike_spread_over_the_buckets() {
+        for x in [
+            0,
+            1,
+            2,
+            0x8000_0000_0000_0000,
+            u64::MAX,
+            0x1234_5678_9abc_def0,
+        ] {
+            assert_eq!(unmix(mix(x)), x);
+        }
+        // 500 callers whose keys differ in their last digits (FNV, as the
+        // filter hashes an identity): about 2 groups a bucket, none with
+        // more than a few.
+        let t = BudgetTable::for_keys(8192);
+        let mut per = std::collections::HashMap::<u32, u32>::new();
+        for i in 0..500 {
+            let caller = crate::act::events::caller_hash("p", format!("sk-key-{i}").as_bytes());
+            *per.entry(t.bucket(caller)).or_default() += 1;
+        }
+        assert!(per.len() > 250, "{} buckets", per.len());
+        assert!(per.values().all(|n| *n <= 8), "{per:?}");
     }
 
     fn total(t: &BudgetTable, b: &mut InProcess, group: u64, key: u64, now: u64) -> u64 {
