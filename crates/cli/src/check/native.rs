@@ -12,6 +12,7 @@ use super::gateway::{
 use super::{bodies_matter, Report};
 use crate::discover::{holds_policies, is_api, location, typed_filters};
 use crate::documents::{as_struct, Document};
+use loopguard_core::config::budget::SessionSource;
 use loopguard_core::config::{Config, LimitKey};
 use serde_json::Value;
 
@@ -234,6 +235,16 @@ fn jwt_lints(r: &mut Report, loc: &str, cfg: &Config) {
         for e in &p.exempt {
             if let LimitKey::JwtVerified(claim) = &e.key {
                 r.error(loc, format!("policy \"{}\": exempt key \"jwt_verified:{claim}\" is not available in the native module: {why}, so the key is absent on every request (present: false exempts every request, values never match); {}", p.id, fix(claim)));
+            }
+        }
+        let Some(b) = &p.budget else {
+            continue;
+        };
+        for (list, sources) in [("session", &b.session), ("user", &b.user)] {
+            for (i, s) in sources.iter().enumerate() {
+                if let SessionSource::JwtVerified(claim) = s {
+                    r.error(loc, format!("policy \"{}\": budget.{list}[{i}] \"jwt_verified:{claim}\" is not available in the native module: {why}, so it never names a {list}; {}", p.id, fix(claim)));
+                }
             }
         }
     }

@@ -466,6 +466,17 @@ fn verified_jwt_claims_are_not_available_natively() {
             "envoy.yaml filter \"loopguard\": error: policy \"tenants\": exempt key \"jwt_verified:batch\" is not available in the native module: Envoy's dynamic-module ABI reads only top-level metadata keys, and jwt_authn nests the verified claims under \"jwt_payload\", so the key is absent on every request (present: false exempts every request, values never match); have jwt_authn copy the claim into a header (claim_to_headers: [{header_name: x-jwt-batch, claim_name: batch}]) and use \"header:x-jwt-batch\", or run the Wasm module",
         ]
     );
+    // Budget sources too: a user named by a verified claim.
+    let users = r#"{"hold_request_headers": true, "policies": [{"id": "tenants", "spec": {"selector": {"pathPrefix": "/v1/"},
+        "budget": {"limits": [{"name": "m", "per": "user", "window_seconds": 2592000, "calls": 1000}],
+            "user": ["jwt_verified:email", "body:user"]}}}]}"#;
+    let b = native_bootstrap(&format!("[NATIVE, {ROUTER}]"), routes, users);
+    let got = findings(&[("envoy.yaml", &b)]);
+    assert!(
+        got.iter().any(|f| f.starts_with("envoy.yaml filter \"loopguard\": error: policy \"tenants\": budget.user[0] \"jwt_verified:email\" is not available in the native module")
+            && f.contains("so it never names a user; have jwt_authn copy the claim into a header (claim_to_headers: [{header_name: x-jwt-email, claim_name: email}])")),
+        "{got:#?}"
+    );
     // The Wasm filter reads them.
     let wasm = bootstrap(
         &format!("[LOOPGUARD, {ROUTER}]"),
