@@ -96,7 +96,7 @@ def test_unpriced_reject_refuses_the_call_in_the_sdks_shape(provider, start_envo
     assert err.body["loopguard"]["code"] == "model_unpriced"
     assert provider.count == 0
     # A priced model passes.
-    client.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=ask())
+    client.messages.create(model="claude-sonnet-4-6", max_tokens=100, messages=ask())
     assert provider.count == 1
     assert stat(e, "budget_unpriced_total.policy.agents") == 1
 
