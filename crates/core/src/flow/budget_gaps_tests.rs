@@ -453,3 +453,99 @@ fn an_unread_body_is_priced_by_the_model_its_answer_names() {
         1
     );
 }
+
+#[test]
+fn a_reported_cost_of_nothing_for_tokens_is_no_report() {
+    let mut h = harness(json!({}), dollars(5.0));
+    // LiteLLM's 0.0 for a model it cannot price: the table decides.
+    let mut s = ask(&mut h, &[], &chat("gpt-4o", json!({})));
+    let head = crate::response::ResponseHead {
+        content_type: Some("application/json"),
+        reported_cost: Some("0.0"),
+    };
+    let out = answer_with(&mut h, &mut s, 200, head, &usage(1_000_000, 0));
+    assert_eq!(spent(&out), 2_500_000);
+    // OpenRouter with the caller's own provider key: its fee and the
+    // provider's bill.
+    let mut s = ask(&mut h, &[], &chat("gpt-4o", json!({})));
+    let body = json!({"usage": {"prompt_tokens": 10, "completion_tokens": 1, "cost": 0.05,
+        "cost_details": {"upstream_inference_cost": 1.0}}})
+    .to_string();
+    let out = answer_with(&mut h, &mut s, 200, json_head(), &body);
+    assert_eq!(spent(&out), 1_050_000);
+}
+
+#[test]
+fn a_request_the_provider_refused_generated_nothing() {
+    let mut h = harness(json!({}), tokens_cap(1_000_000));
+    let mut s = ask(&mut h, &[], &chat("gpt-4o", json!({"max_tokens": 30_000})));
+    let body = r#"{"error": {"code": "context_length_exceeded"}}"#;
+    let out = answer_with(&mut h, &mut s, 400, json_head(), body);
+    assert_eq!(spent(&out), 0);
+    assert_eq!(
+        h.metric(&out, "loopguard.budget_estimated_total.policy.p"),
+        0
+    );
+    // Still a call.
+    let mut h = harness(json!({}), calls_cap(1));
+    let mut s = ask(&mut h, &[], &chat("gpt-4o", json!({})));
+    answer_with(&mut h, &mut s, 404, json_head(), "{}");
+    assert_eq!(ask(&mut h, &[], &chat("gpt-4o", json!({}))).status(), 429);
+}
+
+#[test]
+fn an_embedding_is_charged_no_output_estimate() {
+    let mut h = harness(json!({}), tokens_cap(1_000_000));
+    let body = json!({"model": "text-embedding-3-small", "input": "hello"}).to_string();
+    let mut s = h.send(
+        "POST",
+        "/v1/embeddings",
+        &[("authorization", "Bearer sk-a")],
+        body.as_bytes(),
+    );
+    let out = answer_with(&mut h, &mut s, 200, json_head(), "{}");
+    assert_eq!(spent(&out), 0);
+}
+
+#[test]
+fn mistral_and_azure_streams_are_not_asked_for_usage() {
+    let mut h = Harness::new(json!({"hold_request_headers": true,
+        "policies": [{"id": "p", "spec": {"selector": {}, "budget": tokens_cap(1000)}}]}));
+    let body = chat("mistral-large-latest", json!({"stream": true}));
+    let s = ask(&mut h, &[], &body);
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ReplaceBody { .. })));
+    let body = chat("gpt-4o", json!({"stream": true}));
+    let s = h.send(
+        "POST",
+        "/openai/deployments/gpt4o/chat/completions?api-version=2024-06-01",
+        &[("authorization", "Bearer sk-a")],
+        body.as_bytes(),
+    );
+    assert!(!s
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::ReplaceBody { .. })));
+}
+
+#[test]
+fn a_throttled_request_whose_client_left_after_it_went_is_charged() {
+    let mut h = Harness::new(json!({"policies": [{"id": "p", "spec": {"selector": {},
+        "loop_detection": {"enabled": true, "window_seconds": 60, "threshold_identical_requests": 2,
+            "action": "throttle", "throttle_step_ms": 100},
+        "budget": tokens_cap(1_000_000)}}]}));
+    let body = chat("gpt-4o", json!({"max_tokens": 700}));
+    let mut first = ask(&mut h, &[], &body);
+    answer_with(&mut h, &mut first, 200, json_head(), &usage(1, 1));
+    let mut s = ask(&mut h, &[], &body);
+    assert_eq!(s.step, Step::Pause, "throttled");
+    h.now += 200;
+    let resumed = h.tick();
+    assert!(resumed.contains(&Effect::Resume(s.req.id)), "{resumed:?}");
+    // Gone before the answer's headers: charged its output limit.
+    let mut out = Effects::new();
+    h.engine.on_done(&mut s.req, &mut out);
+    assert_eq!(spent(&out), 700);
+}

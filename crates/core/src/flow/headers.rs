@@ -92,7 +92,7 @@ impl<B: BucketBackend> Engine<B> {
                 model: None,
             });
             if policy.budget.is_some() {
-                self.budget_headers(r, index, facts);
+                self.budget_headers(r, index, head.path_only(), facts);
                 // Usage is read from the answer as it passes: it must come
                 // uncompressed (a compressor before loopguard may still
                 // compress it towards the client).

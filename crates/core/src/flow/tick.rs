@@ -11,6 +11,12 @@ impl<B: BucketBackend> Engine<B> {
     /// The stream ended (answered, or its client left): forget it wherever
     /// it waits.
     pub fn on_done(&mut self, r: &mut Request, out: &mut Effects) {
+        // A throttled request still waiting never went upstream; one the
+        // tick resumed did (it stays Held).
+        let waiting = matches!(r.state, State::Held) && self.throttled.remove(r.id);
+        if waiting {
+            out.push(count(self.registry.throttle_pending(), -1));
+        }
         // A response cut short still reported what it had read (its
         // spending goes to the shared store from the tick).
         if let Some(add) = self.finish_usage(r, false, out) {
@@ -18,15 +24,15 @@ impl<B: BucketBackend> Engine<B> {
         }
         // Forwarded, but gone before its answer's headers: the provider may
         // bill the generation all the same (estimated).
-        if r.usage.is_none() && r.usage_for.take().is_some() && matches!(r.state, State::Pass) {
+        let forwarded =
+            matches!(r.state, State::Pass) || (matches!(r.state, State::Held) && !waiting);
+        if r.usage.is_none() && r.usage_for.is_some() && forwarded {
+            r.usage_for = None;
             if let Some(add) = self.budget_spend(r, None, false, Default::default(), None, out) {
                 self.add_shared(r, add, false, out);
             }
         }
         self.mcp_done(r, out);
-        if matches!(r.state, State::Held) && self.throttled.remove(r.id) {
-            out.push(count(self.registry.throttle_pending(), -1));
-        }
         if r.headers_held {
             self.hold.forget(r.id);
         }

@@ -45,6 +45,11 @@ impl StripUsage {
         self.gave_up
     }
 
+    /// Whether it holds back the start of an event not yet sent.
+    pub fn holding(&self) -> bool {
+        !self.held.is_empty()
+    }
+
     /// The bytes to send for `chunk`: `None` to send it unchanged, else
     /// what to send instead (possibly nothing). At `end_of_stream`,
     /// whatever was held is sent (an unfinished last event is read as an

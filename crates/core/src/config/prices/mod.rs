@@ -98,15 +98,16 @@ impl Prices {
     }
 
     /// For a model nobody prices: the highest price known for its provider
-    /// (the table's and the configured prices of that provider), else the
-    /// highest in the table and the configuration. Highest is per field:
-    /// the most any of them asks for input, output, cached and cache-write
-    /// tokens each.
+    /// (the table's chat models and the configured prices of that
+    /// provider), else the highest in the table's chat models and the
+    /// configuration. Highest is per field: the most any of them asks for
+    /// input, output, cached and cache-write tokens each. Embedding,
+    /// moderation, speech and image rows never count.
     pub fn highest_for(&self, model: &str) -> Priced {
         if let Some(provider) = provider_of(model) {
             let rows = table::TABLE
                 .iter()
-                .filter(|r| r.provider.as_str() == provider)
+                .filter(|r| r.kind == Kind::Chat && r.provider.as_str() == provider)
                 .map(Row::rate);
             let configured = self
                 .models
@@ -123,6 +124,7 @@ impl Prices {
         }
         let rate = table::TABLE
             .iter()
+            .filter(|r| r.kind == Kind::Chat)
             .map(Row::rate)
             .chain(self.models.iter().map(ModelPrice::rate))
             .fold(Rate::default(), Rate::max);
@@ -256,6 +258,20 @@ impl Provider {
     }
 }
 
+/// What a table row's model does: chat (chat, completion and responses
+/// APIs, the only kind a provider's highest price is taken from), or
+/// another API priced per token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Chat,
+    Embedding,
+    Moderation,
+    /// Speech and transcription priced per token.
+    Audio,
+    /// Image generation priced per token.
+    Image,
+}
+
 /// One model of the built-in table: its name (lower case, as
 /// [`names::resolve`] finds it) and prices in micro-dollars per million
 /// tokens.
@@ -263,6 +279,7 @@ impl Provider {
 pub struct Row {
     pub name: &'static str,
     pub provider: Provider,
+    pub kind: Kind,
     pub input: u64,
     pub output: u64,
     pub cached_input: u64,
@@ -281,11 +298,18 @@ impl Row {
         Row {
             name,
             provider,
+            kind: Kind::Chat,
             input,
             output,
             cached_input,
             cache_write,
         }
+    }
+
+    /// The row as a model of another kind than chat.
+    #[must_use]
+    pub const fn with_kind(self, kind: Kind) -> Row {
+        Row { kind, ..self }
     }
 
     pub fn rate(&self) -> Rate {

@@ -53,9 +53,15 @@ pub(super) struct BudgetReq {
     reported_cost: Option<u64>,
     /// A cap counts dollars (a reported cost is read).
     pub(super) dollars: bool,
+    /// An LLM API's path that generates text (an estimate charges its
+    /// output limit).
+    generates: bool,
     /// The gateway gave up waiting for the answer (a `504`): the provider
     /// may still bill the generation, so it is estimated.
     timed_out: bool,
+    /// The provider refused the request (a `4xx` other than `408` and
+    /// `429`): a call that generated nothing.
+    refused: bool,
     /// loopguard asked for the stream's usage: what that adds to the
     /// answer is taken out.
     strip: Option<Box<crate::response::stream_usage::StripUsage>>,
@@ -79,6 +85,12 @@ impl BudgetReq {
     /// Whether the request counts under a key (its response adds to it).
     pub(super) fn has_keys(&self) -> bool {
         !self.keys.is_empty() && !self.added
+    }
+
+    /// Whether the start of a stream's event is held back from the client
+    /// (the response must not be held for the store before it is sent).
+    pub(super) fn strip_holding(&self) -> bool {
+        self.strip.as_ref().is_some_and(|s| s.holding())
     }
 }
 
@@ -274,7 +286,13 @@ fn body_field<'b>(body: &'b [u8], path: &[String]) -> Option<&'b [u8]> {
 impl<B: BucketBackend> Engine<B> {
     /// The request headers of a request under a budget: the ids they
     /// carry (a session's, an end user's), for its keys.
-    pub(super) fn budget_headers(&self, r: &mut Request, policy: usize, facts: &dyn RequestFacts) {
+    pub(super) fn budget_headers(
+        &self,
+        r: &mut Request,
+        policy: usize,
+        path: &str,
+        facts: &dyn RequestFacts,
+    ) {
         let config = Rc::clone(&self.config);
         let Some(p) = config.policies.get(policy) else {
             return;
@@ -297,6 +315,7 @@ impl<B: BucketBackend> Engine<B> {
             header_session,
             header_user,
             dollars: b.has_usd(),
+            generates: llm::is_llm_api_path(path),
             ..BudgetReq::default()
         }));
     }
@@ -365,11 +384,14 @@ impl<B: BucketBackend> Engine<B> {
         };
         // An LLM call (its body names a model): an estimate charges its
         // output limit.
+        // A generation (an LLM API's path whose body names a model): an
+        // estimate charges its output limit. Embeddings, moderation and
+        // other calls generate no text.
         let named = match parsed {
             Some(q) => q.model.is_some(),
             None => memchr::memmem::find(body, b"\"model\"").is_some(),
         };
-        if named && req.output_limit.is_none() {
+        if named && req.generates && req.output_limit.is_none() {
             req.output_limit = Some(spend::DEFAULT_OUTPUT_ESTIMATE);
         }
         if b.has_usd() {

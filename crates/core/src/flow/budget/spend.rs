@@ -22,6 +22,9 @@ impl<B: BucketBackend> Engine<B> {
             let billed = status.is_some_and(crate::response::may_be_billed);
             req.failed = status.is_some_and(crate::response::failed_attempt) && !billed;
             req.timed_out = billed;
+            // The provider refused the request itself (a 400 for a context
+            // too long, a 401, a 404, a 422): a call, but nothing generated.
+            req.refused = status.is_some_and(|s| (400..500).contains(&s)) && !billed && !req.failed;
         }
     }
 
@@ -66,12 +69,22 @@ impl<B: BucketBackend> Engine<B> {
         }
         let limit = req.output_limit;
         let complete = complete && !req.timed_out;
-        let (u, estimated) = spent_of(reported, complete, req.body_bytes, read, limit.unwrap_or(0));
+        let (u, estimated) = match reported {
+            None if req.refused => (crate::response::usage::Usage::default(), false),
+            _ => spent_of(reported, complete, req.body_bytes, read, limit.unwrap_or(0)),
+        };
         let policy = req.policy;
         let config = Rc::clone(&self.config);
         let b = config.policies.get(policy)?.budget.as_ref()?;
         let ids = self.registry.budget(policy);
-        let reported_cost = u.cost_microusd.or(req.reported_cost);
+        // A reported cost of nothing for a call that used tokens is a
+        // gateway that could not price it (LiteLLM's 0.0 for a model it
+        // does not know): the price lists decide then.
+        let used = u.input > 0 || u.output > 0;
+        let reported_cost = u
+            .cost_microusd
+            .or(req.reported_cost)
+            .filter(|c| *c > 0 || !used);
         let microusd = match reported_cost {
             Some(c) if b.has_usd() => {
                 count_opt(out, ids.map(|i| i.reported_cost()), 1);

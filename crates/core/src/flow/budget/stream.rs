@@ -34,6 +34,15 @@ impl<B: BucketBackend> Engine<B> {
         if memchr::memmem::find(body, b"\"stream\"").is_none() {
             return;
         }
+        // Upstreams that refuse the option: Azure OpenAI before its
+        // 2024-09 API versions (400 "Unknown parameter"), and Mistral's API
+        // (422; its streams report their usage unasked).
+        if path.contains("/openai/deployments/")
+            || llm::model_of(body)
+                .is_some_and(|m| crate::config::prices::provider_of(&m) == Some("mistral"))
+        {
+            return;
+        }
         if self.budget_of(r).is_none_or(|b| !b.reads_usage()) {
             return;
         }

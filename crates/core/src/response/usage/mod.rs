@@ -59,7 +59,17 @@ impl Usage {
     pub fn from_json(v: &Value) -> Option<Usage> {
         let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
         let deep = |a: &str, b: &str| v.get(a).and_then(|d| d.get(b)).and_then(Value::as_u64);
-        let cost_microusd = v.get("cost").and_then(microusd_of);
+        // OpenRouter: `cost` is what it charged; with the caller's own
+        // provider key (BYOK) the provider's bill is apart, in
+        // `cost_details.upstream_inference_cost`.
+        let upstream = v
+            .get("cost_details")
+            .and_then(|d| d.get("upstream_inference_cost"))
+            .and_then(microusd_of);
+        let cost_microusd = match (v.get("cost").and_then(microusd_of), upstream) {
+            (Some(c), Some(u)) => Some(c.saturating_add(u)),
+            (c, u) => c.or(u),
+        };
         // OpenAI Chat: prompt_tokens / completion_tokens.
         if let (Some(i), o) = (n(v, "prompt_tokens"), n(v, "completion_tokens")) {
             return Some(Usage {
