@@ -11,19 +11,32 @@ and date give the same bytes.
 
 What is kept: chat, completion and responses models priced per token, of
 OpenAI, Anthropic, Google, Mistral, DeepSeek and xAI (from their own APIs
-first, then from Vertex AI and Bedrock for names those do not list), and
+first, then from Vertex AI and Bedrock for names those do not list, then
+from the resellers that list the maker's own price, Azure OpenAI, Azure AI
+Foundry for Grok and Vercel's AI Gateway, for names nobody else lists), and
 common open-weight families (Llama, Qwen, gpt-oss, Kimi, GLM, ...) as
-Together AI, Groq, Fireworks AI and Bedrock serve them. A name is the
+Together AI, Groq, Fireworks AI and Bedrock serve them. From the makers'
+own APIs also embedding and moderation models (`kind` Embedding,
+Moderation) and speech, transcription and image models priced per token
+(Audio, Image; those priced per second, character or image are left out):
+their rows never count towards a provider's highest price. A name is the
 model as its provider writes it, lower case, without the provider's path
 (`gemini/`, `together_ai/meta-llama/`), Bedrock's region, vendor and
 version (`us.anthropic.`, `-v1:0`) or Vertex AI's `@date`: the filter
 resolves a request's name the same way. A dated name priced as its undated
 name (or as that with `-latest`) is left out: the filter falls back to
-it. Dated names that all cost the same and have neither become one
-undated row.
+it. Dated names with neither an undated nor a `-latest` row give one
+undated row at the price of the newest of them (so `claude-3-7-sonnet`
+and `claude-3-7-sonnet-latest` cost what `claude-3-7-sonnet-20250219`
+does); the others keep their rows.
 Where one tier lists a name twice (a host's two spellings), each price is
-the higher of the two. A model listed at no cost for both input and output
-(a free tier, a model priced per image or second) is left out.
+the higher of the two. A cached-input or cache-write price the row's entry
+lacks is taken from another entry of the same name at the same input
+price, else from the newest dated or undated sibling (`claude-3-5-sonnet`
+from `claude-3-5-sonnet-20241022`) at the same input price, else it is the
+input price. A model listed at no cost for both input and output (a free
+tier, a model priced per image or second) is left out, but for embedding
+and moderation models the source prices at 0 explicitly.
 
 Python 3 standard library only.
 """
@@ -44,6 +57,16 @@ PATH = "model_prices_and_context_window.json"
 LICENCE = "MIT (Copyright (c) 2023 Berri AI)"
 
 MODES = {"chat", "completion", "responses"}
+# Other modes, from the makers' own APIs (tier 0) only: the row's kind.
+OTHER_MODES = {
+    "embedding": "Embedding",
+    "moderation": "Moderation",
+    "audio_transcription": "Audio",
+    "audio_speech": "Audio",
+    "image_generation": "Image",
+}
+# Modes whose $0 rows are kept: the source prices them at 0 on purpose.
+FREE_MODES = {"embedding", "moderation"}
 
 # litellm_provider -> our provider, for the makers' own APIs (tier 0).
 FIRST_PARTY = {
@@ -63,6 +86,14 @@ CLOUDS = {
     "vertex_ai",
     "bedrock",
     "bedrock_converse",
+}
+# Resellers that list the makers' own prices (tier 3), for the families
+# given, names no other tier lists; Azure OpenAI without a region's path
+# (`azure/eu/` costs 10% more).
+RESELLERS = {
+    "azure": {"openai"},
+    "azure_ai": {"xai"},
+    "vercel_ai_gateway": {"openai", "anthropic", "google", "xai"},
 }
 # Hosts of open-weight models (tier 2), for OPEN_FAMILIES only.
 OPEN_HOSTS = {"together_ai", "groq", "fireworks_ai"}
@@ -110,7 +141,8 @@ def family(name):
     if n.startswith("gpt-oss"):
         return "open"
     for prefix in ("gpt-", "chatgpt", "text-embedding", "davinci", "babbage",
-                   "codex", "computer-use"):
+                   "codex", "computer-use", "omni-moderation",
+                   "text-moderation", "whisper", "tts-", "dall-e"):
         if n.startswith(prefix):
             return "openai"
     if re.match(r"o[134](-|$)", n):
@@ -206,13 +238,27 @@ def micro(v):
 
 
 def rate(entry):
+    """(input, output, cached, write), cached and write None when the
+    entry lacks them or lists them at 0; None without input and output prices (an
+    embedding's output price is 0 unless given)."""
     i = micro(entry.get("input_cost_per_token"))
     o = micro(entry.get("output_cost_per_token"))
+    if o is None and entry.get("mode") == "embedding" and "output_cost_per_token" not in entry:
+        o = 0
     if i is None or o is None:
         return None
-    c = micro(entry.get("cache_read_input_token_cost"))
-    w = micro(entry.get("cache_creation_input_token_cost"))
-    return (i, o, i if c is None else c, i if w is None else w)
+    # A cache price of 0 is no price: its tokens are not charged apart.
+    c = micro(entry.get("cache_read_input_token_cost")) or None
+    w = micro(entry.get("cache_creation_input_token_cost")) or None
+    return (i, o, c, w)
+
+
+def kind_of(entry):
+    """The row's kind for an entry's mode, else None."""
+    mode = entry.get("mode")
+    if mode in MODES:
+        return "Chat"
+    return OTHER_MODES.get(mode)
 
 
 def tier_of(key, entry):
@@ -229,28 +275,44 @@ def tier_of(key, entry):
         return 1, None
     if src in OPEN_HOSTS:
         return 2, None
+    if src in RESELLERS:
+        if src == "azure" and key.count("/") != 1:
+            return None
+        return 3, None
     return None
 
 
 def select(data):
-    """{name: (provider, rate)} from the source's entries."""
-    tiers = [{}, {}, {}]
+    """{name: (provider, kind, rate)} from the source's entries."""
+    tiers = [{}, {}, {}, {}]
     for key in sorted(data):
         entry = data[key]
-        if not isinstance(entry, dict) or entry.get("mode") not in MODES:
+        if not isinstance(entry, dict):
+            continue
+        kind = kind_of(entry)
+        if kind is None:
             continue
         t = tier_of(key, entry)
         if t is None:
             continue
+        tier, provider = t
+        # Other modes from the makers' own price lists only.
+        if kind != "Chat" and tier != 0:
+            continue
         r = rate(entry)
         name = normalize(key)
-        # Listed at no cost (free tiers, models priced per something
-        # else): left out, a dollar cap charges it as `budget.unpriced` says.
-        if r is None or name is None or (r[0] == 0 and r[1] == 0):
+        if r is None or name is None:
             continue
-        tier, provider = t
+        # Listed at no cost (free tiers, models priced per something
+        # else): left out, a dollar cap charges it as `budget.unpriced`
+        # says; but an embedding or moderation model the source prices
+        # at 0 is free.
+        if r[0] == 0 and r[1] == 0 and entry.get("mode") not in FREE_MODES:
+            continue
         fam = family(name)
         if tier == 2 and (not name.startswith(OPEN_FAMILIES) or OPEN_VARIANTS.match(name)):
+            continue
+        if tier == 3 and fam not in RESELLERS[entry["litellm_provider"]]:
             continue
         # The clouds' and hosts' names of a family, with a version in them
         # (Bedrock's legacy `anthropic.claude-v2` is plain `claude`).
@@ -259,19 +321,83 @@ def select(data):
         provider = fam or provider
         seen = tiers[tier].get(name)
         if seen:
-            r = tuple(max(a, b) for a, b in zip(seen[1], r))
-            provider = seen[0]
-        tiers[tier][name] = (provider, r)
+            r = tuple(_max(a, b) for a, b in zip(seen[2], r))
+            provider, kind = seen[0], seen[1]
+        tiers[tier][name] = (provider, kind, r)
     rows = {}
+    others = {}
     for t in tiers:
         for name, row in t.items():
-            rows.setdefault(name, row)
-    return collapse(rows)
+            if name in rows:
+                others.setdefault(name, []).append(row[2])
+            else:
+                rows[name] = row
+    return collapse(fill_cache(rows, others))
+
+
+def _max(a, b):
+    if a is None or b is None:
+        return b if a is None else a
+    return max(a, b)
+
+
+def date_key(name):
+    """How new a name's date is, as a number (YYYYMMDD; `-MMDD` as of year
+    0, `-YYMM` as of the month's first); an undated name is newest."""
+    u = strip_latest(name) or name
+    stem = strip_date(u)
+    if stem is None:
+        return 99999999
+    d = u[len(stem) + 1:].replace("-", "")
+    if len(d) == 8:
+        return int(d)
+    if _mmdd(d):
+        return int(d)
+    return (2000 + int(d[:2])) * 10000 + int(d[2:]) * 100 + 1
+
+
+def stem_of(name):
+    u = strip_latest(name) or name
+    return strip_date(u) or u
+
+
+def fill_cache(rows, others):
+    """Cached-input and cache-write prices the source leaves out (or lists
+    at 0): another tier's entry of the same name, else the newest sibling
+    (same name without date or `-latest`) of the same kind, both at the
+    same input price; else the input price."""
+    own = {}
+    for name, (provider, kind, r) in rows.items():
+        filled = list(r)
+        for j in (2, 3):
+            if filled[j] is None:
+                same = [o[j] for o in others.get(name, ()) if o[0] == r[0] and o[j]]
+                filled[j] = max(same) if same else None
+        own[name] = (provider, kind, tuple(filled))
+    siblings = {}
+    for name in own:
+        siblings.setdefault(stem_of(name), []).append(name)
+    out = {}
+    for name in sorted(own):
+        provider, kind, r = own[name]
+        filled = list(r)
+        for j in (2, 3):
+            if filled[j] is not None:
+                continue
+            near = [
+                n for n in siblings[stem_of(name)]
+                if n != name and own[n][1] == kind and own[n][2][0] == r[0] and own[n][2][j]
+            ]
+            newest = max(near, key=lambda n: (date_key(n), n), default=None)
+            filled[j] = r[0] if newest is None else own[newest][2][j]
+        out[name] = (provider, kind, tuple(filled))
+    return out
 
 
 def collapse(rows):
     """Leave out dated and `-latest` names the filter finds through their
-    undated name at the same price."""
+    undated name at the same price; dated names with no undated or
+    `-latest` row give one, at the price of the newest of them."""
     groups = {}
     for name in rows:
         u = strip_date(name)
@@ -280,13 +406,12 @@ def collapse(rows):
     for u, names in sorted(groups.items()):
         # The filter tries the undated name, then it with `-latest`.
         target = next((t for t in (u, u + "-latest") if t in rows), None)
-        if target:
-            for n in names:
-                if rows[n] == rows[target]:
-                    del rows[n]
-        elif len({rows[n] for n in names}) == 1:
-            rows[u] = rows[names[0]]
-            for n in names:
+        if target is None:
+            newest = max(names, key=lambda n: (date_key(n), n))
+            rows[u] = rows[newest]
+            target = u
+        for n in names:
+            if rows[n] == rows[target]:
                 del rows[n]
     for name in sorted(rows):
         u = strip_latest(name)
@@ -307,7 +432,8 @@ def render(rows, revision, date):
     w(f"// Licence of the source data: {LICENCE}.\n")
     w("// Generated by `make prices` (tools/prices.py), do not edit.\n")
     w("\n")
-    w("use super::{Provider, Row};\n")
+    kinds = any(kind != "Chat" for _, kind, _ in rows.values())
+    w("use super::{Kind, Provider, Row};\n" if kinds else "use super::{Provider, Row};\n")
     w("\n")
     w(f'pub const SOURCE: &str = "{REPOSITORY} {PATH}";\n')
     w(f'pub const COMMIT: &str = "{revision}";\n')
@@ -318,9 +444,10 @@ def render(rows, revision, date):
     w("#[rustfmt::skip]\n")
     w("pub static TABLE: &[Row] = &[\n")
     for name in sorted(rows):
-        provider, (i, o, c, cw) = rows[name]
+        provider, kind, (i, o, c, cw) = rows[name]
         v = PROVIDER_VARIANT[provider]
-        w(f'    Row::new("{name}", Provider::{v}, {i}, {o}, {c}, {cw}),\n')
+        k = "" if kind == "Chat" else f".with_kind(Kind::{kind})"
+        w(f'    Row::new("{name}", Provider::{v}, {i}, {o}, {c}, {cw}){k},\n')
     w("];\n")
     return "".join(out)
 

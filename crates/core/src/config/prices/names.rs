@@ -230,6 +230,11 @@ pub fn family(model: &str) -> Option<super::Provider> {
         "babbage",
         "codex",
         "computer-use",
+        "omni-moderation",
+        "text-moderation",
+        "whisper",
+        "tts-",
+        "dall-e",
     ]) {
         return Some(Provider::OpenAi);
     }

@@ -202,7 +202,7 @@ fn names_resolve_as_providers_write_them() {
     // Bedrock ids: vendor, region, version.
     assert_eq!(
         row("anthropic.claude-3-5-sonnet-20240620-v1:0"),
-        Some("claude-3-5-sonnet-20240620")
+        Some("claude-3-5-sonnet")
     );
     assert_eq!(
         row("us.anthropic.claude-sonnet-4-5-20250929-v1:0"),
@@ -222,7 +222,7 @@ fn names_resolve_as_providers_write_them() {
     );
     assert_eq!(
         row("bedrock/us.anthropic.claude-3-5-sonnet-20241022-v2:0"),
-        Some("claude-3-5-sonnet-20241022")
+        Some("claude-3-5-sonnet")
     );
     assert_eq!(
         row("meta.llama3-1-70b-instruct-v1:0"),
@@ -236,7 +236,7 @@ fn names_resolve_as_providers_write_them() {
     // Vertex AI ids.
     assert_eq!(
         row("claude-3-5-sonnet-v2@20241022"),
-        Some("claude-3-5-sonnet-20241022")
+        Some("claude-3-5-sonnet")
     );
     assert_eq!(row("claude-sonnet-4-5@20250929"), Some("claude-sonnet-4-5"));
     assert_eq!(row("claude-opus-4-6@default"), Some("claude-opus-4-6"));
@@ -249,10 +249,7 @@ fn names_resolve_as_providers_write_them() {
         Some("claude-3-haiku")
     );
     // Fine-tuned: its own price where listed, else its base's.
-    assert_eq!(
-        row("ft:gpt-4o-2024-08-06:acme::9x1"),
-        Some("ft:gpt-4o-2024-08-06")
-    );
+    assert_eq!(row("ft:gpt-4o-2024-08-06:acme::9x1"), Some("ft:gpt-4o"));
     assert_eq!(
         row("ft:gpt-4o-mini-2024-07-18:org::id"),
         Some("ft:gpt-4o-mini")
@@ -378,7 +375,7 @@ fn the_highest_price_of_a_provider_for_models_nobody_prices() {
     let most = |provider: Provider| {
         table::TABLE
             .iter()
-            .filter(|r| r.provider == provider)
+            .filter(|r| r.provider == provider && r.kind == Kind::Chat)
             .fold(Rate::default(), |m, r| m.max(r.rate()))
     };
     let h = p.highest_for("claude-opus-99");
@@ -465,6 +462,26 @@ fn the_generator_writes_the_fixture_table_by_the_filters_name_rules() {
         "    Row::new(\"gemini-2.5-pro\", Provider::Google, 1250000, 10000000, 125000, 1250000),",
         // Two hosts of one open model: the higher price of each.
         "    Row::new(\"gpt-oss-120b\", Provider::Open, 150000, 750000, 150000, 150000),",
+        // Dated names only, priced apart: the undated name at the newest's
+        // price (the odd older row stays).
+        "    Row::new(\"claude-3-7-sonnet\", Provider::Anthropic, 3000000, 15000000, 300000, 3750000),",
+        "    Row::new(\"claude-3-7-sonnet-20240620\", Provider::Anthropic, 3600000, 18000000, 360000, 4500000),",
+        // Cache prices Vertex AI leaves out: from a dated sibling (Bedrock's
+        // claude-3-5-sonnet-20241022), from another tier's entry of the
+        // same name (Vercel's claude-3-haiku); none: the input price (grok-4).
+        "    Row::new(\"claude-3-5-sonnet\", Provider::Anthropic, 3000000, 15000000, 300000, 3750000),",
+        "    Row::new(\"claude-3-haiku\", Provider::Anthropic, 250000, 1250000, 30000, 300000),",
+        "    Row::new(\"grok-4\", Provider::XAi, 3000000, 15000000, 3000000, 3000000),",
+        // Names only resellers list: Azure OpenAI (not a region's), Azure
+        // AI for Grok.
+        "    Row::new(\"o1-mini\", Provider::OpenAi, 1100000, 4400000, 550000, 1100000),",
+        "    Row::new(\"grok-3\", Provider::XAi, 3000000, 15000000, 3000000, 3000000),",
+        // Other kinds, priced per token; free embeddings and moderation kept.
+        "    Row::new(\"text-embedding-3-small\", Provider::OpenAi, 20000, 0, 20000, 20000).with_kind(Kind::Embedding),",
+        "    Row::new(\"mistral-embed\", Provider::Mistral, 100000, 0, 100000, 100000).with_kind(Kind::Embedding),",
+        "    Row::new(\"omni-moderation-latest\", Provider::OpenAi, 0, 0, 0, 0).with_kind(Kind::Moderation),",
+        "    Row::new(\"gpt-4o-transcribe\", Provider::OpenAi, 2500000, 10000000, 2500000, 2500000).with_kind(Kind::Audio),",
+        "    Row::new(\"gpt-image-1\", Provider::OpenAi, 5000000, 40000000, 1250000, 5000000).with_kind(Kind::Image),",
     ] {
         assert!(text.lines().any(|l| l == line), "{line}\n{text}");
     }
@@ -483,10 +500,15 @@ fn the_generator_writes_the_fixture_table_by_the_filters_name_rules() {
     for gone in [
         "gpt-4o-2024-08-06",
         "claude-sonnet-4-5-20250929",
+        "claude-3-7-sonnet-20250219",
+        "claude-3-5-sonnet-20241022",
         "grok-4-0709",
         "mistral-small-latest",
         "dall-e-3",
-        "text-embedding-3-small",
+        "whisper-1",
+        "tts-1",
+        "deepseek-r1",
+        "o1-mini-2024-09-12",
         "command-r",
         "yi-large",
         "qwen3-235b-a22b-fast",
@@ -513,7 +535,9 @@ fn the_generator_writes_the_fixture_table_by_the_filters_name_rules() {
         let unpriced = [
             "sample_spec",
             "dall-e-3",
-            "text-embedding-3-small",
+            "whisper-1",
+            "tts-1",
+            "azure_ai/deepseek-r1",
             "cohere/command-r",
             "gpt-no-output-price",
             "anthropic.claude-v2:1",
@@ -532,4 +556,169 @@ fn the_generator_writes_the_fixture_table_by_the_filters_name_rules() {
         Some("mistral-large-2411")
     );
     assert_eq!(names::resolve("grok-4-0709", find), Some("grok-4"));
+    assert_eq!(
+        names::resolve("claude-3-7-sonnet-latest", find),
+        Some("claude-3-7-sonnet")
+    );
+    assert_eq!(
+        names::resolve("claude-3-7-sonnet-20250219", find),
+        Some("claude-3-7-sonnet")
+    );
+    assert_eq!(
+        names::resolve("azure/eu/o1-mini-2024-09-12", find),
+        Some("o1-mini")
+    );
+}
+
+/// `model`'s table price: the row it resolves to, then input, output,
+/// cached input and cache write in micro-dollars per million tokens.
+fn priced(model: &str) -> Option<(&'static str, u64, u64, u64, u64)> {
+    table_row(model).map(|r| (r.name, r.input, r.output, r.cached_input, r.cache_write))
+}
+
+#[test]
+fn aliases_and_undated_names_find_the_newest_release() {
+    // The undated name and `-latest` of dated releases priced apart: the
+    // newest release's price (claude-3-7-sonnet-20250219), not the
+    // provider's highest; the odd Bedrock `-20240620` row keeps its own.
+    for name in [
+        "claude-3-7-sonnet-latest",
+        "claude-3-7-sonnet",
+        "claude-3-7-sonnet-20250219",
+        "anthropic/claude-3-7-sonnet-latest",
+        "us.anthropic.claude-3-7-sonnet-20250219-v1:0",
+    ] {
+        assert_eq!(
+            priced(name),
+            Some((
+                "claude-3-7-sonnet",
+                3_000_000,
+                15_000_000,
+                300_000,
+                3_750_000
+            )),
+            "{name}"
+        );
+    }
+    // Cached input at the cache-read price its dated releases list, not
+    // the input price.
+    for name in [
+        "claude-3-5-sonnet-latest",
+        "claude-3-5-sonnet",
+        "claude-3-5-sonnet-20240620",
+        "claude-3-5-sonnet-20241022",
+    ] {
+        assert_eq!(
+            priced(name),
+            Some((
+                "claude-3-5-sonnet",
+                3_000_000,
+                15_000_000,
+                300_000,
+                3_750_000
+            )),
+            "{name}"
+        );
+    }
+    assert_eq!(
+        priced("claude-3-haiku-20240307"),
+        Some(("claude-3-haiku", 250_000, 1_250_000, 30_000, 300_000))
+    );
+    // Listed by resellers at the makers' prices only (Azure OpenAI, Azure
+    // AI Foundry, Vercel's AI Gateway).
+    assert_eq!(
+        priced("o1-mini"),
+        Some(("o1-mini", 1_100_000, 4_400_000, 550_000, 1_100_000))
+    );
+    assert_eq!(priced("o1-mini-2024-09-12").map(|p| p.0), Some("o1-mini"));
+    for name in ["grok-4", "xai/grok-4", "grok-4-0709"] {
+        assert_eq!(
+            priced(name),
+            Some(("grok-4", 3_000_000, 15_000_000, 3_000_000, 3_000_000)),
+            "{name}"
+        );
+    }
+    for name in ["grok-3", "xai/grok-3", "grok-3-latest"] {
+        assert_eq!(
+            priced(name),
+            Some(("grok-3", 3_000_000, 15_000_000, 3_000_000, 3_000_000)),
+            "{name}"
+        );
+    }
+    // Not in the source (litellm 1.110.2) under any key: unpriced.
+    for name in [
+        "chatgpt-4o-latest",
+        "gemini-1.5-pro",
+        "gemini/gemini-1.5-pro",
+        "gemini-2.5-flash-preview-05-20",
+    ] {
+        assert_eq!(priced(name), None, "{name}");
+    }
+}
+
+#[test]
+fn embedding_moderation_speech_and_image_rows_never_set_a_providers_highest() {
+    let kind = |model: &str| table_row(model).map(|r| r.kind);
+    assert_eq!(
+        priced("text-embedding-3-small"),
+        Some(("text-embedding-3-small", 20_000, 0, 20_000, 20_000))
+    );
+    assert_eq!(
+        priced("openai/text-embedding-3-large"),
+        Some(("text-embedding-3-large", 130_000, 0, 130_000, 130_000))
+    );
+    assert_eq!(kind("text-embedding-3-small"), Some(Kind::Embedding));
+    assert_eq!(
+        priced("gemini/gemini-embedding-001"),
+        Some(("gemini-embedding-001", 150_000, 0, 150_000, 150_000))
+    );
+    assert_eq!(
+        priced("mistral/mistral-embed"),
+        Some(("mistral-embed", 100_000, 0, 100_000, 100_000))
+    );
+    // Moderation: free, as the source says.
+    assert_eq!(
+        priced("omni-moderation-latest"),
+        Some(("omni-moderation-latest", 0, 0, 0, 0))
+    );
+    assert_eq!(kind("omni-moderation-latest"), Some(Kind::Moderation));
+    assert_eq!(provider_of("omni-moderation-2099-01-01"), Some("openai"));
+    // Per token: kept; per second or character: not.
+    assert_eq!(
+        priced("gpt-4o-transcribe"),
+        Some((
+            "gpt-4o-transcribe",
+            2_500_000,
+            10_000_000,
+            2_500_000,
+            2_500_000
+        ))
+    );
+    assert_eq!(kind("gpt-4o-transcribe"), Some(Kind::Audio));
+    assert_eq!(kind("gpt-image-1.5"), Some(Kind::Image));
+    assert_eq!(priced("whisper-1"), None);
+    assert_eq!(priced("tts-1"), None);
+    assert_eq!(provider_of("whisper-1"), Some("openai"));
+    // The highest price of a provider comes from its chat rows alone.
+    let p = Prices::default();
+    for provider in Provider::ALL {
+        let chat = table::TABLE
+            .iter()
+            .filter(|r| r.provider == provider && r.kind == Kind::Chat)
+            .fold(Rate::default(), |m, r| m.max(r.rate()));
+        assert_ne!(chat, Rate::default(), "{provider:?}");
+    }
+    let google = p.highest_for("gemini-99");
+    assert_eq!(google.resolved, "google");
+    let chat_max = table::TABLE
+        .iter()
+        .filter(|r| r.provider == Provider::Google && r.kind == Kind::Chat)
+        .fold(Rate::default(), |m, r| m.max(r.rate()));
+    assert_eq!(google.rate, chat_max);
+    // xAI's highest is at least grok-4's now grok-4 is priced.
+    assert!(p.highest_for("grok-99").rate.output >= 15_000_000);
+    // An unpriced chat model is never charged at an embedding's price.
+    let h = p.highest_for("text-embedding-99");
+    assert_eq!(h.resolved, "openai");
+    assert!(h.rate.output > 0);
 }
