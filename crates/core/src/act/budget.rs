@@ -207,19 +207,12 @@ pub fn unpriced_rejection(policy_id: &str, model: &str, api: Api) -> LocalReply 
             reply::insert(e, "type", json!("permission_error"));
         }
     }
-    LocalReply {
-        status: 403,
-        headers: vec![
-            ("content-type", "application/json".to_string()),
-            ("x-should-retry", "false".to_string()),
-            ("x-loopguard-policy", policy_id.to_string()),
-            (
-                "x-loopguard-budget",
-                unpriced_header(model, "refused (reject)"),
-            ),
-        ],
-        body: body.to_string(),
-    }
+    let mut reply = reply::not_retried(403, body, policy_id);
+    reply.headers.push((
+        "x-loopguard-budget",
+        unpriced_header(model, "refused (reject)"),
+    ));
+    reply
 }
 
 /// The log line of a rejection shadow mode did not make.

@@ -128,6 +128,20 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
     too_many(body, retry_after_ms, &n.policy_id)
 }
 
+/// A final answer with `status` and a JSON `body` that the SDKs raise
+/// without retrying (`x-should-retry: false`), naming the policy.
+pub(crate) fn not_retried(status: u32, body: Value, policy_id: &str) -> LocalReply {
+    LocalReply {
+        status,
+        headers: vec![
+            ("content-type", "application/json".to_string()),
+            ("x-should-retry", "false".to_string()),
+            ("x-loopguard-policy", policy_id.to_string()),
+        ],
+        body: body.to_string(),
+    }
+}
+
 /// A 429 with `body`, to be retried after `retry_after_ms` (`retry-after`
 /// in whole seconds rounded up, `retry-after-ms`) and not by the SDK
 /// itself (`x-should-retry: false`).
@@ -188,16 +202,11 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
         insert(&mut details, "tool", json!(shown));
     }
     let body = api_error_body(api, message, "tool_loop_detected", details);
-    LocalReply {
-        status: 429,
-        headers: vec![
-            ("content-type", "application/json".to_string()),
-            ("x-should-retry", "false".to_string()),
-            ("x-loopguard-policy", policy_id.to_string()),
-            ("x-loopguard-tool-loop", tool_loops::header_value(v)),
-        ],
-        body: body.to_string(),
-    }
+    let mut reply = not_retried(429, body, policy_id);
+    reply
+        .headers
+        .push(("x-loopguard-tool-loop", tool_loops::header_value(v)));
+    reply
 }
 
 /// Every header loopguard may add to a request for the upstream. The
