@@ -35,11 +35,7 @@ impl<B: BucketBackend> Engine<B> {
             if let Some(b) = r.budget.as_deref_mut() {
                 b.set_body_bytes(size as u64);
             }
-            let phase = if r.headers_held {
-                Phase::HeadersHeld
-            } else {
-                Phase::HeadersSent
-            };
+            let phase = r.phase();
             return self.skip_body(r, phase, now, out);
         }
         if !end_of_stream {
@@ -101,11 +97,7 @@ impl<B: BucketBackend> Engine<B> {
         let State::Buffering { policy, pending } = std::mem::take(&mut r.state) else {
             return Step::Continue;
         };
-        let phase = if r.headers_held {
-            Phase::HeadersHeld
-        } else {
-            Phase::HeadersSent
-        };
+        let phase = r.phase();
         let Some(body) = body else {
             out.push(count(self.registry.skipped(SkipReason::Unreadable), 1));
             out.push(Effect::Log(
@@ -198,7 +190,8 @@ impl<B: BucketBackend> Engine<B> {
         if p.budget.is_some() {
             self.budget_keys(r, p, body, parsed.as_ref());
             if parsed.as_ref().is_none_or(|q| q.stream) {
-                self.ask_stream_usage(r, pending.path(), body, out);
+                let model = parsed.as_ref().and_then(|q| q.model.as_deref());
+                self.ask_stream_usage(r, pending.path(), body, model, out);
             }
         }
         if p.detection.is_none() {

@@ -335,6 +335,16 @@ impl Request {
         }
     }
 
+    /// Whether its request headers can still be changed: held by
+    /// loopguard, or already gone upstream.
+    fn phase(&self) -> Phase {
+        if self.headers_held {
+            Phase::HeadersHeld
+        } else {
+            Phase::HeadersSent
+        }
+    }
+
     /// Whether the engine will read the body at this body callback: the
     /// host then hands it over ([`Engine::on_body`]).
     pub fn wants_body(&self, size: usize, end_of_stream: bool) -> bool {

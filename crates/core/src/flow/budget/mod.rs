@@ -162,10 +162,6 @@ pub(super) struct BudgetMemo {
     events: VecDeque<(u64, u64)>,
 }
 
-/// The body fields that set a call's output limit (OpenAI Chat's, its
-/// older name, the Responses API's; Anthropic's `max_tokens`).
-const OUTPUT_LIMITS: [&str; 3] = ["max_completion_tokens", "max_tokens", "max_output_tokens"];
-
 impl BudgetMemo {
     /// Whether an event of `key` is due at `now` (none logged within
     /// [`EVENT_EVERY_MS`] on this worker): remembered if so.
@@ -376,14 +372,12 @@ impl<B: BucketBackend> Engine<B> {
         req.output_limit = match parsed {
             Some(q) => q.output_limit,
             // Unparsed (exact mode): one search spares most bodies the scan.
-            None if memchr::memmem::find(body, b"\"max_").is_some() => OUTPUT_LIMITS
+            None if memchr::memmem::find(body, b"\"max_").is_some() => llm::OUTPUT_LIMIT_FIELDS
                 .iter()
                 .find_map(|f| body_field(body, &[(*f).to_string()]))
                 .and_then(|v| std::str::from_utf8(v).ok()?.parse::<u64>().ok()),
             None => None,
         };
-        // An LLM call (its body names a model): an estimate charges its
-        // output limit.
         // A generation (an LLM API's path whose body names a model): an
         // estimate charges its output limit. Embeddings, moderation and
         // other calls generate no text.

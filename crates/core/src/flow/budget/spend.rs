@@ -46,8 +46,7 @@ impl<B: BucketBackend> Engine<B> {
     pub(in crate::flow) fn budget_needs_model(&self, r: &Request) -> bool {
         r.budget
             .as_deref()
-            .is_some_and(|req| req.price.is_none() && !req.keys.is_empty())
-            && self.budget_of(r).is_some_and(|b| b.has_usd())
+            .is_some_and(|req| req.dollars && req.price.is_none() && !req.keys.is_empty())
     }
 
     /// Add a response's spending to its budget keys (reported, or
@@ -85,42 +84,40 @@ impl<B: BucketBackend> Engine<B> {
             .cost_microusd
             .or(req.reported_cost)
             .filter(|c| *c > 0 || !used);
-        let microusd = match reported_cost {
-            Some(c) if b.has_usd() => {
-                count_opt(out, ids.map(|i| i.reported_cost()), 1);
-                c
-            }
-            _ if b.has_usd() => {
-                // The request's model, else the one its answer names; an
-                // answer with token counts but no model is an unnamed,
-                // unpriced one. Neither a model nor usage: not an LLM call
-                // (a body-less request, a tunnel), no dollars.
-                let price = match (&req.price, answered_by) {
-                    (Some(p), _) => Some(p.clone()),
-                    (None, Some(m)) => Some(price_of(&config.prices, b, m)),
-                    (None, None) if reported.is_some() => Some(price_of(&config.prices, b, "")),
-                    (None, None) => None,
-                };
-                match price {
-                    Some(price) => {
-                        if let Some(model) = &price.unpriced {
-                            count_opt(out, ids.map(|i| i.unpriced()), 1);
-                            let p = config.policies.get(policy)?;
-                            self.unpriced_event(
-                                p,
-                                model,
-                                &price.charged_as,
-                                r.caller,
-                                r.started_ms,
-                                out,
-                            );
-                        }
-                        price.rate.cost(&u.tokens())
+        let microusd = if !req.dollars {
+            0
+        } else if let Some(c) = reported_cost {
+            count_opt(out, ids.map(|i| i.reported_cost()), 1);
+            c
+        } else {
+            // The request's model, else the one its answer names; an answer
+            // with token counts but no model is an unnamed, unpriced one.
+            // Neither a model nor usage: not an LLM call (a body-less
+            // request, a tunnel), no dollars.
+            let price = match (&req.price, answered_by) {
+                (Some(p), _) => Some(p.clone()),
+                (None, Some(m)) => Some(price_of(&config.prices, b, m)),
+                (None, None) if reported.is_some() => Some(price_of(&config.prices, b, "")),
+                (None, None) => None,
+            };
+            match price {
+                None => 0,
+                Some(price) => {
+                    if let Some(model) = &price.unpriced {
+                        count_opt(out, ids.map(|i| i.unpriced()), 1);
+                        let p = config.policies.get(policy)?;
+                        self.unpriced_event(
+                            p,
+                            model,
+                            &price.charged_as,
+                            r.caller,
+                            r.started_ms,
+                            out,
+                        );
                     }
-                    None => 0,
+                    price.rate.cost(&u.tokens())
                 }
             }
-            _ => 0,
         };
         let spent = crate::config::budget::Spent {
             input: u.input,
@@ -387,7 +384,7 @@ impl<B: BucketBackend> Engine<B> {
     }
 }
 
-/// The output an estimate charges an LLM call that set no output limit.
+/// The output an estimate charges a generation that set no output limit.
 pub(super) const DEFAULT_OUTPUT_ESTIMATE: u64 = 4096;
 
 /// What a response spent, from the usage it reported, or estimated when it
@@ -395,8 +392,9 @@ pub(super) const DEFAULT_OUTPUT_ESTIMATE: u64 = 4096;
 /// whose closing event passed is whole too): input from the request body
 /// (4 bytes a token); output from a JSON body's length (4 bytes a token)
 /// or a stream's events (one token each), and at least `output_limit`
-/// (the request's `max_tokens`, or [`DEFAULT_OUTPUT_ESTIMATE`] for an LLM
-/// call that set none: what a generation, reasoning included, may bill).
+/// (the request's `max_tokens`, or [`DEFAULT_OUTPUT_ESTIMATE`] for a
+/// generation that set none: what a limited call may bill; a reasoning
+/// model without a limit may bill more).
 pub(super) fn spent_of(
     reported: Option<&crate::response::usage::Usage>,
     complete: bool,

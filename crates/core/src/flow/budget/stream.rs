@@ -16,14 +16,16 @@ pub(in crate::flow) fn asks_stream_usage(path: &str) -> bool {
 }
 
 impl<B: BucketBackend> Engine<B> {
-    /// The body of a request under a token or dollar cap: a stream that
-    /// does not ask for its usage is made to (the body as it goes upstream,
-    /// a tool-loop note included, gets the option).
+    /// The body of a request under a token or dollar cap (`model`: as
+    /// parsed, if it was): a stream that does not ask for its usage is made
+    /// to (the body as it goes upstream, a tool-loop note included, gets
+    /// the option).
     pub(in crate::flow) fn ask_stream_usage(
         &mut self,
         r: &mut Request,
         path: &str,
         body: &[u8],
+        model: Option<&str>,
         out: &mut Effects,
     ) {
         if !asks_stream_usage(path) || r.budget.as_ref().is_none_or(|b| b.keys.is_empty()) {
@@ -37,9 +39,17 @@ impl<B: BucketBackend> Engine<B> {
         // Upstreams that refuse the option: Azure OpenAI before its
         // 2024-09 API versions (400 "Unknown parameter"), and Mistral's API
         // (422; its streams report their usage unasked).
+        // The model as parsed, else found without parsing (exact mode).
+        let found;
+        let model = match model {
+            Some(m) => Some(m),
+            None => {
+                found = llm::model_of(body);
+                found.as_deref()
+            }
+        };
         if path.contains("/openai/deployments/")
-            || llm::model_of(body)
-                .is_some_and(|m| crate::config::prices::provider_of(&m) == Some("mistral"))
+            || model.is_some_and(|m| crate::config::prices::provider_of(m) == Some("mistral"))
         {
             return;
         }

@@ -47,6 +47,12 @@ use std::cell::Cell;
 /// more memory than its own bytes.
 pub const MAX_PARSED_VALUES: usize = 32_768;
 
+/// The body fields that set a call's output limit, first found wins:
+/// OpenAI Chat's, its older name, the Responses API's (Anthropic's
+/// `max_tokens` too).
+pub const OUTPUT_LIMIT_FIELDS: [&str; 3] =
+    ["max_completion_tokens", "max_tokens", "max_output_tokens"];
+
 /// Why a body was not read as an LLM request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotRead {

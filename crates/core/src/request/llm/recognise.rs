@@ -46,7 +46,7 @@ fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
     let tool_choice = field("tool_choice");
     // The output limit (OpenAI Chat's, its older name, the Responses API's;
     // Anthropic's max_tokens): what a generation may bill at most.
-    let output_limit = ["max_completion_tokens", "max_tokens", "max_output_tokens"]
+    let output_limit = super::OUTPUT_LIMIT_FIELDS
         .iter()
         .find_map(|k| field(k).and_then(slice))
         .and_then(|raw| std::str::from_utf8(raw).ok()?.parse::<u64>().ok());
