@@ -62,6 +62,18 @@ the window, and the milliseconds until it is below the cap if no more is
 spent (0 when it already is or there is no cap). The keys of one request
 share a hash tag (lg:<plugin name>:{b<caller>}:<key>), so one call checks
 them all on one shard. Every number is below 2^53 (Lua numbers count exactly there).
+
+  FCALL loopguard_mcp 2 <history key> <last-real key> <window_ms> <now_ms> [<entry> <flags>]
+
+MCP call histories: the history key is a list of a caller's (or session's)
+newest calls, at most 16, each "<call>:<result>:<content>:<flags>" in hex
+digits (digests only); the last-real key holds when the newest call the
+server answered was added (the caller's <now_ms>). Both share a hash tag
+(lg:<plugin name>:{m<history>}:h / :r) and expire <window_ms> after the
+last call added, so a history idle that long is gone. With an entry, it is
+added (<flags>: 1 failed, 2 unread, 4 answered by loopguard; an unread call
+starts no history of its own) and 1 is returned; without, the answer is
+{last_real_ms, entry 1, .., entry n}, oldest first.
 ]]
 
 local day_ms = 86400000
@@ -529,7 +541,43 @@ local function budget(keys, args)
   return out
 end
 
+-- MCP call histories (see the header).
+local mcp_max_entries = 16
+
+local function mcp(keys, args)
+  local window_ms = whole(args[1], day_ms)
+  local now = whole(args[2], max_amount)
+  if #keys ~= 2 or not window_ms or window_ms < 1 or not now or (#args ~= 2 and #args ~= 4) then
+    return redis.error_reply('loopguard: bad arguments')
+  end
+  if #args == 2 then
+    local out = {tonumber(redis.call('GET', keys[2]) or '0') or 0}
+    for _, e in ipairs(redis.call('LRANGE', keys[1], 0, -1)) do
+      out[#out + 1] = e
+    end
+    return out
+  end
+  local entry, flags = args[3], whole(args[4], 7)
+  if not flags or #entry > 80 or not string.match(entry, '^[0-9a-f]+:[0-9a-f]+:[0-9a-f]+:[0-9a-f]+$') then
+    return redis.error_reply('loopguard: bad arguments')
+  end
+  local unread, answered = math.floor(flags / 2) % 2 == 1, flags >= 4
+  if unread and redis.call('EXISTS', keys[1]) == 0 then
+    return 1
+  end
+  redis.call('RPUSH', keys[1], entry)
+  redis.call('LTRIM', keys[1], -mcp_max_entries, -1)
+  redis.call('PEXPIRE', keys[1], window_ms)
+  if answered then
+    redis.call('PEXPIRE', keys[2], window_ms)
+  else
+    redis.call('SET', keys[2], string.format('%d', now), 'PX', window_ms)
+  end
+  return 1
+end
+
 redis.register_function('loopguard_hit', hit)
 redis.register_function('loopguard_near', near)
 redis.register_function('loopguard_forgive', forgive)
 redis.register_function('loopguard_budget', budget)
+redis.register_function('loopguard_mcp', mcp)

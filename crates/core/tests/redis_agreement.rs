@@ -1117,3 +1117,115 @@ fn eight_keys_of_one_group_are_all_added_and_checked() {
         }
     }
 }
+
+/// A RESP reply as webdis writes it in JSON (`{"FCALL": ...}`), so the
+/// core reads it as it would through Envoy.
+fn webdis_json(reply: &Resp) -> Vec<u8> {
+    fn value(r: &Resp) -> serde_json::Value {
+        match r {
+            Resp::Simple(s) => serde_json::json!([true, s]),
+            Resp::Error(e) => serde_json::json!([false, e]),
+            Resp::Int(n) => serde_json::json!(n),
+            Resp::Bulk(s) => serde_json::json!(s),
+            Resp::Array(items) => serde_json::Value::Array(items.iter().map(value).collect()),
+        }
+    }
+    serde_json::json!({ "FCALL": value(reply) })
+        .to_string()
+        .into_bytes()
+}
+
+/// MCP call histories: what the library keeps is what the core's table
+/// keeps (the newest 16 calls, flags and all; an unread call starting no
+/// history; when the newest real result came), through the function and
+/// the script alike.
+#[test]
+fn mcp_histories_in_redis_are_the_core_s() {
+    use loopguard_core::detect::mcp::Entry;
+    use loopguard_core::state::mcp_sessions;
+    use loopguard_core::state::redis::mcp::{mcp_call, parse_added, parse_history};
+    let Some((_server, mut conn)) = loaded_server() else {
+        return;
+    };
+    let script = Script::shipped();
+    let window = 3_600_000;
+    for (how, ns) in [(How::Function, "mf"), (How::Script, "ms")] {
+        let mut lane = Lane::new(how, ns);
+        let mut local = InProcess::default();
+        let mut rng = Rng(0x5eed_0000 + how as u64);
+        let mut now = 1_000_000;
+        for _ in 0..400 {
+            now += 1 + rng.below(50);
+            let key = 1 + rng.below(4);
+            if rng.below(3) == 0 {
+                let got = parse_history(
+                    Some("200"),
+                    &webdis_json(&lane.send(
+                        &mut conn,
+                        &script,
+                        &mcp_call(ns, key, window, now, None),
+                    )),
+                )
+                .unwrap();
+                let want = mcp_sessions::read(&mut local, key, now, window).unwrap();
+                assert_eq!(got.entries, want.entries, "{how:?} key {key}");
+                assert_eq!(got.last_real_ms, want.last_real_ms, "{how:?} key {key}");
+                continue;
+            }
+            let flags = rng.below(8);
+            let entry = Entry {
+                call: rng.below(3),
+                result: rng.next(),
+                content: rng.below(2),
+                failed: flags & 1 != 0,
+                unread: flags & 2 != 0 && rng.below(2) == 0,
+                answered: flags & 4 != 0,
+            };
+            let reply = lane.send(
+                &mut conn,
+                &script,
+                &mcp_call(ns, key, window, now, Some(&entry)),
+            );
+            assert_eq!(parse_added(Some("200"), &webdis_json(&reply)), Ok(()));
+            mcp_sessions::append(&mut local, key, entry, now, window).unwrap();
+        }
+    }
+    // A history expires its window after its last call; bad arguments
+    // change nothing.
+    let call = mcp_call(
+        "mx",
+        9,
+        150,
+        1,
+        Some(&Entry {
+            call: 1,
+            ..Entry::default()
+        }),
+    );
+    let mut lane = Lane::new(How::Function, "mx");
+    assert_eq!(lane.send(&mut conn, &script, &call), Resp::Int(1));
+    let [h, r] = redis::mcp::mcp_keys("mx", 9);
+    let ttl = |conn: &mut Conn, k: &str| match conn.cmd(&["PTTL", k]) {
+        Resp::Int(n) => n,
+        other => panic!("{other:?}"),
+    };
+    assert!((1..=150).contains(&ttl(&mut conn, &h)) && (1..=150).contains(&ttl(&mut conn, &r)));
+    let bad = Resp::Error("loopguard: bad arguments".into());
+    for args in [
+        &["0", "1"][..],
+        &["86400001", "1"],
+        &["100", "1", "1:2:3:0"],
+        &["100", "1", "1:2:3", "0"],
+        &["100", "1", "1:2:3:8", "8"],
+        &["100", "1", "1:2:3:0 ", "0"],
+    ] {
+        let mut parts = vec!["FCALL", "loopguard_mcp", "2", &h, &r];
+        parts.extend_from_slice(args);
+        assert_eq!(conn.cmd(&parts), bad, "{args:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while conn.cmd(&["EXISTS", &h]) != Resp::Int(0) {
+        assert!(Instant::now() < deadline, "the history did not expire");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

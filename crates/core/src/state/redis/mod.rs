@@ -8,6 +8,7 @@
 //! Budgets use the same library and the same two forms ([`budget`]).
 
 pub mod budget;
+pub mod mcp;
 pub mod script;
 pub mod wire;
 

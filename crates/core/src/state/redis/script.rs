@@ -119,7 +119,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_shipped_library_derives_with_its_four_entries() {
+    fn the_shipped_library_derives_with_its_five_entries() {
         let s = Script::derive(LIBRARY).unwrap();
         assert_eq!(
             s.entries,
@@ -127,7 +127,8 @@ mod tests {
                 "loopguard_hit",
                 "loopguard_near",
                 "loopguard_forgive",
-                "loopguard_budget"
+                "loopguard_budget",
+                "loopguard_mcp"
             ]
         );
         assert_eq!(s, Script::shipped());
@@ -141,10 +142,16 @@ mod tests {
             .source
             .ends_with("return entry(KEYS, {unpack(ARGV, 2)})\n"));
         assert!(s.source.contains(
-            "local entries = {loopguard_hit = hit, loopguard_near = near, loopguard_forgive = forgive, loopguard_budget = budget}"
+            "local entries = {loopguard_hit = hit, loopguard_near = near, loopguard_forgive = forgive, loopguard_budget = budget, loopguard_mcp = mcp}"
         ));
         // Every entry the core calls is one the script dispatches.
-        for entry in [Entry::Hit, Entry::Near, Entry::Forgive, Entry::Budget] {
+        for entry in [
+            Entry::Hit,
+            Entry::Near,
+            Entry::Forgive,
+            Entry::Budget,
+            Entry::Mcp,
+        ] {
             assert!(s.entries.iter().any(|e| e == entry.name()), "{entry:?}");
         }
     }

@@ -15,6 +15,8 @@ pub enum Entry {
     /// Budgets: add to and check a request's budget keys
     /// ([`super::budget`]).
     Budget,
+    /// MCP call histories ([`super::mcp`]).
+    Mcp,
 }
 
 impl Entry {
@@ -24,6 +26,7 @@ impl Entry {
             Entry::Near => "loopguard_near",
             Entry::Forgive => "loopguard_forgive",
             Entry::Budget => "loopguard_budget",
+            Entry::Mcp => "loopguard_mcp",
         }
     }
 }
