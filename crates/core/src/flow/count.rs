@@ -100,7 +100,7 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Step {
         if matches!(r.state, State::Adding(_)) {
-            return self.on_add_sent(r, sent, out);
+            return self.on_write_sent(r, sent, out);
         }
         if let State::Budget(w) = &mut r.state {
             return match sent {
@@ -149,7 +149,7 @@ impl<B: BucketBackend> Engine<B> {
             return self.on_budget_reply(r, reply, now, out);
         }
         if matches!(&r.state, State::Adding(w) if w.token == Some(token)) {
-            return self.on_add_reply(r, reply, out);
+            return self.on_write_reply(r, reply, out);
         }
         if !matches!(&r.state, State::Waiting(w) if w.token == Some(token)) {
             // Not this request's call, or the request is gone (its client

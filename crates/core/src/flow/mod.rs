@@ -25,6 +25,7 @@ mod mcp;
 mod response;
 mod tick;
 mod usage;
+mod writes;
 
 #[cfg(test)]
 mod alert_tests;
@@ -164,7 +165,7 @@ enum State {
     /// Paused until the shared store answers a budget check.
     Budget(Box<budget::BudgetWait>),
     /// The response's end held until the shared store has its spending.
-    Adding(Box<budget::AddWait>),
+    Adding(Box<writes::HeldWrite>),
     /// The client left.
     Done,
 }
@@ -254,62 +255,29 @@ struct Counted {
     shared: bool,
 }
 
-/// A failed attempt's hit being taken back in the shared store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct TakeBackCall {
-    policy: usize,
-    what: TakeBack,
-    /// Sent again with the whole script after a `NOSCRIPT` (at most once).
-    resent: bool,
-}
-
-/// A store call sent from the root context.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum StoreRootCall {
-    /// Taking back a failed attempt's hit.
-    TakeBack(TakeBackCall),
-    /// Adding a response's spending to its budget keys.
-    BudgetAdd(budget::BudgetAdd),
-}
-
 /// What a call sent from the root context is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum RootCall {
     Alert,
-    Store(StoreRootCall),
+    Write(writes::Sending),
 }
 
-/// Calls from the root context: waiting for the tick, sent and waiting for
-/// their tokens, and store calls waiting for their answers.
+/// Calls from the root context: store writes waiting for the tick, what
+/// the calls sent at the last tick were (in order), and the writes sent
+/// and waiting for their answers, by token.
 #[derive(Default)]
 struct RootCalls {
-    /// Store calls waiting for the tick.
-    queued: VecDeque<(StoreRootCall, StoreCall)>,
-    /// What the calls sent at the last tick were, in order.
+    queued: VecDeque<(writes::Sending, StoreCall)>,
     sent: VecDeque<RootCall>,
-    /// Store calls answered later, by token.
-    awaiting: VecDeque<(u32, StoreRootCall)>,
+    awaiting: VecDeque<(u32, writes::Sending)>,
 }
 
 impl RootCalls {
-    /// Budget adds queued or waiting for their answers.
-    fn budget_adds(&self) -> usize {
-        let adds = |c: &StoreRootCall| matches!(c, StoreRootCall::BudgetAdd(_));
-        self.queued.iter().filter(|(c, _)| adds(c)).count()
-            + self.awaiting.iter().filter(|(_, c)| adds(c)).count()
-    }
-
-    /// Take-backs queued or waiting for their answers.
-    fn take_backs(&self) -> usize {
-        let backs = |c: &StoreRootCall| matches!(c, StoreRootCall::TakeBack(_));
-        self.queued.iter().filter(|(c, _)| backs(c)).count()
-            + self.awaiting.iter().filter(|(_, c)| backs(c)).count()
+    /// Writes queued or waiting for their answers.
+    fn writes(&self) -> usize {
+        self.queued.len() + self.awaiting.len()
     }
 }
-
-/// Take-back calls waiting for the tick, and for their answers, at most
-/// (more are counted as unrecorded).
-const MAX_TAKE_BACKS: usize = 1024;
 
 impl Request {
     pub fn new(id: u32) -> Request {

@@ -20,7 +20,7 @@ impl<B: BucketBackend> Engine<B> {
         // A response cut short still reported what it had read (its
         // spending goes to the shared store from the tick).
         if let Some(add) = self.finish_usage(r, false, out) {
-            self.add_shared(r, add, false, out);
+            self.send_write(r, writes::Write::Budget(add), false, out);
         }
         // Forwarded, but gone before its answer's headers: the provider may
         // bill the generation all the same (estimated).
@@ -29,7 +29,7 @@ impl<B: BucketBackend> Engine<B> {
         if r.usage.is_none() && r.usage_for.is_some() && forwarded {
             r.usage_for = None;
             if let Some(add) = self.budget_spend(r, None, false, Default::default(), None, out) {
-                self.add_shared(r, add, false, out);
+                self.send_write(r, writes::Write::Budget(add), false, out);
             }
         }
         self.mcp_done(r, out);
@@ -44,7 +44,7 @@ impl<B: BucketBackend> Engine<B> {
     /// when nothing waits.
     pub fn on_tick(&mut self, now: u64, out: &mut Effects) {
         self.send_alerts(out);
-        self.send_take_backs(out);
+        self.send_writes(out);
         let released = self.hold.due(now);
         if released.turned_off {
             out.push(Effect::Log(

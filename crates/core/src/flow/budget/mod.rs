@@ -26,9 +26,6 @@ use crate::state::redis::budget::BudgetKey;
 const EVENT_EVERY_MS: u64 = 60_000;
 /// Keys whose last event is remembered per worker.
 const MAX_EVENT_MEMO: usize = 256;
-/// Shared-store adds waiting for the tick or their answers, at most (more
-/// are counted as unrecorded: the local table has them).
-pub(super) const MAX_BUDGET_ADDS: usize = 1024;
 
 /// A request under a policy with a budget.
 #[derive(Debug, Default)]
@@ -134,13 +131,6 @@ pub(super) struct BudgetWait {
     resent: bool,
 }
 
-/// A response held until the shared store has its spending.
-#[derive(Debug)]
-pub(super) struct AddWait {
-    pub(super) token: Option<u32>,
-    add: BudgetAdd,
-}
-
 /// Spending added in the shared store (a held response's, or from the
 /// tick).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +139,6 @@ pub(super) struct BudgetAdd {
     pub(super) caller: u64,
     pub(super) keys: Vec<BudgetKey>,
     pub(super) at: u64,
-    pub(super) resent: bool,
 }
 
 /// The budget keys' shared state on this worker: key tags given their own

@@ -10,7 +10,6 @@ use crate::metrics::budget as names;
 use crate::metrics::CallResult;
 use crate::state::budget::{slice_ms, Add, Added};
 use crate::state::redis::budget::{budget_answer, BudgetKey};
-use crate::state::store::CallReply;
 
 impl<B: BucketBackend> Engine<B> {
     /// The response headers of a request under a budget: a provider failure
@@ -222,89 +221,7 @@ impl<B: BucketBackend> Engine<B> {
             caller: r.caller,
             keys: shared,
             at,
-            resent: false,
         })
-    }
-
-    /// Add a response's spending to the shared store. A response whose
-    /// body ended waits for it (`Step::Pause`: its last bytes go on to the
-    /// client once the store has the spending, or the call failed, within
-    /// `store.timeout_ms`), so the client's next request finds it on any
-    /// replica; one that ended early (its client left) sends it from the
-    /// root context at the tick.
-    pub(in crate::flow) fn add_shared(
-        &mut self,
-        r: &mut Request,
-        add: BudgetAdd,
-        hold: bool,
-        out: &mut Effects,
-    ) -> Step {
-        if hold {
-            if let Some(call) = self.budget_add_call(&add) {
-                r.state = State::Adding(Box::new(AddWait { token: None, add }));
-                out.push(Effect::SendStoreCall(call));
-                return Step::Pause;
-            }
-            return Step::Continue;
-        }
-        if self.root_calls.budget_adds() >= MAX_BUDGET_ADDS {
-            let ids = self.registry.budget(add.policy);
-            count_opt(out, ids.map(|i| i.unrecorded()), 1);
-            return Step::Continue;
-        }
-        self.queue_budget_add(add, out);
-        Step::Continue
-    }
-
-    /// The held response's add was sent (`token`) or could not be.
-    pub(in crate::flow) fn on_add_sent(
-        &mut self,
-        r: &mut Request,
-        sent: Result<u32, String>,
-        out: &mut Effects,
-    ) -> Step {
-        let State::Adding(w) = &mut r.state else {
-            return Step::Continue;
-        };
-        match sent {
-            Ok(token) => {
-                w.token = Some(token);
-                Step::Pause
-            }
-            Err(_) => {
-                let State::Adding(w) = std::mem::take(&mut r.state) else {
-                    return Step::Continue;
-                };
-                self.budget_add_lost(&w.add, out);
-                Step::Continue
-            }
-        }
-    }
-
-    /// The shared store answered the held response's add: the response
-    /// goes on (after one resend with the whole script on `NOSCRIPT`).
-    pub(in crate::flow) fn on_add_reply(
-        &mut self,
-        r: &mut Request,
-        reply: &CallReply,
-        out: &mut Effects,
-    ) -> Step {
-        let State::Adding(mut w) = std::mem::take(&mut r.state) else {
-            return Step::Continue;
-        };
-        if !w.add.resent {
-            if let Some(call) = self.budget_add_resend(&w.add, reply.status.as_deref(), &reply.body)
-            {
-                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
-                w.add.resent = true;
-                w.token = None;
-                r.state = State::Adding(w);
-                out.push(Effect::SendStoreCall(call));
-                return Step::Pause;
-            }
-        }
-        self.on_budget_add_reply(&w.add, reply.status.as_deref(), &reply.body, out);
-        Step::Continue
     }
 
     /// A key's spend counter: its tag's own for the first
@@ -338,25 +255,6 @@ impl<B: BucketBackend> Engine<B> {
             return name;
         }
         names::spend(&p.id, budget, "other")
-    }
-
-    /// The call adding a response's spending in the shared store.
-    pub(in crate::flow) fn budget_add_call(&self, a: &BudgetAdd) -> Option<StoreCall> {
-        let shared = self.shared.as_ref()?;
-        Some(shared.budget(a.caller, &a.keys, a.at))
-    }
-
-    /// The call again with the whole script, if the answer says the node
-    /// had not cached it.
-    pub(in crate::flow) fn budget_add_resend(
-        &self,
-        a: &BudgetAdd,
-        status: Option<&str>,
-        body: &[u8],
-    ) -> Option<StoreCall> {
-        self.shared
-            .as_ref()?
-            .resend_budget(a.caller, &a.keys, a.at, status, body)
     }
 
     /// The answer to a shared-store add: a failure is counted (the local

@@ -66,11 +66,15 @@ pub fn budget_call(namespace: &str, caller: u64, keys: &[BudgetKey], now_ms: u64
 }
 
 impl RedisStore {
+    /// The library call adding to and checking a request's budget keys.
+    pub fn budget_of(&self, caller: u64, keys: &[BudgetKey], now_ms: u64) -> Call {
+        budget_call(&self.namespace, caller, keys, now_ms)
+    }
+
     /// The call adding to and checking a request's budget keys (all of one
     /// caller). Its reply is read by [`parse_budget`].
     pub fn budget(&self, caller: u64, keys: &[BudgetKey], now_ms: u64) -> StoreCall {
-        let body = budget_call(&self.namespace, caller, keys, now_ms).body(self.invoke(false));
-        self.call(body)
+        self.send(&self.budget_of(caller, keys, now_ms), false)
     }
 
     /// [`Self::budget`] again with the whole script, when its reply says
@@ -84,11 +88,8 @@ impl RedisStore {
         status: Option<&str>,
         body: &[u8],
     ) -> Option<StoreCall> {
-        if self.script.is_none() || !super::is_noscript(status, body) {
-            return None;
-        }
-        let body = budget_call(&self.namespace, caller, keys, now_ms).body(self.invoke(true));
-        Some(self.call(body))
+        self.needs_script(status, body)
+            .then(|| self.send(&self.budget_of(caller, keys, now_ms), true))
     }
 }
 

@@ -15,7 +15,7 @@
 use super::{Call, Entry as Lua, RedisStore};
 use crate::detect::mcp::Entry;
 use crate::state::mcp_sessions::{Recent, MAX_ENTRIES};
-use crate::state::store::{StoreCall, StoreFailure};
+use crate::state::store::StoreFailure;
 use serde_json::Value;
 
 /// The store keys of a history: its calls and when the newest call the
@@ -84,18 +84,10 @@ pub fn mcp_call(
 }
 
 impl RedisStore {
-    /// The call reading a history, or adding a call to it (`full`: with
-    /// the whole script, after a `NOSCRIPT`).
-    pub fn mcp(
-        &self,
-        key: u64,
-        window_ms: u64,
-        now_ms: u64,
-        entry: Option<&Entry>,
-        full: bool,
-    ) -> StoreCall {
-        let body = mcp_call(&self.namespace, key, window_ms, now_ms, entry).body(self.invoke(full));
-        self.call(body)
+    /// The library call reading a history (`entry: None`), or adding a
+    /// call to it.
+    pub fn mcp_of(&self, key: u64, window_ms: u64, now_ms: u64, entry: Option<&Entry>) -> Call {
+        mcp_call(&self.namespace, key, window_ms, now_ms, entry)
     }
 }
 

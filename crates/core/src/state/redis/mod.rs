@@ -82,11 +82,28 @@ impl RedisStore {
         }
     }
 
+    /// A library call as webdis receives it (`full`: with the whole
+    /// script, for a node that answered `NOSCRIPT`).
+    pub fn send(&self, call: &Call, full: bool) -> StoreCall {
+        self.call(call.body(self.invoke(full)))
+    }
+
+    /// Whether a call's answer says its node had not cached the script
+    /// (`NOSCRIPT`, a Redis Cluster only): it is then sent once more with
+    /// the whole script.
+    pub fn needs_script(&self, status: Option<&str>, body: &[u8]) -> bool {
+        self.script.is_some() && is_noscript(status, body)
+    }
+
+    /// The library call taking a hit back (`loopguard_forgive`).
+    pub fn take_back_of(&self, t: &TakeBack) -> Call {
+        take_back_call(&self.namespace, t, &self.nonce(t.id))
+    }
+
     /// The call taking a hit back (`loopguard_forgive`): its attempt was
     /// failed by the provider. Its reply is read by [`parse_take_back`].
     pub fn take_back(&self, t: &TakeBack) -> StoreCall {
-        let body = take_back_body(&self.namespace, t, &self.nonce(t.id), self.invoke(false));
-        self.call(body)
+        self.send(&self.take_back_of(t), false)
     }
 
     /// The hit's call again with the whole script, when its reply says the
@@ -107,11 +124,8 @@ impl RedisStore {
         status: Option<&str>,
         body: &[u8],
     ) -> Option<StoreCall> {
-        if self.script.is_none() || !is_noscript(status, body) {
-            return None;
-        }
-        let body = take_back_body(&self.namespace, t, &self.nonce(t.id), self.invoke(true));
-        Some(self.call(body))
+        self.needs_script(status, body)
+            .then(|| self.send(&self.take_back_of(t), true))
     }
 }
 

@@ -1,0 +1,270 @@
+//! Shared-store writes whose answer decides nothing for the request: a
+//! failed attempt's hit taken back, a response's spending added to its
+//! budget keys, an MCP call and its result added to its history. One path
+//! for all of them: a write is sent held (the response's end waits for
+//! it, so the client's next request finds it on any replica) or from the
+//! root context at the tick (its stream is gone, or nothing may wait); a
+//! `NOSCRIPT` answer sends it once more with the whole script; a write
+//! lost or failed is counted as what it was for (the local table has it).
+
+use super::*;
+use crate::detect::mcp::Entry;
+use crate::metrics::mcp::{self as m, McpUnjudged};
+use crate::metrics::CallResult;
+use crate::state::redis::{self, Call};
+use crate::state::store::CallReply;
+
+/// What a write is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Write {
+    /// Take back a failed attempt's hit.
+    TakeBack { policy: usize, what: TakeBack },
+    /// Add a response's spending to its budget keys.
+    Budget(budget::BudgetAdd),
+    /// Add an MCP call (and what it got) to its history.
+    Mcp(McpAdd),
+}
+
+/// An MCP call added to its history in the shared store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct McpAdd {
+    pub(super) policy: usize,
+    pub(super) key: u64,
+    pub(super) entry: Entry,
+    pub(super) window_ms: u64,
+    pub(super) at: u64,
+}
+
+/// A write on its way: sent once more with the whole script after a
+/// `NOSCRIPT` (at most once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Sending {
+    pub(super) write: Write,
+    pub(super) resent: bool,
+}
+
+/// A response held until the shared store has its write.
+#[derive(Debug)]
+pub(super) struct HeldWrite {
+    pub(super) token: Option<u32>,
+    pub(super) sending: Sending,
+}
+
+/// Writes waiting for the tick or for their answers, at most (more are
+/// counted as lost).
+pub(super) const MAX_ROOT_WRITES: usize = 2048;
+
+impl<B: BucketBackend> Engine<B> {
+    /// The library call of a write (`None`: no shared store).
+    fn write_call(&self, w: &Write) -> Option<Call> {
+        let shared = self.shared.as_ref()?;
+        Some(match w {
+            Write::TakeBack { what, .. } => shared.take_back_of(what),
+            Write::Budget(a) => shared.budget_of(a.caller, &a.keys, a.at),
+            Write::Mcp(a) => shared.mcp_of(a.key, a.window_ms, a.at, Some(&a.entry)),
+        })
+    }
+
+    fn write_request(&self, s: &Sending) -> Option<StoreCall> {
+        let call = self.write_call(&s.write)?;
+        self.shared.as_ref().map(|sh| sh.send(&call, s.resent))
+    }
+
+    /// The write again with the whole script, when its answer says the
+    /// node had not cached it.
+    fn write_again(&self, s: &Sending, status: Option<&str>, body: &[u8]) -> Option<Sending> {
+        let shared = self.shared.as_ref()?;
+        (!s.resent && shared.needs_script(status, body)).then(|| Sending {
+            write: s.write.clone(),
+            resent: true,
+        })
+    }
+
+    /// Send `write` for this request: held (`Step::Pause`: the response
+    /// goes on when the store answered, or the call failed, within
+    /// `store.timeout_ms`), or from the root context at the tick.
+    pub(super) fn send_write(
+        &mut self,
+        r: &mut Request,
+        write: Write,
+        hold: bool,
+        out: &mut Effects,
+    ) -> Step {
+        let sending = Sending {
+            write,
+            resent: false,
+        };
+        if !hold {
+            self.queue_write(sending, out);
+            return Step::Continue;
+        }
+        let Some(call) = self.write_request(&sending) else {
+            return Step::Continue;
+        };
+        r.state = State::Adding(Box::new(HeldWrite {
+            token: None,
+            sending,
+        }));
+        out.push(Effect::SendStoreCall(call));
+        Step::Pause
+    }
+
+    /// Queue a write for the root context (sent at the tick).
+    pub(super) fn queue_write(&mut self, sending: Sending, out: &mut Effects) {
+        if self.root_calls.writes() >= MAX_ROOT_WRITES {
+            self.write_lost(&sending.write, out);
+            return;
+        }
+        if let Some(call) = self.write_request(&sending) {
+            self.root_calls.queued.push_back((sending, call));
+            out.push(Effect::ArmTick);
+        }
+    }
+
+    /// The held response's write was sent (`token`) or could not be.
+    pub(super) fn on_write_sent(
+        &mut self,
+        r: &mut Request,
+        sent: Result<u32, String>,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Adding(w) = &mut r.state else {
+            return Step::Continue;
+        };
+        match sent {
+            Ok(token) => {
+                w.token = Some(token);
+                Step::Pause
+            }
+            Err(_) => {
+                let State::Adding(w) = std::mem::take(&mut r.state) else {
+                    return Step::Continue;
+                };
+                self.write_lost(&w.sending.write, out);
+                Step::Continue
+            }
+        }
+    }
+
+    /// The shared store answered the held response's write: the response
+    /// goes on (after one resend with the whole script on `NOSCRIPT`).
+    pub(super) fn on_write_reply(
+        &mut self,
+        r: &mut Request,
+        reply: &CallReply,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Adding(mut w) = std::mem::take(&mut r.state) else {
+            return Step::Continue;
+        };
+        let status = reply.status.as_deref();
+        if let Some(again) = self.write_again(&w.sending, status, &reply.body) {
+            if let Some(call) = self.write_request(&again) {
+                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
+                w.sending = again;
+                w.token = None;
+                r.state = State::Adding(w);
+                out.push(Effect::SendStoreCall(call));
+                return Step::Pause;
+            }
+        }
+        self.write_answered(&w.sending.write, status, &reply.body, out);
+        Step::Continue
+    }
+
+    /// A root write was sent (`token`) or could not be.
+    pub(super) fn on_root_write_sent(
+        &mut self,
+        sending: Sending,
+        sent: Result<u32, String>,
+        out: &mut Effects,
+    ) {
+        match sent {
+            Ok(token) if self.root_calls.awaiting.len() < MAX_ROOT_WRITES => {
+                self.root_calls.awaiting.push_back((token, sending));
+            }
+            _ => self.write_lost(&sending.write, out),
+        }
+    }
+
+    /// The answer to a root write (`false`: `token` is no write's).
+    pub(super) fn on_root_write_reply(
+        &mut self,
+        token: u32,
+        status: Option<&str>,
+        body: &[u8],
+        out: &mut Effects,
+    ) -> bool {
+        let awaiting = &mut self.root_calls.awaiting;
+        let Some(i) = awaiting.iter().position(|(t, _)| *t == token) else {
+            return false;
+        };
+        let Some((_, sending)) = awaiting.remove(i) else {
+            return true;
+        };
+        if let Some(again) = self.write_again(&sending, status, body) {
+            out.push(count(self.registry.store_call(CallResult::NoScript), 1));
+            self.queue_write(again, out);
+            return true;
+        }
+        self.write_answered(&sending.write, status, body, out);
+        true
+    }
+
+    /// A write's answer: counted, and a failure as what it was for.
+    pub(super) fn write_answered(
+        &mut self,
+        w: &Write,
+        status: Option<&str>,
+        body: &[u8],
+        out: &mut Effects,
+    ) {
+        match w {
+            Write::TakeBack { policy, .. } => {
+                let answer = status
+                    .ok_or_else(redis::no_answer)
+                    .and_then(|s| redis::parse_take_back(s, body));
+                out.push(count(
+                    self.registry
+                        .store_call(CallResult::of(answer.as_ref().err())),
+                    1,
+                ));
+                count_opt(out, self.registry.failed_attempt(*policy, answer.ok()), 1);
+            }
+            Write::Budget(a) => self.on_budget_add_reply(a, status, body, out),
+            Write::Mcp(a) => {
+                let answer = redis::mcp::parse_added(status, body);
+                out.push(count(
+                    self.registry
+                        .store_call(CallResult::of(answer.as_ref().err())),
+                    1,
+                ));
+                if answer.is_err() {
+                    self.mcp_store_lost(a.policy, out);
+                }
+            }
+        }
+    }
+
+    /// A write that could not be sent or answered.
+    pub(super) fn write_lost(&self, w: &Write, out: &mut Effects) {
+        match w {
+            Write::TakeBack { policy, .. } => {
+                count_opt(out, self.registry.failed_attempt(*policy, None), 1)
+            }
+            Write::Budget(a) => self.budget_add_lost(a, out),
+            Write::Mcp(a) => self.mcp_store_lost(a.policy, out),
+        }
+    }
+
+    /// An MCP history the shared store did not get (counted; the local
+    /// table has it).
+    pub(super) fn mcp_store_lost(&self, policy: usize, out: &mut Effects) {
+        if let Some(p) = self.config.policies.get(policy) {
+            out.push(Effect::CountNamed(
+                m::unjudged(&p.id, McpUnjudged::Store),
+                1,
+            ));
+        }
+    }
+}
