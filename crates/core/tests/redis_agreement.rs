@@ -1167,7 +1167,13 @@ fn mcp_histories_in_redis_are_the_core_s() {
                     )),
                 )
                 .unwrap();
-                let want = mcp_sessions::read(&mut local, key, now, window).unwrap();
+                let want = mcp_sessions::read(
+                    &mut local,
+                    mcp_sessions::HistoryId::new(key, 0, 0),
+                    now,
+                    window,
+                )
+                .unwrap();
                 assert_eq!(got.entries, want.entries, "{how:?} key {key}");
                 assert_eq!(got.last_real_ms, want.last_real_ms, "{how:?} key {key}");
                 continue;
@@ -1187,7 +1193,14 @@ fn mcp_histories_in_redis_are_the_core_s() {
                 &mcp_call(ns, key, window, now, Some(&entry)),
             );
             assert_eq!(parse_added(Some("200"), &webdis_json(&reply)), Ok(()));
-            mcp_sessions::append(&mut local, key, entry, now, window).unwrap();
+            mcp_sessions::append(
+                &mut local,
+                mcp_sessions::HistoryId::new(key, 0, 0),
+                entry,
+                now,
+                window,
+            )
+            .unwrap();
         }
     }
     // A history expires its window after its last call; bad arguments

@@ -102,6 +102,9 @@ impl<B: BucketBackend> Engine<B> {
         if matches!(r.state, State::Adding(_)) {
             return self.on_write_sent(r, sent, out);
         }
+        if matches!(r.state, State::Mcp(_)) {
+            return self.on_mcp_sent(r, sent, now, out);
+        }
         if let State::Budget(w) = &mut r.state {
             return match sent {
                 Ok(token) => {
@@ -150,6 +153,9 @@ impl<B: BucketBackend> Engine<B> {
         }
         if matches!(&r.state, State::Adding(w) if w.token == Some(token)) {
             return self.on_write_reply(r, reply, out);
+        }
+        if matches!(&r.state, State::Mcp(w) if w.token == Some(token)) {
+            return self.on_mcp_reply(r, reply, now, out);
         }
         if !matches!(&r.state, State::Waiting(w) if w.token == Some(token)) {
             // Not this request's call, or the request is gone (its client

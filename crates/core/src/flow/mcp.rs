@@ -5,19 +5,30 @@
 //! shape. Everything else (`initialize`, `server/discover`, `tools/list`,
 //! notifications, GET streams, DELETE) passes untouched; odd bodies and
 //! results pass too, counted.
+//!
+//! Histories live in the local table, and with a shared store in Redis as
+//! well: the call waits for its history from Redis, and the end of its
+//! result (or loopguard's answer) waits until Redis has the call, so an
+//! agent whose calls alternate between replicas is one history. When
+//! Redis fails, `store.on_error` says whether the call is judged by this
+//! replica's own history (`local`) or passes unjudged (`allow`).
 
+use super::writes::{McpAdd, Write};
 use super::*;
+use crate::act::reply::LocalReply;
 use crate::act::{events, mcp_reply};
-use crate::config::{Mcp, McpKey, McpStep, Mode, Policy};
+use crate::config::{Mcp, McpKey, McpStep, Mode, OnStoreError, Policy};
 use crate::detect::mcp::{self as judge, Entry, McpVerdict};
 use crate::metrics::mcp::{self as m, McpUnjudged};
+use crate::metrics::CallResult;
 use crate::request::mcp::{self as read, Head, Message, ToolCall};
 use crate::response::{
     self,
     mcp::{Framing, NotePlan, ResultReader, Seen},
 };
-use crate::state::mcp_sessions;
-use crate::state::store::{Hit, StoreAnswer};
+use crate::state::mcp_sessions::{self, HistoryId, Recent};
+use crate::state::redis::mcp::parse_history;
+use crate::state::store::{CallReply, Hit, StoreAnswer, StoreFailure};
 use crate::state::window::WindowQuery;
 
 /// An MCP request on its way: its headers' facts, then the call it
@@ -36,10 +47,29 @@ pub(super) struct McpStream {
     reader: Option<ResultReader>,
 }
 
+/// An MCP request waiting for the shared store: for its history (then
+/// it is judged), or until the store has loopguard's answer to it (then
+/// the answer goes to the client).
+#[derive(Debug)]
+pub(super) struct McpWait {
+    pub(super) token: Option<u32>,
+    resent: bool,
+    id: HistoryId,
+    at: u64,
+    window_ms: u64,
+    ask: McpAsk,
+}
+
+#[derive(Debug)]
+enum McpAsk {
+    History(ToolCall),
+    Answer(Box<LocalReply>, McpAdd),
+}
+
 #[derive(Debug)]
 struct Forwarded {
     /// Whose history the call joins.
-    key: u64,
+    id: HistoryId,
     digest: u64,
     tool: String,
     /// The loop a note is planned for.
@@ -100,8 +130,9 @@ impl Request {
 /// (protocol 2026-07-28 is stateless), the caller's calls from one address
 /// are one history: agents that share an API key on other hosts are kept
 /// apart. A caller known by nothing else (no limit keys, no API key) is
-/// always told apart by its address.
-fn history_key(caller: u64, cfg: &Mcp, stream: &McpStream) -> u64 {
+/// always told apart by its address. Its owner is the caller (and that
+/// address), whatever its session.
+fn history_id(caller: u64, cfg: &Mcp, stream: &McpStream, seed: u64) -> HistoryId {
     let mut h = crate::request::Fnv(caller ^ 0x6d63_705f_6869_7374);
     let session = match cfg.key {
         McpKey::Session => stream.head.session.as_deref(),
@@ -112,11 +143,15 @@ fn history_key(caller: u64, cfg: &Mcp, stream: &McpStream) -> u64 {
         h.write(&[2]);
         h.write(a.as_bytes());
     }
+    let mut owner = crate::request::Fnv(caller);
+    if let (true, Some(a)) = (stream.anonymous, &stream.address) {
+        owner.write(a.as_bytes());
+    }
     if let Some(s) = session {
         h.write(&[1]);
         h.write(s.as_bytes());
     }
-    h.0
+    HistoryId::new(h.0, owner.0, seed)
 }
 
 impl<B: BucketBackend> Engine<B> {
@@ -161,17 +196,62 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         }
         count_opt(out, self.registry.mcp_calls(stream.policy), 1);
-        let key = history_key(r.caller, cfg, stream);
-        let mut recent = match mcp_sessions::read(&mut self.local.backend, key, now, cfg.window_ms)
-        {
+        let id = history_id(r.caller, cfg, stream, self.mcp_seed);
+        if let Some(shared) = self.shared.as_ref() {
+            let ask = shared.mcp_of(id.key, cfg.window_ms, now, None);
+            out.push(Effect::SendStoreCall(shared.send(&ask, false)));
+            r.state = State::Mcp(Box::new(McpWait {
+                token: None,
+                resent: false,
+                id,
+                at: now,
+                window_ms: cfg.window_ms,
+                ask: McpAsk::History(call),
+            }));
+            return Step::Pause;
+        }
+        let recent = self.local_history(policy, cfg, id, now, out);
+        self.judge_mcp(r, policy, cfg, call, id, recent, now, out)
+    }
+
+    /// The call's history in this replica's table (empty when the table
+    /// failed: counted, and the call is judged as a first).
+    fn local_history(
+        &mut self,
+        policy: &Policy,
+        cfg: &Mcp,
+        id: HistoryId,
+        now: u64,
+        out: &mut Effects,
+    ) -> Recent {
+        match mcp_sessions::read(&mut self.local.backend, id, now, cfg.window_ms) {
             Ok(h) => h,
             Err(_) => {
                 out.push(Effect::CountNamed(
                     m::unjudged(&policy.id, McpUnjudged::Store),
                     1,
                 ));
-                mcp_sessions::Recent::default()
+                Recent::default()
             }
+        }
+    }
+
+    /// Judge a call against its history: forwarded (a note planned, or in
+    /// shadow mode what would have been done logged), or answered.
+    #[allow(clippy::too_many_arguments)]
+    fn judge_mcp(
+        &mut self,
+        r: &mut Request,
+        policy: &Policy,
+        cfg: &Mcp,
+        call: ToolCall,
+        id: HistoryId,
+        mut recent: Recent,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let Some(stream) = r.mcp.as_mut() else {
+            return Step::Continue;
         };
         // A loop loopguard has been answering goes to the server again
         // once `recheck_seconds` have passed since its last real result:
@@ -180,7 +260,7 @@ impl<B: BucketBackend> Engine<B> {
             !v.step.answers() || now.saturating_sub(recent.last_real_ms) < cfg.recheck_ms
         });
         let mut forwarded = Forwarded {
-            key,
+            id,
             digest: call.digest,
             tool: call.tool.clone(),
             noted: None,
@@ -194,7 +274,7 @@ impl<B: BucketBackend> Engine<B> {
         let index = stream.policy;
         let shadow = policy.mode == Mode::Shadow;
         if shadow {
-            self.acted_on(r, index, policy, &call.tool, &v, key, now, out);
+            self.acted_on(r, index, policy, &call.tool, &v, id.key, now, out);
             out.push(Effect::Log(
                 Level::Info,
                 format!(
@@ -225,11 +305,173 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         }
         let snapshot = forwarded.snapshot.take();
-        self.answer_mcp(r, index, policy, cfg, &call, &v, (key, snapshot), now, out)
+        self.answer_mcp(r, index, policy, cfg, &call, &v, (id, snapshot), now, out)
+    }
+
+    /// The host sent the MCP request's store call (`token`), or could not.
+    pub(super) fn on_mcp_sent(
+        &mut self,
+        r: &mut Request,
+        sent: Result<u32, String>,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Mcp(w) = &mut r.state else {
+            return Step::Continue;
+        };
+        match sent {
+            Ok(token) => {
+                w.token = Some(token);
+                Step::Pause
+            }
+            Err(why) => {
+                out.push(count(self.registry.store_call(CallResult::Unavailable), 1));
+                let failed = CallReply::default();
+                self.mcp_answered(r, &failed, Err(StoreFailure::Unavailable(why)), now, out)
+            }
+        }
+    }
+
+    /// The shared store answered the MCP request's call.
+    pub(super) fn on_mcp_reply(
+        &mut self,
+        r: &mut Request,
+        reply: &CallReply,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Mcp(w) = &mut r.state else {
+            return Step::Continue;
+        };
+        let status = reply.status.as_deref();
+        let resend = !w.resent
+            && self
+                .shared
+                .as_ref()
+                .is_some_and(|s| s.needs_script(status, &reply.body));
+        if let (true, Some(shared)) = (resend, self.shared.as_ref()) {
+            let entry = match &w.ask {
+                McpAsk::History(_) => None,
+                McpAsk::Answer(_, add) => Some(add.entry),
+            };
+            let ask = shared.mcp_of(w.id.key, w.window_ms, w.at, entry.as_ref());
+            out.push(count(self.registry.store_call(CallResult::NoScript), 1));
+            out.push(Effect::SendStoreCall(shared.send(&ask, true)));
+            if let State::Mcp(w) = &mut r.state {
+                w.resent = true;
+                w.token = None;
+            }
+            return Step::Pause;
+        }
+        let read = match &w.ask {
+            McpAsk::History(_) => parse_history(status, &reply.body),
+            McpAsk::Answer(..) => Ok(Recent::default()),
+        };
+        if matches!(w.ask, McpAsk::History(_)) {
+            out.push(count(
+                self.registry
+                    .store_call(CallResult::of(read.as_ref().err())),
+                1,
+            ));
+        }
+        self.mcp_answered(r, reply, read, now, out)
+    }
+
+    /// The store's answer to the MCP request's call: judge the call by the
+    /// history read (by this replica's own when the store failed and
+    /// `store.on_error` is `local`; passed unjudged when `allow`), or send
+    /// loopguard's answer now that the store has it.
+    fn mcp_answered(
+        &mut self,
+        r: &mut Request,
+        reply: &CallReply,
+        read: Result<Recent, StoreFailure>,
+        now: u64,
+        out: &mut Effects,
+    ) -> Step {
+        let State::Mcp(w) = std::mem::take(&mut r.state) else {
+            return Step::Continue;
+        };
+        let McpWait { id, ask, .. } = *w;
+        let call = match ask {
+            McpAsk::Answer(reply_to_client, add) => {
+                self.write_answered(&Write::Mcp(add), reply.status.as_deref(), &reply.body, out);
+                out.push(Effect::LocalReply(
+                    *reply_to_client,
+                    "loopguard_mcp_loop_detected",
+                ));
+                return Step::Pause;
+            }
+            McpAsk::History(call) => call,
+        };
+        let config = Rc::clone(&self.config);
+        let Some(policy) = r.mcp.as_ref().and_then(|s| config.policies.get(s.policy)) else {
+            return Step::Continue;
+        };
+        let Some(cfg) = policy.mcp.as_ref() else {
+            return Step::Continue;
+        };
+        let recent = match read {
+            Ok(recent) => recent,
+            Err(f) => match self.store_fallback(
+                &f,
+                "MCP calls are judged by this replica's histories",
+                "MCP calls are",
+                now,
+                out,
+            ) {
+                OnStoreError::Local => self.local_history(policy, cfg, id, now, out),
+                OnStoreError::Allow => {
+                    out.push(Effect::CountNamed(
+                        m::unjudged(&policy.id, McpUnjudged::Store),
+                        1,
+                    ));
+                    if let Some(s) = r.mcp.as_mut() {
+                        s.call = Some(Forwarded {
+                            id,
+                            digest: call.digest,
+                            tool: call.tool,
+                            noted: None,
+                            note_added: false,
+                            snapshot: None,
+                        });
+                    }
+                    return Step::Continue;
+                }
+            },
+        };
+        self.judge_mcp(r, policy, cfg, call, id, recent, now, out)
+    }
+
+    /// Add a call to its history in the local table (a live history
+    /// pushed out is counted).
+    #[allow(clippy::too_many_arguments)]
+    fn add_locally(
+        &mut self,
+        policy: &Policy,
+        cfg: &Mcp,
+        id: HistoryId,
+        entry: Entry,
+        snapshot: Option<(Vec<u8>, u32)>,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let backend = &mut self.local.backend;
+        match mcp_sessions::append_after(backend, id, entry, now, cfg.window_ms, snapshot) {
+            Ok(added) if added.evicted => {
+                out.push(Effect::CountNamed(m::evicted(&policy.id), 1));
+            }
+            Ok(_) => {}
+            Err(_) => out.push(Effect::CountNamed(
+                m::unjudged(&policy.id, McpUnjudged::Store),
+                1,
+            )),
+        }
     }
 
     /// Answer a looping call instead of the server, and add the answer to
-    /// the history (the loop goes on climbing while the call repeats).
+    /// the history (the loop goes on climbing while the call repeats);
+    /// with a shared store, the answer goes once the store has it.
     #[allow(clippy::too_many_arguments)]
     fn answer_mcp(
         &mut self,
@@ -239,12 +481,12 @@ impl<B: BucketBackend> Engine<B> {
         cfg: &Mcp,
         call: &ToolCall,
         v: &McpVerdict,
-        (key, snapshot): (u64, Option<(Vec<u8>, u32)>),
+        (id, snapshot): (HistoryId, Option<(Vec<u8>, u32)>),
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        r.mcp = None;
         let Some(reply) = mcp_reply::reply(cfg, &policy.id, &call.id, &call.tool, v) else {
+            r.mcp = None;
             return Step::Continue;
         };
         let answered = Entry {
@@ -253,22 +495,30 @@ impl<B: BucketBackend> Engine<B> {
             unread: false,
             ..v.expected
         };
-        let appended = mcp_sessions::append_after(
-            &mut self.local.backend,
-            key,
-            answered,
-            now,
-            cfg.window_ms,
-            snapshot,
-        );
-        if appended.is_err() {
-            out.push(Effect::CountNamed(
-                m::unjudged(&policy.id, McpUnjudged::Store),
-                1,
-            ));
-        }
-        self.acted_on(r, index, policy, &call.tool, v, key, now, out);
-        out.push(Effect::LocalReply(reply, "loopguard_mcp_loop_detected"));
+        self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
+        r.mcp = None;
+        self.add_locally(policy, cfg, id, answered, snapshot, now, out);
+        let Some(shared) = self.shared.as_ref() else {
+            out.push(Effect::LocalReply(reply, "loopguard_mcp_loop_detected"));
+            return Step::Pause;
+        };
+        let add = McpAdd {
+            policy: index,
+            key: id.key,
+            entry: answered,
+            window_ms: cfg.window_ms,
+            at: now,
+        };
+        let ask = shared.mcp_of(id.key, cfg.window_ms, now, Some(&answered));
+        out.push(Effect::SendStoreCall(shared.send(&ask, false)));
+        r.state = State::Mcp(Box::new(McpWait {
+            token: None,
+            resent: false,
+            id,
+            at: now,
+            window_ms: cfg.window_ms,
+            ask: McpAsk::Answer(Box::new(reply), add),
+        }));
         Step::Pause
     }
 
@@ -352,7 +602,7 @@ impl<B: BucketBackend> Engine<B> {
     pub(super) fn mcp_done(&mut self, r: &mut Request, out: &mut Effects) {
         if r.mcp.as_ref().is_some_and(|s| s.call.is_some()) {
             let at = r.started_ms;
-            self.finish_mcp(r, Seen::Unreadable, at, out);
+            self.finish_mcp(r, Seen::Unreadable, at, false, out);
         }
     }
 
@@ -400,7 +650,7 @@ impl<B: BucketBackend> Engine<B> {
         // Any status: a JSON-RPC error may come with a 4xx or a 429.
         let framing = Framing::of(content_type).filter(|_| s.status.is_some());
         let Some(framing) = framing else {
-            self.finish_mcp(r, Seen::Unreadable, now, out);
+            self.finish_mcp(r, Seen::Unreadable, now, false, out);
             return;
         };
         let note = f.noted.as_ref().map(|v| NotePlan {
@@ -425,12 +675,12 @@ impl<B: BucketBackend> Engine<B> {
         end_of_stream: bool,
         now: u64,
         out: &mut Effects,
-    ) {
+    ) -> Step {
         let Some(s) = r.mcp.as_mut() else {
-            return;
+            return Step::Continue;
         };
         let Some(reader) = s.reader.as_mut() else {
-            return;
+            return Step::Continue;
         };
         let fed = reader.feed(chunk, end_of_stream);
         if let Some((at, bytes)) = fed.insert {
@@ -446,26 +696,35 @@ impl<B: BucketBackend> Engine<B> {
                 f.note_added = true;
             }
         }
-        if let Some(seen) = fed.seen {
-            self.finish_mcp(r, seen, now, out);
+        match fed.seen {
+            Some(seen) => self.finish_mcp(r, seen, now, true, out),
+            None => Step::Continue,
         }
     }
 
     /// The result is read (or cannot be): add the call and what it got to
-    /// its history; report a note that was added.
-    fn finish_mcp(&mut self, r: &mut Request, seen: Seen, now: u64, out: &mut Effects) {
+    /// its history (`hold`: the response's end waits until the shared
+    /// store has it); report a note that was added.
+    fn finish_mcp(
+        &mut self,
+        r: &mut Request,
+        seen: Seen,
+        now: u64,
+        hold: bool,
+        out: &mut Effects,
+    ) -> Step {
         let Some(s) = r.mcp.take() else {
-            return;
+            return Step::Continue;
         };
         let Some(f) = s.call else {
-            return;
+            return Step::Continue;
         };
         let config = Rc::clone(&self.config);
         let Some(policy) = config.policies.get(s.policy) else {
-            return;
+            return Step::Continue;
         };
         let Some(cfg) = policy.mcp.as_ref() else {
-            return;
+            return Step::Continue;
         };
         // With an HTTP error status only a JSON-RPC error is a result (a
         // `result` there is no answer the client will use).
@@ -495,22 +754,20 @@ impl<B: BucketBackend> Engine<B> {
                 }
             }
         };
-        let appended = mcp_sessions::append_after(
-            &mut self.local.backend,
-            f.key,
-            entry,
-            now,
-            cfg.window_ms,
-            f.snapshot,
-        );
-        if appended.is_err() {
-            out.push(Effect::CountNamed(
-                m::unjudged(&policy.id, McpUnjudged::Store),
-                1,
-            ));
-        }
         if let (true, Some(v)) = (f.note_added, f.noted.as_ref()) {
-            self.acted_on(r, s.policy, policy, &f.tool, v, f.key, now, out);
+            self.acted_on(r, s.policy, policy, &f.tool, v, f.id.key, now, out);
         }
+        self.add_locally(policy, cfg, f.id, entry, f.snapshot, now, out);
+        if self.shared.is_none() {
+            return Step::Continue;
+        }
+        let add = McpAdd {
+            policy: s.policy,
+            key: f.id.key,
+            entry,
+            window_ms: cfg.window_ms,
+            at: now,
+        };
+        self.send_write(r, Write::Mcp(add), hold, out)
     }
 }

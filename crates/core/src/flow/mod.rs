@@ -40,6 +40,8 @@ mod drift_tests;
 #[cfg(test)]
 mod hold_tests;
 #[cfg(test)]
+mod mcp_shared_tests;
+#[cfg(test)]
 mod mcp_tests;
 #[cfg(test)]
 mod retry_tests;
@@ -164,8 +166,11 @@ enum State {
     Waiting(Box<Waiting>),
     /// Paused until the shared store answers a budget check.
     Budget(Box<budget::BudgetWait>),
-    /// The response's end held until the shared store has its spending.
+    /// The response's end held until the shared store has a write.
     Adding(Box<writes::HeldWrite>),
+    /// An MCP call waiting for the shared store (its history, or until the
+    /// store has loopguard's answer to it).
+    Mcp(Box<mcp::McpWait>),
     /// The client left.
     Done,
 }
@@ -421,6 +426,8 @@ pub struct Engine<B> {
     budget_table: crate::state::budget::BudgetTable,
     /// Budget key tags with series of their own, and events logged.
     budget_memo: budget::BudgetMemo,
+    /// The MCP history region's seed (shared by the process's workers).
+    mcp_seed: u64,
 }
 
 impl<B: BucketBackend> Engine<B> {
@@ -461,6 +468,11 @@ impl<B: BucketBackend> Engine<B> {
         };
         let mut backend = open(layout)?;
         let ledger = crate::state::ledger::Ledger::join(&mut backend);
+        let mcp_seed = if layout.mcp {
+            crate::state::mcp_sessions::region_seed(&mut backend, seed.rotate_left(17) | 1)
+        } else {
+            0
+        };
         let shared = match &config.store {
             StoreConfig::Local => None,
             StoreConfig::RedisWebdis(r) => Some(RedisStore::new(r.clone(), namespace, seed)),
@@ -487,6 +499,7 @@ impl<B: BucketBackend> Engine<B> {
             mcp_memo: Default::default(),
             budget_table,
             budget_memo: Default::default(),
+            mcp_seed,
             config: Rc::new(config),
         })
     }

@@ -223,8 +223,7 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Pause;
         }
         if r.mcp.is_some() {
-            self.mcp_body(r, chunk, end_of_stream, now, out);
-            return Step::Continue;
+            return self.mcp_body(r, chunk, end_of_stream, now, out);
         }
         if let Some(reader) = r.usage.as_mut() {
             reader.feed(chunk);

@@ -67,3 +67,9 @@ pub fn unjudged(policy_id: &str, why: McpUnjudged) -> String {
         why.as_str()
     )
 }
+
+/// Live histories pushed out of the local table's bounded region to make
+/// room for another.
+pub fn evicted(policy_id: &str) -> String {
+    format!("loopguard.mcp_histories_evicted_total.policy.{policy_id}")
+}

@@ -1,9 +1,15 @@
 //! MCP call histories: per caller (or session), the newest calls and what
 //! each got, in a fixed region of the shared table (Envoy shared data has
 //! no delete: the region is a fixed set of buckets, each holding a few
-//! histories; a full bucket gives the history idle longest to a new one).
-//! Every worker reads and writes them with compare-and-swap, so a session
-//! whose calls land on different workers is one history.
+//! histories). Every worker reads and writes them with compare-and-swap,
+//! so a session whose calls land on different workers is one history.
+//!
+//! The region is bounded fairly: a history's bucket is chosen by a keyed
+//! mix of its key (the region's seed, random per Envoy process), so a
+//! client cannot aim its sessions at another caller's bucket; and a new
+//! history in a full bucket takes the place of the one with least to
+//! lose: one idle past its window, else one of its own caller's, else the
+//! one least far into a loop (fewest repeated calls), idle longest.
 
 use crate::detect::mcp::Entry;
 use crate::state::store::{BucketBackend, CasWrite, MAX_CAS_ATTEMPTS};
@@ -14,8 +20,10 @@ pub const REGION: u32 = 1024;
 /// The first bucket (after the fingerprint table's, at most 2^20, and
 /// before the ledger's).
 const BASE: u32 = 0xE000_0000;
+/// The bucket holding the region's seed (after the histories').
+const SEED: u32 = BASE + REGION;
 /// The region: created with the table when a policy reads MCP.
-pub const BUCKETS: Range<u32> = BASE..BASE + REGION;
+pub const BUCKETS: Range<u32> = BASE..SEED + 1;
 /// Histories per bucket.
 pub const PER_BUCKET: usize = 4;
 /// Histories the region holds.
@@ -24,17 +32,78 @@ pub const CAPACITY: usize = REGION as usize * PER_BUCKET;
 /// rounds).
 pub const MAX_ENTRIES: usize = 16;
 /// The encoding's version (the first byte of a bucket).
-const VERSION: u8 = 2;
+const VERSION: u8 = 3;
 const ENTRY: usize = 8 * 3 + 1;
+const HEAD: usize = 8 * 4 + 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 struct History {
     key: u64,
+    /// Whose history it is (the caller, and its address when nothing else
+    /// tells it apart).
+    owner: u64,
     last_ms: u64,
     /// When the newest call the server answered was added (loopguard's
     /// own answers aside).
     last_real_ms: u64,
     entries: Vec<Entry>,
+}
+
+impl History {
+    /// How far into a loop the history is: its calls that repeat an
+    /// earlier call.
+    fn stake(&self) -> usize {
+        let mut calls: Vec<u64> = self.entries.iter().map(|e| e.call).collect();
+        calls.sort_unstable();
+        calls.dedup();
+        self.entries.len() - calls.len()
+    }
+}
+
+/// A history's place: its key, its owner, and its bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryId {
+    pub key: u64,
+    pub owner: u64,
+    bucket: u32,
+}
+
+impl HistoryId {
+    /// The history `key` of `owner`, in the region seeded with `seed`
+    /// ([`region_seed`]).
+    pub fn new(key: u64, owner: u64, seed: u64) -> HistoryId {
+        let mut x = key ^ seed;
+        // splitmix64's finaliser: every bit of the key and the seed moves
+        // the bucket.
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^= x >> 31;
+        HistoryId {
+            key,
+            owner,
+            bucket: BASE + (x % u64::from(REGION)) as u32,
+        }
+    }
+}
+
+/// The region's seed, shared by every worker of the process: the one a
+/// worker stored first, else `fresh` (random), stored now. `0` when the
+/// backend cannot be read (bucket choice is then unkeyed, still bounded).
+pub fn region_seed<B: BucketBackend>(backend: &mut B, fresh: u64) -> u64 {
+    for _ in 0..MAX_CAS_ATTEMPTS {
+        let Some((bytes, version)) = backend.read(SEED) else {
+            return 0;
+        };
+        if let Some(seed) = bytes.get(..8).and_then(|b| b.try_into().ok()) {
+            return u64::from_le_bytes(seed);
+        }
+        match backend.write(SEED, &fresh.to_le_bytes(), version) {
+            CasWrite::Written => return fresh,
+            CasWrite::Conflict => continue,
+            CasWrite::Failed => return 0,
+        }
+    }
+    0
 }
 
 /// A history as read: its calls, oldest first, and when the newest call the
@@ -49,10 +118,6 @@ pub struct Recent {
     pub snapshot: Option<(Vec<u8>, u32)>,
 }
 
-fn bucket(key: u64) -> u32 {
-    BASE + (key % u64::from(REGION)) as u32
-}
-
 /// Why the store could not be used (the call passes; counted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failed {
@@ -61,18 +126,26 @@ pub enum Failed {
     Contention,
 }
 
-/// The history of `key` (oldest first; empty when there is none, or it
-/// has been idle for `idle_ms`).
+/// What an append did besides adding the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Appended {
+    /// A live history (not idle past its window) was given up to make
+    /// room for this one.
+    pub evicted: bool,
+}
+
+/// The history `id` (oldest first; empty when there is none, or it has
+/// been idle for `idle_ms`).
 pub fn read<B: BucketBackend>(
     backend: &mut B,
-    key: u64,
+    id: HistoryId,
     now: u64,
     idle_ms: u64,
 ) -> Result<Recent, Failed> {
-    let (bytes, version) = backend.read(bucket(key)).ok_or(Failed::Backend)?;
+    let (bytes, version) = backend.read(id.bucket).ok_or(Failed::Backend)?;
     let mut recent = decode(&bytes)
         .into_iter()
-        .find(|h| h.key == key && !idle(h, now, idle_ms))
+        .find(|h| h.key == id.key && !idle(h, now, idle_ms))
         .map(|h| Recent {
             entries: h.entries,
             last_real_ms: h.last_real_ms,
@@ -87,43 +160,59 @@ fn idle(h: &History, now: u64, idle_ms: u64) -> bool {
     now.saturating_sub(h.last_ms) >= idle_ms
 }
 
-/// Add a call to the history of `key` (the oldest call beyond
+/// Add a call to the history `id` (the oldest call beyond
 /// [`MAX_ENTRIES`] goes). A call whose result could not be read starts no
 /// history of its own (it is never a repeat, and a stream of them must not
 /// push other callers' histories out).
 pub fn append<B: BucketBackend>(
     backend: &mut B,
-    key: u64,
+    id: HistoryId,
     entry: Entry,
     now: u64,
     idle_ms: u64,
-) -> Result<(), Failed> {
-    append_after(backend, key, entry, now, idle_ms, None)
+) -> Result<Appended, Failed> {
+    append_after(backend, id, entry, now, idle_ms, None)
+}
+
+/// The history a new one takes the place of in a full bucket: one idle
+/// past its window, else the newcomer's owner's, else the one with least
+/// at stake; idle longest among equals. Whether it was live.
+fn victim(histories: &[History], owner: u64, now: u64, idle_ms: u64) -> (usize, bool) {
+    let rank = |h: &History| {
+        let live = !idle(h, now, idle_ms);
+        (live, live && h.owner != owner, h.stake(), h.last_ms)
+    };
+    histories
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, h)| rank(h))
+        .map_or((0, false), |(i, h)| (i, rank(h).0))
 }
 
 /// [`append`], trying first over `snapshot` (the bucket as [`read`] saw
 /// it).
 pub fn append_after<B: BucketBackend>(
     backend: &mut B,
-    key: u64,
+    id: HistoryId,
     entry: Entry,
     now: u64,
     idle_ms: u64,
     mut snapshot: Option<(Vec<u8>, u32)>,
-) -> Result<(), Failed> {
-    let b = bucket(key);
+) -> Result<Appended, Failed> {
     for _ in 0..MAX_CAS_ATTEMPTS {
         let (bytes, version) = match snapshot.take() {
             Some(s) => s,
-            None => backend.read(b).ok_or(Failed::Backend)?,
+            None => backend.read(id.bucket).ok_or(Failed::Backend)?,
         };
         let mut histories = decode(&bytes);
-        let i = match histories.iter().position(|h| h.key == key) {
+        let mut done = Appended::default();
+        let i = match histories.iter().position(|h| h.key == id.key) {
             Some(i) => i,
-            None if entry.unread => return Ok(()),
+            None if entry.unread => return Ok(done),
             None => {
                 let fresh = History {
-                    key,
+                    key: id.key,
+                    owner: id.owner,
                     last_ms: now,
                     last_real_ms: 0,
                     entries: Vec::new(),
@@ -132,15 +221,12 @@ pub fn append_after<B: BucketBackend>(
                     histories.push(fresh);
                     histories.len() - 1
                 } else {
-                    let oldest = histories
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, h)| h.last_ms)
-                        .map_or(0, |(i, _)| i);
-                    if let Some(slot) = histories.get_mut(oldest) {
+                    let (at, live) = victim(&histories, id.owner, now, idle_ms);
+                    done.evicted = live;
+                    if let Some(slot) = histories.get_mut(at) {
                         *slot = fresh;
                     }
-                    oldest
+                    at
                 }
             }
         };
@@ -156,8 +242,8 @@ pub fn append_after<B: BucketBackend>(
                 h.last_real_ms = h.last_real_ms.max(now);
             }
         }
-        match backend.write(b, &encode(&histories), version) {
-            CasWrite::Written => return Ok(()),
+        match backend.write(id.bucket, &encode(&histories), version) {
+            CasWrite::Written => return Ok(done),
             CasWrite::Conflict => continue,
             CasWrite::Failed => return Err(Failed::Backend),
         }
@@ -166,17 +252,17 @@ pub fn append_after<B: BucketBackend>(
 }
 
 // bucket  := version:u8 count:u8 history*
-// history := key:u64 last_ms:u64 last_real_ms:u64 n:u8 entry*n
+// history := key:u64 owner:u64 last_ms:u64 last_real_ms:u64 n:u8 entry*n
 // entry   := call:u64 result:u64 content:u64 flags:u8
 //            (flags: 1 failed, 2 unread, 4 answered)
 fn encode(histories: &[History]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(2 + histories.len() * (25 + MAX_ENTRIES * ENTRY));
+    let mut out = Vec::with_capacity(2 + histories.len() * (HEAD + MAX_ENTRIES * ENTRY));
     out.push(VERSION);
     out.push(histories.len() as u8);
     for h in histories {
-        out.extend_from_slice(&h.key.to_le_bytes());
-        out.extend_from_slice(&h.last_ms.to_le_bytes());
-        out.extend_from_slice(&h.last_real_ms.to_le_bytes());
+        for n in [h.key, h.owner, h.last_ms, h.last_real_ms] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
         out.push(h.entries.len() as u8);
         for e in &h.entries {
             out.extend_from_slice(&e.call.to_le_bytes());
@@ -206,10 +292,11 @@ fn decode_checked(bytes: &[u8]) -> Option<Vec<History>> {
     };
     for _ in 0..count.min(PER_BUCKET as u8) {
         let key = u64_at(rest, 0)?;
-        let last_ms = u64_at(rest, 8)?;
-        let last_real_ms = u64_at(rest, 16)?;
-        let n = usize::from(*rest.get(24)?).min(MAX_ENTRIES);
-        rest = rest.get(25..)?;
+        let owner = u64_at(rest, 8)?;
+        let last_ms = u64_at(rest, 16)?;
+        let last_real_ms = u64_at(rest, 24)?;
+        let n = usize::from(*rest.get(32)?).min(MAX_ENTRIES);
+        rest = rest.get(HEAD..)?;
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
             let flags = *rest.get(24)?;
@@ -225,6 +312,7 @@ fn decode_checked(bytes: &[u8]) -> Option<Vec<History>> {
         }
         out.push(History {
             key,
+            owner,
             last_ms,
             last_real_ms,
             entries,
@@ -239,6 +327,10 @@ mod tests {
     use crate::state::store::InProcess;
     use proptest::prelude::*;
 
+    fn id(k: u64) -> HistoryId {
+        HistoryId::new(k, k, 0)
+    }
+
     fn e(call: u64, result: u64) -> Entry {
         Entry {
             call,
@@ -252,22 +344,25 @@ mod tests {
     fn a_history_keeps_its_newest_calls_and_starts_again_when_idle() {
         let mut b = InProcess::default();
         for i in 0..20 {
-            append(&mut b, 7, e(i, i), 1_000 + i, 60_000).unwrap();
+            append(&mut b, id(7), e(i, i), 1_000 + i, 60_000).unwrap();
         }
-        let h = read(&mut b, 7, 2_000, 60_000).unwrap().entries;
+        let h = read(&mut b, id(7), 2_000, 60_000).unwrap().entries;
         assert_eq!(h.len(), MAX_ENTRIES);
         assert_eq!(h.first().map(|e| e.call), Some(4));
         assert_eq!(h.last(), Some(&e(19, 19)));
-        assert!(read(&mut b, 7, 1_019 + 60_000, 60_000)
+        assert!(read(&mut b, id(7), 1_019 + 60_000, 60_000)
             .unwrap()
             .entries
             .is_empty());
-        append(&mut b, 7, e(99, 1), 1_019 + 60_000, 60_000).unwrap();
+        append(&mut b, id(7), e(99, 1), 1_019 + 60_000, 60_000).unwrap();
         assert_eq!(
-            read(&mut b, 7, 1_019 + 60_000, 60_000).unwrap().entries,
+            read(&mut b, id(7), 1_019 + 60_000, 60_000).unwrap().entries,
             vec![e(99, 1)]
         );
-        assert!(read(&mut b, 8, 2_000, 60_000).unwrap().entries.is_empty());
+        assert!(read(&mut b, id(8), 2_000, 60_000)
+            .unwrap()
+            .entries
+            .is_empty());
     }
 
     #[test]
@@ -277,17 +372,17 @@ mod tests {
             unread: true,
             ..e(1, 0)
         };
-        append(&mut b, 9, unread, 10, 1_000).unwrap();
-        let none = read(&mut b, 9, 10, 1_000).unwrap();
+        append(&mut b, id(9), unread, 10, 1_000).unwrap();
+        let none = read(&mut b, id(9), 10, 1_000).unwrap();
         assert!(none.entries.is_empty() && none.last_real_ms == 0);
-        append(&mut b, 9, e(1, 1), 20, 1_000).unwrap();
-        append(&mut b, 9, unread, 30, 1_000).unwrap();
+        append(&mut b, id(9), e(1, 1), 20, 1_000).unwrap();
+        append(&mut b, id(9), unread, 30, 1_000).unwrap();
         let answered = Entry {
             answered: true,
             ..e(1, 1)
         };
-        append(&mut b, 9, answered, 40, 1_000).unwrap();
-        let r = read(&mut b, 9, 40, 1_000).unwrap();
+        append(&mut b, id(9), answered, 40, 1_000).unwrap();
+        let r = read(&mut b, id(9), 40, 1_000).unwrap();
         assert_eq!(r.entries, vec![e(1, 1), unread, answered]);
         assert_eq!(r.last_real_ms, 30);
     }
@@ -301,30 +396,113 @@ mod tests {
             answered: true,
             ..e(1, 2)
         };
-        append(&mut b, 3, odd, 5, 1_000).unwrap();
-        assert_eq!(read(&mut b, 3, 6, 1_000).unwrap().entries, vec![odd]);
+        append(&mut b, id(3), odd, 5, 1_000).unwrap();
+        assert_eq!(read(&mut b, id(3), 6, 1_000).unwrap().entries, vec![odd]);
+    }
+
+    /// `n` keys whose histories share one bucket (under `seed`).
+    fn one_bucket(n: usize, seed: u64) -> Vec<u64> {
+        let target = HistoryId::new(1, 0, seed).bucket;
+        (1..)
+            .filter(|&k| HistoryId::new(k, 0, seed).bucket == target)
+            .take(n)
+            .collect()
     }
 
     #[test]
-    fn a_full_bucket_gives_the_longest_idle_history_away() {
+    fn a_full_bucket_gives_the_longest_idle_history_away_first() {
         let mut b = InProcess::default();
-        // Keys in one bucket.
-        let keys: Vec<u64> = (0..=PER_BUCKET as u64)
-            .map(|i| 5 + i * u64::from(REGION))
-            .collect();
+        let keys = one_bucket(PER_BUCKET + 1, 0);
         for (t, &k) in keys.iter().enumerate() {
-            append(&mut b, k, e(k, 1), 100 + t as u64, 1_000_000).unwrap();
+            let got = append(&mut b, id(k), e(k, 1), 100 + t as u64, 1_000_000).unwrap();
+            assert_eq!(got.evicted, t == PER_BUCKET, "a live history is counted");
         }
-        assert!(read(&mut b, keys[0], 200, 1_000_000)
+        assert!(read(&mut b, id(keys[0]), 200, 1_000_000)
             .unwrap()
             .entries
             .is_empty());
         for &k in &keys[1..] {
             assert_eq!(
-                read(&mut b, k, 200, 1_000_000).unwrap().entries,
+                read(&mut b, id(k), 200, 1_000_000).unwrap().entries,
                 vec![e(k, 1)]
             );
         }
+        // One idle past its window goes before any live one, uncounted.
+        let late = one_bucket(PER_BUCKET + 2, 0)[PER_BUCKET + 1];
+        append(&mut b, id(keys[1]), e(9, 9), 5_000_000, 1_000_000).unwrap();
+        append(&mut b, id(keys[2]), e(9, 9), 5_000_000, 1_000_000).unwrap();
+        append(&mut b, id(keys[3]), e(9, 9), 5_000_000, 1_000_000).unwrap();
+        let got = append(&mut b, id(late), e(1, 1), 5_000_000, 1_000_000).unwrap();
+        assert!(!got.evicted);
+        assert!(
+            read(&mut b, id(keys[1]), 5_000_000, 1_000_000)
+                .unwrap()
+                .entries
+                .len()
+                == 1
+        );
+    }
+
+    #[test]
+    fn a_caller_opening_sessions_pushes_out_its_own_histories_not_a_loop_of_another() {
+        let mut b = InProcess::default();
+        let keys = one_bucket(64, 0);
+        let (victim, rest) = keys.split_first().unwrap();
+        let victim = HistoryId::new(*victim, 1, 0);
+        // The victim is two calls into a loop.
+        append(&mut b, victim, e(5, 5), 10, 1_000_000).unwrap();
+        append(&mut b, victim, e(5, 5), 11, 1_000_000).unwrap();
+        // Another caller opens sessions, all in the victim's bucket (as if
+        // it had found the seed), newer than the victim's calls.
+        let mut evicted = 0;
+        for (t, &k) in rest.iter().enumerate() {
+            let got = append(
+                &mut b,
+                HistoryId::new(k, 2, 0),
+                e(k, 1),
+                20 + t as u64,
+                1_000_000,
+            );
+            evicted += usize::from(got.unwrap().evicted);
+        }
+        assert_eq!(
+            evicted,
+            rest.len() - (PER_BUCKET - 1),
+            "every push-out counted"
+        );
+        assert_eq!(
+            read(&mut b, victim, 500, 1_000_000).unwrap().entries,
+            vec![e(5, 5); 2]
+        );
+        // A third caller's new history takes the place of the one with
+        // least at stake, idle longest: the flooder's oldest, not the loop.
+        let third = HistoryId::new(keys[0] ^ 0xffff, 3, 0);
+        let third = HistoryId {
+            bucket: victim.bucket,
+            ..third
+        };
+        append(&mut b, third, e(1, 1), 600, 1_000_000).unwrap();
+        assert_eq!(
+            read(&mut b, victim, 600, 1_000_000).unwrap().entries.len(),
+            2
+        );
+        assert_eq!(
+            read(&mut b, third, 600, 1_000_000).unwrap().entries.len(),
+            1
+        );
+    }
+
+    #[test]
+    fn the_seed_moves_buckets_and_is_shared_by_every_worker() {
+        let mut b = InProcess::default();
+        let seed = region_seed(&mut b, 42);
+        assert_eq!(seed, 42);
+        assert_eq!(region_seed(&mut b, 7), 42, "the first stored wins");
+        let moved = (1..200u64)
+            .filter(|&k| HistoryId::new(k, 0, 0).bucket != HistoryId::new(k, 0, 42).bucket)
+            .count();
+        assert!(moved > 190, "{moved}");
+        assert!(BUCKETS.contains(&HistoryId::new(u64::MAX, 0, u64::MAX).bucket));
     }
 
     #[test]
@@ -333,9 +511,12 @@ mod tests {
         assert!(decode(&[VERSION + 1, 1, 2, 3]).is_empty());
         assert!(decode(&[VERSION, 1, 2, 3]).is_empty());
         let mut b = InProcess::default();
-        b.write(bucket(3), &[VERSION, 9, 9], 0);
-        append(&mut b, 3, e(1, 1), 5, 1_000).unwrap();
-        assert_eq!(read(&mut b, 3, 5, 1_000).unwrap().entries, vec![e(1, 1)]);
+        b.write(id(3).bucket, &[VERSION, 9, 9], 0);
+        append(&mut b, id(3), e(1, 1), 5, 1_000).unwrap();
+        assert_eq!(
+            read(&mut b, id(3), 5, 1_000).unwrap().entries,
+            vec![e(1, 1)]
+        );
     }
 
     proptest! {
@@ -350,14 +531,14 @@ mod tests {
             for (key, call, dt) in ops {
                 now += dt;
                 let entry = e(call, call * 10);
-                append(&mut b, key, entry, now, idle_ms).unwrap();
+                append(&mut b, id(key), entry, now, idle_ms).unwrap();
                 let m = model.entry(key).or_insert((now, Vec::new()));
                 if now - m.0 >= idle_ms { m.1.clear(); }
                 m.1.push(entry);
                 if m.1.len() > MAX_ENTRIES { m.1.remove(0); }
                 m.0 = now;
                 for (k, (last, entries)) in &model {
-                    let got = read(&mut b, *k, now, idle_ms).unwrap().entries;
+                    let got = read(&mut b, id(*k), now, idle_ms).unwrap().entries;
                     let want = if now - last >= idle_ms { Vec::new() } else { entries.clone() };
                     prop_assert_eq!(got, want);
                 }
