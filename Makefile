@@ -208,7 +208,7 @@ e2e: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
 # side and compares every answer, decision and counter.
 E2E_NATIVE_FILES := test_native test_hold_headers test_bodies test_hostile_bodies test_routes test_config test_reload \
   test_faults test_store test_window test_actions test_observability test_monitoring test_examples test_usage \
-  test_budget_streams test_budget_redis test_budget_gaps test_degenerate test_mcp test_redis test_redis_cluster
+  test_budget_streams test_budget_redis test_budget_gaps test_degenerate test_mcp test_mcp_redis test_redis test_redis_cluster
 E2E_NATIVE_ARGS  ?=
 E2E_NATIVE_PATHS  = $(if $(filter tests/%,$(E2E_NATIVE_ARGS)),,$(E2E_NATIVE_FILES:%=tests/e2e/%.py))
 e2e-native: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
