@@ -55,7 +55,7 @@ impl FakeRedis {
             Value::Array(out)
         } else {
             let flags: u8 = args[3].parse().unwrap();
-            if !(flags & 2 != 0 && !self.lists.contains_key(h)) {
+            if flags & 2 == 0 || self.lists.contains_key(h) {
                 let list = self.lists.entry(h.clone()).or_default();
                 list.push(args[2].clone());
                 let extra = list.len().saturating_sub(16);
@@ -215,7 +215,7 @@ fn with_the_store_down_calls_pass_and_one_replica_still_stops_its_loop() {
 fn a_caller_opening_thousands_of_sessions_does_not_save_another_s_loop() {
     let mut h =
         Harness::policy(json!({"selector": {"pathPrefix": "/mcp"}, "mcp": {"enabled": true}}));
-    let mut round = |h: &mut Harness, key: &str, session: &str, id: u32, tool: &str| -> bool {
+    let round = |h: &mut Harness, key: &str, session: &str, id: u32, tool: &str| -> bool {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": tool, "arguments": {"q": "x"}}})
         .to_string();
