@@ -90,7 +90,7 @@ fn settle(h: &mut Harness, s: &mut Sent, redis: &mut FakeRedis, mut out: Effects
             Effect::SendStoreCall(c) => Some(c.clone()),
             _ => None,
         });
-        s.effects.extend(out.drain(..));
+        s.effects.append(&mut out);
         let Some(call) = call else {
             return step;
         };
