@@ -6,7 +6,7 @@
 
 use crate::act::reply::{self, Api, LocalReply};
 use crate::config::budget::{Budget, BudgetAction, BudgetLimit};
-use crate::config::Mode;
+use crate::config::{ladder, Mode};
 use serde_json::{json, Value};
 
 /// The fraction of a cap (in thousandths) from which a key counts as near
@@ -45,8 +45,18 @@ impl BudgetVerdict {
     }
 }
 
-fn at_least(spent: u64, cap: u64, permille: u64) -> bool {
-    u128::from(spent) * 1000 >= u128::from(cap) * u128::from(permille)
+/// A budget's ladder: a warning from `warn_at` of a cap (unless 0), a
+/// reached cap at all of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rung {
+    Warn,
+    Reached,
+}
+
+fn rung(b: &Budget, spent: u64, cap: u64) -> Option<Rung> {
+    let warn = (b.warn_at_permille > 0).then_some((u64::from(b.warn_at_permille), Rung::Warn));
+    let rungs = warn.into_iter().chain([(1000, Rung::Reached)]);
+    ladder::climb(rungs, ladder::permille(spent, cap)).map(|(_, r)| r)
 }
 
 /// Judge a request's standings against its policy's caps.
@@ -57,13 +67,13 @@ pub fn judge(b: &Budget, standings: &[Standing]) -> BudgetVerdict {
             continue;
         };
         let cap = limit.cap.amount();
-        if at_least(s.spent, cap, NEAR_CAP_PERMILLE) && !v.near_cap.contains(&s.limit) {
+        if ladder::permille(s.spent, cap) >= NEAR_CAP_PERMILLE && !v.near_cap.contains(&s.limit) {
             v.near_cap.push(s.limit);
         }
-        if s.spent >= cap {
-            v.exceeded.push(*s);
-        } else if b.warn_at_permille > 0 && at_least(s.spent, cap, u64::from(b.warn_at_permille)) {
-            v.warned.push(*s);
+        match rung(b, s.spent, cap) {
+            Some(Rung::Reached) => v.exceeded.push(*s),
+            Some(Rung::Warn) => v.warned.push(*s),
+            None => {}
         }
     }
     v.exceeded

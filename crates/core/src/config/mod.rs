@@ -11,6 +11,7 @@
 
 pub mod budget;
 mod error;
+pub mod ladder;
 pub mod mcp;
 pub mod prices;
 pub mod raw;
@@ -472,7 +473,8 @@ impl Ladder<'_> {
 
     /// The step that applies at `count`, if any.
     pub fn step_at(&self, count: u32) -> Option<Step> {
-        self.steps.iter().rev().find(|s| count >= s.at).copied()
+        let rungs = self.steps.iter().map(|s| (u64::from(s.at), *s));
+        ladder::climb(rungs, u64::from(count)).map(|(_, s)| s)
     }
 
     /// Hits the throttle needs to reach its cap: `ceil(max / step)`.

@@ -15,7 +15,7 @@
 //! call goes on: it predicts the result the loop keeps getting, which the
 //! ladder's note is checked against when the real result passes.
 
-use crate::config::{Mcp, McpStep};
+use crate::config::{ladder, Mcp, McpStep};
 
 /// One call in a history, with what it got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -145,17 +145,12 @@ fn verdict(
     period: usize,
     expected: Entry,
 ) -> Option<McpVerdict> {
-    if occurrences < min {
-        return None;
-    }
-    let last = cfg.ladder.len().checked_sub(1)?;
-    let index = ((occurrences - min) as usize).min(last);
-    let step = *cfg.ladder.get(index)?;
+    let (level, step) = ladder::consecutive(&cfg.ladder, min, occurrences)?;
     Some(McpVerdict {
         tier,
         occurrences,
         period: u32::try_from(period).unwrap_or(3),
-        level: u32::try_from(index + 1).unwrap_or(u32::MAX),
+        level,
         step,
         expected,
     })

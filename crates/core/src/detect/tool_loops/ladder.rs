@@ -3,10 +3,11 @@
 //! show it.
 
 use super::{Tier, ToolVerdict};
-use crate::config::{ToolLoops, ToolStep};
+use crate::config::{ladder, ToolLoops, ToolStep};
 use crate::request::llm::Request;
 
-/// step = occurrences - threshold + 1, capped at the ladder's last step.
+/// The loop's step on the policy's ladder (one more per occurrence past
+/// the threshold, the last one staying).
 pub(super) fn verdict(
     cfg: &ToolLoops,
     tier: Tier,
@@ -15,15 +16,13 @@ pub(super) fn verdict(
     occurrences: u32,
     threshold: u32,
 ) -> Option<ToolVerdict> {
-    let last = cfg.ladder.len().checked_sub(1)?;
-    let index = ((occurrences - threshold) as usize).min(last);
-    let step = *cfg.ladder.get(index)?;
+    let (level, step) = ladder::consecutive(&cfg.ladder, threshold, occurrences)?;
     Some(ToolVerdict {
         tier,
         tool: tool.to_string(),
         arguments: arguments.map(str::to_string),
         occurrences,
-        level: index as u32 + 1,
+        level,
         step,
     })
 }
