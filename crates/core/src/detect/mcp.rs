@@ -16,6 +16,7 @@
 //! ladder's note is checked against when the real result passes.
 
 use crate::config::{ladder, Mcp, McpStep};
+use crate::detect::repetition;
 
 /// One call in a history, with what it got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -85,7 +86,7 @@ pub fn judge(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
 
 fn identical(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
     let last = history.last().filter(|e| e.call == call && !e.unread)?;
-    let run = history.iter().rev().take_while(|e| e.repeats(last)).count();
+    let run = repetition::periodic_end(history.len(), 1, |i, j| repeats(history, i, j));
     let occurrences = u32::try_from(run).unwrap_or(u32::MAX).saturating_add(1);
     let (tier, min) = if last.failed {
         (McpTier::Failing, cfg.same_error_min)
@@ -100,41 +101,44 @@ fn cycle(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
         return None;
     }
     let n = history.len();
+    let same_call = |i: usize, j: usize| match (history.get(i), history.get(j)) {
+        (Some(a), Some(b)) => a.call == b.call,
+        _ => false,
+    };
     for p in [2usize, 3] {
-        let Some(start) = n.checked_sub(p) else {
+        let Some(first) = n.checked_sub(p).and_then(|s| history.get(s)) else {
             continue;
         };
-        let round = history.get(start..)?;
-        let Some(first) = round.first().filter(|e| e.call == call) else {
+        if first.call != call {
             continue;
-        };
+        }
         // One call over and over is identical thrash, not a cycle; and a
         // round of three whose calls repeat with period 1 is neither.
-        if round.iter().all(|e| e.call == first.call) {
+        if repetition::one_call(n, p, same_call) {
             continue;
         }
-        // The trailing stretch where each call repeats the one a round
-        // before it, with the same result.
-        let same = (p..n)
-            .rev()
-            .take_while(|&i| match (history.get(i), history.get(i - p)) {
-                (Some(a), Some(b)) => a.repeats(b),
-                _ => false,
-            })
-            .count();
-        // At least one call must have repeated its counterpart of the round
-        // before, result and all: a round seen once is no evidence yet.
-        if same == 0 {
+        // The end where each call repeats the one a round before it, with
+        // the same result: at least one call must have (a round seen once
+        // is no evidence yet).
+        let len = repetition::periodic_end(n, p, |i, j| repeats(history, i, j));
+        if len == p {
             continue;
         }
-        // Rounds of this call: the stretch, the round before it, and this
-        // call.
-        let occurrences = u32::try_from((same + 2 * p) / p).unwrap_or(u32::MAX);
+        // Rounds of this call: that end, and this call.
+        let occurrences = u32::try_from((len + p) / p).unwrap_or(u32::MAX);
         if let Some(v) = verdict(cfg, McpTier::Cycle, occurrences, cfg.cycle_min, p, *first) {
             return Some(v);
         }
     }
     None
+}
+
+/// Entry `i` repeats entry `j`.
+fn repeats(history: &[Entry], i: usize, j: usize) -> bool {
+    match (history.get(i), history.get(j)) {
+        (Some(a), Some(b)) => a.repeats(b),
+        _ => false,
+    }
 }
 
 fn verdict(

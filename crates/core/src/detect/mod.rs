@@ -6,6 +6,7 @@ pub mod fingerprint;
 pub mod mcp;
 pub mod news;
 pub mod progress;
+pub mod repetition;
 pub mod results;
 pub mod similarity;
 pub mod tool_loops;

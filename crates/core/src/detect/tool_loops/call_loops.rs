@@ -5,6 +5,7 @@ use super::calls::{trivially_varied, Calls};
 use super::ladder::{safe_tool_name, verdict};
 use super::{Results, Tier, ToolVerdict};
 use crate::config::ToolLoops;
+use crate::detect::repetition;
 
 /// The calls among `recent` made in turn `turn`.
 fn of_turn<'a, R: Results>(
@@ -139,15 +140,11 @@ pub(super) fn cycle<R: Results>(
             continue;
         }
         // A cycle of one call repeated is identical thrash, not a cycle.
-        let start = n - period;
-        if (start + 1..n).all(|i| equal(start, i)) {
+        if repetition::one_call(n, period, equal) {
             continue;
         }
         // The longest end of the history with this period.
-        let mut len = period;
-        while len < n && equal(n - 1 - len, n - 1 - len + period) {
-            len += 1;
-        }
+        let len = repetition::periodic_end(n, period, equal);
         let reps = (len / period) as u32;
         if reps >= cfg.cycle_min && best.is_none_or(|(r, _)| reps > r) {
             best = Some((reps, period));
