@@ -187,7 +187,7 @@ pub fn explain(cfg: &Config, req: &RequestFile) -> Explanation {
                 None => ToolLoopFinding::None("no tool loop".to_string()),
                 Some(v) => ToolLoopFinding::Loop {
                     tier: v.tier.as_str().to_string(),
-                    tool: v.tool,
+                    tool: v.evidence.tool,
                     occurrences: v.occurrences,
                     level: v.level,
                     step: v.step.as_str().to_string(),

@@ -15,7 +15,7 @@
 
 use super::reply::LocalReply;
 use crate::config::{Mcp, McpStep};
-use crate::detect::mcp::{McpTier, McpVerdict};
+use crate::detect::mcp::{McpVerdict, Tier};
 use crate::detect::tool_loops::safe_tool_name;
 use serde_json::{json, Value};
 
@@ -50,19 +50,19 @@ fn what(tool: &str, v: &McpVerdict) -> String {
     let tool = safe_tool_name(tool);
     let before = v.occurrences.saturating_sub(1);
     match v.tier {
-        McpTier::Identical => format!(
+        Tier::Identical | Tier::Pattern | Tier::Answer | Tier::Turn => format!(
             "this is the {} call in a row of the tool `{tool}` with these exact arguments, and the previous {before} all returned the same result",
             ordinal(v.occurrences)
         ),
-        McpTier::Failing => format!(
+        Tier::Failing => format!(
             "this is the {} call in a row of the tool `{tool}` with these exact arguments, and the previous {before} all failed the same way",
             ordinal(v.occurrences)
         ),
-        McpTier::Cycle => format!(
+        Tier::Cycle => format!(
             "the same {} calls (`{tool}` and {} other{}) have been repeated in turn, {} rounds now, and each returned the same result every round",
-            v.period,
-            v.period.saturating_sub(1),
-            if v.period > 2 { "s" } else { "" },
+            v.evidence.period,
+            v.evidence.period.saturating_sub(1),
+            if v.evidence.period > 2 { "s" } else { "" },
             v.occurrences
         ),
     }
@@ -71,9 +71,9 @@ fn what(tool: &str, v: &McpVerdict) -> String {
 /// What to do instead.
 fn instead(v: &McpVerdict) -> &'static str {
     match v.tier {
-        McpTier::Identical => "Calling it again will not change the result: use the result you already have, change the arguments, or take a different approach.",
-        McpTier::Failing => "Retrying will not fix it: read the error, change the arguments, or try a different tool or approach.",
-        McpTier::Cycle => "Going around again will not change anything: use the results you already have, or take a different approach.",
+        Tier::Identical | Tier::Pattern | Tier::Answer | Tier::Turn => "Calling it again will not change the result: use the result you already have, change the arguments, or take a different approach.",
+        Tier::Failing => "Retrying will not fix it: read the error, change the arguments, or try a different tool or approach.",
+        Tier::Cycle => "Going around again will not change anything: use the results you already have, or take a different approach.",
     }
 }
 
@@ -190,21 +190,23 @@ mod tests {
         }
     }
 
-    fn verdict(tier: McpTier, step: McpStep, n: u32) -> McpVerdict {
+    fn verdict(tier: Tier, step: McpStep, n: u32) -> McpVerdict {
         McpVerdict {
             tier,
             occurrences: n,
-            period: if tier == McpTier::Cycle { 2 } else { 1 },
             level: 2,
             step,
-            expected: Entry::default(),
+            evidence: crate::detect::mcp::Expected {
+                period: if tier == Tier::Cycle { 2 } else { 1 },
+                expected: Entry::default(),
+            },
         }
     }
 
     #[test]
     fn a_blocked_call_is_a_tool_result_with_the_requests_id() {
         let c = cfg(&[McpStep::Note, McpStep::Block]);
-        let v = verdict(McpTier::Identical, McpStep::Block, 4);
+        let v = verdict(Tier::Identical, McpStep::Block, 4);
         let r = reply(&c, "mcp", "\"req-7\"", "search", &v).unwrap();
         assert_eq!(r.status, 200);
         let body: Value = serde_json::from_str(&r.body).unwrap();
@@ -233,7 +235,7 @@ mod tests {
     #[test]
     fn error_and_reject_carry_a_json_rpc_error() {
         let c = cfg(&[McpStep::Block, McpStep::Error]);
-        let v = verdict(McpTier::Failing, McpStep::Error, 5);
+        let v = verdict(Tier::Failing, McpStep::Error, 5);
         let r = reply(&c, "p", "3", "fail", &v).unwrap();
         assert_eq!(r.status, 200);
         let body: Value = serde_json::from_str(&r.body).unwrap();
@@ -243,7 +245,7 @@ mod tests {
             .unwrap()
             .contains("failed the same way"));
         let c = cfg(&[McpStep::Reject]);
-        let v = verdict(McpTier::Cycle, McpStep::Reject, 3);
+        let v = verdict(Tier::Cycle, McpStep::Reject, 3);
         let r = reply(&c, "p", "3", "read", &v).unwrap();
         assert_eq!(r.status, 429);
         assert!(r.headers.contains(&("retry-after", "30".to_string())));
@@ -257,14 +259,14 @@ mod tests {
             "p",
             "3",
             "read",
-            &verdict(McpTier::Cycle, McpStep::Note, 3)
+            &verdict(Tier::Cycle, McpStep::Note, 3)
         )
         .is_none());
     }
 
     #[test]
     fn a_note_says_what_comes_next() {
-        let v = verdict(McpTier::Identical, McpStep::Note, 3);
+        let v = verdict(Tier::Identical, McpStep::Note, 3);
         let t = note_text(&cfg(&[McpStep::Note, McpStep::Block]), "search", &v);
         assert!(t.contains("3rd call in a row"), "{t}");
         assert!(

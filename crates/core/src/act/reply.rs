@@ -170,7 +170,7 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
     let shown = tool_loops::shown_tool(v);
     let tool = shown.clone().unwrap_or_default();
     let message = match v.tier {
-        tool_loops::Tier::Identical => format!(
+        tool_loops::Tier::Identical | tool_loops::Tier::Failing => format!(
             "Blocked: the agent called the tool `{tool}` {} times with the same arguments. This usually indicates an agent tool loop; change approach instead of retrying.",
             v.occurrences
         ),
@@ -437,8 +437,10 @@ mod tests {
         use crate::detect::tool_loops::Tier;
         let v = ToolVerdict {
             tier: Tier::Identical,
-            tool: "read_file".into(),
-            arguments: Some("{}".into()),
+            evidence: crate::detect::tool_loops::Repeated {
+                tool: "read_file".into(),
+                arguments: Some("{}".into()),
+            },
             occurrences: 5,
             level: 3,
             step: ToolStep::Reject,

@@ -15,8 +15,9 @@
 //! call goes on: it predicts the result the loop keeps getting, which the
 //! ladder's note is checked against when the real result passes.
 
-use crate::config::{ladder, Mcp, McpStep};
+use crate::config::{Mcp, McpStep};
 use crate::detect::repetition;
+use crate::detect::verdict::Verdict;
 
 /// One call in a history, with what it got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -44,37 +45,16 @@ impl Entry {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum McpTier {
-    Identical,
-    Failing,
-    Cycle,
-}
-
-impl McpTier {
-    pub const ALL: [McpTier; 3] = [McpTier::Identical, McpTier::Failing, McpTier::Cycle];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            McpTier::Identical => "identical",
-            McpTier::Failing => "failing",
-            McpTier::Cycle => "cycle",
-        }
-    }
-}
+pub use crate::detect::verdict::Tier;
 
 /// A loop the next call would continue.
+pub type McpVerdict = Verdict<McpStep, Expected>;
+
+/// What an MCP loop keeps getting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct McpVerdict {
-    pub tier: McpTier,
-    /// How many times the call has been made in the loop, this one
-    /// included (a cycle: its rounds).
-    pub occurrences: u32,
+pub struct Expected {
     /// Calls in a cycle's round (1 for identical and failing).
     pub period: u32,
-    /// 1-based position on the ladder.
-    pub level: u32,
-    pub step: McpStep,
     /// What the call got last time (the result the loop keeps getting).
     pub expected: Entry,
 }
@@ -89,9 +69,9 @@ fn identical(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
     let run = repetition::periodic_end(history.len(), 1, |i, j| repeats(history, i, j));
     let occurrences = u32::try_from(run).unwrap_or(u32::MAX).saturating_add(1);
     let (tier, min) = if last.failed {
-        (McpTier::Failing, cfg.same_error_min)
+        (Tier::Failing, cfg.same_error_min)
     } else {
-        (McpTier::Identical, cfg.same_result_min)
+        (Tier::Identical, cfg.same_result_min)
     };
     verdict(cfg, tier, occurrences, min, 1, *last)
 }
@@ -126,7 +106,7 @@ fn cycle(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
         }
         // Rounds of this call: that end, and this call.
         let occurrences = u32::try_from((len + p) / p).unwrap_or(u32::MAX);
-        if let Some(v) = verdict(cfg, McpTier::Cycle, occurrences, cfg.cycle_min, p, *first) {
+        if let Some(v) = verdict(cfg, Tier::Cycle, occurrences, cfg.cycle_min, p, *first) {
             return Some(v);
         }
     }
@@ -143,21 +123,17 @@ fn repeats(history: &[Entry], i: usize, j: usize) -> bool {
 
 fn verdict(
     cfg: &Mcp,
-    tier: McpTier,
+    tier: Tier,
     occurrences: u32,
     min: u32,
     period: usize,
     expected: Entry,
 ) -> Option<McpVerdict> {
-    let (level, step) = ladder::consecutive(&cfg.ladder, min, occurrences)?;
-    Some(McpVerdict {
-        tier,
-        occurrences,
+    let evidence = Expected {
         period: u32::try_from(period).unwrap_or(3),
-        level,
-        step,
         expected,
-    })
+    };
+    McpVerdict::climb(tier, occurrences, min, &cfg.ladder, evidence)
 }
 
 /// Whether `tool` is never counted.

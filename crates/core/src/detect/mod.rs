@@ -10,3 +10,4 @@ pub mod repetition;
 pub mod results;
 pub mod similarity;
 pub mod tool_loops;
+pub mod verdict;

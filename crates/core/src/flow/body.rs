@@ -374,7 +374,7 @@ impl<B: BucketBackend> Engine<B> {
             pending.identity(),
             req,
             v.tier.as_str(),
-            &v.tool,
+            &v.evidence.tool,
             v.level,
         );
         // Every hit of this key is a detection; the store reports the

@@ -296,7 +296,7 @@ impl<B: BucketBackend> Engine<B> {
             // again (counted and reported then). Only `content` can be
             // compared as it passes: a loop whose result had structured
             // content gets no note (that content may be what changes).
-            if response::mcp::has_only_content(&v.expected) {
+            if response::mcp::has_only_content(&v.evidence.expected) {
                 forwarded.noted = Some(v);
             }
             if let Some(s) = r.mcp.as_mut() {
@@ -493,7 +493,7 @@ impl<B: BucketBackend> Engine<B> {
             call: call.digest,
             answered: true,
             unread: false,
-            ..v.expected
+            ..v.evidence.expected
         };
         self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
         r.mcp = None;
@@ -654,7 +654,7 @@ impl<B: BucketBackend> Engine<B> {
             return;
         };
         let note = f.noted.as_ref().map(|v| NotePlan {
-            expected_content: v.expected.content,
+            expected_content: v.evidence.expected.content,
             text: mcp_reply::note_text(cfg, &f.tool, v),
         });
         if note.is_some() {

@@ -2,7 +2,7 @@
 //! values are bounded: policy ids, tiers, steps, reasons).
 
 use crate::config::McpStep;
-use crate::detect::mcp::McpTier;
+use crate::detect::mcp::Tier;
 
 /// Why an MCP request or result was passed on without being judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub fn exempt(policy_id: &str) -> String {
 }
 
 /// Loops acted on: a note added, a call blocked, an error or a 429.
-pub fn loops(policy_id: &str, tier: McpTier, step: McpStep) -> String {
+pub fn loops(policy_id: &str, tier: Tier, step: McpStep) -> String {
     format!(
         "loopguard.mcp_loops_total.policy.{policy_id}.tier.{}.step.{}",
         tier.as_str(),
@@ -52,7 +52,7 @@ pub fn loops(policy_id: &str, tier: McpTier, step: McpStep) -> String {
 }
 
 /// What a shadow-mode policy would have done.
-pub fn shadow(policy_id: &str, tier: McpTier, step: McpStep) -> String {
+pub fn shadow(policy_id: &str, tier: Tier, step: McpStep) -> String {
     format!(
         "loopguard.mcp_shadow_total.policy.{policy_id}.tier.{}.step.{}",
         tier.as_str(),

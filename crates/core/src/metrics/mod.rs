@@ -449,7 +449,7 @@ impl Registry {
     }
     pub fn tool_loop(&self, policy: usize, tier: Tier, step: ToolStep) -> Option<MetricId> {
         let t = match tier {
-            Tier::Identical => 0,
+            Tier::Identical | Tier::Failing => 0,
             Tier::Pattern => 1,
             Tier::Cycle => 2,
             Tier::Answer => 3,

@@ -64,7 +64,7 @@ pub fn split(name: &str) -> Option<(usize, Vec<&str>)> {
 mod tests {
     use super::*;
     use crate::config::McpStep;
-    use crate::detect::mcp::McpTier;
+    use crate::detect::mcp::Tier;
     use crate::metrics::budget as b;
     use crate::metrics::mcp::{self as m, McpUnjudged};
 
@@ -83,14 +83,14 @@ mod tests {
             ),
             (m::exempt("p"), 2, vec!["p"]),
             (
-                m::loops("p", McpTier::Identical, McpStep::Block),
+                m::loops("p", Tier::Identical, McpStep::Block),
                 3,
-                vec!["p", McpTier::Identical.as_str(), McpStep::Block.as_str()],
+                vec!["p", Tier::Identical.as_str(), McpStep::Block.as_str()],
             ),
             (
-                m::shadow("p", McpTier::Cycle, McpStep::Note),
+                m::shadow("p", Tier::Cycle, McpStep::Note),
                 4,
-                vec!["p", McpTier::Cycle.as_str(), McpStep::Note.as_str()],
+                vec!["p", Tier::Cycle.as_str(), McpStep::Note.as_str()],
             ),
             (
                 m::unjudged("p", McpUnjudged::TooLarge),

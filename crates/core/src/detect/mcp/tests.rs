@@ -30,7 +30,7 @@ fn e(call: u64, result: u64) -> Entry {
     }
 }
 
-fn steps(c: &Mcp, history: &[Entry], call: u64) -> Option<(McpTier, u32, McpStep)> {
+fn steps(c: &Mcp, history: &[Entry], call: u64) -> Option<(Tier, u32, McpStep)> {
     judge(c, history, call).map(|v| (v.tier, v.occurrences, v.step))
 }
 
@@ -55,8 +55,11 @@ fn the_same_call_with_the_same_result_climbs_the_ladder() {
         ]
     );
     let v = judge(&c, &h, A).unwrap();
-    assert_eq!((v.tier, v.level, v.period), (McpTier::Identical, 3, 1));
-    assert_eq!(v.expected, e(A, 10));
+    assert_eq!(
+        (v.tier, v.level, v.evidence.period),
+        (Tier::Identical, 3, 1)
+    );
+    assert_eq!(v.evidence.expected, e(A, 10));
     // Another call is not judged by A's run.
     assert_eq!(steps(&c, &h, B), None);
 }
@@ -69,10 +72,7 @@ fn a_result_that_changes_is_progress() {
     assert_eq!(steps(&c, &polling, A), None);
     // The run counts from the last change.
     let h = [e(A, 1), e(A, 1), e(A, 2), e(A, 2)];
-    assert_eq!(
-        steps(&c, &h, A),
-        Some((McpTier::Identical, 3, McpStep::Note))
-    );
+    assert_eq!(steps(&c, &h, A), Some((Tier::Identical, 3, McpStep::Note)));
 }
 
 #[test]
@@ -97,7 +97,7 @@ fn the_same_failure_is_judged_by_its_own_threshold() {
     };
     assert_eq!(
         steps(&c, &[failed], A),
-        Some((McpTier::Failing, 2, McpStep::Block))
+        Some((Tier::Failing, 2, McpStep::Block))
     );
     // A different failure each time is not the same way.
     let other = Entry {
@@ -106,7 +106,7 @@ fn the_same_failure_is_judged_by_its_own_threshold() {
     };
     assert_eq!(
         steps(&c, &[failed, other], A),
-        Some((McpTier::Failing, 2, McpStep::Block))
+        Some((Tier::Failing, 2, McpStep::Block))
     );
     c.same_error_min = 3;
     assert_eq!(steps(&c, &[failed, other], A), None);
@@ -117,22 +117,19 @@ fn cycles_of_two_and_three_calls() {
     let c = cfg(&[McpStep::Note, McpStep::Block]);
     let ab = [e(A, 1), e(B, 2), e(A, 1), e(B, 2)];
     assert_eq!(steps(&c, &ab[..2], A), None);
-    assert_eq!(steps(&c, &ab, A), Some((McpTier::Cycle, 3, McpStep::Note)));
+    assert_eq!(steps(&c, &ab, A), Some((Tier::Cycle, 3, McpStep::Note)));
     let v = judge(&c, &ab, A).unwrap();
-    assert_eq!((v.period, v.expected), (2, e(A, 1)));
+    assert_eq!((v.evidence.period, v.evidence.expected), (2, e(A, 1)));
     let abab = [ab.as_slice(), ab.as_slice()].concat();
-    assert_eq!(
-        steps(&c, &abab, A),
-        Some((McpTier::Cycle, 5, McpStep::Block))
-    );
+    assert_eq!(steps(&c, &abab, A), Some((Tier::Cycle, 5, McpStep::Block)));
     // The cycle's next call is B after A.
     assert_eq!(
         steps(&c, &abab[..5], B),
-        Some((McpTier::Cycle, 3, McpStep::Note))
+        Some((Tier::Cycle, 3, McpStep::Note))
     );
     assert_eq!(steps(&c, &abab, B), None);
     let abc = [e(A, 1), e(B, 2), e(C, 3), e(A, 1), e(B, 2), e(C, 3)];
-    assert_eq!(steps(&c, &abc, A), Some((McpTier::Cycle, 3, McpStep::Note)));
+    assert_eq!(steps(&c, &abc, A), Some((Tier::Cycle, 3, McpStep::Note)));
     // A result that changed in a round is progress.
     let moved = [e(A, 1), e(B, 2), e(A, 7), e(B, 2)];
     assert_eq!(steps(&c, &moved, A), None);
@@ -158,6 +155,6 @@ fn a_cycle_needs_a_round_seen_repeating() {
     // Read X, edit Y, read X (same), edit Y: now a round has repeated.
     assert_eq!(
         steps(&c, &[e(A, 1), e(B, 2), e(A, 1)], B),
-        Some((McpTier::Cycle, 2, McpStep::Block))
+        Some((Tier::Cycle, 2, McpStep::Block))
     );
 }

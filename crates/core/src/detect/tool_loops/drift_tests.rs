@@ -162,7 +162,7 @@ fn cycles_of_two_and_three_calls_climb_the_ladder() {
     assert_eq!(levels[1], (Tier::Cycle, 2));
     assert_eq!(levels[2], (Tier::Cycle, 3));
     let v = judged(&c, &chat(&cycle(8))).unwrap();
-    assert_eq!(v.tool, "run_linter+apply_formatter");
+    assert_eq!(v.evidence.tool, "run_linter+apply_formatter");
     assert_eq!(
         header_value(&v),
         "cycle;tool=run_linter+apply_formatter;level=2"
@@ -362,7 +362,10 @@ fn masked_arguments_are_an_opt_in() {
     let c = policy.policies[0].tool_loops.clone().unwrap();
     let v = judged(&c, &body).unwrap();
     assert_eq!((v.tier, v.occurrences), (Tier::Identical, 3));
-    assert_eq!(v.arguments.as_deref(), Some("{\"since\":\"<datetime>\"}"));
+    assert_eq!(
+        v.evidence.arguments.as_deref(),
+        Some("{\"since\":\"<datetime>\"}")
+    );
 }
 
 /// The stuck export of `identical_calls_answered_differently_are_progress`,

@@ -2,8 +2,8 @@
 //! directive adds to the request, and the tool as headers, logs and 429s
 //! show it.
 
-use super::{Tier, ToolVerdict};
-use crate::config::{ladder, ToolLoops, ToolStep};
+use super::{Repeated, Tier, ToolVerdict};
+use crate::config::{ToolLoops, ToolStep};
 use crate::request::llm::Request;
 
 /// The loop's step on the policy's ladder (one more per occurrence past
@@ -16,31 +16,27 @@ pub(super) fn verdict(
     occurrences: u32,
     threshold: u32,
 ) -> Option<ToolVerdict> {
-    let (level, step) = ladder::consecutive(&cfg.ladder, threshold, occurrences)?;
-    Some(ToolVerdict {
-        tier,
+    let evidence = Repeated {
         tool: tool.to_string(),
         arguments: arguments.map(str::to_string),
-        occurrences,
-        level,
-        step,
-    })
+    };
+    ToolVerdict::climb(tier, occurrences, threshold, &cfg.ladder, evidence)
 }
 
 /// The note a nudge appends to the conversation.
 pub fn nudge_text(v: &ToolVerdict) -> String {
     match v.tier {
-        Tier::Identical => format!(
+        Tier::Identical | Tier::Failing => format!(
             "Note from the API gateway: you have called the tool `{}` {} times with the same arguments in your recent steps, and repeating it will not give a different result. Try a different approach or a different tool.",
-            v.tool, v.occurrences
+            v.evidence.tool, v.occurrences
         ),
         Tier::Pattern => format!(
             "Note from the API gateway: you have called the tool `{}` {} times in your recent steps with varying arguments without making progress. Try a different approach or a different tool.",
-            v.tool, v.occurrences
+            v.evidence.tool, v.occurrences
         ),
         Tier::Cycle => format!(
             "Note from the API gateway: you have repeated the same sequence of tool calls ({}) {} times, with the same results each time. Try a different approach or a different tool.",
-            cycle_names(&v.tool), v.occurrences
+            cycle_names(&v.evidence.tool), v.occurrences
         ),
         Tier::Answer => format!(
             "Note from the API gateway: your last {} answers say essentially the same thing, and the conversation has not moved on. Do not repeat that answer: try a fundamentally different approach, or say plainly what you cannot do.",
@@ -48,14 +44,14 @@ pub fn nudge_text(v: &ToolVerdict) -> String {
         ),
         Tier::Turn => format!(
             "Note from the API gateway: you have written the same reply and called `{}` the same way {} times in a row, whatever it returned. Read what the last results say, then change your approach.",
-            v.tool, v.occurrences
+            v.evidence.tool, v.occurrences
         ),
     }
 }
 
 /// The firmer message of a directive.
 pub fn directive_text(v: &ToolVerdict) -> String {
-    let what = match &v.arguments {
+    let what = match &v.evidence.arguments {
         Some(args) => {
             let shown: String = args.chars().take(200).collect();
             let cut = if args.chars().count() > 200 {
@@ -76,19 +72,19 @@ pub fn directive_text(v: &ToolVerdict) -> String {
     if v.tier == Tier::Turn {
         return format!(
             "Instruction from the API gateway: stop repeating this step. You have written the same reply and called `{}` the same way {} times in a row. Do not call it again this way. Say what you learned from its results, or take a different approach.",
-            v.tool, v.occurrences
+            v.evidence.tool, v.occurrences
         );
     }
     if v.tier == Tier::Cycle {
         return format!(
             "Instruction from the API gateway: stop repeating the tool calls {}. You have gone through them {} times with the same results. Do not call them again in this order. Answer with the information you already have, or ask the user for what you need.",
-            cycle_names(&v.tool),
+            cycle_names(&v.evidence.tool),
             v.occurrences
         );
     }
     format!(
         "Instruction from the API gateway: stop calling the tool `{}`. You have called it {} times {what} without progress. Do not call it again. Answer with the information you already have, or ask the user for what you need.",
-        v.tool, v.occurrences
+        v.evidence.tool, v.occurrences
     )
 }
 
@@ -141,8 +137,8 @@ pub fn shown_tool(v: &ToolVerdict) -> Option<String> {
     match v.tier {
         Tier::Answer => None,
         // Its tools are safe tokens already (see `cycle`).
-        Tier::Cycle => Some(v.tool.clone()),
-        _ => Some(safe_tool_name(&v.tool)),
+        Tier::Cycle => Some(v.evidence.tool.clone()),
+        _ => Some(safe_tool_name(&v.evidence.tool)),
     }
 }
 

@@ -23,6 +23,7 @@
 
 use crate::config::{ToolLoops, ToolStep};
 use crate::detect::progress;
+use crate::detect::verdict::Verdict;
 use crate::request::llm::volatile::{self, Context};
 use crate::request::llm::{ToolCall, ToolHistory};
 use answer_loops::{answer, news_before};
@@ -39,44 +40,18 @@ mod ladder;
 pub use crate::detect::results::Results;
 pub use ladder::{directive_text, header_value, nudge_text, rewrite, safe_tool_name, shown_tool};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tier {
-    Identical,
-    Cycle,
-    Pattern,
-    /// The model's text answers repeat (rephrased), turn after turn.
-    Answer,
-    /// The same turn again and again: the reply written word for word
-    /// with the same calls, whatever they returned.
-    Turn,
-}
-
-impl Tier {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Tier::Identical => "identical",
-            Tier::Cycle => "cycle",
-            Tier::Pattern => "pattern",
-            Tier::Answer => "answer",
-            Tier::Turn => "turn",
-        }
-    }
-}
+pub use crate::detect::verdict::Tier;
 
 /// A detected tool loop and the ladder step it has reached.
+pub type ToolVerdict = Verdict<ToolStep, Repeated>;
+
+/// What a tool loop repeats.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolVerdict {
-    pub tier: Tier,
+pub struct Repeated {
     /// The tool (a cycle: its tools in order, joined by `+`).
     pub tool: String,
-    /// The repeated arguments (identical thrash).
+    /// The repeated arguments (identical thrash, the same turn).
     pub arguments: Option<String>,
-    /// Calls of the tool (identical: with these arguments; a cycle: its
-    /// repetitions) among the examined ones.
-    pub occurrences: u32,
-    /// 1-based position on the ladder.
-    pub level: u32,
-    pub step: ToolStep,
 }
 
 /// Judge the conversation's tool calls. Exempt tools are dropped first.

@@ -157,7 +157,7 @@ fn native_tool_calls_are_judged_alike() {
     let body = json!({"model": "gpt-4o", "messages": messages});
     let v = judge_body(&c, &body, CHAT).expect("a repeated insert");
     assert_eq!(
-        (v.tier, v.tool.as_str(), v.occurrences),
+        (v.tier, v.evidence.tool.as_str(), v.occurrences),
         (Tier::Identical, "str_replace_editor", 3)
     );
 }
@@ -212,7 +212,7 @@ fn the_same_reply_and_call_eight_times_is_a_loop_whatever_they_return() {
     assert_eq!(judge_body(&c, &scrolling(7, &same), CHAT), None);
     let v = judge_body(&c, &scrolling(8, &same), CHAT).expect("the same turn eight times");
     assert_eq!(
-        (v.tier, v.tool.as_str(), v.occurrences, v.level),
+        (v.tier, v.evidence.tool.as_str(), v.occurrences, v.level),
         (Tier::Turn, "scroll_down", 8, 1)
     );
     let v = judge_body(&c, &scrolling(10, &same), CHAT).unwrap();

@@ -71,8 +71,10 @@ fn identical_thrash_climbs_the_ladder() {
         v,
         ToolVerdict {
             tier: Tier::Identical,
-            tool: "read_file".into(),
-            arguments: Some("{\"path\":\"/etc/app.conf\"}".into()),
+            evidence: crate::detect::tool_loops::Repeated {
+                tool: "read_file".into(),
+                arguments: Some("{\"path\":\"/etc/app.conf\"}".into()),
+            },
             occurrences: 3,
             level: 1,
             step: ToolStep::Nudge
@@ -165,10 +167,10 @@ fn pattern_thrash_and_identical_wins() {
     assert_eq!(
         (
             v.tier,
-            v.tool.as_str(),
+            v.evidence.tool.as_str(),
             v.occurrences,
             v.level,
-            v.arguments.clone()
+            v.evidence.arguments.clone()
         ),
         (Tier::Pattern, "search", 4, 1, None)
     );
@@ -430,8 +432,10 @@ fn odd_json_layouts_are_edited_correctly() {
 fn header_values_are_safe_tokens() {
     let v = ToolVerdict {
         tier: Tier::Pattern,
-        tool: "weird tool\r\nX: y;=".into(),
-        arguments: None,
+        evidence: crate::detect::tool_loops::Repeated {
+            tool: "weird tool\r\nX: y;=".into(),
+            arguments: None,
+        },
         occurrences: 4,
         level: 2,
         step: ToolStep::Directive,

@@ -95,7 +95,7 @@ fn rerunning_a_test_after_different_edits_is_not_identical_thrash() {
             Some(n) => {
                 let v = v.unwrap_or_else(|| panic!("{what}: no verdict"));
                 assert_eq!(
-                    (v.tier, v.tool.as_str(), v.occurrences),
+                    (v.tier, v.evidence.tool.as_str(), v.occurrences),
                     (Tier::Identical, "run_tests", n),
                     "{what}"
                 );
@@ -375,8 +375,8 @@ fn text_actions_are_judged_as_calls_not_as_answers() {
     assert_eq!(
         (
             v.tier,
-            v.tool.as_str(),
-            v.arguments.as_deref(),
+            v.evidence.tool.as_str(),
+            v.evidence.arguments.as_deref(),
             v.occurrences
         ),
         (Tier::Identical, "python", Some("reproduce.py"), 3)
