@@ -228,13 +228,18 @@ pub fn unpriced_rejection(policy_id: &str, model: &str, api: Api) -> LocalReply 
 /// The log line of a rejection shadow mode did not make.
 pub fn shadow_line(policy_id: &str, b: &Budget, s: &Standing) -> Option<String> {
     let limit = b.limits.get(s.limit)?;
-    Some(format!(
-        "shadow: would_reject budget policy=\"{policy_id}\" budget={} per={} spent={} cap={} unit={}",
-        limit.name,
-        limit.per.as_str(),
-        limit.cap.show(s.spent),
-        limit.cap.show(limit.cap.amount()),
-        limit.cap.unit()
+    let fields = [
+        ("budget", limit.name.to_string()),
+        ("per", limit.per.as_str().to_string()),
+        ("spent", limit.cap.show(s.spent)),
+        ("cap", limit.cap.show(limit.cap.amount())),
+        ("unit", limit.cap.unit().to_string()),
+    ];
+    Some(super::shadow::line(
+        "reject",
+        Some("budget"),
+        policy_id,
+        &fields,
     ))
 }
 

@@ -9,3 +9,4 @@ pub mod events;
 pub mod hold;
 pub mod mcp_reply;
 pub mod reply;
+pub mod shadow;

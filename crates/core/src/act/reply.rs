@@ -272,14 +272,14 @@ pub fn shadow_line(d: &Decision) -> Option<String> {
     }
     let n = d.verdict.notice()?;
     let action = d.verdict.action()?.as_str();
-    let detail = match &d.verdict {
-        Verdict::Throttle { delay_ms, .. } => format!(" delay_ms={delay_ms}"),
-        _ => String::new(),
-    };
-    Some(format!(
-        "shadow: would_{action} policy=\"{}\" fingerprint={} count={}{detail}",
-        n.policy_id, n.fingerprint, n.count
-    ))
+    let mut fields = vec![
+        ("fingerprint", n.fingerprint.to_string()),
+        ("count", n.count.to_string()),
+    ];
+    if let Verdict::Throttle { delay_ms, .. } = &d.verdict {
+        fields.push(("delay_ms", delay_ms.to_string()));
+    }
+    Some(super::shadow::line(action, None, &n.policy_id, &fields))
 }
 
 #[cfg(test)]

@@ -285,13 +285,18 @@ impl<B: BucketBackend> Engine<B> {
         if shadow {
             out.push(Effect::Log(
                 Level::Info,
-                format!(
-                    "shadow: would_{} tool loop policy=\"{}\" tier={} tool={} level={}",
+                crate::act::shadow::line(
                     v.step.as_str(),
-                    policy.id,
-                    v.tier.as_str(),
-                    tool_loops::shown_tool(v).unwrap_or_else(|| "-".to_string()),
-                    v.level
+                    Some("tool loop"),
+                    &policy.id,
+                    &[
+                        ("tier", v.tier.as_str().to_string()),
+                        (
+                            "tool",
+                            tool_loops::shown_tool(v).unwrap_or_else(|| "-".to_string()),
+                        ),
+                        ("level", v.level.to_string()),
+                    ],
                 ),
             ));
             count_opt(out, self.registry.shadow(index, WouldBe::from(v.step)), 1);

@@ -277,13 +277,18 @@ impl<B: BucketBackend> Engine<B> {
             self.acted_on(r, index, policy, &call.tool, &v, id.key, now, out);
             out.push(Effect::Log(
                 Level::Info,
-                format!(
-                    "shadow: would_{} mcp loop policy=\"{}\" tier={} tool={} count={}",
+                crate::act::shadow::line(
                     v.step.as_str(),
-                    policy.id,
-                    v.tier.as_str(),
-                    crate::detect::tool_loops::safe_tool_name(&call.tool),
-                    v.occurrences
+                    Some("mcp loop"),
+                    &policy.id,
+                    &[
+                        ("tier", v.tier.as_str().to_string()),
+                        (
+                            "tool",
+                            crate::detect::tool_loops::safe_tool_name(&call.tool),
+                        ),
+                        ("count", v.occurrences.to_string()),
+                    ],
                 ),
             ));
             if let Some(s) = r.mcp.as_mut() {

@@ -359,9 +359,11 @@ impl<B: BucketBackend> Engine<B> {
             if p.mode == Mode::Shadow {
                 out.push(Effect::Log(
                     Level::Info,
-                    format!(
-                        "shadow: would_reject budget policy=\"{}\" unpriced model=\"{model}\"",
-                        p.id
+                    crate::act::shadow::line(
+                        "reject",
+                        Some("budget"),
+                        &p.id,
+                        &[("unpriced model", format!("\"{model}\""))],
                     ),
                 ));
             } else {
