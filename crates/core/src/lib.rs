@@ -23,6 +23,7 @@ pub mod act;
 pub mod config;
 pub mod detect;
 pub mod flow;
+pub mod host;
 pub mod metrics;
 pub mod request;
 pub mod response;

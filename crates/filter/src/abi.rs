@@ -160,7 +160,7 @@ pub fn now_ms() -> u64 {
 }
 
 /// All request headers in one piece (proxy-wasm's map encoding), for
-/// [`loopguard_core::request::HeaderBlock`].
+/// [`loopguard_core::host::HeaderBlock`].
 pub fn request_headers() -> HostResult<Vec<u8>> {
     header_pairs(MAP_REQUEST_HEADERS)
 }

@@ -3,27 +3,64 @@
 
 use crate::abi;
 use crate::root::Plugin;
-use loopguard_core::flow::{Effect, Effects, Level};
-use loopguard_core::state::store::StoreCall;
+use loopguard_core::host::{Effect, Effects, Host, Level, StoreCall};
 use std::time::Duration;
 
-/// What the caller must still do after [`apply`].
-#[derive(Default)]
-pub struct Pending {
-    /// A store call to send for this stream, and report to the engine.
-    pub store_call: Option<StoreCall>,
-    /// Calls sent (their tokens) or refused from the root context, in
-    /// order, to report.
-    pub root_calls_sent: Vec<Result<u32, String>>,
-    /// A local reply could not be sent: the request goes on instead.
-    pub reply_failed: bool,
+/// The Wasm module as the engine's [`Host`] for one event, in the context
+/// `home` (a stream's, or the root's): calls are sent at once, on behalf
+/// of the root context; every other effect is kept and carried out by
+/// [`WasmHost::finish`] once the engine is no longer borrowed (Envoy may
+/// call back into this VM from a local reply or a resumed stream).
+pub struct WasmHost<'a> {
+    plugin: &'a Plugin,
+    home: u32,
+    kept: Effects,
 }
 
-/// Carry out (and empty) `effects` in the context `home` (a stream's, or
-/// the root's): a call sent from the root context, or a stream resumed,
-/// returns to it.
-pub fn apply(plugin: &Plugin, effects: &mut Effects, home: u32) -> Pending {
-    let mut pending = Pending::default();
+impl<'a> WasmHost<'a> {
+    pub fn new(plugin: &'a Plugin, home: u32, kept: Effects) -> WasmHost<'a> {
+        WasmHost { plugin, home, kept }
+    }
+
+    /// Carry out the effects kept: `false` when a local reply could not be
+    /// sent (the request goes on). The buffer, empty, for reuse.
+    pub fn finish(mut self) -> (bool, Effects) {
+        let replied = apply(self.plugin, &mut self.kept, self.home);
+        (replied, self.kept)
+    }
+
+    fn on_behalf_of_root(&self, call: &StoreCall) -> Result<u32, String> {
+        // On behalf of the root context: Envoy cancels a stream's own calls
+        // when its client leaves and then never answers them, which would
+        // strand the SDK's token-to-context entry. A root-owned call is
+        // always answered (or timed out); the SDK routes the answer to the
+        // stream that asked, or drops it if it is gone.
+        let _ = abi::set_effective_context(self.plugin.root_id);
+        let sent = dispatch(call);
+        let _ = abi::set_effective_context(self.home);
+        sent
+    }
+}
+
+impl Host for WasmHost<'_> {
+    fn apply(&mut self, effect: Effect) -> bool {
+        self.kept.push(effect);
+        true
+    }
+
+    fn send_call(&mut self, call: &StoreCall) -> Result<u32, String> {
+        self.on_behalf_of_root(call)
+    }
+
+    fn send_root_call(&mut self, call: StoreCall) -> Result<u32, String> {
+        self.on_behalf_of_root(&call)
+    }
+}
+
+/// Carry out (and empty) `effects` in the context `home` (a resumed stream
+/// returns to it): `false` when a local reply could not be sent.
+fn apply(plugin: &Plugin, effects: &mut Effects, home: u32) -> bool {
+    let mut replied = true;
     for effect in effects.drain(..) {
         match effect {
             Effect::AddRequestHeader(name, value) => {
@@ -75,15 +112,11 @@ pub fn apply(plugin: &Plugin, effects: &mut Effects, home: u32) -> Pending {
                         reply.status,
                         e.0
                     );
-                    pending.reply_failed = true;
+                    replied = false;
                 }
             }
-            Effect::SendStoreCall(call) => pending.store_call = Some(call),
-            Effect::SendFromRoot(call) => {
-                let _ = abi::set_effective_context(plugin.root_id);
-                pending.root_calls_sent.push(dispatch(&call));
-                let _ = abi::set_effective_context(home);
-            }
+            // Sent by the driver.
+            Effect::SendStoreCall(_) | Effect::SendFromRoot { .. } => {}
             Effect::Resume(stream) => {
                 // A stream whose client left is gone: nothing to resume.
                 if abi::set_effective_context(stream).is_ok() {
@@ -106,7 +139,7 @@ pub fn apply(plugin: &Plugin, effects: &mut Effects, home: u32) -> Pending {
             },
         }
     }
-    pending
+    replied
 }
 
 /// Send a call through an Envoy cluster; the call's token, or why Envoy

@@ -10,7 +10,7 @@
 #![allow(clippy::panic)]
 
 use crate::abi;
-use loopguard_core::request::HeaderBlock;
+use loopguard_core::host::HeaderBlock;
 
 const HEADER: &str = "x-loopguard-fault";
 const FAILING_CONFIGURES: &str = "loopguard.fault.failing_configures";

@@ -4,12 +4,11 @@
 //! failure means, what a request's fate is, are the core's (`flow`).
 
 use crate::abi;
-use crate::effects;
 use crate::root::Plugin;
 use crate::shared_store::SharedData;
-use loopguard_core::flow::{Effects, Engine, Request, Step};
-use loopguard_core::request::{HeaderBlock, RequestFacts};
-use loopguard_core::state::store::CallReply;
+use loopguard_core::host::CallReply;
+use loopguard_core::host::{Effects, Engine, Request, Step};
+use loopguard_core::host::{HeaderBlock, RequestFacts};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -27,9 +26,8 @@ impl Stream {
         }
     }
 
-    /// Feed the engine one event, carry out its effects (sending a store
-    /// call it asks for and reporting how that went), and say what the
-    /// request does next.
+    /// Feed the engine one event, carry out its effects (see
+    /// [`Plugin::run`]), and say what the request does next.
     fn run(
         &mut self,
         event: impl FnOnce(&mut Engine<SharedData>, &mut Request, &mut Effects) -> Step,
@@ -37,47 +35,11 @@ impl Stream {
         let Some(plugin) = self.plugin.clone() else {
             return Step::Continue;
         };
-        let mut out = plugin.take_scratch();
-        let mut step = match plugin.engine.try_borrow_mut() {
-            Ok(mut engine) => event(&mut engine, &mut self.req, &mut out),
-            Err(_) => Step::Continue,
-        };
-        loop {
-            let pending = effects::apply(&plugin, &mut out, self.req.id);
-            if pending.reply_failed {
-                step = Step::Continue;
-            }
-            if !pending.root_calls_sent.is_empty() {
-                // Calls sent from the root context during this stream's
-                // event (a response's spending for the shared store): told
-                // to the engine in order, as the tick's are.
-                if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
-                    for sent in pending.root_calls_sent {
-                        engine.on_root_call_sent(sent, abi::now_ms(), &mut out);
-                    }
-                }
-                if pending.store_call.is_none() {
-                    continue;
-                }
-            }
-            let Some(call) = pending.store_call else {
-                break;
-            };
-            // On behalf of the root context: Envoy cancels a stream's own
-            // calls when its client leaves and then never answers them,
-            // which would strand the SDK's token-to-context entry. A
-            // root-owned call is always answered (or timed out); the SDK
-            // routes the answer to this stream, or drops it if it is gone.
-            let _ = abi::set_effective_context(plugin.root_id);
-            let sent = effects::dispatch(&call);
-            let _ = abi::set_effective_context(self.req.id);
-            step = match plugin.engine.try_borrow_mut() {
-                Ok(mut engine) => engine.on_call_sent(&mut self.req, sent, abi::now_ms(), &mut out),
-                Err(_) => Step::Continue,
-            };
-        }
-        plugin.put_back(out);
-        step
+        let id = self.req.id;
+        plugin.run(id, Some(&mut self.req), |engine, r, out| match r {
+            Some(r) => event(engine, r, out),
+            None => Step::Continue,
+        })
     }
 }
 
@@ -223,10 +185,11 @@ impl HttpContext for Stream {
         let (status, head) = if self.req.wants_content_type() {
             let block = abi::response_headers()
                 .ok()
-                .and_then(loopguard_core::request::HeaderBlock::parse);
+                .and_then(loopguard_core::host::HeaderBlock::parse);
             match block {
                 Some(b) => (
-                    b.get(":status").and_then(loopguard_core::response::status),
+                    b.get(":status")
+                        .and_then(loopguard_core::host::response_status),
                     self.req
                         .response_headers_wanted()
                         .iter()
@@ -237,7 +200,7 @@ impl HttpContext for Stream {
             }
         } else {
             (
-                abi::response_status().and_then(|s| loopguard_core::response::status(&s)),
+                abi::response_status().and_then(|s| loopguard_core::host::response_status(&s)),
                 Vec::new(),
             )
         };
@@ -245,7 +208,7 @@ impl HttpContext for Stream {
         self.run(|e, r, out| {
             e.on_response_headers(r, status, now, out);
             if r.wants_content_type() {
-                let head = loopguard_core::response::ResponseHead::of(&head);
+                let head = loopguard_core::host::ResponseHead::of(&head);
                 e.on_response_head(r, &head, now, out);
             }
             Step::Continue

@@ -5,7 +5,7 @@
 //! policy by the core): defined then, and their ids kept by name.
 
 use crate::abi;
-use loopguard_core::metrics::{Kind, MetricId, Registry};
+use loopguard_core::host::{Kind, MetricId, Registry};
 
 /// Envoy's id for each of the registry's metrics (`None`: Envoy refused to
 /// define it; the metric is then inert rather than failing the filter).

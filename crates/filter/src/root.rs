@@ -3,13 +3,11 @@
 //! in shared data is what they have in common.
 
 use crate::abi;
-use crate::effects;
+use crate::effects::WasmHost;
 use crate::http::Stream;
 use crate::metrics::Metrics;
 use crate::shared_store::{self, SharedData};
-use loopguard_core::config::Config;
-use loopguard_core::flow::{Effects, Engine};
-use loopguard_core::state::store::plugin_namespace;
+use loopguard_core::host::{plugin_namespace, Config, Effects, Engine, Request, Step};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
 use std::cell::{Cell, RefCell};
@@ -31,8 +29,10 @@ pub struct Plugin {
     /// Envoy restarts the timer on every period change, so the tick is
     /// armed once, not on every event.
     tick_armed: Cell<bool>,
-    /// The effects buffer, reused by every event.
+    /// The effects buffers, reused by every event: the engine's, and the
+    /// host's (effects kept until the engine is no longer borrowed).
     scratch: RefCell<Effects>,
+    kept: RefCell<Effects>,
 }
 
 impl Plugin {
@@ -59,6 +59,50 @@ impl Plugin {
         effects.clear();
         if let Ok(mut s) = self.scratch.try_borrow_mut() {
             *s = effects;
+        }
+    }
+
+    /// The host's buffer (empty), to give back with [`Plugin::put_back_kept`].
+    pub fn take_kept(&self) -> Effects {
+        self.kept
+            .try_borrow_mut()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default()
+    }
+
+    pub fn put_back_kept(&self, mut effects: Effects) {
+        effects.clear();
+        if let Ok(mut s) = self.kept.try_borrow_mut() {
+            *s = effects;
+        }
+    }
+
+    /// Run `event` on the engine in the context `home` and carry out its
+    /// effects through the core's driver (`request`: the stream's, if
+    /// any): what the request does next.
+    pub fn run(
+        &self,
+        home: u32,
+        request: Option<&mut Request>,
+        event: impl FnOnce(&mut Engine<SharedData>, Option<&mut Request>, &mut Effects) -> Step,
+    ) -> Step {
+        let mut out = self.take_scratch();
+        let mut host = WasmHost::new(self, home, self.take_kept());
+        let step = match self.engine.try_borrow_mut() {
+            Ok(mut engine) => {
+                let mut request = request;
+                let step = event(&mut engine, request.as_deref_mut(), &mut out);
+                engine.drive(&mut host, request, &mut out, step, abi::now_ms())
+            }
+            Err(_) => Step::Continue,
+        };
+        let (replied, kept) = host.finish();
+        self.put_back(out);
+        self.put_back_kept(kept);
+        if replied {
+            step
+        } else {
+            Step::Continue
         }
     }
 }
@@ -89,12 +133,11 @@ impl Context for Root {
         };
         let status = abi::http_call_status(num_headers);
         let body = abi::http_call_response_body(body_size).unwrap_or_default();
-        let mut out = plugin.take_scratch();
-        if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
-            engine.on_root_reply(token, status.as_deref(), &body, abi::now_ms(), &mut out);
-        }
-        effects::apply(plugin, &mut out, plugin.root_id);
-        plugin.put_back(out);
+        let now = abi::now_ms();
+        plugin.run(plugin.root_id, None, |engine, _, out| {
+            engine.on_root_reply(token, status.as_deref(), &body, now, out);
+            Step::Continue
+        });
     }
 }
 
@@ -127,22 +170,12 @@ impl RootContext for Root {
             return;
         };
         let _ = abi::set_effective_context(self.id);
-        let mut out = plugin.take_scratch();
         let now = abi::now_ms();
-        if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
-            engine.on_tick(now, &mut out);
-        }
-        let sent = effects::apply(plugin, &mut out, plugin.root_id).root_calls_sent;
-        if !sent.is_empty() {
-            if let Ok(mut engine) = plugin.engine.try_borrow_mut() {
-                for result in sent {
-                    engine.on_root_call_sent(result, now, &mut out);
-                }
-            }
-            effects::apply(plugin, &mut out, plugin.root_id);
-        }
+        plugin.run(plugin.root_id, None, |engine, _, out| {
+            engine.on_tick(now, out);
+            Step::Continue
+        });
         let _ = abi::set_effective_context(self.id);
-        plugin.put_back(out);
     }
 
     fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
@@ -177,6 +210,7 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
         root_id,
         tick_armed: Cell::new(false),
         scratch: RefCell::new(Effects::with_capacity(16)),
+        kept: RefCell::new(Effects::with_capacity(16)),
     })
 }
 

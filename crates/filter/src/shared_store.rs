@@ -6,8 +6,8 @@
 //! compare-and-swap with bounded retries (see `core::store::SlotStore`).
 
 use crate::abi::{self, STATUS_CAS_MISMATCH};
-use loopguard_core::state::slot_table::TableLayout;
-use loopguard_core::state::store::{BucketBackend, CasWrite};
+use loopguard_core::host::TableLayout;
+use loopguard_core::host::{BucketBackend, CasWrite};
 use std::fmt::Write;
 
 pub struct SharedData {
@@ -50,9 +50,8 @@ impl BucketBackend for SharedData {
     }
 }
 
-/// Open the table for `plugin`, creating any bucket key that does not exist
-/// yet (the fingerprint table's, the loops' spending ledger's, the MCP
-/// histories' and the budget keys').
+/// Open the table for `plugin`, creating any bucket key of the core's
+/// layout ([`TableLayout::all_buckets`]) that does not exist yet.
 /// Existing keys (a reload with the same layout, or another worker that got
 /// here first) keep their contents.
 pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
@@ -60,27 +59,7 @@ pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
         prefix: format!("loopguard.{plugin}.{}.", layout.tag()),
         key: String::new(),
     };
-    // The loops' spending ledger: its shared region and the registry of the
-    // workers' own regions (created here, so that the first compare-and-swap
-    // on them is a real one; the workers' regions are written only by their
-    // worker and need no creation).
-    use loopguard_core::state::{ledger, mcp_sessions};
-    let mcp = if layout.mcp {
-        mcp_sessions::BUCKETS
-    } else {
-        0..0
-    };
-    // And the budget keys' region, when a policy has a budget.
-    let budget = loopguard_core::state::budget::BudgetTable {
-        buckets: layout.budget_buckets,
-    }
-    .range();
-    for bucket in (0..layout.buckets)
-        .chain(ledger::BUCKETS)
-        .chain([ledger::REGISTRY])
-        .chain(mcp)
-        .chain(budget)
-    {
+    for bucket in layout.all_buckets() {
         let key = data.key(bucket).to_string();
         match abi::shared_get(&key) {
             Ok(Some(_)) => {}

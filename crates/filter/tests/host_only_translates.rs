@@ -103,6 +103,35 @@ fn decides_nothing(dir: &Path) {
     );
 }
 
+/// The hosts reach the core through one module, `loopguard_core::host`
+/// (the engine, effects, request facts, store calls and replies): nothing
+/// of its insides.
+#[test]
+fn hosts_use_only_the_core_s_host_module() {
+    let mut found = Vec::new();
+    for dir in host_dirs() {
+        for path in rust_files(&dir) {
+            let text = fs::read_to_string(&path).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                let mut rest = code;
+                while let Some(at) = rest.find("loopguard_core::") {
+                    let after = &rest[at + "loopguard_core::".len()..];
+                    if !after.starts_with("host") {
+                        found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                    }
+                    rest = after;
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "host code reaching past loopguard_core::host:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn host_files_are_small_enough_to_read_in_one_sitting() {
     for dir in host_dirs() {

@@ -4,9 +4,7 @@
 
 use crate::abi::{self, Body, FilterPtr, HeaderMap};
 use crate::worker::{Locked, Worker};
-use loopguard_core::act::reply::LocalReply;
-use loopguard_core::flow::{Effect, Effects, Level, Request, Step};
-use loopguard_core::state::store::StoreCall;
+use loopguard_core::host::{Effect, Host, Level, LocalReply, Request, Step, StoreCall};
 
 /// Where the effects apply: a stream's event on its worker thread (the
 /// stream and the hook it is in), or the main thread (no stream: only
@@ -48,167 +46,145 @@ impl Reply {
     }
 }
 
-/// Carry out effects until none are left, reporting the relayed calls
-/// and (in a stream's event, for `request`) sending the store call the
-/// engine asks for; what the request does next, and the local reply to
-/// send when the engine's lock is given back.
-///
-/// Envoy skips this filter's response hooks for its own local reply, so
-/// the engine is given that response's headers here, as the Wasm host's
-/// response hook gives them: the headers it adds go with the reply.
+/// The dynamic module as the engine's [`Host`]: a stream's effects go to
+/// its filter, the others to the worker; a local reply is kept to be sent
+/// once the engine's lock is given back.
+pub struct NativeHost<'a> {
+    pub worker: &'a Worker,
+    pub at: At,
+    pub reply: Option<Reply>,
+}
+
+impl Host for NativeHost<'_> {
+    fn apply(&mut self, effect: Effect) -> bool {
+        match (effect, self.at.filter) {
+            (Effect::LocalReply(reply, details), Some(_)) => {
+                self.reply = Some(Reply { reply, details });
+            }
+            (effect, Some(f)) => on_stream(self.worker, self.at, f, effect),
+            (effect, None) => main_thread(self.worker, effect),
+        }
+        true
+    }
+
+    fn send_call(&mut self, call: &StoreCall) -> Result<u32, String> {
+        let f = self.at.filter.ok_or("no stream to send the call for")?;
+        dispatch(f, call)
+    }
+
+    fn send_root_call(&mut self, call: StoreCall) -> Result<u32, String> {
+        let token = self.worker.root_token();
+        self.worker.config.relay.send(self.worker.id, token, call);
+        Ok(token)
+    }
+
+    /// Envoy skips this filter's response hooks for its own local reply.
+    fn local_reply_skips_response_hooks(&self) -> bool {
+        true
+    }
+}
+
+/// Carry out an event's effects (the engine locked in `l`): what the
+/// request does next, and the local reply to send once the lock is given
+/// back.
 pub fn settle(
     w: &Worker,
     l: &mut Locked,
     at: At,
     now: u64,
-    mut request: Option<&mut Request>,
-    mut step: Step,
+    request: Option<&mut Request>,
+    step: Step,
 ) -> (Step, Option<Reply>) {
-    let mut held: Option<Reply> = None;
-    loop {
-        let pending = apply(w, at, &mut l.out);
-        if let Some(mut reply) = pending.reply {
-            step = Step::Pause;
-            if let Some(r) = request.as_deref_mut() {
-                l.engine
-                    .on_response_headers(r, Some(reply.reply.status), now, &mut l.out);
-                l.out.retain(|e| match e {
-                    Effect::AddResponseHeader(name, value) => {
-                        reply.reply.headers.push((name, value.clone()));
-                        false
-                    }
-                    Effect::RemoveResponseHeader(_) => false,
-                    _ => true,
-                });
-            }
-            held = Some(reply);
-            continue;
-        }
-        if pending.root_calls_sent.is_empty() && pending.store_call.is_none() {
-            return (step, held);
-        }
-        for sent in pending.root_calls_sent {
-            l.engine.on_root_call_sent(sent, now, &mut l.out);
-        }
-        if let (Some(call), Some(r), Some(f)) =
-            (pending.store_call, request.as_deref_mut(), at.filter)
-        {
-            let sent = dispatch(f, &call);
-            step = l.engine.on_call_sent(r, sent, now, &mut l.out);
-        }
-    }
-}
-
-/// What the caller must still do after [`apply`].
-#[derive(Default)]
-pub struct Pending {
-    /// A store call to send for this stream, and report to the engine.
-    pub store_call: Option<StoreCall>,
-    /// Calls relayed from the root (their tokens), in order, to report.
-    pub root_calls_sent: Vec<Result<u32, String>>,
-    /// A local reply for the request (sent after the event).
-    pub reply: Option<Reply>,
-}
-
-/// Carry out (and empty) `effects`, but a local reply, which is handed
-/// back.
-pub fn apply(worker: &Worker, at: At, effects: &mut Effects) -> Pending {
-    let mut pending = Pending::default();
-    let Some(f) = at.filter else {
-        for effect in effects.drain(..) {
-            main_thread(worker, effect, &mut pending);
-        }
-        return pending;
+    let mut host = NativeHost {
+        worker: w,
+        at,
+        reply: None,
     };
-    for effect in effects.drain(..) {
-        match effect {
-            Effect::AddRequestHeader(name, value) => {
-                abi::add_header(f, HeaderMap::Request, name, &value);
-            }
-            Effect::RemoveRequestHeader(name) => {
-                abi::remove_header(f, HeaderMap::Request, name);
-            }
-            Effect::AddResponseHeader(name, value) => {
-                abi::add_header(f, HeaderMap::Response, name, &value);
-            }
-            Effect::RemoveResponseHeader(name) => {
-                abi::remove_header(f, HeaderMap::Response, name);
-            }
-            Effect::ReplaceResponseBody { old_len, body } => {
-                if !(abi::drain_body(f, Body::ReceivedResponse, old_len)
-                    && abi::append_body(f, Body::ReceivedResponse, &body))
-                {
-                    abi::log(
-                        abi::LogLevel::Warn,
-                        "loopguard: could not add to the response body",
-                    );
-                }
-            }
-            Effect::SetFilterState(name, value) => {
-                // The Wasm module's keys (`wasm.<name>`), so that the same
-                // `%FILTER_STATE(...)%` reads either host's.
-                abi::set_filter_state(f, &format!("wasm.{name}"), value.as_bytes());
-            }
-            Effect::ReplaceBody {
-                old_len: _,
-                body,
-                set_length,
-            } => {
-                let replaced = if at.in_request_body {
-                    // Both parts go (the buffered one may be the chunk at
-                    // hand: sizes are read after each drain); the new body
-                    // is the chunk that passes on.
-                    let buffered = abi::body_size(f, Body::BufferedRequest);
-                    let drained =
-                        buffered == 0 || abi::drain_body(f, Body::BufferedRequest, buffered);
-                    let received = abi::body_size(f, Body::ReceivedRequest);
-                    drained
-                        && (received == 0 || abi::drain_body(f, Body::ReceivedRequest, received))
-                        && abi::append_body(f, Body::ReceivedRequest, &body)
-                } else {
-                    let buffered = abi::body_size(f, Body::BufferedRequest);
-                    abi::drain_body(f, Body::BufferedRequest, buffered)
-                        && abi::append_body(f, Body::BufferedRequest, &body)
-                };
-                if !replaced {
-                    abi::log(
-                        abi::LogLevel::Warn,
-                        "loopguard: could not replace the request body",
-                    );
-                } else if set_length
-                    && !abi::set_header(
-                        f,
-                        HeaderMap::Request,
-                        "content-length",
-                        &body.len().to_string(),
-                    )
-                {
-                    abi::log(
-                        abi::LogLevel::Warn,
-                        "loopguard: the body changed but its content-length could not be set",
-                    );
-                }
-            }
-            Effect::LocalReply(reply, details) => {
-                pending.reply = Some(Reply { reply, details });
-            }
-            Effect::SendStoreCall(call) => pending.store_call = Some(call),
-            Effect::Resume(stream) => worker.resume(stream),
-            Effect::ArmTick => worker.arm_tick(Some(at.stream)),
-            other => main_thread(worker, other, &mut pending),
-        }
+    let step = l.engine.drive(&mut host, request, &mut l.out, step, now);
+    match host.reply {
+        Some(reply) => (Step::Pause, Some(reply)),
+        None => (step, None),
     }
-    pending
+}
+
+/// Carry out one effect of a stream's event through its filter.
+fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
+    match effect {
+        Effect::AddRequestHeader(name, value) => {
+            abi::add_header(f, HeaderMap::Request, name, &value);
+        }
+        Effect::RemoveRequestHeader(name) => {
+            abi::remove_header(f, HeaderMap::Request, name);
+        }
+        Effect::AddResponseHeader(name, value) => {
+            abi::add_header(f, HeaderMap::Response, name, &value);
+        }
+        Effect::RemoveResponseHeader(name) => {
+            abi::remove_header(f, HeaderMap::Response, name);
+        }
+        Effect::ReplaceResponseBody { old_len, body } => {
+            if !(abi::drain_body(f, Body::ReceivedResponse, old_len)
+                && abi::append_body(f, Body::ReceivedResponse, &body))
+            {
+                abi::log(
+                    abi::LogLevel::Warn,
+                    "loopguard: could not add to the response body",
+                );
+            }
+        }
+        Effect::SetFilterState(name, value) => {
+            // The Wasm module's keys (`wasm.<name>`), so that the same
+            // `%FILTER_STATE(...)%` reads either host's.
+            abi::set_filter_state(f, &format!("wasm.{name}"), value.as_bytes());
+        }
+        Effect::ReplaceBody {
+            old_len: _,
+            body,
+            set_length,
+        } => {
+            let replaced = if at.in_request_body {
+                // Both parts go (the buffered one may be the chunk at
+                // hand: sizes are read after each drain); the new body
+                // is the chunk that passes on.
+                let buffered = abi::body_size(f, Body::BufferedRequest);
+                let drained = buffered == 0 || abi::drain_body(f, Body::BufferedRequest, buffered);
+                let received = abi::body_size(f, Body::ReceivedRequest);
+                drained
+                    && (received == 0 || abi::drain_body(f, Body::ReceivedRequest, received))
+                    && abi::append_body(f, Body::ReceivedRequest, &body)
+            } else {
+                let buffered = abi::body_size(f, Body::BufferedRequest);
+                abi::drain_body(f, Body::BufferedRequest, buffered)
+                    && abi::append_body(f, Body::BufferedRequest, &body)
+            };
+            if !replaced {
+                abi::log(
+                    abi::LogLevel::Warn,
+                    "loopguard: could not replace the request body",
+                );
+            } else if set_length
+                && !abi::set_header(
+                    f,
+                    HeaderMap::Request,
+                    "content-length",
+                    &body.len().to_string(),
+                )
+            {
+                abi::log(
+                    abi::LogLevel::Warn,
+                    "loopguard: the body changed but its content-length could not be set",
+                );
+            }
+        }
+        Effect::Resume(stream) => worker.resume(stream),
+        Effect::ArmTick => worker.arm_tick(Some(at.stream)),
+        other => main_thread(worker, other),
+    }
 }
 
 /// The effects that need no stream (any thread).
-fn main_thread(worker: &Worker, effect: Effect, pending: &mut Pending) {
+fn main_thread(worker: &Worker, effect: Effect) {
     match effect {
-        Effect::SendFromRoot(call) => {
-            let token = worker.root_token();
-            worker.config.relay.send(worker.id, token, call);
-            pending.root_calls_sent.push(Ok(token));
-        }
         Effect::Resume(stream) => worker.resume(stream),
         Effect::ArmTick => worker.arm_tick(None),
         Effect::StopTick => worker.stop_tick(),
@@ -227,7 +203,8 @@ fn main_thread(worker: &Worker, effect: Effect, pending: &mut Pending) {
             }
         }
         // A stream's own effects, with no stream at hand: nothing to
-        // apply them to (the engine makes none outside a stream).
+        // apply them to (the engine makes none outside a stream); calls
+        // are the driver's.
         _ => {}
     }
 }

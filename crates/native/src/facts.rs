@@ -2,7 +2,7 @@
 //! the block read once, the rest from Envoy on demand.
 
 use crate::abi::{self, Attribute, FilterPtr, Metadata};
-use loopguard_core::request::{HeaderBlock, RequestFacts};
+use loopguard_core::host::{HeaderBlock, RequestFacts};
 
 /// Request facts: headers from the block read once, the rest answered from
 /// Envoy on demand.

@@ -4,7 +4,7 @@
 //! module, in the request headers hook.
 #![allow(clippy::panic)]
 
-use loopguard_core::request::HeaderBlock;
+use loopguard_core::host::HeaderBlock;
 
 pub fn on_request(headers: &HeaderBlock) {
     if headers.get("x-loopguard-fault") == Some(b"crash") {

@@ -1,7 +1,7 @@
 //! The engine behind its worker's lock, and why that may cross threads.
 
 use crate::memory_store::Memory;
-use loopguard_core::flow::{Effects, Engine};
+use loopguard_core::host::{Effects, Engine};
 
 /// The engine and the effects buffer its events fill.
 pub struct Locked {

@@ -7,7 +7,7 @@
 //! `.label.value` pairs: the same names the Wasm module writes.
 
 use crate::abi::{self, ConfigPtr, MetricKind, MetricOp};
-use loopguard_core::metrics::{named, Kind, MetricId, Registry};
+use loopguard_core::host::{named, Kind, MetricId, Registry};
 use std::collections::HashMap;
 
 pub struct Metrics {

@@ -16,7 +16,7 @@ use crate::config::FilterConfig;
 pub use crate::locked::Locked;
 use crate::memory_store::{self, Memory};
 use crate::timer;
-use loopguard_core::flow::{Effects, Engine};
+use loopguard_core::host::{Effects, Engine};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -86,7 +86,7 @@ pub fn for_config(config: &Arc<FilterConfig>) -> Option<Arc<Worker>> {
 
 impl Worker {
     fn new(config: Arc<FilterConfig>) -> Option<Worker> {
-        let parsed = loopguard_core::config::Config::parse(&config.json).ok()?;
+        let parsed = loopguard_core::host::Config::parse(&config.json).ok()?;
         let namespace = config.namespace.clone();
         let engine = Engine::new(
             parsed,
@@ -279,7 +279,7 @@ impl Worker {
             crate::effects::At::MAIN,
             now,
             None,
-            loopguard_core::flow::Step::Continue,
+            loopguard_core::host::Step::Continue,
         );
         l.out.clear();
     }

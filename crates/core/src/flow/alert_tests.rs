@@ -1,7 +1,7 @@
 //! Alerts: queued, sent from the tick, bounded; a missing webhook secret
 //! refuses the configuration.
 
-use super::tests::{exact, Harness};
+use super::tests::{exact, root_calls, Harness};
 use super::*;
 use crate::state::store::tests::MemoryBackend;
 use serde_json::json;
@@ -16,13 +16,7 @@ fn alerts_are_queued_sent_from_the_tick_and_bounded() {
     let detected = h.get("/v1/a");
     assert!(detected.effects.contains(&Effect::ArmTick));
     let t = h.tick();
-    let sent: Vec<&StoreCall> = t
-        .iter()
-        .filter_map(|e| match e {
-            Effect::SendFromRoot(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let (ids, sent): (Vec<u32>, Vec<&StoreCall>) = root_calls(&t).into_iter().unzip();
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].cluster, "hooks");
     assert!(sent[0]
@@ -30,12 +24,22 @@ fn alerts_are_queued_sent_from_the_tick_and_bounded() {
         .iter()
         .any(|(k, v)| *k == "x-loopguard-signature" && v.starts_with("sha256=")));
     let mut out = Effects::new();
-    h.engine.on_root_call_sent(Ok(5), h.now, &mut out);
+    h.engine.on_root_call_sent(ids[0], Ok(5), h.now, &mut out);
     h.engine.on_root_reply(5, Some("204"), b"", h.now, &mut out);
     assert_eq!(h.metric(&out, "loopguard.webhook_total.result.sent"), 1);
     h.engine.on_root_reply(6, None, b"", h.now, &mut out);
+    // Another alert, which the host could not send; an id no call was
+    // given is nobody's.
+    h.get("/v1/b");
+    h.get("/v1/b");
+    let t = h.tick();
+    let [(id, _)] = root_calls(&t)[..] else {
+        panic!("{t:?}")
+    };
     h.engine
-        .on_root_call_sent(Err("no cluster".into()), h.now, &mut out);
+        .on_root_call_sent(id + 100, Err("no cluster".into()), h.now, &mut out);
+    h.engine
+        .on_root_call_sent(id, Err("no cluster".into()), h.now, &mut out);
     assert_eq!(h.metric(&out, "loopguard.webhook_total.result.failed"), 2);
     assert_eq!(
         out.iter()

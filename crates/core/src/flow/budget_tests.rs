@@ -501,7 +501,9 @@ fn a_held_response_goes_on_when_the_store_fails_and_a_cut_one_adds_from_the_tick
     h.engine.on_done(&mut s.req, &mut out);
     assert!(out.contains(&Effect::ArmTick));
     let tick = h.tick();
-    assert!(tick.iter().any(|e| matches!(e, Effect::SendFromRoot(c)
+    assert!(tick
+        .iter()
+        .any(|e| matches!(e, Effect::SendFromRoot { call: c, .. }
         if String::from_utf8_lossy(&c.body).starts_with("FCALL/loopguard_budget/1/"))));
 }
 

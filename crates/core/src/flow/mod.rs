@@ -115,11 +115,14 @@ pub enum Effect {
     /// Send a store call for this request; report the outcome with
     /// [`Engine::on_call_sent`].
     SendStoreCall(StoreCall),
-    /// Send a call from the root context (a webhook alert, or taking back
-    /// a failed attempt's hit in the shared store): report each call's
-    /// token, in order, with [`Engine::on_root_call_sent`], and its answer
-    /// with [`Engine::on_root_reply`].
-    SendFromRoot(StoreCall),
+    /// Send a call from the root context (a webhook alert, a shared-store
+    /// write): report its token (or why it could not be sent) under `id`
+    /// with [`Engine::on_root_call_sent`], and its answer with
+    /// [`Engine::on_root_reply`].
+    SendFromRoot {
+        id: u32,
+        call: StoreCall,
+    },
     /// Resume the paused request of this stream (from a tick).
     Resume(u32),
     /// Make sure the tick runs (something waits for it).
@@ -267,17 +270,33 @@ enum RootCall {
     Write(writes::Sending),
 }
 
-/// Calls from the root context: store writes waiting for the tick, what
-/// the calls sent at the last tick were (in order), and the writes sent
-/// and waiting for their answers, by token.
+/// Calls from the root context: store writes waiting for the tick, the
+/// calls handed to the host and not yet reported (by the id the engine
+/// gave each), and the writes sent and waiting for their answers, by
+/// token.
 #[derive(Default)]
 struct RootCalls {
     queued: VecDeque<(writes::Sending, StoreCall)>,
-    sent: VecDeque<RootCall>,
+    sent: VecDeque<(u32, RootCall)>,
     awaiting: VecDeque<(u32, writes::Sending)>,
+    next_id: u32,
 }
 
 impl RootCalls {
+    /// Hand a call to the host: the effect sending it, under a new id.
+    fn send(&mut self, what: RootCall, call: StoreCall) -> Effect {
+        self.next_id = self.next_id.wrapping_add(1);
+        let id = self.next_id;
+        self.sent.push_back((id, what));
+        Effect::SendFromRoot { id, call }
+    }
+
+    /// The call reported under `id`.
+    fn reported(&mut self, id: u32) -> Option<RootCall> {
+        let i = self.sent.iter().position(|(i, _)| *i == id)?;
+        self.sent.remove(i).map(|(_, what)| what)
+    }
+
     /// Writes queued or waiting for their answers.
     fn writes(&self) -> usize {
         self.queued.len() + self.awaiting.len()

@@ -54,17 +54,23 @@ impl<B: BucketBackend> Engine<B> {
     /// The tick: send the queued store writes.
     pub(super) fn send_writes(&mut self, out: &mut Effects) {
         while let Some((what, call)) = self.root_calls.queued.pop_front() {
-            self.root_calls.sent.push_back(RootCall::Write(what));
-            out.push(Effect::SendFromRoot(call));
+            out.push(self.root_calls.send(RootCall::Write(what), call));
         }
     }
 
-    /// The host sent a call of the last tick ([`Effect::SendFromRoot`], in
-    /// order): its token, or why it could not.
-    pub fn on_root_call_sent(&mut self, sent: Result<u32, String>, now: u64, out: &mut Effects) {
-        match self.root_calls.sent.pop_front() {
+    /// The host sent the root call `id` ([`Effect::SendFromRoot`]): its
+    /// token, or why it could not.
+    pub fn on_root_call_sent(
+        &mut self,
+        id: u32,
+        sent: Result<u32, String>,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        match self.root_calls.reported(id) {
             Some(RootCall::Write(w)) => self.on_root_write_sent(w, sent, out),
-            Some(RootCall::Alert) | None => self.on_alert_sent(sent.map(|_| ()), now, out),
+            Some(RootCall::Alert) => self.on_alert_sent(sent.map(|_| ()), now, out),
+            None => {}
         }
     }
 

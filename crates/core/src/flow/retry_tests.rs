@@ -2,7 +2,7 @@
 //! taken back, up to `forgive_failed_attempts` per fingerprint and window;
 //! a client sending again after successes is still counted.
 
-use super::tests::{detection, Harness};
+use super::tests::{detection, root_calls, Harness};
 use super::*;
 use crate::state::store::CallReply;
 use serde_json::json;
@@ -193,13 +193,7 @@ fn through_the_shared_store_the_hit_is_taken_back_from_the_tick() {
     let out = h.answer(&mut s, 503);
     assert!(out.contains(&Effect::ArmTick));
     let tick = h.tick();
-    let calls: Vec<&StoreCall> = tick
-        .iter()
-        .filter_map(|e| match e {
-            Effect::SendFromRoot(c) => Some(c),
-            _ => None,
-        })
-        .collect();
+    let (ids, calls): (Vec<u32>, Vec<&StoreCall>) = root_calls(&tick).into_iter().unzip();
     assert_eq!(calls.len(), 1);
     let body = String::from_utf8(calls[0].body.clone()).unwrap();
     assert!(body.starts_with("FCALL/loopguard_forgive/2/"), "{body}");
@@ -207,7 +201,7 @@ fn through_the_shared_store_the_hit_is_taken_back_from_the_tick() {
     // Sent from the root context; its answer is counted there, however
     // long ago the stream ended.
     let mut out = Effects::new();
-    h.engine.on_root_call_sent(Ok(7), h.now, &mut out);
+    h.engine.on_root_call_sent(ids[0], Ok(7), h.now, &mut out);
     h.engine
         .on_root_reply(7, Some("200"), br#"{"FCALL":1}"#, h.now, &mut out);
     assert_eq!(
@@ -222,15 +216,15 @@ fn through_the_shared_store_the_hit_is_taken_back_from_the_tick() {
     // is counted as unrecorded.
     let (mut s, _) = recorded(&mut h, 2);
     h.answer(&mut s, 500);
-    h.tick();
+    let id = root_calls(&h.tick())[0].0;
     let mut out = Effects::new();
-    h.engine.on_root_call_sent(Ok(8), h.now, &mut out);
+    h.engine.on_root_call_sent(id, Ok(8), h.now, &mut out);
     h.engine.on_root_reply(8, None, b"", h.now, &mut out);
     let (mut s, _) = recorded(&mut h, 3);
     h.answer(&mut s, 500);
-    h.tick();
+    let id = root_calls(&h.tick())[0].0;
     h.engine
-        .on_root_call_sent(Err("no cluster".into()), h.now, &mut out);
+        .on_root_call_sent(id, Err("no cluster".into()), h.now, &mut out);
     assert_eq!(
         h.metric(
             &out,
@@ -257,21 +251,19 @@ fn on_a_cluster_a_take_back_answered_noscript_is_sent_once_more_in_full() {
     };
     assert_eq!(h.reply(&mut s, 1, ok), Step::Continue);
     h.answer(&mut s, 503);
-    let sent = |tick: &Effects| -> Vec<String> {
-        tick.iter()
-            .filter_map(|e| match e {
-                Effect::SendFromRoot(c) => Some(String::from_utf8(c.body.clone()).unwrap()),
-                _ => None,
-            })
+    let sent = |tick: &Effects| -> Vec<(u32, String)> {
+        root_calls(tick)
+            .into_iter()
+            .map(|(id, c)| (id, String::from_utf8(c.body.clone()).unwrap()))
             .collect()
     };
-    let first = sent(&h.tick());
+    let (ids, first): (Vec<u32>, Vec<String>) = sent(&h.tick()).into_iter().unzip();
     assert_eq!(first.len(), 1);
     assert!(first[0].starts_with("EVALSHA/"), "{}", first[0]);
     assert!(first[0].contains("/loopguard_forgive/"));
     let noscript = br#"{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}"#;
     let mut out = Effects::new();
-    h.engine.on_root_call_sent(Ok(7), h.now, &mut out);
+    h.engine.on_root_call_sent(ids[0], Ok(7), h.now, &mut out);
     h.engine
         .on_root_reply(7, Some("200"), noscript, h.now, &mut out);
     assert!(out.contains(&Effect::ArmTick));
@@ -289,13 +281,13 @@ fn on_a_cluster_a_take_back_answered_noscript_is_sent_once_more_in_full() {
         0,
         "not counted until the resend is answered"
     );
-    let again = sent(&h.tick());
+    let (ids, again): (Vec<u32>, Vec<String>) = sent(&h.tick()).into_iter().unzip();
     assert_eq!(again.len(), 1);
     assert!(again[0].starts_with("EVAL/"));
     let tail = |b: &str| b[b.find("/2/").unwrap()..].to_string();
     assert_eq!(tail(&again[0]), tail(&first[0]));
     let mut out = Effects::new();
-    h.engine.on_root_call_sent(Ok(8), h.now, &mut out);
+    h.engine.on_root_call_sent(ids[0], Ok(8), h.now, &mut out);
     // A second NOSCRIPT is not sent again: the take-back is unrecorded.
     h.engine
         .on_root_reply(8, Some("200"), noscript, h.now, &mut out);

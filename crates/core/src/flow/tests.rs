@@ -69,6 +69,17 @@ impl Sent {
     }
 }
 
+/// The calls an event hands the root context: each one's id and call.
+pub(super) fn root_calls(effects: &[Effect]) -> Vec<(u32, &StoreCall)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::SendFromRoot { id, call } => Some((*id, call)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The structured events named `name` among the effects' info log lines.
 pub(super) fn events(effects: &[Effect], name: &str) -> Vec<Value> {
     effects

@@ -100,13 +100,13 @@ impl<B: BucketBackend> Engine<B> {
                 return;
             };
             let headers = events::alert_headers(webhook, &alert);
-            self.root_calls.sent.push_back(RootCall::Alert);
-            out.push(Effect::SendFromRoot(StoreCall {
+            let call = StoreCall {
                 cluster: webhook.cluster.clone(),
                 headers,
                 body: alert.body.into_bytes(),
                 timeout_ms: webhook.timeout_ms,
-            }));
+            };
+            out.push(self.root_calls.send(RootCall::Alert, call));
         }
     }
 

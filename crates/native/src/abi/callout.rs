@@ -3,7 +3,7 @@
 
 use super::headers::module_headers;
 use super::*;
-use loopguard_core::state::store::StoreCall;
+use loopguard_core::host::StoreCall;
 
 /// Why Envoy refused a callout (its
 /// `envoy_dynamic_module_type_http_callout_init_result`).

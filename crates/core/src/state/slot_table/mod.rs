@@ -46,6 +46,28 @@ impl TableLayout {
         }
     }
 
+    /// Every bucket of the table a host must create before the first
+    /// compare-and-swap (Envoy shared data has no delete and no TTL): the
+    /// fingerprints', the loops' spending ledger's and its registry, the
+    /// MCP histories' when a policy reads MCP, and the budget keys'.
+    pub fn all_buckets(&self) -> impl Iterator<Item = u32> {
+        use crate::state::{budget::BudgetTable, ledger, mcp_sessions};
+        let mcp = if self.mcp {
+            mcp_sessions::BUCKETS
+        } else {
+            0..0
+        };
+        let budget = BudgetTable {
+            buckets: self.budget_buckets,
+        }
+        .range();
+        (0..self.buckets)
+            .chain(ledger::BUCKETS)
+            .chain([ledger::REGISTRY])
+            .chain(mcp)
+            .chain(budget)
+    }
+
     /// Entries the table can hold.
     pub fn capacity(&self) -> u64 {
         u64::from(self.buckets) * BUCKET_ENTRIES as u64

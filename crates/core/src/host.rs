@@ -1,0 +1,103 @@
+//! The one module the hosts use (the proxy-wasm filter and the native
+//! dynamic module): the engine and what passes between it and Envoy
+//! (request facts, effects, store calls and their replies, local replies,
+//! the table's buckets, the metrics to define), and [`Engine::drive`],
+//! which carries out an event's effects through a [`Host`] and tells the
+//! engine how each call went, so both hosts do it the same way by
+//! construction.
+
+pub use crate::act::reply::LocalReply;
+pub use crate::config::Config;
+pub use crate::flow::{Effect, Effects, Engine, Level, Request, Step};
+pub use crate::metrics::{named, Kind, MetricId, Registry};
+pub use crate::request::{HeaderBlock, RequestFacts};
+pub use crate::response::{status as response_status, ResponseHead};
+pub use crate::state::slot_table::TableLayout;
+pub use crate::state::store::{
+    plugin_namespace, BucketBackend, CallReply, CasWrite, InProcess, StoreCall,
+};
+
+/// What a host does with an event's effects.
+pub trait Host {
+    /// Carry out one effect; never a call (those are sent through
+    /// [`Host::send_call`] and [`Host::send_root_call`]). `false`: a local
+    /// reply could not be sent, and the request goes on instead.
+    fn apply(&mut self, effect: Effect) -> bool;
+    /// Send a store call on behalf of the stream at hand: its token, or why
+    /// Envoy refused it.
+    fn send_call(&mut self, call: &StoreCall) -> Result<u32, String>;
+    /// Send a call from the root context (its answer goes to
+    /// [`Engine::on_root_reply`]): its token, or why Envoy refused it.
+    fn send_root_call(&mut self, call: StoreCall) -> Result<u32, String>;
+    /// Envoy runs no response hook of this filter for a local reply the
+    /// filter sends itself (the dynamic module's API): the reply is handed
+    /// the response headers the engine adds, as the response hook would.
+    fn local_reply_skips_response_hooks(&self) -> bool {
+        false
+    }
+}
+
+impl<B: BucketBackend> Engine<B> {
+    /// Carry out `out` (the effects of an event; `step`, what it said the
+    /// request does) with `host` until none are left: each call is sent,
+    /// and how that went is told to the engine (a stream's call for
+    /// `request`, a root call by the id the engine gave it), which may ask
+    /// for more. What the request does next.
+    pub fn drive(
+        &mut self,
+        host: &mut impl Host,
+        mut request: Option<&mut Request>,
+        out: &mut Effects,
+        mut step: Step,
+        now: u64,
+    ) -> Step {
+        let mut batch = Effects::new();
+        while !out.is_empty() {
+            std::mem::swap(out, &mut batch);
+            let mut call = None;
+            for effect in batch.drain(..) {
+                match effect {
+                    Effect::SendStoreCall(c) => call = Some(c),
+                    Effect::SendFromRoot { id, call } => {
+                        let sent = host.send_root_call(call);
+                        self.on_root_call_sent(id, sent, now, out);
+                    }
+                    Effect::LocalReply(mut reply, details) => {
+                        if let (true, Some(r)) = (
+                            host.local_reply_skips_response_hooks(),
+                            request.as_deref_mut(),
+                        ) {
+                            let mut head = Effects::new();
+                            self.on_response_headers(r, Some(reply.status), now, &mut head);
+                            for e in head {
+                                match e {
+                                    Effect::AddResponseHeader(name, value) => {
+                                        reply.headers.push((name, value))
+                                    }
+                                    Effect::RemoveResponseHeader(_) => {}
+                                    other => out.push(other),
+                                }
+                            }
+                        }
+                        if !host.apply(Effect::LocalReply(reply, details)) {
+                            step = Step::Continue;
+                        }
+                    }
+                    other => {
+                        host.apply(other);
+                    }
+                }
+            }
+            if let (Some(c), Some(r)) = (call, request.as_deref_mut()) {
+                let sent = host.send_call(&c);
+                step = self.on_call_sent(r, sent, now, out);
+            }
+        }
+        // Keep the larger buffer for the next event (no allocation once
+        // warm).
+        if batch.capacity() > out.capacity() {
+            std::mem::swap(out, &mut batch);
+        }
+        step
+    }
+}
