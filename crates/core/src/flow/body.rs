@@ -1,17 +1,23 @@
 //! The body events: buffering, the complete body read once for the
 //! tool-loop verdict and the fingerprint, and the tool-loop ladder.
 
-use super::*;
+use super::{
+    count, count_opt, usage, Effect, Effects, Engine, Level, Request, State, Step,
+    TOOL_EVENT_WINDOW_MS,
+};
 use crate::act::events;
 use crate::act::reply;
 use crate::config::{Mode, Policy, Similarity, ToolStep};
 use crate::detect::fingerprint;
+use crate::detect::fingerprint::Pending;
 use crate::detect::progress;
 use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::metrics::{SkipReason, WouldBe};
 use crate::request::llm::{self, scan::Refusal, NotRead};
+use crate::state::store::BucketBackend;
 use crate::state::store::{Hit, StoreAnswer};
 use crate::state::window::WindowQuery;
+use std::rc::Rc;
 
 impl<B: BucketBackend> Engine<B> {
     /// A body chunk arrived: `size` bytes are buffered in all. With the

@@ -2,13 +2,20 @@
 //! at once; a shared store answers after a call, and when it fails the
 //! request is counted locally or passes, as `store.on_error` says.
 
-use super::*;
+use super::{
+    count, count_opt, usage, Counted, Effect, Effects, Engine, Level, LogLimits, Phase, Request,
+    State, Step, Waiting,
+};
 use crate::act::decision::{self, Verdict};
 use crate::act::events;
 use crate::act::reply;
 use crate::config::{Detection, OnStoreError, StoreConfig};
+use crate::detect::fingerprint::Fingerprinted;
 use crate::metrics::{CallResult, WouldBe};
+use crate::state::store::BucketBackend;
+use crate::state::store::Hit;
 use crate::state::store::{CallReply, StoreAnswer, StoreFailure, StoreStep, WindowStore};
+use std::rc::Rc;
 
 impl<B: BucketBackend> Engine<B> {
     /// Record the hit of a finished fingerprint and act on the answer, at

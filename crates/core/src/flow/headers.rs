@@ -2,12 +2,17 @@
 //! request is judged now (no body), or after its body (buffered; with
 //! `hold_request_headers`, its headers held until then).
 
-use super::*;
+use super::{
+    count, count_opt, mcp, usage, Effect, Effects, Engine, Level, Phase, Request, State, Step,
+    UsageFor, MAX_UNKNOWN_ROUTE_POLICIES,
+};
 use crate::act::events;
 use crate::act::reply;
 use crate::detect::fingerprint::Pending;
 use crate::request::policy::{self, Selection};
 use crate::request::{self, RequestFacts, RequestHead};
+use crate::state::store::BucketBackend;
+use std::rc::Rc;
 
 impl<B: BucketBackend> Engine<B> {
     /// The request headers arrived (`end_of_stream`: no body follows).

@@ -14,7 +14,10 @@
 //! replica's own history (`local`) or passes unjudged (`allow`).
 
 use super::writes::{McpAdd, Write};
-use super::*;
+use super::{
+    count, count_opt, usage, Effect, Effects, Engine, Level, Request, State, Step,
+    TOOL_EVENT_WINDOW_MS,
+};
 use crate::act::reply::LocalReply;
 use crate::act::{events, mcp_reply};
 use crate::config::{Mcp, McpKey, McpStep, Mode, OnStoreError, Policy};
@@ -28,8 +31,10 @@ use crate::response::{
 };
 use crate::state::mcp_sessions::{self, HistoryId, Recent};
 use crate::state::redis::mcp::parse_history;
+use crate::state::store::BucketBackend;
 use crate::state::store::{CallReply, Hit, StoreAnswer, StoreFailure};
 use crate::state::window::WindowQuery;
+use std::rc::Rc;
 
 /// An MCP request on its way: its headers' facts, then the call it
 /// forwarded and the reader of its result.

@@ -4,8 +4,9 @@
 //! context at the next tick, so the answer is counted even when the stream
 //! is long gone.
 
-use super::*;
+use super::{count_opt, writes, Effect, Effects, Engine, Request, RootCall};
 use crate::response;
+use crate::state::store::BucketBackend;
 
 impl<B: BucketBackend> Engine<B> {
     /// The response headers are on their way to the client (`status`: its

@@ -1,10 +1,15 @@
 //! Time and endings: the tick that resumes throttled requests, releases
 //! held ones the probe gave up on and sends alerts; a client that left.
 
-use super::*;
+use super::{
+    count, writes, Effect, Effects, Engine, Level, LogLimits, Request, RootCall, State,
+    ALERTS_PER_TICK, MAX_QUEUED_ALERTS,
+};
 use crate::act::events;
 use crate::act::hold::{HOLD_PROBE_MS, MISSES_TO_STOP, REPROBE_MS};
 use crate::metrics::WebhookResult;
+use crate::state::store::BucketBackend;
+use crate::state::store::StoreCall;
 use serde_json::Value;
 
 impl<B: BucketBackend> Engine<B> {

@@ -5,11 +5,12 @@
 //! events report and which estimates what a rejected request would have
 //! spent.
 
-use super::*;
+use super::{count, count_opt, Effect, Effects, Engine, Level, Request, Step};
 use crate::metrics::{self, TokenType};
 use crate::response::repeats::{RepeatSettings, Repeated};
 use crate::response::usage::{Framing, UsageReader};
 use crate::state::ledger::{Added, Spend};
+use crate::state::store::BucketBackend;
 
 pub use crate::act::events::{caller_hash, caller_tag};
 

@@ -7,12 +7,15 @@
 //! `NOSCRIPT` answer sends it once more with the whole script; a write
 //! lost or failed is counted as what it was for (the local table has it).
 
-use super::*;
+use super::{budget, count, count_opt, Effect, Effects, Engine, Request, State, Step};
 use crate::detect::mcp::Entry;
 use crate::metrics::mcp::{self as m, McpUnjudged};
 use crate::metrics::CallResult;
 use crate::state::redis::{self, Call};
+use crate::state::store::BucketBackend;
 use crate::state::store::CallReply;
+use crate::state::store::StoreCall;
+use crate::state::store::TakeBack;
 
 /// What a write is for.
 #[derive(Debug, Clone, PartialEq, Eq)]

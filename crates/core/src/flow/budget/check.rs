@@ -3,15 +3,19 @@
 //! failure means), and acting on the verdict: the 429, the warning, shadow
 //! mode, events.
 
-use super::*;
+use super::{After, BudgetWait};
 use crate::act::budget::{self as verdict, BudgetVerdict, Standing};
 use crate::act::events;
 use crate::config::budget::Budget;
+use crate::config::Policy;
 use crate::config::{Mode, OnStoreError};
+use crate::flow::{count, count_opt, Effect, Effects, Engine, Level, Phase, Request, State, Step};
 use crate::metrics::CallResult;
 use crate::state::budget::slice_ms;
 use crate::state::redis::budget::{budget_answer, BudgetKey};
+use crate::state::store::BucketBackend;
 use crate::state::store::{CallReply, StoreFailure};
+use std::rc::Rc;
 
 impl<B: BucketBackend> Engine<B> {
     /// Check the request's budget keys before it goes on. `Ok`: it goes on

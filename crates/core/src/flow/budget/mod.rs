@@ -14,12 +14,16 @@ mod stream;
 
 pub(super) use stream::asks_stream_usage;
 
-use super::*;
+use super::{usage, Engine, Phase, Request};
 use crate::config::budget::{BudgetPer, SessionSource};
 use crate::config::Policy;
+use crate::detect::fingerprint::Fingerprinted;
 use crate::request::llm;
 use crate::request::RequestFacts;
 use crate::state::redis::budget::BudgetKey;
+use crate::state::store::{BucketBackend, Hit};
+use std::collections::VecDeque;
+use std::rc::Rc;
 
 /// A budget check or event is logged once per key within this interval
 /// per worker.

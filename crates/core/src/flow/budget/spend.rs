@@ -2,14 +2,17 @@
 //! spend counters, and in the shared store (the response's last chunk
 //! waits for it), or estimated from the bytes seen.
 
-use super::*;
+use super::{price_of, BudgetAdd};
 use crate::act::events::caller_tag;
 use crate::config::budget::Spent;
 use crate::config::Policy;
+use crate::flow::{count, count_opt, Effect, Effects, Engine, Request};
 use crate::metrics::budget as names;
 use crate::metrics::CallResult;
 use crate::state::budget::{slice_ms, Add, Added};
 use crate::state::redis::budget::{budget_answer, BudgetKey};
+use crate::state::store::BucketBackend;
+use std::rc::Rc;
 
 impl<B: BucketBackend> Engine<B> {
     /// The response headers of a request under a budget: a provider failure

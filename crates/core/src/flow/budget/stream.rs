@@ -4,9 +4,11 @@
 //! read, not guessed; what the option adds to the answer is taken out
 //! again as it passes, so the client receives the stream it asked for.
 
-use super::*;
+use crate::flow::{Effect, Effects, Engine, Level, Request};
+use crate::request::llm;
 use crate::request::llm::stream_options::{ask_usage, AskUsage};
 use crate::response::stream_usage::StripUsage;
+use crate::state::store::BucketBackend;
 
 /// Whether requests to `path` may stream without their usage (OpenAI Chat
 /// Completions and Completions; the Responses and Anthropic APIs always
