@@ -1,6 +1,9 @@
 //! `spec.budget`: spend caps per caller, session or conversation.
 
-use super::*;
+use super::{
+    is_token_byte, BudgetActionName, BudgetPerName, ConfigError, Ctx, Obj, RawBudget,
+    RawBudgetLimit, TokensOfName, UnpricedName,
+};
 use crate::config::budget::*;
 
 /// The shortest and longest window of a cap, in seconds.

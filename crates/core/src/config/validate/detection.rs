@@ -1,7 +1,12 @@
 //! The `loop_detection` block: window, threshold or escalation ladder,
 //! throttle and cooldown, and the similarity mode with its settings.
 
-use super::*;
+use super::{
+    is_token_byte, scale_steps, shorten, Action, ActionName, ConfigError, Ctx, Detection, Fraction,
+    Obj, RawDetection, RawStep, Similarity, SimilarityName, Step, DEFAULT_FORGIVEN,
+    DEFAULT_NEAR_SIMILARITY_MILLI, MAX_FORGIVEN, MAX_HITS_PER_FINGERPRINT, MAX_THROTTLE_DELAY_MS,
+    MAX_WINDOW_SECONDS,
+};
 
 fn action(a: ActionName) -> Action {
     match a {

@@ -1,6 +1,6 @@
 //! The `mcp` block: thresholds, the ladder, the error code and the key.
 
-use super::*;
+use super::{ConfigError, Ctx, Int, Volatile, MAX_WINDOW_SECONDS};
 use crate::config::mcp::{Mcp, McpKey, McpStep, DEFAULT_ERROR_CODE};
 use crate::config::raw::{McpKeyName, McpStepName, RawMcp};
 

@@ -1,7 +1,10 @@
 //! Which requests a policy judges and who the caller is: the selector,
 //! its paths, the limit keys and the exemptions.
 
-use super::*;
+use super::{
+    absolute, is_token_byte, normalize_host, ConfigError, Ctx, ExemptMatch, Exemption, LimitKey,
+    Obj, PathMatch, RawExempt, RawSelector, Selector, MAX_EXEMPTIONS, MAX_LIMIT_KEYS, MAX_ROUTES,
+};
 
 pub(super) fn selector(ctx: &Ctx, s: RawSelector) -> Result<Selector, ConfigError> {
     let path = match (s.path_exact, s.path_prefix) {

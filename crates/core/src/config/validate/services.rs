@@ -2,7 +2,11 @@
 //! (`store`) and the alert webhook (`alerts.webhook`); what their tokens
 //! cost (`prices`).
 
-use super::*;
+use super::{
+    absolute, ConfigError, Ctx, ModelPrice, Obj, OnErrorName, OnStoreError, Prices, RawPrice,
+    RawStore, RawWebhook, RedisStore, RedisTopology, StoreConfig, StoreName, TopologyName, Webhook,
+};
+use crate::config::prices;
 
 pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> {
     match s.kind {

@@ -1,7 +1,7 @@
 //! The `tool_loops` block: how many calls are compared, the ladder and
 //! the cycle, answer-loop and same-turn counts.
 
-use super::*;
+use super::{ConfigError, Ctx, RawToolLoops, ToolLoops, ToolStep, ToolStepName, Volatile};
 
 pub(super) fn tool_loops(
     ctx: &Ctx,
