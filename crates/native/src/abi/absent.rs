@@ -3,8 +3,6 @@
 //! links and runs without Envoy.
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
 
-use super::*;
-
 pub unsafe fn envoy_dynamic_module_callback_log(_level: u32, _message: ModuleBuffer) {}
 
 pub unsafe fn envoy_dynamic_module_callback_log_enabled(_level: u32) -> bool {

@@ -1,7 +1,9 @@
 //! The callbacks Envoy exports that loopguard calls, declared as the ABI
 //! header has them (unit tests link `absent.rs` instead).
 
-use super::*;
+use super::{
+    ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, ModuleBuffer, ModuleHeader, SchedulerPtr,
+};
 
 extern "C" {
     pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);

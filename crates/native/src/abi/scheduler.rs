@@ -2,7 +2,14 @@
 //! the configuration's (on the main thread), made, committed to and
 //! deleted.
 
-use super::*;
+use super::{
+    envoy_dynamic_module_callback_http_filter_config_scheduler_commit,
+    envoy_dynamic_module_callback_http_filter_config_scheduler_delete,
+    envoy_dynamic_module_callback_http_filter_config_scheduler_new,
+    envoy_dynamic_module_callback_http_filter_scheduler_commit,
+    envoy_dynamic_module_callback_http_filter_scheduler_delete,
+    envoy_dynamic_module_callback_http_filter_scheduler_new, ConfigPtr, FilterPtr, SchedulerPtr,
+};
 
 /// A scheduler for a stream: commits come back as
 /// `on_http_filter_scheduled` on its worker thread.
