@@ -3,6 +3,10 @@
 //! links and runs without Envoy.
 #![allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
 
+use super::{
+    ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, ModuleBuffer, ModuleHeader, SchedulerPtr,
+};
+
 pub unsafe fn envoy_dynamic_module_callback_log(_level: u32, _message: ModuleBuffer) {}
 
 pub unsafe fn envoy_dynamic_module_callback_log_enabled(_level: u32) -> bool {
