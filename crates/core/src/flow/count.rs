@@ -2,6 +2,7 @@
 //! at once; a shared store answers after a call, and when it fails the
 //! request is counted locally or passes, as `store.on_error` says.
 
+use super::asks::{Answer, Ask};
 use super::{
     count, count_opt, usage, Counted, Effect, Effects, Engine, Level, LogLimits, Phase, Request,
     State, Step, Waiting,
@@ -14,7 +15,7 @@ use crate::detect::fingerprint::Fingerprinted;
 use crate::metrics::{CallResult, WouldBe};
 use crate::state::store::BucketBackend;
 use crate::state::store::Hit;
-use crate::state::store::{CallReply, StoreAnswer, StoreFailure, StoreStep, WindowStore};
+use crate::state::store::{StoreAnswer, StoreFailure};
 use std::rc::Rc;
 
 impl<B: BucketBackend> Engine<B> {
@@ -72,122 +73,37 @@ impl<B: BucketBackend> Engine<B> {
         else {
             return Step::Continue;
         };
-        let step = match self.shared.as_mut() {
-            Some(shared) => shared.record(&hit),
-            None => StoreStep::Answer(self.local.record(&hit)),
-        };
-        match step {
-            StoreStep::Answer(answer) => {
-                r.counted = Some(counted(policy, detection, &hit, false));
-                self.act(r, policy, &made, phase, answer, now, now, out)
-            }
-            StoreStep::Call(call) => {
-                r.state = State::Waiting(Box::new(Waiting {
-                    token: None,
-                    policy,
-                    made,
-                    phase,
-                    hit,
-                    since_ms: now,
-                    resent: false,
-                }));
-                out.push(Effect::SendStoreCall(call));
-                Step::Pause
-            }
-        }
-    }
-
-    /// The host sent the store call ([`Effect::SendStoreCall`]) and got
-    /// `token`, or could not send it.
-    pub fn on_call_sent(
-        &mut self,
-        r: &mut Request,
-        sent: Result<u32, String>,
-        now: u64,
-        out: &mut Effects,
-    ) -> Step {
-        if matches!(r.state, State::Adding(_)) {
-            return self.on_write_sent(r, sent, out);
-        }
-        if matches!(r.state, State::Mcp(_)) {
-            return self.on_mcp_sent(r, sent, now, out);
-        }
-        if let State::Budget(w) = &mut r.state {
-            return match sent {
-                Ok(token) => {
-                    w.token = Some(token);
-                    Step::Pause
-                }
-                Err(why) => self.on_budget_call_failed(r, why, now, out),
+        if let Some(shared) = self.shared.as_ref() {
+            let call = shared.hit_of(&hit);
+            let waiting = Waiting {
+                policy,
+                made,
+                phase,
+                hit,
+                since_ms: now,
             };
+            return self.ask(r, call, Ask::Hit(Box::new(waiting)), out);
         }
-        let State::Waiting(w) = &mut r.state else {
-            return Step::Continue;
-        };
-        match sent {
-            Ok(token) => {
-                w.token = Some(token);
-                Step::Pause
-            }
-            Err(why) => {
-                let State::Waiting(w) = std::mem::take(&mut r.state) else {
-                    return Step::Continue;
-                };
-                out.push(count(self.registry.store_call(CallResult::Unavailable), 1));
-                let answer = self.store_failed(&w.hit, &StoreFailure::Unavailable(why), now, out);
-                r.counted = self.counted_at(w.policy, &w.hit, false);
-                match answer {
-                    Some(a) => self.act(r, w.policy, &w.made, w.phase, a, w.since_ms, now, out),
-                    None => Step::Continue,
-                }
-            }
-        }
+        let answer = self.local.record(&hit);
+        r.counted = Some(counted(policy, detection, &hit, false));
+        self.act(r, policy, &made, phase, answer, now, now, out)
     }
 
-    /// The reply to the store call `token` arrived. [`Step::Continue`]:
-    /// resume the request; [`Step::Pause`]: leave it as it is (held by a
-    /// throttle, answered with a 429, or the reply is not this request's).
-    pub fn on_store_reply(
+    /// The shared store's answer to a request's hit (or why none came):
+    /// acted on, or on a failure counted locally or passed, as
+    /// `store.on_error` says.
+    pub(super) fn on_hit_answer(
         &mut self,
         r: &mut Request,
-        token: u32,
-        reply: &CallReply,
+        w: Waiting,
+        answer: Answer<'_>,
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        if matches!(&r.state, State::Budget(w) if w.token == Some(token)) {
-            return self.on_budget_reply(r, reply, now, out);
-        }
-        if matches!(&r.state, State::Adding(w) if w.token == Some(token)) {
-            return self.on_write_reply(r, reply, out);
-        }
-        if matches!(&r.state, State::Mcp(w) if w.token == Some(token)) {
-            return self.on_mcp_reply(r, reply, now, out);
-        }
-        if !matches!(&r.state, State::Waiting(w) if w.token == Some(token)) {
-            // Not this request's call, or the request is gone (its client
-            // left): nothing to do.
-            return Step::Pause;
-        }
-        let State::Waiting(mut w) = std::mem::take(&mut r.state) else {
-            return Step::Pause;
-        };
-        if !w.resent {
-            // A Redis Cluster node without the script (a promoted replica,
-            // a restarted node): send the call once more with the whole
-            // script, which also caches it there.
-            if let Some(call) = self.shared.as_ref().and_then(|s| s.resend(&w.hit, reply)) {
-                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
-                w.resent = true;
-                w.token = None;
-                r.state = State::Waiting(w);
-                out.push(Effect::SendStoreCall(call));
-                return Step::Pause;
-            }
-        }
-        let answer = match self.shared.as_mut() {
-            Some(shared) => shared.complete(&w.hit, reply),
-            None => StoreAnswer::Failed(StoreFailure::Backend),
+        let answer = match (answer, self.shared.as_mut()) {
+            (Ok(reply), Some(shared)) => shared.complete(reply),
+            (Ok(_), None) => StoreAnswer::Failed(StoreFailure::Backend),
+            (Err(f), _) => StoreAnswer::Failed(f),
         };
         let result = CallResult::of(match &answer {
             StoreAnswer::Ready(_) => None,

@@ -13,10 +13,10 @@
 //! Redis fails, `store.on_error` says whether the call is judged by this
 //! replica's own history (`local`) or passes unjudged (`allow`).
 
+use super::asks::{Answer, Ask};
 use super::writes::{McpAdd, Write};
 use super::{
-    count, count_opt, usage, Effect, Effects, Engine, Level, Request, State, Step,
-    TOOL_EVENT_WINDOW_MS,
+    count, count_opt, usage, Effect, Effects, Engine, Level, Request, Step, TOOL_EVENT_WINDOW_MS,
 };
 use crate::act::reply::LocalReply;
 use crate::act::{events, mcp_reply};
@@ -32,7 +32,7 @@ use crate::response::{
 use crate::state::mcp_sessions::{self, HistoryId, Recent};
 use crate::state::redis::mcp::parse_history;
 use crate::state::store::BucketBackend;
-use crate::state::store::{CallReply, Hit, StoreAnswer, StoreFailure};
+use crate::state::store::{Hit, StoreAnswer};
 use crate::state::window::WindowQuery;
 use std::rc::Rc;
 
@@ -57,11 +57,7 @@ pub(super) struct McpStream {
 /// the answer goes to the client).
 #[derive(Debug)]
 pub(super) struct McpWait {
-    pub(super) token: Option<u32>,
-    resent: bool,
     id: HistoryId,
-    at: u64,
-    window_ms: u64,
     ask: McpAsk,
 }
 
@@ -203,17 +199,9 @@ impl<B: BucketBackend> Engine<B> {
         count_opt(out, self.registry.mcp_calls(stream.policy), 1);
         let id = history_id(r.caller, cfg, stream, self.mcp_seed);
         if let Some(shared) = self.shared.as_ref() {
-            let ask = shared.mcp_of(id.key, cfg.window_ms, now, None);
-            out.push(Effect::SendStoreCall(shared.send(&ask, false)));
-            r.state = State::Mcp(Box::new(McpWait {
-                token: None,
-                resent: false,
-                id,
-                at: now,
-                window_ms: cfg.window_ms,
-                ask: McpAsk::History(call),
-            }));
-            return Step::Pause;
+            let read = shared.mcp_of(id.key, cfg.window_ms, now, None);
+            let ask = McpAsk::History(call);
+            return self.ask(r, read, Ask::Mcp(McpWait { id, ask }), out);
         }
         let recent = self.local_history(policy, cfg, id, now, out);
         self.judge_mcp(r, policy, cfg, call, id, recent, now, out)
@@ -318,94 +306,23 @@ impl<B: BucketBackend> Engine<B> {
         self.answer_mcp(r, index, policy, cfg, &call, &v, (id, snapshot), now, out)
     }
 
-    /// The host sent the MCP request's store call (`token`), or could not.
-    pub(super) fn on_mcp_sent(
+    /// The shared store's answer to the MCP request's call (or why none
+    /// came): judge the call by the history read (by this replica's own
+    /// when the store failed and `store.on_error` is `local`; passed
+    /// unjudged when `allow`), or send loopguard's answer now that the
+    /// store has it.
+    pub(super) fn on_mcp_answer(
         &mut self,
         r: &mut Request,
-        sent: Result<u32, String>,
+        w: McpWait,
+        answer: Answer<'_>,
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        let State::Mcp(w) = &mut r.state else {
-            return Step::Continue;
-        };
-        match sent {
-            Ok(token) => {
-                w.token = Some(token);
-                Step::Pause
-            }
-            Err(why) => {
-                out.push(count(self.registry.store_call(CallResult::Unavailable), 1));
-                let failed = CallReply::default();
-                self.mcp_answered(r, &failed, Err(StoreFailure::Unavailable(why)), now, out)
-            }
-        }
-    }
-
-    /// The shared store answered the MCP request's call.
-    pub(super) fn on_mcp_reply(
-        &mut self,
-        r: &mut Request,
-        reply: &CallReply,
-        now: u64,
-        out: &mut Effects,
-    ) -> Step {
-        let State::Mcp(w) = &mut r.state else {
-            return Step::Continue;
-        };
-        let status = reply.status.as_deref();
-        let resend = !w.resent
-            && self
-                .shared
-                .as_ref()
-                .is_some_and(|s| s.needs_script(status, &reply.body));
-        if let (true, Some(shared)) = (resend, self.shared.as_ref()) {
-            let entry = match &w.ask {
-                McpAsk::History(_) => None,
-                McpAsk::Answer(_, add) => Some(add.entry),
-            };
-            let ask = shared.mcp_of(w.id.key, w.window_ms, w.at, entry.as_ref());
-            out.push(count(self.registry.store_call(CallResult::NoScript), 1));
-            out.push(Effect::SendStoreCall(shared.send(&ask, true)));
-            if let State::Mcp(w) = &mut r.state {
-                w.resent = true;
-                w.token = None;
-            }
-            return Step::Pause;
-        }
-        let read = match &w.ask {
-            McpAsk::History(_) => parse_history(status, &reply.body),
-            McpAsk::Answer(..) => Ok(Recent::default()),
-        };
-        if matches!(w.ask, McpAsk::History(_)) {
-            out.push(count(
-                self.registry
-                    .store_call(CallResult::of(read.as_ref().err())),
-                1,
-            ));
-        }
-        self.mcp_answered(r, reply, read, now, out)
-    }
-
-    /// The store's answer to the MCP request's call: judge the call by the
-    /// history read (by this replica's own when the store failed and
-    /// `store.on_error` is `local`; passed unjudged when `allow`), or send
-    /// loopguard's answer now that the store has it.
-    fn mcp_answered(
-        &mut self,
-        r: &mut Request,
-        reply: &CallReply,
-        read: Result<Recent, StoreFailure>,
-        now: u64,
-        out: &mut Effects,
-    ) -> Step {
-        let State::Mcp(w) = std::mem::take(&mut r.state) else {
-            return Step::Continue;
-        };
-        let McpWait { id, ask, .. } = *w;
+        let McpWait { id, ask } = w;
         let call = match ask {
             McpAsk::Answer(reply_to_client, add) => {
-                self.write_answered(&Write::Mcp(add), reply.status.as_deref(), &reply.body, out);
+                self.write_done(&Write::Mcp(add), answer, out);
                 out.push(Effect::LocalReply(
                     *reply_to_client,
                     "loopguard_mcp_loop_detected",
@@ -414,6 +331,9 @@ impl<B: BucketBackend> Engine<B> {
             }
             McpAsk::History(call) => call,
         };
+        let read = answer.and_then(|reply| parse_history(reply.status.as_deref(), &reply.body));
+        let result = CallResult::of(read.as_ref().err());
+        out.push(count(self.registry.store_call(result), 1));
         let config = Rc::clone(&self.config);
         let Some(policy) = r.mcp.as_ref().and_then(|s| config.policies.get(s.policy)) else {
             return Step::Continue;
@@ -519,17 +439,9 @@ impl<B: BucketBackend> Engine<B> {
             window_ms: cfg.window_ms,
             at: now,
         };
-        let ask = shared.mcp_of(id.key, cfg.window_ms, now, Some(&answered));
-        out.push(Effect::SendStoreCall(shared.send(&ask, false)));
-        r.state = State::Mcp(Box::new(McpWait {
-            token: None,
-            resent: false,
-            id,
-            at: now,
-            window_ms: cfg.window_ms,
-            ask: McpAsk::Answer(Box::new(reply), add),
-        }));
-        Step::Pause
+        let write = shared.mcp_of(id.key, cfg.window_ms, now, Some(&answered));
+        let ask = McpAsk::Answer(Box::new(reply), add);
+        self.ask(r, write, Ask::Mcp(McpWait { id, ask }), out)
     }
 
     /// A loop was acted on (a note added, the call answered; in shadow

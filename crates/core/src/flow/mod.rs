@@ -17,6 +17,7 @@
 //! [`BucketBackend`], the throttle queue, the hold probe, the alert queue);
 //! one [`Request`] per stream holds where that request is.
 
+mod asks;
 mod body;
 mod budget;
 mod count;
@@ -165,15 +166,10 @@ enum State {
     Buffering { policy: usize, pending: Pending },
     /// Paused by a throttle until a tick resumes it.
     Held,
-    /// Paused until the shared store answers.
-    Waiting(Box<Waiting>),
-    /// Paused until the shared store answers a budget check.
-    Budget(Box<budget::BudgetWait>),
-    /// The response's end held until the shared store has a write.
-    Adding(Box<writes::HeldWrite>),
-    /// An MCP call waiting for the shared store (its history, or until the
-    /// store has loopguard's answer to it).
-    Mcp(Box<mcp::McpWait>),
+    /// Paused until the shared store answers a call (a loop's hit, a
+    /// budget check, an MCP history), or the response's end held until it
+    /// has a write.
+    Asking(Box<asks::Asking>),
     /// The client left.
     Done,
 }
@@ -181,8 +177,6 @@ enum State {
 /// A request waiting for the shared store's answer.
 #[derive(Debug)]
 struct Waiting {
-    /// The call's token, once the host has sent it.
-    token: Option<u32>,
     policy: usize,
     made: Fingerprinted,
     phase: Phase,
@@ -190,9 +184,6 @@ struct Waiting {
     /// When the request started waiting: a throttle's delay counts from
     /// here, so the store's latency is part of it.
     since_ms: u64,
-    /// The call was sent again with the whole script after a `NOSCRIPT`
-    /// (at most once).
-    resent: bool,
 }
 
 /// One stream's request, as the engine tracks it.
@@ -362,7 +353,7 @@ impl Request {
     /// host resumes the response when [`Engine::on_store_reply`] says
     /// [`Step::Continue`].
     pub fn response_held(&self) -> bool {
-        matches!(self.state, State::Adding(_))
+        matches!(&self.state, State::Asking(a) if matches!(a.what, asks::Ask::Held(_)))
     }
 
     /// The body length buffered so far (for reading it at the trailers).

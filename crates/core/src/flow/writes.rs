@@ -7,13 +7,13 @@
 //! `NOSCRIPT` answer sends it once more with the whole script; a write
 //! lost or failed is counted as what it was for (the local table has it).
 
-use super::{budget, count, count_opt, Effect, Effects, Engine, Request, State, Step};
+use super::asks::{Answer, Ask};
+use super::{budget, count, count_opt, Effect, Effects, Engine, Request, Step};
 use crate::detect::mcp::Entry;
 use crate::metrics::mcp::{self as m, McpUnjudged};
 use crate::metrics::CallResult;
 use crate::state::redis::{self, Call};
 use crate::state::store::BucketBackend;
-use crate::state::store::CallReply;
 use crate::state::store::StoreCall;
 use crate::state::store::TakeBack;
 
@@ -44,13 +44,6 @@ pub(super) struct McpAdd {
 pub(super) struct Sending {
     pub(super) write: Write,
     pub(super) resent: bool,
-}
-
-/// A response held until the shared store has its write.
-#[derive(Debug)]
-pub(super) struct HeldWrite {
-    pub(super) token: Option<u32>,
-    pub(super) sending: Sending,
 }
 
 /// Writes waiting for the tick or for their answers, at most (more are
@@ -93,23 +86,18 @@ impl<B: BucketBackend> Engine<B> {
         hold: bool,
         out: &mut Effects,
     ) -> Step {
-        let sending = Sending {
-            write,
-            resent: false,
-        };
         if !hold {
+            let sending = Sending {
+                write,
+                resent: false,
+            };
             self.queue_write(sending, out);
             return Step::Continue;
         }
-        let Some(call) = self.write_request(&sending) else {
-            return Step::Continue;
-        };
-        r.state = State::Adding(Box::new(HeldWrite {
-            token: None,
-            sending,
-        }));
-        out.push(Effect::SendStoreCall(call));
-        Step::Pause
+        match self.write_call(&write) {
+            Some(call) => self.ask(r, call, Ask::Held(write), out),
+            None => Step::Continue,
+        }
     }
 
     /// Queue a write for the root context (sent at the tick).
@@ -124,55 +112,15 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
-    /// The held response's write was sent (`token`) or could not be.
-    pub(super) fn on_write_sent(
-        &mut self,
-        r: &mut Request,
-        sent: Result<u32, String>,
-        out: &mut Effects,
-    ) -> Step {
-        let State::Adding(w) = &mut r.state else {
-            return Step::Continue;
-        };
-        match sent {
-            Ok(token) => {
-                w.token = Some(token);
-                Step::Pause
-            }
-            Err(_) => {
-                let State::Adding(w) = std::mem::take(&mut r.state) else {
-                    return Step::Continue;
-                };
-                self.write_lost(&w.sending.write, out);
-                Step::Continue
+    /// A held write's answer (or why none came).
+    pub(super) fn write_done(&mut self, w: &Write, answer: Answer<'_>, out: &mut Effects) {
+        match answer {
+            Ok(reply) => self.write_answered(w, reply.status.as_deref(), &reply.body, out),
+            Err(f) => {
+                out.push(count(self.registry.store_call(CallResult::of(Some(&f))), 1));
+                self.write_lost(w, out);
             }
         }
-    }
-
-    /// The shared store answered the held response's write: the response
-    /// goes on (after one resend with the whole script on `NOSCRIPT`).
-    pub(super) fn on_write_reply(
-        &mut self,
-        r: &mut Request,
-        reply: &CallReply,
-        out: &mut Effects,
-    ) -> Step {
-        let State::Adding(mut w) = std::mem::take(&mut r.state) else {
-            return Step::Continue;
-        };
-        let status = reply.status.as_deref();
-        if let Some(again) = self.write_again(&w.sending, status, &reply.body) {
-            if let Some(call) = self.write_request(&again) {
-                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
-                w.sending = again;
-                w.token = None;
-                r.state = State::Adding(w);
-                out.push(Effect::SendStoreCall(call));
-                return Step::Pause;
-            }
-        }
-        self.write_answered(&w.sending.write, status, &reply.body, out);
-        Step::Continue
     }
 
     /// A root write was sent (`token`) or could not be.

@@ -1,11 +1,11 @@
 //! Where window state lives.
 //!
-//! A [`WindowStore`] records one hit and answers the window state. The
-//! local store ([`SlotStore`]) answers at once from the bounded slot table
-//! over any [`BucketBackend`] with compare-and-swap (Envoy shared data in
-//! the host, a map in tests). The answer type leaves room for a store that
-//! answers later, so callers always go: fingerprint, then the store's
-//! answer, then a pure decision.
+//! The local store ([`SlotStore`]) records one hit and answers the window
+//! state at once, from the bounded slot table over any [`BucketBackend`]
+//! with compare-and-swap (Envoy shared data in the host, a map in tests);
+//! the shared store ([`crate::state::redis`]) answers the same
+//! ([`StoreAnswer`]) after a call. Callers always go: fingerprint, then
+//! the store's answer, then a pure decision.
 
 use crate::detect::fingerprint::Fingerprint;
 use crate::detect::similarity::Signature;
@@ -101,15 +101,6 @@ pub struct TakeBack {
     pub forgiveness: Forgiveness,
 }
 
-/// What a store does with a hit: answer now (the local table), or ask the
-/// host to send a call whose reply [`WindowStore::complete`] turns into the
-/// same answer (Redis through webdis).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreStep {
-    Answer(StoreAnswer),
-    Call(StoreCall),
-}
-
 /// An HTTP call the host sends through an Envoy cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreCall {
@@ -183,16 +174,6 @@ impl std::fmt::Display for StoreFailure {
             StoreFailure::Reply(msg) => write!(f, "unusable answer: {msg}"),
         }
     }
-}
-
-/// Where window state lives: one interface for the local table and a
-/// shared store.
-pub trait WindowStore {
-    /// Record `hit`: the answer, or a call to send first.
-    fn record(&mut self, hit: &Hit) -> StoreStep;
-    /// The answer to `hit` from the reply to the call [`Self::record`]
-    /// asked for.
-    fn complete(&mut self, hit: &Hit, reply: &CallReply) -> StoreAnswer;
 }
 
 /// Outcome of a conditional write.
@@ -307,17 +288,6 @@ impl<B: BucketBackend> SlotStore<B> {
             }
         }
         Err(StoreFailure::Contention)
-    }
-}
-
-impl<B: BucketBackend> WindowStore for SlotStore<B> {
-    fn record(&mut self, hit: &Hit) -> StoreStep {
-        StoreStep::Answer(SlotStore::record(self, hit))
-    }
-
-    /// The local table never asks for a call.
-    fn complete(&mut self, _hit: &Hit, _reply: &CallReply) -> StoreAnswer {
-        StoreAnswer::Failed(StoreFailure::Backend)
     }
 }
 

@@ -9,12 +9,13 @@ use crate::act::events;
 use crate::config::budget::Budget;
 use crate::config::Policy;
 use crate::config::{Mode, OnStoreError};
-use crate::flow::{count, count_opt, Effect, Effects, Engine, Level, Phase, Request, State, Step};
+use crate::flow::asks::{Answer, Ask};
+use crate::flow::{count, count_opt, Effect, Effects, Engine, Level, Phase, Request, Step};
 use crate::metrics::CallResult;
 use crate::state::budget::slice_ms;
 use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::BucketBackend;
-use crate::state::store::{CallReply, StoreFailure};
+use crate::state::store::StoreFailure;
 use std::rc::Rc;
 
 impl<B: BucketBackend> Engine<B> {
@@ -41,16 +42,9 @@ impl<B: BucketBackend> Engine<B> {
                 .act_on_budget(r, &standings, phase, now, out)
                 .map(|()| after);
         };
-        let call = shared.budget(r.caller, &self.budget_call_keys(r), now);
-        r.state = State::Budget(Box::new(BudgetWait {
-            token: None,
-            after,
-            phase,
-            at: now,
-            resent: false,
-        }));
-        out.push(Effect::SendStoreCall(call));
-        Err(Step::Pause)
+        let call = shared.budget_of(r.caller, &self.budget_call_keys(r), now);
+        let wait = BudgetWait { after, phase };
+        Err(self.ask(r, call, Ask::Budget(wait), out))
     }
 
     /// Check the keys known so far (a request with no body, or one whose
@@ -140,33 +134,20 @@ impl<B: BucketBackend> Engine<B> {
         standings
     }
 
-    /// The shared store answered the budget check `token`.
-    pub(in crate::flow) fn on_budget_reply(
+    /// The shared store's answer to the budget check (or why none came):
+    /// the standings acted on, this process's own sums on a failure (or
+    /// the request passes), as `store.on_error` says.
+    pub(in crate::flow) fn on_budget_answer(
         &mut self,
         r: &mut Request,
-        reply: &CallReply,
+        w: BudgetWait,
+        answer: Answer<'_>,
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        let State::Budget(mut w) = std::mem::take(&mut r.state) else {
-            return Step::Pause;
-        };
-        if !w.resent {
-            let keys = self.budget_call_keys(r);
-            let again = self.shared.as_ref().and_then(|s| {
-                s.resend_budget(r.caller, &keys, w.at, reply.status.as_deref(), &reply.body)
-            });
-            if let Some(call) = again {
-                out.push(count(self.registry.store_call(CallResult::NoScript), 1));
-                w.resent = true;
-                w.token = None;
-                r.state = State::Budget(w);
-                out.push(Effect::SendStoreCall(call));
-                return Step::Pause;
-            }
-        }
         let n = r.budget.as_ref().map_or(0, |b| b.keys.len());
-        let answer = budget_answer(reply.status.as_deref(), &reply.body, n);
+        let answer =
+            answer.and_then(|reply| budget_answer(reply.status.as_deref(), &reply.body, n));
         let result = CallResult::of(answer.as_ref().err());
         out.push(count(self.registry.store_call(result), 1));
         let standings = match answer {
@@ -195,27 +176,6 @@ impl<B: BucketBackend> Engine<B> {
             Ok(()) => self.after_budget(r, w.after, w.phase, now, out),
             Err(step) => step,
         }
-    }
-
-    /// The budget check's call could not be sent.
-    pub(in crate::flow) fn on_budget_call_failed(
-        &mut self,
-        r: &mut Request,
-        why: String,
-        now: u64,
-        out: &mut Effects,
-    ) -> Step {
-        let State::Budget(w) = std::mem::take(&mut r.state) else {
-            return Step::Continue;
-        };
-        out.push(count(self.registry.store_call(CallResult::Unavailable), 1));
-        let standings = self.budget_store_failed(r, &StoreFailure::Unavailable(why), now, out);
-        if let Some(s) = standings {
-            if let Err(step) = self.act_on_budget(r, &s, w.phase, now, out) {
-                return step;
-            }
-        }
-        self.after_budget(r, w.after, w.phase, now, out)
     }
 
     /// The request goes on after its budget check: its hit is counted next,

@@ -127,12 +127,8 @@ pub(super) struct After {
 /// A request waiting for the shared store's budget answer.
 #[derive(Debug)]
 pub(super) struct BudgetWait {
-    pub(super) token: Option<u32>,
     after: Option<After>,
     phase: Phase,
-    /// When the check was sent (the keys' time in the store).
-    at: u64,
-    resent: bool,
 }
 
 /// Spending added in the shared store (a held response's, or from the

@@ -17,7 +17,7 @@
 //! dollars is 10^12 micro-dollars).
 
 use super::{Call, Entry, RedisStore};
-use crate::state::store::{StoreCall, StoreFailure};
+use crate::state::store::StoreFailure;
 use serde_json::Value;
 
 /// The largest amount, cap or time a call carries: Lua's numbers are
@@ -69,27 +69,6 @@ impl RedisStore {
     /// The library call adding to and checking a request's budget keys.
     pub fn budget_of(&self, caller: u64, keys: &[BudgetKey], now_ms: u64) -> Call {
         budget_call(&self.namespace, caller, keys, now_ms)
-    }
-
-    /// The call adding to and checking a request's budget keys (all of one
-    /// caller). Its reply is read by [`parse_budget`].
-    pub fn budget(&self, caller: u64, keys: &[BudgetKey], now_ms: u64) -> StoreCall {
-        self.send(&self.budget_of(caller, keys, now_ms), false)
-    }
-
-    /// [`Self::budget`] again with the whole script, when its reply says
-    /// the node had not cached it (`NOSCRIPT`, a Redis Cluster only).
-    /// `None`: the reply is not that.
-    pub fn resend_budget(
-        &self,
-        caller: u64,
-        keys: &[BudgetKey],
-        now_ms: u64,
-        status: Option<&str>,
-        body: &[u8],
-    ) -> Option<StoreCall> {
-        self.needs_script(status, body)
-            .then(|| self.send(&self.budget_of(caller, keys, now_ms), true))
     }
 }
 

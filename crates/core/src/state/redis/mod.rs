@@ -19,14 +19,12 @@ pub use wire::{encode_arg, is_noscript, parse_reply, parse_take_back, Entry, Inv
 use crate::config::{self, RedisTopology};
 use crate::detect::fingerprint::Fingerprint;
 use crate::state::store::{
-    CallReply, Hit, StoreAnswer, StoreCall, StoreFailure, StoreReceipt, StoreStep, TakeBack,
-    WindowStore,
+    CallReply, Hit, StoreAnswer, StoreCall, StoreFailure, StoreReceipt, TakeBack,
 };
 use wire::command;
 
-/// The shared store: one call of the Lua library per hit through webdis.
-/// It never answers at once: [`WindowStore::record`] asks the host to send
-/// the call, and [`WindowStore::complete`] reads the reply.
+/// The shared store: calls of the Lua library through webdis. The flow
+/// sends each ([`RedisStore::send`]) and reads its answer.
 pub struct RedisStore {
     cfg: config::RedisStore,
     /// The plugin's name: keeps deployments sharing one Redis apart.
@@ -95,48 +93,21 @@ impl RedisStore {
         self.script.is_some() && is_noscript(status, body)
     }
 
+    /// The library call recording a hit (`loopguard_hit`, or
+    /// `loopguard_near`).
+    pub fn hit_of(&self, hit: &Hit) -> Call {
+        hit_call(&self.namespace, hit, &self.nonce(hit.id))
+    }
+
     /// The library call taking a hit back (`loopguard_forgive`).
     pub fn take_back_of(&self, t: &TakeBack) -> Call {
         take_back_call(&self.namespace, t, &self.nonce(t.id))
     }
-
-    /// The call taking a hit back (`loopguard_forgive`): its attempt was
-    /// failed by the provider. Its reply is read by [`parse_take_back`].
-    pub fn take_back(&self, t: &TakeBack) -> StoreCall {
-        self.send(&self.take_back_of(t), false)
-    }
-
-    /// The hit's call again with the whole script, when its reply says the
-    /// node had not cached it (`NOSCRIPT`: a replica promoted by a
-    /// failover, a restarted node). `None`: the reply is not that.
-    pub fn resend(&self, hit: &Hit, reply: &CallReply) -> Option<StoreCall> {
-        if self.script.is_none() || !is_noscript(reply.status.as_deref(), &reply.body) {
-            return None;
-        }
-        let body = call_body(&self.namespace, hit, &self.nonce(hit.id), self.invoke(true));
-        Some(self.call(body))
-    }
-
-    /// [`Self::resend`] for a take-back.
-    pub fn resend_take_back(
-        &self,
-        t: &TakeBack,
-        status: Option<&str>,
-        body: &[u8],
-    ) -> Option<StoreCall> {
-        self.needs_script(status, body)
-            .then(|| self.send(&self.take_back_of(t), true))
-    }
 }
 
-impl WindowStore for RedisStore {
-    fn record(&mut self, hit: &Hit) -> StoreStep {
-        let nonce = self.nonce(hit.id);
-        let body = call_body(&self.namespace, hit, &nonce, self.invoke(false));
-        StoreStep::Call(self.call(body))
-    }
-
-    fn complete(&mut self, _hit: &Hit, reply: &CallReply) -> StoreAnswer {
+impl RedisStore {
+    /// The window state a hit's call answered (or why it is unusable).
+    pub fn complete(&self, reply: &CallReply) -> StoreAnswer {
         let Some(status) = &reply.status else {
             return StoreAnswer::Failed(no_answer());
         };
@@ -230,11 +201,6 @@ pub fn hit_call(namespace: &str, hit: &Hit, nonce: &str) -> Call {
     }
 }
 
-/// The webdis request body recording one hit.
-pub fn call_body(namespace: &str, hit: &Hit, nonce: &str, invoke: Invoke) -> String {
-    hit_call(namespace, hit, nonce).body(invoke)
-}
-
 /// The keys of what a record forgave: beside its log, in its hash tag.
 fn forgiven_key(log_key: &str) -> String {
     format!("{log_key}fg")
@@ -256,11 +222,6 @@ pub fn take_back_call(namespace: &str, t: &TakeBack, nonce: &str) -> Call {
             t.forgiveness.max.to_string(),
         ],
     }
-}
-
-/// The webdis request body taking back the hit logged as `nonce`.
-pub fn take_back_body(namespace: &str, t: &TakeBack, nonce: &str, invoke: Invoke) -> String {
-    take_back_call(namespace, t, nonce).body(invoke)
 }
 
 #[cfg(test)]

@@ -26,12 +26,7 @@ fn encodes_separators_and_extensions() {
 #[test]
 fn call_body_carries_keys_and_policy_numbers() {
     let fp = Fingerprint([0xab; 16]);
-    let body = call_body(
-        "edge-1",
-        &Hit::exact(fp, 0, q()),
-        "7f.3/x",
-        Invoke::Function,
-    );
+    let body = hit_call("edge-1", &Hit::exact(fp, 0, q()), "7f.3/x").body(Invoke::Function);
     let hex = "ab".repeat(16);
     assert_eq!(
         body,
@@ -59,7 +54,7 @@ fn a_near_hit_calls_the_near_function_with_its_signature() {
         }),
         id: 1,
     };
-    let body = call_body("edge-1", &hit, "n1", Invoke::Function);
+    let body = hit_call("edge-1", &hit, "n1").body(Invoke::Function);
     let hex = "cd".repeat(16);
     let sig = format!(
         "0102030400000000{}{}{}",
@@ -78,14 +73,14 @@ fn a_failed_attempt_is_taken_back_by_its_nonce() {
     let fp = Fingerprint([0xab; 16]);
     let mut hit = Hit::exact(fp, 7, q());
     hit.id = 0x2a;
-    let call = store(RedisTopology::Single).take_back(&hit.take_back(3));
+    let single = store(RedisTopology::Single);
     let hex = "ab".repeat(16);
     assert_eq!(
-        String::from_utf8(call.body).unwrap(),
+        body_of(&single, &single.take_back_of(&hit.take_back(3)), false),
         format!("FCALL/loopguard_forgive/2/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:wfg/beef-2a/60000/3")
     );
     // The hit's own call logs it under the same member.
-    assert!(body_of(store(RedisTopology::Single).record(&hit)).ends_with("/beef-2a"));
+    assert!(body_of(&single, &single.hit_of(&hit), false).ends_with("/beef-2a"));
     assert_eq!(
         parse_take_back("200", br#"{"FCALL":1}"#),
         Ok(Forgave::Forgiven)
@@ -173,11 +168,10 @@ fn store(topology: RedisTopology) -> RedisStore {
     )
 }
 
-fn body_of(step: StoreStep) -> String {
-    let StoreStep::Call(call) = step else {
-        panic!("the shared store always calls");
-    };
-    String::from_utf8(call.body).unwrap()
+/// The webdis body `store` sends for `call` (`full`: with the whole
+/// script).
+fn body_of(store: &RedisStore, call: &Call, full: bool) -> String {
+    String::from_utf8(store.send(call, full).body).unwrap()
 }
 
 #[test]
@@ -187,16 +181,16 @@ fn a_cluster_store_calls_the_script_by_its_sha1_with_the_entry_first() {
     hit.id = 0x2a;
     let sha = Script::shipped().sha1;
     let hex = "ab".repeat(16);
+    let (cluster, single) = (store(RedisTopology::Cluster), store(RedisTopology::Single));
     assert_eq!(
-        body_of(store(RedisTopology::Cluster).record(&hit)),
+        body_of(&cluster, &cluster.hit_of(&hit), false),
         format!("EVALSHA/{sha}/3/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:cd/lg:edge-1:{{{hex}}}:ev/loopguard_hit/60000/5/5/30000/3/60000/beef-2a")
     );
     // The single-node store is unchanged: the function, by name.
-    assert!(body_of(store(RedisTopology::Single).record(&hit))
+    assert!(body_of(&single, &single.hit_of(&hit), false)
         .starts_with("FCALL/loopguard_hit/3/lg:edge-1:"));
-    let take_back = store(RedisTopology::Cluster).take_back(&hit.take_back(3));
     assert_eq!(
-        String::from_utf8(take_back.body).unwrap(),
+        body_of(&cluster, &cluster.take_back_of(&hit.take_back(3)), false),
         format!("EVALSHA/{sha}/2/lg:edge-1:{{{hex}}}:w/lg:edge-1:{{{hex}}}:wfg/loopguard_forgive/beef-2a/60000/3")
     );
 }
@@ -204,24 +198,21 @@ fn a_cluster_store_calls_the_script_by_its_sha1_with_the_entry_first() {
 #[test]
 fn noscript_resends_the_whole_script_once_the_cluster_store_sees_it() {
     let hit = Hit::exact(Fingerprint([0xab; 16]), 0, q());
-    let noscript = CallReply {
-        status: Some("200".into()),
-        body: br#"{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}"#.to_vec(),
-    };
+    let noscript = br#"{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}"#;
     let cluster = store(RedisTopology::Cluster);
-    let again = cluster.resend(&hit, &noscript).expect("a resend");
-    let body = String::from_utf8(again.body).unwrap();
+    assert!(cluster.needs_script(Some("200"), noscript));
+    let body = body_of(&cluster, &cluster.hit_of(&hit), true);
     let script = Script::shipped();
     let sent = format!("EVAL/{}/3/", encode_arg(&script.source));
     assert!(body.starts_with(&sent), "{}", &body[..80]);
-    let cached = body_of(store(RedisTopology::Cluster).record(&hit));
+    let cached = body_of(&cluster, &cluster.hit_of(&hit), false);
     assert_eq!(
         &body[sent.len()..],
         &cached[cached.find("/3/").unwrap() + 3..],
         "the same keys and arguments"
     );
-    // Anything else is not a resend: an answer, another error, a 503, no
-    // answer, and the single-node store never resends.
+    // Anything else is not a NOSCRIPT: an answer, another error, a 503, no
+    // answer; and the single-node store never needs the script.
     for (status, reply) in [
         (Some("200"), &br#"{"EVALSHA":[1,0,0,-1]}"#[..]),
         (Some("200"), br#"{"EVALSHA":[false,"upstream failure"]}"#),
@@ -229,22 +220,11 @@ fn noscript_resends_the_whole_script_once_the_cluster_store_sees_it() {
         (Some("503"), br#"{"EVALSHA":[false,"NOSCRIPT"]}"#),
         (None, b""),
     ] {
-        let reply = CallReply {
-            status: status.map(str::to_string),
-            body: reply.to_vec(),
-        };
-        assert!(cluster.resend(&hit, &reply).is_none(), "{reply:?}");
+        assert!(!cluster.needs_script(status, reply), "{status:?}");
     }
-    assert!(store(RedisTopology::Single)
-        .resend(&hit, &noscript)
-        .is_none());
-    let t = hit.take_back(2);
-    let tb = cluster
-        .resend_take_back(&t, Some("200"), &noscript.body)
-        .expect("a take-back resend");
-    assert!(String::from_utf8(tb.body)
-        .unwrap()
-        .starts_with(&sent.replace("/3/", "/2/")));
+    assert!(!store(RedisTopology::Single).needs_script(Some("200"), noscript));
+    let tb = body_of(&cluster, &cluster.take_back_of(&hit.take_back(2)), true);
+    assert!(tb.starts_with(&sent.replace("/3/", "/2/")));
 }
 
 #[test]
@@ -334,13 +314,14 @@ fn a_budget_call_carries_the_time_then_each_key_s_numbers() {
         ]
     );
     let tag = "lg:edge-1:{b00000000000000ab}";
+    let (single, cluster) = (store(RedisTopology::Single), store(RedisTopology::Cluster));
     assert_eq!(
-        body_of_call(store(RedisTopology::Single).budget(0xab, &keys, 1_700_000_123_456)),
+        body_of(&single, &single.budget_of(0xab, &keys, 1_700_000_123_456), false),
         format!("FCALL/loopguard_budget/2/{tag}:0123456789abcdef/{tag}:0000000000000007/1700000123456/60000/1500/5000000/1000/0/0")
     );
     let sha = Script::shipped().sha1;
     assert_eq!(
-        body_of_call(store(RedisTopology::Cluster).budget(0xab, &keys, 1_700_000_123_456)),
+        body_of(&cluster, &cluster.budget_of(0xab, &keys, 1_700_000_123_456), false),
         format!("EVALSHA/{sha}/2/{tag}:0123456789abcdef/{tag}:0000000000000007/loopguard_budget/1700000123456/60000/1500/5000000/1000/0/0")
     );
     // Past what Lua counts exactly, numbers are sent as 2^53 - 1; a slice is
@@ -411,10 +392,6 @@ fn eight_caps_of_one_caller_go_in_one_call() {
     assert_eq!(read[7], (14, 15));
 }
 
-fn body_of_call(call: StoreCall) -> String {
-    String::from_utf8(call.body).unwrap()
-}
-
 #[test]
 fn budget_answers_are_read_key_by_key() {
     for command in ["FCALL", "EVALSHA", "EVAL"] {
@@ -473,30 +450,16 @@ fn budget_answers_are_read_key_by_key() {
 #[test]
 fn noscript_resends_a_budget_call_with_the_whole_script() {
     let keys = budget_keys_of_a_request();
-    let noscript = br#"{"EVALSHA":[false,"NOSCRIPT No matching script. Please use EVAL."]}"#;
     let cluster = store(RedisTopology::Cluster);
-    let again = cluster
-        .resend_budget(0xab, &keys, 42, Some("200"), noscript)
-        .expect("a resend");
-    let body = body_of_call(again);
+    let call = cluster.budget_of(0xab, &keys, 42);
+    let body = body_of(&cluster, &call, true);
     let sent = format!("EVAL/{}/2/", encode_arg(&Script::shipped().source));
     assert!(body.starts_with(&sent), "{}", &body[..80]);
-    let cached = body_of_call(cluster.budget(0xab, &keys, 42));
+    let cached = body_of(&cluster, &call, false);
     assert_eq!(
         &body[sent.len()..],
         &cached[cached.find("/2/").unwrap() + 3..],
         "the same keys and arguments"
     );
     assert!(body.ends_with("/loopguard_budget/42/60000/1500/5000000/1000/0/0"));
-    // Not a NOSCRIPT, or a single node: no resend.
-    assert!(cluster
-        .resend_budget(0xab, &keys, 42, Some("200"), br#"{"EVALSHA":[0,0,0,0]}"#)
-        .is_none());
-    assert!(cluster.resend_budget(0xab, &keys, 42, None, b"").is_none());
-    assert!(cluster
-        .resend_budget(0xab, &keys, 42, Some("503"), noscript)
-        .is_none());
-    assert!(store(RedisTopology::Single)
-        .resend_budget(0xab, &keys, 42, Some("200"), noscript)
-        .is_none());
 }
