@@ -5,6 +5,7 @@ use crate::act::decision::Decision;
 use crate::config::{Mode, Webhook};
 use crate::detect::fingerprint::{Fingerprint, Fingerprinted};
 use crate::detect::tool_loops::{self, ToolVerdict};
+use crate::detect::verdict::{StepName, Verdict};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -34,10 +35,20 @@ pub fn loop_detected(d: &Decision, made: &Fingerprinted, suppressed: u32) -> Opt
     }))
 }
 
-/// The `loop.tool.detected` event of a tool-loop verdict.
-pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Value {
+/// The event of a repetition guard's verdict (`loop.tool.detected`,
+/// `loop.mcp.detected`): the tier, the level and step reached, the
+/// occurrences, the tool when one is named (an answer loop names none),
+/// and the caller when known.
+pub fn verdict_event<S: StepName, E>(
+    name: &str,
+    policy_id: &str,
+    v: &Verdict<S, E>,
+    tool: Option<String>,
+    shadow: bool,
+    caller: Option<&str>,
+) -> Value {
     let mut event = json!({
-        "event": "loop.tool.detected",
+        "event": name,
         "tier": v.tier.as_str(),
         "level": v.level,
         "step": v.step.as_str(),
@@ -45,11 +56,21 @@ pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Val
         "policy": policy_id,
         "mode": if shadow { "shadow" } else { "enforce" },
     });
-    // An answer loop names no tool.
-    if let (Some(e), Some(tool)) = (event.as_object_mut(), tool_loops::shown_tool(v)) {
-        e.insert("tool".to_string(), Value::String(tool));
+    if let Some(e) = event.as_object_mut() {
+        if let Some(tool) = tool {
+            e.insert("tool".to_string(), Value::String(tool));
+        }
+        if let Some(c) = caller {
+            e.insert("caller".to_string(), Value::String(c.to_string()));
+        }
     }
     event
+}
+
+/// The `loop.tool.detected` event of a tool-loop verdict.
+pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Value {
+    let tool = tool_loops::shown_tool(v);
+    verdict_event("loop.tool.detected", policy_id, v, tool, shadow, None)
 }
 
 /// An MCP tool-call loop: what repeated and what loopguard did (or, in
@@ -61,17 +82,15 @@ pub fn mcp_loop_detected(
     shadow: bool,
     caller: &str,
 ) -> Value {
-    json!({
-        "event": "loop.mcp.detected",
-        "tier": v.tier.as_str(),
-        "tool": tool_loops::safe_tool_name(tool),
-        "level": v.level,
-        "step": v.step.as_str(),
-        "occurrences": v.occurrences,
-        "policy": policy_id,
-        "mode": if shadow { "shadow" } else { "enforce" },
-        "caller": caller,
-    })
+    let tool = Some(tool_loops::safe_tool_name(tool));
+    verdict_event(
+        "loop.mcp.detected",
+        policy_id,
+        v,
+        tool,
+        shadow,
+        Some(caller),
+    )
 }
 
 /// A hash of who calls under a policy (FNV-1a over the policy id and the

@@ -291,18 +291,12 @@ impl<B: BucketBackend> Engine<B> {
         if shadow {
             out.push(Effect::Log(
                 Level::Info,
-                crate::act::shadow::line(
-                    v.step.as_str(),
-                    Some("tool loop"),
+                crate::act::shadow::verdict_line(
+                    "tool loop",
                     &policy.id,
-                    &[
-                        ("tier", v.tier.as_str().to_string()),
-                        (
-                            "tool",
-                            tool_loops::shown_tool(v).unwrap_or_else(|| "-".to_string()),
-                        ),
-                        ("level", v.level.to_string()),
-                    ],
+                    v,
+                    tool_loops::shown_tool(v),
+                    ("level", v.level),
                 ),
             ));
             count_opt(out, self.registry.shadow(index, WouldBe::from(v.step)), 1);

@@ -270,18 +270,12 @@ impl<B: BucketBackend> Engine<B> {
             self.acted_on(r, index, policy, &call.tool, &v, id.key, now, out);
             out.push(Effect::Log(
                 Level::Info,
-                crate::act::shadow::line(
-                    v.step.as_str(),
-                    Some("mcp loop"),
+                crate::act::shadow::verdict_line(
+                    "mcp loop",
                     &policy.id,
-                    &[
-                        ("tier", v.tier.as_str().to_string()),
-                        (
-                            "tool",
-                            crate::detect::tool_loops::safe_tool_name(&call.tool),
-                        ),
-                        ("count", v.occurrences.to_string()),
-                    ],
+                    &v,
+                    Some(crate::detect::tool_loops::safe_tool_name(&call.tool)),
+                    ("count", v.occurrences),
                 ),
             ));
             if let Some(s) = r.mcp.as_mut() {
