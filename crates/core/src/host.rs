@@ -29,6 +29,9 @@ pub trait Host {
     /// Send a call from the root context (its answer goes to
     /// [`Engine::on_root_reply`]): its token, or why Envoy refused it.
     fn send_root_call(&mut self, call: StoreCall) -> Result<u32, String>;
+    /// The time, read only when the driver needs it (to tell the engine
+    /// how a call went).
+    fn now_ms(&mut self) -> u64;
     /// Envoy runs no response hook of this filter for a local reply the
     /// filter sends itself (the dynamic module's API): the reply is handed
     /// the response headers the engine adds, as the response hook would.
@@ -49,7 +52,6 @@ impl<B: BucketBackend> Engine<B> {
         mut request: Option<&mut Request>,
         out: &mut Effects,
         mut step: Step,
-        now: u64,
     ) -> Step {
         let mut batch = Effects::new();
         while !out.is_empty() {
@@ -60,6 +62,7 @@ impl<B: BucketBackend> Engine<B> {
                     Effect::SendStoreCall(c) => call = Some(c),
                     Effect::SendFromRoot { id, call } => {
                         let sent = host.send_root_call(call);
+                        let now = host.now_ms();
                         self.on_root_call_sent(id, sent, now, out);
                     }
                     Effect::LocalReply(mut reply, details) => {
@@ -68,6 +71,7 @@ impl<B: BucketBackend> Engine<B> {
                             request.as_deref_mut(),
                         ) {
                             let mut head = Effects::new();
+                            let now = host.now_ms();
                             self.on_response_headers(r, Some(reply.status), now, &mut head);
                             for e in head {
                                 match e {
@@ -90,6 +94,7 @@ impl<B: BucketBackend> Engine<B> {
             }
             if let (Some(c), Some(r)) = (call, request.as_deref_mut()) {
                 let sent = host.send_call(&c);
+                let now = host.now_ms();
                 step = self.on_call_sent(r, sent, now, out);
             }
         }

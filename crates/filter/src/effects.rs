@@ -7,10 +7,11 @@ use loopguard_core::host::{Effect, Effects, Host, Level, StoreCall};
 use std::time::Duration;
 
 /// The Wasm module as the engine's [`Host`] for one event, in the context
-/// `home` (a stream's, or the root's): calls are sent at once, on behalf
-/// of the root context; every other effect is kept and carried out by
-/// [`WasmHost::finish`] once the engine is no longer borrowed (Envoy may
-/// call back into this VM from a local reply or a resumed stream).
+/// `home` (a stream's, or the root's): effects are carried out at once and
+/// calls sent on behalf of the root context, but a local reply and a
+/// resumed stream, which Envoy may answer by calling back into this VM,
+/// are kept for [`WasmHost::finish`], once the engine is no longer
+/// borrowed.
 pub struct WasmHost<'a> {
     plugin: &'a Plugin,
     home: u32,
@@ -25,7 +26,10 @@ impl<'a> WasmHost<'a> {
     /// Carry out the effects kept: `false` when a local reply could not be
     /// sent (the request goes on). The buffer, empty, for reuse.
     pub fn finish(mut self) -> (bool, Effects) {
-        let replied = apply(self.plugin, &mut self.kept, self.home);
+        let mut replied = true;
+        for effect in self.kept.drain(..) {
+            replied &= apply(self.plugin, effect, self.home);
+        }
         (replied, self.kept)
     }
 
@@ -44,8 +48,13 @@ impl<'a> WasmHost<'a> {
 
 impl Host for WasmHost<'_> {
     fn apply(&mut self, effect: Effect) -> bool {
-        self.kept.push(effect);
-        true
+        match effect {
+            Effect::LocalReply(..) | Effect::Resume(_) => {
+                self.kept.push(effect);
+                true
+            }
+            other => apply(self.plugin, other, self.home),
+        }
     }
 
     fn send_call(&mut self, call: &StoreCall) -> Result<u32, String> {
@@ -55,39 +64,42 @@ impl Host for WasmHost<'_> {
     fn send_root_call(&mut self, call: StoreCall) -> Result<u32, String> {
         self.on_behalf_of_root(&call)
     }
+
+    fn now_ms(&mut self) -> u64 {
+        abi::now_ms()
+    }
 }
 
-/// Carry out (and empty) `effects` in the context `home` (a resumed stream
-/// returns to it): `false` when a local reply could not be sent.
-fn apply(plugin: &Plugin, effects: &mut Effects, home: u32) -> bool {
-    let mut replied = true;
-    for effect in effects.drain(..) {
-        match effect {
-            Effect::AddRequestHeader(name, value) => {
-                let _ = abi::add_request_header(name, &value);
+/// Carry out an effect in the context `home` (a resumed stream returns to
+/// it): `false` when a local reply could not be sent.
+fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
+    match effect {
+        Effect::AddRequestHeader(name, value) => {
+            let _ = abi::add_request_header(name, &value);
+        }
+        Effect::RemoveRequestHeader(name) => {
+            let _ = abi::remove_request_header(name);
+        }
+        Effect::AddResponseHeader(name, value) => {
+            let _ = abi::add_response_header(name, &value);
+        }
+        Effect::RemoveResponseHeader(name) => {
+            let _ = abi::remove_response_header(name);
+        }
+        Effect::ReplaceResponseBody { old_len, body } => {
+            if let Err(e) = abi::replace_response_body(old_len, &body) {
+                log::warn!("could not add to the response body (host status {})", e.0);
             }
-            Effect::RemoveRequestHeader(name) => {
-                let _ = abi::remove_request_header(name);
-            }
-            Effect::AddResponseHeader(name, value) => {
-                let _ = abi::add_response_header(name, &value);
-            }
-            Effect::RemoveResponseHeader(name) => {
-                let _ = abi::remove_response_header(name);
-            }
-            Effect::ReplaceResponseBody { old_len, body } => {
-                if let Err(e) = abi::replace_response_body(old_len, &body) {
-                    log::warn!("could not add to the response body (host status {})", e.0);
-                }
-            }
-            Effect::SetFilterState(name, value) => {
-                let _ = abi::set_filter_state(&name, value.as_bytes());
-            }
-            Effect::ReplaceBody {
-                old_len,
-                body,
-                set_length,
-            } => match abi::replace_request_body(old_len, &body) {
+        }
+        Effect::SetFilterState(name, value) => {
+            let _ = abi::set_filter_state(&name, value.as_bytes());
+        }
+        Effect::ReplaceBody {
+            old_len,
+            body,
+            set_length,
+        } => {
+            match abi::replace_request_body(old_len, &body) {
                 Ok(()) if set_length => {
                     if let Err(e) =
                         abi::replace_request_header("content-length", &body.len().to_string())
@@ -97,49 +109,49 @@ fn apply(plugin: &Plugin, effects: &mut Effects, home: u32) -> bool {
                 }
                 Ok(()) => {}
                 Err(e) => log::warn!("could not replace the request body (host status {})", e.0),
-            },
-            Effect::LocalReply(reply, details) => {
-                let headers: Vec<(&str, &str)> = reply
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (*k, v.as_str()))
-                    .collect();
-                if let Err(e) =
-                    abi::send_local_response(reply.status, details, &headers, reply.body.as_bytes())
-                {
-                    log::warn!(
-                        "could not send the {} (host status {}); request passed",
-                        reply.status,
-                        e.0
-                    );
-                    replied = false;
-                }
             }
-            // Sent by the driver.
-            Effect::SendStoreCall(_) | Effect::SendFromRoot { .. } => {}
-            Effect::Resume(stream) => {
-                // A stream whose client left is gone: nothing to resume.
-                if abi::set_effective_context(stream).is_ok() {
-                    if let Err(e) = abi::resume_request() {
-                        log::debug!("stream {stream} could not resume (host status {})", e.0);
-                    }
-                }
-                let _ = abi::set_effective_context(home);
-            }
-            Effect::ArmTick => plugin.arm_tick(),
-            Effect::StopTick => plugin.disarm_tick(),
-            Effect::Count(id, n) => plugin.metrics.count(id, n),
-            Effect::CountNamed(name, n) => plugin.metrics.count_named(name, n),
-            Effect::Record(id, value) => plugin.metrics.record(id, value),
-            Effect::Log(level, message) => match level {
-                Level::Debug => log::debug!("{message}"),
-                Level::Info => log::info!("{message}"),
-                Level::Warn => log::warn!("{message}"),
-                Level::Error => log::error!("{message}"),
-            },
         }
+        Effect::LocalReply(reply, details) => {
+            let headers: Vec<(&str, &str)> = reply
+                .headers
+                .iter()
+                .map(|(k, v)| (*k, v.as_str()))
+                .collect();
+            if let Err(e) =
+                abi::send_local_response(reply.status, details, &headers, reply.body.as_bytes())
+            {
+                log::warn!(
+                    "could not send the {} (host status {}); request passed",
+                    reply.status,
+                    e.0
+                );
+                return false;
+            }
+        }
+        // Sent by the driver.
+        Effect::SendStoreCall(_) | Effect::SendFromRoot { .. } => {}
+        Effect::Resume(stream) => {
+            // A stream whose client left is gone: nothing to resume.
+            if abi::set_effective_context(stream).is_ok() {
+                if let Err(e) = abi::resume_request() {
+                    log::debug!("stream {stream} could not resume (host status {})", e.0);
+                }
+            }
+            let _ = abi::set_effective_context(home);
+        }
+        Effect::ArmTick => plugin.arm_tick(),
+        Effect::StopTick => plugin.disarm_tick(),
+        Effect::Count(id, n) => plugin.metrics.count(id, n),
+        Effect::CountNamed(name, n) => plugin.metrics.count_named(name, n),
+        Effect::Record(id, value) => plugin.metrics.record(id, value),
+        Effect::Log(level, message) => match level {
+            Level::Debug => log::debug!("{message}"),
+            Level::Info => log::info!("{message}"),
+            Level::Warn => log::warn!("{message}"),
+            Level::Error => log::error!("{message}"),
+        },
     }
-    replied
+    true
 }
 
 /// Send a call through an Envoy cluster; the call's token, or why Envoy

@@ -92,7 +92,7 @@ impl Plugin {
             Ok(mut engine) => {
                 let mut request = request;
                 let step = event(&mut engine, request.as_deref_mut(), &mut out);
-                engine.drive(&mut host, request, &mut out, step, abi::now_ms())
+                engine.drive(&mut host, request, &mut out, step)
             }
             Err(_) => Step::Continue,
         };

@@ -52,6 +52,8 @@ impl Reply {
 pub struct NativeHost<'a> {
     pub worker: &'a Worker,
     pub at: At,
+    /// The event's time (read once by the hook).
+    pub now: u64,
     pub reply: Option<Reply>,
 }
 
@@ -78,6 +80,10 @@ impl Host for NativeHost<'_> {
         Ok(token)
     }
 
+    fn now_ms(&mut self) -> u64 {
+        self.now
+    }
+
     /// Envoy skips this filter's response hooks for its own local reply.
     fn local_reply_skips_response_hooks(&self) -> bool {
         true
@@ -98,9 +104,10 @@ pub fn settle(
     let mut host = NativeHost {
         worker: w,
         at,
+        now,
         reply: None,
     };
-    let step = l.engine.drive(&mut host, request, &mut l.out, step, now);
+    let step = l.engine.drive(&mut host, request, &mut l.out, step);
     match host.reply {
         Some(reply) => (Step::Pause, Some(reply)),
         None => (step, None),
