@@ -47,36 +47,6 @@ impl Plugin {
         self.tick_armed.set(false);
     }
 
-    /// The effects buffer (empty), to give back with [`Plugin::put_back`].
-    pub fn take_scratch(&self) -> Effects {
-        self.scratch
-            .try_borrow_mut()
-            .map(|mut s| std::mem::take(&mut *s))
-            .unwrap_or_default()
-    }
-
-    pub fn put_back(&self, mut effects: Effects) {
-        effects.clear();
-        if let Ok(mut s) = self.scratch.try_borrow_mut() {
-            *s = effects;
-        }
-    }
-
-    /// The host's buffer (empty), to give back with [`Plugin::put_back_kept`].
-    pub fn take_kept(&self) -> Effects {
-        self.kept
-            .try_borrow_mut()
-            .map(|mut s| std::mem::take(&mut *s))
-            .unwrap_or_default()
-    }
-
-    pub fn put_back_kept(&self, mut effects: Effects) {
-        effects.clear();
-        if let Ok(mut s) = self.kept.try_borrow_mut() {
-            *s = effects;
-        }
-    }
-
     /// Run `event` on the engine in the context `home` and carry out its
     /// effects through the core's driver (`request`: the stream's, if
     /// any): what the request does next.
@@ -86,8 +56,8 @@ impl Plugin {
         request: Option<&mut Request>,
         event: impl FnOnce(&mut Engine<SharedData>, Option<&mut Request>, &mut Effects) -> Step,
     ) -> Step {
-        let mut out = self.take_scratch();
-        let mut host = WasmHost::new(self, home, self.take_kept());
+        let mut out = take(&self.scratch);
+        let mut host = WasmHost::new(self, home, take(&self.kept));
         let step = match self.engine.try_borrow_mut() {
             Ok(mut engine) => {
                 let mut request = request;
@@ -97,13 +67,29 @@ impl Plugin {
             Err(_) => Step::Continue,
         };
         let (replied, kept) = host.finish();
-        self.put_back(out);
-        self.put_back_kept(kept);
+        give_back(&self.scratch, out);
+        give_back(&self.kept, kept);
         if replied {
             step
         } else {
             Step::Continue
         }
+    }
+}
+
+/// A buffer (empty), to give back with [`give_back`] (re-entered, a new
+/// one).
+fn take(buffer: &RefCell<Effects>) -> Effects {
+    buffer
+        .try_borrow_mut()
+        .map(|mut s| std::mem::take(&mut *s))
+        .unwrap_or_default()
+}
+
+fn give_back(buffer: &RefCell<Effects>, mut effects: Effects) {
+    effects.clear();
+    if let Ok(mut s) = buffer.try_borrow_mut() {
+        *s = effects;
     }
 }
 
