@@ -2,8 +2,12 @@
 //! makes of it (method, id, tool, the call as compared, the mirrored headers,
 //! whose history it joins) and what the filter then does.
 
-use super::*;
+use super::RequestFile;
+use loopguard_core::config::{Mcp, McpKey, Policy};
+use loopguard_core::detect::mcp as mcp_judge;
+use loopguard_core::request::llm::volatile;
 use loopguard_core::request::mcp;
+use serde::Serialize;
 
 /// A request under an MCP policy, as the filter's MCP reader sees it
 /// ([`loopguard_core::request::mcp::read`]).
@@ -237,7 +241,8 @@ pub(super) fn render_mcp(s: &mut String, m: &McpFacts) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::explain::read_request;
+    use crate::explain::{explain, read_request, render, Explanation};
+    use loopguard_core::config::Config;
 
     const MCP: &str = r#"{"policies": [{"id": "mcp-tools", "spec": {"selector": {"pathPrefix": "/mcp"},
         "mcp": {"enabled": true, "ladder": ["note", "block"], "exempt_tools": ["ping"], "key": "session"}}}]}"#;

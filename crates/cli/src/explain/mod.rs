@@ -5,12 +5,10 @@
 
 pub use super::request_file::{read_request, RequestFile};
 use loopguard_core::act::{decision, events};
-use loopguard_core::config::{Config, Mcp, McpKey, PathMatch, Policy, Similarity};
+use loopguard_core::config::{Config, PathMatch, Similarity};
 use loopguard_core::detect::fingerprint;
-use loopguard_core::detect::mcp as mcp_judge;
 use loopguard_core::detect::tool_loops;
 use loopguard_core::request::llm;
-use loopguard_core::request::llm::volatile;
 use loopguard_core::request::policy::{self, Selection};
 use loopguard_core::request::RequestHead;
 use serde::Serialize;

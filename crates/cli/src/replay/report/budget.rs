@@ -4,9 +4,13 @@
 //! the responses estimated, the calls to unpriced models, those priced at
 //! the cost the upstream reported, and the tunnels opened.
 
-use super::*;
+use super::{PolicyTally, Tally, MAX_CALLERS};
 use crate::replay::budget::{BudgetSpend, BudgetVerdict};
+use crate::replay::record::Recorded;
+use crate::replay::simulate::{Simulation, Verdict};
 use loopguard_core::config::budget::{Budget, BudgetAction, Cap, Unpriced};
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
 
 /// Keys remembered per cap for the `keys touched` figures.
 const MAX_KEYS: usize = 100_000;

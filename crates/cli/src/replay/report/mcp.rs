@@ -1,7 +1,10 @@
 //! What an MCP policy saw over a replay: calls judged, notes added, loops
 //! by tool and step, what passed unjudged, results replay could not read.
 
-use super::*;
+use super::MAX_MCP_TOOLS;
+use crate::replay::simulate::Verdict;
+use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// What an MCP policy saw.
 #[derive(Debug, Default)]
