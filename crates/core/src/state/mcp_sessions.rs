@@ -12,6 +12,7 @@
 //! one least far into a loop (fewest repeated calls), idle longest.
 
 use crate::detect::mcp::Entry;
+use crate::detect::similarity::mix;
 use crate::state::store::{BucketBackend, CasWrite, MAX_CAS_ATTEMPTS};
 use std::ops::Range;
 
@@ -72,12 +73,9 @@ impl HistoryId {
     /// The history `key` of `owner`, in the region seeded with `seed`
     /// ([`region_seed`]).
     pub fn new(key: u64, owner: u64, seed: u64) -> HistoryId {
-        let mut x = key ^ seed;
         // splitmix64's finaliser: every bit of the key and the seed moves
         // the bucket.
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^= x >> 31;
+        let x = mix(key ^ seed);
         HistoryId {
             key,
             owner,

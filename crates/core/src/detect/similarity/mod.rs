@@ -320,8 +320,7 @@ mod sketch;
 mod words;
 
 pub use sketch::Sketcher;
-use words::mix;
-pub use words::{fnv1a, looks_random, quoted, unsegmented, words, words_in_context};
+pub use words::{fnv1a, looks_random, mix, quoted, unsegmented, words, words_in_context};
 
 #[cfg(test)]
 mod tests;

@@ -216,7 +216,7 @@ pub fn fnv1a(b: &[u8]) -> u64 {
 }
 
 /// splitmix64's finaliser: every input bit reaches every output bit.
-pub(super) fn mix(mut z: u64) -> u64 {
+pub fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
