@@ -64,7 +64,7 @@ pub(super) struct McpWait {
 #[derive(Debug)]
 enum McpAsk {
     History(ToolCall),
-    Answer(Box<LocalReply>, McpAdd),
+    Answer(Box<LocalReply>, Write),
 }
 
 #[derive(Debug)]
@@ -79,6 +79,26 @@ struct Forwarded {
     /// append tries over it first).
     snapshot: Option<(Vec<u8>, u32)>,
     note_added: bool,
+}
+
+impl Forwarded {
+    /// `call` goes to the server, and joins history `id` with its result.
+    fn new(call: &ToolCall, id: HistoryId, snapshot: Option<(Vec<u8>, u32)>) -> Forwarded {
+        Forwarded {
+            id,
+            digest: call.digest,
+            tool: call.tool.clone(),
+            noted: None,
+            note_added: false,
+            snapshot,
+        }
+    }
+}
+
+/// A history the store could not read or write: the call passed
+/// unjudged, or its result was not recorded (counted).
+pub(super) fn store_error(policy_id: &str) -> Effect {
+    Effect::CountNamed(m::unjudged(policy_id, McpUnjudged::Store), 1)
 }
 
 impl McpStream {
@@ -220,10 +240,7 @@ impl<B: BucketBackend> Engine<B> {
         match mcp_sessions::read(&mut self.local.backend, id, now, cfg.window_ms) {
             Ok(h) => h,
             Err(_) => {
-                out.push(Effect::CountNamed(
-                    m::unjudged(&policy.id, McpUnjudged::Store),
-                    1,
-                ));
+                out.push(store_error(&policy.id));
                 Recent::default()
             }
         }
@@ -252,14 +269,7 @@ impl<B: BucketBackend> Engine<B> {
         let verdict = judge::judge(cfg, &recent.entries, call.digest).filter(|v| {
             !v.step.answers() || now.saturating_sub(recent.last_real_ms) < cfg.recheck_ms
         });
-        let mut forwarded = Forwarded {
-            id,
-            digest: call.digest,
-            tool: call.tool.clone(),
-            noted: None,
-            note_added: false,
-            snapshot: recent.snapshot.take(),
-        };
+        let mut forwarded = Forwarded::new(&call, id, recent.snapshot.take());
         let Some(v) = verdict else {
             stream.call = Some(forwarded);
             return Step::Continue;
@@ -315,8 +325,8 @@ impl<B: BucketBackend> Engine<B> {
     ) -> Step {
         let McpWait { id, ask } = w;
         let call = match ask {
-            McpAsk::Answer(reply_to_client, add) => {
-                self.write_done(&Write::Mcp(add), answer, out);
+            McpAsk::Answer(reply_to_client, write) => {
+                self.write_done(&write, answer, out);
                 out.push(Effect::LocalReply(
                     *reply_to_client,
                     "loopguard_mcp_loop_detected",
@@ -346,19 +356,9 @@ impl<B: BucketBackend> Engine<B> {
             ) {
                 OnStoreError::Local => self.local_history(policy, cfg, id, now, out),
                 OnStoreError::Allow => {
-                    out.push(Effect::CountNamed(
-                        m::unjudged(&policy.id, McpUnjudged::Store),
-                        1,
-                    ));
+                    out.push(store_error(&policy.id));
                     if let Some(s) = r.mcp.as_mut() {
-                        s.call = Some(Forwarded {
-                            id,
-                            digest: call.digest,
-                            tool: call.tool,
-                            noted: None,
-                            note_added: false,
-                            snapshot: None,
-                        });
+                        s.call = Some(Forwarded::new(&call, id, None));
                     }
                     return Step::Continue;
                 }
@@ -367,30 +367,36 @@ impl<B: BucketBackend> Engine<B> {
         self.judge_mcp(r, policy, cfg, call, id, recent, now, out)
     }
 
-    /// Add a call to its history in the local table (a live history
-    /// pushed out is counted).
+    /// Add a call to its history: in the local table (a live history
+    /// pushed out is counted), and with a shared store, the write that adds
+    /// it there.
     #[allow(clippy::too_many_arguments)]
-    fn add_locally(
+    fn record_call(
         &mut self,
-        policy: &Policy,
+        (index, policy): (usize, &Policy),
         cfg: &Mcp,
         id: HistoryId,
         entry: Entry,
         snapshot: Option<(Vec<u8>, u32)>,
         now: u64,
         out: &mut Effects,
-    ) {
+    ) -> Option<Write> {
         let backend = &mut self.local.backend;
         match mcp_sessions::append_after(backend, id, entry, now, cfg.window_ms, snapshot) {
             Ok(added) if added.evicted => {
                 out.push(Effect::CountNamed(m::evicted(&policy.id), 1));
             }
             Ok(_) => {}
-            Err(_) => out.push(Effect::CountNamed(
-                m::unjudged(&policy.id, McpUnjudged::Store),
-                1,
-            )),
+            Err(_) => out.push(store_error(&policy.id)),
         }
+        self.shared.as_ref()?;
+        Some(Write::Mcp(McpAdd {
+            policy: index,
+            key: id.key,
+            entry,
+            window_ms: cfg.window_ms,
+            at: now,
+        }))
     }
 
     /// Answer a looping call instead of the server, and add the answer to
@@ -421,21 +427,13 @@ impl<B: BucketBackend> Engine<B> {
         };
         self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
         r.mcp = None;
-        self.add_locally(policy, cfg, id, answered, snapshot, now, out);
-        let Some(shared) = self.shared.as_ref() else {
+        let write = self.record_call((index, policy), cfg, id, answered, snapshot, now, out);
+        let Some((write, call)) = write.and_then(|w| self.write_call(&w).map(|c| (w, c))) else {
             out.push(Effect::LocalReply(reply, "loopguard_mcp_loop_detected"));
             return Step::Pause;
         };
-        let add = McpAdd {
-            policy: index,
-            key: id.key,
-            entry: answered,
-            window_ms: cfg.window_ms,
-            at: now,
-        };
-        let write = shared.mcp_of(id.key, cfg.window_ms, now, Some(&answered));
-        let ask = McpAsk::Answer(Box::new(reply), add);
-        self.ask(r, write, Ask::Mcp(McpWait { id, ask }), out)
+        let ask = McpAsk::Answer(Box::new(reply), write);
+        self.ask(r, call, Ask::Mcp(McpWait { id, ask }), out)
     }
 
     /// A loop was acted on (a note added, the call answered; in shadow
@@ -673,17 +671,9 @@ impl<B: BucketBackend> Engine<B> {
         if let (true, Some(v)) = (f.note_added, f.noted.as_ref()) {
             self.acted_on(r, s.policy, policy, &f.tool, v, f.id.key, now, out);
         }
-        self.add_locally(policy, cfg, f.id, entry, f.snapshot, now, out);
-        if self.shared.is_none() {
-            return Step::Continue;
+        match self.record_call((s.policy, policy), cfg, f.id, entry, f.snapshot, now, out) {
+            Some(write) => self.send_write(r, write, hold, out),
+            None => Step::Continue,
         }
-        let add = McpAdd {
-            policy: s.policy,
-            key: f.id.key,
-            entry,
-            window_ms: cfg.window_ms,
-            at: now,
-        };
-        self.send_write(r, Write::Mcp(add), hold, out)
     }
 }

@@ -10,7 +10,6 @@
 use super::asks::{Answer, Ask};
 use super::{budget, count, count_opt, Effect, Effects, Engine, Request, Step};
 use crate::detect::mcp::Entry;
-use crate::metrics::mcp::{self as m, McpUnjudged};
 use crate::metrics::CallResult;
 use crate::state::redis::{self, Call};
 use crate::state::store::BucketBackend;
@@ -52,7 +51,7 @@ pub(super) const MAX_ROOT_WRITES: usize = 2048;
 
 impl<B: BucketBackend> Engine<B> {
     /// The library call of a write (`None`: no shared store).
-    fn write_call(&self, w: &Write) -> Option<Call> {
+    pub(super) fn write_call(&self, w: &Write) -> Option<Call> {
         let shared = self.shared.as_ref()?;
         Some(match w {
             Write::TakeBack { what, .. } => shared.take_back_of(what),
@@ -212,10 +211,7 @@ impl<B: BucketBackend> Engine<B> {
     /// table has it).
     pub(super) fn mcp_store_lost(&self, policy: usize, out: &mut Effects) {
         if let Some(p) = self.config.policies.get(policy) {
-            out.push(Effect::CountNamed(
-                m::unjudged(&p.id, McpUnjudged::Store),
-                1,
-            ));
+            out.push(super::mcp::store_error(&p.id));
         }
     }
 }
