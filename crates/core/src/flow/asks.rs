@@ -124,6 +124,12 @@ impl<B: BucketBackend> Engine<B> {
         self.answered(r, a.what, Ok(reply), now, out)
     }
 
+    /// Count a store call's outcome (`store_calls_total{result}`), read
+    /// by the guard that sent it.
+    pub(super) fn count_call(&self, failure: Option<&StoreFailure>, out: &mut Effects) {
+        out.push(count(self.registry.store_call(CallResult::of(failure)), 1));
+    }
+
     /// The guard that asked reads the answer.
     fn answered(
         &mut self,

@@ -12,7 +12,7 @@ use crate::act::events;
 use crate::act::reply;
 use crate::config::{Detection, OnStoreError, StoreConfig};
 use crate::detect::fingerprint::Fingerprinted;
-use crate::metrics::{CallResult, WouldBe};
+use crate::metrics::WouldBe;
 use crate::state::store::BucketBackend;
 use crate::state::store::Hit;
 use crate::state::store::{StoreAnswer, StoreFailure};
@@ -105,11 +105,11 @@ impl<B: BucketBackend> Engine<B> {
             (Ok(_), None) => StoreAnswer::Failed(StoreFailure::Backend),
             (Err(f), _) => StoreAnswer::Failed(f),
         };
-        let result = CallResult::of(match &answer {
+        let failure = match &answer {
             StoreAnswer::Ready(_) => None,
             StoreAnswer::Failed(f) => Some(f),
-        });
-        out.push(count(self.registry.store_call(result), 1));
+        };
+        self.count_call(failure, out);
         let answer = match answer {
             StoreAnswer::Failed(f) if f.is_remote() => {
                 match self.store_failed(&w.hit, &f, now, out) {

@@ -16,14 +16,13 @@
 use super::asks::{Answer, Ask};
 use super::writes::{McpAdd, Write};
 use super::{
-    count, count_opt, usage, Effect, Effects, Engine, Level, Request, Step, TOOL_EVENT_WINDOW_MS,
+    count_opt, usage, Effect, Effects, Engine, Level, Request, Step, TOOL_EVENT_WINDOW_MS,
 };
 use crate::act::reply::LocalReply;
 use crate::act::{events, mcp_reply};
 use crate::config::{Mcp, McpKey, McpStep, Mode, OnStoreError, Policy};
 use crate::detect::mcp::{self as judge, Entry, McpVerdict};
 use crate::metrics::mcp::{self as m, McpUnjudged};
-use crate::metrics::CallResult;
 use crate::request::mcp::{self as read, Head, Message, ToolCall};
 use crate::response::{
     self,
@@ -336,8 +335,7 @@ impl<B: BucketBackend> Engine<B> {
             McpAsk::History(call) => call,
         };
         let read = answer.and_then(|reply| parse_history(reply.status.as_deref(), &reply.body));
-        let result = CallResult::of(read.as_ref().err());
-        out.push(count(self.registry.store_call(result), 1));
+        self.count_call(read.as_ref().err(), out);
         let config = Rc::clone(&self.config);
         let Some(policy) = r.mcp.as_ref().and_then(|s| config.policies.get(s.policy)) else {
             return Step::Continue;

@@ -116,7 +116,7 @@ impl<B: BucketBackend> Engine<B> {
         match answer {
             Ok(reply) => self.write_answered(w, reply.status.as_deref(), &reply.body, out),
             Err(f) => {
-                out.push(count(self.registry.store_call(CallResult::of(Some(&f))), 1));
+                self.count_call(Some(&f), out);
                 self.write_lost(w, out);
             }
         }
@@ -174,21 +174,13 @@ impl<B: BucketBackend> Engine<B> {
                 let answer = status
                     .ok_or_else(redis::no_answer)
                     .and_then(|s| redis::parse_take_back(s, body));
-                out.push(count(
-                    self.registry
-                        .store_call(CallResult::of(answer.as_ref().err())),
-                    1,
-                ));
+                self.count_call(answer.as_ref().err(), out);
                 count_opt(out, self.registry.failed_attempt(*policy, answer.ok()), 1);
             }
             Write::Budget(a) => self.on_budget_add_reply(a, status, body, out),
             Write::Mcp(a) => {
                 let answer = redis::mcp::parse_added(status, body);
-                out.push(count(
-                    self.registry
-                        .store_call(CallResult::of(answer.as_ref().err())),
-                    1,
-                ));
+                self.count_call(answer.as_ref().err(), out);
                 if answer.is_err() {
                     self.mcp_store_lost(a.policy, out);
                 }

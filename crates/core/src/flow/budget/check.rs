@@ -11,7 +11,6 @@ use crate::config::Policy;
 use crate::config::{Mode, OnStoreError};
 use crate::flow::asks::{Answer, Ask};
 use crate::flow::{count, count_opt, Effect, Effects, Engine, Level, Phase, Request, Step};
-use crate::metrics::CallResult;
 use crate::state::budget::slice_ms;
 use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::BucketBackend;
@@ -148,8 +147,7 @@ impl<B: BucketBackend> Engine<B> {
         let n = r.budget.as_ref().map_or(0, |b| b.keys.len());
         let answer =
             answer.and_then(|reply| budget_answer(reply.status.as_deref(), &reply.body, n));
-        let result = CallResult::of(answer.as_ref().err());
-        out.push(count(self.registry.store_call(result), 1));
+        self.count_call(answer.as_ref().err(), out);
         let standings = match answer {
             Ok(totals) => {
                 let keys = r

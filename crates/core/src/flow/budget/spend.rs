@@ -8,7 +8,6 @@ use crate::config::budget::Spent;
 use crate::config::Policy;
 use crate::flow::{count, count_opt, Effect, Effects, Engine, Request};
 use crate::metrics::budget as names;
-use crate::metrics::CallResult;
 use crate::state::budget::{slice_ms, Add, Added};
 use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::BucketBackend;
@@ -270,8 +269,7 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) {
         let answer = budget_answer(status, body, a.keys.len());
-        let result = CallResult::of(answer.as_ref().err());
-        out.push(count(self.registry.store_call(result), 1));
+        self.count_call(answer.as_ref().err(), out);
         if answer.is_err() {
             let ids = self.registry.budget(a.policy);
             count_opt(out, ids.map(|i| i.unrecorded()), 1);
