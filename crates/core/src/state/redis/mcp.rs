@@ -119,17 +119,7 @@ pub fn parse_history(status: Option<&str>, body: &[u8]) -> Result<Recent, StoreF
 /// Read the answer to an add.
 pub fn parse_added(status: Option<&str>, body: &[u8]) -> Result<(), StoreFailure> {
     let status = status.ok_or_else(super::no_answer)?;
-    if matches!(status, "502" | "503" | "504") {
-        return Err(StoreFailure::Unavailable(format!("HTTP {status}")));
-    }
-    if !status.starts_with('2') {
-        return Err(StoreFailure::Status(status.to_string()));
-    }
-    let reply = super::wire::result(body)?;
-    if let Some(msg) = super::wire::error_text(&reply) {
-        return Err(StoreFailure::Reply(msg.chars().take(200).collect()));
-    }
-    match reply.as_i64() {
+    match super::wire::result_value(status, body)?.as_i64() {
         Some(1) => Ok(()),
         _ => Err(StoreFailure::Reply("the add's result is not 1".to_string())),
     }

@@ -140,11 +140,11 @@ pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, StoreFailur
     })
 }
 
-/// The list a call of the library answered (a hit's, a budget's), or why
-/// there is none: an unavailable store (Envoy's own 502-504 answers on a
-/// connect failure or a timeout, or webdis without its Redis: as with no
-/// answer at all), another status, an error reply, or not a list.
-pub(super) fn result_list(status: &str, body: &[u8]) -> Result<Vec<Value>, StoreFailure> {
+/// What a call of the library answered, or why there is nothing: an
+/// unavailable store (Envoy's own 502-504 answers on a connect failure or
+/// a timeout, or webdis without its Redis: as with no answer at all),
+/// another status, or an error reply.
+pub(super) fn result_value(status: &str, body: &[u8]) -> Result<Value, StoreFailure> {
     if matches!(status, "502" | "503" | "504") {
         return Err(StoreFailure::Unavailable(format!(
             "HTTP {status} (webdis unreachable or too slow, or its Redis is down)"
@@ -157,7 +157,13 @@ pub(super) fn result_list(status: &str, body: &[u8]) -> Result<Vec<Value>, Store
     if let Some(msg) = error_text(&reply) {
         return Err(StoreFailure::Reply(msg.chars().take(200).collect()));
     }
-    match reply {
+    Ok(reply)
+}
+
+/// The list a call of the library answered (a hit's, a budget's), or why
+/// there is none ([`result_value`]), or it is not a list.
+pub(super) fn result_list(status: &str, body: &[u8]) -> Result<Vec<Value>, StoreFailure> {
+    match result_value(status, body)? {
         Value::Array(items) => Ok(items),
         _ => Err(StoreFailure::Reply("the result is not a list".to_string())),
     }
