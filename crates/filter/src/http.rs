@@ -6,9 +6,10 @@
 use crate::abi;
 use crate::root::Plugin;
 use crate::shared_store::SharedData;
-use loopguard_core::host::CallReply;
-use loopguard_core::host::{Effects, Engine, Request, Step};
-use loopguard_core::host::{HeaderBlock, RequestFacts};
+use loopguard_core::host::{
+    response_status, CallReply, Effects, Engine, HeaderBlock, Request, RequestFacts, ResponseHead,
+    Step,
+};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
@@ -183,13 +184,10 @@ impl HttpContext for Stream {
         // type: both from one call for the whole (small) map; any other
         // only its status.
         let (status, head) = if self.req.wants_content_type() {
-            let block = abi::response_headers()
-                .ok()
-                .and_then(loopguard_core::host::HeaderBlock::parse);
+            let block = abi::response_headers().ok().and_then(HeaderBlock::parse);
             match block {
                 Some(b) => (
-                    b.get(":status")
-                        .and_then(loopguard_core::host::response_status),
+                    b.get(":status").and_then(response_status),
                     self.req
                         .response_headers_wanted()
                         .iter()
@@ -200,7 +198,7 @@ impl HttpContext for Stream {
             }
         } else {
             (
-                abi::response_status().and_then(|s| loopguard_core::host::response_status(&s)),
+                abi::response_status().and_then(|s| response_status(&s)),
                 Vec::new(),
             )
         };
@@ -208,7 +206,7 @@ impl HttpContext for Stream {
         self.run(|e, r, out| {
             e.on_response_headers(r, status, now, out);
             if r.wants_content_type() {
-                let head = loopguard_core::host::ResponseHead::of(&head);
+                let head = ResponseHead::of(&head);
                 e.on_response_head(r, &head, now, out);
             }
             Step::Continue

@@ -6,8 +6,7 @@
 //! compare-and-swap with bounded retries (see `core::store::SlotStore`).
 
 use crate::abi::{self, STATUS_CAS_MISMATCH};
-use loopguard_core::host::TableLayout;
-use loopguard_core::host::{BucketBackend, CasWrite};
+use loopguard_core::host::{BucketBackend, CasWrite, TableLayout};
 use std::fmt::Write;
 
 pub struct SharedData {

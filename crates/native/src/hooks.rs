@@ -9,8 +9,7 @@ use crate::abi::{self, ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, LogLevel}
 use crate::config::FilterConfig;
 use crate::stream::{Direction, Stream};
 use crate::worker;
-use loopguard_core::host::CallReply;
-use loopguard_core::host::Step;
+use loopguard_core::host::{CallReply, Step};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;

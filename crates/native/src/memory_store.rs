@@ -9,8 +9,7 @@
 //! process-wide registry and outlive the configuration that made them, as
 //! shared data does: a reload with the same layout keeps its counts.
 
-use loopguard_core::host::TableLayout;
-use loopguard_core::host::{BucketBackend, CasWrite};
+use loopguard_core::host::{BucketBackend, CasWrite, TableLayout};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 

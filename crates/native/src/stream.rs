@@ -12,9 +12,9 @@ use crate::reentry::Running;
 use crate::timer::now_ms;
 use crate::timer::TICK_EVENT;
 use crate::worker::Worker;
-use loopguard_core::host::CallReply;
-use loopguard_core::host::HeaderBlock;
-use loopguard_core::host::{Effects, Engine, Request, Step};
+use loopguard_core::host::{
+    response_status, CallReply, Effects, Engine, HeaderBlock, Request, ResponseHead, Step,
+};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -177,7 +177,7 @@ impl Stream {
 
     pub fn on_response_headers(&mut self) {
         let status = abi::header(self.filter, HeaderMap::Response, ":status")
-            .and_then(|s| loopguard_core::host::response_status(&s));
+            .and_then(|s| response_status(&s));
         let head: Vec<Option<String>> = if self.req.wants_content_type() {
             self.req
                 .response_headers_wanted()
@@ -194,7 +194,7 @@ impl Stream {
         self.run(false, false, |e, r, out| {
             e.on_response_headers(r, status, now, out);
             if r.wants_content_type() {
-                let head = loopguard_core::host::ResponseHead::of(&head);
+                let head = ResponseHead::of(&head);
                 e.on_response_head(r, &head, now, out);
             }
             Step::Continue

@@ -16,7 +16,7 @@ use crate::config::FilterConfig;
 pub use crate::locked::Locked;
 use crate::memory_store::{self, Memory};
 use crate::timer;
-use loopguard_core::host::{Effects, Engine};
+use loopguard_core::host::{Config, Effects, Engine, Step};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -86,7 +86,7 @@ pub fn for_config(config: &Arc<FilterConfig>) -> Option<Arc<Worker>> {
 
 impl Worker {
     fn new(config: Arc<FilterConfig>) -> Option<Worker> {
-        let parsed = loopguard_core::host::Config::parse(&config.json).ok()?;
+        let parsed = Config::parse(&config.json).ok()?;
         let namespace = config.namespace.clone();
         let engine = Engine::new(
             parsed,
@@ -273,14 +273,8 @@ impl Worker {
         };
         let l = &mut *guard;
         event(&mut l.engine, &mut l.out);
-        let _ = crate::effects::settle(
-            self,
-            l,
-            crate::effects::At::MAIN,
-            now,
-            None,
-            loopguard_core::host::Step::Continue,
-        );
+        let _ =
+            crate::effects::settle(self, l, crate::effects::At::MAIN, now, None, Step::Continue);
         l.out.clear();
     }
 
