@@ -8,9 +8,10 @@
 //! 2. [`detect`]: [`detect::fingerprint::Pending`] starts the fingerprint
 //!    from the request head and the caller's identity and the body
 //!    finishes it; [`detect::tool_loops`] judges the conversation.
-//! 3. [`state`]: a [`state::store::WindowStore`] records the hit and
-//!    answers the window state (the slot table, in Envoy shared data or
-//!    the native module's memory, or Redis shared by every replica).
+//! 3. [`state`]: the local [`state::store::SlotStore`] (the slot table, in
+//!    Envoy shared data or the native module's memory) or Redis, shared by
+//!    every replica ([`state::redis`]), records the hit and answers the
+//!    window state.
 //! 4. [`act`]: [`act::decision::decide`] turns policy + window state into a
 //!    verdict, and [`act::reply`] renders a rejection.
 //! 5. [`response`]: what the answer says (an attempt the provider failed
