@@ -1,11 +1,63 @@
-//! The callbacks Envoy exports that loopguard calls, declared as the ABI
-//! header has them (unit tests link `absent.rs` instead).
+//! The callbacks Envoy exports that loopguard calls, declared once as the
+//! ABI header has them. A build for Envoy links them; a unit test, which
+//! runs without Envoy, gets a stand-in for each that finds nothing and
+//! refuses every change (`false`, `0`, a null pointer, or status 1).
 
 use super::{
     ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, ModuleBuffer, ModuleHeader, SchedulerPtr,
 };
 
-extern "C" {
+/// Declares each callback as an `extern "C"` import, or, in unit tests,
+/// as a stand-in returning [`Absent::ABSENT`].
+macro_rules! callbacks {
+    ($(pub fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;)*) => {
+        #[cfg(not(test))]
+        extern "C" {
+            $(pub fn $name($($arg: $ty),*) $(-> $ret)?;)*
+        }
+        $(
+            #[cfg(test)]
+            #[allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
+            pub unsafe fn $name($(_: $ty),*) $(-> $ret)? {
+                Absent::ABSENT
+            }
+        )*
+    };
+}
+
+/// What a callback answers when there is no Envoy.
+#[cfg(test)]
+trait Absent {
+    const ABSENT: Self;
+}
+
+#[cfg(test)]
+impl Absent for () {
+    const ABSENT: Self = ();
+}
+
+#[cfg(test)]
+impl Absent for bool {
+    const ABSENT: Self = false;
+}
+
+#[cfg(test)]
+impl Absent for usize {
+    const ABSENT: Self = 0;
+}
+
+/// A status: 1 is an error in every status enum the callbacks return.
+#[cfg(test)]
+impl Absent for u32 {
+    const ABSENT: Self = 1;
+}
+
+#[cfg(test)]
+impl<T> Absent for *mut T {
+    const ABSENT: Self = std::ptr::null_mut();
+}
+
+callbacks! {
     pub fn envoy_dynamic_module_callback_log(level: u32, message: ModuleBuffer);
     pub fn envoy_dynamic_module_callback_log_enabled(level: u32) -> bool;
     pub fn envoy_dynamic_module_callback_http_get_header(

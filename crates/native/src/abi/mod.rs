@@ -8,7 +8,7 @@
 //! The hooks Envoy calls (`envoy_dynamic_module_on_*`) are in `hooks.rs`.
 //!
 //! This file holds the types and constants; `callbacks.rs` declares the
-//! callbacks (`absent.rs` stands in for them in unit tests), and the
+//! callbacks (with a stand-in for each in unit tests), and the
 //! wrappers are grouped by what they touch: `log.rs`, `headers.rs`,
 //! `body.rs`, `stream.rs` (a local reply, filter state, attributes and
 //! metadata, resuming), `scheduler.rs`, `callout.rs` and `metrics.rs`.
@@ -152,17 +152,9 @@ pub const BODY_STOP_AND_BUFFER: u32 = 1;
 pub const TRAILERS_CONTINUE: u32 = 0;
 pub const TRAILERS_STOP_ITERATION: u32 = 1;
 
-// Envoy's callbacks, as the module links them.
-#[cfg(not(test))]
+// Envoy's callbacks, as the module links them (stand-ins in unit tests).
 mod callbacks;
-#[cfg(not(test))]
 use callbacks::*;
-
-// Unit tests run without Envoy: every callback answers "unavailable".
-#[cfg(test)]
-mod absent;
-#[cfg(test)]
-use absent::*;
 
 mod body;
 mod callout;
