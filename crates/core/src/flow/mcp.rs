@@ -13,11 +13,10 @@
 //! Redis fails, `store.on_error` says whether the call is judged by this
 //! replica's own history (`local`) or passes unjudged (`allow`).
 
-use super::asks::{Answer, Ask};
-use super::writes::{McpAdd, Write};
-use super::{
-    count_opt, usage, Effect, Effects, Engine, Level, Request, Step, TOOL_EVENT_WINDOW_MS,
-};
+use super::enact::event_key;
+use super::store::asks::{Answer, Ask};
+use super::store::writes::{McpAdd, Write};
+use super::{count_opt, usage, Effect, Effects, Engine, Level, Request, Step};
 use crate::act::reply::LocalReply;
 use crate::act::{events, mcp_reply};
 use crate::config::{Mcp, McpKey, McpStep, Mode, OnStoreError, Policy};
@@ -31,9 +30,10 @@ use crate::response::{
 use crate::state::mcp_sessions::{self, HistoryId, Recent};
 use crate::state::redis::mcp::parse_history;
 use crate::state::store::BucketBackend;
-use crate::state::store::{Hit, StoreAnswer};
-use crate::state::window::WindowQuery;
 use std::rc::Rc;
+
+/// The local reply detail of a call loopguard answered.
+const ANSWERED: &str = "loopguard_mcp_loop_detected";
 
 /// An MCP request on its way: its headers' facts, then the call it
 /// forwarded and the reader of its result.
@@ -277,8 +277,7 @@ impl<B: BucketBackend> Engine<B> {
         let shadow = policy.mode == Mode::Shadow;
         if shadow {
             self.acted_on(r, index, policy, &call.tool, &v, id.key, now, out);
-            out.push(Effect::Log(
-                Level::Info,
+            self.shadow(
                 crate::act::shadow::verdict_line(
                     "mcp loop",
                     &policy.id,
@@ -286,7 +285,8 @@ impl<B: BucketBackend> Engine<B> {
                     Some(crate::detect::tool_loops::safe_tool_name(&call.tool)),
                     ("count", v.occurrences),
                 ),
-            ));
+                out,
+            );
             if let Some(s) = r.mcp.as_mut() {
                 s.call = Some(forwarded);
             }
@@ -326,11 +326,7 @@ impl<B: BucketBackend> Engine<B> {
         let call = match ask {
             McpAsk::Answer(reply_to_client, write) => {
                 self.write_done(&write, answer, out);
-                out.push(Effect::LocalReply(
-                    *reply_to_client,
-                    "loopguard_mcp_loop_detected",
-                ));
-                return Step::Pause;
+                return self.answer(r, None, *reply_to_client, ANSWERED, out);
             }
             McpAsk::History(call) => call,
         };
@@ -427,8 +423,7 @@ impl<B: BucketBackend> Engine<B> {
         r.mcp = None;
         let write = self.record_call((index, policy), cfg, id, answered, snapshot, now, out);
         let Some((write, call)) = write.and_then(|w| self.write_call(&w).map(|c| (w, c))) else {
-            out.push(Effect::LocalReply(reply, "loopguard_mcp_loop_detected"));
-            return Step::Pause;
+            return self.answer(r, None, reply, ANSWERED, out);
         };
         let ask = McpAsk::Answer(Box::new(reply), write);
         self.ask(r, call, Ask::Mcp(McpWait { id, ask }), out)
@@ -460,8 +455,8 @@ impl<B: BucketBackend> Engine<B> {
         });
     }
 
-    /// One event line per history, tier and level within a window (kept
-    /// in the shared table, so across workers too).
+    /// One event line per history, tier and level within a window (across
+    /// workers too).
     #[allow(clippy::too_many_arguments)]
     fn mcp_event(
         &mut self,
@@ -478,24 +473,7 @@ impl<B: BucketBackend> Engine<B> {
         h.write(b"mcp-event");
         h.write(v.tier.as_str().as_bytes());
         h.write(&v.level.to_le_bytes());
-        let mut fp = [0u8; 16];
-        let (a, b) = fp.split_at_mut(8);
-        a.copy_from_slice(&h.0.to_le_bytes());
-        b.copy_from_slice(&key.to_le_bytes());
-        let once = WindowQuery {
-            window_ms: TOOL_EVENT_WINDOW_MS,
-            capacity: 1,
-            trip_at: 2,
-            cooldown_ms: 0,
-            detect_at: 1,
-            event_every_ms: TOOL_EVENT_WINDOW_MS,
-        };
-        let fingerprint = crate::detect::fingerprint::Fingerprint(fp);
-        let first = match self.local.record(&Hit::exact(fingerprint, now, once)) {
-            StoreAnswer::Ready(r) => r.state.event.is_some(),
-            StoreAnswer::Failed(_) => true,
-        };
-        if first {
+        if self.first_event(event_key(h.0, key), now) {
             let event = events::mcp_loop_detected(
                 &policy.id,
                 tool,
@@ -503,8 +481,7 @@ impl<B: BucketBackend> Engine<B> {
                 shadow,
                 &usage::caller_tag(r.caller),
             );
-            out.push(Effect::Log(Level::Info, event.to_string()));
-            self.queue_alert(&event, now, out);
+            self.emit_event(&event, true, now, out);
         }
     }
 

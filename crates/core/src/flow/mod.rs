@@ -12,21 +12,25 @@
 //! only translates between proxy-wasm and these types, so the whole flow is
 //! tested natively (`flow/tests.rs` and the `flow/*_tests.rs` beside it).
 //!
+//! The files go by guard: `repeats.rs`, `tool_loops.rs`, `mcp.rs`,
+//! `budget/` (and `usage.rs`, a response's usage and the loops'
+//! spending), each reached from `phases/` (where each host event enters)
+//! and each carrying out its verdict through `enact.rs`; `store/` is the
+//! shared store's round trip every guard uses.
+//!
 //! One [`Engine`] per plugin instance and worker holds the configuration
 //! and what the worker's requests share (the fingerprint table through a
 //! [`BucketBackend`], the throttle queue, the hold probe, the alert queue);
 //! one [`Request`] per stream holds where that request is.
 
-mod asks;
-mod body;
 mod budget;
-mod count;
-mod headers;
+mod enact;
 mod mcp;
-mod response;
-mod tick;
+mod phases;
+mod repeats;
+mod store;
+mod tool_loops;
 mod usage;
-mod writes;
 
 #[cfg(test)]
 mod alert_tests;
@@ -169,7 +173,7 @@ enum State {
     /// Paused until the shared store answers a call (a loop's hit, a
     /// budget check, an MCP history), or the response's end held until it
     /// has a write.
-    Asking(Box<asks::Asking>),
+    Asking(Box<store::asks::Asking>),
     /// The client left.
     Done,
 }
@@ -258,7 +262,7 @@ struct Counted {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum RootCall {
     Alert,
-    Write(writes::Sending),
+    Write(store::writes::Sending),
 }
 
 /// Calls from the root context: store writes waiting for the tick, the
@@ -267,9 +271,9 @@ enum RootCall {
 /// token.
 #[derive(Default)]
 struct RootCalls {
-    queued: VecDeque<(writes::Sending, StoreCall)>,
+    queued: VecDeque<(store::writes::Sending, StoreCall)>,
     sent: VecDeque<(u32, RootCall)>,
-    awaiting: VecDeque<(u32, writes::Sending)>,
+    awaiting: VecDeque<(u32, store::writes::Sending)>,
     next_id: u32,
 }
 
@@ -353,7 +357,7 @@ impl Request {
     /// host resumes the response when [`Engine::on_store_reply`] says
     /// [`Step::Continue`].
     pub fn response_held(&self) -> bool {
-        matches!(&self.state, State::Asking(a) if matches!(a.what, asks::Ask::Held(_)))
+        matches!(&self.state, State::Asking(a) if matches!(a.what, store::asks::Ask::Held(_)))
     }
 
     /// The body length buffered so far (for reading it at the trailers).
@@ -377,9 +381,6 @@ const ALERTS_PER_TICK: usize = 32;
 const FAILURE_LOG_INTERVAL_MS: u64 = 10_000;
 /// Distinct unknown route-policy ids remembered (each is logged once).
 const MAX_UNKNOWN_ROUTE_POLICIES: usize = 64;
-/// A tool-loop event is logged once per conversation and level within this
-/// window.
-const TOOL_EVENT_WINDOW_MS: u64 = 60_000;
 
 /// When each kind of repeated failure was last logged.
 #[derive(Default)]

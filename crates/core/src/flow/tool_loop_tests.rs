@@ -64,7 +64,7 @@ fn tool_loop_events_are_logged_once_per_conversation_and_level() {
     let first = h.post(&tool_conversation(3));
     let again = h.post(&tool_conversation(3));
     assert_eq!((events(&first), events(&again)), (1, 0));
-    h.now += TOOL_EVENT_WINDOW_MS;
+    h.now += super::enact::EVENT_WINDOW_MS;
     assert_eq!(events(&h.post(&tool_conversation(3))), 1);
 }
 

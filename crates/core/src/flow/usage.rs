@@ -200,7 +200,7 @@ impl<B: BucketBackend> Engine<B> {
                 // A call all the same; its tokens are estimated from the
                 // request (added in the shared store from the tick).
                 if let Some(add) = self.budget_spend(r, None, true, Default::default(), None, out) {
-                    self.send_write(r, super::writes::Write::Budget(add), false, out);
+                    self.send_write(r, super::store::writes::Write::Budget(add), false, out);
                 }
             }
         }
@@ -244,7 +244,7 @@ impl<B: BucketBackend> Engine<B> {
             && r.usage.as_ref().is_some_and(|u| u.usage_final());
         if end_of_stream || settled {
             if let Some(add) = self.finish_usage(r, true, out) {
-                return self.send_write(r, super::writes::Write::Budget(add), true, out);
+                return self.send_write(r, super::store::writes::Write::Budget(add), true, out);
             }
         }
         Step::Continue

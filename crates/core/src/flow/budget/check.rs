@@ -9,13 +9,17 @@ use crate::act::events;
 use crate::config::budget::Budget;
 use crate::config::Policy;
 use crate::config::{Mode, OnStoreError};
-use crate::flow::asks::{Answer, Ask};
-use crate::flow::{count, count_opt, Effect, Effects, Engine, Level, Phase, Request, Step};
+use crate::flow::enact::event_key;
+use crate::flow::store::asks::{Answer, Ask};
+use crate::flow::{count, count_opt, Effects, Engine, Phase, Request, Step};
 use crate::state::budget::slice_ms;
 use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::BucketBackend;
 use crate::state::store::StoreFailure;
 use std::rc::Rc;
+
+/// A budget event's key: its own hash, apart from other guards' events.
+const BUDGET_EVENT: u64 = 0x6275_6467_6574_6576;
 
 impl<B: BucketBackend> Engine<B> {
     /// Check the request's budget keys before it goes on. `Ok`: it goes on
@@ -258,7 +262,7 @@ impl<B: BucketBackend> Engine<B> {
         if p.mode == Mode::Shadow {
             for s in &v.exceeded {
                 if let Some(line) = verdict::shadow_line(&p.id, b, s) {
-                    out.push(Effect::Log(Level::Info, line));
+                    self.shadow(line, out);
                 }
                 count_opt(out, ids.and_then(|i| i.shadow(s.limit)), 1);
             }
@@ -271,18 +275,14 @@ impl<B: BucketBackend> Engine<B> {
             let Some(reply) = verdict::rejection(&p.id, b, top, r.api) else {
                 return Ok(());
             };
-            // Never upstream: nothing to count or take back.
-            r.counted = None;
-            r.usage_for = None;
+            // Never upstream: nothing to charge.
             r.budget = None;
             let name = b.limits.get(top.limit).map_or("", |l| l.name.as_str());
             self.publish_decision(out, true, || {
                 events::access_log_budget(&p.id, p.mode, "reject", name)
             });
             count_opt(out, ids.and_then(|i| i.rejected(top.limit)), 1);
-            count_opt(out, self.registry.rejected(index), 1);
-            out.push(Effect::LocalReply(reply, "loopguard_budget_exceeded"));
-            return Err(Step::Pause);
+            return Err(self.answer(r, Some(index), reply, "loopguard_budget_exceeded", out));
         }
         // Warned (before a cap, or at one with `action: warn`): the client
         // sees the header; the upstream too while the headers are held.
@@ -290,10 +290,7 @@ impl<B: BucketBackend> Engine<B> {
             count_opt(out, ids.and_then(|i| i.warned(s.limit)), 1);
         }
         if let Some(h) = verdict::header(b, &v) {
-            if phase == Phase::HeadersHeld {
-                out.push(Effect::AddRequestHeader("x-loopguard-budget", h.clone()));
-            }
-            r.response_headers.push(("x-loopguard-budget", h));
+            self.carry(r, phase, ("x-loopguard-budget", h), false, out);
         }
         Ok(())
     }
@@ -319,42 +316,28 @@ impl<B: BucketBackend> Engine<B> {
         let ids = self.registry.budget(index);
         if b.unpriced == Unpriced::Reject {
             if p.mode == Mode::Shadow {
-                out.push(Effect::Log(
-                    Level::Info,
-                    crate::act::shadow::line(
-                        "reject",
-                        Some("budget"),
-                        &p.id,
-                        &[("unpriced model", format!("\"{model}\""))],
-                    ),
-                ));
+                let what = [("unpriced model", format!("\"{model}\""))];
+                let line = crate::act::shadow::line("reject", Some("budget"), &p.id, &what);
+                self.shadow(line, out);
             } else {
                 count_opt(out, ids.map(|i| i.unpriced()), 1);
                 self.unpriced_event(p, model, "refused (reject)", r.caller, now, out);
-                r.counted = None;
-                r.usage_for = None;
                 r.budget = None;
                 self.publish_decision(out, true, || {
                     events::access_log_budget(&p.id, p.mode, "reject", "unpriced")
                 });
-                count_opt(out, self.registry.rejected(index), 1);
-                out.push(Effect::LocalReply(
-                    verdict::unpriced_rejection(&p.id, model, r.api),
-                    "loopguard_budget_unpriced",
-                ));
-                return Err(Step::Pause);
+                let reply = verdict::unpriced_rejection(&p.id, model, r.api);
+                let detail = "loopguard_budget_unpriced";
+                return Err(self.answer(r, Some(index), reply, detail, out));
             }
         }
         let h = verdict::unpriced_header(model, charged_as);
-        if phase == Phase::HeadersHeld {
-            out.push(Effect::AddRequestHeader("x-loopguard-budget", h.clone()));
-        }
-        r.response_headers.push(("x-loopguard-budget", h));
+        self.carry(r, phase, ("x-loopguard-budget", h), false, out);
         Ok(())
     }
 
-    /// Log a budget event, once per key within [`EVENT_EVERY_MS`] on this
-    /// worker; alerts go out with it.
+    /// Log a budget event, once per key, cap and kind within a window
+    /// across workers; a reached cap's is alerted too.
     #[allow(clippy::too_many_arguments)]
     fn budget_event(
         &mut self,
@@ -371,20 +354,16 @@ impl<B: BucketBackend> Engine<B> {
         let key = s.tag
             ^ (s.limit as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)
             ^ kind.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
-        if !self.budget_memo.event_due(key, now) {
+        if !self.first_event(event_key(BUDGET_EVENT, key), now) {
             return;
         }
         if let Some(event) = verdict::event(name, &p.id, p.mode, b, s, action) {
-            out.push(Effect::Log(Level::Info, event.to_string()));
-            if name == "budget.exceeded" {
-                self.queue_alert(&event, now, out);
-            }
+            self.emit_event(&event, name == "budget.exceeded", now, out);
         }
     }
 
     /// A call under a dollar cap whose model no price names: one
-    /// `budget.unpriced` event per model within [`EVENT_EVERY_MS`] on this
-    /// worker.
+    /// `budget.unpriced` event per policy and model within a window.
     pub(super) fn unpriced_event(
         &mut self,
         p: &Policy,
@@ -397,13 +376,13 @@ impl<B: BucketBackend> Engine<B> {
         let mut h = crate::request::Fnv(0x756e_7072_6963_6564);
         h.write(p.id.as_bytes());
         h.write(model.as_bytes());
-        if !self.budget_memo.event_due(h.0, now) {
+        if !self.first_event(event_key(BUDGET_EVENT, h.0), now) {
             return;
         }
         let Some(b) = p.budget.as_ref() else {
             return;
         };
         let event = verdict::unpriced_event(&p.id, p.mode, b, model, charged_as, caller);
-        out.push(Effect::Log(Level::Info, event.to_string()));
+        self.emit_event(&event, false, now, out);
     }
 }

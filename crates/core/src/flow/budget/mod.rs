@@ -22,14 +22,7 @@ use crate::request::llm;
 use crate::request::RequestFacts;
 use crate::state::redis::budget::BudgetKey;
 use crate::state::store::{BucketBackend, Hit};
-use std::collections::VecDeque;
 use std::rc::Rc;
-
-/// A budget check or event is logged once per key within this interval
-/// per worker.
-const EVENT_EVERY_MS: u64 = 60_000;
-/// Keys whose last event is remembered per worker.
-const MAX_EVENT_MEMO: usize = 256;
 
 /// A request under a policy with a budget.
 #[derive(Debug, Default)]
@@ -141,34 +134,11 @@ pub(super) struct BudgetAdd {
     pub(super) at: u64,
 }
 
-/// The budget keys' shared state on this worker: key tags given their own
-/// series, and when each key's last event was logged.
+/// The budget keys' series on this worker: per policy and limit, the key
+/// tags given a series of their own, and its name.
 #[derive(Default)]
 pub(super) struct BudgetMemo {
-    /// Per policy and limit, the key tags with a series of their own, and
-    /// its name.
     series: Vec<Vec<Vec<(u64, String)>>>,
-    events: VecDeque<(u64, u64)>,
-}
-
-impl BudgetMemo {
-    /// Whether an event of `key` is due at `now` (none logged within
-    /// [`EVENT_EVERY_MS`] on this worker): remembered if so.
-    fn event_due(&mut self, key: u64, now: u64) -> bool {
-        let memo = &mut self.events;
-        if let Some(at) = memo.iter_mut().find(|(k, _)| *k == key) {
-            if now.saturating_sub(at.1) < EVENT_EVERY_MS {
-                return false;
-            }
-            at.1 = now;
-        } else {
-            if memo.len() >= MAX_EVENT_MEMO {
-                memo.pop_front();
-            }
-            memo.push_back((key, now));
-        }
-        true
-    }
 }
 
 /// A key of `base` (a caller, session or conversation) under one limit.

@@ -7,9 +7,9 @@
 //! `NOSCRIPT` answer sends it once more with the whole script; a write
 //! lost or failed is counted as what it was for (the local table has it).
 
-use super::asks::{Answer, Ask};
-use super::{budget, count, count_opt, Effect, Effects, Engine, Request, Step};
 use crate::detect::mcp::Entry;
+use crate::flow::store::asks::{Answer, Ask};
+use crate::flow::{budget, count, count_opt, Effect, Effects, Engine, Request, Step};
 use crate::metrics::CallResult;
 use crate::state::redis::{self, Call};
 use crate::state::store::BucketBackend;
@@ -18,7 +18,7 @@ use crate::state::store::TakeBack;
 
 /// What a write is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Write {
+pub(in crate::flow) enum Write {
     /// Take back a failed attempt's hit.
     TakeBack { policy: usize, what: TakeBack },
     /// Add a response's spending to its budget keys.
@@ -29,29 +29,29 @@ pub(super) enum Write {
 
 /// An MCP call added to its history in the shared store.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct McpAdd {
-    pub(super) policy: usize,
-    pub(super) key: u64,
-    pub(super) entry: Entry,
-    pub(super) window_ms: u64,
-    pub(super) at: u64,
+pub(in crate::flow) struct McpAdd {
+    pub(in crate::flow) policy: usize,
+    pub(in crate::flow) key: u64,
+    pub(in crate::flow) entry: Entry,
+    pub(in crate::flow) window_ms: u64,
+    pub(in crate::flow) at: u64,
 }
 
 /// A write on its way: sent once more with the whole script after a
 /// `NOSCRIPT` (at most once).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Sending {
-    pub(super) write: Write,
-    pub(super) resent: bool,
+pub(in crate::flow) struct Sending {
+    pub(in crate::flow) write: Write,
+    pub(in crate::flow) resent: bool,
 }
 
 /// Writes waiting for the tick or for their answers, at most (more are
 /// counted as lost).
-pub(super) const MAX_ROOT_WRITES: usize = 2048;
+pub(in crate::flow) const MAX_ROOT_WRITES: usize = 2048;
 
 impl<B: BucketBackend> Engine<B> {
     /// The library call of a write (`None`: no shared store).
-    pub(super) fn write_call(&self, w: &Write) -> Option<Call> {
+    pub(in crate::flow) fn write_call(&self, w: &Write) -> Option<Call> {
         let shared = self.shared.as_ref()?;
         Some(match w {
             Write::TakeBack { what, .. } => shared.take_back_of(what),
@@ -78,7 +78,7 @@ impl<B: BucketBackend> Engine<B> {
     /// Send `write` for this request: held (`Step::Pause`: the response
     /// goes on when the store answered, or the call failed, within
     /// `store.timeout_ms`), or from the root context at the tick.
-    pub(super) fn send_write(
+    pub(in crate::flow) fn send_write(
         &mut self,
         r: &mut Request,
         write: Write,
@@ -100,7 +100,7 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// Queue a write for the root context (sent at the tick).
-    pub(super) fn queue_write(&mut self, sending: Sending, out: &mut Effects) {
+    pub(in crate::flow) fn queue_write(&mut self, sending: Sending, out: &mut Effects) {
         if self.root_calls.writes() >= MAX_ROOT_WRITES {
             self.write_lost(&sending.write, out);
             return;
@@ -112,7 +112,7 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// A held write's answer (or why none came).
-    pub(super) fn write_done(&mut self, w: &Write, answer: Answer<'_>, out: &mut Effects) {
+    pub(in crate::flow) fn write_done(&mut self, w: &Write, answer: Answer<'_>, out: &mut Effects) {
         match answer {
             Ok(reply) => self.write_answered(w, reply.status.as_deref(), &reply.body, out),
             Err(f) => {
@@ -123,7 +123,7 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// A root write was sent (`token`) or could not be.
-    pub(super) fn on_root_write_sent(
+    pub(in crate::flow) fn on_root_write_sent(
         &mut self,
         sending: Sending,
         sent: Result<u32, String>,
@@ -138,7 +138,7 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// The answer to a root write (`false`: `token` is no write's).
-    pub(super) fn on_root_write_reply(
+    pub(in crate::flow) fn on_root_write_reply(
         &mut self,
         token: u32,
         status: Option<&str>,
@@ -162,7 +162,7 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// A write's answer: counted, and a failure as what it was for.
-    pub(super) fn write_answered(
+    pub(in crate::flow) fn write_answered(
         &mut self,
         w: &Write,
         status: Option<&str>,
@@ -189,7 +189,7 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// A write that could not be sent or answered.
-    pub(super) fn write_lost(&self, w: &Write, out: &mut Effects) {
+    pub(in crate::flow) fn write_lost(&self, w: &Write, out: &mut Effects) {
         match w {
             Write::TakeBack { policy, .. } => {
                 count_opt(out, self.registry.failed_attempt(*policy, None), 1)
@@ -201,9 +201,9 @@ impl<B: BucketBackend> Engine<B> {
 
     /// An MCP history the shared store did not get (counted; the local
     /// table has it).
-    pub(super) fn mcp_store_lost(&self, policy: usize, out: &mut Effects) {
+    pub(in crate::flow) fn mcp_store_lost(&self, policy: usize, out: &mut Effects) {
         if let Some(p) = self.config.policies.get(policy) {
-            out.push(super::mcp::store_error(&p.id));
+            out.push(crate::flow::mcp::store_error(&p.id));
         }
     }
 }

@@ -5,43 +5,43 @@
 //! that asked reads the answer: a loop's hit, a budget check, an MCP
 //! history, or a write the response's end waits for.
 
-use super::writes::Write;
-use super::{count, Effect, Effects, Engine, Request, State, Step};
+use crate::flow::store::writes::Write;
+use crate::flow::{count, Effect, Effects, Engine, Request, State, Step};
 use crate::metrics::CallResult;
 use crate::state::redis::Call;
 use crate::state::store::{BucketBackend, CallReply, StoreFailure};
 
 /// A request's call to the shared store, and what it is for.
 #[derive(Debug)]
-pub(super) struct Asking {
+pub(in crate::flow) struct Asking {
     /// The call's token, once the host has sent it.
     token: Option<u32>,
     /// Sent again with the whole script after a `NOSCRIPT` (at most once).
     resent: bool,
     call: Call,
-    pub(super) what: Ask,
+    pub(in crate::flow) what: Ask,
 }
 
 /// What a request waits for.
 #[derive(Debug)]
-pub(super) enum Ask {
+pub(in crate::flow) enum Ask {
     /// Its loop hit's window state.
-    Hit(Box<super::Waiting>),
+    Hit(Box<crate::flow::Waiting>),
     /// Its budget keys' standings.
-    Budget(super::budget::BudgetWait),
+    Budget(crate::flow::budget::BudgetWait),
     /// An MCP call's history, or the store to have loopguard's answer.
-    Mcp(super::mcp::McpWait),
+    Mcp(crate::flow::mcp::McpWait),
     /// The store to have a write (the response's end waits).
     Held(Write),
 }
 
 /// The answer a request's call got: the reply, or why none came.
-pub(super) type Answer<'a> = Result<&'a CallReply, StoreFailure>;
+pub(in crate::flow) type Answer<'a> = Result<&'a CallReply, StoreFailure>;
 
 impl<B: BucketBackend> Engine<B> {
     /// Send `call` for the request, which waits for its answer
     /// ([`Step::Pause`]; [`Step::Continue`] without a shared store).
-    pub(super) fn ask(
+    pub(in crate::flow) fn ask(
         &mut self,
         r: &mut Request,
         call: Call,
@@ -126,7 +126,7 @@ impl<B: BucketBackend> Engine<B> {
 
     /// Count a store call's outcome (`store_calls_total{result}`), read
     /// by the guard that sent it.
-    pub(super) fn count_call(&self, failure: Option<&StoreFailure>, out: &mut Effects) {
+    pub(in crate::flow) fn count_call(&self, failure: Option<&StoreFailure>, out: &mut Effects) {
         out.push(count(self.registry.store_call(CallResult::of(failure)), 1));
     }
 

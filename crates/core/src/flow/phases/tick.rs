@@ -1,12 +1,13 @@
 //! Time and endings: the tick that resumes throttled requests, releases
 //! held ones the probe gave up on and sends alerts; a client that left.
 
-use super::{
-    count, writes, Effect, Effects, Engine, Level, LogLimits, Request, RootCall, State,
-    ALERTS_PER_TICK, MAX_QUEUED_ALERTS,
-};
 use crate::act::events;
 use crate::act::hold::{HOLD_PROBE_MS, MISSES_TO_STOP, REPROBE_MS};
+use crate::flow::store::writes;
+use crate::flow::{
+    count, Effect, Effects, Engine, Level, LogLimits, Request, RootCall, State, ALERTS_PER_TICK,
+    MAX_QUEUED_ALERTS,
+};
 use crate::metrics::WebhookResult;
 use crate::state::store::BucketBackend;
 use crate::state::store::StoreCall;
@@ -83,7 +84,7 @@ impl<B: BucketBackend> Engine<B> {
 
     /// Queue a webhook alert for an event (if a webhook is configured). The
     /// tick sends it: a finished stream cannot wait for the call's answer.
-    pub(super) fn queue_alert(&mut self, event: &Value, now: u64, out: &mut Effects) {
+    pub(in crate::flow) fn queue_alert(&mut self, event: &Value, now: u64, out: &mut Effects) {
         if self.alerts.webhook.is_none() {
             return;
         }
@@ -116,7 +117,12 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// The host could not send an alert.
-    pub(super) fn on_alert_sent(&mut self, sent: Result<(), String>, now: u64, out: &mut Effects) {
+    pub(in crate::flow) fn on_alert_sent(
+        &mut self,
+        sent: Result<(), String>,
+        now: u64,
+        out: &mut Effects,
+    ) {
         if let Err(why) = sent {
             let cluster = self
                 .alerts
@@ -129,7 +135,12 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// An alert's answer: its `:status`, or `None` when none came.
-    pub(super) fn on_alert_reply(&mut self, status: Option<&str>, now: u64, out: &mut Effects) {
+    pub(in crate::flow) fn on_alert_reply(
+        &mut self,
+        status: Option<&str>,
+        now: u64,
+        out: &mut Effects,
+    ) {
         match status {
             None => {
                 self.webhook_failed("no response (timeout, reset or no healthy host)", now, out)

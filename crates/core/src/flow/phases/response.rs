@@ -4,7 +4,8 @@
 //! context at the next tick, so the answer is counted even when the stream
 //! is long gone.
 
-use super::{count_opt, writes, Effect, Effects, Engine, Request, RootCall};
+use crate::flow::store::writes;
+use crate::flow::{count_opt, Effect, Effects, Engine, Request, RootCall};
 use crate::response;
 use crate::state::store::BucketBackend;
 
@@ -53,7 +54,7 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// The tick: send the queued store writes.
-    pub(super) fn send_writes(&mut self, out: &mut Effects) {
+    pub(in crate::flow) fn send_writes(&mut self, out: &mut Effects) {
         while let Some((what, call)) = self.root_calls.queued.pop_front() {
             out.push(self.root_calls.send(RootCall::Write(what), call));
         }

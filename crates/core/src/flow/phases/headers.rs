@@ -2,13 +2,13 @@
 //! request is judged now (no body), or after its body (buffered; with
 //! `hold_request_headers`, its headers held until then).
 
-use super::{
-    count, count_opt, mcp, usage, Effect, Effects, Engine, Level, Phase, Request, State, Step,
-    UsageFor, MAX_UNKNOWN_ROUTE_POLICIES,
-};
 use crate::act::events;
 use crate::act::reply;
 use crate::detect::fingerprint::Pending;
+use crate::flow::{
+    count, count_opt, mcp, usage, Effect, Effects, Engine, Level, Phase, Request, State, Step,
+    UsageFor, MAX_UNKNOWN_ROUTE_POLICIES,
+};
 use crate::request::policy::{self, Selection};
 use crate::request::{self, RequestFacts, RequestHead};
 use crate::state::store::BucketBackend;
@@ -147,7 +147,7 @@ impl<B: BucketBackend> Engine<B> {
         }
         if policy.may_rewrite_bodies()
             || (policy.budget.as_ref().is_some_and(|b| b.reads_usage())
-                && super::budget::asks_stream_usage(head.path_only()))
+                && crate::flow::budget::asks_stream_usage(head.path_only()))
         {
             // A nudge changes the body's length: the buffer filter after
             // loopguard sets content-length again once the body is final.
@@ -170,29 +170,9 @@ impl<B: BucketBackend> Engine<B> {
         seen.push(id);
     }
 
-    /// Publish a decision for Envoy's access log (filter state
-    /// `wasm.loopguard`) as the configuration asks: `acted` says loopguard
-    /// did something beyond allowing the request.
-    pub(super) fn publish_decision(
-        &self,
-        out: &mut Effects,
-        acted: bool,
-        record: impl FnOnce() -> String,
-    ) {
-        use crate::config::AccessLog;
-        let publish = match self.config.access_log {
-            AccessLog::All => true,
-            AccessLog::Actions => acted,
-            AccessLog::Off => false,
-        };
-        if publish {
-            out.push(Effect::SetFilterState("loopguard".to_string(), record()));
-        }
-    }
-
     /// Stop buffering a body too large to judge: what is held so far flows
     /// on, counted, once the budget keys its headers name are checked.
-    pub(super) fn skip_body(
+    pub(in crate::flow) fn skip_body(
         &mut self,
         r: &mut Request,
         phase: Phase,

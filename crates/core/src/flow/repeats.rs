@@ -2,7 +2,7 @@
 //! at once; a shared store answers after a call, and when it fails the
 //! request is counted locally or passes, as `store.on_error` says.
 
-use super::asks::{Answer, Ask};
+use super::store::asks::{Answer, Ask};
 use super::{
     count, count_opt, usage, Counted, Effect, Effects, Engine, Level, LogLimits, Phase, Request,
     State, Step, Waiting,
@@ -266,9 +266,8 @@ impl<B: BucketBackend> Engine<B> {
                     spend.as_ref(),
                     !self.config.prices.models.is_empty(),
                 );
-                out.push(Effect::Log(Level::Info, event.to_string()));
+                self.emit_event(&event, true, now, out);
                 count_opt(out, self.registry.detected(index, decided.shadow), 1);
-                self.queue_alert(&event, now, out);
             }
         }
         if decided.verdict.notice().is_some() {
@@ -291,26 +290,23 @@ impl<B: BucketBackend> Engine<B> {
         });
         if decided.shadow {
             if let Some(line) = reply::shadow_line(&decided) {
-                out.push(Effect::Log(Level::Info, line));
+                self.shadow(line, out);
             }
             if let Some(action) = action {
                 count_opt(out, self.registry.shadow(index, WouldBe::from(action)), 1);
             }
             return Step::Continue;
         }
-        for (name, value) in reply::upstream_headers(&decided) {
-            // Later filters (header_mutation) copy filter state into the
-            // request; while the headers are held, loopguard adds the
-            // header itself.
-            out.push(Effect::SetFilterState(
-                reply::filter_state_name(name),
-                value.clone(),
-            ));
-            if phase == Phase::HeadersHeld {
-                out.push(Effect::AddRequestHeader(name, value));
+        // A warning goes upstream and to the client; a throttle's headers
+        // to the client.
+        let upstream = !reply::upstream_headers(&decided).is_empty();
+        for header in reply::response_headers(&decided) {
+            if upstream {
+                self.carry(r, phase, header, true, out);
+            } else {
+                r.response_headers.push(header);
             }
         }
-        r.response_headers.extend(reply::response_headers(&decided));
         match decided.verdict {
             Verdict::Allow => Step::Continue,
             Verdict::Warn(_) => {
@@ -329,17 +325,9 @@ impl<B: BucketBackend> Engine<B> {
                 Step::Pause
             }
             Verdict::Reject(rejection) => {
-                // Never upstream: the provider cannot fail it, and it
-                // spends no tokens.
-                r.counted = None;
-                r.usage_for = None;
                 self.count_avoided(index, key, model, now, out);
-                out.push(Effect::LocalReply(
-                    reply::rejection(&rejection, r.api),
-                    "loopguard_loop_detected",
-                ));
-                count_opt(out, self.registry.rejected(index), 1);
-                Step::Pause
+                let reply = reply::rejection(&rejection, r.api);
+                self.answer(r, Some(index), reply, "loopguard_loop_detected", out)
             }
         }
     }

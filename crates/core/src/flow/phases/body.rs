@@ -1,22 +1,14 @@
 //! The body events: buffering, the complete body read once for the
 //! tool-loop verdict and the fingerprint, and the tool-loop ladder.
 
-use super::{
-    count, count_opt, usage, Effect, Effects, Engine, Level, Request, State, Step,
-    TOOL_EVENT_WINDOW_MS,
-};
 use crate::act::events;
-use crate::act::reply;
-use crate::config::{Mode, Policy, Similarity, ToolStep};
-use crate::detect::fingerprint;
-use crate::detect::fingerprint::Pending;
+use crate::config::Similarity;
 use crate::detect::progress;
-use crate::detect::tool_loops::{self, ToolVerdict};
-use crate::metrics::{SkipReason, WouldBe};
+use crate::detect::tool_loops::{self};
+use crate::flow::{count, count_opt, usage, Effect, Effects, Engine, Level, Request, State, Step};
+use crate::metrics::SkipReason;
 use crate::request::llm::{self, scan::Refusal, NotRead};
 use crate::state::store::BucketBackend;
-use crate::state::store::{Hit, StoreAnswer};
-use crate::state::window::WindowQuery;
 use std::rc::Rc;
 
 impl<B: BucketBackend> Engine<B> {
@@ -257,156 +249,5 @@ impl<B: BucketBackend> Engine<B> {
         }
         self.count_refusal(refused, out);
         self.count_hit(r, policy, made, phase, now, out)
-    }
-
-    /// Act on a tool-loop verdict. `Some` ends the request's processing (a
-    /// 429); `None` lets it go on (to loop detection, if the policy has it).
-    #[allow(clippy::too_many_arguments)]
-    fn tool_loop(
-        &mut self,
-        r: &mut Request,
-        index: usize,
-        policy: &Policy,
-        pending: &Pending,
-        req: &llm::Request<'_>,
-        v: &ToolVerdict,
-        now: u64,
-        out: &mut Effects,
-    ) -> Option<Step> {
-        count_opt(out, self.registry.tool_loop(index, v.tier, v.step), 1);
-        self.note_in_loop(r, index, out);
-        // The conversation's spending (a tool-loop-only policy reading the
-        // response's usage; a policy that counts hits keeps it under the
-        // fingerprint, set when the hit is counted).
-        let (key, model) = match r.usage_for {
-            Some(u) if policy.detection.is_none() => (u.loop_key, u.model),
-            _ => (None, None),
-        };
-        let shadow = policy.mode == Mode::Shadow;
-        self.tool_event(r, policy, pending, req, v, shadow, key, now, out);
-        let header = tool_loops::header_value(v);
-        self.publish_decision(out, true, || {
-            events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
-        });
-        if shadow {
-            out.push(Effect::Log(
-                Level::Info,
-                crate::act::shadow::verdict_line(
-                    "tool loop",
-                    &policy.id,
-                    v,
-                    tool_loops::shown_tool(v),
-                    ("level", v.level),
-                ),
-            ));
-            count_opt(out, self.registry.shadow(index, WouldBe::from(v.step)), 1);
-            return None;
-        }
-        let cfg = policy.tool_loops.as_ref()?;
-        if v.step == ToolStep::Reject {
-            r.usage_for = None;
-            if let Some(key) = key {
-                self.count_avoided(index, key, model, now, out);
-            }
-            out.push(Effect::LocalReply(
-                reply::tool_loop_rejection(&policy.id, v, r.api),
-                "loopguard_tool_loop_detected",
-            ));
-            count_opt(out, self.registry.rejected(index), 1);
-            return Some(Step::Pause);
-        }
-        // Forwarded: the upstream (directly while loopguard holds the
-        // headers, else through header_mutation) and the client see the
-        // verdict.
-        out.push(Effect::SetFilterState(
-            "loopguard_tool_loop".to_string(),
-            header.clone(),
-        ));
-        if r.headers_held {
-            out.push(Effect::AddRequestHeader(
-                "x-loopguard-tool-loop",
-                header.clone(),
-            ));
-        }
-        r.response_headers.push(("x-loopguard-tool-loop", header));
-        // A note changes the body's length: only possible while the headers
-        // can still say so (held), or when they carry no length.
-        if !r.headers_held && !r.length_dropped {
-            out.push(Effect::Log(
-                Level::Warn,
-                format!(
-                    "tool-loop {} not added: the request headers already went upstream with their content-length",
-                    v.step.as_str()
-                ),
-            ));
-            return None;
-        }
-        match tool_loops::rewrite(cfg, req, v) {
-            Some(body) => out.push(Effect::ReplaceBody {
-                old_len: r.body_len,
-                body,
-                set_length: r.headers_held,
-            }),
-            None => out.push(Effect::Log(
-                Level::Debug,
-                format!(
-                    "no conversation to add the tool-loop {} to",
-                    v.step.as_str()
-                ),
-            )),
-        }
-        None
-    }
-
-    /// One event line per conversation and level within a window, however
-    /// fast the loop runs (remembered in the shared table, so across
-    /// workers too).
-    #[allow(clippy::too_many_arguments)]
-    fn tool_event(
-        &mut self,
-        r: &Request,
-        policy: &Policy,
-        pending: &Pending,
-        req: &llm::Request<'_>,
-        v: &ToolVerdict,
-        shadow: bool,
-        spend_key: Option<u64>,
-        now: u64,
-        out: &mut Effects,
-    ) {
-        let key = fingerprint::tool_event_key(
-            &policy.id,
-            pending.identity(),
-            req,
-            v.tier.as_str(),
-            &v.evidence.tool,
-            v.level,
-        );
-        // Every hit of this key is a detection; the store reports the
-        // first in each window.
-        let once = WindowQuery {
-            window_ms: TOOL_EVENT_WINDOW_MS,
-            capacity: 1,
-            trip_at: 2,
-            cooldown_ms: 0,
-            detect_at: 1,
-            event_every_ms: TOOL_EVENT_WINDOW_MS,
-        };
-        let first = match self.local.record(&Hit::exact(key, now, once)) {
-            StoreAnswer::Ready(r) => r.state.event.is_some(),
-            StoreAnswer::Failed(_) => true,
-        };
-        if first {
-            let mut event = events::tool_loop_detected(&policy.id, v, shadow);
-            let spend = spend_key.and_then(|k| self.spend(k, now));
-            events::add_spend(
-                &mut event,
-                &usage::caller_tag(r.caller),
-                spend.as_ref(),
-                !self.config.prices.models.is_empty(),
-            );
-            out.push(Effect::Log(Level::Info, event.to_string()));
-            self.queue_alert(&event, now, out);
-        }
     }
 }

@@ -1,0 +1,138 @@
+//! Tool loops in the request flow: acting on the verdict the conversation's
+//! history gave (a 429, or the request forwarded with the
+//! `x-loopguard-tool-loop` header and a note or hint added to its body;
+//! in shadow mode, what would have been done logged), and its event once
+//! per conversation and level within a window.
+
+use super::{count_opt, usage, Effect, Effects, Engine, Level, Request, Step};
+use crate::act::events;
+use crate::act::reply;
+use crate::config::{Mode, Policy, ToolStep};
+use crate::detect::fingerprint;
+use crate::detect::fingerprint::Pending;
+use crate::detect::tool_loops::{self, ToolVerdict};
+use crate::metrics::WouldBe;
+use crate::request::llm;
+use crate::state::store::BucketBackend;
+
+impl<B: BucketBackend> Engine<B> {
+    /// Act on a tool-loop verdict. `Some` ends the request's processing (a
+    /// 429); `None` lets it go on (to loop detection, if the policy has it).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn tool_loop(
+        &mut self,
+        r: &mut Request,
+        index: usize,
+        policy: &Policy,
+        pending: &Pending,
+        req: &llm::Request<'_>,
+        v: &ToolVerdict,
+        now: u64,
+        out: &mut Effects,
+    ) -> Option<Step> {
+        count_opt(out, self.registry.tool_loop(index, v.tier, v.step), 1);
+        self.note_in_loop(r, index, out);
+        // The conversation's spending (a tool-loop-only policy reading the
+        // response's usage; a policy that counts hits keeps it under the
+        // fingerprint, set when the hit is counted).
+        let (key, model) = match r.usage_for {
+            Some(u) if policy.detection.is_none() => (u.loop_key, u.model),
+            _ => (None, None),
+        };
+        let shadow = policy.mode == Mode::Shadow;
+        self.tool_event(r, policy, pending, req, v, shadow, key, now, out);
+        let header = tool_loops::header_value(v);
+        self.publish_decision(out, true, || {
+            events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
+        });
+        if shadow {
+            self.shadow(
+                crate::act::shadow::verdict_line(
+                    "tool loop",
+                    &policy.id,
+                    v,
+                    tool_loops::shown_tool(v),
+                    ("level", v.level),
+                ),
+                out,
+            );
+            count_opt(out, self.registry.shadow(index, WouldBe::from(v.step)), 1);
+            return None;
+        }
+        let cfg = policy.tool_loops.as_ref()?;
+        if v.step == ToolStep::Reject {
+            if let Some(key) = key {
+                self.count_avoided(index, key, model, now, out);
+            }
+            let reply = reply::tool_loop_rejection(&policy.id, v, r.api);
+            let detail = "loopguard_tool_loop_detected";
+            return Some(self.answer(r, Some(index), reply, detail, out));
+        }
+        let phase = r.phase();
+        self.carry(r, phase, ("x-loopguard-tool-loop", header), true, out);
+        // A note changes the body's length: only possible while the headers
+        // can still say so (held), or when they carry no length.
+        if !r.headers_held && !r.length_dropped {
+            out.push(Effect::Log(
+                Level::Warn,
+                format!(
+                    "tool-loop {} not added: the request headers already went upstream with their content-length",
+                    v.step.as_str()
+                ),
+            ));
+            return None;
+        }
+        match tool_loops::rewrite(cfg, req, v) {
+            Some(body) => out.push(Effect::ReplaceBody {
+                old_len: r.body_len,
+                body,
+                set_length: r.headers_held,
+            }),
+            None => out.push(Effect::Log(
+                Level::Debug,
+                format!(
+                    "no conversation to add the tool-loop {} to",
+                    v.step.as_str()
+                ),
+            )),
+        }
+        None
+    }
+
+    /// One event line per conversation and level within a window, however
+    /// fast the loop runs (remembered in the shared table, so across
+    /// workers too).
+    #[allow(clippy::too_many_arguments)]
+    fn tool_event(
+        &mut self,
+        r: &Request,
+        policy: &Policy,
+        pending: &Pending,
+        req: &llm::Request<'_>,
+        v: &ToolVerdict,
+        shadow: bool,
+        spend_key: Option<u64>,
+        now: u64,
+        out: &mut Effects,
+    ) {
+        let key = fingerprint::tool_event_key(
+            &policy.id,
+            pending.identity(),
+            req,
+            v.tier.as_str(),
+            &v.evidence.tool,
+            v.level,
+        );
+        if self.first_event(key, now) {
+            let mut event = events::tool_loop_detected(&policy.id, v, shadow);
+            let spend = spend_key.and_then(|k| self.spend(k, now));
+            events::add_spend(
+                &mut event,
+                &usage::caller_tag(r.caller),
+                spend.as_ref(),
+                !self.config.prices.models.is_empty(),
+            );
+            self.emit_event(&event, true, now, out);
+        }
+    }
+}
