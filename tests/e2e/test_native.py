@@ -20,6 +20,7 @@ from harness import (
     ROUTER,
     bootstrap,
     buffer_filter,
+    envoy_abi,
     load_yaml,
     localize,
     native_filter,
@@ -39,7 +40,7 @@ def native_only(cfg: dict, port: int, module: str | None = None) -> dict:
 def test_envoy_loads_the_module_and_its_abi_version_matches(upstream, start_envoy):
     e = start_envoy(native_only(plugin([policy(threshold=3)]), upstream.port))
     log = e.log()
-    assert "Dynamic module ABI version v0.2.0 matched" in log
+    assert f"Dynamic module ABI version {envoy_abi()} matched" in log
     assert "deprecated" not in log
     assert "loopguard: configured 1 policy (p)" in log
     with httpx.Client(base_url=e.url) as c:

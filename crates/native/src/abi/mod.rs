@@ -1,6 +1,7 @@
 //! The part of Envoy's dynamic-module ABI loopguard uses, written from the
 //! ABI header `source/extensions/dynamic_modules/abi/abi.h` as of Envoy
-//! v1.40.0 (ABI version [`ABI_VERSION`]): its types, and the callbacks
+//! v1.40.0 (ABI v0.2.0) and checked against v1.39's (ABI v0.1.0; see
+//! [`ABI_VERSION`]): its types, and the callbacks
 //! Envoy exports, each wrapped in a function that takes Rust values and
 //! reports failure as a value. Nothing here panics, and no Envoy pointer
 //! outlives the hook that lent it (what Envoy owns is copied out).
@@ -18,7 +19,17 @@ use std::ffi::c_void;
 
 /// The ABI version this module is built against, returned to Envoy at
 /// load: Envoy 1.40 logs "Dynamic module ABI version v0.2.0 matched".
+#[cfg(not(feature = "abi-v0-1-0"))]
 pub const ABI_VERSION: &[u8] = b"v0.2.0\0";
+
+/// Envoy 1.39's ABI (feature `abi-v0-1-0`; `make build ENVOY_VERSION=1.39`).
+/// Its header (`abi.h` at `ENVOY_DYNAMIC_MODULES_ABI_VERSION "v0.1.0"`)
+/// declares every type, enum value, hook and callback this module uses
+/// exactly as v0.2.0's does: the bindings below serve both, and only the
+/// version the module announces differs. Envoy 1.39 logs "Dynamic module
+/// ABI version v0.1.0 matched"; nothing loopguard does degrades there.
+#[cfg(feature = "abi-v0-1-0")]
+pub const ABI_VERSION: &[u8] = b"v0.1.0\0";
 
 /// Envoy's per-configuration object (`envoy_dynamic_module_type_http_filter_config_envoy_ptr`).
 pub type ConfigPtr = *mut c_void;
