@@ -123,6 +123,9 @@ def carries_loopguard_config(doc: dict) -> bool:
         return bool(doc["spec"].get("pluginConfig"))
     if doc["kind"] == "EnvoyExtensionPolicy":
         return any("config" in w for w in doc["spec"].get("wasm", []) + doc["spec"].get("dynamicModule", []))
+    if doc["kind"] == "EnvoyFilter":
+        # A patch inserting the dynamic module with its configuration.
+        return any("filter_config" in cp["patch"].get("value", {}).get("typed_config", {}) for cp in doc["spec"]["configPatches"])
     return False
 
 

@@ -75,6 +75,26 @@ def test_the_mesh_examples_check_clean_together(folder):
     assert "0 errors, 0 warnings" in r.stdout
 
 
+def test_check_envoy_finds_a_native_build_for_another_release_as_the_docs_show():
+    """`check --envoy 1.39` on the shipped native example, whose module
+    path is the one `make build` writes (a build for Envoy 1.40): the error
+    docs/cli/check.md shows, read from the real module file; for 1.40 the
+    same setup is clean."""
+    import re
+    import shlex
+
+    doc = (ROOT / "docs" / "cli" / "check.md").read_text()
+    block = re.search(r"```\n(\$ loopguard check --envoy 1\.39 .*?)\n```", doc, re.S).group(1).splitlines()
+    r = cli(*shlex.split(block[0].removeprefix("$ loopguard ")))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.splitlines() == block[1:]
+    clean = cli("check", "--strict", "--envoy", "1.40", "examples/native/envoy.yaml")
+    assert clean.returncode == 0, clean.stdout
+    assert clean.stdout.strip().endswith(": 0 errors, 0 warnings")
+    wrong = cli("check", "--envoy", "latest", "examples/native/envoy.yaml")
+    assert wrong.returncode == 2 and "expected an Envoy version such as 1.39 or 1.39.3" in wrong.stdout + wrong.stderr
+
+
 def test_a_bad_configuration_is_refused_with_the_filters_own_message(tmp_path, start_envoy, upstream):
     bad = plugin([policy("agents", threshold=3, window=0)])
     cfg = bootstrap(bad, upstream.port)

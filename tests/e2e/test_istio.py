@@ -40,7 +40,11 @@ def gateway_proxy(version: str) -> IstioProxy:
 
 
 def sidecar_proxy(version: str) -> IstioProxy:
-    return IstioProxy("sidecar", "agents", {"app": "tools-api", "version": "v1"}, VERSIONS[version], 8080)
+    return sidecar_proxy_of(VERSIONS[version])
+
+
+def sidecar_proxy_of(release: str) -> IstioProxy:
+    return IstioProxy("sidecar", "agents", {"app": "tools-api", "version": "v1"}, release, 8080)
 
 
 def mcp_proxy(version: str) -> IstioProxy:
@@ -428,6 +432,42 @@ def test_sidecar_plugin_judges_inbound_tool_calls(version, upstream, start_envoy
     assert f"wasm log {cp.plugin('loopguard-sidecar').plugin_name} loopguard: " in e.log()
 
 
+# --- the native module -------------------------------------------------------------
+
+# Istio 1.31 is the first whose proxy builds in the dynamic_modules filter.
+NATIVE_ISTIO = "1.31.0"
+
+
+def test_native_envoyfilter_judges_inbound_tool_calls(upstream, start_envoy, tmp_path):
+    """envoyfilter-native.yaml on its own: the module inserted before the
+    router of the tools-api sidecars' inbound listener, loaded from the
+    path the example names (pointed at the built module), judging as the
+    sidecar WasmPlugin does, with no buffer filter (the module holds the
+    headers itself)."""
+    docs_native = mesh.load_docs(mesh.ISTIO_EXAMPLES / "envoyfilter-native.yaml")
+    cp = IstioControlPlane(docs_native, sidecar_proxy_of(NATIVE_ISTIO), tmp_path / "ecds")
+    assert cp.filter_names[-2:] == ["loopguard", "envoy.filters.http.router"]
+    assert cp.applied_patches == ["loopguard-native#0"]
+    assert "envoy.filters.http.buffer" not in cp.filter_names
+    [native] = [f for f in cp.http_filters if f["name"] == "loopguard"]
+    module = native["typed_config"]["dynamic_module_config"]["module"]["local"]
+    assert module["filename"] == "/etc/istio/loopguard/libloopguard_native.so"
+    module["filename"] = harness.NATIVE
+    e = start_envoy(cp.bootstrap(upstream.port))
+    assert f"Dynamic module ABI version {harness.envoy_abi()} matched" in e.log()
+    assert "loopguard: configured 1 policy (tool-calls)" in e.log()
+    mesh.mark_loaded(docs_native)
+    call = {"tool": "search", "arguments": {"query": "build status"}}
+    with httpx.Client(base_url=e.url) as c:
+        agent1 = [c.post("/tools/search", json=call, headers={"x-agent-id": "agent-1"}) for _ in range(4)]
+        agent2 = [c.post("/tools/search", json=call, headers={"x-agent-id": "agent-2"}) for _ in range(2)]
+    assert codes(agent1) == [200, 200, 429, 429]
+    assert agent1[2].json()["error"]["policy"] == "tool-calls"
+    assert codes(agent2) == [200, 200]
+    assert len(upstream.requests) == 2 + 2
+    assert e.counter("loopguard.rejected_total.policy.tool-calls") == 2
+
+
 # --- MCP -------------------------------------------------------------------------
 
 def answered_by_envoy(e) -> int:
@@ -485,4 +525,4 @@ def test_every_istio_example_is_translated_and_its_loopguard_config_loaded(reque
     """Runs last: every YAML file in examples/istio went through the
     translation, and every loopguard configuration in them was loaded by a
     real Envoy in the tests above."""
-    mesh.assert_examples_covered(request, mesh.ISTIO_EXAMPLES, set(FILES))
+    mesh.assert_examples_covered(request, mesh.ISTIO_EXAMPLES, set(FILES) | {"envoyfilter-native.yaml"})

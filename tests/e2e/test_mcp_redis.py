@@ -30,13 +30,6 @@ PLUGIN = {"store": STORE, "policies": [{"id": "mcp", "spec": {
     "selector": {"pathPrefix": "/mcp"}, "mcp": {"enabled": True}}}]}
 
 
-@pytest.fixture(scope="module")
-def mcp_upstream():
-    up = RawUpstream()
-    yield up
-    up.stop()
-
-
 def call(url: str, key: str, rid: int, answer: str = "json") -> httpx.Response:
     """One stateless `tools/call` (no session: the caller's API key and
     address make its history)."""

@@ -127,13 +127,6 @@ MCP_PLUGIN = {"policies": [{"id": "mcp", "spec": {"selector": {"pathPrefix": "/m
 MCP_EXPECTED = (["real", "real", "noted", "blocked", "blocked", "blocked"], 3)
 
 
-@pytest.fixture(scope="module")
-def mcp_upstream():
-    up = RawUpstream()
-    yield up
-    up.stop()
-
-
 def test_an_mcp_loop_is_noted_then_answered_by_loopguard(mcp_upstream, start_envoy):
     e = start_envoy(bootstrap(MCP_PLUGIN, mcp_upstream.port))
     assert mcp_loop(e.url, mcp_upstream) == MCP_EXPECTED

@@ -62,7 +62,8 @@ discovery response, an Istio WasmPlugin, an Envoy Gateway
 EnvoyExtensionPolicy; YAML files may hold several documents) and warn
 about setups that silently do less than intended. Files given together
 are checked together (a WasmPlugin with its EnvoyFilter and
-VirtualService). Exits 1 on any error (with --strict, on any warning).";
+VirtualService). With --envoy, also what will not work on that Envoy
+release. Exits 1 on any error (with --strict, on any warning).";
 
 const EXPLAIN: &str = "\
 Show which policy applies to the request, the fingerprint's
@@ -104,6 +105,14 @@ pub struct CheckArgs {
     /// Exit 1 on any warning too (an error always exits 1)
     #[arg(long)]
     pub strict: bool,
+    /// Also say what will not work on this Envoy release (1.39, 1.39.3)
+    ///
+    /// The supported releases are 1.36 to 1.40 (envoy/versions.txt): the
+    /// Wasm filter's allow_on_headers_stop_iteration needs 1.35+; the native
+    /// module loads on 1.39 and 1.40, each from a build for its ABI (a
+    /// module file named in the configuration and present here is read).
+    #[arg(long, value_name = "VERSION", verbatim_doc_comment)]
+    pub envoy: Option<String>,
     /// Files to check, together
     ///
     /// A policy JSON, an Envoy bootstrap or xDS resource, an ECDS discovery

@@ -129,6 +129,11 @@ fn clap_error(e: &clap::Error, out: &mut dyn Write, err: &mut dyn Write) -> i32 
 
 fn cmd_check(a: &CheckArgs, out: &mut dyn Write) -> Result<i32, Stop> {
     let files = &a.files;
+    let envoy = match a.envoy.as_deref().map(check::versions::EnvoyTarget::parse) {
+        None => None,
+        Some(Ok(t)) => Some(t),
+        Some(Err(why)) => return Err(Stop::Usage(ErrorKind::InvalidValue, why)),
+    };
     let mut docs = Vec::new();
     let mut failed = false;
     for f in files {
@@ -140,7 +145,7 @@ fn cmd_check(a: &CheckArgs, out: &mut dyn Write) -> Result<i32, Stop> {
             }
         }
     }
-    let findings = check::check(&docs);
+    let findings = check::check_for(&docs, envoy.as_ref());
     for f in &findings {
         let _ = writeln!(out, "{f}");
     }

@@ -4,13 +4,16 @@ server) on free loopback ports (mcp_agents.McpServer).
 - `mcp_server`: answering with event streams (JSON all the same to
   2026-07-28 clients), for the module.
 - `mcp_servers`: {"json": ..., "sse": ...}, one server answering in each
-  mode, for the module."""
+  mode, for the module.
+- `mcp_upstream`: a raw MCP upstream (mcp_agents.RawUpstream) answering
+  every `tools/call` with the same result, counting the calls it ran, for
+  the module."""
 
 from __future__ import annotations
 
 import pytest
 
-from mcp_agents import McpServer
+from mcp_agents import McpServer, RawUpstream
 
 
 @pytest.fixture(scope="module")
@@ -32,3 +35,12 @@ def mcp_servers():
     finally:
         for s in started.values():
             s.stop()
+
+
+@pytest.fixture(scope="module")
+def mcp_upstream():
+    up = RawUpstream()
+    try:
+        yield up
+    finally:
+        up.stop()

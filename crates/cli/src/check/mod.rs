@@ -13,6 +13,7 @@ pub(crate) mod native;
 mod routes;
 #[cfg(test)]
 mod tests;
+pub mod versions;
 
 use crate::discover::{self, Found, Origin};
 use crate::documents::Document;
@@ -96,7 +97,13 @@ const SUPPORTING_KINDS: [&str; 8] = [
 ];
 
 /// Check every document of every file given together.
+#[cfg(test)]
 pub fn check(docs: &[Document]) -> Vec<Finding> {
+    check_for(docs, None)
+}
+
+/// [`check`], and with `envoy`, what will not work on that Envoy release.
+pub fn check_for(docs: &[Document], envoy: Option<&versions::EnvoyTarget>) -> Vec<Finding> {
     let mut r = Report(Vec::new());
     let found = discover::find(docs);
     let mut configs: Vec<(&Found<'_>, Config)> = Vec::new();
@@ -158,6 +165,9 @@ pub fn check(docs: &[Document]) -> Vec<Finding> {
     }
     per_route_lints(&mut r, docs, &natives);
     envoy_filter_anchors(&mut r, docs);
+    if let Some(target) = envoy {
+        versions::version_findings(&mut r, target, &configs, &native_configs);
+    }
     r.0
 }
 

@@ -745,3 +745,104 @@ fn envoy_gateway_native_policy() {
         "{got:#?}"
     );
 }
+
+/// `findings` for a given Envoy release.
+fn findings_for(envoy: &str, files: &[(&str, &str)]) -> Vec<String> {
+    let docs: Vec<Document> = files
+        .iter()
+        .flat_map(|(name, text)| parse(name, text).unwrap())
+        .collect();
+    let target = versions::EnvoyTarget::parse(envoy).unwrap();
+    check_for(&docs, Some(&target))
+        .iter()
+        .map(|f| f.to_string())
+        .collect()
+}
+
+#[test]
+fn a_native_module_built_for_another_abi_is_found_before_envoy_refuses_it() {
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/native/envoy.yaml"),
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("lg-check-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let module = |abi: &str| {
+        let path = dir.join(format!("{abi}.so"));
+        let mut bytes = b"\x7fELF...".to_vec();
+        bytes.extend_from_slice(format!("loopguard-dynamic-module-abi={abi}\0...").as_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        let path = path.to_string_lossy().into_owned();
+        (
+            example.replace("target/release/libloopguard_native.so", &path),
+            path,
+        )
+    };
+    let (v2, v2_path) = module("v0.2.0");
+    let (v1, v1_path) = module("v0.1.0");
+    let loc = "native.yaml filter \"loopguard\"";
+    // Each build on its own Envoy: nothing to say.
+    assert_eq!(
+        findings_for("1.40.0", &[("native.yaml", &v2)]),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        findings_for("1.39", &[("native.yaml", &v1)]),
+        Vec::<String>::new()
+    );
+    // 1.40's build on 1.39: refused.
+    assert_eq!(
+        findings_for("1.39.3", &[("native.yaml", &v2)]),
+        [format!("{loc}: error: {v2_path} is built for ABI v0.2.0, and Envoy 1.39.3 speaks v0.1.0: Envoy refuses to load it; build it for this Envoy with `make build ENVOY_VERSION=1.39`")]
+    );
+    // 1.39's build on 1.40: loaded, with Envoy's deprecation warning.
+    assert_eq!(
+        findings_for("1.40", &[("native.yaml", &v1)]),
+        [format!("{loc}: warning: {v1_path} is built for ABI v0.1.0, the one before Envoy 1.40's (v0.2.0): Envoy loads it with a deprecation warning; build it for this Envoy with `make build ENVOY_VERSION=1.40`")]
+    );
+    // Before 1.39 no build loads; a module file that is not loopguard's.
+    assert_eq!(
+        findings_for("1.38", &[("native.yaml", &v1)]),
+        [format!("{loc}: error: Envoy 1.38 loads no dynamic module loopguard is built for (it is built for 1.39 (ABI v0.1.0), 1.40 (ABI v0.2.0)): run loopguard as the Wasm module there")]
+    );
+    std::fs::write(&v1_path, b"\x7fELF not loopguard").unwrap();
+    assert_eq!(
+        findings_for("1.39", &[("native.yaml", &v1)]),
+        [format!("{loc}: warning: {v1_path} holds no loopguard ABI mark: it is not a loopguard build this check knows, so its ABI is unknown")]
+    );
+    // A module path that is not on this machine (a container's) is not read.
+    assert_eq!(
+        findings_for(
+            "1.39",
+            &[(
+                "native.yaml",
+                &example.replace("target/release/", "/nonexistent/")
+            )]
+        ),
+        Vec::<String>::new()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_wasm_hold_flag_needs_envoy_1_35_and_untested_releases_are_said() {
+    let example = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../envoy/envoy.yaml"),
+    )
+    .unwrap();
+    assert_eq!(
+        findings_for("1.36", &[("envoy.yaml", &example)]),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        findings_for("1.34.2", &[("envoy.yaml", &example)]),
+        [
+            "--envoy 1.34.2: warning: Envoy 1.34 is older than every release loopguard is tested on (1.36 to 1.40, envoy/versions.txt)",
+            "envoy.yaml filter \"loopguard\": error: Envoy 1.34.2 has no allow_on_headers_stop_iteration (Envoy 1.35+), which hold_request_headers needs in the Wasm filter: remove both and place the buffer filter after loopguard",
+        ]
+    );
+    assert_eq!(
+        findings_for("1.41", &[("envoy.yaml", &example)]),
+        ["--envoy 1.41: warning: Envoy 1.41 is newer than every release loopguard is tested on (1.36 to 1.40, envoy/versions.txt)"]
+    );
+}

@@ -17,10 +17,11 @@
 
 use std::ffi::c_void;
 
-/// The ABI version this module is built against, returned to Envoy at
-/// load: Envoy 1.40 logs "Dynamic module ABI version v0.2.0 matched".
+/// The ABI this build speaks, after a prefix that `loopguard check
+/// --envoy` finds in the module's file (a build for another Envoy is
+/// reported before Envoy refuses it).
 #[cfg(not(feature = "abi-v0-1-0"))]
-pub const ABI_VERSION: &[u8] = b"v0.2.0\0";
+const ABI_MARK: &[u8] = b"loopguard-dynamic-module-abi=v0.2.0\0";
 
 /// Envoy 1.39's ABI (feature `abi-v0-1-0`; `make build ENVOY_VERSION=1.39`).
 /// Its header (`abi.h` at `ENVOY_DYNAMIC_MODULES_ABI_VERSION "v0.1.0"`)
@@ -29,7 +30,15 @@ pub const ABI_VERSION: &[u8] = b"v0.2.0\0";
 /// version the module announces differs. Envoy 1.39 logs "Dynamic module
 /// ABI version v0.1.0 matched"; nothing loopguard does degrades there.
 #[cfg(feature = "abi-v0-1-0")]
-pub const ABI_VERSION: &[u8] = b"v0.1.0\0";
+const ABI_MARK: &[u8] = b"loopguard-dynamic-module-abi=v0.1.0\0";
+
+/// What precedes the version in [`ABI_MARK`].
+pub const ABI_MARK_PREFIX: &str = "loopguard-dynamic-module-abi=";
+
+/// The ABI version this module is built against (NUL-terminated),
+/// returned to Envoy at load: Envoy 1.40 logs "Dynamic module ABI version
+/// v0.2.0 matched".
+pub const ABI_VERSION: &[u8] = ABI_MARK.split_at(ABI_MARK_PREFIX.len()).1;
 
 /// Envoy's per-configuration object (`envoy_dynamic_module_type_http_filter_config_envoy_ptr`).
 pub type ConfigPtr = *mut c_void;
@@ -188,3 +197,18 @@ pub use stream::{
     attribute, continue_decoding, continue_encoding, metadata_string, send_response,
     set_filter_state,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_envoy_reads_is_the_mark_after_its_prefix() {
+        assert!(ABI_MARK.starts_with(ABI_MARK_PREFIX.as_bytes()));
+        assert!(ABI_VERSION.starts_with(b"v0."), "{ABI_VERSION:?}");
+        assert_eq!(
+            ABI_VERSION.iter().position(|&b| b == 0),
+            Some(ABI_VERSION.len() - 1)
+        );
+    }
+}
