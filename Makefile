@@ -144,13 +144,13 @@ native-supported:
 # loopguard in front of a demo MCP server (the end-to-end tests' FastMCP
 # server, on 127.0.0.1:8000/mcp), with examples/mcp/envoy.yaml; the server
 # is stopped by its PID when Envoy stops.
-run-mcp: build $(VENV_STAMP)
+run-mcp: build $(ENVOY_DEP)
 	@echo "MCP server on http://127.0.0.1:8000/mcp, Envoy with loopguard on http://127.0.0.1:10000/mcp; Ctrl-C stops both"
 	@$(VENV_PY) tests/e2e/mcp_apps/server.py --port 8000 --json & server=$$!; \
 	  trap 'kill $$server 2>/dev/null' EXIT INT TERM; \
 	  $(ENVOY) -c examples/mcp/envoy.yaml --concurrency 2 --disable-hot-restart --log-level warn --component-log-level wasm:info
 
-run-cluster: build $(VENV_STAMP) test-tools
+run-cluster: build $(ENVOY_DEP) test-tools
 	ENVOY=$(abspath $(ENVOY)) CLUSTER=$(CLUSTER) exec examples/cluster/run.sh
 
 test: unit lint monitoring-check e2e e2e-native test-matrix
@@ -362,7 +362,7 @@ $(BARE_NATIVE): bench/bare_native/src/lib.rs bench/bare_native/Cargo.toml
 bench-tools: test-tools
 	@if echo "$(BENCH_ARGS)" | grep -q callgrind; then command -v valgrind >/dev/null || $(call apt_install,valgrind); fi
 
-bench: build cli $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) $(NOOP_NATIVE) $(BARE_NATIVE) bench-tools
+bench: build cli $(ENVOY_DEP) $(NOOP_WASM) $(BARE_WASM) $(NOOP_NATIVE) $(BARE_NATIVE) bench-tools
 	LOOPGUARD_ENVOY=$(abspath $(ENVOY)) LOOPGUARD_WASM=$(abspath $(WASM)) LOOPGUARD_NATIVE=$(abspath $(NATIVE)) \
 	  $(VENV_PY) bench/bench.py $(BENCH_ARGS)
 
@@ -374,7 +374,7 @@ bench: build cli $(VENV_STAMP) $(NOOP_WASM) $(BARE_WASM) $(NOOP_NATIVE) $(BARE_N
 REAL_ARGS ?= --per-model
 # The host the corpora run through: wasm or native (the tables are the same).
 EVAL_HOST ?= wasm
-eval: build cli $(VENV_STAMP)
+eval: build cli $(ENVOY_DEP)
 	LOOPGUARD_CLI=$(abspath $(CLI)) $(VENV_PY) eval/realruns.py $(REAL_ARGS)
 	$(VENV_PY) tests/corpus/generate.py --check
 	$(VENV_PY) tests/heldout/generate.py --check

@@ -24,7 +24,7 @@ import pytest
 
 import mesh
 from mcp_agents import looping_agent
-from harness import NATIVE, WASM, EnvoyFailed
+from harness import NATIVE, WASM, EnvoyFailed, envoy_abi
 from mesh import ModuleServer, Unhandled, envoy_gateway_config
 
 BASE = ("httproute.yaml", "envoyproxy.yaml", "request-buffer.yaml")
@@ -457,7 +457,7 @@ def test_native_module_catches_a_loop_and_holds_large_bodies(upstream, start_env
     eg = envoy_gateway_config(d, native_module=module)
     e = start_envoy(eg.bootstrap(upstream.port))
     log = e.log()
-    assert "Dynamic module ABI version v0.2.0 matched" in log
+    assert f"Dynamic module ABI version {envoy_abi()} matched" in log
     assert "loopguard: configured 1 policy (agents), tracking up to 65536 fingerprints" in log
     mesh.mark_loaded([x for x in d if x["kind"] == "EnvoyExtensionPolicy"])
     config = native_example_config(d)

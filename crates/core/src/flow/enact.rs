@@ -9,11 +9,13 @@
 //!   nothing is taken back or charged to it;
 //! - **shadow mode**: the line of what would have been done;
 //! - **the event**: logged, and alerted, once per key within
-//!   [`EVENT_WINDOW_MS`] across the Envoy's workers;
+//!   [`EVENT_WINDOW_MS`] across the Envoy's workers, a loop's with what it
+//!   has spent;
 //! - **the access-log record**: published in filter state as the
 //!   configuration's `access_log` says.
 
-use super::{count_opt, Effect, Effects, Engine, Level, Phase, Request, Step};
+use super::{count_opt, usage, Effect, Effects, Engine, Level, Phase, Request, Step};
+use crate::act::events;
 use crate::act::reply::{self, LocalReply};
 use crate::detect::fingerprint::Fingerprint;
 use crate::state::store::{BucketBackend, Hit, StoreAnswer};
@@ -50,6 +52,14 @@ impl<B: BucketBackend> Engine<B> {
             StoreAnswer::Ready(r) => r.state.event.is_some(),
             StoreAnswer::Failed(_) => true,
         }
+    }
+
+    /// A loop event's caller and, under `key`, what the loop has spent so
+    /// far (its tokens, and dollars when `prices` are set).
+    pub(super) fn add_spend(&mut self, event: &mut Value, caller: u64, key: Option<u64>, now: u64) {
+        let spend = key.and_then(|k| self.spend(k, now));
+        let priced = !self.config.prices.models.is_empty();
+        events::add_spend(event, &usage::caller_tag(caller), spend.as_ref(), priced);
     }
 
     /// Log a verdict's event; with `alert`, send it to the webhook too.

@@ -259,13 +259,7 @@ impl<B: BucketBackend> Engine<B> {
         let event = receipt.state.event.or(turns_event.then_some(0));
         if let Some(suppressed) = event {
             if let Some(mut event) = events::loop_detected(&decided, made, suppressed) {
-                let spend = self.spend(key, now);
-                events::add_spend(
-                    &mut event,
-                    &usage::caller_tag(r.caller),
-                    spend.as_ref(),
-                    !self.config.prices.models.is_empty(),
-                );
+                self.add_spend(&mut event, r.caller, Some(key), now);
                 self.emit_event(&event, true, now, out);
                 count_opt(out, self.registry.detected(index, decided.shadow), 1);
             }

@@ -4,7 +4,7 @@
 //! in shadow mode, what would have been done logged), and its event once
 //! per conversation and level within a window.
 
-use super::{count_opt, usage, Effect, Effects, Engine, Level, Request, Step};
+use super::{count_opt, Effect, Effects, Engine, Level, Request, Step};
 use crate::act::events;
 use crate::act::reply;
 use crate::config::{Mode, Policy, ToolStep};
@@ -125,13 +125,7 @@ impl<B: BucketBackend> Engine<B> {
         );
         if self.first_event(key, now) {
             let mut event = events::tool_loop_detected(&policy.id, v, shadow);
-            let spend = spend_key.and_then(|k| self.spend(k, now));
-            events::add_spend(
-                &mut event,
-                &usage::caller_tag(r.caller),
-                spend.as_ref(),
-                !self.config.prices.models.is_empty(),
-            );
+            self.add_spend(&mut event, r.caller, spend_key, now);
             self.emit_event(&event, true, now, out);
         }
     }
