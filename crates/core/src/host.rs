@@ -17,6 +17,11 @@ pub use crate::state::store::{
     plugin_namespace, BucketBackend, CallReply, CasWrite, InProcess, StoreCall,
 };
 
+/// What precedes the dynamic-module ABI version in the native module's
+/// file (`loopguard-dynamic-module-abi=v0.2.0`): written by the native host,
+/// read by `loopguard check --envoy`.
+pub const NATIVE_ABI_MARK_PREFIX: &str = "loopguard-dynamic-module-abi=";
+
 /// What a host does with an event's effects.
 pub trait Host {
     /// Carry out one effect; never a call (those are sent through

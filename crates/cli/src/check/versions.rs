@@ -25,9 +25,8 @@ use serde_json::Value;
 /// `envoy/versions.txt`: `minor release abi hosts... [pinned]` per line.
 const VERSIONS: &str = include_str!("../../../../envoy/versions.txt");
 
-/// What the native module's file holds before its ABI version
-/// (`crates/native/src/abi/mod.rs`).
-const ABI_MARK_PREFIX: &[u8] = b"loopguard-dynamic-module-abi=";
+/// What the native module's file holds before its ABI version.
+const ABI_MARK_PREFIX: &[u8] = loopguard_core::host::NATIVE_ABI_MARK_PREFIX.as_bytes();
 
 /// The first release whose Wasm filter has `allow_on_headers_stop_iteration`.
 const HOLD_FLAG_SINCE: (u32, u32) = (1, 35);
@@ -104,24 +103,13 @@ impl EnvoyTarget {
                 format!("--envoy {s:?}: expected an Envoy version such as 1.39 or 1.39.3")
             })
     }
-
-    fn release(&self) -> Option<Release> {
-        releases().into_iter().find(|r| r.minor == self.minor)
-    }
 }
 
-/// The ABIs of the native builds, oldest first.
-fn abis() -> Vec<(String, (u32, u32))> {
-    releases()
-        .into_iter()
-        .filter_map(|r| Some((r.abi?, r.minor)))
-        .collect()
-}
-
-fn abi_list() -> String {
-    abis()
-        .iter()
-        .map(|(abi, minor)| format!("{} (ABI {abi})", show(*minor)))
+/// The releases with a native build, as messages name them:
+/// `1.39 (ABI v0.1.0), 1.40 (ABI v0.2.0)`.
+fn abi_list(all: &[Release]) -> String {
+    all.iter()
+        .filter_map(|r| Some(format!("{} (ABI {})", show(r.minor), r.abi.as_ref()?)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -139,7 +127,7 @@ pub(super) fn version_findings(
         _ => return,
     };
     let envoy = &target.given;
-    let known = target.release();
+    let known = all.iter().find(|r| r.minor == target.minor);
     if known.is_none() {
         let how = if target.minor < oldest {
             "older"
@@ -171,18 +159,19 @@ pub(super) fn version_findings(
             );
         }
     }
-    let abi = known.as_ref().and_then(|k| k.abi.clone());
+    let abi = known.and_then(|k| k.abi.as_ref());
+    let builds = abi_list(&all);
     for (n, _) in natives {
         let loc = n.location();
-        let Some(abi) = &abi else {
+        let Some(abi) = abi else {
             if target.minor > newest {
-                r.warn(&loc, format!("Envoy {envoy} is untested with the native module (it is built for {}): check that Envoy loads it and answers the README's loop before relying on it", abi_list()));
+                r.warn(&loc, format!("Envoy {envoy} is untested with the native module (it is built for {builds}): check that Envoy loads it and answers the README's loop before relying on it"));
             } else {
                 let lacks = match LACKING.iter().find(|(m, _, _)| *m == target.minor) {
                     Some((_, n, one)) => format!("lacks {n} of the callbacks the native module calls (among them {one}), so it cannot load the module"),
                     None => "is older than every release the native module is built for".to_string(),
                 };
-                r.error(&loc, format!("Envoy {envoy} {lacks}: run loopguard as the Wasm module there (the native module is built for {})", abi_list()));
+                r.error(&loc, format!("Envoy {envoy} {lacks}: run loopguard as the Wasm module there (the native module is built for {builds})"));
             }
             continue;
         };
@@ -199,12 +188,12 @@ pub(super) fn version_findings(
             ),
             Some(built) if &built == abi => {}
             Some(built) => {
-                let known = abis().iter().any(|(a, _)| *a == built);
+                let supported = all.iter().any(|r| r.abi.as_ref() == Some(&built));
                 let fix = format!(
                     "build it for this Envoy with `make build ENVOY_VERSION={}`",
                     show(target.minor)
                 );
-                if known {
+                if supported {
                     r.warn(
                         &loc,
                         format!("{file} is built for ABI {built}, and Envoy {envoy} speaks {abi}: Envoy loads it with a warning that the version is deprecated (the callbacks loopguard uses are the same in both); {fix}"),
@@ -212,7 +201,7 @@ pub(super) fn version_findings(
                 } else {
                     r.error(
                         &loc,
-                        format!("{file} is built for ABI {built}, which no release loopguard supports speaks ({}); {fix}", abi_list()),
+                        format!("{file} is built for ABI {built}, which no release loopguard supports speaks ({builds}); {fix}"),
                     );
                 }
             }

@@ -244,12 +244,11 @@ pub fn filter_state_name(header: &str) -> String {
     header.trim_start_matches("x-").replace('-', "_")
 }
 
-/// Headers a decision adds to the request forwarded upstream.
-pub fn upstream_headers(d: &Decision) -> Headers {
-    match &d.verdict {
-        Verdict::Warn(n) if !d.shadow => warning_headers(n),
-        _ => Vec::new(),
-    }
+/// Whether a decision's [`response_headers`] go to the request forwarded
+/// upstream too: a warning's do (not in shadow mode), a throttle's only
+/// reach the client.
+pub fn headers_go_upstream(d: &Decision) -> bool {
+    matches!(d.verdict, Verdict::Warn(_)) && !d.shadow
 }
 
 /// Headers a decision adds to the response the client gets (a 429 carries
@@ -401,7 +400,7 @@ mod tests {
             ("x-loopguard-loop-count", "5".to_string()),
             ("x-loopguard-policy", "llm-policy".to_string()),
         ];
-        assert_eq!(upstream_headers(&warn), expected);
+        assert!(headers_go_upstream(&warn));
         assert_eq!(response_headers(&warn), expected);
         let throttle = Decision {
             verdict: Verdict::Throttle {
@@ -410,7 +409,7 @@ mod tests {
             },
             shadow: false,
         };
-        assert!(upstream_headers(&throttle).is_empty());
+        assert!(!headers_go_upstream(&throttle));
         assert_eq!(
             response_headers(&throttle)[0],
             ("x-loopguard-delay-ms", "500".to_string())
@@ -426,7 +425,7 @@ mod tests {
                 verdict: v,
                 shadow: true,
             };
-            assert!(upstream_headers(&shadow).is_empty());
+            assert!(!headers_go_upstream(&shadow));
             assert!(response_headers(&shadow).is_empty());
         }
     }

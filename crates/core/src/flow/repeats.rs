@@ -293,7 +293,7 @@ impl<B: BucketBackend> Engine<B> {
         }
         // A warning goes upstream and to the client; a throttle's headers
         // to the client.
-        let upstream = !reply::upstream_headers(&decided).is_empty();
+        let upstream = reply::headers_go_upstream(&decided);
         for header in reply::response_headers(&decided) {
             if upstream {
                 self.carry(r, phase, header, true, out);

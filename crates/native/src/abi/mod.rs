@@ -15,11 +15,14 @@
 //! metadata, resuming), `scheduler.rs`, `callout.rs` and `metrics.rs`.
 #![allow(unsafe_code)]
 
+// What precedes the version in `ABI_MARK`: the core's, which `loopguard
+// check` reads.
+use loopguard_core::host::NATIVE_ABI_MARK_PREFIX as ABI_MARK_PREFIX;
 use std::ffi::c_void;
 
 /// The ABI this build speaks, after a prefix that `loopguard check
-/// --envoy` finds in the module's file (a build for another Envoy is
-/// reported before Envoy refuses it).
+/// --envoy` finds in the module's file (so a build for another release's
+/// ABI is reported).
 #[cfg(not(feature = "abi-v0-1-0"))]
 const ABI_MARK: &[u8] = b"loopguard-dynamic-module-abi=v0.2.0\0";
 
@@ -31,9 +34,6 @@ const ABI_MARK: &[u8] = b"loopguard-dynamic-module-abi=v0.2.0\0";
 /// ABI version v0.1.0 matched"; nothing loopguard does degrades there.
 #[cfg(feature = "abi-v0-1-0")]
 const ABI_MARK: &[u8] = b"loopguard-dynamic-module-abi=v0.1.0\0";
-
-/// What precedes the version in [`ABI_MARK`].
-pub const ABI_MARK_PREFIX: &str = "loopguard-dynamic-module-abi=";
 
 /// The ABI version this module is built against (NUL-terminated),
 /// returned to Envoy at load: Envoy 1.40 logs "Dynamic module ABI version

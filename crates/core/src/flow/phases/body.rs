@@ -1,10 +1,10 @@
-//! The body events: buffering, the complete body read once for the
-//! tool-loop verdict and the fingerprint, and the tool-loop ladder.
+//! The body events: buffering, and the complete body read once and handed
+//! to each guard the policy has (MCP, tool loops, budgets, repeats).
 
 use crate::act::events;
 use crate::config::Similarity;
 use crate::detect::progress;
-use crate::detect::tool_loops::{self};
+use crate::detect::tool_loops;
 use crate::flow::{count, count_opt, usage, Effect, Effects, Engine, Level, Request, State, Step};
 use crate::metrics::SkipReason;
 use crate::request::llm::{self, scan::Refusal, NotRead};
