@@ -4,7 +4,7 @@
 //! in the called API's error shape with code `budget_exceeded`, and the
 //! `budget.warning` / `budget.exceeded` events.
 
-use crate::act::reply::{self, Api, LocalReply};
+use crate::act::reply::{self, Api, LocalReply, Refusal, Shape};
 use crate::config::budget::{Budget, BudgetAction, BudgetLimit};
 use crate::config::{ladder, Mode};
 use serde_json::{json, Value};
@@ -142,12 +142,16 @@ pub fn rejection(policy_id: &str, b: &Budget, s: &Standing, api: Api) -> Option<
         "window_seconds": limit.window_ms / 1000,
         "retry_after_seconds": retry_after,
     });
-    let body =
-        reply::api_error_body_of(api, "budget_exceeded", message, "budget_exceeded", details);
-    let mut r = reply::too_many(body, retry_after_ms, policy_id);
-    r.headers
-        .push(("x-loopguard-budget", header_part(limit, s.spent)));
-    Some(r)
+    let refusal = Refusal {
+        policy_id,
+        status: 429,
+        code: "budget_exceeded",
+        message,
+        details,
+        retry_after_ms: Some(retry_after_ms),
+        header: Some(("x-loopguard-budget", header_part(limit, s.spent))),
+    };
+    Some(reply::refuse(Shape::Api(api), refusal))
 }
 
 /// A `budget.warning` or `budget.exceeded` event for one standing.
@@ -210,19 +214,19 @@ pub fn unpriced_rejection(policy_id: &str, model: &str, api: Api) -> LocalReply 
         "Model \"{model}\" has no price under policy \"{policy_id}\", whose spend caps refuse unpriced models (budget.unpriced: reject). Use a priced model, or ask the gateway's operators to add its price."
     );
     let details = json!({"policy": policy_id, "model": model, "unpriced": "reject"});
-    let mut body =
-        reply::api_error_body_of(api, "permission_denied", message, "model_unpriced", details);
-    if api == Api::Anthropic {
-        if let Some(e) = body.get_mut("error") {
-            reply::insert(e, "type", json!("permission_error"));
-        }
-    }
-    let mut reply = reply::not_retried(403, body, policy_id);
-    reply.headers.push((
-        "x-loopguard-budget",
-        unpriced_header(model, "refused (reject)"),
-    ));
-    reply
+    let refusal = Refusal {
+        policy_id,
+        status: 403,
+        code: "model_unpriced",
+        message,
+        details,
+        retry_after_ms: None,
+        header: Some((
+            "x-loopguard-budget",
+            unpriced_header(model, "refused (reject)"),
+        )),
+    };
+    reply::refuse(Shape::Api(api), refusal)
 }
 
 /// The log line of a rejection shadow mode did not make.

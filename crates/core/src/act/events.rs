@@ -3,7 +3,7 @@
 
 use crate::act::decision::Decision;
 use crate::config::{Mode, Webhook};
-use crate::detect::fingerprint::{Fingerprint, Fingerprinted};
+use crate::detect::fingerprint::Fingerprinted;
 use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::detect::verdict::{StepName, Verdict};
 use serde_json::{json, Value};
@@ -142,45 +142,24 @@ pub fn add_spend(
 /// The decision as Envoy's access log can print it (filter state
 /// `wasm.loopguard`, `%FILTER_STATE(wasm.loopguard:PLAIN)%`): a compact JSON
 /// object with the policy, mode, action (`allow`, `warn`, `throttle`,
-/// `reject`, `exempt`), fingerprint and count.
-pub fn access_log(
+/// `reject`, `exempt`, a ladder's step) and the guard's fields (a repeat's
+/// `fingerprint` and `count`, a spend cap's `budget`, a tool or MCP loop's
+/// `tool_loop`).
+pub fn access_log<const N: usize>(
     policy_id: &str,
     mode: Mode,
     action: &str,
-    fingerprint: Option<&Fingerprint>,
-    count: Option<u32>,
+    fields: [(&str, Value); N],
 ) -> String {
-    json!({
-        "policy": policy_id,
-        "mode": mode.as_str(),
-        "action": action,
-        "fingerprint": fingerprint.map(Fingerprint::hex),
-        "count": count,
-    })
-    .to_string()
+    let mut log = json!({"policy": policy_id, "mode": mode.as_str(), "action": action});
+    for (name, value) in fields {
+        crate::act::reply::insert(&mut log, name, value);
+    }
+    log.to_string()
 }
 
-/// The same for a spend cap's verdict (`budget`: the cap's name).
-pub fn access_log_budget(policy_id: &str, mode: Mode, action: &str, budget: &str) -> String {
-    json!({
-        "policy": policy_id,
-        "mode": mode.as_str(),
-        "action": action,
-        "budget": budget,
-    })
-    .to_string()
-}
-
-/// The same for a tool-loop verdict (`action`: its ladder step).
-pub fn access_log_tool_loop(policy_id: &str, mode: Mode, step: &str, tool_loop: &str) -> String {
-    json!({
-        "policy": policy_id,
-        "mode": mode.as_str(),
-        "action": step,
-        "tool_loop": tool_loop,
-    })
-    .to_string()
-}
+/// The fields of a decision that matched no repeat.
+pub const NO_REPEAT: [(&str, Value); 2] = [("fingerprint", Value::Null), ("count", Value::Null)];
 
 /// A webhook request, ready to dispatch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -374,8 +353,7 @@ mod tests {
             "p",
             Mode::Enforce,
             "allow",
-            Some(&Fingerprint([2; 16])),
-            Some(1),
+            [("fingerprint", json!("02".repeat(16))), ("count", json!(1))],
         ))
         .unwrap();
         assert_eq!(
@@ -383,16 +361,16 @@ mod tests {
             json!({"policy": "p", "mode": "enforce", "action": "allow", "fingerprint": "02".repeat(16), "count": 1})
         );
         let v: Value =
-            serde_json::from_str(&access_log("p", Mode::Shadow, "exempt", None, None)).unwrap();
+            serde_json::from_str(&access_log("p", Mode::Shadow, "exempt", NO_REPEAT)).unwrap();
         assert_eq!(
             v,
             json!({"policy": "p", "mode": "shadow", "action": "exempt", "fingerprint": null, "count": null})
         );
-        let v: Value = serde_json::from_str(&access_log_tool_loop(
+        let v: Value = serde_json::from_str(&access_log(
             "p",
             Mode::Enforce,
             "nudge",
-            "identical;tool=t;level=1",
+            [("tool_loop", json!("identical;tool=t;level=1"))],
         ))
         .unwrap();
         assert_eq!(v["tool_loop"], "identical;tool=t;level=1");

@@ -13,7 +13,7 @@
 //!   JSON-RPC reserves), which the client raises;
 //! - **reject**: HTTP 429 with the same JSON-RPC error as its body.
 
-use super::reply::LocalReply;
+use super::reply::{refuse, LocalReply, Refusal, Shape};
 use crate::config::{Mcp, McpStep};
 use crate::detect::mcp::{McpVerdict, Tier};
 use crate::detect::tool_loops::safe_tool_name;
@@ -114,14 +114,6 @@ fn details(policy_id: &str, tool: &str, v: &McpVerdict) -> Value {
     })
 }
 
-fn headers(policy_id: &str, tool: &str, v: &McpVerdict) -> Vec<(&'static str, String)> {
-    vec![
-        ("content-type", "application/json".to_string()),
-        ("x-loopguard-policy", policy_id.to_string()),
-        (HEADER, header_value(tool, v)),
-    ]
-}
-
 /// The reply for an answering step (`None` for a note, which forwards).
 /// `id` is the request's JSON-RPC id as written.
 pub fn reply(
@@ -134,38 +126,24 @@ pub fn reply(
     // The id is echoed byte for byte (the reader checked it is a JSON
     // string or number): a large integer stays exact.
     let id = serde_json::value::RawValue::from_string(id.to_string()).ok()?;
-    let (status, body, mut headers) = match v.step {
+    let (shape, status) = match v.step {
         McpStep::Note => return None,
-        McpStep::Block => (
-            200,
-            json!({"jsonrpc": "2.0", "id": id, "result": {
-                "content": [{"type": "text", "text": blocked_text(tool, v)}],
-                "isError": true,
-                "resultType": "complete",
-                "_meta": {"loopguard": details(policy_id, tool, v)},
-            }}),
-            headers(policy_id, tool, v),
-        ),
-        McpStep::Error | McpStep::Reject => (
-            if v.step == McpStep::Reject { 429 } else { 200 },
-            json!({"jsonrpc": "2.0", "id": id, "error": {
-                "code": cfg.error_code,
-                "message": blocked_text(tool, v),
-                "data": {"loopguard": details(policy_id, tool, v)},
-            }}),
-            headers(policy_id, tool, v),
-        ),
+        McpStep::Block => (Shape::McpResult(&id), 200),
+        McpStep::Error => (Shape::McpError(&id, cfg.error_code), 200),
+        McpStep::Reject => (Shape::McpError(&id, cfg.error_code), 429),
     };
-    if v.step == McpStep::Reject {
+    let refusal = Refusal {
+        policy_id,
+        status,
+        code: "mcp_loop_detected",
+        message: blocked_text(tool, v),
+        details: details(policy_id, tool, v),
         // The call goes to the server again this long after the loop's
         // last real result.
-        headers.push(("retry-after", (cfg.recheck_ms / 1000).max(1).to_string()));
-    }
-    Some(LocalReply {
-        status,
-        headers,
-        body: body.to_string(),
-    })
+        retry_after_ms: (v.step == McpStep::Reject).then_some(cfg.recheck_ms),
+        header: Some((HEADER, header_value(tool, v))),
+    };
+    Some(refuse(shape, refusal))
 }
 
 #[cfg(test)]

@@ -1,9 +1,12 @@
-//! What clients, upstreams and operators see of a decision: the 429, the
+//! What clients, upstreams and operators see of a decision: every guard's
+//! refusal built by one function in the called API's shape (OpenAI's or
+//! Anthropic's error, MCP's `isError` result or a JSON-RPC error), the
 //! warning headers, the log lines.
 
 use crate::act::decision::{Decision, Notice, Rejection, Verdict};
 use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::request::llm;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 /// Whose error shape a 429 takes: the API being called.
@@ -35,6 +38,36 @@ pub struct LocalReply {
 
 pub type Headers = Vec<(&'static str, String)>;
 
+/// The shape a refusal takes: the called API's.
+#[derive(Debug, Clone, Copy)]
+pub enum Shape<'a> {
+    /// An HTTP API's error (OpenAI's or Anthropic's), which its SDK raises
+    /// without retrying.
+    Api(Api),
+    /// A JSON-RPC `result` with `isError: true` for the request's `id`, so
+    /// the MCP session goes on and the model reads the text.
+    McpResult(&'a RawValue),
+    /// A JSON-RPC `error` with this code for the request's `id`.
+    McpError(&'a RawValue, i64),
+}
+
+/// What a guard refuses, whatever shape it takes.
+#[derive(Debug, Clone)]
+pub struct Refusal<'a> {
+    pub policy_id: &'a str,
+    pub status: u32,
+    /// The machine-readable code (`recursive_loop_detected`, ...).
+    pub code: &'static str,
+    pub message: String,
+    /// Loopguard's fields, beside the message.
+    pub details: Value,
+    /// When to come back (`retry-after`; the HTTP APIs' shapes add
+    /// `retry-after-ms`).
+    pub retry_after_ms: Option<u64>,
+    /// The guard's own header (`x-loopguard-tool-loop`, ...).
+    pub header: Option<(&'static str, String)>,
+}
+
 /// Set a member of a JSON object (a no-op on anything else).
 pub(crate) fn insert(v: &mut Value, key: &str, value: Value) {
     if let Some(o) = v.as_object_mut() {
@@ -42,43 +75,12 @@ pub(crate) fn insert(v: &mut Value, key: &str, value: Value) {
     }
 }
 
-/// A 429's body in the error shape of the API being called: OpenAI's
-/// `{"error": {...}}` with loopguard's `details` beside `message`, `type`
-/// and `code`, or Anthropic's `rate_limit_error` with them (and `code`)
-/// under `loopguard`.
-fn api_error_body(api: Api, message: String, code: &str, details: Value) -> Value {
-    api_error_body_of(api, "loop_detected", message, code, details)
-}
-
-/// [`api_error_body`] with OpenAI's error `type` given.
-pub(crate) fn api_error_body_of(
-    api: Api,
-    openai_type: &str,
-    message: String,
-    code: &str,
-    mut details: Value,
-) -> Value {
-    match api {
-        Api::OpenAi => {
-            let mut error = json!({
-                "message": message,
-                "type": openai_type,
-                "code": code,
-                "param": null,
-            });
-            if let (Some(e), Some(d)) = (error.as_object_mut(), details.as_object()) {
-                e.extend(d.clone());
-            }
-            json!({ "error": error })
-        }
-        Api::Anthropic => {
-            insert(&mut details, "code", json!(code));
-            json!({
-                "type": "error",
-                "error": {"type": "rate_limit_error", "message": message},
-                "loopguard": details,
-            })
-        }
+/// OpenAI's error `type` and Anthropic's for a code.
+fn error_types(code: &str) -> (&'static str, &'static str) {
+    match code {
+        "model_unpriced" => ("permission_denied", "permission_error"),
+        "budget_exceeded" => ("budget_exceeded", "rate_limit_error"),
+        _ => ("loop_detected", "rate_limit_error"),
     }
 }
 
@@ -87,17 +89,82 @@ pub fn retry_after_seconds(ms: u64) -> u64 {
     ms.div_ceil(1000).max(1)
 }
 
-/// The 429 in the error shape of the API being called, so its SDK raises
-/// its own rate-limit error with a readable message: OpenAI's
-/// `{"error": {...}}` (`RateLimitError`, `code` = `recursive_loop_detected`)
-/// or Anthropic's `{"type": "error", "error": {"type": "rate_limit_error"}}`
-/// with loopguard's fields under `loopguard`. `x-should-retry: false` stops
-/// both SDKs from retrying the 429 on their own: each blind retry would be
-/// one more hit of the loop. `retry-after-ms` gives sub-second precision.
+/// A refusal in `shape`. The HTTP APIs' shapes put loopguard's details
+/// beside OpenAI's `message`, `type` and `code` or, with the code, under
+/// Anthropic's `loopguard`, and carry `x-should-retry: false`, which stops
+/// both SDKs from retrying on their own (each blind retry would be one more
+/// hit of the loop). The MCP shapes put them under `_meta.loopguard` or
+/// the error's `data.loopguard`.
+pub fn refuse(shape: Shape, r: Refusal) -> LocalReply {
+    let Refusal {
+        policy_id,
+        status,
+        code,
+        message,
+        mut details,
+        retry_after_ms,
+        header,
+    } = r;
+    let mut headers = vec![("content-type", "application/json".to_string())];
+    let body = match shape {
+        Shape::Api(api) => {
+            if let Some(ms) = retry_after_ms {
+                headers.push(("retry-after", retry_after_seconds(ms).to_string()));
+                headers.push(("retry-after-ms", ms.to_string()));
+            }
+            headers.push(("x-should-retry", "false".to_string()));
+            let (openai_type, anthropic_type) = error_types(code);
+            match api {
+                Api::OpenAi => {
+                    let mut error = json!({
+                        "message": message, "type": openai_type, "code": code, "param": null,
+                    });
+                    if let (Some(e), Some(d)) = (error.as_object_mut(), details.as_object()) {
+                        e.extend(d.clone());
+                    }
+                    json!({ "error": error })
+                }
+                Api::Anthropic => {
+                    insert(&mut details, "code", json!(code));
+                    json!({
+                        "type": "error",
+                        "error": {"type": anthropic_type, "message": message},
+                        "loopguard": details,
+                    })
+                }
+            }
+        }
+        Shape::McpResult(id) => json!({"jsonrpc": "2.0", "id": id, "result": {
+            "content": [{"type": "text", "text": message}],
+            "isError": true,
+            "resultType": "complete",
+            "_meta": {"loopguard": details},
+        }}),
+        Shape::McpError(id, error_code) => json!({"jsonrpc": "2.0", "id": id, "error": {
+            "code": error_code,
+            "message": message,
+            "data": {"loopguard": details},
+        }}),
+    };
+    headers.push(("x-loopguard-policy", policy_id.to_string()));
+    headers.extend(header);
+    if let (Shape::McpResult(_) | Shape::McpError(..), Some(ms)) = (shape, retry_after_ms) {
+        headers.push(("retry-after", retry_after_seconds(ms).to_string()));
+    }
+    LocalReply {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+/// The 429 of a repeated request or conversation, in the error shape of
+/// the API being called, so its SDK raises its own rate-limit error with a
+/// readable message: OpenAI's `RateLimitError` (`code` =
+/// `recursive_loop_detected`) or Anthropic's `rate_limit_error`.
 pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
     let n = &r.notice;
     let retry_after_ms = r.retry_after_ms.max(1);
-    let retry_after = retry_after_seconds(retry_after_ms);
     let message = if n.turns {
         format!(
             "Blocked: the last {} turns of this conversation are near-identical. This usually indicates an agent stuck in a loop: change course before sending it again.",
@@ -116,7 +183,7 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
         "fingerprint": n.fingerprint.hex(),
         "hit_count": n.count,
         "window_seconds": n.window_seconds,
-        "retry_after_seconds": retry_after,
+        "retry_after_seconds": retry_after_seconds(retry_after_ms),
     });
     if r.cooldown_seconds > 0 {
         insert(&mut details, "cooldown_seconds", json!(r.cooldown_seconds));
@@ -124,42 +191,16 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
     if n.turns {
         insert(&mut details, "repeated_turns", json!(n.count));
     }
-    let body = api_error_body(api, message, "recursive_loop_detected", details);
-    too_many(body, retry_after_ms, &n.policy_id)
-}
-
-/// A final answer with `status` and a JSON `body` that the SDKs raise
-/// without retrying (`x-should-retry: false`), naming the policy.
-pub(crate) fn not_retried(status: u32, body: Value, policy_id: &str) -> LocalReply {
-    LocalReply {
-        status,
-        headers: vec![
-            ("content-type", "application/json".to_string()),
-            ("x-should-retry", "false".to_string()),
-            ("x-loopguard-policy", policy_id.to_string()),
-        ],
-        body: body.to_string(),
-    }
-}
-
-/// A 429 with `body`, to be retried after `retry_after_ms` (`retry-after`
-/// in whole seconds rounded up, `retry-after-ms`) and not by the SDK
-/// itself (`x-should-retry: false`).
-pub(crate) fn too_many(body: Value, retry_after_ms: u64, policy_id: &str) -> LocalReply {
-    LocalReply {
+    let refusal = Refusal {
+        policy_id: &n.policy_id,
         status: 429,
-        headers: vec![
-            ("content-type", "application/json".to_string()),
-            (
-                "retry-after",
-                retry_after_seconds(retry_after_ms).to_string(),
-            ),
-            ("retry-after-ms", retry_after_ms.to_string()),
-            ("x-should-retry", "false".to_string()),
-            ("x-loopguard-policy", policy_id.to_string()),
-        ],
-        body: body.to_string(),
-    }
+        code: "recursive_loop_detected",
+        message,
+        details,
+        retry_after_ms: Some(retry_after_ms),
+        header: None,
+    };
+    refuse(Shape::Api(api), refusal)
 }
 
 /// The 429 of a tool loop that reached the ladder's reject step, in the
@@ -201,12 +242,16 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
     if let Some(shown) = shown {
         insert(&mut details, "tool", json!(shown));
     }
-    let body = api_error_body(api, message, "tool_loop_detected", details);
-    let mut reply = not_retried(429, body, policy_id);
-    reply
-        .headers
-        .push(("x-loopguard-tool-loop", tool_loops::header_value(v)));
-    reply
+    let refusal = Refusal {
+        policy_id,
+        status: 429,
+        code: "tool_loop_detected",
+        message,
+        details,
+        retry_after_ms: None,
+        header: Some(("x-loopguard-tool-loop", tool_loops::header_value(v))),
+    };
+    refuse(Shape::Api(api), refusal)
 }
 
 /// Every header loopguard may add to a request for the upstream. The

@@ -211,7 +211,7 @@ impl<B: BucketBackend> Engine<B> {
             r.mcp = None;
             out.push(Effect::CountNamed(m::exempt(&policy.id), 1));
             self.publish_decision(out, true, || {
-                events::access_log(&policy.id, policy.mode, "exempt", None, None)
+                events::access_log(&policy.id, policy.mode, "exempt", events::NO_REPEAT)
             });
             return Step::Continue;
         }
@@ -451,7 +451,12 @@ impl<B: BucketBackend> Engine<B> {
         out.push(Effect::CountNamed(counter(&policy.id, v.tier, v.step), 1));
         let header = mcp_reply::header_value(tool, v);
         self.publish_decision(out, true, || {
-            events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
+            events::access_log(
+                &policy.id,
+                policy.mode,
+                v.step.as_str(),
+                [("tool_loop", serde_json::json!(header))],
+            )
         });
     }
 

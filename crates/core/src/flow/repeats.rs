@@ -273,13 +273,16 @@ impl<B: BucketBackend> Engine<B> {
                 &policy.id,
                 policy.mode,
                 action.map_or("allow", |a| a.as_str()),
-                Some(&fp),
-                Some(
-                    decided
-                        .verdict
-                        .notice()
-                        .map_or(receipt.state.count, |n| n.count),
-                ),
+                [
+                    ("fingerprint", serde_json::json!(fp.hex())),
+                    (
+                        "count",
+                        serde_json::json!(decided
+                            .verdict
+                            .notice()
+                            .map_or(receipt.state.count, |n| n.count)),
+                    ),
+                ],
             )
         });
         if decided.shadow {

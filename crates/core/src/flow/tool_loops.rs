@@ -43,7 +43,12 @@ impl<B: BucketBackend> Engine<B> {
         self.tool_event(r, policy, pending, req, v, shadow, key, now, out);
         let header = tool_loops::header_value(v);
         self.publish_decision(out, true, || {
-            events::access_log_tool_loop(&policy.id, policy.mode, v.step.as_str(), &header)
+            events::access_log(
+                &policy.id,
+                policy.mode,
+                v.step.as_str(),
+                [("tool_loop", serde_json::json!(header))],
+            )
         });
         if shadow {
             self.shadow(

@@ -2,8 +2,11 @@
 //! throttle and cooldown, and the similarity mode with its settings.
 
 use super::{
-    is_token_byte, scale_steps, shorten, Action, ActionName, ConfigError, Ctx, Detection, Fraction,
-    Obj, RawDetection, RawStep, Similarity, SimilarityName, Step, DEFAULT_FORGIVEN,
+    is_token_byte, shorten, ActionName, ConfigError, Ctx, Fraction, Obj, RawDetection, RawStep,
+    SimilarityName,
+};
+use crate::config::{
+    scale_steps, Action, Detection, Similarity, Step, DEFAULT_FORGIVEN,
     DEFAULT_NEAR_SIMILARITY_MILLI, MAX_FORGIVEN, MAX_HITS_PER_FINGERPRINT, MAX_THROTTLE_DELAY_MS,
     MAX_WINDOW_SECONDS,
 };

@@ -1,8 +1,9 @@
 //! The `mcp` block: thresholds, the ladder, the error code and the key.
 
-use super::{ConfigError, Ctx, Int, Volatile, MAX_WINDOW_SECONDS};
+use super::{ConfigError, Ctx, Int, Volatile};
 use crate::config::mcp::{Mcp, McpKey, McpStep, DEFAULT_ERROR_CODE};
 use crate::config::raw::{McpKeyName, McpStepName, RawMcp};
+use crate::config::MAX_WINDOW_SECONDS;
 
 /// `classes_listed`: the policy lists its volatile classes itself.
 pub(super) fn mcp(

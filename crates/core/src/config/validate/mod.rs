@@ -4,7 +4,10 @@
 
 use super::error::{shorten, valid_id, ConfigError};
 use super::raw::*;
-use super::*;
+use super::{
+    AccessLog, Classes, Config, Mode, Policy, StoreConfig, Volatile, MAX_BODY_BYTES, MAX_POLICIES,
+    MAX_TRACKED_FINGERPRINTS,
+};
 
 mod budget;
 mod detection;

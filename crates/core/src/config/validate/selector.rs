@@ -1,9 +1,10 @@
 //! Which requests a policy judges and who the caller is: the selector,
 //! its paths, the limit keys and the exemptions.
 
-use super::{
-    absolute, is_token_byte, normalize_host, ConfigError, Ctx, ExemptMatch, Exemption, LimitKey,
-    Obj, PathMatch, RawExempt, RawSelector, Selector, MAX_EXEMPTIONS, MAX_LIMIT_KEYS, MAX_ROUTES,
+use super::{absolute, is_token_byte, ConfigError, Ctx, Obj, RawExempt, RawSelector};
+use crate::config::{
+    normalize_host, ExemptMatch, Exemption, LimitKey, PathMatch, Selector, MAX_EXEMPTIONS,
+    MAX_LIMIT_KEYS, MAX_ROUTES,
 };
 
 pub(super) fn selector(ctx: &Ctx, s: RawSelector) -> Result<Selector, ConfigError> {

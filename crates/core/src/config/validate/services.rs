@@ -3,10 +3,11 @@
 //! cost (`prices`).
 
 use super::{
-    absolute, ConfigError, Ctx, ModelPrice, Obj, OnErrorName, OnStoreError, Prices, RawPrice,
-    RawStore, RawWebhook, RedisStore, RedisTopology, StoreConfig, StoreName, TopologyName, Webhook,
+    absolute, ConfigError, Ctx, Obj, OnErrorName, RawPrice, RawStore, RawWebhook, StoreConfig,
+    StoreName, TopologyName,
 };
 use crate::config::prices;
+use crate::config::{ModelPrice, OnStoreError, Prices, RedisStore, RedisTopology, Webhook};
 
 pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> {
     match s.kind {

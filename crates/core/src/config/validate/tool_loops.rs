@@ -1,7 +1,8 @@
 //! The `tool_loops` block: how many calls are compared, the ladder and
 //! the cycle, answer-loop and same-turn counts.
 
-use super::{ConfigError, Ctx, RawToolLoops, ToolLoops, ToolStep, ToolStepName, Volatile};
+use super::{ConfigError, Ctx, RawToolLoops, ToolStepName, Volatile};
+use crate::config::{ToolLoops, ToolStep};
 
 pub(super) fn tool_loops(
     ctx: &Ctx,

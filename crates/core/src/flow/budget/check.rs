@@ -279,7 +279,12 @@ impl<B: BucketBackend> Engine<B> {
             r.budget = None;
             let name = b.limits.get(top.limit).map_or("", |l| l.name.as_str());
             self.publish_decision(out, true, || {
-                events::access_log_budget(&p.id, p.mode, "reject", name)
+                events::access_log(
+                    &p.id,
+                    p.mode,
+                    "reject",
+                    [("budget", serde_json::json!(name))],
+                )
             });
             count_opt(out, ids.and_then(|i| i.rejected(top.limit)), 1);
             return Err(self.answer(r, Some(index), reply, "loopguard_budget_exceeded", out));
@@ -324,7 +329,12 @@ impl<B: BucketBackend> Engine<B> {
                 self.unpriced_event(p, model, "refused (reject)", r.caller, now, out);
                 r.budget = None;
                 self.publish_decision(out, true, || {
-                    events::access_log_budget(&p.id, p.mode, "reject", "unpriced")
+                    events::access_log(
+                        &p.id,
+                        p.mode,
+                        "reject",
+                        [("budget", serde_json::json!("unpriced"))],
+                    )
                 });
                 let reply = verdict::unpriced_rejection(&p.id, model, r.api);
                 let detail = "loopguard_budget_unpriced";

@@ -214,7 +214,7 @@ impl<B: BucketBackend> Engine<B> {
                 "exempt"
             };
             self.publish_decision(out, true, || {
-                events::access_log(&p.id, p.mode, action, None, None)
+                events::access_log(&p.id, p.mode, action, events::NO_REPEAT)
             });
             return self
                 .budget_gate(r, phase, None, now, out)

@@ -52,7 +52,7 @@ impl<B: BucketBackend> Engine<B> {
         if policy::is_exempt(&config, policy, head, facts) {
             count_opt(out, self.registry.exempted(index), 1);
             self.publish_decision(out, true, || {
-                events::access_log(&policy.id, policy.mode, "exempt", None, None)
+                events::access_log(&policy.id, policy.mode, "exempt", events::NO_REPEAT)
             });
             return Step::Continue;
         }
