@@ -1193,12 +1193,13 @@ fn mcp_histories_in_redis_are_the_core_s() {
                 &mcp_call(ns, key, window, now, Some(&entry)),
             );
             assert_eq!(parse_added(Some("200"), &webdis_json(&reply)), Ok(()));
-            mcp_sessions::append(
+            mcp_sessions::append_after(
                 &mut local,
                 mcp_sessions::HistoryId::new(key, 0, 0),
                 entry,
                 now,
                 window,
+                None,
             )
             .unwrap();
         }

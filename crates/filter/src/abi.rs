@@ -23,13 +23,13 @@ const MAP_RESPONSE_HEADERS: u32 = 2;
 const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
 const STREAM_HTTP_REQUEST: u32 = 0;
 const STREAM_HTTP_RESPONSE: u32 = 1;
-const METRIC_GAUGE: u32 = 1;
-const METRIC_HISTOGRAM: u32 = 2;
 const BUFFER_REQUEST_BODY: u32 = 0;
 const BUFFER_RESPONSE_BODY: u32 = 1;
 const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
 const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
-const METRIC_COUNTER: u32 = 0;
+pub const METRIC_COUNTER: u32 = 0;
+pub const METRIC_GAUGE: u32 = 1;
+pub const METRIC_HISTOGRAM: u32 = 2;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
@@ -147,6 +147,19 @@ unsafe fn owned(data: *mut u8, size: usize) -> Vec<u8> {
     }
 }
 
+/// What a getter returned: the host's buffer (ours now), `None` when
+/// not found.
+///
+/// # Safety
+/// As [`owned`].
+unsafe fn returned(code: u32, data: *mut u8, size: usize) -> HostResult<Option<Vec<u8>>> {
+    match code {
+        STATUS_OK => Ok(Some(owned(data, size))),
+        STATUS_NOT_FOUND => Ok(None),
+        other => Err(HostError(other)),
+    }
+}
+
 /// Wall-clock milliseconds since the Unix epoch (0 if the host refuses).
 pub fn now_ms() -> u64 {
     let mut nanos: u64 = 0;
@@ -175,11 +188,7 @@ fn header_pairs(map: u32) -> HostResult<Vec<u8>> {
     let mut size = 0;
     // SAFETY: out-pointers are valid; the returned buffer is ours.
     let code = unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) };
-    match code {
-        STATUS_OK => Ok(unsafe { owned(data, size) }),
-        STATUS_NOT_FOUND => Ok(Vec::new()),
-        other => Err(HostError(other)),
-    }
+    Ok(unsafe { returned(code, data, size) }?.unwrap_or_default())
 }
 
 /// The `:status` of the response to an HTTP call (in its callback; `None`
@@ -205,11 +214,7 @@ fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {
     // SAFETY: out-pointers are valid; the returned buffer is ours.
     let code =
         unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), &mut data, &mut size) };
-    match code {
-        STATUS_OK => Ok(Some(unsafe { owned(data, size) })),
-        STATUS_NOT_FOUND => Ok(None),
-        other => Err(HostError(other)),
-    }
+    unsafe { returned(code, data, size) }
 }
 
 /// `len` bytes of the buffered request body from the start.
@@ -241,11 +246,7 @@ fn buffer(kind: u32, len: usize) -> HostResult<Vec<u8>> {
     let mut size = 0;
     // SAFETY: out-pointers are valid; the returned buffer is ours.
     let code = unsafe { proxy_get_buffer_bytes(kind, 0, len, &mut data, &mut size) };
-    match code {
-        STATUS_OK => Ok(unsafe { owned(data, size) }),
-        STATUS_NOT_FOUND => Ok(Vec::new()),
-        other => Err(HostError(other)),
-    }
+    Ok(unsafe { returned(code, data, size) }?.unwrap_or_default())
 }
 
 /// An Envoy attribute (`["source", "address"]`, `["plugin_name"]`, ...).
@@ -256,12 +257,9 @@ pub fn property(path: &[&str]) -> HostResult<Option<Vec<u8>>> {
     // SAFETY: out-pointers are valid; the returned buffer is ours.
     let code =
         unsafe { proxy_get_property(serialized.as_ptr(), serialized.len(), &mut data, &mut size) };
-    match code {
-        STATUS_OK if data.is_null() => Ok(None),
-        STATUS_OK => Ok(Some(unsafe { owned(data, size) })),
-        STATUS_NOT_FOUND => Ok(None),
-        other => Err(HostError(other)),
-    }
+    // A property the host has no value for comes back as no buffer.
+    let found = !data.is_null();
+    Ok(unsafe { returned(code, data, size) }?.filter(|_| found))
 }
 
 /// A shared-data value and its CAS version; `None` if the key is missing.
@@ -272,11 +270,7 @@ pub fn shared_get(key: &str) -> HostResult<Option<(Vec<u8>, u32)>> {
     // SAFETY: out-pointers are valid; the returned buffer is ours.
     let code =
         unsafe { proxy_get_shared_data(key.as_ptr(), key.len(), &mut data, &mut size, &mut cas) };
-    match code {
-        STATUS_OK => Ok(Some((unsafe { owned(data, size) }, cas))),
-        STATUS_NOT_FOUND => Ok(None),
-        other => Err(HostError(other)),
-    }
+    Ok(unsafe { returned(code, data, size) }?.map(|v| (v, cas)))
 }
 
 /// Write a shared-data value if its version is still `cas` (0 writes
@@ -316,25 +310,14 @@ pub fn send_local_response(
     })
 }
 
-pub fn define_counter(name: &str) -> HostResult<u32> {
-    define_metric(METRIC_COUNTER, name)
-}
-
-pub fn define_gauge(name: &str) -> HostResult<u32> {
-    define_metric(METRIC_GAUGE, name)
-}
-
-pub fn define_histogram(name: &str) -> HostResult<u32> {
-    define_metric(METRIC_HISTOGRAM, name)
-}
-
 /// Record a value into a histogram.
 pub fn record(metric_id: u32, value: u64) -> HostResult<()> {
     // SAFETY: plain values.
     status(unsafe { proxy_record_metric(metric_id, value) })
 }
 
-fn define_metric(kind: u32, name: &str) -> HostResult<u32> {
+/// Define a metric of `kind` (`METRIC_COUNTER`, ...) with Envoy.
+pub fn define_metric(kind: u32, name: &str) -> HostResult<u32> {
     let mut id = 0;
     // SAFETY: out-pointer is valid.
     status(unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) })?;

@@ -23,9 +23,9 @@ impl Metrics {
             .iter()
             .map(|(name, kind)| {
                 match kind {
-                    Kind::Counter => abi::define_counter(name),
-                    Kind::Gauge => abi::define_gauge(name),
-                    Kind::Histogram => abi::define_histogram(name),
+                    Kind::Counter => abi::define_metric(abi::METRIC_COUNTER, name),
+                    Kind::Gauge => abi::define_metric(abi::METRIC_GAUGE, name),
+                    Kind::Histogram => abi::define_metric(abi::METRIC_HISTOGRAM, name),
                 }
                 .ok()
             })
@@ -43,7 +43,7 @@ impl Metrics {
         };
         let id = *named
             .entry(name)
-            .or_insert_with_key(|name| abi::define_counter(name).ok());
+            .or_insert_with_key(|name| abi::define_metric(abi::METRIC_COUNTER, name).ok());
         if let Some(id) = id {
             let _ = abi::increment(id, n);
         }

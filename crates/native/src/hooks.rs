@@ -419,67 +419,23 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
 // write-buffer watermarks, per-route configuration (policies are chosen
 // inside the filter, by route name or route metadata).
 
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_headers(
-    _f: FilterPtr,
-    _s: StreamModule,
-    _id: u64,
-    _h: *const EnvoyHeader,
-    _n: usize,
-    _end: bool,
-) {
+/// Hooks that do nothing, by name and argument types.
+macro_rules! unused_hooks {
+    ($($name:ident($($arg:ty),*);)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $name($(_: $arg),*) {}
+    )*};
 }
 
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_data(
-    _f: FilterPtr,
-    _s: StreamModule,
-    _id: u64,
-    _d: *const EnvoyBuffer,
-    _n: usize,
-    _end: bool,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_trailers(
-    _f: FilterPtr,
-    _s: StreamModule,
-    _id: u64,
-    _t: *const EnvoyHeader,
-    _n: usize,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_complete(
-    _f: FilterPtr,
-    _s: StreamModule,
-    _id: u64,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_http_stream_reset(
-    _f: FilterPtr,
-    _s: StreamModule,
-    _id: u64,
-    _reason: u32,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(
-    _f: FilterPtr,
-    _s: StreamModule,
-) {
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(
-    _f: FilterPtr,
-    _s: StreamModule,
-) {
+unused_hooks! {
+    envoy_dynamic_module_on_http_filter_http_stream_headers(FilterPtr, StreamModule, u64, *const EnvoyHeader, usize, bool);
+    envoy_dynamic_module_on_http_filter_http_stream_data(FilterPtr, StreamModule, u64, *const EnvoyBuffer, usize, bool);
+    envoy_dynamic_module_on_http_filter_http_stream_trailers(FilterPtr, StreamModule, u64, *const EnvoyHeader, usize);
+    envoy_dynamic_module_on_http_filter_http_stream_complete(FilterPtr, StreamModule, u64);
+    envoy_dynamic_module_on_http_filter_http_stream_reset(FilterPtr, StreamModule, u64, u32);
+    envoy_dynamic_module_on_http_filter_downstream_above_write_buffer_high_watermark(FilterPtr, StreamModule);
+    envoy_dynamic_module_on_http_filter_downstream_below_write_buffer_low_watermark(FilterPtr, StreamModule);
+    envoy_dynamic_module_on_http_filter_per_route_config_destroy(*const c_void);
 }
 
 #[no_mangle]
@@ -492,10 +448,4 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_new(
         "loopguard: per-route filter configuration is not used; choose policies by route name or route metadata (filter_metadata.loopguard.policy)",
     );
     std::ptr::null()
-}
-
-#[no_mangle]
-pub extern "C" fn envoy_dynamic_module_on_http_filter_per_route_config_destroy(
-    _config: *const c_void,
-) {
 }

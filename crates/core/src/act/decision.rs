@@ -128,6 +128,7 @@ pub fn store_key(policy: &Policy, fp: &Fingerprint) -> Fingerprint {
     }
 }
 
+#[cfg(test)]
 pub fn decide(
     policy: &Policy,
     d: &Detection,

@@ -548,6 +548,7 @@ impl Config {
     }
 
     /// Whether any policy selects by Envoy route name (so the host reads it).
+    #[cfg(test)]
     pub fn uses_route_names(&self) -> bool {
         self.policies.iter().any(|p| !p.selector.routes.is_empty())
     }

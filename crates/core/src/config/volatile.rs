@@ -63,6 +63,7 @@ impl Class {
         }
     }
 
+    #[cfg(test)]
     pub fn from_name(name: &str) -> Option<Class> {
         Class::ALL.into_iter().find(|c| c.name() == name)
     }

@@ -228,11 +228,9 @@ impl Registry {
             let pc = |name: &str, tags: &str| {
                 (format!("loopguard.{name}.policy.{id}{tags}"), Kind::Counter)
             };
-            defs.push(pc("matched_total", ""));
-            defs.push(pc("exempted_total", ""));
-            defs.push(pc("rejected_total", ""));
-            defs.push(pc("throttled_total", ""));
-            defs.push(pc("warned_total", ""));
+            for name in ["matched", "exempted", "rejected", "throttled", "warned"] {
+                defs.push(pc(&format!("{name}_total"), ""));
+            }
             defs.push((
                 format!("loopguard.throttle_delay_ms.policy.{id}"),
                 Kind::Histogram,
@@ -361,43 +359,18 @@ impl Registry {
     pub fn throttle_pending(&self) -> MetricId {
         MetricId(THROTTLE_PENDING)
     }
+    // The labelled metrics below are defined in their enum's order.
     pub fn skipped(&self, reason: SkipReason) -> MetricId {
-        let i = SkipReason::ALL
-            .iter()
-            .position(|r| *r == reason)
-            .unwrap_or(0);
-        MetricId(SKIPPED + u32::try_from(i).unwrap_or(0))
+        MetricId(SKIPPED + reason as u32)
     }
     pub fn store_call(&self, result: CallResult) -> MetricId {
-        MetricId(
-            CALLS
-                + match result {
-                    CallResult::Ok => 0,
-                    CallResult::Unavailable => 1,
-                    CallResult::Status => 2,
-                    CallResult::Reply => 3,
-                    CallResult::NoScript => 4,
-                },
-        )
+        MetricId(CALLS + result as u32)
     }
     pub fn fallback(&self, on_error: OnStoreError) -> MetricId {
-        MetricId(
-            FALLBACK
-                + match on_error {
-                    OnStoreError::Local => 0,
-                    OnStoreError::Allow => 1,
-                },
-        )
+        MetricId(FALLBACK + on_error as u32)
     }
     pub fn webhook(&self, result: WebhookResult) -> MetricId {
-        MetricId(
-            WEBHOOK
-                + match result {
-                    WebhookResult::Sent => 0,
-                    WebhookResult::Failed => 1,
-                    WebhookResult::Dropped => 2,
-                },
-        )
+        MetricId(WEBHOOK + result as u32)
     }
     /// A response's spending could not be added to the loops' ledger.
     pub fn ledger_failed(&self) -> MetricId {
@@ -438,14 +411,7 @@ impl Registry {
         self.at(policy, 6 + u32::from(shadow))
     }
     pub fn shadow(&self, policy: usize, would: WouldBe) -> Option<MetricId> {
-        let i = match would {
-            WouldBe::Warn => 0,
-            WouldBe::Throttle => 1,
-            WouldBe::Reject => 2,
-            WouldBe::Nudge => 3,
-            WouldBe::Directive => 4,
-        };
-        self.at(policy, 8 + i)
+        self.at(policy, 8 + would as u32)
     }
     pub fn tool_loop(&self, policy: usize, tier: Tier, step: ToolStep) -> Option<MetricId> {
         let t = match tier {
@@ -455,22 +421,12 @@ impl Registry {
             Tier::Answer => 3,
             Tier::Turn => 4,
         };
-        let s = match step {
-            ToolStep::Nudge => 0,
-            ToolStep::Directive => 1,
-            ToolStep::Reject => 2,
-        };
-        self.at(policy, 13 + t * 3 + s)
+        self.at(policy, 13 + t * 3 + step as u32)
     }
     /// An attempt the provider failed (5xx, 429): `None` when its hit
     /// could not be taken back because the store failed.
     pub fn failed_attempt(&self, policy: usize, forgave: Option<Forgave>) -> Option<MetricId> {
-        let i = match forgave {
-            Some(Forgave::Forgiven) => 0,
-            Some(Forgave::OverBudget) => 1,
-            Some(Forgave::NotFound) => 2,
-            None => 3,
-        };
+        let i = forgave.map_or(3, |f| f as u32);
         self.at(policy, 13 + 3 * TIERS.len() as u32 + i)
     }
     /// The `model` label's index of a priced model (`None`: `other`).
@@ -491,10 +447,7 @@ impl Registry {
         model: Option<usize>,
     ) -> Option<MetricId> {
         let labels = self.models + 1;
-        let i = match t {
-            TokenType::Input => 0,
-            TokenType::Output => 2,
-        } + u32::from(in_loop);
+        let i = 2 * t as u32 + u32::from(in_loop);
         self.at(policy, PER_POLICY_FIXED + i * labels + self.model(model))
     }
     /// A response that reported no usage (or could not be read).
@@ -514,10 +467,7 @@ impl Registry {
         model: Option<usize>,
     ) -> Option<MetricId> {
         let labels = self.models + 1;
-        let i = match t {
-            TokenType::Input => 0,
-            TokenType::Output => 1,
-        };
+        let i = t as u32;
         self.at(
             policy,
             PER_POLICY_FIXED + 4 * labels + 2 + i * labels + self.model(model),

@@ -226,17 +226,8 @@ pub fn sorted_query_pairs(query: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
 
 /// Every value of one query parameter, sorted.
 pub fn query_values(query: &str, name: &str) -> Vec<Vec<u8>> {
-    let name = name.as_bytes();
-    let mut values: Vec<Vec<u8>> = query
-        .split('&')
-        .filter(|seg| !seg.is_empty())
-        .filter_map(|seg| {
-            let (k, v) = seg.split_once('=').unwrap_or((seg, ""));
-            (percent_decode(k) == name).then(|| percent_decode(v))
-        })
-        .collect();
-    values.sort();
-    values
+    let pairs = sorted_query_pairs(query).into_iter();
+    pairs.filter(|(k, _)| k == name.as_bytes()).map(|(_, v)| v).collect()
 }
 
 fn percent_decode(s: &str) -> Vec<u8> {

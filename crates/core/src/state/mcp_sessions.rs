@@ -27,8 +27,6 @@ const SEED: u32 = BASE + REGION;
 pub const BUCKETS: Range<u32> = BASE..SEED + 1;
 /// Histories per bucket.
 pub const PER_BUCKET: usize = 4;
-/// Histories the region holds.
-pub const CAPACITY: usize = REGION as usize * PER_BUCKET;
 /// Calls a history keeps (enough for a cycle of three calls, five
 /// rounds).
 pub const MAX_ENTRIES: usize = 16;
@@ -162,6 +160,7 @@ fn idle(h: &History, now: u64, idle_ms: u64) -> bool {
 /// [`MAX_ENTRIES`] goes). A call whose result could not be read starts no
 /// history of its own (it is never a repeat, and a stream of them must not
 /// push other callers' histories out).
+#[cfg(test)]
 pub fn append<B: BucketBackend>(
     backend: &mut B,
     id: HistoryId,

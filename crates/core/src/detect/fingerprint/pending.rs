@@ -151,15 +151,6 @@ pub fn explain(
 }
 
 impl<S: Hashing> Pending<S> {
-    /// How many earlier turns near mode compares the newest with (0 in the
-    /// other modes).
-    pub fn turns_back(&self) -> usize {
-        match self.mode {
-            PendingMode::Near { back, .. } => back,
-            _ => 0,
-        }
-    }
-
     fn begin(
         config: &Config,
         policy: &Policy,

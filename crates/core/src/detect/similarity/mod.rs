@@ -154,6 +154,7 @@ impl Signature {
         s
     }
 
+    #[cfg(test)]
     pub fn from_hex(h: &str) -> Option<Signature> {
         if h.len() != 2 * SIGNATURE_BYTES || !h.is_ascii() {
             return None;

@@ -71,6 +71,7 @@ pub fn read(text: &str) -> Vec<TextAction> {
 
 /// Whether a reply's text carries an action (cheaper than [`read`] when no
 /// marker is present).
+#[cfg(test)]
 pub fn has_action(text: &str) -> bool {
     (text.contains("<function=")
         || text.contains("<execute")

@@ -20,16 +20,11 @@ impl Request<'_> {
     /// [`Request::tail_of_steps`] of the conversation as it was before item
     /// `end`.
     pub fn tail_of_steps_before(&self, n: usize, end: usize) -> Option<Vec<Message>> {
-        let Items::List(items) = &self.items else {
+        let Items::List(_) = &self.items else {
             return self.tail_before(n, end);
         };
-        self.tail_of_steps_at(n, end)?
-            .into_iter()
-            .map(|at| match at {
-                None => self.system.and_then(|sys| self.system_message(sys)),
-                Some(i) => items.get(i).and_then(|e| self.item(i, e.0)),
-            })
-            .collect()
+        let at = self.tail_of_steps_at(n, end)?.into_iter();
+        at.map(|at| self.message_at(at)).collect()
     }
 
     /// Where the messages of [`Request::tail_of_steps_before`] are, oldest

@@ -240,6 +240,7 @@ impl RepeatWatch {
 
     /// The bytes this watch keeps, whatever the stream's length: the
     /// ring and the counters (no text is kept).
+    #[cfg(test)]
     pub fn kept_bytes(&self) -> usize {
         std::mem::size_of::<RepeatWatch>()
             + self.ring.capacity() * std::mem::size_of::<Segment>()
