@@ -128,23 +128,13 @@ pub fn store_key(policy: &Policy, fp: &Fingerprint) -> Fingerprint {
     }
 }
 
-#[cfg(test)]
-pub fn decide(
-    policy: &Policy,
-    d: &Detection,
-    fp: &Fingerprint,
-    fallback: bool,
-    state: &WindowState,
-) -> Decision {
-    decide_with_turns(policy, d, fp, fallback, state, 0)
-}
-
-/// [`decide`], with near mode's repeats: the turns in a row the request's
-/// own history shows near each other. When they outnumber the window's
+/// The decision of a policy's loop detection from the window state and,
+/// in near mode, `repeats`: the turns in a row the request's own history
+/// shows near each other (0 in the other modes). When they outnumber the window's
 /// count, they decide: a growing conversation repeating itself is judged
 /// by its turns, whatever their pace (the same conversation sent again
 /// is rejected again until it moves on, so `retry-after` is the window).
-pub fn decide_with_turns(
+pub fn decide(
     policy: &Policy,
     d: &Detection,
     fp: &Fingerprint,
@@ -233,7 +223,7 @@ mod tests {
 
     fn run(p: &Policy, s: WindowState) -> Verdict {
         let d = p.detection.clone().unwrap();
-        decide(p, &d, &Fingerprint([3; 16]), false, &s).verdict
+        decide(p, &d, &Fingerprint([3; 16]), false, &s, 0).verdict
     }
 
     #[test]
@@ -345,15 +335,19 @@ mod tests {
         assert_eq!(window_query(&d, true).capacity, 15);
         let fp = Fingerprint([1; 16]);
         assert_eq!(
-            decide(&p, &d, &fp, true, &st(14, 0, 0)).verdict,
+            decide(&p, &d, &fp, true, &st(14, 0, 0), 0).verdict,
             Verdict::Allow
         );
         assert_eq!(
-            decide(&p, &d, &fp, true, &st(15, 10, 0)).verdict.action(),
+            decide(&p, &d, &fp, true, &st(15, 10, 0), 0)
+                .verdict
+                .action(),
             Some(Action::Reject)
         );
         assert_eq!(
-            decide(&p, &d, &fp, false, &st(3, 10, 0)).verdict.action(),
+            decide(&p, &d, &fp, false, &st(3, 10, 0), 0)
+                .verdict
+                .action(),
             Some(Action::Reject)
         );
     }
@@ -368,7 +362,7 @@ mod tests {
         p.mode = Mode::Shadow;
         assert_ne!(store_key(&p, &fp), fp);
         let d = p.detection.clone().unwrap();
-        let decision = decide(&p, &d, &fp, false, &st(2, 100, 0));
+        let decision = decide(&p, &d, &fp, false, &st(2, 100, 0), 0);
         assert!(decision.shadow);
         assert_eq!(decision.verdict.action(), Some(Action::Reject));
         // The reported fingerprint is the request's, not the shadow key.

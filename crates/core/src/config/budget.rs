@@ -61,6 +61,7 @@ impl Budget {
     }
 }
 
+named! {
 /// What a dollar cap does with a model that neither `prices` nor the
 /// built-in table prices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,21 +69,12 @@ pub enum Unpriced {
     /// Charged at the highest price known for its provider (or in the
     /// table): never free.
     #[default]
-    Max,
+    Max = "max",
     /// Refused before it goes upstream.
-    Reject,
+    Reject = "reject",
     /// Charged nothing in dollars (its tokens and calls still count).
-    Ignore,
+    Ignore = "ignore",
 }
-
-impl Unpriced {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unpriced::Max => "max",
-            Unpriced::Reject => "reject",
-            Unpriced::Ignore => "ignore",
-        }
-    }
 }
 
 /// What happens at a cap.
@@ -92,26 +84,17 @@ pub enum BudgetAction {
     Warn,
 }
 
+named! {
 /// Whose spending a limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BudgetPer {
-    Caller,
-    Session,
-    Conversation,
+    Caller = "caller",
+    Session = "session",
+    Conversation = "conversation",
     /// The end user behind a caller (a shared API key), as the request
     /// names them.
-    User,
+    User = "user",
 }
-
-impl BudgetPer {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BudgetPer::Caller => "caller",
-            BudgetPer::Session => "session",
-            BudgetPer::Conversation => "conversation",
-            BudgetPer::User => "user",
-        }
-    }
 }
 
 /// One spend cap.

@@ -106,20 +106,13 @@ pub enum AccessLog {
     Off,
 }
 
+named! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    Enforce,
+    Enforce = "enforce",
     /// Count and log what would happen; enforce nothing.
-    Shadow,
+    Shadow = "shadow",
 }
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Enforce => "enforce",
-            Mode::Shadow => "shadow",
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,24 +229,16 @@ pub struct ToolLoops {
     pub result_classes: Classes,
 }
 
+named! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ToolStep {
     /// Forward with a short note appended to the conversation.
-    Nudge,
+    Nudge = "nudge",
     /// Forward with a firm instruction to stop calling the tool.
-    Directive,
+    Directive = "directive",
     /// Answer 429.
-    Reject,
+    Reject = "reject",
 }
-
-impl ToolStep {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ToolStep::Nudge => "nudge",
-            ToolStep::Directive => "directive",
-            ToolStep::Reject => "reject",
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -321,21 +306,13 @@ pub enum ExemptMatch {
     Values(Vec<String>),
 }
 
+named! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    Warn,
-    Throttle,
-    Reject,
+    Warn = "warn",
+    Throttle = "throttle",
+    Reject = "reject",
 }
-
-impl Action {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Warn => "warn",
-            Action::Throttle => "throttle",
-            Action::Reject => "reject",
-        }
-    }
 }
 
 /// From `at` identical requests in the window on, `action` applies (until

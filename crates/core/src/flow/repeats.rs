@@ -243,7 +243,7 @@ impl<B: BucketBackend> Engine<B> {
         let key = usage::loop_key(&fp);
         let model = self.priced(made.model.as_deref());
         r.spend_under(key, model, made.model.as_deref());
-        let decided = decision::decide_with_turns(
+        let decided = decision::decide(
             policy,
             detection,
             &fp,

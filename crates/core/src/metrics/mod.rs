@@ -63,37 +63,19 @@ impl From<ToolStep> for WouldBe {
     }
 }
 
+named! {
 /// Why a body was not fingerprinted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
-    TooLarge,
-    Unreadable,
-    Unparsed,
+    TooLarge = "too_large",
+    Unreadable = "unreadable",
+    Unparsed = "unparsed",
     /// Nested deeper than the scanner reads.
-    TooDeep,
+    TooDeep = "too_deep",
     /// More conversation items, object keys or tool calls than the scanner
     /// reads.
-    TooMany,
+    TooMany = "too_many",
 }
-
-impl SkipReason {
-    pub const ALL: [SkipReason; 5] = [
-        SkipReason::TooLarge,
-        SkipReason::Unreadable,
-        SkipReason::Unparsed,
-        SkipReason::TooDeep,
-        SkipReason::TooMany,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkipReason::TooLarge => "too_large",
-            SkipReason::Unreadable => "unreadable",
-            SkipReason::Unparsed => "unparsed",
-            SkipReason::TooDeep => "too_deep",
-            SkipReason::TooMany => "too_many",
-        }
-    }
 }
 
 /// The result of a call to the shared store.

@@ -227,7 +227,10 @@ pub fn sorted_query_pairs(query: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
 /// Every value of one query parameter, sorted.
 pub fn query_values(query: &str, name: &str) -> Vec<Vec<u8>> {
     let pairs = sorted_query_pairs(query).into_iter();
-    pairs.filter(|(k, _)| k == name.as_bytes()).map(|(_, v)| v).collect()
+    pairs
+        .filter(|(k, _)| k == name.as_bytes())
+        .map(|(_, v)| v)
+        .collect()
 }
 
 fn percent_decode(s: &str) -> Vec<u8> {

@@ -62,21 +62,13 @@ pub enum NotRead {
     Refused(Refusal),
 }
 
+named! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    OpenAiChat,
-    OpenAiResponses,
-    Anthropic,
+    OpenAiChat = "openai_chat",
+    OpenAiResponses = "openai_responses",
+    Anthropic = "anthropic",
 }
-
-impl Format {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Format::OpenAiChat => "openai_chat",
-            Format::OpenAiResponses => "openai_responses",
-            Format::Anthropic => "anthropic",
-        }
-    }
 }
 
 /// A recognised LLM request, its messages still raw.
