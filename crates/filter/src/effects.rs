@@ -19,18 +19,22 @@ pub struct WasmHost<'a> {
 }
 
 impl<'a> WasmHost<'a> {
-    pub fn new(plugin: &'a Plugin, home: u32, kept: Effects) -> WasmHost<'a> {
-        WasmHost { plugin, home, kept }
+    pub fn new(plugin: &'a Plugin, home: u32) -> WasmHost<'a> {
+        WasmHost {
+            plugin,
+            home,
+            kept: Effects::new(),
+        }
     }
 
     /// Carry out the effects kept: `false` when a local reply could not be
-    /// sent (the request goes on). The buffer, empty, for reuse.
-    pub fn finish(mut self) -> (bool, Effects) {
+    /// sent (the request goes on).
+    pub fn finish(self) -> bool {
         let mut replied = true;
-        for effect in self.kept.drain(..) {
+        for effect in self.kept {
             replied &= apply(self.plugin, effect, self.home);
         }
-        (replied, self.kept)
+        replied
     }
 
     fn on_behalf_of_root(&self, call: &StoreCall) -> Result<u32, String> {

@@ -29,10 +29,8 @@ pub struct Plugin {
     /// Envoy restarts the timer on every period change, so the tick is
     /// armed once, not on every event.
     tick_armed: Cell<bool>,
-    /// The effects buffers, reused by every event: the engine's, and the
-    /// host's (effects kept until the engine is no longer borrowed).
+    /// The engine's effects buffer, reused by every event.
     scratch: RefCell<Effects>,
-    kept: RefCell<Effects>,
 }
 
 impl Plugin {
@@ -57,7 +55,9 @@ impl Plugin {
         event: impl FnOnce(&mut Engine<SharedData>, Option<&mut Request>, &mut Effects) -> Step,
     ) -> Step {
         let mut out = take(&self.scratch);
-        let mut host = WasmHost::new(self, home, take(&self.kept));
+        // Effects kept until the engine is no longer borrowed (a local
+        // reply, a resumed stream) are rare: their buffer starts empty.
+        let mut host = WasmHost::new(self, home);
         let step = match self.engine.try_borrow_mut() {
             Ok(mut engine) => {
                 let mut request = request;
@@ -66,9 +66,8 @@ impl Plugin {
             }
             Err(_) => Step::Continue,
         };
-        let (replied, kept) = host.finish();
+        let replied = host.finish();
         give_back(&self.scratch, out);
-        give_back(&self.kept, kept);
         if replied {
             step
         } else {
@@ -196,7 +195,6 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
         root_id,
         tick_armed: Cell::new(false),
         scratch: RefCell::new(Effects::with_capacity(16)),
-        kept: RefCell::new(Effects::with_capacity(16)),
     })
 }
 

@@ -82,11 +82,11 @@ struct Forwarded {
 
 impl Forwarded {
     /// `call` goes to the server, and joins history `id` with its result.
-    fn new(call: &ToolCall, id: HistoryId, snapshot: Option<(Vec<u8>, u32)>) -> Forwarded {
+    fn new(call: ToolCall, id: HistoryId, snapshot: Option<(Vec<u8>, u32)>) -> Forwarded {
         Forwarded {
             id,
             digest: call.digest,
-            tool: call.tool.clone(),
+            tool: call.tool,
             noted: None,
             note_added: false,
             snapshot,
@@ -255,7 +255,7 @@ impl<B: BucketBackend> Engine<B> {
         cfg: &Mcp,
         call: ToolCall,
         id: HistoryId,
-        mut recent: Recent,
+        recent: Recent,
         now: u64,
         out: &mut Effects,
     ) -> Step {
@@ -268,9 +268,8 @@ impl<B: BucketBackend> Engine<B> {
         let verdict = judge::judge(cfg, &recent.entries, call.digest).filter(|v| {
             !v.step.answers() || now.saturating_sub(recent.last_real_ms) < cfg.recheck_ms
         });
-        let mut forwarded = Forwarded::new(&call, id, recent.snapshot.take());
         let Some(v) = verdict else {
-            stream.call = Some(forwarded);
+            stream.call = Some(Forwarded::new(call, id, recent.snapshot));
             return Step::Continue;
         };
         let index = stream.policy;
@@ -288,11 +287,12 @@ impl<B: BucketBackend> Engine<B> {
                 out,
             );
             if let Some(s) = r.mcp.as_mut() {
-                s.call = Some(forwarded);
+                s.call = Some(Forwarded::new(call, id, recent.snapshot));
             }
             return Step::Continue;
         }
         if v.step == McpStep::Note {
+            let mut forwarded = Forwarded::new(call, id, recent.snapshot);
             // Forwarded; the note goes into the result if it is the same
             // again (counted and reported then). Only `content` can be
             // compared as it passes: a loop whose result had structured
@@ -305,7 +305,7 @@ impl<B: BucketBackend> Engine<B> {
             }
             return Step::Continue;
         }
-        let snapshot = forwarded.snapshot.take();
+        let snapshot = recent.snapshot;
         self.answer_mcp(r, index, policy, cfg, &call, &v, (id, snapshot), now, out)
     }
 
@@ -352,7 +352,7 @@ impl<B: BucketBackend> Engine<B> {
                 OnStoreError::Allow => {
                     out.push(store_error(&policy.id));
                     if let Some(s) = r.mcp.as_mut() {
-                        s.call = Some(Forwarded::new(&call, id, None));
+                        s.call = Some(Forwarded::new(call, id, None));
                     }
                     return Step::Continue;
                 }
