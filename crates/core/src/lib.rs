@@ -20,31 +20,6 @@
 //! [`config`] is the validated configuration every stage reads; [`metrics`]
 //! names what is counted.
 
-/// An enum of named unit variants (the names metrics, events, headers and
-/// the configuration show): `Variant = "name"` declares each; `as_str`
-/// gives the name and `ALL` every variant, in declaration order.
-macro_rules! named {
-    ($(#[$meta:meta])* pub enum $name:ident {
-        $($(#[$vmeta:meta])* $variant:ident = $text:literal,)*
-    }) => {
-        $(#[$meta])*
-        pub enum $name {
-            $($(#[$vmeta])* $variant,)*
-        }
-
-        impl $name {
-            /// Every variant, in declaration order.
-            pub const ALL: [$name; [$($text),*].len()] = [$($name::$variant),*];
-
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text,)*
-                }
-            }
-        }
-    };
-}
-
 pub mod act;
 pub mod config;
 pub mod detect;

@@ -6,6 +6,7 @@
 //! through these wrappers instead: each returns the host's status as an
 //! error value and never panics.
 
+use loopguard_core::host::Kind;
 use std::ptr::{null, null_mut};
 
 /// A proxy-wasm status code other than Ok.
@@ -23,13 +24,13 @@ const MAP_RESPONSE_HEADERS: u32 = 2;
 const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
 const STREAM_HTTP_REQUEST: u32 = 0;
 const STREAM_HTTP_RESPONSE: u32 = 1;
+const METRIC_GAUGE: u32 = 1;
+const METRIC_HISTOGRAM: u32 = 2;
 const BUFFER_REQUEST_BODY: u32 = 0;
 const BUFFER_RESPONSE_BODY: u32 = 1;
 const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
 const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
-pub const METRIC_COUNTER: u32 = 0;
-pub const METRIC_GAUGE: u32 = 1;
-pub const METRIC_HISTOGRAM: u32 = 2;
+const METRIC_COUNTER: u32 = 0;
 
 #[link(wasm_import_module = "env")]
 extern "C" {
@@ -316,8 +317,13 @@ pub fn record(metric_id: u32, value: u64) -> HostResult<()> {
     status(unsafe { proxy_record_metric(metric_id, value) })
 }
 
-/// Define a metric of `kind` (`METRIC_COUNTER`, ...) with Envoy.
-pub fn define_metric(kind: u32, name: &str) -> HostResult<u32> {
+/// Define a metric with Envoy.
+pub fn define_metric(kind: Kind, name: &str) -> HostResult<u32> {
+    let kind = match kind {
+        Kind::Counter => METRIC_COUNTER,
+        Kind::Gauge => METRIC_GAUGE,
+        Kind::Histogram => METRIC_HISTOGRAM,
+    };
     let mut id = 0;
     // SAFETY: out-pointer is valid.
     status(unsafe { proxy_define_metric(kind, name.as_ptr(), name.len(), &mut id) })?;

@@ -21,14 +21,7 @@ impl Metrics {
         let ids = registry
             .defs()
             .iter()
-            .map(|(name, kind)| {
-                match kind {
-                    Kind::Counter => abi::define_metric(abi::METRIC_COUNTER, name),
-                    Kind::Gauge => abi::define_metric(abi::METRIC_GAUGE, name),
-                    Kind::Histogram => abi::define_metric(abi::METRIC_HISTOGRAM, name),
-                }
-                .ok()
-            })
+            .map(|(name, kind)| abi::define_metric(*kind, name).ok())
             .collect();
         Metrics {
             ids,
@@ -43,7 +36,7 @@ impl Metrics {
         };
         let id = *named
             .entry(name)
-            .or_insert_with_key(|name| abi::define_metric(abi::METRIC_COUNTER, name).ok());
+            .or_insert_with_key(|name| abi::define_metric(Kind::Counter, name).ok());
         if let Some(id) = id {
             let _ = abi::increment(id, n);
         }

@@ -61,7 +61,6 @@ impl Budget {
     }
 }
 
-named! {
 /// What a dollar cap does with a model that neither `prices` nor the
 /// built-in table prices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,12 +68,21 @@ pub enum Unpriced {
     /// Charged at the highest price known for its provider (or in the
     /// table): never free.
     #[default]
-    Max = "max",
+    Max,
     /// Refused before it goes upstream.
-    Reject = "reject",
+    Reject,
     /// Charged nothing in dollars (its tokens and calls still count).
-    Ignore = "ignore",
+    Ignore,
 }
+
+impl Unpriced {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unpriced::Max => "max",
+            Unpriced::Reject => "reject",
+            Unpriced::Ignore => "ignore",
+        }
+    }
 }
 
 /// What happens at a cap.
@@ -84,17 +92,26 @@ pub enum BudgetAction {
     Warn,
 }
 
-named! {
 /// Whose spending a limit counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BudgetPer {
-    Caller = "caller",
-    Session = "session",
-    Conversation = "conversation",
+    Caller,
+    Session,
+    Conversation,
     /// The end user behind a caller (a shared API key), as the request
     /// names them.
-    User = "user",
+    User,
 }
+
+impl BudgetPer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BudgetPer::Caller => "caller",
+            BudgetPer::Session => "session",
+            BudgetPer::Conversation => "conversation",
+            BudgetPer::User => "user",
+        }
+    }
 }
 
 /// One spend cap.

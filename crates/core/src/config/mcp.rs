@@ -41,39 +41,53 @@ pub struct Mcp {
     pub arguments_mask: Classes,
 }
 
-named! {
 /// One step of the MCP ladder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum McpStep {
     /// Forward the call; when its result is the same again, add a note to
     /// it (a text block the model reads).
-    Note = "note",
+    Note,
     /// Answer the call with a tool result that says it was blocked and
     /// why (`isError: true`), without calling the server.
-    Block = "block",
+    Block,
     /// Answer a JSON-RPC error (the client raises it).
-    Error = "error",
+    Error,
     /// Answer HTTP 429.
-    Reject = "reject",
-}
+    Reject,
 }
 
 impl McpStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpStep::Note => "note",
+            McpStep::Block => "block",
+            McpStep::Error => "error",
+            McpStep::Reject => "reject",
+        }
+    }
+
     /// Whether the step answers instead of the server.
     pub fn answers(self) -> bool {
         self != McpStep::Note
     }
 }
 
-named! {
 /// Whose calls form one history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum McpKey {
     /// The caller (limit keys) and its `Mcp-Session-Id`, when the
     /// protocol version has one.
-    Session = "session",
+    Session,
     /// The caller alone, whatever session it opens (an agent that starts a
     /// new session for every call is still one history).
-    Caller = "caller",
+    Caller,
 }
+
+impl McpKey {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpKey::Session => "session",
+            McpKey::Caller => "caller",
+        }
+    }
 }

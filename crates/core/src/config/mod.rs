@@ -106,13 +106,20 @@ pub enum AccessLog {
     Off,
 }
 
-named! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    Enforce = "enforce",
+    Enforce,
     /// Count and log what would happen; enforce nothing.
-    Shadow = "shadow",
+    Shadow,
 }
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,16 +236,24 @@ pub struct ToolLoops {
     pub result_classes: Classes,
 }
 
-named! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ToolStep {
     /// Forward with a short note appended to the conversation.
-    Nudge = "nudge",
+    Nudge,
     /// Forward with a firm instruction to stop calling the tool.
-    Directive = "directive",
+    Directive,
     /// Answer 429.
-    Reject = "reject",
+    Reject,
 }
+
+impl ToolStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStep::Nudge => "nudge",
+            ToolStep::Directive => "directive",
+            ToolStep::Reject => "reject",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -306,13 +321,21 @@ pub enum ExemptMatch {
     Values(Vec<String>),
 }
 
-named! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
-    Warn = "warn",
-    Throttle = "throttle",
-    Reject = "reject",
+    Warn,
+    Throttle,
+    Reject,
 }
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Warn => "warn",
+            Action::Throttle => "throttle",
+            Action::Reject => "reject",
+        }
+    }
 }
 
 /// From `at` identical requests in the window on, `action` applies (until

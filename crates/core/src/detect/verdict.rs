@@ -23,29 +23,38 @@ impl StepName for McpStep {
     }
 }
 
-named! {
 /// What kind of repetition a loop is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tier {
     /// The same call, answered the same, again and again.
-    Identical = "identical",
+    Identical,
     /// The same call failing the same way (MCP).
-    Failing = "failing",
+    Failing,
     /// The same tool with varying arguments, answered the same.
-    Pattern = "pattern",
+    Pattern,
     /// The same two or three calls in turn.
-    Cycle = "cycle",
+    Cycle,
     /// The model's text answers repeat (rephrased), turn after turn.
-    Answer = "answer",
+    Answer,
     /// The same turn again and again: the reply written word for word
     /// with the same calls, whatever they returned.
-    Turn = "turn",
-}
+    Turn,
 }
 
 impl Tier {
     /// The tiers an MCP policy finds.
     pub const MCP: [Tier; 3] = [Tier::Identical, Tier::Failing, Tier::Cycle];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Identical => "identical",
+            Tier::Failing => "failing",
+            Tier::Pattern => "pattern",
+            Tier::Cycle => "cycle",
+            Tier::Answer => "answer",
+            Tier::Turn => "turn",
+        }
+    }
 }
 
 /// A loop and the step of its guard's ladder it has reached.

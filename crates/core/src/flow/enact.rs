@@ -17,6 +17,7 @@
 use super::{count_opt, usage, Effect, Effects, Engine, Level, Phase, Request, Step};
 use crate::act::events;
 use crate::act::reply::{self, LocalReply};
+use crate::config::Policy;
 use crate::detect::fingerprint::Fingerprint;
 use crate::state::store::{BucketBackend, Hit, StoreAnswer};
 use crate::state::window::WindowQuery;
@@ -137,5 +138,20 @@ impl<B: BucketBackend> Engine<B> {
         if publish {
             out.push(Effect::SetFilterState("loopguard".to_string(), record()));
         }
+    }
+
+    /// The access-log record of a tool or MCP loop's ladder step (its
+    /// header, as `tool_loop`).
+    pub(super) fn publish_loop_step(
+        &self,
+        out: &mut Effects,
+        policy: &Policy,
+        step: &str,
+        header: &str,
+    ) {
+        self.publish_decision(out, true, || {
+            let fields = [("tool_loop", serde_json::json!(header))];
+            events::access_log(&policy.id, policy.mode, step, fields)
+        });
     }
 }

@@ -449,15 +449,12 @@ impl<B: BucketBackend> Engine<B> {
         self.mcp_event(r, policy, tool, v, key, shadow, now, out);
         let counter = if shadow { m::shadow } else { m::loops };
         out.push(Effect::CountNamed(counter(&policy.id, v.tier, v.step), 1));
-        let header = mcp_reply::header_value(tool, v);
-        self.publish_decision(out, true, || {
-            events::access_log(
-                &policy.id,
-                policy.mode,
-                v.step.as_str(),
-                [("tool_loop", serde_json::json!(header))],
-            )
-        });
+        self.publish_loop_step(
+            out,
+            policy,
+            v.step.as_str(),
+            &mcp_reply::header_value(tool, v),
+        );
     }
 
     /// One event line per history, tier and level within a window (across

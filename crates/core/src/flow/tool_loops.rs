@@ -42,14 +42,7 @@ impl<B: BucketBackend> Engine<B> {
         let shadow = policy.mode == Mode::Shadow;
         self.tool_event(r, policy, pending, req, v, shadow, key, now, out);
         let header = tool_loops::header_value(v);
-        self.publish_decision(out, true, || {
-            events::access_log(
-                &policy.id,
-                policy.mode,
-                v.step.as_str(),
-                [("tool_loop", serde_json::json!(header))],
-            )
-        });
+        self.publish_loop_step(out, policy, v.step.as_str(), &header);
         if shadow {
             self.shadow(
                 crate::act::shadow::verdict_line(

@@ -63,19 +63,37 @@ impl From<ToolStep> for WouldBe {
     }
 }
 
-named! {
 /// Why a body was not fingerprinted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkipReason {
-    TooLarge = "too_large",
-    Unreadable = "unreadable",
-    Unparsed = "unparsed",
+    TooLarge,
+    Unreadable,
+    Unparsed,
     /// Nested deeper than the scanner reads.
-    TooDeep = "too_deep",
+    TooDeep,
     /// More conversation items, object keys or tool calls than the scanner
     /// reads.
-    TooMany = "too_many",
+    TooMany,
 }
+
+impl SkipReason {
+    pub const ALL: [SkipReason; 5] = [
+        SkipReason::TooLarge,
+        SkipReason::Unreadable,
+        SkipReason::Unparsed,
+        SkipReason::TooDeep,
+        SkipReason::TooMany,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::TooLarge => "too_large",
+            SkipReason::Unreadable => "unreadable",
+            SkipReason::Unparsed => "unparsed",
+            SkipReason::TooDeep => "too_deep",
+            SkipReason::TooMany => "too_many",
+        }
+    }
 }
 
 /// The result of a call to the shared store.

@@ -69,21 +69,37 @@ pub struct ToolCall {
     pub digest: u64,
 }
 
-named! {
 /// Why a POST is passed on without being judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unjudged {
     /// A JSON array: a batch (protocol 2025-03-26).
-    Batch = "batch",
+    Batch,
     /// Not JSON, not a JSON-RPC request, or a `tools/call` without a tool
     /// name or with an id too long to echo.
-    Malformed = "malformed",
+    Malformed,
     /// `Mcp-Method` or `Mcp-Name` says something else than the body.
-    HeadersDisagree = "headers_disagree",
+    HeadersDisagree,
     /// Nested deeper than 64, or an object or array larger than the
     /// scanner reads (4,096 members, 65,536 elements).
-    TooComplex = "too_complex",
+    TooComplex,
 }
+
+impl Unjudged {
+    pub const ALL: [Unjudged; 4] = [
+        Unjudged::Batch,
+        Unjudged::Malformed,
+        Unjudged::HeadersDisagree,
+        Unjudged::TooComplex,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unjudged::Batch => "batch",
+            Unjudged::Malformed => "malformed",
+            Unjudged::HeadersDisagree => "headers_disagree",
+            Unjudged::TooComplex => "too_complex",
+        }
+    }
 }
 
 /// What one POST body is.

@@ -130,18 +130,26 @@ pub struct Forgiveness {
     pub max: u32,
 }
 
-named! {
 /// What became of a failed attempt's hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Forgave {
     /// Taken back: the attempt is not loop evidence.
-    Forgiven = "forgiven",
+    Forgiven,
     /// The window's forgiveness is used up: the attempt counts.
-    OverBudget = "over_budget",
+    OverBudget,
     /// The hit is no longer in the record (it left the window, or was
     /// evicted): nothing to take back.
-    NotFound = "not_found",
+    NotFound,
 }
+
+impl Forgave {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Forgave::Forgiven => "forgiven",
+            Forgave::OverBudget => "over_budget",
+            Forgave::NotFound => "not_found",
+        }
+    }
 }
 
 /// What a record remembers of a forgiven attempt: at least when.

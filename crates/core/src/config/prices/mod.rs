@@ -186,19 +186,28 @@ impl Rate {
     }
 }
 
-named! {
 /// Where a model's price came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PriceSource {
     /// `prices` in the configuration.
-    Configured = "configured",
+    Configured,
     /// The built-in table.
-    Table = "table",
+    Table,
     /// Nobody prices it: the highest price of its provider.
-    ProviderMax = "provider_max",
+    ProviderMax,
     /// Nobody prices it nor knows its provider: the highest price of all.
-    TableMax = "table_max",
+    TableMax,
 }
+
+impl PriceSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PriceSource::Configured => "configured",
+            PriceSource::Table => "table",
+            PriceSource::ProviderMax => "provider_max",
+            PriceSource::TableMax => "table_max",
+        }
+    }
 }
 
 /// A model's price, where it came from and what it resolved to.
@@ -211,22 +220,43 @@ pub struct Priced {
     pub resolved: String,
 }
 
-named! {
 /// Who makes a model, as the table and [`provider_of`] name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Provider {
-    OpenAi = "openai",
-    Anthropic = "anthropic",
-    Google = "google",
-    Mistral = "mistral",
-    DeepSeek = "deepseek",
-    XAi = "xai",
+    OpenAi,
+    Anthropic,
+    Google,
+    Mistral,
+    DeepSeek,
+    XAi,
     /// Open-weight models as their hosts serve them (Llama, Qwen, ...).
-    Open = "open",
-}
+    Open,
 }
 
-impl Provider {}
+impl Provider {
+    pub const ALL: [Provider; 7] = [
+        Provider::OpenAi,
+        Provider::Anthropic,
+        Provider::Google,
+        Provider::Mistral,
+        Provider::DeepSeek,
+        Provider::XAi,
+        Provider::Open,
+    ];
+
+    /// `openai`, `anthropic`, `google`, `mistral`, `deepseek`, `xai`, `open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
+            Provider::Google => "google",
+            Provider::Mistral => "mistral",
+            Provider::DeepSeek => "deepseek",
+            Provider::XAi => "xai",
+            Provider::Open => "open",
+        }
+    }
+}
 
 /// What a table row's model does: chat (chat, completion and responses
 /// APIs, the only kind a provider's highest price is taken from), or

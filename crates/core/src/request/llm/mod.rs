@@ -62,13 +62,21 @@ pub enum NotRead {
     Refused(Refusal),
 }
 
-named! {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    OpenAiChat = "openai_chat",
-    OpenAiResponses = "openai_responses",
-    Anthropic = "anthropic",
+    OpenAiChat,
+    OpenAiResponses,
+    Anthropic,
 }
+
+impl Format {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::OpenAiChat => "openai_chat",
+            Format::OpenAiResponses => "openai_responses",
+            Format::Anthropic => "anthropic",
+        }
+    }
 }
 
 /// A recognised LLM request, its messages still raw.
