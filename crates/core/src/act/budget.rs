@@ -4,7 +4,7 @@
 //! in the called API's error shape with code `budget_exceeded`, and the
 //! `budget.warning` / `budget.exceeded` events.
 
-use crate::act::reply::{self, Api, LocalReply, Refusal, Shape};
+use crate::act::reply::{self, Api, Code, LocalReply, Refusal, Shape};
 use crate::config::budget::{Budget, BudgetAction, BudgetLimit};
 use crate::config::{ladder, Mode};
 use serde_json::{json, Value};
@@ -145,13 +145,15 @@ pub fn rejection(policy_id: &str, b: &Budget, s: &Standing, api: Api) -> Option<
     let refusal = Refusal {
         policy_id,
         status: 429,
-        code: "budget_exceeded",
         message,
         details,
         retry_after_ms: Some(retry_after_ms),
         header: Some(("x-loopguard-budget", header_part(limit, s.spent))),
     };
-    Some(reply::refuse(Shape::Api(api), refusal))
+    Some(reply::refuse(
+        Shape::Api(api, Code::BudgetExceeded),
+        refusal,
+    ))
 }
 
 /// A `budget.warning` or `budget.exceeded` event for one standing.
@@ -217,7 +219,6 @@ pub fn unpriced_rejection(policy_id: &str, model: &str, api: Api) -> LocalReply 
     let refusal = Refusal {
         policy_id,
         status: 403,
-        code: "model_unpriced",
         message,
         details,
         retry_after_ms: None,
@@ -226,7 +227,7 @@ pub fn unpriced_rejection(policy_id: &str, model: &str, api: Api) -> LocalReply 
             unpriced_header(model, "refused (reject)"),
         )),
     };
-    reply::refuse(Shape::Api(api), refusal)
+    reply::refuse(Shape::Api(api, Code::ModelUnpriced), refusal)
 }
 
 /// The log line of a rejection shadow mode did not make.

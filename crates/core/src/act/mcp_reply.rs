@@ -135,7 +135,6 @@ pub fn reply(
     let refusal = Refusal {
         policy_id,
         status,
-        code: "mcp_loop_detected",
         message: blocked_text(tool, v),
         details: details(policy_id, tool, v),
         // The call goes to the server again this long after the loop's

@@ -38,12 +38,46 @@ pub struct LocalReply {
 
 pub type Headers = Vec<(&'static str, String)>;
 
+/// What an HTTP API's refusal says it is: its `code`, and the error
+/// types OpenAI's and Anthropic's SDKs read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// A request or conversation repeated (`recursive_loop_detected`).
+    RepeatedRequest,
+    /// A tool loop (`tool_loop_detected`).
+    ToolLoop,
+    /// A spend cap reached (`budget_exceeded`).
+    BudgetExceeded,
+    /// A model no price names, refused (`model_unpriced`).
+    ModelUnpriced,
+}
+
+impl Code {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::RepeatedRequest => "recursive_loop_detected",
+            Code::ToolLoop => "tool_loop_detected",
+            Code::BudgetExceeded => "budget_exceeded",
+            Code::ModelUnpriced => "model_unpriced",
+        }
+    }
+
+    /// OpenAI's error `type` and Anthropic's.
+    fn error_types(self) -> (&'static str, &'static str) {
+        match self {
+            Code::RepeatedRequest | Code::ToolLoop => ("loop_detected", "rate_limit_error"),
+            Code::BudgetExceeded => ("budget_exceeded", "rate_limit_error"),
+            Code::ModelUnpriced => ("permission_denied", "permission_error"),
+        }
+    }
+}
+
 /// The shape a refusal takes: the called API's.
 #[derive(Debug, Clone, Copy)]
 pub enum Shape<'a> {
-    /// An HTTP API's error (OpenAI's or Anthropic's), which its SDK raises
-    /// without retrying.
-    Api(Api),
+    /// An HTTP API's error (OpenAI's or Anthropic's) with this code, which
+    /// its SDK raises without retrying.
+    Api(Api, Code),
     /// A JSON-RPC `result` with `isError: true` for the request's `id`, so
     /// the MCP session goes on and the model reads the text.
     McpResult(&'a RawValue),
@@ -56,8 +90,6 @@ pub enum Shape<'a> {
 pub struct Refusal<'a> {
     pub policy_id: &'a str,
     pub status: u32,
-    /// The machine-readable code (`recursive_loop_detected`, ...).
-    pub code: &'static str,
     pub message: String,
     /// Loopguard's fields, beside the message.
     pub details: Value,
@@ -72,15 +104,6 @@ pub struct Refusal<'a> {
 pub(crate) fn insert(v: &mut Value, key: &str, value: Value) {
     if let Some(o) = v.as_object_mut() {
         o.insert(key.to_string(), value);
-    }
-}
-
-/// OpenAI's error `type` and Anthropic's for a code.
-fn error_types(code: &str) -> (&'static str, &'static str) {
-    match code {
-        "model_unpriced" => ("permission_denied", "permission_error"),
-        "budget_exceeded" => ("budget_exceeded", "rate_limit_error"),
-        _ => ("loop_detected", "rate_limit_error"),
     }
 }
 
@@ -99,7 +122,6 @@ pub fn refuse(shape: Shape, r: Refusal) -> LocalReply {
     let Refusal {
         policy_id,
         status,
-        code,
         message,
         mut details,
         retry_after_ms,
@@ -107,13 +129,14 @@ pub fn refuse(shape: Shape, r: Refusal) -> LocalReply {
     } = r;
     let mut headers = vec![("content-type", "application/json".to_string())];
     let body = match shape {
-        Shape::Api(api) => {
+        Shape::Api(api, code) => {
             if let Some(ms) = retry_after_ms {
                 headers.push(("retry-after", retry_after_seconds(ms).to_string()));
                 headers.push(("retry-after-ms", ms.to_string()));
             }
             headers.push(("x-should-retry", "false".to_string()));
-            let (openai_type, anthropic_type) = error_types(code);
+            let (openai_type, anthropic_type) = code.error_types();
+            let code = code.as_str();
             match api {
                 Api::OpenAi => {
                     let mut error = json!({
@@ -194,13 +217,12 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
     let refusal = Refusal {
         policy_id: &n.policy_id,
         status: 429,
-        code: "recursive_loop_detected",
         message,
         details,
         retry_after_ms: Some(retry_after_ms),
         header: None,
     };
-    refuse(Shape::Api(api), refusal)
+    refuse(Shape::Api(api, Code::RepeatedRequest), refusal)
 }
 
 /// The 429 of a tool loop that reached the ladder's reject step, in the
@@ -245,13 +267,12 @@ pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalR
     let refusal = Refusal {
         policy_id,
         status: 429,
-        code: "tool_loop_detected",
         message,
         details,
         retry_after_ms: None,
         header: Some(("x-loopguard-tool-loop", tool_loops::header_value(v))),
     };
-    refuse(Shape::Api(api), refusal)
+    refuse(Shape::Api(api, Code::ToolLoop), refusal)
 }
 
 /// Every header loopguard may add to a request for the upstream. The

@@ -547,7 +547,7 @@ impl Config {
         self.policies.iter().position(|p| p.id == id)
     }
 
-    /// Whether any policy selects by Envoy route name (so the host reads it).
+    /// Whether any policy selects by Envoy route name.
     #[cfg(test)]
     pub fn uses_route_names(&self) -> bool {
         self.policies.iter().any(|p| !p.selector.routes.is_empty())

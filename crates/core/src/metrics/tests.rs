@@ -177,3 +177,67 @@ fn token_and_cost_ids_name_their_model() {
     );
     assert_eq!(name(r.matched(1)), "loopguard.matched_total.policy.b");
 }
+
+/// The ids computed from an enum's order name the label of every variant
+/// (a variant moved in its enum would count under another's name).
+#[test]
+fn every_variant_counts_under_its_own_label() {
+    let cfg = Config::from_value(&json!({"policies": [
+        {"id": "a", "spec": {"selector": {}, "tool_loops": {"enabled": true}}}]}))
+    .unwrap();
+    let r = Registry::new(&cfg);
+    let name = |id: Option<MetricId>| r.defs()[id.unwrap().0 as usize].0.clone();
+    let results = [
+        (CallResult::Ok, "ok"),
+        (CallResult::Unavailable, "unavailable"),
+        (CallResult::Status, "status"),
+        (CallResult::Reply, "reply"),
+        (CallResult::NoScript, "noscript"),
+    ];
+    for (result, label) in results {
+        assert!(name(Some(r.store_call(result))).ends_with(&format!(".result.{label}")));
+    }
+    for (on_error, label) in [
+        (OnStoreError::Local, "local"),
+        (OnStoreError::Allow, "allow"),
+    ] {
+        assert!(name(Some(r.fallback(on_error))).ends_with(&format!(".action.{label}")));
+    }
+    let webhook = [
+        (WebhookResult::Sent, "sent"),
+        (WebhookResult::Failed, "failed"),
+        (WebhookResult::Dropped, "dropped"),
+    ];
+    for (result, label) in webhook {
+        assert!(name(Some(r.webhook(result))).ends_with(&format!(".result.{label}")));
+    }
+    for reason in SkipReason::ALL {
+        assert!(name(Some(r.skipped(reason))).ends_with(reason.as_str()));
+    }
+    let would = [
+        (WouldBe::Warn, "warn"),
+        (WouldBe::Throttle, "throttle"),
+        (WouldBe::Reject, "reject"),
+        (WouldBe::Nudge, "nudge"),
+        (WouldBe::Directive, "directive"),
+    ];
+    for (w, label) in would {
+        assert!(name(r.shadow(0, w)).ends_with(&format!(".action.{label}")));
+    }
+    for step in [ToolStep::Nudge, ToolStep::Directive, ToolStep::Reject] {
+        let n = name(r.tool_loop(0, Tier::Cycle, step));
+        assert!(
+            n.ends_with(&format!(".tier.cycle.step.{}", step.as_str())),
+            "{n}"
+        );
+    }
+    let forgave = [
+        (Some(Forgave::Forgiven), "forgiven"),
+        (Some(Forgave::OverBudget), "counted"),
+        (Some(Forgave::NotFound), "gone"),
+        (None, "unrecorded"),
+    ];
+    for (f, label) in forgave {
+        assert!(name(r.failed_attempt(0, f)).ends_with(&format!(".result.{label}")));
+    }
+}

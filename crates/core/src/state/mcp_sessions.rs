@@ -156,10 +156,7 @@ fn idle(h: &History, now: u64, idle_ms: u64) -> bool {
     now.saturating_sub(h.last_ms) >= idle_ms
 }
 
-/// Add a call to the history `id` (the oldest call beyond
-/// [`MAX_ENTRIES`] goes). A call whose result could not be read starts no
-/// history of its own (it is never a repeat, and a stream of them must not
-/// push other callers' histories out).
+/// [`append_after`] with no snapshot (tests).
 #[cfg(test)]
 pub fn append<B: BucketBackend>(
     backend: &mut B,
@@ -186,8 +183,11 @@ fn victim(histories: &[History], owner: u64, now: u64, idle_ms: u64) -> (usize, 
         .map_or((0, false), |(i, h)| (i, rank(h).0))
 }
 
-/// [`append`], trying first over `snapshot` (the bucket as [`read`] saw
-/// it).
+/// Add a call to the history `id` (the oldest call beyond
+/// [`MAX_ENTRIES`] goes), trying first over `snapshot` (the bucket as
+/// [`read`] saw it). A call whose result could not be read starts no
+/// history of its own (it is never a repeat, and a stream of them must not
+/// push other callers' histories out).
 pub fn append_after<B: BucketBackend>(
     backend: &mut B,
     id: HistoryId,

@@ -69,8 +69,7 @@ pub fn read(text: &str) -> Vec<TextAction> {
     out
 }
 
-/// Whether a reply's text carries an action (cheaper than [`read`] when no
-/// marker is present).
+/// Whether a reply's text carries an action.
 #[cfg(test)]
 pub fn has_action(text: &str) -> bool {
     (text.contains("<function=")
