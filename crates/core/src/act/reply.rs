@@ -142,8 +142,8 @@ pub fn refuse(shape: Shape, r: Refusal) -> LocalReply {
                     let mut error = json!({
                         "message": message, "type": openai_type, "code": code, "param": null,
                     });
-                    if let (Some(e), Some(d)) = (error.as_object_mut(), details.as_object()) {
-                        e.extend(d.clone());
+                    if let (Some(e), Value::Object(d)) = (error.as_object_mut(), details) {
+                        e.extend(d);
                     }
                     json!({ "error": error })
                 }

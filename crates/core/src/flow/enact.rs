@@ -122,12 +122,14 @@ impl<B: BucketBackend> Engine<B> {
 
     /// The decision's access-log record in filter state (`loopguard`):
     /// every request's with `access_log: all`, those acted on with
-    /// `actions`.
-    pub(super) fn publish_decision(
+    /// `actions`. `action` and the guard's `fields` (built only when the
+    /// record is published) go into [`events::access_log`].
+    pub(super) fn publish_decision<const N: usize>(
         &self,
         out: &mut Effects,
-        acted: bool,
-        record: impl FnOnce() -> String,
+        (policy, acted): (&Policy, bool),
+        action: &str,
+        fields: impl FnOnce() -> [(&'static str, Value); N],
     ) {
         use crate::config::AccessLog;
         let publish = match self.config.access_log {
@@ -136,22 +138,8 @@ impl<B: BucketBackend> Engine<B> {
             AccessLog::Off => false,
         };
         if publish {
-            out.push(Effect::SetFilterState("loopguard".to_string(), record()));
+            let record = events::access_log(&policy.id, policy.mode, action, fields());
+            out.push(Effect::SetFilterState("loopguard".to_string(), record));
         }
-    }
-
-    /// The access-log record of a tool or MCP loop's ladder step (its
-    /// header, as `tool_loop`).
-    pub(super) fn publish_loop_step(
-        &self,
-        out: &mut Effects,
-        policy: &Policy,
-        step: &str,
-        header: &str,
-    ) {
-        self.publish_decision(out, true, || {
-            let fields = [("tool_loop", serde_json::json!(header))];
-            events::access_log(&policy.id, policy.mode, step, fields)
-        });
     }
 }

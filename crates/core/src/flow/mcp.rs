@@ -30,6 +30,7 @@ use crate::response::{
 use crate::state::mcp_sessions::{self, HistoryId, Recent};
 use crate::state::redis::mcp::parse_history;
 use crate::state::store::BucketBackend;
+use serde_json::json;
 use std::rc::Rc;
 
 /// The local reply detail of a call loopguard answered.
@@ -210,9 +211,7 @@ impl<B: BucketBackend> Engine<B> {
         if judge::exempt(cfg, &call.tool) {
             r.mcp = None;
             out.push(Effect::CountNamed(m::exempt(&policy.id), 1));
-            self.publish_decision(out, true, || {
-                events::access_log(&policy.id, policy.mode, "exempt", events::NO_REPEAT)
-            });
+            self.publish_decision(out, (policy, true), "exempt", || events::NO_REPEAT);
             return Step::Continue;
         }
         count_opt(out, self.registry.mcp_calls(stream.policy), 1);
@@ -449,12 +448,9 @@ impl<B: BucketBackend> Engine<B> {
         self.mcp_event(r, policy, tool, v, key, shadow, now, out);
         let counter = if shadow { m::shadow } else { m::loops };
         out.push(Effect::CountNamed(counter(&policy.id, v.tier, v.step), 1));
-        self.publish_loop_step(
-            out,
-            policy,
-            v.step.as_str(),
-            &mcp_reply::header_value(tool, v),
-        );
+        let header = mcp_reply::header_value(tool, v);
+        let step = v.step.as_str();
+        self.publish_decision(out, (policy, true), step, || [("tool_loop", json!(header))]);
     }
 
     /// One event line per history, tier and level within a window (across

@@ -16,6 +16,7 @@ use crate::metrics::WouldBe;
 use crate::state::store::BucketBackend;
 use crate::state::store::Hit;
 use crate::state::store::{StoreAnswer, StoreFailure};
+use serde_json::json;
 use std::rc::Rc;
 
 impl<B: BucketBackend> Engine<B> {
@@ -268,22 +269,13 @@ impl<B: BucketBackend> Engine<B> {
             self.note_in_loop(r, index, out);
         }
         let action = decided.verdict.action();
-        self.publish_decision(out, action.is_some(), || {
-            events::access_log(
-                &policy.id,
-                policy.mode,
-                action.map_or("allow", |a| a.as_str()),
-                [
-                    ("fingerprint", serde_json::json!(fp.hex())),
-                    (
-                        "count",
-                        serde_json::json!(decided
-                            .verdict
-                            .notice()
-                            .map_or(receipt.state.count, |n| n.count)),
-                    ),
-                ],
-            )
+        let hits = decided
+            .verdict
+            .notice()
+            .map_or(receipt.state.count, |n| n.count);
+        let shown = action.map_or("allow", |a| a.as_str());
+        self.publish_decision(out, (policy, action.is_some()), shown, || {
+            [("fingerprint", json!(fp.hex())), ("count", json!(hits))]
         });
         if decided.shadow {
             if let Some(line) = reply::shadow_line(&decided) {

@@ -14,6 +14,7 @@ use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::metrics::WouldBe;
 use crate::request::llm;
 use crate::state::store::BucketBackend;
+use serde_json::json;
 
 impl<B: BucketBackend> Engine<B> {
     /// Act on a tool-loop verdict. `Some` ends the request's processing (a
@@ -42,7 +43,8 @@ impl<B: BucketBackend> Engine<B> {
         let shadow = policy.mode == Mode::Shadow;
         self.tool_event(r, policy, pending, req, v, shadow, key, now, out);
         let header = tool_loops::header_value(v);
-        self.publish_loop_step(out, policy, v.step.as_str(), &header);
+        let step = v.step.as_str();
+        self.publish_decision(out, (policy, true), step, || [("tool_loop", json!(header))]);
         if shadow {
             self.shadow(
                 crate::act::shadow::verdict_line(

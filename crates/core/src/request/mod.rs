@@ -207,30 +207,36 @@ fn split_path(full: &str) -> (&str, &str) {
     }
 }
 
-/// Query parameters as decoded (key, value) byte pairs, sorted by key then
-/// value. `a` and `a=` both mean an empty value; empty segments are
-/// skipped; `+` means a space and `%XX` is decoded, as form-encoded query
-/// strings are read by servers.
-pub fn sorted_query_pairs(query: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = query
+/// A query's parameters as written, (key, value): `a` and `a=` both mean
+/// an empty value; empty segments are skipped.
+fn query_segments(query: &str) -> impl Iterator<Item = (&str, &str)> {
+    query
         .split('&')
         .filter(|seg| !seg.is_empty())
-        .map(|seg| {
-            let (k, v) = seg.split_once('=').unwrap_or((seg, ""));
-            (percent_decode(k), percent_decode(v))
-        })
+        .map(|seg| seg.split_once('=').unwrap_or((seg, "")))
+}
+
+/// Query parameters as decoded (key, value) byte pairs, sorted by key then
+/// value ([`query_segments`]); `+` means a space and `%XX` is decoded, as
+/// form-encoded query strings are read by servers.
+pub fn sorted_query_pairs(query: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = query_segments(query)
+        .map(|(k, v)| (percent_decode(k), percent_decode(v)))
         .collect();
     pairs.sort();
     pairs
 }
 
-/// Every value of one query parameter, sorted.
+/// Every value of one query parameter, decoded as [`sorted_query_pairs`]
+/// decodes them, sorted.
 pub fn query_values(query: &str, name: &str) -> Vec<Vec<u8>> {
-    let pairs = sorted_query_pairs(query).into_iter();
-    pairs
-        .filter(|(k, _)| k == name.as_bytes())
-        .map(|(_, v)| v)
-        .collect()
+    let name = name.as_bytes();
+    let mut values: Vec<Vec<u8>> = query_segments(query)
+        .filter(|(k, _)| percent_decode(k) == name)
+        .map(|(_, v)| percent_decode(v))
+        .collect();
+    values.sort();
+    values
 }
 
 fn percent_decode(s: &str) -> Vec<u8> {

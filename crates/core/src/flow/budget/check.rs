@@ -5,7 +5,6 @@
 
 use super::{After, BudgetWait};
 use crate::act::budget::{self as verdict, BudgetVerdict, Standing};
-use crate::act::events;
 use crate::config::budget::Budget;
 use crate::config::Policy;
 use crate::config::{Mode, OnStoreError};
@@ -16,6 +15,7 @@ use crate::state::budget::slice_ms;
 use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::BucketBackend;
 use crate::state::store::StoreFailure;
+use serde_json::json;
 use std::rc::Rc;
 
 /// A budget event's key: its own hash, apart from other guards' events.
@@ -278,14 +278,7 @@ impl<B: BucketBackend> Engine<B> {
             // Never upstream: nothing to charge.
             r.budget = None;
             let name = b.limits.get(top.limit).map_or("", |l| l.name.as_str());
-            self.publish_decision(out, true, || {
-                events::access_log(
-                    &p.id,
-                    p.mode,
-                    "reject",
-                    [("budget", serde_json::json!(name))],
-                )
-            });
+            self.publish_decision(out, (p, true), "reject", || [("budget", json!(name))]);
             count_opt(out, ids.and_then(|i| i.rejected(top.limit)), 1);
             return Err(self.answer(r, Some(index), reply, "loopguard_budget_exceeded", out));
         }
@@ -328,14 +321,7 @@ impl<B: BucketBackend> Engine<B> {
                 count_opt(out, ids.map(|i| i.unpriced()), 1);
                 self.unpriced_event(p, model, "refused (reject)", r.caller, now, out);
                 r.budget = None;
-                self.publish_decision(out, true, || {
-                    events::access_log(
-                        &p.id,
-                        p.mode,
-                        "reject",
-                        [("budget", serde_json::json!("unpriced"))],
-                    )
-                });
+                self.publish_decision(out, (p, true), "reject", || [("budget", json!("unpriced"))]);
                 let reply = verdict::unpriced_rejection(&p.id, model, r.api);
                 let detail = "loopguard_budget_unpriced";
                 return Err(self.answer(r, Some(index), reply, detail, out));

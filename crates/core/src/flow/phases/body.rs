@@ -213,9 +213,7 @@ impl<B: BucketBackend> Engine<B> {
                 count_opt(out, self.registry.exempted(policy), 1);
                 "exempt"
             };
-            self.publish_decision(out, true, || {
-                events::access_log(&p.id, p.mode, action, events::NO_REPEAT)
-            });
+            self.publish_decision(out, (p, true), action, || events::NO_REPEAT);
             return self
                 .budget_gate(r, phase, None, now, out)
                 .map_or_else(|s| s, |_| Step::Continue);

@@ -51,9 +51,7 @@ impl<B: BucketBackend> Engine<B> {
         }
         if policy::is_exempt(&config, policy, head, facts) {
             count_opt(out, self.registry.exempted(index), 1);
-            self.publish_decision(out, true, || {
-                events::access_log(&policy.id, policy.mode, "exempt", events::NO_REPEAT)
-            });
+            self.publish_decision(out, (policy, true), "exempt", || events::NO_REPEAT);
             return Step::Continue;
         }
         r.api = reply::Api::for_path(head.path_only());
