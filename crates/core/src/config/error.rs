@@ -60,7 +60,11 @@ fn segments(path: &serde_path_to_error::Path) -> Vec<Seg> {
         .collect()
 }
 
-fn render(segs: &[Seg]) -> String {
+/// The dotted path, or `empty` for none.
+fn render(segs: &[Seg], empty: &str) -> String {
+    if segs.is_empty() {
+        return empty.to_string();
+    }
     let mut out = String::new();
     for s in segs {
         match s {
@@ -105,21 +109,11 @@ fn place(root: &Value, segs: &[Seg]) -> (Option<String>, String) {
                 .and_then(Value::as_str)
                 .filter(|id| valid_id(id));
             if let Some(id) = id {
-                let field = if rest.is_empty() {
-                    "spec".to_string()
-                } else {
-                    render(rest)
-                };
-                return (Some(id.to_string()), field);
+                return (Some(id.to_string()), render(rest, "spec"));
             }
         }
     }
-    let field = if segs.is_empty() {
-        "configuration".to_string()
-    } else {
-        render(segs)
-    };
-    (None, field)
+    (None, render(segs, "configuration"))
 }
 
 /// What a list field must hold, in the words of its errors.
@@ -136,38 +130,26 @@ fn list_of(field: &str) -> &'static str {
 /// configuration's own words.
 pub fn from_serde(e: serde_path_to_error::Error<serde_json::Error>, root: &Value) -> ConfigError {
     let mut segs = segments(e.path());
-    let message = e.inner().to_string();
+    let mut message = e.inner().to_string();
     // serde_json appends " at line x column y" to some messages; the path
     // says where.
-    let message = message
-        .split(" at line ")
-        .next()
-        .unwrap_or(&message)
-        .to_string();
-    let got = lookup(root, &segs).map(show);
+    if let Some(at) = message.find(" at line ") {
+        message.truncate(at);
+    }
     let reason = if let Some(rest) = message.strip_prefix("unknown field `") {
         // The path already ends at the unknown key.
         let (key, expected) = rest.split_once('`').unwrap_or((rest, ""));
-        let known = backticked(expected);
-        if let Some((_, replaced)) = REPLACED.iter().find(|(old, _)| *old == key) {
-            let (policy, field) = place(root, &segs);
-            return ConfigError {
-                policy,
-                field,
-                reason: (*replaced).to_string(),
-            };
+        match REPLACED.iter().find(|(old, _)| *old == key) {
+            Some((_, replaced)) => (*replaced).to_string(),
+            None => match nearest(key, &backticked(expected)) {
+                Some(near) => format!("is not a known field (did you mean \"{near}\"?)"),
+                None => "is not a known field".to_string(),
+            },
         }
-        let mut reason = "is not a known field".to_string();
-        if let Some(near) = nearest(key, &known) {
-            reason.push_str(&format!(" (did you mean \"{near}\"?)"));
-        }
-        reason
     } else if let Some(rest) = message.strip_prefix("unknown variant `") {
         let (given, expected) = rest.split_once('`').unwrap_or((rest, ""));
-        format!(
-            "must be {} (got \"{given}\")",
-            one_of(&backticked(expected))
-        )
+        let names = one_of(&backticked(expected));
+        format!("must be {names} (got \"{given}\")")
     } else if let Some(rest) = message.strip_prefix("missing field `") {
         let name = rest.split('`').next().unwrap_or(rest);
         segs.push(Seg::Key(name.to_string()));
@@ -179,12 +161,13 @@ pub fn from_serde(e: serde_path_to_error::Error<serde_json::Error>, root: &Value
             _ => "",
         };
         let wanted = match expected {
-            "a boolean" => "true or false".to_string(),
-            "a sequence" => list_of(field).to_string(),
-            "string or map" => "a string".to_string(),
-            other => other.to_string(),
+            "a boolean" => "true or false",
+            "a sequence" => list_of(field),
+            "string or map" => "a string",
+            other => other,
         };
-        format!("must be {wanted} (got {})", got.clone().unwrap_or_default())
+        let got = lookup(root, &segs).map(show).unwrap_or_default();
+        format!("must be {wanted} (got {got})")
     } else {
         message
     };
@@ -241,19 +224,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.to_lowercase().chars().enumerate() {
         let mut cur = Vec::with_capacity(b.len() + 1);
         cur.push(i + 1);
-        for (j, cb) in b.iter().enumerate() {
-            let diagonal = prev
-                .get(j)
-                .copied()
-                .unwrap_or(usize::MAX)
-                .saturating_add(usize::from(ca != *cb));
-            let up = prev
-                .get(j + 1)
-                .copied()
-                .unwrap_or(usize::MAX)
-                .saturating_add(1);
-            let left = cur.last().copied().unwrap_or(usize::MAX).saturating_add(1);
-            cur.push(diagonal.min(up).min(left));
+        for ((cb, diagonal), up) in b.iter().zip(&prev).zip(prev.iter().skip(1)) {
+            let left = cur.last().map_or(usize::MAX, |l| l + 1);
+            cur.push((diagonal + usize::from(ca != *cb)).min(up + 1).min(left));
         }
         prev = cur;
     }
