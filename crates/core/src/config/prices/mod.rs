@@ -348,16 +348,8 @@ pub fn provider_of(model: &str) -> Option<&'static str> {
 
 /// A metric label value for a model name.
 pub fn label(model: &str) -> String {
-    model
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    let keep = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    model.replace(|c: char| !keep(c), "_")
 }
 
 /// Dollars per million tokens, as configured, in micro-dollars per

@@ -11,6 +11,7 @@
 //! `tools/prices.py` names the built-in table's rows by the same rules:
 //! keep the two in step.
 
+use super::Provider;
 use std::cmp::Ordering;
 
 /// Bedrock's cross-region inference prefixes (`us.anthropic.…`).
@@ -213,31 +214,10 @@ pub fn strip_latest(model: &str) -> Option<&str> {
 
 /// The provider a model's family belongs to, by its name (without path,
 /// Bedrock prefixes, `ft:`).
-pub fn family(model: &str) -> Option<super::Provider> {
-    use super::Provider;
+pub fn family(model: &str) -> Option<Provider> {
     let s = model.trim();
     let s = strip_prefix_ci(s, "ft:").unwrap_or(s);
     let (n, _) = normalize(s);
-    let starts = |prefixes: &[&str]| prefixes.iter().any(|p| starts_with_ci(n, p));
-    if starts(&["gpt-oss"]) {
-        return Some(Provider::Open);
-    }
-    if starts(&[
-        "gpt-",
-        "chatgpt",
-        "text-embedding",
-        "davinci",
-        "babbage",
-        "codex",
-        "computer-use",
-        "omni-moderation",
-        "text-moderation",
-        "whisper",
-        "tts-",
-        "dall-e",
-    ]) {
-        return Some(Provider::OpenAi);
-    }
     let b = n.as_bytes();
     if matches!(b.first(), Some(b'o' | b'O'))
         && matches!(b.get(1), Some(b'1' | b'3' | b'4'))
@@ -245,48 +225,54 @@ pub fn family(model: &str) -> Option<super::Provider> {
     {
         return Some(Provider::OpenAi);
     }
-    if starts(&["claude"]) {
-        return Some(Provider::Anthropic);
-    }
-    if starts(&["gemini", "gemma"]) {
-        return Some(Provider::Google);
-    }
-    if starts(&[
-        "mistral",
-        "codestral",
-        "magistral",
-        "devstral",
-        "ministral",
-        "pixtral",
-        "open-mistral",
-        "open-mixtral",
-        "mixtral",
-        "voxtral",
-    ]) {
-        return Some(Provider::Mistral);
-    }
-    if starts(&["deepseek"]) {
-        return Some(Provider::DeepSeek);
-    }
-    if starts(&["grok"]) {
-        return Some(Provider::XAi);
-    }
-    if starts(&[
-        "llama",
-        "meta-llama",
-        "qwen",
-        "qwq",
-        "kimi",
-        "glm",
-        "zai-glm",
-        "phi-",
-        "nemotron",
-        "minimax",
-    ]) {
-        return Some(Provider::Open);
-    }
-    None
+    FAMILIES
+        .iter()
+        .find(|(prefix, _)| starts_with_ci(n, prefix))
+        .map(|(_, provider)| *provider)
 }
+
+/// How families' names start, the first match winning (`gpt-oss` is not
+/// OpenAI's `gpt-`); OpenAI's `o1`, `o3`, `o4` are [`family`]'s own.
+const FAMILIES: &[(&str, Provider)] = &[
+    ("gpt-oss", Provider::Open),
+    ("gpt-", Provider::OpenAi),
+    ("chatgpt", Provider::OpenAi),
+    ("text-embedding", Provider::OpenAi),
+    ("davinci", Provider::OpenAi),
+    ("babbage", Provider::OpenAi),
+    ("codex", Provider::OpenAi),
+    ("computer-use", Provider::OpenAi),
+    ("omni-moderation", Provider::OpenAi),
+    ("text-moderation", Provider::OpenAi),
+    ("whisper", Provider::OpenAi),
+    ("tts-", Provider::OpenAi),
+    ("dall-e", Provider::OpenAi),
+    ("claude", Provider::Anthropic),
+    ("gemini", Provider::Google),
+    ("gemma", Provider::Google),
+    ("mistral", Provider::Mistral),
+    ("codestral", Provider::Mistral),
+    ("magistral", Provider::Mistral),
+    ("devstral", Provider::Mistral),
+    ("ministral", Provider::Mistral),
+    ("pixtral", Provider::Mistral),
+    ("open-mistral", Provider::Mistral),
+    ("open-mixtral", Provider::Mistral),
+    ("mixtral", Provider::Mistral),
+    ("voxtral", Provider::Mistral),
+    ("deepseek", Provider::DeepSeek),
+    ("grok", Provider::XAi),
+    ("llama", Provider::Open),
+    ("meta-llama", Provider::Open),
+    ("qwen", Provider::Open),
+    ("qwq", Provider::Open),
+    ("kimi", Provider::Open),
+    ("glm", Provider::Open),
+    ("zai-glm", Provider::Open),
+    ("phi-", Provider::Open),
+    ("nemotron", Provider::Open),
+    ("minimax", Provider::Open),
+];
 
 /// `a` against `b` in lower case, byte by byte (the table is sorted by
 /// its lower-case names).
