@@ -2,7 +2,7 @@
 //! [`Int`] (a whole number as written) and [`Fraction`] (any number), each
 //! keeping what it cannot read so validation can name it (see [`super`]).
 
-use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::fmt;
 use std::marker::PhantomData;
@@ -62,50 +62,18 @@ pub enum Int {
 
 impl<'de> Deserialize<'de> for Int {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Int;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a whole number")
-            }
-            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Int, E> {
-                Ok(Int::Whole(n))
-            }
-            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Int, E> {
-                Ok(u64::try_from(n).map_or_else(|_| Int::NotNumber(n.to_string()), Int::Whole))
-            }
-            fn visit_f64<E: de::Error>(self, f: f64) -> Result<Int, E> {
-                let shown = serde_json::Number::from_f64(f)
-                    .map_or_else(|| f.to_string(), |n| n.to_string());
-                Ok(if f < 0.0 {
-                    Int::NotNumber(shown)
-                } else if f.fract() != 0.0 || !f.is_finite() {
-                    Int::Fraction(shown)
-                } else if f >= 18_446_744_073_709_551_616.0 {
-                    Int::OutOfRange(shown)
-                } else {
-                    Int::Whole(f as u64)
-                })
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Int, E> {
-                Ok(Int::NotNumber(serde_json::Value::from(s).to_string()))
-            }
-            fn visit_bool<E: de::Error>(self, b: bool) -> Result<Int, E> {
-                Ok(Int::NotNumber(b.to_string()))
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Int, E> {
-                Ok(Int::NotNumber("null".to_string()))
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Int, A::Error> {
-                let v = serde_json::Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(Int::NotNumber(v.to_string()))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Int, A::Error> {
-                let v = serde_json::Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
-                Ok(Int::NotNumber(v.to_string()))
-            }
-        }
-        d.deserialize_any(V)
+        let v = serde_json::Value::deserialize(d)?;
+        let shown = v.to_string();
+        // A JSON integer is a u64 when not negative, else an i64; any other
+        // number is an f64.
+        Ok(match (v.as_u64(), v.as_f64()) {
+            (Some(n), _) => Int::Whole(n),
+            (None, Some(f)) if f < 0.0 => Int::NotNumber(shown),
+            (None, Some(f)) if f.fract() != 0.0 || !f.is_finite() => Int::Fraction(shown),
+            (None, Some(f)) if f >= 18_446_744_073_709_551_616.0 => Int::OutOfRange(shown),
+            (None, Some(f)) => Int::Whole(f as u64),
+            (None, None) => Int::NotNumber(shown),
+        })
     }
 }
 
