@@ -50,7 +50,7 @@ pub const MAX_NEAR_TURNS_BACK: usize = 9;
 /// four steps (every fourth turn a repeat), or by a loop resumed after a
 /// short detour; at most [`MAX_NEAR_TURNS_BACK`].
 pub fn near_turns_back(d: &Detection) -> usize {
-    (4 * d.hits_to_keep().saturating_sub(1) as usize).min(MAX_NEAR_TURNS_BACK)
+    (4 * d.ladder(false).hits_to_keep().saturating_sub(1) as usize).min(MAX_NEAR_TURNS_BACK)
 }
 
 /// Conversation items kept per earlier turn near mode reads (a reply and
@@ -321,11 +321,15 @@ pub enum ExemptMatch {
     Values(Vec<String>),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Read as written (`raw`; no doc comment: the schema would show it); an
+// unknown name's error lists the variants in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
 pub enum Action {
-    Warn,
-    Throttle,
     Reject,
+    Throttle,
+    Warn,
 }
 
 impl Action {
@@ -427,23 +431,18 @@ impl Detection {
     pub fn threshold(&self) -> u32 {
         self.ladder(false).threshold()
     }
+}
 
-    /// The count from which requests are rejected, if any step rejects.
+#[cfg(test)]
+impl Detection {
     pub fn reject_at(&self) -> Option<u32> {
         self.ladder(false).reject_at()
     }
 
-    /// The step that applies at `count`, if any.
     pub fn step_at(&self, count: u32) -> Option<Step> {
         self.ladder(false).step_at(count)
     }
 
-    /// Hits the throttle needs to reach its cap: `ceil(max / step)`.
-    pub fn throttle_hits_to_cap(&self) -> u64 {
-        self.ladder(false).throttle_hits_to_cap()
-    }
-
-    /// How many recent hits a fingerprint's record must keep to decide.
     pub fn hits_to_keep(&self) -> u32 {
         self.ladder(false).hits_to_keep()
     }
@@ -510,16 +509,8 @@ fn scale_steps(steps: &[Step], fallback: u32) -> Vec<Step> {
             .div_ceil(threshold)
             .min(u64::from(MAX_HITS_PER_FINGERPRINT)) as u32;
         match out.last_mut() {
-            Some(prev) if prev.at >= at => {
-                *prev = Step {
-                    at: prev.at,
-                    action: s.action,
-                }
-            }
-            _ => out.push(Step {
-                at,
-                action: s.action,
-            }),
+            Some(prev) if prev.at >= at => prev.action = s.action,
+            _ => out.push(Step { at, ..*s }),
         }
     }
     out

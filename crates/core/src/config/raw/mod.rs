@@ -5,6 +5,7 @@
 //! configuration (`schema/loopguard.schema.json`, feature `schema`) is
 //! generated from these types, so their doc comments are its descriptions.
 
+use super::Action;
 use serde::Deserialize;
 
 mod budget;
@@ -192,7 +193,7 @@ pub struct RawDetection {
     #[cfg_attr(feature = "schema", schemars(range(min = 0, max = 1024)))]
     pub threshold_identical_requests: Option<Int>,
     /// What happens from the threshold on. Default `reject`.
-    pub action: Option<ActionName>,
+    pub action: Option<Action>,
     /// A ladder of actions, replacing `action` and the threshold: `at` is
     /// strictly increasing, 2..1024.
     pub escalation: Option<Vec<Obj<RawStep>>>,
@@ -244,7 +245,7 @@ pub struct RawStep {
     #[cfg_attr(feature = "schema", schemars(required))]
     pub at: Option<Int>,
     #[cfg_attr(feature = "schema", schemars(required))]
-    pub action: Option<ActionName>,
+    pub action: Option<Action>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -375,16 +376,6 @@ pub struct RawPrice {
 pub enum ModeName {
     Enforce,
     Shadow,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Action"))]
-#[serde(rename_all = "snake_case")]
-pub enum ActionName {
-    Reject,
-    Throttle,
-    Warn,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

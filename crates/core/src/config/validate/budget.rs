@@ -5,9 +5,8 @@ use super::{
     RawBudgetLimit, TokensOfName, UnpricedName,
 };
 use crate::config::budget::*;
+use crate::config::error::show;
 
-/// The shortest and longest window of a cap, in seconds.
-const WINDOW_SECONDS: (u64, u64) = (60, MAX_BUDGET_WINDOW_SECONDS);
 /// Label names of loopguard's metrics: a budget named like one would be
 /// read as that label by Envoy's tag extraction.
 const RESERVED: &[&str] = &[
@@ -29,25 +28,19 @@ const RESERVED: &[&str] = &[
 const MAX_USD: f64 = 1_000_000.0;
 
 pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
+    let ctx = &ctx.within("budget");
     let list = match b.limits {
-        None => return Err(ctx.err("budget.limits", "is required (at least one cap)")),
-        Some(l) if l.is_empty() => {
-            return Err(ctx.err("budget.limits", "must list at least one cap"))
-        }
-        Some(l) if l.len() > MAX_LIMITS => {
-            return Err(ctx.err(
-                "budget.limits",
-                format!("may list at most {MAX_LIMITS} caps (got {})", l.len()),
-            ))
-        }
+        None => return Err(ctx.err("limits", "is required (at least one cap)")),
+        Some(l) if l.is_empty() => return Err(ctx.err("limits", "must list at least one cap")),
         Some(l) => l,
     };
+    ctx.at_most("limits", list.len(), MAX_LIMITS, "caps")?;
     let mut limits: Vec<BudgetLimit> = Vec::with_capacity(list.len());
     for (i, Obj(raw)) in list.into_iter().enumerate() {
         let l = limit(ctx, i, raw)?;
         if limits.iter().any(|o| o.name == l.name) {
             return Err(ctx.err(
-                &format!("budget.limits[{i}].name"),
+                &format!("limits[{i}].name"),
                 format!(
                     "\"{}\" is used by more than one cap; names must be unique",
                     l.name
@@ -65,10 +58,10 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
                 let permille = (f * 1000.0).round() as u32;
                 if permille >= 1000 || (f > 0.0 && permille == 0) {
                     return Err(ctx.err(
-                        "budget.warn_at",
+                        "warn_at",
                         format!(
                             "{} rounds to {} (warn_at is kept in thousandths), which would switch the warning off; use at most 0.999, and 0 for no warning",
-                            super::super::error::show(&v),
+                            show(&v),
                             if permille == 0 { "0" } else { "1" }
                         ),
                     ));
@@ -77,19 +70,19 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
             }
             _ => {
                 return Err(ctx.err(
-                    "budget.warn_at",
+                    "warn_at",
                     format!(
                         "must be a number from 0 (no warning) to below 1 (got {})",
-                        super::super::error::show(&v)
+                        show(&v)
                     ),
                 ))
             }
         },
     };
-    let session = sources(ctx, "budget.session", b.session, || {
+    let session = sources(ctx, "session", b.session, || {
         vec![SessionSource::Header("x-session-id".to_string())]
     })?;
-    let user = sources(ctx, "budget.user", b.user, || {
+    let user = sources(ctx, "user", b.user, || {
         ["user", "safety_identifier", "metadata.user_id"]
             .iter()
             .map(|p| SessionSource::Body(p.split('.').map(str::to_string).collect()))
@@ -97,17 +90,12 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
     })?;
     if b.unpriced.is_some() && !limits.iter().any(|l| matches!(l.cap, Cap::MicroUsd(_))) {
         return Err(ctx.err(
-            "budget.unpriced",
+            "unpriced",
             "applies only to a dollar cap (a limit with usd); remove it or add one",
         ));
     }
     let max_tracked_keys = ctx
-        .int(
-            "budget.max_tracked_keys",
-            &b.max_tracked_keys,
-            64,
-            1_048_576,
-        )?
+        .int("max_tracked_keys", &b.max_tracked_keys, 64, 1_048_576)?
         .unwrap_or(8192);
     Ok(Budget {
         limits,
@@ -123,14 +111,14 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
             Some(UnpricedName::Reject) => Unpriced::Reject,
             Some(UnpricedName::Ignore) => Unpriced::Ignore,
         },
-        max_tracked_keys: u32::try_from(max_tracked_keys).unwrap_or(u32::MAX),
+        max_tracked_keys,
     })
 }
 
 fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, ConfigError> {
-    let field = |f: &str| format!("budget.limits[{i}].{f}");
+    let at = &ctx.within(&format!("limits[{i}]"));
     let name = match raw.name {
-        None => return Err(ctx.err(&field("name"), "is required")),
+        None => return Err(at.err("name", "is required")),
         Some(n)
             if !n.is_empty()
                 && n.len() <= 32
@@ -141,8 +129,8 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
             n
         }
         Some(n) => {
-            return Err(ctx.err(
-                &field("name"),
+            return Err(at.err(
+                "name",
                 format!(
                     "must match [a-z0-9_-]{{1,32}} (got {})",
                     serde_json::Value::from(n)
@@ -151,47 +139,42 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
         }
     };
     if RESERVED.contains(&name.as_str()) {
-        return Err(ctx.err(
-            &field("name"),
+        return Err(at.err(
+            "name",
             format!(
                 "\"{name}\" is a metric label name (its series would be misread); choose another"
             ),
         ));
     }
     let per = match raw.per {
-        None => {
-            return Err(ctx.err(
-                &field("per"),
-                "is required: caller, session, conversation or user",
-            ))
-        }
+        None => return Err(at.err("per", "is required: caller, session, conversation or user")),
         Some(BudgetPerName::Caller) => BudgetPer::Caller,
         Some(BudgetPerName::Session) => BudgetPer::Session,
         Some(BudgetPerName::Conversation) => BudgetPer::Conversation,
         Some(BudgetPerName::User) => BudgetPer::User,
     };
-    let window = ctx
+    let window: u64 = at
         .int(
-            &field("window_seconds"),
+            "window_seconds",
             &raw.window_seconds,
-            WINDOW_SECONDS.0,
-            WINDOW_SECONDS.1,
+            60,
+            MAX_BUDGET_WINDOW_SECONDS,
         )?
         .ok_or_else(|| {
-            ctx.err(
-                &field("window_seconds"),
+            at.err(
+                "window_seconds",
                 format!("is required (60 to {MAX_BUDGET_WINDOW_SECONDS}, 31 days)"),
             )
         })?;
     let given = [raw.usd.is_some(), raw.tokens.is_some(), raw.calls.is_some()];
     if given.iter().filter(|g| **g).count() != 1 {
         return Err(ctx.err(
-            &format!("budget.limits[{i}]"),
+            &format!("limits[{i}]"),
             "must give exactly one cap: usd, tokens or calls",
         ));
     }
     if raw.tokens_of.is_some() && raw.tokens.is_none() {
-        return Err(ctx.err(&field("tokens_of"), "applies only to a tokens cap"));
+        return Err(at.err("tokens_of", "applies only to a tokens cap"));
     }
     let cap = if let Some(v) = raw.usd {
         match v.as_f64() {
@@ -201,27 +184,27 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
                 Cap::MicroUsd((f * 1e6).round() as u64)
             }
             Some(f) if f > 0.0 && f <= MAX_USD => {
-                return Err(ctx.err(
-                    &field("usd"),
+                return Err(at.err(
+                    "usd",
                     format!(
                         "{} rounds to $0 (caps are kept in micro-dollars): the smallest cap is 0.000001",
-                        super::super::error::show(&v)
+                        show(&v)
                     ),
                 ))
             }
             _ => {
-                return Err(ctx.err(
-                    &field("usd"),
+                return Err(at.err(
+                    "usd",
                     format!(
                         "must be a number of dollars above 0, at most 1000000 (got {})",
-                        super::super::error::show(&v)
+                        show(&v)
                     ),
                 ))
             }
         }
     } else if raw.tokens.is_some() {
-        let n = ctx
-            .int(&field("tokens"), &raw.tokens, 1, 1_000_000_000_000)?
+        let n = at
+            .int("tokens", &raw.tokens, 1, 1_000_000_000_000)?
             .unwrap_or(1);
         let of = match raw.tokens_of {
             Some(TokensOfName::Input) => TokensOf::Input,
@@ -230,10 +213,7 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
         };
         Cap::Tokens(n, of)
     } else {
-        Cap::Calls(
-            ctx.int(&field("calls"), &raw.calls, 1, 1_000_000_000)?
-                .unwrap_or(1),
-        )
+        Cap::Calls(at.int("calls", &raw.calls, 1, 1_000_000_000)?.unwrap_or(1))
     };
     Ok(BudgetLimit {
         name,
@@ -250,25 +230,20 @@ fn sources(
     given: Option<Vec<String>>,
     default: impl FnOnce() -> Vec<SessionSource>,
 ) -> Result<Vec<SessionSource>, ConfigError> {
-    match given {
-        None => Ok(default()),
-        Some(list) if list.is_empty() => Err(ctx.err(
+    let Some(list) = given else {
+        return Ok(default());
+    };
+    if list.is_empty() {
+        return Err(ctx.err(
             name,
             "must not be empty (leave it out for the default sources)",
-        )),
-        Some(list) if list.len() > MAX_SESSION_SOURCES => Err(ctx.err(
-            name,
-            format!(
-                "may list at most {MAX_SESSION_SOURCES} sources (got {})",
-                list.len()
-            ),
-        )),
-        Some(list) => list
-            .iter()
-            .enumerate()
-            .map(|(i, s)| session_source(ctx, &format!("{name}[{i}]"), s))
-            .collect(),
+        ));
     }
+    ctx.at_most(name, list.len(), MAX_SESSION_SOURCES, "sources")?;
+    list.iter()
+        .enumerate()
+        .map(|(i, s)| session_source(ctx, &format!("{name}[{i}]"), s))
+        .collect()
 }
 
 fn session_source(ctx: &Ctx, field: &str, s: &str) -> Result<SessionSource, ConfigError> {

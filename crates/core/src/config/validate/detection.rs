@@ -2,8 +2,7 @@
 //! throttle and cooldown, and the similarity mode with its settings.
 
 use super::{
-    is_token_byte, shorten, ActionName, ConfigError, Ctx, Fraction, Obj, RawDetection, RawStep,
-    SimilarityName,
+    is_token_byte, shorten, ConfigError, Ctx, Fraction, Obj, RawDetection, RawStep, SimilarityName,
 };
 use crate::config::{
     scale_steps, Action, Detection, Similarity, Step, DEFAULT_FORGIVEN,
@@ -11,52 +10,31 @@ use crate::config::{
     MAX_WINDOW_SECONDS,
 };
 
-fn action(a: ActionName) -> Action {
-    match a {
-        ActionName::Reject => Action::Reject,
-        ActionName::Throttle => Action::Throttle,
-        ActionName::Warn => Action::Warn,
-    }
-}
-
 pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>, ConfigError> {
-    let f = |name: &str| format!("loop_detection.{name}");
-    let enabled = d
-        .enabled
-        .ok_or_else(|| ctx.err(&f("enabled"), "is required"))?;
-    let window = ctx.int(
-        &f("window_seconds"),
-        &d.window_seconds,
-        1,
-        MAX_WINDOW_SECONDS,
-    )?;
+    let ctx = &ctx.within("loop_detection");
+    let enabled = d.enabled.ok_or_else(|| ctx.err("enabled", "is required"))?;
+    let window = ctx.int("window_seconds", &d.window_seconds, 1, MAX_WINDOW_SECONDS)?;
     let threshold = ctx.off_or_from_2(
-        &f("threshold_identical_requests"),
+        "threshold_identical_requests",
         &d.threshold_identical_requests,
-        u64::from(MAX_HITS_PER_FINGERPRINT),
+        MAX_HITS_PER_FINGERPRINT,
         "the policy",
     )?;
-    let escalation = match d.escalation {
-        None => None,
-        Some(list) => Some(escalation(ctx, list)?),
-    };
+    let escalation = d.escalation.map(|list| escalation(ctx, list)).transpose()?;
     if escalation.is_some() {
         if d.action.is_some() {
-            return Err(ctx.err(
-                &f("escalation"),
-                "replaces \"action\"; give one or the other",
-            ));
+            return Err(ctx.err("escalation", "replaces \"action\"; give one or the other"));
         }
         if threshold.is_some() {
             return Err(ctx.err(
-                &f("escalation"),
+                "escalation",
                 "replaces \"threshold_identical_requests\" (the first step's \"at\" is the threshold); give one or the other",
             ));
         }
     }
     let throttle_step_ms = ctx
         .int(
-            &f("throttle_step_ms"),
+            "throttle_step_ms",
             &d.throttle_step_ms,
             1,
             MAX_THROTTLE_DELAY_MS,
@@ -64,7 +42,7 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         .unwrap_or(100);
     let throttle_max_delay_ms = ctx
         .int(
-            &f("throttle_max_delay_ms"),
+            "throttle_max_delay_ms",
             &d.throttle_max_delay_ms,
             1,
             MAX_THROTTLE_DELAY_MS,
@@ -72,20 +50,16 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         .unwrap_or(10_000);
     let cooldown_seconds = ctx
         .int(
-            &f("cooldown_seconds"),
+            "cooldown_seconds",
             &d.cooldown_seconds,
             0,
             MAX_WINDOW_SECONDS,
         )?
         .unwrap_or(0);
     let similarity_name = d.similarity.unwrap_or(SimilarityName::Exact);
-    let tail_messages = ctx.int(&f("tail_messages"), &d.tail_messages, 1, 64)?;
-    let fallback_threshold = ctx.int(
-        &f("fallback_threshold"),
-        &d.fallback_threshold,
-        2,
-        u64::from(MAX_HITS_PER_FINGERPRINT),
-    )?;
+    let tail_messages: Option<u32> = ctx.int("tail_messages", &d.tail_messages, 1, 64)?;
+    let max_hits = u64::from(MAX_HITS_PER_FINGERPRINT);
+    let fallback_threshold = ctx.int("fallback_threshold", &d.fallback_threshold, 2, max_hits)?;
     let near_similarity = match &d.near_similarity {
         None => None,
         Some(Fraction::Number(x)) if *x > 0.0 && *x <= 1.0 => {
@@ -95,13 +69,13 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         }
         Some(Fraction::Number(x)) => {
             return Err(ctx.err(
-                &f("near_similarity"),
+                "near_similarity",
                 format!("must be above 0 and at most 1 (got {x})"),
             ))
         }
         Some(Fraction::NotNumber(s)) => {
             return Err(ctx.err(
-                &f("near_similarity"),
+                "near_similarity",
                 format!(
                     "must be a number above 0 and at most 1 (got {})",
                     shorten(s)
@@ -111,24 +85,16 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
     };
     let forgive_failed_attempts = ctx
         .int(
-            &f("forgive_failed_attempts"),
+            "forgive_failed_attempts",
             &d.forgive_failed_attempts,
             0,
-            u64::from(MAX_FORGIVEN),
+            MAX_FORGIVEN.into(),
         )?
-        .map_or(DEFAULT_FORGIVEN, |n| {
-            u32::try_from(n).unwrap_or(MAX_FORGIVEN)
-        });
-    let near_history = ctx.int(
-        &f("near_history"),
-        &d.near_history,
-        1,
-        u64::from(MAX_HITS_PER_FINGERPRINT),
-    )?;
-    let reads_tail = similarity_name.reads_tail();
-    if tail_messages.is_some() && !reads_tail {
+        .unwrap_or(DEFAULT_FORGIVEN);
+    let near_history: Option<u32> = ctx.int("near_history", &d.near_history, 1, max_hits)?;
+    if tail_messages.is_some() && !similarity_name.reads_tail() {
         return Err(ctx.err(
-            &f("tail_messages"),
+            "tail_messages",
             "applies only to similarity \"llm_tail\" or \"near\"",
         ));
     }
@@ -137,7 +103,7 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         ("near_history", near_history.is_some()),
     ] {
         if given && similarity_name != SimilarityName::Near {
-            return Err(ctx.err(&f(name), "applies only to similarity \"near\""));
+            return Err(ctx.err(name, "applies only to similarity \"near\""));
         }
     }
     for (name, given) in [
@@ -145,13 +111,13 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         ("fallback_threshold", fallback_threshold.is_some()),
     ] {
         if given && similarity_name != SimilarityName::Session {
-            return Err(ctx.err(&f(name), "applies only to similarity \"session\""));
+            return Err(ctx.err(name, "applies only to similarity \"session\""));
         }
     }
     if let Some(h) = &d.session_header {
         if h.is_empty() || !h.bytes().all(is_token_byte) {
             return Err(ctx.err(
-                &f("session_header"),
+                "session_header",
                 format!("must be a header name (got \"{h}\")"),
             ));
         }
@@ -160,30 +126,30 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         return Ok(None);
     }
     let window_seconds =
-        window.ok_or_else(|| ctx.err(&f("window_seconds"), "is required when enabled"))?;
+        window.ok_or_else(|| ctx.err("window_seconds", "is required when enabled"))?;
     let steps = match (escalation, threshold) {
         (Some(steps), _) => steps,
         (None, None) => {
             return Err(ctx.err(
-                &f("threshold_identical_requests"),
+                "threshold_identical_requests",
                 "is required when enabled (or give an \"escalation\" ladder)",
             ))
         }
         (None, Some(0)) => return Ok(None),
-        (None, Some(t)) => vec![Step {
-            at: u32::try_from(t).unwrap_or(MAX_HITS_PER_FINGERPRINT),
-            action: d.action.map_or(Action::Reject, action),
+        (None, Some(at)) => vec![Step {
+            at,
+            action: d.action.unwrap_or(Action::Reject),
         }],
     };
     let threshold = steps.first().map_or(2, |s| s.at);
     let last_step = steps.last().map_or(2, |s| s.at);
-    let tail_messages = tail_messages.map_or(3, |n| u32::try_from(n).unwrap_or(64));
+    let tail_messages = tail_messages.unwrap_or(3);
     let similarity = match similarity_name {
         SimilarityName::Near => {
-            let history = near_history.map_or(64, |n| u32::try_from(n).unwrap_or(1024));
+            let history = near_history.unwrap_or(64);
             if history < last_step {
                 return Err(ctx.err(
-                    &f("near_history"),
+                    "near_history",
                     format!(
                         "must be >= the count of the last step ({history} < {last_step}): a caller's history holds at most near_history hits"
                     ),
@@ -198,13 +164,13 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         SimilarityName::LlmTail => Similarity::LlmTail { tail_messages },
         SimilarityName::Session => {
             let fallback = match fallback_threshold {
-                Some(fb) if fb < u64::from(threshold) => {
+                Some(fb) if fb < threshold => {
                     return Err(ctx.err(
-                        &f("fallback_threshold"),
+                        "fallback_threshold",
                         format!("must be >= the threshold ({fb} < {threshold})"),
                     ))
                 }
-                Some(fb) => u32::try_from(fb).unwrap_or(MAX_HITS_PER_FINGERPRINT),
+                Some(fb) => fb,
                 None => (threshold * 5).min(MAX_HITS_PER_FINGERPRINT),
             };
             Similarity::Session {
@@ -229,7 +195,7 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
     let throttles = detection.steps.iter().any(|s| s.action == Action::Throttle);
     if throttles && detection.throttle_max_delay_ms < detection.throttle_step_ms {
         return Err(ctx.err(
-            &f("throttle_max_delay_ms"),
+            "throttle_max_delay_ms",
             format!(
                 "must be >= throttle_step_ms ({} < {})",
                 detection.throttle_max_delay_ms, detection.throttle_step_ms
@@ -240,69 +206,55 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         .steps
         .last()
         .is_some_and(|s| s.action == Action::Throttle);
-    if last_throttles && detection.throttle_hits_to_cap() > u64::from(MAX_HITS_PER_FINGERPRINT) {
+    let ladder = detection.ladder(false);
+    let to_cap = ladder.throttle_hits_to_cap();
+    if last_throttles && to_cap > max_hits {
         return Err(ctx.err(
-            &f("throttle_max_delay_ms"),
+            "throttle_max_delay_ms",
             format!(
-                "needs {} identical hits to reach its cap at {} ms per hit, more than the {MAX_HITS_PER_FINGERPRINT} a fingerprint keeps; raise throttle_step_ms or lower the cap",
-                detection.throttle_hits_to_cap(),
+                "needs {to_cap} identical hits to reach its cap at {} ms per hit, more than the {MAX_HITS_PER_FINGERPRINT} a fingerprint keeps; raise throttle_step_ms or lower the cap",
                 detection.throttle_step_ms
             ),
         ));
     }
-    if detection.cooldown_seconds > 0 && detection.reject_at().is_none() {
+    if detection.cooldown_seconds > 0 && ladder.reject_at().is_none() {
         return Err(ctx.err(
-            &f("cooldown_seconds"),
+            "cooldown_seconds",
             "needs a reject action (the cooldown starts at the first reject)",
         ));
     }
     Ok(Some(detection))
 }
 
+/// `ctx` is within `loop_detection`.
 fn escalation(ctx: &Ctx, list: Vec<Obj<RawStep>>) -> Result<Vec<Step>, ConfigError> {
-    let field = "loop_detection.escalation";
     if list.is_empty() {
         return Err(ctx.err(
-            field,
+            "escalation",
             "must be a non-empty list of {\"at\": <count>, \"action\": ...} (got [])",
         ));
     }
-    if list.len() > 16 {
-        return Err(ctx.err(
-            field,
-            format!("may list at most 16 steps (got {})", list.len()),
-        ));
-    }
+    ctx.at_most("escalation", list.len(), 16, "steps")?;
     let mut steps: Vec<Step> = Vec::with_capacity(list.len());
     for (i, Obj(item)) in list.into_iter().enumerate() {
-        let at_path = format!("{field}[{i}]");
+        let ctx = ctx.within(&format!("escalation[{i}]"));
+        let max = MAX_HITS_PER_FINGERPRINT.into();
         let at = ctx
-            .int(
-                &format!("{at_path}.at"),
-                &item.at,
-                2,
-                u64::from(MAX_HITS_PER_FINGERPRINT),
-            )?
-            .ok_or_else(|| ctx.err(&format!("{at_path}.at"), "is required"))?;
-        let at = u32::try_from(at).unwrap_or(MAX_HITS_PER_FINGERPRINT);
-        let Some(a) = item.action else {
-            return Err(ctx.err(&format!("{at_path}.action"), "is required"));
+            .int("at", &item.at, 2, max)?
+            .ok_or_else(|| ctx.err("at", "is required"))?;
+        let Some(action) = item.action else {
+            return Err(ctx.err("action", "is required"));
         };
-        if let Some(prev) = steps.last() {
-            if at <= prev.at {
-                return Err(ctx.err(
-                    &format!("{at_path}.at"),
-                    format!(
-                        "must be greater than the previous step's ({at} <= {})",
-                        prev.at
-                    ),
-                ));
-            }
+        if let Some(prev) = steps.last().filter(|prev| at <= prev.at) {
+            return Err(ctx.err(
+                "at",
+                format!(
+                    "must be greater than the previous step's ({at} <= {})",
+                    prev.at
+                ),
+            ));
         }
-        steps.push(Step {
-            at,
-            action: action(a),
-        });
+        steps.push(Step { at, action });
     }
     Ok(steps)
 }

@@ -1,6 +1,6 @@
 //! The `mcp` block: thresholds, the ladder, the error code and the key.
 
-use super::{ConfigError, Ctx, Int, Volatile};
+use super::{ConfigError, Ctx, Volatile};
 use crate::config::mcp::{Mcp, McpKey, McpStep, DEFAULT_ERROR_CODE};
 use crate::config::raw::{McpKeyName, McpStepName, RawMcp};
 use crate::config::MAX_WINDOW_SECONDS;
@@ -12,31 +12,22 @@ pub(super) fn mcp(
     volatile: &Volatile,
     classes_listed: bool,
 ) -> Result<Option<Mcp>, ConfigError> {
-    let f = |name: &str| format!("mcp.{name}");
-    let enabled = m
-        .enabled
-        .ok_or_else(|| ctx.err(&f("enabled"), "is required"))?;
-    let count = |name: &str, v: &Option<Int>| -> Result<u32, ConfigError> {
-        Ok(ctx
-            .int(&f(name), v, 2, 16)?
-            .map_or(3, |n| u32::try_from(n).unwrap_or(16)))
-    };
-    let same_result_min = count("same_result_min", &m.same_result_min)?;
-    let same_error_min = count("same_error_min", &m.same_error_min)?;
-    let cycle_min = ctx
-        .off_or_from_2(&f("cycle_min"), &m.cycle_min, 5, "cycle detection")?
-        .map_or(3, |n| u32::try_from(n).unwrap_or(5));
+    let ctx = &ctx.within("mcp");
+    let enabled = m.enabled.ok_or_else(|| ctx.err("enabled", "is required"))?;
+    let same_result_min = ctx.int("same_result_min", &m.same_result_min, 2, 16)?;
+    let same_error_min = ctx.int("same_error_min", &m.same_error_min, 2, 16)?;
+    let cycle_min = ctx.off_or_from_2("cycle_min", &m.cycle_min, 5, "cycle detection")?;
     let exempt_tools = ctx
-        .non_empty(&f("exempt_tools"), &m.exempt_tools)?
+        .non_empty("exempt_tools", &m.exempt_tools)?
         .map(<[String]>::to_vec)
         .unwrap_or_default();
     if let Some(empty) = exempt_tools.iter().position(String::is_empty) {
         return Err(ctx.err(
-            &format!("mcp.exempt_tools[{empty}]"),
+            &format!("exempt_tools[{empty}]"),
             "must name a tool (got \"\")",
         ));
     }
-    let ladder = match ctx.non_empty(&f("ladder"), &m.ladder)? {
+    let ladder = match ctx.non_empty("ladder", &m.ladder)? {
         None => vec![McpStep::Note, McpStep::Block],
         Some(list) => {
             let mut steps: Vec<McpStep> = Vec::with_capacity(list.len());
@@ -51,7 +42,7 @@ pub(super) fn mcp(
                 let both_stops = step == McpStep::Reject && steps.contains(&McpStep::Error);
                 if out_of_order || both_stops {
                     return Err(ctx.err(
-                        &f("ladder"),
+                        "ladder",
                         "must list its steps in the order note, block, then error or reject (not both), each at most once",
                     ));
                 }
@@ -63,42 +54,32 @@ pub(super) fn mcp(
     let error_code = m.error_code.unwrap_or(DEFAULT_ERROR_CODE);
     if (-32_768..=-32_000).contains(&error_code) {
         return Err(ctx.err(
-            &f("error_code"),
+            "error_code",
             format!(
                 "must be outside -32768..-32000, the range JSON-RPC reserves (got {error_code})"
             ),
         ));
     }
     if m.error_code.is_some() && !ladder.contains(&McpStep::Error) {
-        return Err(ctx.err(&f("error_code"), "needs an \"error\" step in the ladder"));
+        return Err(ctx.err("error_code", "needs an \"error\" step in the ladder"));
     }
     let key = match m.key {
         None | Some(McpKeyName::Session) => McpKey::Session,
         Some(McpKeyName::Caller) => McpKey::Caller,
     };
-    let window_s = ctx
-        .int(
-            &f("window_seconds"),
-            &m.window_seconds,
-            1,
-            MAX_WINDOW_SECONDS,
-        )?
+    let window_s: u64 = ctx
+        .int("window_seconds", &m.window_seconds, 1, MAX_WINDOW_SECONDS)?
         .unwrap_or(600);
-    let recheck_s = ctx
-        .int(
-            &f("recheck_seconds"),
-            &m.recheck_seconds,
-            1,
-            MAX_WINDOW_SECONDS,
-        )?
+    let recheck_s: u64 = ctx
+        .int("recheck_seconds", &m.recheck_seconds, 1, MAX_WINDOW_SECONDS)?
         .unwrap_or(60);
     if !enabled {
         return Ok(None);
     }
     Ok(Some(Mcp {
-        same_result_min,
-        same_error_min,
-        cycle_min,
+        same_result_min: same_result_min.unwrap_or(3),
+        same_error_min: same_error_min.unwrap_or(3),
+        cycle_min: cycle_min.unwrap_or(3),
         exempt_tools,
         ladder,
         error_code,

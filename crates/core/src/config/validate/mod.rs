@@ -23,37 +23,50 @@ use selector::{exempt, limit_keys, selector};
 use services::{prices, store, webhook};
 use tool_loops::tool_loops;
 
-/// Error construction within one policy (or the top level).
+/// Error construction within one policy (or the top level), for the
+/// fields of one section.
+#[derive(Default)]
 struct Ctx {
     policy: Option<String>,
+    /// Put before every field named (`loop_detection.`); empty at the
+    /// policy's (or the configuration's) top.
+    section: String,
 }
 
 impl Ctx {
+    /// The same policy, naming fields inside `section`.
+    fn within(&self, section: &str) -> Ctx {
+        Ctx {
+            policy: self.policy.clone(),
+            section: format!("{}{section}.", self.section),
+        }
+    }
+
     fn err(&self, field: &str, reason: impl Into<String>) -> ConfigError {
         ConfigError {
             policy: self.policy.clone(),
-            field: field.to_string(),
+            field: format!("{}{field}", self.section),
             reason: reason.into(),
         }
     }
 
-    /// A whole number within `min..=max`, if given.
-    fn int(
+    /// A whole number within `min..=max`, if given (`max` fits in `T`).
+    fn int<T: TryFrom<u64>>(
         &self,
         field: &str,
         v: &Option<Int>,
         min: u64,
         max: u64,
-    ) -> Result<Option<u64>, ConfigError> {
+    ) -> Result<Option<T>, ConfigError> {
         match v {
             None => Ok(None),
             Some(Int::Whole(n)) if *n < min => {
                 Err(self.err(field, format!("must be >= {min} (got {n})")))
             }
-            Some(Int::Whole(n)) if *n > max => {
-                Err(self.err(field, format!("must be <= {max} (got {n})")))
-            }
-            Some(Int::Whole(n)) => Ok(Some(*n)),
+            Some(Int::Whole(n)) => match T::try_from(*n) {
+                Ok(t) if *n <= max => Ok(Some(t)),
+                _ => Err(self.err(field, format!("must be <= {max} (got {n})"))),
+            },
             Some(Int::OutOfRange(s)) => Err(self.err(field, format!("must be <= {max} (got {s})"))),
             Some(Int::Fraction(s)) => Err(self.err(
                 field,
@@ -75,16 +88,24 @@ impl Ctx {
         &self,
         field: &str,
         v: &Option<Int>,
-        max: u64,
+        max: u32,
         what: &str,
-    ) -> Result<Option<u64>, ConfigError> {
-        match self.int(field, v, 0, max)? {
+    ) -> Result<Option<u32>, ConfigError> {
+        match self.int(field, v, 0, u64::from(max))? {
             Some(1) => Err(self.err(
                 field,
                 format!("must be >= 2 (got 1); use 0 to switch {what} off"),
             )),
             n => Ok(n),
         }
+    }
+
+    /// A list of at most `max` `what`.
+    fn at_most(&self, field: &str, len: usize, max: usize, what: &str) -> Result<(), ConfigError> {
+        if len > max {
+            return Err(self.err(field, format!("may list at most {max} {what} (got {len})")));
+        }
+        Ok(())
     }
 
     /// A list that, when given, must not be empty.
@@ -108,8 +129,8 @@ impl TryFrom<RawConfig> for Config {
     type Error = ConfigError;
 
     fn try_from(raw: RawConfig) -> Result<Config, ConfigError> {
-        let top = Ctx { policy: None };
-        let max_tracked = top
+        let top = Ctx::default();
+        let max_tracked_fingerprints = top
             .int(
                 "max_tracked_fingerprints",
                 &raw.max_tracked_fingerprints,
@@ -133,10 +154,9 @@ impl TryFrom<RawConfig> for Config {
             Some(AccessLogName::All) => AccessLog::All,
             Some(AccessLogName::Off) => AccessLog::Off,
         };
-        let store = match raw.store {
-            None => StoreConfig::Local,
-            Some(Obj(s)) => store(&top, s)?,
-        };
+        let store = raw
+            .store
+            .map_or(Ok(StoreConfig::Local), |Obj(s)| store(&top, s))?;
         let webhook = match raw.alerts.and_then(|Obj(a)| a.webhook) {
             None => None,
             Some(Obj(w)) => Some(webhook(&top, w)?),
@@ -148,15 +168,7 @@ impl TryFrom<RawConfig> for Config {
         if list.is_empty() {
             return Err(top.err("policies", "must list at least one policy"));
         }
-        if list.len() > MAX_POLICIES {
-            return Err(top.err(
-                "policies",
-                format!(
-                    "may list at most {MAX_POLICIES} policies (got {})",
-                    list.len()
-                ),
-            ));
-        }
+        top.at_most("policies", list.len(), MAX_POLICIES, "policies")?;
         let mut policies: Vec<Policy> = Vec::with_capacity(list.len());
         for (i, Obj(item)) in list.into_iter().enumerate() {
             let mut p = policy(item, i)?;
@@ -173,7 +185,7 @@ impl TryFrom<RawConfig> for Config {
             policies.push(p);
         }
         Ok(Config {
-            max_tracked_fingerprints: u32::try_from(max_tracked).unwrap_or(u32::MAX),
+            max_tracked_fingerprints,
             max_body_bytes,
             jwt_payload_in_metadata,
             policies,
@@ -188,7 +200,7 @@ impl TryFrom<RawConfig> for Config {
 }
 
 fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
-    let anon = Ctx { policy: None };
+    let anon = Ctx::default();
     let id = match raw.id {
         None => return Err(anon.err(&format!("policies[{index}].id"), "is required")),
         Some(id) if valid_id(&id) => id,
@@ -204,6 +216,7 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
     };
     let ctx = Ctx {
         policy: Some(id.clone()),
+        ..Ctx::default()
     };
     let Some(Obj(spec)) = raw.spec else {
         return Err(ctx.err("spec", "is required"));
@@ -254,18 +267,13 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
         }
         Some(Obj(v)) => volatile(&ctx, v)?,
     };
-    let tool_loops = match spec.tool_loops {
-        None => None,
-        Some(Obj(t)) => tool_loops(&ctx, t, &volatile)?,
-    };
-    let mcp = match spec.mcp {
-        None => None,
-        Some(Obj(m)) => mcp(&ctx, m, &volatile, classes_listed)?,
-    };
-    let budget = match spec.budget {
-        None => None,
-        Some(Obj(b)) => Some(budget(&ctx, b)?),
-    };
+    let tool_loops = spec
+        .tool_loops
+        .map_or(Ok(None), |Obj(t)| tool_loops(&ctx, t, &volatile))?;
+    let mcp = spec
+        .mcp
+        .map_or(Ok(None), |Obj(m)| mcp(&ctx, m, &volatile, classes_listed))?;
+    let budget = spec.budget.map(|Obj(b)| budget(&ctx, b)).transpose()?;
     let detection = match spec.loop_detection {
         None if has_tool_loops || has_mcp || budget.is_some() => None,
         None => {

@@ -8,36 +8,29 @@ use crate::config::{
 };
 
 pub(super) fn selector(ctx: &Ctx, s: RawSelector) -> Result<Selector, ConfigError> {
+    let sel = &ctx.within("selector");
     let path = match (s.path_exact, s.path_prefix) {
         (Some(_), Some(_)) => {
             return Err(ctx.err("selector", "may give pathExact or pathPrefix, not both"))
         }
-        (Some(p), None) => PathMatch::Exact(check_path(ctx, "selector.pathExact", p)?),
-        (None, Some(p)) => PathMatch::Prefix(check_path(ctx, "selector.pathPrefix", p)?),
+        (Some(p), None) => PathMatch::Exact(check_path(sel, "pathExact", p)?),
+        (None, Some(p)) => PathMatch::Prefix(check_path(sel, "pathPrefix", p)?),
         (None, None) => PathMatch::Any,
     };
-    let mut methods = Vec::new();
-    for (i, m) in ctx
-        .non_empty("selector.methods", &s.methods)?
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
+    let given = sel.non_empty("methods", &s.methods)?.unwrap_or_default();
+    let mut methods = Vec::with_capacity(given.len());
+    for (i, m) in given.iter().enumerate() {
         if m.is_empty() || !m.bytes().all(is_token_byte) {
-            return Err(ctx.err(
-                &format!("selector.methods[{i}]"),
+            return Err(sel.err(
+                &format!("methods[{i}]"),
                 format!("must be an HTTP method token (got \"{m}\")"),
             ));
         }
         methods.push(m.to_ascii_uppercase());
     }
-    let mut hosts = Vec::new();
-    for (i, h) in ctx
-        .non_empty("selector.hosts", &s.hosts)?
-        .unwrap_or_default()
-        .iter()
-        .enumerate()
-    {
+    let given = sel.non_empty("hosts", &s.hosts)?.unwrap_or_default();
+    let mut hosts = Vec::with_capacity(given.len());
+    for (i, h) in given.iter().enumerate() {
         let host = normalize_host(h);
         let body = host.strip_prefix("*.").unwrap_or(&host);
         let ok = !body.is_empty()
@@ -45,33 +38,23 @@ pub(super) fn selector(ctx: &Ctx, s: RawSelector) -> Result<Selector, ConfigErro
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b));
         if !ok {
-            return Err(ctx.err(
-                &format!("selector.hosts[{i}]"),
+            return Err(sel.err(
+                &format!("hosts[{i}]"),
                 format!("must be a host name, optionally starting with \"*.\" (got \"{h}\")"),
             ));
         }
         hosts.push(host);
     }
-    let mut routes = Vec::new();
-    if let Some(list) = ctx.non_empty("selector.routes", &s.routes)? {
-        if list.len() > MAX_ROUTES {
-            return Err(ctx.err(
-                "selector.routes",
-                format!("may list at most {MAX_ROUTES} routes (got {})", list.len()),
-            ));
-        }
-        for (i, r) in list.iter().enumerate() {
-            if r.is_empty() {
-                return Err(ctx.err(&format!("selector.routes[{i}]"), "must not be empty"));
-            }
-            routes.push(r.clone());
-        }
+    let routes = sel.non_empty("routes", &s.routes)?.unwrap_or_default();
+    sel.at_most("routes", routes.len(), MAX_ROUTES, "routes")?;
+    if let Some(i) = routes.iter().position(String::is_empty) {
+        return Err(sel.err(&format!("routes[{i}]"), "must not be empty"));
     }
     Ok(Selector {
         path,
         methods,
         hosts,
-        routes,
+        routes: routes.to_vec(),
     })
 }
 
@@ -91,18 +74,8 @@ pub(super) fn limit_keys(
     ctx: &Ctx,
     list: Option<Vec<String>>,
 ) -> Result<Vec<LimitKey>, ConfigError> {
-    let Some(list) = list else {
-        return Ok(Vec::new());
-    };
-    if list.len() > MAX_LIMIT_KEYS {
-        return Err(ctx.err(
-            "limit_keys",
-            format!(
-                "may list at most {MAX_LIMIT_KEYS} keys (got {})",
-                list.len()
-            ),
-        ));
-    }
+    let list = list.unwrap_or_default();
+    ctx.at_most("limit_keys", list.len(), MAX_LIMIT_KEYS, "keys")?;
     let mut keys: Vec<LimitKey> = Vec::with_capacity(list.len());
     for (i, raw) in list.iter().enumerate() {
         let field = format!("limit_keys[{i}]");
@@ -148,18 +121,8 @@ pub(super) fn exempt(
     ctx: &Ctx,
     list: Option<Vec<Obj<RawExempt>>>,
 ) -> Result<Vec<Exemption>, ConfigError> {
-    let Some(list) = list else {
-        return Ok(Vec::new());
-    };
-    if list.len() > MAX_EXEMPTIONS {
-        return Err(ctx.err(
-            "exempt",
-            format!(
-                "may list at most {MAX_EXEMPTIONS} entries (got {})",
-                list.len()
-            ),
-        ));
-    }
+    let list = list.unwrap_or_default();
+    ctx.at_most("exempt", list.len(), MAX_EXEMPTIONS, "entries")?;
     let mut out = Vec::with_capacity(list.len());
     for (i, Obj(item)) in list.into_iter().enumerate() {
         let at = format!("exempt[{i}]");

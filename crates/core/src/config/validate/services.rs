@@ -10,6 +10,7 @@ use crate::config::prices;
 use crate::config::{ModelPrice, OnStoreError, Prices, RedisStore, RedisTopology, Webhook};
 
 pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> {
+    let ctx = &ctx.within("store");
     match s.kind {
         None | Some(StoreName::Local) => {
             let given = [
@@ -21,29 +22,22 @@ pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> 
                 ("on_error", s.on_error.is_some()),
             ];
             if let Some((extra, _)) = given.iter().find(|(_, g)| *g) {
-                return Err(ctx.err(
-                    &format!("store.{extra}"),
-                    "applies only to the \"redis_webdis\" store",
-                ));
+                return Err(ctx.err(extra, "applies only to the \"redis_webdis\" store"));
             }
             Ok(StoreConfig::Local)
         }
         Some(StoreName::RedisWebdis) => {
             let cluster = match s.cluster {
                 Some(c) if !c.is_empty() => c,
-                _ => {
-                    return Err(
-                        ctx.err("store.cluster", "is required (the Envoy cluster of webdis)")
-                    )
-                }
+                _ => return Err(ctx.err("cluster", "is required (the Envoy cluster of webdis)")),
             };
             let authority = s.authority.unwrap_or_else(|| "webdis".to_string());
             if authority.is_empty() {
-                return Err(ctx.err("store.authority", "must not be empty"));
+                return Err(ctx.err("authority", "must not be empty"));
             }
-            let path = absolute(ctx, "store.path", s.path.unwrap_or_else(|| "/".to_string()))?;
+            let path = absolute(ctx, "path", s.path.unwrap_or_else(|| "/".to_string()))?;
             let timeout_ms = ctx
-                .int("store.timeout_ms", &s.timeout_ms, 1, 5_000)?
+                .int("timeout_ms", &s.timeout_ms, 1, 5_000)?
                 .unwrap_or(25);
             let on_error = match s.on_error {
                 None | Some(OnErrorName::Local) => OnStoreError::Local,
@@ -66,23 +60,19 @@ pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> 
 }
 
 pub(super) fn webhook(ctx: &Ctx, w: RawWebhook) -> Result<Webhook, ConfigError> {
-    const SECTION: &str = "alerts.webhook";
+    let ctx = &ctx.within("alerts.webhook");
     let required = |name: &str, v: Option<String>| -> Result<String, ConfigError> {
         match v {
             Some(s) if !s.is_empty() => Ok(s),
-            Some(_) => Err(ctx.err(&format!("{SECTION}.{name}"), "must not be empty")),
-            None => Err(ctx.err(&format!("{SECTION}.{name}"), "is required")),
+            Some(_) => Err(ctx.err(name, "must not be empty")),
+            None => Err(ctx.err(name, "is required")),
         }
     };
     let cluster = required("cluster", w.cluster)?;
     let authority = required("authority", w.authority)?;
-    let path = absolute(
-        ctx,
-        &format!("{SECTION}.path"),
-        w.path.unwrap_or_else(|| "/".to_string()),
-    )?;
+    let path = absolute(ctx, "path", w.path.unwrap_or_else(|| "/".to_string()))?;
     let timeout_ms = ctx
-        .int(&format!("{SECTION}.timeout_ms"), &w.timeout_ms, 1, 60_000)?
+        .int("timeout_ms", &w.timeout_ms, 1, 60_000)?
         .unwrap_or(2_000);
     let hmac_secret_env = match w.hmac_secret_env {
         None => None,
@@ -93,7 +83,7 @@ pub(super) fn webhook(ctx: &Ctx, w: RawWebhook) -> Result<Webhook, ConfigError> 
         }
         Some(other) => {
             return Err(ctx.err(
-                &format!("{SECTION}.hmac_secret_env"),
+                "hmac_secret_env",
                 format!("must be an environment variable name (got \"{other}\")"),
             ))
         }
@@ -114,16 +104,7 @@ pub(super) fn prices(
     let Some(raw) = raw else {
         return Ok(Prices::default());
     };
-    if raw.len() > prices::MAX_PRICED_MODELS {
-        return Err(ctx.err(
-            "prices",
-            format!(
-                "may list at most {} models (got {})",
-                prices::MAX_PRICED_MODELS,
-                raw.len()
-            ),
-        ));
-    }
+    ctx.at_most("prices", raw.len(), prices::MAX_PRICED_MODELS, "models")?;
     let mut models = Vec::with_capacity(raw.len());
     for (model, Obj(p)) in raw {
         if model.trim().is_empty() {
