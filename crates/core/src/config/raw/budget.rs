@@ -8,8 +8,7 @@ use schemars::JsonSchema;
 
 /// Spend caps of a policy.
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Budget"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Budget"))]
 #[serde(deny_unknown_fields)]
 pub struct RawBudget {
     /// 1..8 caps, each per caller, session or conversation.

@@ -7,8 +7,7 @@ use serde::Deserialize;
 use schemars::JsonSchema;
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Mcp"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Mcp"))]
 #[serde(deny_unknown_fields)]
 pub struct RawMcp {
     /// `false` switches MCP loop detection off.
@@ -49,8 +48,7 @@ pub struct RawMcp {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "McpStep"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "McpStep"))]
 #[serde(rename_all = "snake_case")]
 pub enum McpStepName {
     Note,
@@ -60,8 +58,7 @@ pub enum McpStepName {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "McpKey"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "McpKey"))]
 #[serde(rename_all = "snake_case")]
 pub enum McpKeyName {
     Session,

@@ -65,8 +65,7 @@ pub struct RawConfig {
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Policy"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Policy"))]
 #[serde(deny_unknown_fields)]
 pub struct RawPolicy {
     /// Unique, `[A-Za-z0-9_-]{1,64}`; appears in headers, metrics and logs.
@@ -115,8 +114,7 @@ pub struct RawSpec {
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Volatile"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Volatile"))]
 #[serde(deny_unknown_fields)]
 pub struct RawVolatile {
     /// `false` compares text as it is. Default `true`.
@@ -143,8 +141,7 @@ pub enum VolatileClassName {
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Selector"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Selector"))]
 #[serde(deny_unknown_fields)]
 pub struct RawSelector {
     /// The request path, query string excluded, equals this.
@@ -164,8 +161,7 @@ pub struct RawSelector {
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Exemption"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Exemption"))]
 #[serde(deny_unknown_fields)]
 pub struct RawExempt {
     /// A limit key, written as in `limit_keys`.
@@ -241,16 +237,14 @@ pub struct RawDetection {
 #[serde(deny_unknown_fields)]
 pub struct RawStep {
     /// From this many identical requests in the window on, 2..1024.
-    #[cfg_attr(feature = "schema", schemars(range(min = 2, max = 1024)))]
-    #[cfg_attr(feature = "schema", schemars(required))]
+    #[cfg_attr(feature = "schema", schemars(range(min = 2, max = 1024), required))]
     pub at: Option<Int>,
     #[cfg_attr(feature = "schema", schemars(required))]
     pub action: Option<Action>,
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "ToolLoops"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "ToolLoops"))]
 #[serde(deny_unknown_fields)]
 pub struct RawToolLoops {
     /// `false` switches tool-loop detection off.
@@ -291,8 +285,7 @@ pub struct RawToolLoops {
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Store"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Store"))]
 #[serde(deny_unknown_fields)]
 pub struct RawStore {
     /// `local`: Envoy shared data. `redis_webdis`: Redis through webdis.
@@ -319,8 +312,7 @@ pub struct RawStore {
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Alerts"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Alerts"))]
 #[serde(deny_unknown_fields)]
 pub struct RawAlerts {
     /// Signed `loop.detected` alerts POSTed through an Envoy cluster.
@@ -328,8 +320,7 @@ pub struct RawAlerts {
 }
 
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Webhook"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Webhook"))]
 #[serde(deny_unknown_fields)]
 pub struct RawWebhook {
     /// The Envoy cluster of the receiver (required).
@@ -349,8 +340,7 @@ pub struct RawWebhook {
 
 /// One model's prices, in US dollars per million tokens.
 #[derive(Debug, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Price"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Price"))]
 #[serde(deny_unknown_fields)]
 pub struct RawPrice {
     /// Input (prompt) tokens (required).
@@ -370,8 +360,7 @@ pub struct RawPrice {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "Mode"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Mode"))]
 #[serde(rename_all = "snake_case")]
 pub enum ModeName {
     Enforce,
@@ -397,8 +386,7 @@ impl SimilarityName {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "AccessLog"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "AccessLog"))]
 #[serde(rename_all = "snake_case")]
 pub enum AccessLogName {
     Actions,
@@ -407,8 +395,7 @@ pub enum AccessLogName {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "StoreType"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "StoreType"))]
 #[serde(rename_all = "snake_case")]
 pub enum StoreName {
     Local,
@@ -434,8 +421,7 @@ pub enum TopologyName {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "ToolStep"))]
+#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "ToolStep"))]
 #[serde(rename_all = "snake_case")]
 pub enum ToolStepName {
     Nudge,
