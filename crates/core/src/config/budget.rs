@@ -85,8 +85,12 @@ impl Unpriced {
     }
 }
 
-/// What happens at a cap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// What happens at a cap. Read as written (`raw`); no doc comment: the
+// schema would show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "BudgetActionName"))]
+#[serde(rename_all = "snake_case")]
 pub enum BudgetAction {
     Reject,
     Warn,
@@ -123,8 +127,12 @@ pub struct BudgetLimit {
     pub cap: Cap,
 }
 
-/// Which tokens a token cap counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// Which tokens a token cap counts. Read as written (`raw`); no doc
+// comment: the schema would show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "TokensOfName"))]
+#[serde(rename_all = "snake_case")]
 pub enum TokensOf {
     Input,
     Output,

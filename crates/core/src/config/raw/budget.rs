@@ -1,6 +1,7 @@
 //! `spec.budget` as written (see [`super`]).
 
 use super::{Int, Obj};
+use crate::config::budget::{BudgetAction, TokensOf};
 use serde::Deserialize;
 
 #[cfg(feature = "schema")]
@@ -16,7 +17,7 @@ pub struct RawBudget {
     pub limits: Option<Vec<Obj<RawBudgetLimit>>>,
     /// What happens at a cap: `reject` (a 429, default) or `warn` (a
     /// header and an event).
-    pub action: Option<BudgetActionName>,
+    pub action: Option<BudgetAction>,
     /// The fraction of a cap from which requests carry the
     /// `x-loopguard-budget` warning, 0 (off) to below 1. Default 0.8.
     #[cfg_attr(feature = "schema", schemars(with = "Option<f64>"))]
@@ -67,17 +68,9 @@ pub struct RawBudgetLimit {
     pub tokens: Option<Int>,
     /// With `tokens`: which tokens count, `input`, `output` or `all`
     /// (default).
-    pub tokens_of: Option<TokensOfName>,
+    pub tokens_of: Option<TokensOf>,
     /// A cap in model calls, 1..10^9.
     pub calls: Option<Int>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum BudgetActionName {
-    Reject,
-    Warn,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -97,13 +90,4 @@ pub enum UnpricedName {
     Max,
     Reject,
     Ignore,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum TokensOfName {
-    Input,
-    Output,
-    All,
 }

@@ -1,8 +1,7 @@
 //! `spec.budget`: spend caps per caller, session or conversation.
 
 use super::{
-    is_token_byte, BudgetActionName, BudgetPerName, ConfigError, Ctx, Obj, RawBudget,
-    RawBudgetLimit, TokensOfName, UnpricedName,
+    is_token_byte, BudgetPerName, ConfigError, Ctx, Obj, RawBudget, RawBudgetLimit, UnpricedName,
 };
 use crate::config::budget::*;
 use crate::config::error::show;
@@ -99,10 +98,7 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
         .unwrap_or(8192);
     Ok(Budget {
         limits,
-        action: match b.action {
-            None | Some(BudgetActionName::Reject) => BudgetAction::Reject,
-            Some(BudgetActionName::Warn) => BudgetAction::Warn,
-        },
+        action: b.action.unwrap_or(BudgetAction::Reject),
         warn_at_permille,
         session,
         user,
@@ -206,12 +202,7 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
         let n = at
             .int("tokens", &raw.tokens, 1, 1_000_000_000_000)?
             .unwrap_or(1);
-        let of = match raw.tokens_of {
-            Some(TokensOfName::Input) => TokensOf::Input,
-            Some(TokensOfName::Output) => TokensOf::Output,
-            None | Some(TokensOfName::All) => TokensOf::All,
-        };
-        Cap::Tokens(n, of)
+        Cap::Tokens(n, raw.tokens_of.unwrap_or(TokensOf::All))
     } else {
         Cap::Calls(at.int("calls", &raw.calls, 1, 1_000_000_000)?.unwrap_or(1))
     };
