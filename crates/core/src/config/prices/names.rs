@@ -61,20 +61,16 @@ pub fn resolve<T>(model: &str, mut find: impl FnMut(&str) -> Option<T>) -> Optio
     if let Some(found) = find(s) {
         return Some(found);
     }
-    if let Some(rest) = strip_prefix_ci(s, "ft:") {
-        let base = rest.split(':').next().unwrap_or(rest);
-        let tuned = s.get(..3 + base.len()).unwrap_or(s);
-        if tuned.len() < s.len() {
-            if let Some(found) = find(tuned) {
-                return Some(found);
-            }
-        }
-        if let Some(found) = strip_date(tuned).and_then(&mut find) {
-            return Some(found);
-        }
-        return plain(base, s, find);
-    }
-    plain(s, s, find)
+    let Some(rest) = strip_prefix_ci(s, "ft:") else {
+        return plain(s, s, find);
+    };
+    let base = rest.split(':').next().unwrap_or(rest);
+    let tuned = s.get(..3 + base.len()).unwrap_or(s);
+    (tuned.len() < s.len())
+        .then(|| find(tuned))
+        .flatten()
+        .or_else(|| strip_date(tuned).and_then(&mut find))
+        .or_else(|| plain(base, s, find))
 }
 
 /// Steps 3 to 5 for `s`; `tried` was looked up already.
@@ -84,29 +80,16 @@ fn plain<T>(s: &str, tried: &str, mut find: impl FnMut(&str) -> Option<T>) -> Op
         return None;
     }
     let mut buf = [0u8; MAX_BUILT];
-    if let Some(date) = date {
-        if let Some(found) = join(&mut buf, name, date).and_then(&mut find) {
-            return Some(found);
-        }
-    }
-    if name != tried {
-        if let Some(found) = find(name) {
-            return Some(found);
-        }
-    }
-    if let Some(undated) = strip_date(name) {
-        if let Some(found) = find(undated) {
-            return Some(found);
-        }
-        let latest = join(&mut buf, undated, "latest");
-        if let Some(found) = latest.and_then(&mut find) {
-            return Some(found);
-        }
-    }
-    match strip_latest(name) {
-        Some(undated) => find(undated).or_else(|| strip_date(undated).and_then(find)),
-        None => join(&mut buf, name, "latest").and_then(find),
-    }
+    date.and_then(|date| join(&mut buf, name, date).and_then(&mut find))
+        .or_else(|| (name != tried).then(|| find(name)).flatten())
+        .or_else(|| {
+            let undated = strip_date(name)?;
+            find(undated).or_else(|| join(&mut buf, undated, "latest").and_then(&mut find))
+        })
+        .or_else(|| match strip_latest(name) {
+            Some(undated) => find(undated).or_else(|| strip_date(undated).and_then(&mut find)),
+            None => join(&mut buf, name, "latest").and_then(&mut find),
+        })
 }
 
 /// `name-part`, in `buf`.
