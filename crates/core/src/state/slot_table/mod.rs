@@ -14,6 +14,7 @@
 use crate::detect::fingerprint::Fingerprint;
 use crate::detect::similarity::{Signature, SIGNATURE_BYTES};
 use crate::state::near::{NearEvent, NearProbe, NearRecord};
+use crate::state::store::place;
 use crate::state::window::{Forgave, Forgiveness, HitRecord, WindowQuery, WindowState};
 
 /// Entries per bucket.
@@ -182,41 +183,25 @@ pub fn record(
     near: Option<&NearProbe>,
 ) -> Recorded {
     let mut bucket = Bucket::decode(old).unwrap_or_default();
-    let mut evicted = false;
-    let mut added = false;
-    let idx = match bucket.entries.iter().position(|e| e.fingerprint == *fp) {
-        Some(i) => i,
-        None => {
-            let fresh = Entry {
-                fingerprint: *fp,
-                last_seen: now,
-                expires_at: now,
-                record: Record::fresh(near),
-            };
-            if bucket.entries.len() < BUCKET_ENTRIES {
-                added = true;
-                bucket.entries.push(fresh);
-                bucket.entries.len() - 1
-            } else {
-                let victim = match bucket.entries.iter().position(|e| e.expires_at <= now) {
-                    Some(i) => i,
-                    None => {
-                        evicted = true;
-                        bucket
-                            .entries
-                            .iter()
-                            .enumerate()
-                            .min_by_key(|(_, e)| e.last_seen)
-                            .map_or(0, |(i, _)| i)
-                    }
-                };
-                if let Some(slot) = bucket.entries.get_mut(victim) {
-                    *slot = fresh;
-                }
-                victim
-            }
-        }
-    };
+    let (mut evicted, mut added) = (false, false);
+    let found = bucket.entries.iter().position(|e| e.fingerprint == *fp);
+    let idx = found.unwrap_or_else(|| {
+        let fresh = Entry {
+            fingerprint: *fp,
+            last_seen: now,
+            expires_at: now,
+            record: Record::fresh(near),
+        };
+        // A free entry, else the first expired one, else the least
+        // recently seen (a live one: evicted).
+        let (i, least) = place(&mut bucket.entries, BUCKET_ENTRIES, fresh, |e| {
+            let live = e.expires_at > now;
+            (live, if live { e.last_seen } else { 0 })
+        });
+        added = least.is_none();
+        evicted = least.is_some_and(|(live, _)| live);
+        i
+    });
     let state = match bucket.entries.get_mut(idx) {
         Some(entry) => {
             let state = entry.record.record(now, q, near);
@@ -302,55 +287,32 @@ impl Bucket {
             let last_event = r.u64()?;
             let suppressed = r.u32()?;
             let at = |age: u32| last_seen.saturating_sub(u64::from(age));
+            // Fields are read in the order the encoding lists them.
             let record = match kind {
                 KIND_HITS => {
                     let cooldown_until = r.u64()?;
-                    let count = r.u16()? as usize;
-                    let mut hits = Vec::with_capacity(count);
-                    for _ in 0..count {
-                        hits.push(at(r.u32()?));
-                    }
+                    let n = r.u16()?.into();
                     Record::Hits(HitRecord {
-                        hits,
+                        hits: r.list(n, |r| Some(at(r.u32()?)))?,
                         cooldown_until,
                         last_event,
                         suppressed,
-                        forgiven: r.times()?,
+                        forgiven: r.short(Reader::u64)?,
                     })
                 }
                 KIND_NEAR => {
-                    let count = r.u16()? as usize;
-                    let mut hits = Vec::with_capacity(count);
-                    for _ in 0..count {
-                        let h = r.signature()?;
-                        hits.push((h, at(r.u32()?)));
-                    }
-                    let cooling = r.u8()? as usize;
-                    let mut cooldowns = Vec::with_capacity(cooling);
-                    for _ in 0..cooling {
-                        let h = r.signature()?;
-                        cooldowns.push((h, r.u64()?));
-                    }
-                    let loops = r.u8()? as usize;
-                    let mut events = Vec::with_capacity(loops);
-                    for _ in 0..loops {
-                        events.push(NearEvent {
-                            signature: r.signature()?,
-                            last: r.u64()?,
-                            suppressed: r.u32()?,
-                        });
-                    }
-                    let f = r.u8()? as usize;
-                    let mut forgiven = Vec::with_capacity(f);
-                    for _ in 0..f {
-                        let h = r.signature()?;
-                        forgiven.push((h, r.u64()?));
-                    }
+                    let n = r.u16()?.into();
                     Record::Near(NearRecord {
-                        hits,
-                        cooldowns,
-                        events,
-                        forgiven,
+                        hits: r.list(n, |r| Some((r.signature()?, at(r.u32()?))))?,
+                        cooldowns: r.short(Reader::stamped)?,
+                        events: r.short(|r| {
+                            Some(NearEvent {
+                                signature: r.signature()?,
+                                last: r.u64()?,
+                                suppressed: r.u32()?,
+                            })
+                        })?,
+                        forgiven: r.short(Reader::stamped)?,
                     })
                 }
                 _ => return None,
@@ -411,7 +373,9 @@ impl Bucket {
                     for &t in r.hits.iter().skip(r.hits.len() - n) {
                         out.extend_from_slice(&age(t).to_le_bytes());
                     }
-                    put_times(&mut out, &r.forgiven);
+                    put_list(&mut out, &r.forgiven, |out, t| {
+                        out.extend_from_slice(&t.to_le_bytes());
+                    });
                 }
                 Record::Near(r) => {
                     let n = r.hits.len().min(usize::from(u16::MAX));
@@ -420,25 +384,13 @@ impl Bucket {
                         out.extend_from_slice(&h.to_bytes());
                         out.extend_from_slice(&age(*t).to_le_bytes());
                     }
-                    let m = r.cooldowns.len().min(usize::from(u8::MAX));
-                    out.push(m as u8);
-                    for (h, until) in r.cooldowns.iter().take(m) {
-                        out.extend_from_slice(&h.to_bytes());
-                        out.extend_from_slice(&until.to_le_bytes());
-                    }
-                    let e = r.events.len().min(usize::from(u8::MAX));
-                    out.push(e as u8);
-                    for ev in r.events.iter().take(e) {
+                    put_list(&mut out, &r.cooldowns, put_stamped);
+                    put_list(&mut out, &r.events, |out, ev| {
                         out.extend_from_slice(&ev.signature.to_bytes());
                         out.extend_from_slice(&ev.last.to_le_bytes());
                         out.extend_from_slice(&ev.suppressed.to_le_bytes());
-                    }
-                    let f = r.forgiven.len().min(usize::from(u8::MAX));
-                    out.push(f as u8);
-                    for (h, t) in r.forgiven.iter().take(f) {
-                        out.extend_from_slice(&h.to_bytes());
-                        out.extend_from_slice(&t.to_le_bytes());
-                    }
+                    });
+                    put_list(&mut out, &r.forgiven, put_stamped);
                 }
             }
         }
@@ -446,13 +398,19 @@ impl Bucket {
     }
 }
 
-/// A short list of times: `f:u8 time:u64*f`.
-fn put_times(out: &mut Vec<u8>, times: &[u64]) {
-    let f = times.len().min(usize::from(u8::MAX));
-    out.push(f as u8);
-    for t in times.iter().take(f) {
-        out.extend_from_slice(&t.to_le_bytes());
+/// A short list: `n:u8` and its first `n` items (at most 255).
+fn put_list<T>(out: &mut Vec<u8>, items: &[T], put: impl Fn(&mut Vec<u8>, &T)) {
+    let n = items.len().min(usize::from(u8::MAX));
+    out.push(n as u8);
+    for item in items.iter().take(n) {
+        put(out, item);
     }
+}
+
+/// `signature:[60] time:u64`.
+fn put_stamped(out: &mut Vec<u8>, (h, t): &(Signature, u64)) {
+    out.extend_from_slice(&h.to_bytes());
+    out.extend_from_slice(&t.to_le_bytes());
 }
 
 struct Reader<'a>(&'a [u8]);
@@ -481,13 +439,25 @@ impl<'a> Reader<'a> {
     fn signature(&mut self) -> Option<Signature> {
         Signature::from_bytes(self.take(SIGNATURE_BYTES)?)
     }
-    fn times(&mut self) -> Option<Vec<u64>> {
-        let f = self.u8()? as usize;
-        let mut out = Vec::with_capacity(f);
-        for _ in 0..f {
-            out.push(self.u64()?);
+    fn stamped(&mut self) -> Option<(Signature, u64)> {
+        Some((self.signature()?, self.u64()?))
+    }
+    /// `n` items.
+    fn list<T>(
+        &mut self,
+        n: usize,
+        mut item: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            out.push(item(self)?);
         }
         Some(out)
+    }
+    /// A short list: `n:u8` and `n` items.
+    fn short<T>(&mut self, item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
+        let n = self.u8()?.into();
+        self.list(n, item)
     }
 }
 
