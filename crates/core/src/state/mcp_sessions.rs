@@ -13,6 +13,7 @@
 
 use crate::detect::mcp::Entry;
 use crate::detect::similarity::mix;
+use crate::state::bytes::Reader;
 use crate::state::store::{cas, place, BucketBackend, StoreFailure};
 use std::ops::Range;
 
@@ -124,17 +125,14 @@ pub fn read<B: BucketBackend>(
     idle_ms: u64,
 ) -> Result<Recent, StoreFailure> {
     let (bytes, version) = backend.read(id.bucket).ok_or(StoreFailure::Backend)?;
-    let mut recent = decode(&bytes)
-        .into_iter()
-        .find(|h| h.key == id.key && !idle(h, now, idle_ms))
-        .map(|h| Recent {
-            entries: h.entries,
-            last_real_ms: h.last_real_ms,
-            snapshot: None,
-        })
-        .unwrap_or_default();
-    recent.snapshot = Some((bytes, version));
-    Ok(recent)
+    let mut histories = decode(&bytes).into_iter();
+    let h = histories.find(|h| h.key == id.key && !idle(h, now, idle_ms));
+    let h = h.unwrap_or_default();
+    Ok(Recent {
+        entries: h.entries,
+        last_real_ms: h.last_real_ms,
+        snapshot: Some((bytes, version)),
+    })
 }
 
 fn idle(h: &History, now: u64, idle_ms: u64) -> bool {
@@ -230,7 +228,7 @@ fn encode(histories: &[History]) -> Vec<u8> {
             out.extend_from_slice(&e.call.to_le_bytes());
             out.extend_from_slice(&e.result.to_le_bytes());
             out.extend_from_slice(&e.content.to_le_bytes());
-            out.push(u8::from(e.failed) | u8::from(e.unread) << 1 | u8::from(e.answered) << 2);
+            out.push(flags(e));
         }
     }
     out
@@ -243,44 +241,40 @@ fn decode(bytes: &[u8]) -> Vec<History> {
 }
 
 fn decode_checked(bytes: &[u8]) -> Option<Vec<History>> {
-    let (&version, rest) = bytes.split_first()?;
-    if version != VERSION {
+    let mut r = Reader(bytes);
+    if r.u8()? != VERSION {
         return None;
     }
-    let (&count, mut rest) = rest.split_first()?;
-    let mut out = Vec::with_capacity(usize::from(count).min(PER_BUCKET));
-    let u64_at = |b: &[u8], at: usize| -> Option<u64> {
-        Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-    };
-    for _ in 0..count.min(PER_BUCKET as u8) {
-        let key = u64_at(rest, 0)?;
-        let owner = u64_at(rest, 8)?;
-        let last_ms = u64_at(rest, 16)?;
-        let last_real_ms = u64_at(rest, 24)?;
-        let n = usize::from(*rest.get(32)?).min(MAX_ENTRIES);
-        rest = rest.get(HEAD..)?;
-        let mut entries = Vec::with_capacity(n);
-        for _ in 0..n {
-            let flags = *rest.get(24)?;
-            entries.push(Entry {
-                call: u64_at(rest, 0)?,
-                result: u64_at(rest, 8)?,
-                content: u64_at(rest, 16)?,
-                failed: flags & 1 != 0,
-                unread: flags & 2 != 0,
-                answered: flags & 4 != 0,
-            });
-            rest = rest.get(ENTRY..)?;
-        }
-        out.push(History {
+    let count = r.u8()?.min(PER_BUCKET as u8);
+    r.list(count.into(), |r| {
+        let (key, owner, last_ms, last_real_ms) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let n = usize::from(r.u8()?).min(MAX_ENTRIES);
+        let entries = r.list(n, |r| Some(entry(r.u64()?, r.u64()?, r.u64()?, r.u8()?)))?;
+        Some(History {
             key,
             owner,
             last_ms,
             last_real_ms,
             entries,
-        });
+        })
+    })
+}
+
+/// An entry's flags: 1 failed, 2 unread, 4 answered.
+pub(crate) fn flags(e: &Entry) -> u8 {
+    u8::from(e.failed) | u8::from(e.unread) << 1 | u8::from(e.answered) << 2
+}
+
+/// An entry from its digests and its [`flags`].
+pub(crate) fn entry(call: u64, result: u64, content: u64, flags: u8) -> Entry {
+    Entry {
+        call,
+        result,
+        content,
+        failed: flags & 1 != 0,
+        unread: flags & 2 != 0,
+        answered: flags & 4 != 0,
     }
-    Some(out)
 }
 
 #[cfg(test)]

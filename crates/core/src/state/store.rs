@@ -268,9 +268,7 @@ impl BucketBackend for InProcess {
         if slot.1 != version {
             return CasWrite::Conflict;
         }
-        slot.0.clear();
-        slot.0.extend_from_slice(bytes);
-        slot.1 = slot.1.wrapping_add(1);
+        *slot = (bytes.to_vec(), slot.1.wrapping_add(1));
         CasWrite::Written
     }
 }

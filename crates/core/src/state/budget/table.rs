@@ -27,6 +27,7 @@
 //! spending all left its window stays, and reads as nothing spent).
 
 use super::slices::{Slices, SLICES};
+use crate::state::bytes::Reader;
 use crate::state::store::{cas, BucketBackend};
 use std::cmp::Ordering;
 use std::ops::Range;
@@ -148,51 +149,13 @@ impl Spans {
     }
 }
 
-/// Reads an entry's bytes in order; `None` when they end early or are
-/// malformed.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let b = *self.bytes.get(self.at)?;
-        self.at += 1;
-        Some(b)
-    }
-
-    fn varint(&mut self) -> Option<u64> {
-        let b = self.byte()?;
-        if b < 0x80 {
-            return Some(u64::from(b));
-        }
-        let mut v = u64::from(b & 0x7f);
-        for shift in (7..64).step_by(7) {
-            let b = self.byte()?;
-            let low = u64::from(b & 0x7f);
-            if shift == 63 && low > 1 {
-                return None;
-            }
-            v |= low << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-}
-
 /// The entry at `s` (`None`: malformed).
 fn entry_at(bytes: &[u8], s: Span) -> Option<Entry> {
-    let mut c = Cursor {
-        bytes: bytes.get(s.start + HEAD..s.end)?,
-        at: 0,
-    };
+    let mut c = Reader(bytes.get(s.start + HEAD..s.end)?);
     let cap = c.varint()?;
     let slice_ms = c.varint()?.max(1);
     let last_ms = c.varint()?;
-    let n = c.byte()?;
+    let n = c.u8()?;
     if u64::from(n) > SLICES {
         return None;
     }
@@ -206,7 +169,7 @@ fn entry_at(bytes: &[u8], s: Span) -> Option<Entry> {
             spent.push((slice, amount));
         }
     }
-    (c.at == c.bytes.len()).then_some(Entry {
+    c.0.is_empty().then_some(Entry {
         key: s.key,
         cap,
         slice_ms,
@@ -487,12 +450,7 @@ fn crowded(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
     let mut stakes: Vec<Stake> = entries.iter().map(|e| Stake::of(e, now)).collect();
     let mut evicted = 0;
     while entries.len() > PER_BUCKET {
-        let Some(i) = stakes
-            .iter()
-            .enumerate()
-            .min_by(|a, b| a.1.cmp(b.1))
-            .map(|(i, _)| i)
-        else {
+        let Some((_, i)) = stakes.iter().zip(0usize..).min() else {
             break;
         };
         entries.remove(i);

@@ -17,6 +17,7 @@
 //! run of requests, and the same question asked tomorrow is another one.
 //! When a bucket is full, its entry added to longest ago makes room.
 
+use crate::state::bytes::Reader;
 use crate::state::store::{cas, place, BucketBackend, CasWrite, InProcess, MAX_CAS_ATTEMPTS};
 use std::ops::Range;
 
@@ -74,27 +75,22 @@ fn decode(bytes: &[u8]) -> Vec<Entry> {
     bytes
         .chunks_exact(ENTRY)
         .take(PER_BUCKET)
-        .map(|c| {
-            // Eight u64 (as `encode` writes them), then the u32.
-            let mut n = [0u64; 8];
-            for (n, b) in n.iter_mut().zip(c.chunks_exact(8)) {
-                *n = u64::from_le_bytes(b.try_into().unwrap_or_default());
-            }
-            let [key, at_ms, input, output, microusd, last_input, last_output, last_microusd] = n;
-            let r = c.get(64..68).and_then(|r| r.try_into().ok());
-            Entry {
-                key,
-                at_ms,
+        .filter_map(|c| {
+            // As `encode` writes them (a whole entry: every read succeeds).
+            let mut r = Reader(c);
+            Some(Entry {
+                key: r.u64()?,
+                at_ms: r.u64()?,
                 spend: Spend {
-                    input,
-                    output,
-                    microusd,
-                    last_input,
-                    last_output,
-                    last_microusd,
-                    responses: r.map_or(0, u32::from_le_bytes),
+                    input: r.u64()?,
+                    output: r.u64()?,
+                    microusd: r.u64()?,
+                    last_input: r.u64()?,
+                    last_output: r.u64()?,
+                    last_microusd: r.u64()?,
+                    responses: r.u32()?,
                 },
-            }
+            })
         })
         .collect()
 }

@@ -101,10 +101,8 @@ impl RedisStore {
 
     /// The window state a hit's call answered (or why it is unusable).
     pub fn complete(&self, reply: &CallReply) -> StoreAnswer {
-        let Some(status) = &reply.status else {
-            return StoreAnswer::Failed(no_answer());
-        };
-        match parse_reply(status, &reply.body) {
+        let status = reply.status.as_deref().ok_or_else(no_answer);
+        match status.and_then(|status| parse_reply(status, &reply.body)) {
             Ok(state) => StoreAnswer::Ready(StoreReceipt {
                 state,
                 evicted: false,

@@ -13,6 +13,7 @@
 
 use crate::detect::fingerprint::Fingerprint;
 use crate::detect::similarity::{Signature, SIGNATURE_BYTES};
+use crate::state::bytes::Reader;
 use crate::state::near::{NearEvent, NearProbe, NearRecord};
 use crate::state::store::place;
 use crate::state::window::{Forgave, Forgiveness, HitRecord, WindowQuery, WindowState};
@@ -121,12 +122,8 @@ impl Record {
         }
     }
 
-    fn is_near(&self) -> bool {
-        matches!(self, Record::Near(_))
-    }
-
     fn record(&mut self, now: u64, q: &WindowQuery, near: Option<&NearProbe>) -> WindowState {
-        if self.is_near() != near.is_some() {
+        if matches!(self, Record::Near(_)) != near.is_some() {
             // A key names one kind of record; answer a mismatch afresh.
             *self = Record::fresh(near);
         }
@@ -231,19 +228,16 @@ pub fn forgive(
     now: u64,
     f: &Forgiveness,
 ) -> (Forgave, Option<Vec<u8>>) {
-    let Some(mut bucket) = Bucket::decode(old) else {
-        return (Forgave::NotFound, None);
-    };
+    let mut bucket = Bucket::decode(old).unwrap_or_default();
     let Some(entry) = bucket.entries.iter_mut().find(|e| e.fingerprint == *fp) else {
         return (Forgave::NotFound, None);
     };
     let forgave = entry.record.forgive(at, near, now, f);
-    if forgave == Forgave::Forgiven {
-        // The entry may expire sooner now; it never lives longer.
-        (forgave, Some(bucket.encode()))
-    } else {
-        (forgave, None)
-    }
+    // The entry may expire sooner now; it never lives longer.
+    (
+        forgave,
+        (forgave == Forgave::Forgiven).then(|| bucket.encode()),
+    )
 }
 
 // Encoding (little-endian):
@@ -411,54 +405,6 @@ fn put_list<T>(out: &mut Vec<u8>, items: &[T], put: impl Fn(&mut Vec<u8>, &T)) {
 fn put_stamped(out: &mut Vec<u8>, (h, t): &(Signature, u64)) {
     out.extend_from_slice(&h.to_bytes());
     out.extend_from_slice(&t.to_le_bytes());
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1)?.first().copied()
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn signature(&mut self) -> Option<Signature> {
-        Signature::from_bytes(self.take(SIGNATURE_BYTES)?)
-    }
-    fn stamped(&mut self) -> Option<(Signature, u64)> {
-        Some((self.signature()?, self.u64()?))
-    }
-    /// `n` items.
-    fn list<T>(
-        &mut self,
-        n: usize,
-        mut item: impl FnMut(&mut Self) -> Option<T>,
-    ) -> Option<Vec<T>> {
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            out.push(item(self)?);
-        }
-        Some(out)
-    }
-    /// A short list: `n:u8` and `n` items.
-    fn short<T>(&mut self, item: impl FnMut(&mut Self) -> Option<T>) -> Option<Vec<T>> {
-        let n = self.u8()?.into();
-        self.list(n, item)
-    }
 }
 
 #[cfg(test)]
