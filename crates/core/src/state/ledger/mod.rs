@@ -242,6 +242,7 @@ impl Ledger {
     }
 
     /// This worker's region (`None`: it adds to the shared one).
+    #[cfg(test)]
     pub fn slot(&self) -> Option<u32> {
         self.slot
     }

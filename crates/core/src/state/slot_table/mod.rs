@@ -39,10 +39,11 @@ pub struct TableLayout {
 
 impl TableLayout {
     pub fn new(max_tracked_fingerprints: u32) -> Self {
-        let entries = max_tracked_fingerprints.max(1) as usize;
-        let buckets = entries.div_ceil(BUCKET_ENTRIES);
+        let buckets = max_tracked_fingerprints
+            .max(1)
+            .div_ceil(BUCKET_ENTRIES as u32);
         TableLayout {
-            buckets: u32::try_from(buckets).unwrap_or(u32::MAX),
+            buckets,
             mcp: false,
             budget_buckets: 0,
         }
