@@ -13,7 +13,8 @@
 
 use crate::detect::mcp::Entry;
 use crate::detect::similarity::mix;
-use crate::state::store::{BucketBackend, CasWrite, MAX_CAS_ATTEMPTS};
+use crate::state::bytes::Reader;
+use crate::state::store::{cas, place, BucketBackend, StoreFailure};
 use std::ops::Range;
 
 /// Buckets in the region.
@@ -86,20 +87,13 @@ impl HistoryId {
 /// worker stored first, else `fresh` (random), stored now. `0` when the
 /// backend cannot be read (bucket choice is then unkeyed, still bounded).
 pub fn region_seed<B: BucketBackend>(backend: &mut B, fresh: u64) -> u64 {
-    for _ in 0..MAX_CAS_ATTEMPTS {
-        let Some((bytes, version)) = backend.read(SEED) else {
-            return 0;
-        };
-        if let Some(seed) = bytes.get(..8).and_then(|b| b.try_into().ok()) {
-            return u64::from_le_bytes(seed);
+    let seed = cas(backend, SEED, None, |bytes| {
+        match bytes.get(..8).and_then(|b| b.try_into().ok()) {
+            Some(seed) => (u64::from_le_bytes(seed), None),
+            None => (fresh, Some(fresh.to_le_bytes().to_vec())),
         }
-        match backend.write(SEED, &fresh.to_le_bytes(), version) {
-            CasWrite::Written => return fresh,
-            CasWrite::Conflict => continue,
-            CasWrite::Failed => return 0,
-        }
-    }
-    0
+    });
+    seed.map_or(0, |(seed, _)| seed)
 }
 
 /// A history as read: its calls, oldest first, and when the newest call the
@@ -112,14 +106,6 @@ pub struct Recent {
     /// that follows writes over it without reading it again (a write
     /// since then fails the compare-and-swap, and the append reads anew).
     pub snapshot: Option<(Vec<u8>, u32)>,
-}
-
-/// Why the store could not be used (the call passes; counted).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Failed {
-    Backend,
-    /// Other workers kept writing the bucket.
-    Contention,
 }
 
 /// What an append did besides adding the call.
@@ -137,19 +123,16 @@ pub fn read<B: BucketBackend>(
     id: HistoryId,
     now: u64,
     idle_ms: u64,
-) -> Result<Recent, Failed> {
-    let (bytes, version) = backend.read(id.bucket).ok_or(Failed::Backend)?;
-    let mut recent = decode(&bytes)
-        .into_iter()
-        .find(|h| h.key == id.key && !idle(h, now, idle_ms))
-        .map(|h| Recent {
-            entries: h.entries,
-            last_real_ms: h.last_real_ms,
-            snapshot: None,
-        })
-        .unwrap_or_default();
-    recent.snapshot = Some((bytes, version));
-    Ok(recent)
+) -> Result<Recent, StoreFailure> {
+    let (bytes, version) = backend.read(id.bucket).ok_or(StoreFailure::Backend)?;
+    let mut histories = decode(&bytes).into_iter();
+    let h = histories.find(|h| h.key == id.key && !idle(h, now, idle_ms));
+    let h = h.unwrap_or_default();
+    Ok(Recent {
+        entries: h.entries,
+        last_real_ms: h.last_real_ms,
+        snapshot: Some((bytes, version)),
+    })
 }
 
 fn idle(h: &History, now: u64, idle_ms: u64) -> bool {
@@ -164,23 +147,17 @@ pub fn append<B: BucketBackend>(
     entry: Entry,
     now: u64,
     idle_ms: u64,
-) -> Result<Appended, Failed> {
+) -> Result<Appended, StoreFailure> {
     append_after(backend, id, entry, now, idle_ms, None)
 }
 
-/// The history a new one takes the place of in a full bucket: one idle
-/// past its window, else the newcomer's owner's, else the one with least
-/// at stake; idle longest among equals. Whether it was live.
-fn victim(histories: &[History], owner: u64, now: u64, idle_ms: u64) -> (usize, bool) {
-    let rank = |h: &History| {
-        let live = !idle(h, now, idle_ms);
-        (live, live && h.owner != owner, h.stake(), h.last_ms)
-    };
-    histories
-        .iter()
-        .enumerate()
-        .min_by_key(|(_, h)| rank(h))
-        .map_or((0, false), |(i, h)| (i, rank(h).0))
+/// What a history has to lose when a new one needs its place in a full
+/// bucket, least first: one idle past its window, else the newcomer's
+/// owner's, else the one with least at stake; idle longest among equals.
+/// First: whether it is live.
+fn rank(h: &History, owner: u64, now: u64, idle_ms: u64) -> (bool, bool, usize, u64) {
+    let live = !idle(h, now, idle_ms);
+    (live, live && h.owner != owner, h.stake(), h.last_ms)
 }
 
 /// Add a call to the history `id` (the oldest call beyond
@@ -194,39 +171,29 @@ pub fn append_after<B: BucketBackend>(
     entry: Entry,
     now: u64,
     idle_ms: u64,
-    mut snapshot: Option<(Vec<u8>, u32)>,
-) -> Result<Appended, Failed> {
-    for _ in 0..MAX_CAS_ATTEMPTS {
-        let (bytes, version) = match snapshot.take() {
-            Some(s) => s,
-            None => backend.read(id.bucket).ok_or(Failed::Backend)?,
-        };
-        let mut histories = decode(&bytes);
+    snapshot: Option<(Vec<u8>, u32)>,
+) -> Result<Appended, StoreFailure> {
+    let appended = cas(backend, id.bucket, snapshot, |bytes| {
+        let mut histories = decode(bytes);
         let mut done = Appended::default();
-        let i = match histories.iter().position(|h| h.key == id.key) {
-            Some(i) => i,
-            None if entry.unread => return Ok(done),
-            None => {
-                let fresh = History {
-                    key: id.key,
-                    owner: id.owner,
-                    last_ms: now,
-                    last_real_ms: 0,
-                    entries: Vec::new(),
-                };
-                if histories.len() < PER_BUCKET {
-                    histories.push(fresh);
-                    histories.len() - 1
-                } else {
-                    let (at, live) = victim(&histories, id.owner, now, idle_ms);
-                    done.evicted = live;
-                    if let Some(slot) = histories.get_mut(at) {
-                        *slot = fresh;
-                    }
-                    at
-                }
-            }
+        let found = histories.iter().position(|h| h.key == id.key);
+        if found.is_none() && entry.unread {
+            return (done, None);
+        }
+        let fresh = History {
+            key: id.key,
+            owner: id.owner,
+            last_ms: now,
+            last_real_ms: 0,
+            entries: Vec::new(),
         };
+        let i = found.unwrap_or_else(|| {
+            let (i, least) = place(&mut histories, PER_BUCKET, fresh, |h| {
+                rank(h, id.owner, now, idle_ms)
+            });
+            done.evicted = least.is_some_and(|r| r.0);
+            i
+        });
         if let Some(h) = histories.get_mut(i) {
             if idle(h, now, idle_ms) {
                 h.entries.clear();
@@ -239,13 +206,9 @@ pub fn append_after<B: BucketBackend>(
                 h.last_real_ms = h.last_real_ms.max(now);
             }
         }
-        match backend.write(id.bucket, &encode(&histories), version) {
-            CasWrite::Written => return Ok(done),
-            CasWrite::Conflict => continue,
-            CasWrite::Failed => return Err(Failed::Backend),
-        }
-    }
-    Err(Failed::Contention)
+        (done, Some(encode(&histories)))
+    });
+    appended.map(|(done, _)| done)
 }
 
 // bucket  := version:u8 count:u8 history*
@@ -265,7 +228,7 @@ fn encode(histories: &[History]) -> Vec<u8> {
             out.extend_from_slice(&e.call.to_le_bytes());
             out.extend_from_slice(&e.result.to_le_bytes());
             out.extend_from_slice(&e.content.to_le_bytes());
-            out.push(u8::from(e.failed) | u8::from(e.unread) << 1 | u8::from(e.answered) << 2);
+            out.push(flags(e));
         }
     }
     out
@@ -278,44 +241,40 @@ fn decode(bytes: &[u8]) -> Vec<History> {
 }
 
 fn decode_checked(bytes: &[u8]) -> Option<Vec<History>> {
-    let (&version, rest) = bytes.split_first()?;
-    if version != VERSION {
+    let mut r = Reader(bytes);
+    if r.u8()? != VERSION {
         return None;
     }
-    let (&count, mut rest) = rest.split_first()?;
-    let mut out = Vec::with_capacity(usize::from(count).min(PER_BUCKET));
-    let u64_at = |b: &[u8], at: usize| -> Option<u64> {
-        Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
-    };
-    for _ in 0..count.min(PER_BUCKET as u8) {
-        let key = u64_at(rest, 0)?;
-        let owner = u64_at(rest, 8)?;
-        let last_ms = u64_at(rest, 16)?;
-        let last_real_ms = u64_at(rest, 24)?;
-        let n = usize::from(*rest.get(32)?).min(MAX_ENTRIES);
-        rest = rest.get(HEAD..)?;
-        let mut entries = Vec::with_capacity(n);
-        for _ in 0..n {
-            let flags = *rest.get(24)?;
-            entries.push(Entry {
-                call: u64_at(rest, 0)?,
-                result: u64_at(rest, 8)?,
-                content: u64_at(rest, 16)?,
-                failed: flags & 1 != 0,
-                unread: flags & 2 != 0,
-                answered: flags & 4 != 0,
-            });
-            rest = rest.get(ENTRY..)?;
-        }
-        out.push(History {
+    let count = r.u8()?.min(PER_BUCKET as u8);
+    r.list(count.into(), |r| {
+        let (key, owner, last_ms, last_real_ms) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let n = usize::from(r.u8()?).min(MAX_ENTRIES);
+        let entries = r.list(n, |r| Some(entry(r.u64()?, r.u64()?, r.u64()?, r.u8()?)))?;
+        Some(History {
             key,
             owner,
             last_ms,
             last_real_ms,
             entries,
-        });
+        })
+    })
+}
+
+/// An entry's flags: 1 failed, 2 unread, 4 answered.
+pub(crate) fn flags(e: &Entry) -> u8 {
+    u8::from(e.failed) | u8::from(e.unread) << 1 | u8::from(e.answered) << 2
+}
+
+/// An entry from its digests and its [`flags`].
+pub(crate) fn entry(call: u64, result: u64, content: u64, flags: u8) -> Entry {
+    Entry {
+        call,
+        result,
+        content,
+        failed: flags & 1 != 0,
+        unread: flags & 2 != 0,
+        answered: flags & 4 != 0,
     }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! data through a compare-and-swap backend, or Redis).
 
 pub mod budget;
+pub mod bytes;
 pub mod ledger;
 pub mod mcp_sessions;
 pub mod near;

@@ -99,11 +99,7 @@ impl NearRecord {
         let cooldown_remaining_ms = cooldown_until.saturating_sub(now);
 
         let detected = count >= q.detect_at || cooldown_remaining_ms > 0;
-        let event = if detected {
-            self.report(now, q, probe)
-        } else {
-            None
-        };
+        let event = detected.then(|| self.report(now, q, probe)).flatten();
         WindowState {
             count,
             until_allowed_ms: window::until_allowed(&repeats, now, q.window_ms, q.trip_at),
@@ -121,20 +117,9 @@ impl NearRecord {
         now: u64,
         f: &Forgiveness,
     ) -> Forgave {
-        let found = self
-            .hits
-            .iter()
-            .rposition(|(h, t)| *t == at && h == signature)
-            .filter(|_| window::in_window(at, now, f.window_ms));
-        window::forgive(
-            &mut self.hits,
-            found,
-            &mut self.forgiven,
-            (*signature, now),
-            |e| e.0 == *signature,
-            now,
-            f,
-        )
+        let alike = |e: &(Signature, u64)| e.0 == *signature;
+        let (hits, forgiven) = (&mut self.hits, &mut self.forgiven);
+        window::forgive(hits, forgiven, (*signature, now), alike, at, now, f)
     }
 
     /// Report a detection of the loop near `probe`, once per interval.

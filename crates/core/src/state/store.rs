@@ -196,18 +196,58 @@ pub trait BucketBackend {
     /// (`false`: the backend failed). A backend that can write without a
     /// version check (Envoy shared data) saves the read.
     fn publish(&mut self, bucket: u32, bytes: &[u8]) -> bool {
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some((_, version)) = self.read(bucket) else {
-                return false;
-            };
-            match self.write(bucket, bytes, version) {
-                CasWrite::Written => return true,
-                CasWrite::Conflict => continue,
-                CasWrite::Failed => return false,
-            }
-        }
-        false
+        cas(self, bucket, None, |_| ((), Some(bytes.to_vec()))).is_ok()
     }
+}
+
+/// Update `bucket` with compare-and-swap: `update` turns its bytes into
+/// what to answer and the bytes to write (`None`: nothing to write, answer
+/// at once); a lost race reads and updates again, up to
+/// [`MAX_CAS_ATTEMPTS`] times. The first attempt starts from `first` (the
+/// bucket and its version as read before) when given. The answer and the
+/// races lost before it; `Backend` when a read or write failed,
+/// `Contention` when every attempt lost its race.
+pub fn cas<B: BucketBackend + ?Sized, T>(
+    backend: &mut B,
+    bucket: u32,
+    mut first: Option<(Vec<u8>, u32)>,
+    mut update: impl FnMut(&[u8]) -> (T, Option<Vec<u8>>),
+) -> Result<(T, u32), StoreFailure> {
+    for attempt in 0..MAX_CAS_ATTEMPTS {
+        let read = first.take().or_else(|| backend.read(bucket));
+        let (old, version) = read.ok_or(StoreFailure::Backend)?;
+        let (answer, new) = update(&old);
+        let Some(new) = new else {
+            return Ok((answer, attempt));
+        };
+        match backend.write(bucket, &new, version) {
+            CasWrite::Written => return Ok((answer, attempt)),
+            CasWrite::Conflict => continue,
+            CasWrite::Failed => return Err(StoreFailure::Backend),
+        }
+    }
+    Err(StoreFailure::Contention)
+}
+
+/// Put `fresh` in a list of at most `max`: at its end while there is room,
+/// else in the place of the least by `rank` (the first of equals), whose
+/// rank comes back too. Where it went.
+pub fn place<T, K: Ord>(
+    list: &mut Vec<T>,
+    max: usize,
+    fresh: T,
+    rank: impl Fn(&T) -> K,
+) -> (usize, Option<K>) {
+    if list.len() < max {
+        list.push(fresh);
+        return (list.len() - 1, None);
+    }
+    let least = list.iter().map(rank).zip(0..).min();
+    let i = least.as_ref().map_or(0, |l| l.1);
+    if let Some(slot) = list.get_mut(i) {
+        *slot = fresh;
+    }
+    (i, least.map(|l| l.0))
 }
 
 /// The fingerprint table in the process's own memory, for a host that
@@ -228,9 +268,7 @@ impl BucketBackend for InProcess {
         if slot.1 != version {
             return CasWrite::Conflict;
         }
-        slot.0.clear();
-        slot.0.extend_from_slice(bytes);
-        slot.1 = slot.1.wrapping_add(1);
+        *slot = (bytes.to_vec(), slot.1.wrapping_add(1));
         CasWrite::Written
     }
 }
@@ -245,49 +283,32 @@ impl<B: BucketBackend> SlotStore<B> {
     /// Record a hit in the table, retrying lost races.
     pub fn record(&mut self, hit: &Hit) -> StoreAnswer {
         let bucket = self.layout.bucket_of(&hit.key);
-        for attempt in 0..MAX_CAS_ATTEMPTS {
-            let Some((old, version)) = self.backend.read(bucket) else {
-                return StoreAnswer::Failed(StoreFailure::Backend);
-            };
-            let rec = slot_table::record(&old, &hit.key, hit.now_ms, &hit.query, hit.near.as_ref());
-            match self.backend.write(bucket, &rec.bucket, version) {
-                CasWrite::Written => {
-                    return StoreAnswer::Ready(StoreReceipt {
-                        state: rec.state,
-                        evicted: rec.evicted,
-                        added: rec.added,
-                        cas_retries: attempt,
-                    })
-                }
-                CasWrite::Conflict => continue,
-                CasWrite::Failed => return StoreAnswer::Failed(StoreFailure::Backend),
-            }
+        let (near, q) = (hit.near.as_ref(), &hit.query);
+        let recorded = cas(&mut self.backend, bucket, None, |old| {
+            let mut rec = slot_table::record(old, &hit.key, hit.now_ms, q, near);
+            let bytes = std::mem::take(&mut rec.bucket);
+            (rec, Some(bytes))
+        });
+        match recorded {
+            Ok((rec, cas_retries)) => StoreAnswer::Ready(StoreReceipt {
+                state: rec.state,
+                evicted: rec.evicted,
+                added: rec.added,
+                cas_retries,
+            }),
+            Err(failure) => StoreAnswer::Failed(failure),
         }
-        StoreAnswer::Failed(StoreFailure::Contention)
     }
-}
 
-impl<B: BucketBackend> SlotStore<B> {
     /// Take a hit back (the provider failed its attempt), retrying lost
     /// races. `Err` when the table could not be updated.
     pub fn take_back(&mut self, t: &TakeBack, now: u64) -> Result<Forgave, StoreFailure> {
         let bucket = self.layout.bucket_of(&t.key);
-        for _ in 0..MAX_CAS_ATTEMPTS {
-            let Some((old, version)) = self.backend.read(bucket) else {
-                return Err(StoreFailure::Backend);
-            };
-            let (forgave, new) =
-                slot_table::forgive(&old, &t.key, t.at, t.near.as_ref(), now, &t.forgiveness);
-            let Some(new) = new else {
-                return Ok(forgave);
-            };
-            match self.backend.write(bucket, &new, version) {
-                CasWrite::Written => return Ok(forgave),
-                CasWrite::Conflict => continue,
-                CasWrite::Failed => return Err(StoreFailure::Backend),
-            }
-        }
-        Err(StoreFailure::Contention)
+        let (near, f) = (t.near.as_ref(), &t.forgiveness);
+        cas(&mut self.backend, bucket, None, |old| {
+            slot_table::forgive(old, &t.key, t.at, near, now, f)
+        })
+        .map(|(forgave, _)| forgave)
     }
 }
 

@@ -98,17 +98,12 @@ impl HitRecord {
     /// The attempt recorded at `at` was failed by the provider: take its
     /// hit back, as the window's forgiveness allows.
     pub fn forgive(&mut self, at: u64, now: u64, f: &Forgiveness) -> Forgave {
-        let found = self
-            .hits
-            .iter()
-            .rposition(|&t| t == at)
-            .filter(|_| in_window(at, now, f.window_ms));
         forgive(
             &mut self.hits,
-            found,
             &mut self.forgiven,
             now,
             |_| true,
+            at,
             now,
             f,
         )
@@ -169,21 +164,23 @@ impl<K> Stamped for (K, u64) {
     }
 }
 
-/// Take back the hit at `found` in `log` (an attempt the provider failed)
-/// if fewer than `f.max` attempts like it (`alike`) were taken back within
-/// the window. `forgiven` remembers what was taken back (`entry`), at most
-/// [`MAX_FORGIVEN`] entries.
-pub fn forgive<T, F: Stamped>(
+/// Take back the newest hit of `log` recorded at `at` that is `alike` (an
+/// attempt the provider failed), if it is still in the window and fewer
+/// than `f.max` attempts alike were taken back within it. `forgiven`
+/// remembers what was taken back (`entry`), at most [`MAX_FORGIVEN`]
+/// entries.
+pub fn forgive<T: Stamped>(
     log: &mut Vec<T>,
-    found: Option<usize>,
-    forgiven: &mut Vec<F>,
-    entry: F,
-    alike: impl Fn(&F) -> bool,
+    forgiven: &mut Vec<T>,
+    entry: T,
+    alike: impl Fn(&T) -> bool,
+    at: u64,
     now: u64,
     f: &Forgiveness,
 ) -> Forgave {
-    forgiven.retain(|e| now.saturating_sub(e.time().min(now)) < f.window_ms);
-    let Some(i) = found.filter(|&i| i < log.len()) else {
+    let found = log.iter().rposition(|e| e.time() == at && alike(e));
+    forgiven.retain(|e| in_window(e.time(), now, f.window_ms));
+    let Some(i) = found.filter(|_| in_window(at, now, f.window_ms)) else {
         return Forgave::NotFound;
     };
     if forgiven.iter().filter(|e| alike(e)).count() >= f.max as usize {
@@ -245,11 +242,8 @@ pub fn push_hit<T>(
         now - *t < q.window_ms
     });
     log.push(entry);
-    let capacity = q.capacity.max(1) as usize;
-    if log.len() > capacity {
-        let excess = log.len() - capacity;
-        log.drain(..excess);
-    }
+    let excess = log.len().saturating_sub(q.capacity.max(1) as usize);
+    log.drain(..excess);
 }
 
 /// A new request at time T is allowed when fewer than `trip_at - 1` earlier
@@ -257,13 +251,9 @@ pub fn push_hit<T>(
 /// has left the window: at `t + window`.
 pub fn until_allowed(log: &[u64], now: u64, window_ms: u64, trip_at: u32) -> u64 {
     let k = trip_at.saturating_sub(1) as usize;
-    if k == 0 || log.len() < k {
-        return 0;
-    }
-    match log.len().checked_sub(k).and_then(|i| log.get(i)) {
-        Some(&t) => (t + window_ms).saturating_sub(now),
-        None => 0,
-    }
+    // With k = 0, `i` is the log's length: no hit, no wait.
+    let kth_newest = log.len().checked_sub(k).and_then(|i| log.get(i));
+    kth_newest.map_or(0, |&t| (t + window_ms).saturating_sub(now))
 }
 
 #[cfg(test)]

@@ -27,7 +27,8 @@
 //! spending all left its window stays, and reads as nothing spent).
 
 use super::slices::{Slices, SLICES};
-use crate::state::store::{BucketBackend, CasWrite, MAX_CAS_ATTEMPTS};
+use crate::state::bytes::Reader;
+use crate::state::store::{cas, BucketBackend};
 use std::cmp::Ordering;
 use std::ops::Range;
 
@@ -79,8 +80,8 @@ impl Entry {
     }
 
     /// Add the parts of `adds` for this key (dated `at`, at `now`); what
-    /// left its window is dropped.
-    fn apply(&mut self, adds: &[Add], at: u64, now: u64) {
+    /// left its window is dropped. Whether anything is left in it.
+    fn apply(&mut self, adds: &[Add], at: u64, now: u64) -> bool {
         for a in adds.iter().filter(|a| a.key == self.key) {
             self.cap = a.cap;
             self.slice_ms = a.slice_ms.max(1);
@@ -88,6 +89,7 @@ impl Entry {
             self.slices.add(at, a.amount, now, self.slice_ms);
         }
         self.slices.prune(now, self.slice_ms);
+        self.live(now)
     }
 
     fn live(&self, now: u64) -> bool {
@@ -122,24 +124,16 @@ impl Spans {
         }
         let mut i = 1;
         for slot in &mut s.at {
-            let Some(head) = bytes.get(i..i + HEAD) else {
+            let (Some(key), Some(n)) = (bytes.get(i..i + 8), bytes.get(i + 8..i + HEAD)) else {
                 break;
             };
-            let mut key = [0u8; 8];
-            key.copy_from_slice(head.get(..8).unwrap_or(&[0; 8]));
-            let n = usize::from(u16::from_le_bytes([
-                head.get(8).copied().unwrap_or(0),
-                head.get(9).copied().unwrap_or(0),
-            ]));
+            let key = u64::from_le_bytes(key.try_into().unwrap_or_default());
+            let n = usize::from(u16::from_le_bytes(n.try_into().unwrap_or_default()));
             let end = i + HEAD + n;
             if end > bytes.len() || HEAD + n > MAX_ENTRY_BYTES {
                 break;
             }
-            *slot = Span {
-                key: u64::from_le_bytes(key),
-                start: i,
-                end,
-            };
+            *slot = Span { key, start: i, end };
             s.len += 1;
             i = end;
         }
@@ -155,51 +149,13 @@ impl Spans {
     }
 }
 
-/// Reads an entry's bytes in order; `None` when they end early or are
-/// malformed.
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Cursor<'_> {
-    fn byte(&mut self) -> Option<u8> {
-        let b = *self.bytes.get(self.at)?;
-        self.at += 1;
-        Some(b)
-    }
-
-    fn varint(&mut self) -> Option<u64> {
-        let b = self.byte()?;
-        if b < 0x80 {
-            return Some(u64::from(b));
-        }
-        let mut v = u64::from(b & 0x7f);
-        for shift in (7..64).step_by(7) {
-            let b = self.byte()?;
-            let low = u64::from(b & 0x7f);
-            if shift == 63 && low > 1 {
-                return None;
-            }
-            v |= low << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-}
-
 /// The entry at `s` (`None`: malformed).
 fn entry_at(bytes: &[u8], s: Span) -> Option<Entry> {
-    let mut c = Cursor {
-        bytes: bytes.get(s.start + HEAD..s.end)?,
-        at: 0,
-    };
+    let mut c = Reader(bytes.get(s.start + HEAD..s.end)?);
     let cap = c.varint()?;
     let slice_ms = c.varint()?.max(1);
     let last_ms = c.varint()?;
-    let n = c.byte()?;
+    let n = c.u8()?;
     if u64::from(n) > SLICES {
         return None;
     }
@@ -213,7 +169,7 @@ fn entry_at(bytes: &[u8], s: Span) -> Option<Entry> {
             spent.push((slice, amount));
         }
     }
-    (c.at == c.bytes.len()).then_some(Entry {
+    c.0.is_empty().then_some(Entry {
         key: s.key,
         cap,
         slice_ms,
@@ -250,20 +206,16 @@ fn encode_into(out: &mut Vec<u8>, e: &Entry) {
     put_varint(out, e.slice_ms);
     put_varint(out, e.last_ms);
     // At most SLICES, the newest (as `Slices::add` keeps them).
-    let newest;
-    let spent = if e.slices.spent.len() > SLICES as usize {
-        let mut s = e.slices.spent.clone();
+    let mut spent = std::borrow::Cow::Borrowed(&e.slices.spent);
+    if spent.len() > SLICES as usize {
+        let s = spent.to_mut();
         s.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
         s.truncate(SLICES as usize);
-        newest = s;
-        &newest
-    } else {
-        &e.slices.spent
-    };
+    }
     out.push(u8::try_from(spent.len()).unwrap_or(0));
     if let Some(base) = spent.iter().map(|s| s.0).min() {
         put_varint(out, base);
-        for &(slice, amount) in spent {
+        for &(slice, amount) in spent.iter() {
             put_varint(out, slice - base);
             put_varint(out, amount);
         }
@@ -408,24 +360,16 @@ impl BudgetTable {
         if self.buckets == 0 {
             return Added::Failed;
         }
-        let bucket = self.bucket(group);
-        for attempt in 0..MAX_CAS_ATTEMPTS {
-            let Some((bytes, version)) = backend.read(bucket) else {
-                return Added::Failed;
-            };
-            let (out, evicted) = added(&bytes, adds, at, now);
-            match backend.write(bucket, &out, version) {
-                CasWrite::Written => {
-                    return Added::Done {
-                        cas_retries: attempt,
-                        evicted,
-                    }
-                }
-                CasWrite::Conflict => continue,
-                CasWrite::Failed => return Added::Failed,
-            }
+        match cas(backend, self.bucket(group), None, |bytes| {
+            let (out, evicted) = added(bytes, adds, at, now);
+            (evicted, Some(out))
+        }) {
+            Ok((evicted, cas_retries)) => Added::Done {
+                cas_retries,
+                evicted,
+            },
+            Err(_) => Added::Failed,
         }
-        Added::Failed
     }
 }
 
@@ -445,51 +389,43 @@ fn mix(x: u64) -> u64 {
 /// added; the others are copied as they are.
 fn added(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
     let spans = Spans::of(bytes);
-    // The keys being added that the bucket does not hold yet (a key named
-    // twice counts once).
-    let new = |i: usize, a: &Add| {
-        spans.find(a.key).is_none()
-            && !adds
-                .get(..i)
-                .unwrap_or_default()
-                .iter()
-                .any(|b| b.key == a.key)
-    };
-    let fresh = adds.iter().enumerate().filter(|(i, a)| new(*i, a)).count();
-    if spans.len + fresh > PER_BUCKET {
+    // The keys being added that the bucket does not hold yet.
+    let fresh = || firsts(adds).filter(|a| spans.find(a.key).is_none());
+    let n = fresh().count();
+    if spans.len + n > PER_BUCKET {
         return crowded(bytes, adds, at, now);
     }
-    let mut out = Vec::with_capacity(bytes.len() + 1 + fresh * 32);
+    let mut out = Vec::with_capacity(bytes.len() + 1 + n * 32);
     out.push(VERSION);
     for s in spans.all() {
-        if adds.iter().any(|a| a.key == s.key) {
+        if let Some(a) = adds.iter().find(|a| a.key == s.key) {
             // A malformed entry starts again.
-            let mut e = entry_at(bytes, *s).unwrap_or_else(|| Entry {
-                key: s.key,
-                cap: 0,
-                slice_ms: 1,
-                last_ms: now,
-                slices: Slices::default(),
-            });
-            e.apply(adds, at, now);
+            let mut e = entry_at(bytes, *s).unwrap_or_else(|| Entry::new(a, now));
             // With nothing left in its window it goes (nothing is lost).
-            if e.live(now) {
+            if e.apply(adds, at, now) {
                 encode_into(&mut out, &e);
             }
         } else {
             out.extend_from_slice(bytes.get(s.start..s.end).unwrap_or_default());
         }
     }
-    for (i, a) in adds.iter().enumerate() {
-        if new(i, a) {
-            let mut e = Entry::new(a, now);
-            e.apply(adds, at, now);
-            if e.live(now) {
-                encode_into(&mut out, &e);
-            }
+    for a in fresh() {
+        let mut e = Entry::new(a, now);
+        if e.apply(adds, at, now) {
+            encode_into(&mut out, &e);
         }
     }
     (out, 0)
+}
+
+/// The adds whose key no earlier one names (a key named twice counts
+/// once).
+fn firsts(adds: &[Add]) -> impl Iterator<Item = &Add> {
+    let earlier = |i: usize| adds.get(..i).unwrap_or_default();
+    (0..)
+        .zip(adds)
+        .filter(move |(i, a)| !earlier(*i).iter().any(|b| b.key == a.key))
+        .map(|(_, a)| a)
 }
 
 /// [`added`] for a bucket that would hold too many: every entry decoded,
@@ -500,13 +436,8 @@ fn crowded(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
     for e in &mut entries {
         e.apply(adds, at, now);
     }
-    for (i, a) in adds.iter().enumerate() {
-        let seen = adds
-            .get(..i)
-            .unwrap_or_default()
-            .iter()
-            .any(|b| b.key == a.key);
-        if !seen && !entries.iter().any(|e| e.key == a.key) {
+    for a in firsts(adds) {
+        if !entries.iter().any(|e| e.key == a.key) {
             let mut e = Entry::new(a, now);
             e.apply(adds, at, now);
             entries.push(e);
@@ -519,12 +450,7 @@ fn crowded(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
     let mut stakes: Vec<Stake> = entries.iter().map(|e| Stake::of(e, now)).collect();
     let mut evicted = 0;
     while entries.len() > PER_BUCKET {
-        let Some(i) = stakes
-            .iter()
-            .enumerate()
-            .min_by(|a, b| a.1.cmp(b.1))
-            .map(|(i, _)| i)
-        else {
+        let Some((_, i)) = stakes.iter().zip(0usize..).min() else {
             break;
         };
         entries.remove(i);
@@ -543,7 +469,7 @@ fn crowded(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
 mod tests {
     use super::*;
     use crate::state::budget::slice_ms;
-    use crate::state::store::InProcess;
+    use crate::state::store::{CasWrite, InProcess};
     use proptest::prelude::*;
 
     fn add(key: u64, amount: u64, cap: u64) -> Add {

@@ -17,7 +17,8 @@
 //! run of requests, and the same question asked tomorrow is another one.
 //! When a bucket is full, its entry added to longest ago makes room.
 
-use crate::state::store::{BucketBackend, CasWrite, InProcess, MAX_CAS_ATTEMPTS};
+use crate::state::bytes::Reader;
+use crate::state::store::{cas, place, BucketBackend, CasWrite, InProcess, MAX_CAS_ATTEMPTS};
 use std::ops::Range;
 
 /// Buckets per region.
@@ -71,34 +72,25 @@ fn decode(bytes: &[u8]) -> Vec<Entry> {
     let Some((&VERSION, bytes)) = bytes.split_first() else {
         return Vec::new();
     };
-    let u64_at = |c: &[u8], i: usize| {
-        let mut b = [0u8; 8];
-        if let Some(s) = c.get(i..i + 8) {
-            b.copy_from_slice(s);
-        }
-        u64::from_le_bytes(b)
-    };
     bytes
         .chunks_exact(ENTRY)
         .take(PER_BUCKET)
-        .map(|c| {
-            let mut r = [0u8; 4];
-            if let Some(s) = c.get(64..68) {
-                r.copy_from_slice(s);
-            }
-            Entry {
-                key: u64_at(c, 0),
-                at_ms: u64_at(c, 8),
+        .filter_map(|c| {
+            // As `encode` writes them (a whole entry: every read succeeds).
+            let mut r = Reader(c);
+            Some(Entry {
+                key: r.u64()?,
+                at_ms: r.u64()?,
                 spend: Spend {
-                    input: u64_at(c, 16),
-                    output: u64_at(c, 24),
-                    microusd: u64_at(c, 32),
-                    last_input: u64_at(c, 40),
-                    last_output: u64_at(c, 48),
-                    last_microusd: u64_at(c, 56),
-                    responses: u32::from_le_bytes(r),
+                    input: r.u64()?,
+                    output: r.u64()?,
+                    microusd: r.u64()?,
+                    last_input: r.u64()?,
+                    last_output: r.u64()?,
+                    last_microusd: r.u64()?,
+                    responses: r.u32()?,
                 },
-            }
+            })
         })
         .collect()
 }
@@ -155,40 +147,18 @@ fn add_at<B: BucketBackend>(
     microusd: u64,
     now_ms: u64,
 ) -> (Added, Vec<u8>) {
-    let b = base + bucket(key);
-    for attempt in 0..MAX_CAS_ATTEMPTS {
-        let Some((old, version)) = backend.read(b) else {
-            return (Added::Failed, Vec::new());
+    let added = cas(backend, base + bucket(key), None, |old| {
+        let mut entries = decode(old);
+        let fresh = Entry {
+            key,
+            at_ms: now_ms,
+            spend: Spend::default(),
         };
-        let mut entries = decode(&old);
-        let i = match entries.iter().position(|e| e.key == key) {
-            Some(i) => i,
-            None if entries.len() < PER_BUCKET => {
-                entries.push(Entry {
-                    key,
-                    at_ms: now_ms,
-                    spend: Spend::default(),
-                });
-                entries.len() - 1
-            }
-            None => {
-                // A key seen once (most traffic never repeats) makes room
-                // before a repeating one (a loop); then the stalest.
-                let oldest = entries
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, e)| (e.spend.responses > 1, e.at_ms))
-                    .map_or(0, |(i, _)| i);
-                if let Some(e) = entries.get_mut(oldest) {
-                    *e = Entry {
-                        key,
-                        at_ms: now_ms,
-                        spend: Spend::default(),
-                    };
-                }
-                oldest
-            }
-        };
+        // A key seen once (most traffic never repeats) makes room before
+        // a repeating one (a loop); then the stalest.
+        let found = entries.iter().position(|e| e.key == key);
+        let rank = |e: &Entry| (e.spend.responses > 1, e.at_ms);
+        let i = found.unwrap_or_else(|| place(&mut entries, PER_BUCKET, fresh, rank).0);
         if let Some(e) = entries.get_mut(i) {
             if now_ms.saturating_sub(e.at_ms) > IDLE_MS {
                 e.spend = Spend::default();
@@ -204,20 +174,12 @@ fn add_at<B: BucketBackend>(
             s.last_microusd = microusd;
         }
         let bytes = encode(&entries);
-        match backend.write(b, &bytes, version) {
-            CasWrite::Written => {
-                return (
-                    Added::Done {
-                        cas_retries: attempt,
-                    },
-                    bytes,
-                )
-            }
-            CasWrite::Conflict => continue,
-            CasWrite::Failed => return (Added::Failed, Vec::new()),
-        }
+        (bytes.clone(), Some(bytes))
+    });
+    match added {
+        Ok((bytes, cas_retries)) => (Added::Done { cas_retries }, bytes),
+        Err(_) => (Added::Failed, Vec::new()),
     }
-    (Added::Failed, Vec::new())
 }
 
 /// Loop `key`'s entry in the region starting at `base`, unless idle.
@@ -280,6 +242,7 @@ impl Ledger {
     }
 
     /// This worker's region (`None`: it adds to the shared one).
+    #[cfg(test)]
     pub fn slot(&self) -> Option<u32> {
         self.slot
     }

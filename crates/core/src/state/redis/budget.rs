@@ -92,19 +92,12 @@ pub fn parse_budget(status: &str, body: &[u8], n: usize) -> Result<Vec<(u64, u64
             items.len()
         )));
     }
-    let num = |i: usize, v: &Value| {
-        v.as_u64().ok_or_else(|| {
+    let num = |i: usize| {
+        items.get(i).and_then(Value::as_u64).ok_or_else(|| {
             StoreFailure::Reply(format!(
                 "element {i} of the result is not a non-negative number"
             ))
         })
     };
-    items
-        .chunks_exact(2)
-        .enumerate()
-        .map(|(k, pair)| match pair {
-            [total, until] => Ok((num(2 * k, total)?, num(2 * k + 1, until)?)),
-            _ => Err(StoreFailure::Reply("the result is cut short".to_string())),
-        })
-        .collect()
+    (0..n).map(|k| Ok((num(2 * k)?, num(2 * k + 1)?))).collect()
 }

@@ -14,7 +14,7 @@
 
 use super::{Call, Entry as Lua, RedisStore};
 use crate::detect::mcp::Entry;
-use crate::state::mcp_sessions::{Recent, MAX_ENTRIES};
+use crate::state::mcp_sessions::{entry, flags, Recent, MAX_ENTRIES};
 use crate::state::store::StoreFailure;
 use serde_json::Value;
 
@@ -26,10 +26,6 @@ pub fn mcp_keys(namespace: &str, key: u64) -> [String; 2] {
         format!("lg:{namespace}:{{m{key:016x}}}:h"),
         format!("lg:{namespace}:{{m{key:016x}}}:r"),
     ]
-}
-
-fn flags(e: &Entry) -> u8 {
-    u8::from(e.failed) | u8::from(e.unread) << 1 | u8::from(e.answered) << 2
 }
 
 /// An entry as the store keeps it.
@@ -46,17 +42,11 @@ pub fn decode_entry(s: &str) -> Option<Entry> {
         parts.next()??,
         parts.next()??,
     );
-    if parts.next().is_some() || flags > 7 {
-        return None;
-    }
-    Some(Entry {
-        call,
-        result,
-        content,
-        failed: flags & 1 != 0,
-        unread: flags & 2 != 0,
-        answered: flags & 4 != 0,
-    })
+    let flags = u8::try_from(flags).ok().filter(|&f| f <= 7)?;
+    parts
+        .next()
+        .is_none()
+        .then(|| entry(call, result, content, flags))
 }
 
 /// The call reading history `key` (`entry: None`), or adding `entry` to

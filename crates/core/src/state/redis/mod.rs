@@ -21,7 +21,6 @@ use crate::detect::fingerprint::Fingerprint;
 use crate::state::store::{
     CallReply, Hit, StoreAnswer, StoreCall, StoreFailure, StoreReceipt, TakeBack,
 };
-use wire::command;
 
 /// The shared store: calls of the Lua library through webdis. The flow
 /// sends each ([`RedisStore::send`]) and reads its answer.
@@ -66,7 +65,9 @@ impl RedisStore {
         }
     }
 
-    fn call(&self, body: String) -> StoreCall {
+    /// A library call as webdis receives it (`full`: with the whole
+    /// script, for a node that answered `NOSCRIPT`).
+    pub fn send(&self, call: &Call, full: bool) -> StoreCall {
         StoreCall {
             cluster: self.cfg.cluster.clone(),
             headers: vec![
@@ -75,15 +76,9 @@ impl RedisStore {
                 (":authority", self.cfg.authority.clone()),
                 ("content-type", "text/plain".to_string()),
             ],
-            body: body.into_bytes(),
+            body: call.body(self.invoke(full)).into_bytes(),
             timeout_ms: self.cfg.timeout_ms,
         }
-    }
-
-    /// A library call as webdis receives it (`full`: with the whole
-    /// script, for a node that answered `NOSCRIPT`).
-    pub fn send(&self, call: &Call, full: bool) -> StoreCall {
-        self.call(call.body(self.invoke(full)))
     }
 
     /// Whether a call's answer says its node had not cached the script
@@ -103,15 +98,11 @@ impl RedisStore {
     pub fn take_back_of(&self, t: &TakeBack) -> Call {
         take_back_call(&self.namespace, t, &self.nonce(t.id))
     }
-}
 
-impl RedisStore {
     /// The window state a hit's call answered (or why it is unusable).
     pub fn complete(&self, reply: &CallReply) -> StoreAnswer {
-        let Some(status) = &reply.status else {
-            return StoreAnswer::Failed(no_answer());
-        };
-        match parse_reply(status, &reply.body) {
+        let status = reply.status.as_deref().ok_or_else(no_answer);
+        match status.and_then(|status| parse_reply(status, &reply.body)) {
             Ok(state) => StoreAnswer::Ready(StoreReceipt {
                 state,
                 evicted: false,
@@ -129,47 +120,32 @@ pub fn no_answer() -> StoreFailure {
 }
 
 /// The store keys of a fingerprint: the sliding log, the cooldown and the
-/// event state, under one hash tag so a Redis Cluster keeps them on one
-/// shard (`redis_proxy` routes a call by its first key, and Redis refuses
-/// a script whose keys span slots). `namespace` (the plugin's name) keeps
+/// event state; of a near-mode record (`near`: a caller and model), the
+/// history of signatures, the cooldowns and each loop's event state. They
+/// are under one hash tag so a Redis Cluster keeps them on one shard
+/// (`redis_proxy` routes a call by its first key, and Redis refuses a
+/// script whose keys span slots). `namespace` (the plugin's name) keeps
 /// deployments sharing one Redis apart, as the plugin name does in shared
 /// data. Keys hold digests and the plugin name only, never request content
 /// or API keys.
-pub fn keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
+pub fn keys(namespace: &str, fp: &Fingerprint, near: bool) -> [String; 3] {
     let hex = fp.hex();
-    [
-        format!("lg:{namespace}:{{{hex}}}:w"),
-        format!("lg:{namespace}:{{{hex}}}:cd"),
-        format!("lg:{namespace}:{{{hex}}}:ev"),
-    ]
-}
-
-/// The store keys of a near-mode record (a caller and model): the history
-/// of signatures, the cooldowns and each loop's event state.
-pub fn near_keys(namespace: &str, fp: &Fingerprint) -> [String; 3] {
-    let hex = fp.hex();
-    [
-        format!("lg:{namespace}:{{{hex}}}:n"),
-        format!("lg:{namespace}:{{{hex}}}:ncd"),
-        format!("lg:{namespace}:{{{hex}}}:nev"),
-    ]
+    let names = if near {
+        ["n", "ncd", "nev"]
+    } else {
+        ["w", "cd", "ev"]
+    };
+    names.map(|name| format!("lg:{namespace}:{{{hex}}}:{name}"))
 }
 
 /// One call of the library, as Redis receives it: the entry point, the
-/// keys and the arguments. [`command`] writes it for webdis; the agreement
-/// test sends the very same call over RESP.
+/// keys and the arguments. [`Call::body`] writes it for webdis; the
+/// agreement test sends the very same call over RESP.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
     pub entry: Entry,
     pub keys: Vec<String>,
     pub args: Vec<String>,
-}
-
-impl Call {
-    /// The webdis request body of this call.
-    pub fn body(&self, invoke: Invoke) -> String {
-        command(invoke, self.entry, &self.keys, &self.args)
-    }
 }
 
 /// The call recording one hit (`loopguard_hit`, or `loopguard_near` for a
@@ -186,33 +162,26 @@ pub fn hit_call(namespace: &str, hit: &Hit, nonce: &str) -> Call {
         q.event_every_ms.to_string(),
         nonce.to_string(),
     ];
-    let (entry, keys) = match &hit.near {
-        None => (Entry::Hit, keys(namespace, &hit.key)),
+    let entry = match &hit.near {
+        None => Entry::Hit,
         Some(p) => {
             args.push(p.signature.hex());
             args.push(p.threshold.min_matches.to_string());
-            (Entry::Near, near_keys(namespace, &hit.key))
+            Entry::Near
         }
     };
     Call {
         entry,
-        keys: keys.to_vec(),
+        keys: keys(namespace, &hit.key, hit.near.is_some()).to_vec(),
         args,
     }
 }
 
-/// The keys of what a record forgave: beside its log, in its hash tag.
-fn forgiven_key(log_key: &str) -> String {
-    format!("{log_key}fg")
-}
-
 /// The call taking back the hit logged as `nonce` (`loopguard_forgive`).
 pub fn take_back_call(namespace: &str, t: &TakeBack, nonce: &str) -> Call {
-    let [log, _, _] = match t.near {
-        None => keys(namespace, &t.key),
-        Some(_) => near_keys(namespace, &t.key),
-    };
-    let forgiven = forgiven_key(&log);
+    let [log, _, _] = keys(namespace, &t.key, t.near.is_some());
+    // What the record forgave: beside its log, in its hash tag.
+    let forgiven = format!("{log}fg");
     Call {
         entry: Entry::Forgive,
         keys: vec![log, forgiven],

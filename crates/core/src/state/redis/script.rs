@@ -27,12 +27,9 @@ pub struct Script {
 impl Script {
     /// The shipped library as a script.
     pub fn shipped() -> Script {
-        match Script::derive(LIBRARY) {
-            Ok(s) => s,
-            // The shipped library always derives (a unit test holds it to
-            // that); an empty script would only make every call fail open.
-            Err(_) => Script::from_source(String::new(), Vec::new()),
-        }
+        // The shipped library always derives (a unit test holds it to
+        // that); an empty script would only make every call fail open.
+        Script::derive(LIBRARY).unwrap_or_else(|_| Script::from_source(String::new(), Vec::new()))
     }
 
     /// Derive the script form of a function library (see the module's
@@ -66,12 +63,8 @@ impl Script {
              -- arguments, as FCALL would pass them.\n\
              local entries = {",
         );
-        for (n, (name, function)) in entries.iter().enumerate() {
-            if n > 0 {
-                source.push_str(", ");
-            }
-            source.push_str(&format!("{name} = {function}"));
-        }
+        let table: Vec<String> = entries.iter().map(|(n, f)| format!("{n} = {f}")).collect();
+        source.push_str(&table.join(", "));
         source.push_str(
             "}\n\
              local entry = entries[ARGV[1]]\n\

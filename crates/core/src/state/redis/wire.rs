@@ -1,7 +1,7 @@
 //! webdis's side of a call: the command in the POST body, and the JSON it
 //! answers.
 
-use super::script::Script;
+use super::{script::Script, Call};
 use crate::state::store::StoreFailure;
 use crate::state::window::{Forgave, WindowState};
 use serde_json::Value;
@@ -43,28 +43,32 @@ pub enum Invoke<'a> {
     Full(&'a Script),
 }
 
-/// The webdis command: `FCALL/<entry>/<n>/<keys>/<args>`, or for a script
-/// `EVALSHA/<sha1>/<n>/<keys>/<entry>/<args>` (`EVAL/<script>/...`), each
-/// part encoded.
-pub fn command(invoke: Invoke, entry: Entry, keys: &[String], args: &[String]) -> String {
-    let mut out = match invoke {
-        Invoke::Function => format!("FCALL/{}/{}", entry.name(), keys.len()),
-        Invoke::Cached(s) => format!("EVALSHA/{}/{}", s.sha1, keys.len()),
-        Invoke::Full(s) => format!("EVAL/{}/{}", encode_arg(&s.source), keys.len()),
-    };
-    for key in keys {
-        out.push('/');
-        out.push_str(&encode_arg(key));
+impl Call {
+    /// The webdis request body of this call:
+    /// `FCALL/<entry>/<n>/<keys>/<args>`, or for a script
+    /// `EVALSHA/<sha1>/<n>/<keys>/<entry>/<args>` (`EVAL/<script>/...`),
+    /// each part encoded.
+    pub fn body(&self, invoke: Invoke) -> String {
+        let (entry, n) = (self.entry.name(), self.keys.len());
+        let mut out = match invoke {
+            Invoke::Function => format!("FCALL/{entry}/{n}"),
+            Invoke::Cached(s) => format!("EVALSHA/{}/{n}", s.sha1),
+            Invoke::Full(s) => format!("EVAL/{}/{n}", encode_arg(&s.source)),
+        };
+        for key in &self.keys {
+            out.push('/');
+            out.push_str(&encode_arg(key));
+        }
+        if !matches!(invoke, Invoke::Function) {
+            out.push('/');
+            out.push_str(entry);
+        }
+        for arg in &self.args {
+            out.push('/');
+            out.push_str(&encode_arg(arg));
+        }
+        out
     }
-    if !matches!(invoke, Invoke::Function) {
-        out.push('/');
-        out.push_str(entry.name());
-    }
-    for arg in args {
-        out.push('/');
-        out.push_str(&encode_arg(arg));
-    }
-    out
 }
 
 /// Percent-encode an argument for webdis: `/` separates arguments, `?`
@@ -122,21 +126,17 @@ pub fn is_noscript(status: Option<&str>, body: &[u8]) -> bool {
 /// cooldown_remaining_ms, event]`.
 pub fn parse_reply(status: &str, body: &[u8]) -> Result<WindowState, StoreFailure> {
     let items = result_list(status, body)?;
-    let items = &items;
     let num = |i: usize| -> Result<i64, StoreFailure> {
         items.get(i).and_then(Value::as_i64).ok_or_else(|| {
             StoreFailure::Reply(format!("element {i} of the result is not a number"))
         })
     };
-    let count = num(0)?;
-    let until = num(1)?;
-    let remaining = num(2)?;
-    let event = num(3)?;
+    // Read in order: the first element that is not a number is named.
     Ok(WindowState {
-        count: u32::try_from(count.max(0)).unwrap_or(u32::MAX),
-        until_allowed_ms: u64::try_from(until.max(0)).unwrap_or(0),
-        cooldown_remaining_ms: u64::try_from(remaining.max(0)).unwrap_or(0),
-        event: u32::try_from(event).ok(),
+        count: u32::try_from(num(0)?.max(0)).unwrap_or(u32::MAX),
+        until_allowed_ms: u64::try_from(num(1)?.max(0)).unwrap_or(0),
+        cooldown_remaining_ms: u64::try_from(num(2)?.max(0)).unwrap_or(0),
+        event: u32::try_from(num(3)?).ok(),
     })
 }
 

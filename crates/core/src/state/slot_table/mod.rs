@@ -13,7 +13,9 @@
 
 use crate::detect::fingerprint::Fingerprint;
 use crate::detect::similarity::{Signature, SIGNATURE_BYTES};
+use crate::state::bytes::Reader;
 use crate::state::near::{NearEvent, NearProbe, NearRecord};
+use crate::state::store::place;
 use crate::state::window::{Forgave, Forgiveness, HitRecord, WindowQuery, WindowState};
 
 /// Entries per bucket.
@@ -37,10 +39,11 @@ pub struct TableLayout {
 
 impl TableLayout {
     pub fn new(max_tracked_fingerprints: u32) -> Self {
-        let entries = max_tracked_fingerprints.max(1) as usize;
-        let buckets = entries.div_ceil(BUCKET_ENTRIES);
+        let buckets = max_tracked_fingerprints
+            .max(1)
+            .div_ceil(BUCKET_ENTRIES as u32);
         TableLayout {
-            buckets: u32::try_from(buckets).unwrap_or(u32::MAX),
+            buckets,
             mcp: false,
             budget_buckets: 0,
         }
@@ -120,12 +123,8 @@ impl Record {
         }
     }
 
-    fn is_near(&self) -> bool {
-        matches!(self, Record::Near(_))
-    }
-
     fn record(&mut self, now: u64, q: &WindowQuery, near: Option<&NearProbe>) -> WindowState {
-        if self.is_near() != near.is_some() {
+        if matches!(self, Record::Near(_)) != near.is_some() {
             // A key names one kind of record; answer a mismatch afresh.
             *self = Record::fresh(near);
         }
@@ -182,41 +181,25 @@ pub fn record(
     near: Option<&NearProbe>,
 ) -> Recorded {
     let mut bucket = Bucket::decode(old).unwrap_or_default();
-    let mut evicted = false;
-    let mut added = false;
-    let idx = match bucket.entries.iter().position(|e| e.fingerprint == *fp) {
-        Some(i) => i,
-        None => {
-            let fresh = Entry {
-                fingerprint: *fp,
-                last_seen: now,
-                expires_at: now,
-                record: Record::fresh(near),
-            };
-            if bucket.entries.len() < BUCKET_ENTRIES {
-                added = true;
-                bucket.entries.push(fresh);
-                bucket.entries.len() - 1
-            } else {
-                let victim = match bucket.entries.iter().position(|e| e.expires_at <= now) {
-                    Some(i) => i,
-                    None => {
-                        evicted = true;
-                        bucket
-                            .entries
-                            .iter()
-                            .enumerate()
-                            .min_by_key(|(_, e)| e.last_seen)
-                            .map_or(0, |(i, _)| i)
-                    }
-                };
-                if let Some(slot) = bucket.entries.get_mut(victim) {
-                    *slot = fresh;
-                }
-                victim
-            }
-        }
-    };
+    let (mut evicted, mut added) = (false, false);
+    let found = bucket.entries.iter().position(|e| e.fingerprint == *fp);
+    let idx = found.unwrap_or_else(|| {
+        let fresh = Entry {
+            fingerprint: *fp,
+            last_seen: now,
+            expires_at: now,
+            record: Record::fresh(near),
+        };
+        // A free entry, else the first expired one, else the least
+        // recently seen (a live one: evicted).
+        let (i, least) = place(&mut bucket.entries, BUCKET_ENTRIES, fresh, |e| {
+            let live = e.expires_at > now;
+            (live, if live { e.last_seen } else { 0 })
+        });
+        added = least.is_none();
+        evicted = least.is_some_and(|(live, _)| live);
+        i
+    });
     let state = match bucket.entries.get_mut(idx) {
         Some(entry) => {
             let state = entry.record.record(now, q, near);
@@ -246,19 +229,16 @@ pub fn forgive(
     now: u64,
     f: &Forgiveness,
 ) -> (Forgave, Option<Vec<u8>>) {
-    let Some(mut bucket) = Bucket::decode(old) else {
-        return (Forgave::NotFound, None);
-    };
+    let mut bucket = Bucket::decode(old).unwrap_or_default();
     let Some(entry) = bucket.entries.iter_mut().find(|e| e.fingerprint == *fp) else {
         return (Forgave::NotFound, None);
     };
     let forgave = entry.record.forgive(at, near, now, f);
-    if forgave == Forgave::Forgiven {
-        // The entry may expire sooner now; it never lives longer.
-        (forgave, Some(bucket.encode()))
-    } else {
-        (forgave, None)
-    }
+    // The entry may expire sooner now; it never lives longer.
+    (
+        forgave,
+        (forgave == Forgave::Forgiven).then(|| bucket.encode()),
+    )
 }
 
 // Encoding (little-endian):
@@ -302,55 +282,32 @@ impl Bucket {
             let last_event = r.u64()?;
             let suppressed = r.u32()?;
             let at = |age: u32| last_seen.saturating_sub(u64::from(age));
+            // Fields are read in the order the encoding lists them.
             let record = match kind {
                 KIND_HITS => {
                     let cooldown_until = r.u64()?;
-                    let count = r.u16()? as usize;
-                    let mut hits = Vec::with_capacity(count);
-                    for _ in 0..count {
-                        hits.push(at(r.u32()?));
-                    }
+                    let n = r.u16()?.into();
                     Record::Hits(HitRecord {
-                        hits,
+                        hits: r.list(n, |r| Some(at(r.u32()?)))?,
                         cooldown_until,
                         last_event,
                         suppressed,
-                        forgiven: r.times()?,
+                        forgiven: r.short(Reader::u64)?,
                     })
                 }
                 KIND_NEAR => {
-                    let count = r.u16()? as usize;
-                    let mut hits = Vec::with_capacity(count);
-                    for _ in 0..count {
-                        let h = r.signature()?;
-                        hits.push((h, at(r.u32()?)));
-                    }
-                    let cooling = r.u8()? as usize;
-                    let mut cooldowns = Vec::with_capacity(cooling);
-                    for _ in 0..cooling {
-                        let h = r.signature()?;
-                        cooldowns.push((h, r.u64()?));
-                    }
-                    let loops = r.u8()? as usize;
-                    let mut events = Vec::with_capacity(loops);
-                    for _ in 0..loops {
-                        events.push(NearEvent {
-                            signature: r.signature()?,
-                            last: r.u64()?,
-                            suppressed: r.u32()?,
-                        });
-                    }
-                    let f = r.u8()? as usize;
-                    let mut forgiven = Vec::with_capacity(f);
-                    for _ in 0..f {
-                        let h = r.signature()?;
-                        forgiven.push((h, r.u64()?));
-                    }
+                    let n = r.u16()?.into();
                     Record::Near(NearRecord {
-                        hits,
-                        cooldowns,
-                        events,
-                        forgiven,
+                        hits: r.list(n, |r| Some((r.signature()?, at(r.u32()?))))?,
+                        cooldowns: r.short(Reader::stamped)?,
+                        events: r.short(|r| {
+                            Some(NearEvent {
+                                signature: r.signature()?,
+                                last: r.u64()?,
+                                suppressed: r.u32()?,
+                            })
+                        })?,
+                        forgiven: r.short(Reader::stamped)?,
                     })
                 }
                 _ => return None,
@@ -411,7 +368,9 @@ impl Bucket {
                     for &t in r.hits.iter().skip(r.hits.len() - n) {
                         out.extend_from_slice(&age(t).to_le_bytes());
                     }
-                    put_times(&mut out, &r.forgiven);
+                    put_list(&mut out, &r.forgiven, |out, t| {
+                        out.extend_from_slice(&t.to_le_bytes());
+                    });
                 }
                 Record::Near(r) => {
                     let n = r.hits.len().min(usize::from(u16::MAX));
@@ -420,25 +379,13 @@ impl Bucket {
                         out.extend_from_slice(&h.to_bytes());
                         out.extend_from_slice(&age(*t).to_le_bytes());
                     }
-                    let m = r.cooldowns.len().min(usize::from(u8::MAX));
-                    out.push(m as u8);
-                    for (h, until) in r.cooldowns.iter().take(m) {
-                        out.extend_from_slice(&h.to_bytes());
-                        out.extend_from_slice(&until.to_le_bytes());
-                    }
-                    let e = r.events.len().min(usize::from(u8::MAX));
-                    out.push(e as u8);
-                    for ev in r.events.iter().take(e) {
+                    put_list(&mut out, &r.cooldowns, put_stamped);
+                    put_list(&mut out, &r.events, |out, ev| {
                         out.extend_from_slice(&ev.signature.to_bytes());
                         out.extend_from_slice(&ev.last.to_le_bytes());
                         out.extend_from_slice(&ev.suppressed.to_le_bytes());
-                    }
-                    let f = r.forgiven.len().min(usize::from(u8::MAX));
-                    out.push(f as u8);
-                    for (h, t) in r.forgiven.iter().take(f) {
-                        out.extend_from_slice(&h.to_bytes());
-                        out.extend_from_slice(&t.to_le_bytes());
-                    }
+                    });
+                    put_list(&mut out, &r.forgiven, put_stamped);
                 }
             }
         }
@@ -446,49 +393,19 @@ impl Bucket {
     }
 }
 
-/// A short list of times: `f:u8 time:u64*f`.
-fn put_times(out: &mut Vec<u8>, times: &[u64]) {
-    let f = times.len().min(usize::from(u8::MAX));
-    out.push(f as u8);
-    for t in times.iter().take(f) {
-        out.extend_from_slice(&t.to_le_bytes());
+/// A short list: `n:u8` and its first `n` items (at most 255).
+fn put_list<T>(out: &mut Vec<u8>, items: &[T], put: impl Fn(&mut Vec<u8>, &T)) {
+    let n = items.len().min(usize::from(u8::MAX));
+    out.push(n as u8);
+    for item in items.iter().take(n) {
+        put(out, item);
     }
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1)?.first().copied()
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn signature(&mut self) -> Option<Signature> {
-        Signature::from_bytes(self.take(SIGNATURE_BYTES)?)
-    }
-    fn times(&mut self) -> Option<Vec<u64>> {
-        let f = self.u8()? as usize;
-        let mut out = Vec::with_capacity(f);
-        for _ in 0..f {
-            out.push(self.u64()?);
-        }
-        Some(out)
-    }
+/// `signature:[60] time:u64`.
+fn put_stamped(out: &mut Vec<u8>, (h, t): &(Signature, u64)) {
+    out.extend_from_slice(&h.to_bytes());
+    out.extend_from_slice(&t.to_le_bytes());
 }
 
 #[cfg(test)]
