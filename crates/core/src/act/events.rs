@@ -4,7 +4,6 @@
 use crate::act::decision::Decision;
 use crate::config::{Mode, Webhook};
 use crate::detect::fingerprint::Fingerprinted;
-use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::detect::verdict::{StepName, Verdict};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -65,32 +64,6 @@ pub fn verdict_event<S: StepName, E>(
         }
     }
     event
-}
-
-/// The `loop.tool.detected` event of a tool-loop verdict.
-pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Value {
-    let tool = tool_loops::shown_tool(v);
-    verdict_event("loop.tool.detected", policy_id, v, tool, shadow, None)
-}
-
-/// An MCP tool-call loop: what repeated and what loopguard did (or, in
-/// shadow mode, would have done).
-pub fn mcp_loop_detected(
-    policy_id: &str,
-    tool: &str,
-    v: &crate::detect::mcp::McpVerdict,
-    shadow: bool,
-    caller: &str,
-) -> Value {
-    let tool = Some(tool_loops::safe_tool_name(tool));
-    verdict_event(
-        "loop.mcp.detected",
-        policy_id,
-        v,
-        tool,
-        shadow,
-        Some(caller),
-    )
 }
 
 /// A hash of who calls under a policy (FNV-1a over the policy id and the

@@ -124,7 +124,8 @@ impl<B: BucketBackend> Engine<B> {
             v.level,
         );
         if self.first_event(key, now) {
-            let mut event = events::tool_loop_detected(&policy.id, v, shadow);
+            let (name, tool) = ("loop.tool.detected", tool_loops::shown_tool(v));
+            let mut event = events::verdict_event(name, &policy.id, v, tool, shadow, None);
             self.add_spend(&mut event, r.caller, spend_key, now);
             self.emit_event(&event, true, now, out);
         }

@@ -5,7 +5,7 @@
 //! events report and which estimates what a rejected request would have
 //! spent.
 
-use super::{count, count_opt, Effect, Effects, Engine, Level, Request, Step};
+use super::{count, count_opt, to_i64, Effect, Effects, Engine, Level, MetricId, Request, Step};
 use crate::metrics::{self, TokenType};
 use crate::response::repeats::{RepeatSettings, Repeated};
 use crate::response::usage::{Framing, UsageReader};
@@ -131,19 +131,14 @@ impl<B: BucketBackend> Engine<B> {
             return;
         };
         let r = &self.registry;
-        count_opt(
-            out,
-            r.tokens_avoided(policy, TokenType::Input, model),
-            to_i64(s.last_input),
-        );
-        count_opt(
-            out,
-            r.tokens_avoided(policy, TokenType::Output, model),
-            to_i64(s.last_output),
-        );
-        if model.is_some() {
-            count_opt(out, r.cost_avoided(policy, model), to_i64(s.last_microusd));
+        for (t, n) in [
+            (TokenType::Input, s.last_input),
+            (TokenType::Output, s.last_output),
+        ] {
+            count_opt(out, r.tokens_avoided(policy, t, model), to_i64(n));
         }
+        // An unpriced model has no cost counter.
+        count_opt(out, r.cost_avoided(policy, model), to_i64(s.last_microusd));
     }
 
     /// The response's `content-type` (after [`Engine::on_response_headers`]):
@@ -309,12 +304,9 @@ impl<B: BucketBackend> Engine<B> {
         };
         let (p, l, m) = (target.policy, target.in_loop, target.model);
         let reg = &self.registry;
-        count_opt(out, reg.tokens(p, TokenType::Input, l, m), to_i64(u.input));
-        count_opt(
-            out,
-            reg.tokens(p, TokenType::Output, l, m),
-            to_i64(u.output),
-        );
+        for (t, n) in [(TokenType::Input, u.input), (TokenType::Output, u.output)] {
+            count_opt(out, reg.tokens(p, t, l, m), to_i64(n));
+        }
         let cost = m.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
         if m.is_some() {
             count_opt(out, reg.cost(p, l, m), to_i64(cost));
@@ -330,15 +322,11 @@ impl<B: BucketBackend> Engine<B> {
             ) {
                 Added::Done { cas_retries: 0 } => {}
                 Added::Done { cas_retries } => {
-                    out.push(count(self.registry.cas_retries(), i64::from(cas_retries)));
+                    out.push(count(MetricId::CAS_RETRIES, i64::from(cas_retries)));
                 }
-                Added::Failed => out.push(count(self.registry.ledger_failed(), 1)),
+                Added::Failed => out.push(count(MetricId::LEDGER_FAILED, 1)),
             }
         }
         add
     }
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }

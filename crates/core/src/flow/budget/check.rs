@@ -10,11 +10,10 @@ use crate::config::Policy;
 use crate::config::{Mode, OnStoreError};
 use crate::flow::enact::event_key;
 use crate::flow::store::asks::{Answer, Ask};
-use crate::flow::{count, count_opt, Effects, Engine, Phase, Request, Step};
+use crate::flow::{count, count_opt, Effects, Engine, MetricId, Phase, Request, Step};
 use crate::state::budget::slice_ms;
 use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::BucketBackend;
-use crate::state::store::StoreFailure;
 use serde_json::json;
 use std::rc::Rc;
 
@@ -105,18 +104,14 @@ impl<B: BucketBackend> Engine<B> {
         else {
             return Vec::new();
         };
-        let keys = &req.keys;
-        let mut standings = Vec::with_capacity(keys.len());
-        let mut start = 0;
-        while let Some(group) = keys.get(start).map(|k| k.tag) {
-            let run = keys.get(start..).unwrap_or_default();
-            let len = run.iter().take_while(|k| k.tag == group).count();
-            let run = run.get(..len).unwrap_or_default();
+        let mut standings = Vec::with_capacity(req.keys.len());
+        for run in req.keys.chunk_by(|a, b| a.tag == b.tag) {
+            let group = run.first().map_or(0, |k| k.tag);
             let ids: Vec<u64> = run.iter().map(|k| k.key).collect();
             let read = match self.budget_table.read(&mut self.local.backend, group, &ids) {
                 Some(read) => read,
                 None => {
-                    out.push(count(self.registry.fail_open(), 1));
+                    out.push(count(MetricId::FAIL_OPEN, 1));
                     Vec::new()
                 }
             };
@@ -132,7 +127,6 @@ impl<B: BucketBackend> Engine<B> {
                     tag: k.tag,
                 });
             }
-            start += len.max(1);
         }
         standings
     }
@@ -153,13 +147,9 @@ impl<B: BucketBackend> Engine<B> {
             answer.and_then(|reply| budget_answer(reply.status.as_deref(), &reply.body, n));
         self.count_call(answer.as_ref().err(), out);
         let standings = match answer {
-            Ok(totals) => {
-                let keys = r
-                    .budget
-                    .as_ref()
-                    .map(|b| b.keys.clone())
-                    .unwrap_or_default();
-                keys.iter()
+            Ok(totals) => r.budget.as_ref().map(|b| {
+                b.keys
+                    .iter()
                     .zip(totals)
                     .map(|(k, (spent, until_below_ms))| Standing {
                         limit: k.limit,
@@ -168,48 +158,26 @@ impl<B: BucketBackend> Engine<B> {
                         tag: k.tag,
                     })
                     .collect()
+            }),
+            // This process's own sums answer, or the request passes
+            // unchecked (counted, logged at most every 10 s).
+            Err(failure) => {
+                let local = "budgets are checked against this Envoy's own spending";
+                match self.store_fallback(&failure, local, "budgets are", now, out) {
+                    OnStoreError::Local => Some(self.local_standings(r, now, out)),
+                    OnStoreError::Allow => None,
+                }
             }
-            Err(failure) => match self.budget_store_failed(r, &failure, now, out) {
-                Some(s) => s,
-                None => return self.after_budget(r, w.after, w.phase, now, out),
-            },
         };
-        match self.act_on_budget(r, &standings, w.phase, now, out) {
-            Ok(()) => self.after_budget(r, w.after, w.phase, now, out),
-            Err(step) => step,
+        if let Some(standings) = standings {
+            if let Err(step) = self.act_on_budget(r, &standings, w.phase, now, out) {
+                return step;
+            }
         }
-    }
-
-    /// The request goes on after its budget check: its hit is counted next,
-    /// or it is resumed.
-    fn after_budget(
-        &mut self,
-        r: &mut Request,
-        after: Option<After>,
-        phase: Phase,
-        now: u64,
-        out: &mut Effects,
-    ) -> Step {
-        match after {
-            Some(a) => self.record_hit(r, a, phase, now, out),
+        // It goes on: its hit is counted next, or it is resumed.
+        match w.after {
+            Some(a) => self.record_hit(r, a, w.phase, now, out),
             None => Step::Continue,
-        }
-    }
-
-    /// The shared store failed a budget check: this process's own sums
-    /// answer, or the request passes unchecked, as `store.on_error` says
-    /// (counted, logged at most every 10 s).
-    fn budget_store_failed(
-        &mut self,
-        r: &Request,
-        failure: &StoreFailure,
-        now: u64,
-        out: &mut Effects,
-    ) -> Option<Vec<Standing>> {
-        let local = "budgets are checked against this Envoy's own spending";
-        match self.store_fallback(failure, local, "budgets are", now, out) {
-            OnStoreError::Local => Some(self.local_standings(r, now, out)),
-            OnStoreError::Allow => None,
         }
     }
 

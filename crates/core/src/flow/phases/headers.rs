@@ -6,8 +6,8 @@ use crate::act::events;
 use crate::act::reply;
 use crate::detect::fingerprint::Pending;
 use crate::flow::{
-    count, count_opt, mcp, usage, Effect, Effects, Engine, Level, Phase, Request, State, Step,
-    UsageFor, MAX_UNKNOWN_ROUTE_POLICIES,
+    count, count_opt, mcp, usage, Effect, Effects, Engine, Level, MetricId, Phase, Request, State,
+    Step, UsageFor, MAX_UNKNOWN_ROUTE_POLICIES,
 };
 use crate::request::policy::{self, Selection};
 use crate::request::{self, RequestFacts, RequestHead};
@@ -25,7 +25,7 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        out.push(count(self.registry.requests(), 1));
+        out.push(count(MetricId::REQUESTS, 1));
         // The upstream trusts x-loopguard-* request headers: only loopguard
         // sets them.
         for name in reply::REQUEST_HEADERS {

@@ -5,8 +5,8 @@ use crate::act::events;
 use crate::act::hold::{HOLD_PROBE_MS, MISSES_TO_STOP, REPROBE_MS};
 use crate::flow::store::writes;
 use crate::flow::{
-    count, Effect, Effects, Engine, Level, LogLimits, Request, RootCall, State, ALERTS_PER_TICK,
-    MAX_QUEUED_ALERTS,
+    count, Effect, Effects, Engine, Level, LogLimits, MetricId, Request, RootCall, State,
+    ALERTS_PER_TICK, MAX_QUEUED_ALERTS,
 };
 use crate::metrics::WebhookResult;
 use crate::state::store::BucketBackend;
@@ -21,7 +21,7 @@ impl<B: BucketBackend> Engine<B> {
         // tick resumed did (it stays Held).
         let waiting = matches!(r.state, State::Held) && self.throttled.remove(r.id);
         if waiting {
-            out.push(count(self.registry.throttle_pending(), -1));
+            out.push(count(MetricId::THROTTLE_PENDING, -1));
         }
         // A response cut short still reported what it had read (its
         // spending goes to the shared store from the tick).
@@ -62,13 +62,13 @@ impl<B: BucketBackend> Engine<B> {
             ));
         }
         for stream in released.streams {
-            out.push(count(self.registry.hold_released(), 1));
+            out.push(count(MetricId::HOLD_RELEASED, 1));
             out.push(Effect::Resume(stream));
         }
         let due = self.throttled.take_due(now);
         if !due.is_empty() {
             out.push(count(
-                self.registry.throttle_pending(),
+                MetricId::THROTTLE_PENDING,
                 -i64::try_from(due.len()).unwrap_or(i64::MAX),
             ));
         }

@@ -10,6 +10,7 @@
 use crate::detect::mcp::Entry;
 use crate::flow::store::asks::{Answer, Ask};
 use crate::flow::{budget, count, count_opt, Effect, Effects, Engine, Request, Step};
+use crate::metrics::mcp::McpUnjudged;
 use crate::metrics::CallResult;
 use crate::state::redis::{self, Call};
 use crate::state::store::BucketBackend;
@@ -162,48 +163,41 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// A write's answer: counted, and a failure as what it was for.
-    pub(in crate::flow) fn write_answered(
-        &mut self,
-        w: &Write,
-        status: Option<&str>,
-        body: &[u8],
-        out: &mut Effects,
-    ) {
-        match w {
+    fn write_answered(&mut self, w: &Write, status: Option<&str>, body: &[u8], out: &mut Effects) {
+        let failure = match w {
             Write::TakeBack { policy, .. } => {
                 let answer = status
                     .ok_or_else(redis::no_answer)
                     .and_then(|s| redis::parse_take_back(s, body));
                 self.count_call(answer.as_ref().err(), out);
                 count_opt(out, self.registry.failed_attempt(*policy, answer.ok()), 1);
+                return;
             }
-            Write::Budget(a) => self.on_budget_add_reply(a, status, body, out),
-            Write::Mcp(a) => {
-                let answer = redis::mcp::parse_added(status, body);
-                self.count_call(answer.as_ref().err(), out);
-                if answer.is_err() {
-                    self.mcp_store_lost(a.policy, out);
-                }
-            }
+            Write::Budget(a) => redis::budget::budget_answer(status, body, a.keys.len()).err(),
+            Write::Mcp(_) => redis::mcp::parse_added(status, body).err(),
+        };
+        self.count_call(failure.as_ref(), out);
+        if failure.is_some() {
+            self.write_lost(w, out);
         }
     }
 
-    /// A write that could not be sent or answered.
+    /// A write that could not be sent or answered (the local table has
+    /// it): counted as what it was for.
     pub(in crate::flow) fn write_lost(&self, w: &Write, out: &mut Effects) {
         match w {
             Write::TakeBack { policy, .. } => {
                 count_opt(out, self.registry.failed_attempt(*policy, None), 1)
             }
-            Write::Budget(a) => self.budget_add_lost(a, out),
-            Write::Mcp(a) => self.mcp_store_lost(a.policy, out),
-        }
-    }
-
-    /// An MCP history the shared store did not get (counted; the local
-    /// table has it).
-    pub(in crate::flow) fn mcp_store_lost(&self, policy: usize, out: &mut Effects) {
-        if let Some(p) = self.config.policies.get(policy) {
-            out.push(crate::flow::mcp::store_error(&p.id));
+            Write::Budget(a) => {
+                let ids = self.registry.budget(a.policy);
+                count_opt(out, ids.map(|i| i.unrecorded()), 1);
+            }
+            Write::Mcp(a) => {
+                if let Some(p) = self.config.policies.get(a.policy) {
+                    out.push(crate::flow::mcp::unjudged(&p.id, McpUnjudged::Store));
+                }
+            }
         }
     }
 }
