@@ -2,6 +2,7 @@
 //! per fingerprint and window, and the signed webhook alert built from it.
 
 use crate::act::decision::Decision;
+use crate::act::reply::insert;
 use crate::config::{Mode, Webhook};
 use crate::detect::fingerprint::Fingerprinted;
 use crate::detect::verdict::{StepName, Verdict};
@@ -55,13 +56,11 @@ pub fn verdict_event<S: StepName, E>(
         "policy": policy_id,
         "mode": if shadow { "shadow" } else { "enforce" },
     });
-    if let Some(e) = event.as_object_mut() {
-        if let Some(tool) = tool {
-            e.insert("tool".to_string(), Value::String(tool));
-        }
-        if let Some(c) = caller {
-            e.insert("caller".to_string(), Value::String(c.to_string()));
-        }
+    if let Some(tool) = tool {
+        insert(&mut event, "tool", Value::String(tool));
+    }
+    if let Some(c) = caller {
+        insert(&mut event, "caller", json!(c));
     }
     event
 }
@@ -104,10 +103,8 @@ pub fn add_spend(
         "output_tokens": s.output,
     });
     if priced {
-        if let Some(o) = spent.as_object_mut() {
-            // Micro-dollars to dollars, exactly as a decimal.
-            o.insert("usd".to_string(), json!(s.microusd as f64 / 1e6));
-        }
+        // Micro-dollars to dollars, exactly as a decimal.
+        insert(&mut spent, "usd", json!(s.microusd as f64 / 1e6));
     }
     e.insert("spent".to_string(), spent);
 }
@@ -126,7 +123,7 @@ pub fn access_log<const N: usize>(
 ) -> String {
     let mut log = json!({"policy": policy_id, "mode": mode.as_str(), "action": action});
     for (name, value) in fields {
-        crate::act::reply::insert(&mut log, name, value);
+        insert(&mut log, name, value);
     }
     log.to_string()
 }
@@ -146,9 +143,7 @@ pub struct Alert {
 /// secret (HMAC-SHA256 of the exact body bytes).
 pub fn alert(event: &Value, now_ms: u64, secret: Option<&[u8]>) -> Alert {
     let mut payload = event.clone();
-    if let Some(obj) = payload.as_object_mut() {
-        obj.insert("timestamp".to_string(), json!(rfc3339(now_ms)));
-    }
+    insert(&mut payload, "timestamp", json!(rfc3339(now_ms)));
     let body = payload.to_string();
     let signature = secret.map(|key| format!("sha256={}", hex(&hmac_sha256(key, body.as_bytes()))));
     Alert { body, signature }

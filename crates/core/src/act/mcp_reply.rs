@@ -87,20 +87,14 @@ pub fn note_text(cfg: &Mcp, tool: &str, v: &McpVerdict) -> String {
         }
         _ => "",
     };
-    format!(
-        "[loopguard] Note: {}. {}{warning}",
-        what(tool, v),
-        instead(v)
-    )
+    let (what, instead) = (what(tool, v), instead(v));
+    format!("[loopguard] Note: {what}. {instead}{warning}")
 }
 
 /// The text of a blocked call's result.
 pub fn blocked_text(tool: &str, v: &McpVerdict) -> String {
-    format!(
-        "[loopguard] This call was not run: {}. {}",
-        what(tool, v),
-        instead(v)
-    )
+    let (what, instead) = (what(tool, v), instead(v));
+    format!("[loopguard] This call was not run: {what}. {instead}")
 }
 
 fn details(policy_id: &str, tool: &str, v: &McpVerdict) -> Value {

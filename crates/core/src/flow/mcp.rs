@@ -16,7 +16,7 @@
 use super::enact::event_key;
 use super::store::asks::{Answer, Ask};
 use super::store::writes::{McpAdd, Write};
-use super::{count_opt, usage, Effect, Effects, Engine, Level, Request, Step};
+use super::{count_opt, policy_with, usage, Effect, Effects, Engine, Level, Request, Step};
 use crate::act::reply::LocalReply;
 use crate::act::shadow::verdict_line;
 use crate::act::{events, mcp_reply};
@@ -39,7 +39,7 @@ const ANSWERED: &str = "loopguard_mcp_loop_detected";
 
 /// An MCP request on its way: its headers' facts, then the call it
 /// forwarded and the reader of its result.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct McpStream {
     policy: usize,
     head: Head,
@@ -105,9 +105,7 @@ impl McpStream {
             head: Head::read(facts),
             address,
             anonymous,
-            call: None,
-            status: None,
-            reader: None,
+            ..McpStream::default()
         }
     }
 }
@@ -180,17 +178,13 @@ impl<B: BucketBackend> Engine<B> {
         };
         let call = match read::read(body, &stream.head, cfg.arguments_mask) {
             Message::Call(c) => c,
-            Message::Other => {
+            other => {
                 r.mcp = None;
-                return Step::Continue;
-            }
-            Message::Unjudged(why) => {
-                r.mcp = None;
-                out.push(unjudged(&policy.id, McpUnjudged::Request(why)));
-                out.push(Effect::Log(
-                    Level::Debug,
-                    format!("mcp request passed unjudged ({})", why.as_str()),
-                ));
+                if let Message::Unjudged(why) = other {
+                    out.push(unjudged(&policy.id, McpUnjudged::Request(why)));
+                    let line = format!("mcp request passed unjudged ({})", why.as_str());
+                    out.push(Effect::Log(Level::Debug, line));
+                }
                 return Step::Continue;
             }
         };
@@ -221,13 +215,10 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Recent {
-        match mcp_sessions::read(&mut self.local.backend, id, now, cfg.window_ms) {
-            Ok(h) => h,
-            Err(_) => {
-                out.push(unjudged(&policy.id, McpUnjudged::Store));
-                Recent::default()
-            }
-        }
+        mcp_sessions::read(&mut self.local.backend, id, now, cfg.window_ms).unwrap_or_else(|_| {
+            out.push(unjudged(&policy.id, McpUnjudged::Store));
+            Recent::default()
+        })
     }
 
     /// Judge a call against its history: forwarded (a note planned, or in
@@ -262,9 +253,29 @@ impl<B: BucketBackend> Engine<B> {
                 let line = verdict_line("mcp loop", &policy.id, v, Some(tool), count);
                 self.shadow(line, out);
             }
+            // Answered instead of the server, and the answer added to the
+            // history (the loop goes on climbing while the call repeats);
+            // with a shared store, the answer goes once the store has it.
             Some(v) if v.step != McpStep::Note => {
-                let snapshot = recent.snapshot;
-                return self.answer_mcp(r, index, policy, cfg, &call, v, (id, snapshot), now, out);
+                r.mcp = None;
+                let Some(reply) = mcp_reply::reply(cfg, &policy.id, &call.id, &call.tool, v) else {
+                    return Step::Continue;
+                };
+                self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
+                let answered = Entry {
+                    call: call.digest,
+                    answered: true,
+                    unread: false,
+                    ..v.evidence.expected
+                };
+                let (ours, snapshot) = ((index, policy), recent.snapshot);
+                let write = self.record_call(ours, cfg, id, answered, snapshot, now, out);
+                let Some((write, call)) = write.and_then(|w| self.write_call(&w).map(|c| (w, c)))
+                else {
+                    return self.answer(r, None, reply, ANSWERED, out);
+                };
+                let ask = McpAsk::Answer(Box::new(reply), write);
+                return self.ask(r, call, Ask::Mcp(McpWait { id, ask }), out);
             }
             _ => {}
         }
@@ -311,10 +322,10 @@ impl<B: BucketBackend> Engine<B> {
         let read = answer.and_then(|reply| parse_history(reply.status.as_deref(), &reply.body));
         self.count_call(read.as_ref().err(), out);
         let config = Rc::clone(&self.config);
-        let Some(policy) = r.mcp.as_ref().and_then(|s| config.policies.get(s.policy)) else {
+        let Some(index) = r.mcp.as_ref().map(|s| s.policy) else {
             return Step::Continue;
         };
-        let Some(cfg) = policy.mcp.as_ref() else {
+        let Some((policy, cfg)) = policy_with(&config, index, |p| p.mcp.as_ref()) else {
             return Step::Continue;
         };
         let recent = match read {
@@ -367,42 +378,6 @@ impl<B: BucketBackend> Engine<B> {
             window_ms: cfg.window_ms,
             at: now,
         }))
-    }
-
-    /// Answer a looping call instead of the server, and add the answer to
-    /// the history (the loop goes on climbing while the call repeats);
-    /// with a shared store, the answer goes once the store has it.
-    #[allow(clippy::too_many_arguments)]
-    fn answer_mcp(
-        &mut self,
-        r: &mut Request,
-        index: usize,
-        policy: &Policy,
-        cfg: &Mcp,
-        call: &ToolCall,
-        v: &McpVerdict,
-        (id, snapshot): (HistoryId, Option<(Vec<u8>, u32)>),
-        now: u64,
-        out: &mut Effects,
-    ) -> Step {
-        let Some(reply) = mcp_reply::reply(cfg, &policy.id, &call.id, &call.tool, v) else {
-            r.mcp = None;
-            return Step::Continue;
-        };
-        let answered = Entry {
-            call: call.digest,
-            answered: true,
-            unread: false,
-            ..v.evidence.expected
-        };
-        self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
-        r.mcp = None;
-        let write = self.record_call((index, policy), cfg, id, answered, snapshot, now, out);
-        let Some((write, call)) = write.and_then(|w| self.write_call(&w).map(|c| (w, c))) else {
-            return self.answer(r, None, reply, ANSWERED, out);
-        };
-        let ask = McpAsk::Answer(Box::new(reply), write);
-        self.ask(r, call, Ask::Mcp(McpWait { id, ask }), out)
     }
 
     /// A loop was acted on (a note added, the call answered; in shadow
@@ -563,10 +538,7 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         };
         let config = Rc::clone(&self.config);
-        let Some(policy) = config.policies.get(s.policy) else {
-            return Step::Continue;
-        };
-        let Some(cfg) = policy.mcp.as_ref() else {
+        let Some((policy, cfg)) = policy_with(&config, s.policy, |p| p.mcp.as_ref()) else {
             return Step::Continue;
         };
         // With an HTTP error status only a JSON-RPC error is a result (a

@@ -237,7 +237,7 @@ pub struct Request {
 }
 
 /// Whose tokens a response's usage is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct UsageFor {
     policy: usize,
     in_loop: bool,
@@ -524,6 +524,17 @@ impl<B: BucketBackend> Engine<B> {
 
 fn count(id: MetricId, n: i64) -> Effect {
     Effect::Count(id, n)
+}
+
+/// Policy `index` of `config` and the part of it a guard reads (`None`:
+/// no such policy, or it has no such part).
+fn policy_with<'c, T>(
+    config: &'c Config,
+    index: usize,
+    part: impl FnOnce(&'c crate::config::Policy) -> Option<&'c T>,
+) -> Option<(&'c crate::config::Policy, &'c T)> {
+    let p = config.policies.get(index)?;
+    Some((p, part(p)?))
 }
 
 /// Count an optional (per-policy) metric.

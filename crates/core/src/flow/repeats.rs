@@ -4,8 +4,8 @@
 
 use super::store::asks::{Answer, Ask};
 use super::{
-    count, count_opt, usage, Counted, Effect, Effects, Engine, Level, LogLimits, MetricId, Phase,
-    Request, State, Step, Waiting,
+    count, count_opt, policy_with, usage, Counted, Effect, Effects, Engine, Level, LogLimits,
+    MetricId, Phase, Request, State, Step, Waiting,
 };
 use crate::act::decision::{self, Verdict};
 use crate::act::events;
@@ -32,10 +32,7 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Step {
         let config = Rc::clone(&self.config);
-        let Some(p) = config.policies.get(policy) else {
-            return Step::Continue;
-        };
-        let Some(detection) = &p.detection else {
+        let Some((p, detection)) = policy_with(&config, policy, |p| p.detection.as_ref()) else {
             return Step::Continue;
         };
         if made.unparsed {
@@ -130,8 +127,7 @@ impl<B: BucketBackend> Engine<B> {
     /// What a forwarded request's hit needs to be taken back (`shared`:
     /// recorded in the shared store).
     fn counted_at(&self, policy: usize, hit: &Hit, shared: bool) -> Option<Counted> {
-        let p = self.config.policies.get(policy)?;
-        let detection = p.detection.as_ref()?;
+        let (_, detection) = policy_with(&self.config, policy, |p| p.detection.as_ref())?;
         Some(counted(policy, detection, hit, shared))
     }
 
@@ -180,10 +176,8 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Step {
         let config = Rc::clone(&self.config);
-        let Some(policy) = config.policies.get(index) else {
-            return Step::Continue;
-        };
-        let Some(detection) = &policy.detection else {
+        let Some((policy, detection)) = policy_with(&config, index, |p| p.detection.as_ref())
+        else {
             return Step::Continue;
         };
         let receipt = match answer {

@@ -10,7 +10,7 @@ use crate::config::Policy;
 use crate::config::{Mode, OnStoreError};
 use crate::flow::enact::event_key;
 use crate::flow::store::asks::{Answer, Ask};
-use crate::flow::{count, count_opt, Effects, Engine, MetricId, Phase, Request, Step};
+use crate::flow::{count, count_opt, policy_with, Effects, Engine, MetricId, Phase, Request, Step};
 use crate::state::budget::slice_ms;
 use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::BucketBackend;
@@ -32,10 +32,7 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Result<Option<After>, Step> {
-        let Some(req) = r.budget.as_deref() else {
-            return Ok(after);
-        };
-        if req.keys.is_empty() {
+        if r.budget.as_ref().is_none_or(|b| b.keys.is_empty()) {
             return Ok(after);
         }
         let Some(shared) = self.shared.as_ref() else {
@@ -195,17 +192,33 @@ impl<B: BucketBackend> Engine<B> {
         };
         let index = req.policy;
         let config = Rc::clone(&self.config);
-        let Some(p) = config.policies.get(index) else {
+        let Some((p, b)) = policy_with(&config, index, |p| p.budget.as_ref()) else {
             return Ok(());
         };
-        let Some(b) = p.budget.as_ref() else {
-            return Ok(());
-        };
-        if let Some(price) = req.price.as_ref() {
-            if let Some(model) = price.unpriced.clone() {
-                let charged_as = price.charged_as.clone();
-                self.act_on_unpriced(r, p, b, &model, &charged_as, phase, now, out)?;
+        // A call whose model no price names: refused under `unpriced:
+        // reject` (enforced; shadow mode logs what it would do), else it
+        // goes on carrying the warning that names the model and what it is
+        // charged as.
+        let price = req.price.as_ref();
+        if let Some((model, charged_as)) =
+            price.and_then(|q| Some((q.unpriced.clone()?, q.charged_as.clone())))
+        {
+            let reject = b.unpriced == crate::config::budget::Unpriced::Reject;
+            if reject && p.mode == Mode::Shadow {
+                let what = [("unpriced model", format!("\"{model}\""))];
+                let line = crate::act::shadow::line("reject", Some("budget"), &p.id, &what);
+                self.shadow(line, out);
+            } else if reject {
+                count_opt(out, self.registry.budget(index).map(|i| i.unpriced()), 1);
+                self.unpriced_event(p, &model, "refused (reject)", r.caller, now, out);
+                r.budget = None;
+                self.publish_decision(out, (p, true), "reject", || [("budget", json!("unpriced"))]);
+                let reply = verdict::unpriced_rejection(&p.id, &model, r.api);
+                let detail = "loopguard_budget_unpriced";
+                return Err(self.answer(r, Some(index), reply, detail, out));
             }
+            let h = verdict::unpriced_header(&model, &charged_as);
+            self.carry(r, phase, ("x-loopguard-budget", h), false, out);
         }
         let v = verdict::judge(b, standings);
         if v == BudgetVerdict::default() {
@@ -216,12 +229,12 @@ impl<B: BucketBackend> Engine<B> {
             count_opt(out, ids.and_then(|i| i.near_cap(l)), 1);
         }
         let rejects = v.rejects(b, p.mode);
+        let action = match (p.mode, b.action) {
+            (Mode::Shadow, _) => "shadow",
+            (_, crate::config::budget::BudgetAction::Reject) => "reject",
+            (_, crate::config::budget::BudgetAction::Warn) => "warn",
+        };
         for s in &v.exceeded {
-            let action = match (p.mode, b.action) {
-                (Mode::Shadow, _) => "shadow",
-                (_, crate::config::budget::BudgetAction::Reject) => "reject",
-                (_, crate::config::budget::BudgetAction::Warn) => "warn",
-            };
             self.budget_event("budget.exceeded", p, b, s, action, now, out);
         }
         for s in &v.warned {
@@ -258,45 +271,6 @@ impl<B: BucketBackend> Engine<B> {
         if let Some(h) = verdict::header(b, &v) {
             self.carry(r, phase, ("x-loopguard-budget", h), false, out);
         }
-        Ok(())
-    }
-
-    /// A call whose model no price names: refused under `unpriced:
-    /// reject` (enforced; shadow mode logs what it would do), else it goes
-    /// on carrying the warning that names the model and what it is charged
-    /// as.
-    #[allow(clippy::too_many_arguments)]
-    fn act_on_unpriced(
-        &mut self,
-        r: &mut Request,
-        p: &Policy,
-        b: &Budget,
-        model: &str,
-        charged_as: &str,
-        phase: Phase,
-        now: u64,
-        out: &mut Effects,
-    ) -> Result<(), Step> {
-        use crate::config::budget::Unpriced;
-        let index = r.budget.as_ref().map_or(0, |q| q.policy);
-        let ids = self.registry.budget(index);
-        if b.unpriced == Unpriced::Reject {
-            if p.mode == Mode::Shadow {
-                let what = [("unpriced model", format!("\"{model}\""))];
-                let line = crate::act::shadow::line("reject", Some("budget"), &p.id, &what);
-                self.shadow(line, out);
-            } else {
-                count_opt(out, ids.map(|i| i.unpriced()), 1);
-                self.unpriced_event(p, model, "refused (reject)", r.caller, now, out);
-                r.budget = None;
-                self.publish_decision(out, (p, true), "reject", || [("budget", json!("unpriced"))]);
-                let reply = verdict::unpriced_rejection(&p.id, model, r.api);
-                let detail = "loopguard_budget_unpriced";
-                return Err(self.answer(r, Some(index), reply, detail, out));
-            }
-        }
-        let h = verdict::unpriced_header(model, charged_as);
-        self.carry(r, phase, ("x-loopguard-budget", h), false, out);
         Ok(())
     }
 

@@ -14,7 +14,7 @@ mod stream;
 
 pub(super) use stream::asks_stream_usage;
 
-use super::{usage, Engine, Phase, Request};
+use super::{policy_with, usage, Engine, Phase, Request};
 use crate::config::budget::{BudgetPer, SessionSource};
 use crate::config::Policy;
 use crate::detect::fingerprint::Fingerprinted;
@@ -280,10 +280,7 @@ impl<B: BucketBackend> Engine<B> {
         let Some(req) = r.budget.as_deref_mut() else {
             return;
         };
-        let Some(p) = self.config.policies.get(req.policy) else {
-            return;
-        };
-        let Some(b) = p.budget.as_ref() else {
+        let Some((p, b)) = policy_with(&self.config, req.policy, |p| p.budget.as_ref()) else {
             return;
         };
         let session = known_from_headers(&b.session, req.header_session);
@@ -397,29 +394,21 @@ pub(super) fn price_of(
     model: &str,
 ) -> Price {
     use crate::config::budget::Unpriced;
-    let shown =
-        |p: &crate::config::prices::Priced| format!("{} ({})", p.resolved, p.source.as_str());
-    if let Some(p) = prices.price_of(model) {
-        return Price {
-            rate: p.rate,
-            unpriced: None,
-            charged_as: shown(&p),
-        };
-    }
-    let (rate, charged_as) = match b.unpriced {
-        Unpriced::Max | Unpriced::Reject => {
-            let p = prices.highest_for(model);
-            (p.rate, shown(&p))
+    let (p, unpriced) = match (prices.price_of(model), b.unpriced) {
+        (Some(p), _) => (p, None),
+        (None, Unpriced::Max | Unpriced::Reject) => (prices.highest_for(model), Some(model)),
+        (None, Unpriced::Ignore) => {
+            return Price {
+                rate: crate::config::prices::Rate::default(),
+                unpriced: Some(model.to_string()),
+                charged_as: "nothing (ignore)".to_string(),
+            }
         }
-        Unpriced::Ignore => (
-            crate::config::prices::Rate::default(),
-            "nothing (ignore)".to_string(),
-        ),
     };
     Price {
-        rate,
-        unpriced: Some(model.to_string()),
-        charged_as,
+        rate: p.rate,
+        unpriced: unpriced.map(str::to_string),
+        charged_as: format!("{} ({})", p.resolved, p.source.as_str()),
     }
 }
 

@@ -6,7 +6,9 @@ use super::{price_of, BudgetAdd};
 use crate::act::events::caller_tag;
 use crate::config::budget::Spent;
 use crate::config::Policy;
-use crate::flow::{count, count_opt, to_i64, Effect, Effects, Engine, MetricId, Request};
+use crate::flow::{
+    count, count_opt, policy_with, to_i64, Effect, Effects, Engine, MetricId, Request,
+};
 use crate::metrics::budget as names;
 use crate::state::budget::{slice_ms, Add, Added};
 use crate::state::redis::budget::BudgetKey;
@@ -75,8 +77,7 @@ impl<B: BucketBackend> Engine<B> {
         };
         let policy = req.policy;
         let config = Rc::clone(&self.config);
-        let p = config.policies.get(policy)?;
-        let b = p.budget.as_ref()?;
+        let (p, b) = policy_with(&config, policy, |p| p.budget.as_ref())?;
         let ids = self.registry.budget(policy);
         // A reported cost of nothing for a call that used tokens is a
         // gateway that could not price it (LiteLLM's 0.0 for a model it

@@ -37,8 +37,16 @@ impl<B: BucketBackend> Engine<B> {
         let index = match policy::select(&config, head, facts) {
             Selection::Policy(i) => i,
             Selection::None => return Step::Continue,
+            // Logged the first time it is seen.
             Selection::UnknownRoutePolicy(id) => {
-                self.note_unknown_route_policy(id, out);
+                let seen = &mut self.unknown_route_policies;
+                if !seen.contains(&id) && seen.len() < MAX_UNKNOWN_ROUTE_POLICIES {
+                    out.push(Effect::Log(
+                        Level::Warn,
+                        format!("route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked"),
+                    ));
+                    seen.push(id);
+                }
                 return Step::Continue;
             }
         };
@@ -90,9 +98,7 @@ impl<B: BucketBackend> Engine<B> {
         {
             r.usage_for = Some(UsageFor {
                 policy: index,
-                in_loop: false,
-                loop_key: None,
-                model: None,
+                ..UsageFor::default()
             });
             if policy.budget.is_some() {
                 self.budget_headers(r, index, head.path_only(), facts);
@@ -153,19 +159,6 @@ impl<B: BucketBackend> Engine<B> {
             r.length_dropped = true;
         }
         Step::Continue
-    }
-
-    /// Log an unknown route policy id the first time it is seen.
-    fn note_unknown_route_policy(&mut self, id: String, out: &mut Effects) {
-        let seen = &mut self.unknown_route_policies;
-        if seen.contains(&id) || seen.len() >= MAX_UNKNOWN_ROUTE_POLICIES {
-            return;
-        }
-        out.push(Effect::Log(
-            Level::Warn,
-            format!("route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked"),
-        ));
-        seen.push(id);
     }
 
     /// Stop buffering a body too large to judge: what is held so far flows

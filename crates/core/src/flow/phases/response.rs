@@ -45,11 +45,7 @@ impl<B: BucketBackend> Engine<B> {
                 policy: counted.policy,
                 what: counted.take_back,
             };
-            let sending = writes::Sending {
-                write,
-                resent: false,
-            };
-            self.queue_write(sending, out);
+            self.send_write(r, write, false, out);
         }
     }
 
