@@ -233,26 +233,22 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
 pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalReply {
     let shown = tool_loops::shown_tool(v);
     let tool = shown.clone().unwrap_or_default();
+    let n = v.occurrences;
     let message = match v.tier {
         tool_loops::Tier::Identical | tool_loops::Tier::Failing => format!(
-            "Blocked: the agent called the tool `{tool}` {} times with the same arguments. This usually indicates an agent tool loop; change approach instead of retrying.",
-            v.occurrences
+            "Blocked: the agent called the tool `{tool}` {n} times with the same arguments. This usually indicates an agent tool loop; change approach instead of retrying."
         ),
         tool_loops::Tier::Pattern => format!(
-            "Blocked: the agent called the tool `{tool}` {} times with varying arguments without progress. This usually indicates an agent tool loop; change approach instead of retrying.",
-            v.occurrences
+            "Blocked: the agent called the tool `{tool}` {n} times with varying arguments without progress. This usually indicates an agent tool loop; change approach instead of retrying."
         ),
         tool_loops::Tier::Cycle => format!(
-            "Blocked: the agent repeated the same sequence of tool calls ({tool}) {} times with the same results. This usually indicates an agent tool loop; change approach instead of retrying.",
-            v.occurrences
+            "Blocked: the agent repeated the same sequence of tool calls ({tool}) {n} times with the same results. This usually indicates an agent tool loop; change approach instead of retrying."
         ),
         tool_loops::Tier::Answer => format!(
-            "Blocked: the model gave essentially the same answer {} times in a row. This usually indicates a loop; change the conversation instead of retrying.",
-            v.occurrences
+            "Blocked: the model gave essentially the same answer {n} times in a row. This usually indicates a loop; change the conversation instead of retrying."
         ),
         tool_loops::Tier::Turn => format!(
-            "Blocked: the agent wrote the same reply and called the tool `{tool}` the same way {} times in a row, whatever it returned. This usually indicates an agent loop; change approach instead of retrying.",
-            v.occurrences
+            "Blocked: the agent wrote the same reply and called the tool `{tool}` the same way {n} times in a row, whatever it returned. This usually indicates an agent loop; change approach instead of retrying."
         ),
     };
     let mut details = json!({

@@ -4,8 +4,8 @@
 
 use super::store::asks::{Answer, Ask};
 use super::{
-    count, count_opt, policy_with, usage, Counted, Effect, Effects, Engine, Level, LogLimits,
-    MetricId, Phase, Request, State, Step, Waiting,
+    count, count_opt, policy_with, Counted, Effect, Effects, Engine, Level, LogLimits, MetricId,
+    Phase, Request, State, Step, Waiting,
 };
 use crate::act::decision::{self, Verdict};
 use crate::act::events;
@@ -208,7 +208,8 @@ impl<B: BucketBackend> Engine<B> {
             out.push(count(MetricId::TABLE_ENTRIES, 1));
         }
         let fp = made.fingerprint;
-        let key = usage::loop_key(&fp);
+        // The loop's ledger key.
+        let key = fp.spread();
         let model = self.priced(made.model.as_deref());
         r.spend_under(key, model, made.model.as_deref());
         let decided = decision::decide(

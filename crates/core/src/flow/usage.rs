@@ -9,7 +9,7 @@ use super::{count, count_opt, to_i64, Effect, Effects, Engine, Level, MetricId, 
 use crate::metrics::{self, TokenType};
 use crate::response::repeats::{RepeatSettings, Repeated};
 use crate::response::usage::{Framing, UsageReader};
-use crate::state::ledger::{Added, Spend};
+use crate::state::ledger::Added;
 use crate::state::store::BucketBackend;
 
 pub use crate::act::events::{caller_hash, caller_tag};
@@ -21,11 +21,6 @@ pub(super) fn conversation_key(caller: u64, first: &[u8]) -> u64 {
     let mut h = crate::request::Fnv(caller ^ 0x9e37_79b9_7f4a_7c15);
     h.write(first);
     h.0
-}
-
-/// A loop's ledger key from its fingerprint.
-pub(super) fn loop_key(fp: &crate::detect::fingerprint::Fingerprint) -> u64 {
-    fp.spread()
 }
 
 impl Request {
@@ -108,12 +103,6 @@ impl<B: BucketBackend> Engine<B> {
         model.and_then(|m| self.config.prices.lookup(m))
     }
 
-    /// Loop `key`'s spending so far in this process (`None`: nothing
-    /// recorded).
-    pub(super) fn spend(&mut self, key: u64, now: u64) -> Option<Spend> {
-        self.ledger.spend(&mut self.local.backend, key, now)
-    }
-
     /// A request of loop `key` was rejected: what it would have spent is
     /// estimated by the loop's newest response, and counted as avoided.
     pub(super) fn count_avoided(
@@ -127,7 +116,7 @@ impl<B: BucketBackend> Engine<B> {
         // This worker's own part first (no host call: a rejection stays
         // cheap); every worker's only when this one served none of it.
         let own = self.ledger.own(&mut self.local.backend, key, now);
-        let Some(s) = own.or_else(|| self.spend(key, now)) else {
+        let Some(s) = own.or_else(|| self.ledger.spend(&mut self.local.backend, key, now)) else {
             return;
         };
         let r = &self.registry;

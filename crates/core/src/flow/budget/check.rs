@@ -105,13 +105,11 @@ impl<B: BucketBackend> Engine<B> {
         for run in req.keys.chunk_by(|a, b| a.tag == b.tag) {
             let group = run.first().map_or(0, |k| k.tag);
             let ids: Vec<u64> = run.iter().map(|k| k.key).collect();
-            let read = match self.budget_table.read(&mut self.local.backend, group, &ids) {
-                Some(read) => read,
-                None => {
-                    out.push(count(MetricId::FAIL_OPEN, 1));
-                    Vec::new()
-                }
-            };
+            let read = self.budget_table.read(&mut self.local.backend, group, &ids);
+            let read = read.unwrap_or_else(|| {
+                out.push(count(MetricId::FAIL_OPEN, 1));
+                Vec::new()
+            });
             for (k, slices) in run.iter().zip(read) {
                 let Some(l) = b.limits.get(k.limit) else {
                     continue;
@@ -287,7 +285,6 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) {
-        // Per key, cap and kind of event.
         let kind: u64 = if name == "budget.exceeded" { 1 } else { 2 };
         let key = s.tag
             ^ (s.limit as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)

@@ -30,11 +30,8 @@ impl<B: BucketBackend> Engine<B> {
         r.body_len = size;
         if size as u64 > r.body_limit {
             // Stop buffering; what is held so far flows on.
-            if let Some(b) = r.budget.as_deref_mut() {
-                b.set_body_bytes(size as u64);
-            }
             let phase = r.phase();
-            return self.skip_body(r, phase, now, out);
+            return self.skip_body(r, size as u64, phase, now, out);
         }
         if !end_of_stream {
             return Step::Pause;

@@ -130,10 +130,7 @@ impl<B: BucketBackend> Engine<B> {
             .header("content-length")
             .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok());
         if let Some(len) = declared.filter(|len| *len > config.max_body_bytes) {
-            if let Some(b) = r.budget.as_deref_mut() {
-                b.set_body_bytes(len);
-            }
-            return self.skip_body(r, Phase::HeadersHeld, now, out);
+            return self.skip_body(r, len, Phase::HeadersHeld, now, out);
         }
         r.body_limit = config.max_body_bytes;
         r.state = State::Buffering {
@@ -161,15 +158,20 @@ impl<B: BucketBackend> Engine<B> {
         Step::Continue
     }
 
-    /// Stop buffering a body too large to judge: what is held so far flows
-    /// on, counted, once the budget keys its headers name are checked.
+    /// Stop buffering a body too large to judge (`len` bytes, declared or
+    /// buffered): what is held so far flows on, counted, once the budget
+    /// keys its headers name are checked.
     pub(in crate::flow) fn skip_body(
         &mut self,
         r: &mut Request,
+        len: u64,
         phase: Phase,
         now: u64,
         out: &mut Effects,
     ) -> Step {
+        if let Some(b) = r.budget.as_deref_mut() {
+            b.set_body_bytes(len);
+        }
         r.state = State::Pass;
         self.mcp_too_large(r, out);
         out.push(count(

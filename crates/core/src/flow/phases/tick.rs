@@ -116,24 +116,6 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
-    /// The host could not send an alert.
-    pub(in crate::flow) fn on_alert_sent(
-        &mut self,
-        sent: Result<(), String>,
-        now: u64,
-        out: &mut Effects,
-    ) {
-        if let Err(why) = sent {
-            let cluster = self
-                .alerts
-                .webhook
-                .as_ref()
-                .map_or("", |w| w.cluster.as_str());
-            let why = format!("cannot call cluster \"{cluster}\" ({why})");
-            self.webhook_failed(&why, now, out);
-        }
-    }
-
     /// An alert's answer: its `:status`, or `None` when none came.
     pub(in crate::flow) fn on_alert_reply(
         &mut self,
@@ -152,7 +134,7 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
-    fn webhook_failed(&mut self, why: &str, now: u64, out: &mut Effects) {
+    pub(in crate::flow) fn webhook_failed(&mut self, why: &str, now: u64, out: &mut Effects) {
         out.push(count(self.registry.webhook(WebhookResult::Failed), 1));
         if LogLimits::allow(&mut self.logs.webhook, now) {
             out.push(Effect::Log(

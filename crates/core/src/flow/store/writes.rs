@@ -14,7 +14,6 @@ use crate::metrics::mcp::McpUnjudged;
 use crate::metrics::CallResult;
 use crate::state::redis::{self, Call};
 use crate::state::store::BucketBackend;
-use crate::state::store::StoreCall;
 use crate::state::store::TakeBack;
 
 /// What a write is for.
@@ -61,21 +60,6 @@ impl<B: BucketBackend> Engine<B> {
         })
     }
 
-    fn write_request(&self, s: &Sending) -> Option<StoreCall> {
-        let call = self.write_call(&s.write)?;
-        self.shared.as_ref().map(|sh| sh.send(&call, s.resent))
-    }
-
-    /// The write again with the whole script, when its answer says the
-    /// node had not cached it.
-    fn write_again(&self, s: &Sending, status: Option<&str>, body: &[u8]) -> Option<Sending> {
-        let shared = self.shared.as_ref()?;
-        (!s.resent && shared.needs_script(status, body)).then(|| Sending {
-            write: s.write.clone(),
-            resent: true,
-        })
-    }
-
     /// Send `write` for this request: held (`Step::Pause`: the response
     /// goes on when the store answered, or the call failed, within
     /// `store.timeout_ms`), or from the root context at the tick.
@@ -87,11 +71,7 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Step {
         if !hold {
-            let sending = Sending {
-                write,
-                resent: false,
-            };
-            self.queue_write(sending, out);
+            self.queue_write(write, false, out);
             return Step::Continue;
         }
         match self.write_call(&write) {
@@ -100,14 +80,18 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
-    /// Queue a write for the root context (sent at the tick).
-    pub(in crate::flow) fn queue_write(&mut self, sending: Sending, out: &mut Effects) {
+    /// Queue a write for the root context (sent at the tick; `resent`:
+    /// with the whole script).
+    fn queue_write(&mut self, write: Write, resent: bool, out: &mut Effects) {
         if self.root_calls.writes() >= MAX_ROOT_WRITES {
-            self.write_lost(&sending.write, out);
+            self.write_lost(&write, out);
             return;
         }
-        if let Some(call) = self.write_request(&sending) {
-            self.root_calls.queued.push_back((sending, call));
+        if let (Some(call), Some(shared)) = (self.write_call(&write), self.shared.as_ref()) {
+            let call = shared.send(&call, resent);
+            self.root_calls
+                .queued
+                .push_back((Sending { write, resent }, call));
             out.push(Effect::ArmTick);
         }
     }
@@ -153,9 +137,15 @@ impl<B: BucketBackend> Engine<B> {
         let Some((_, sending)) = awaiting.remove(i) else {
             return true;
         };
-        if let Some(again) = self.write_again(&sending, status, body) {
+        // The node had not cached the script: the write again with it.
+        if !sending.resent
+            && self
+                .shared
+                .as_ref()
+                .is_some_and(|sh| sh.needs_script(status, body))
+        {
             out.push(count(self.registry.store_call(CallResult::NoScript), 1));
-            self.queue_write(again, out);
+            self.queue_write(sending.write, true, out);
             return true;
         }
         self.write_answered(&sending.write, status, body, out);
