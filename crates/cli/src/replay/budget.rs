@@ -84,14 +84,12 @@ impl BudgetNames {
                 continue;
             };
             for l in &b.limits {
-                for (kind, name) in [
-                    (
-                        BudgetCount::Rejected,
-                        budget_names::rejected(&p.id, &l.name),
-                    ),
-                    (BudgetCount::Warned, budget_names::warned(&p.id, &l.name)),
-                    (BudgetCount::Shadow, budget_names::shadow(&p.id, &l.name)),
+                for (kind, counter) in [
+                    (BudgetCount::Rejected, "rejected"),
+                    (BudgetCount::Warned, "warned"),
+                    (BudgetCount::Shadow, "shadow"),
                 ] {
+                    let name = budget_names::limit_counter(counter, &p.id, &l.name);
                     n.counts.insert(name, (kind, l.name.clone()));
                 }
                 n.spend.push((
@@ -100,15 +98,13 @@ impl BudgetNames {
                     l.name.clone(),
                 ));
             }
-            for (kind, name) in [
-                (PolicyCount::Estimated, budget_names::estimated(&p.id)),
-                (PolicyCount::Unpriced, budget_names::unpriced(&p.id)),
-                (
-                    PolicyCount::ReportedCost,
-                    budget_names::reported_cost(&p.id),
-                ),
-                (PolicyCount::Tunnels, budget_names::tunnels(&p.id)),
+            for (kind, counter) in [
+                (PolicyCount::Estimated, "estimated"),
+                (PolicyCount::Unpriced, "unpriced"),
+                (PolicyCount::ReportedCost, "reported_cost"),
+                (PolicyCount::Tunnels, "tunnels"),
             ] {
+                let name = budget_names::policy_counter(counter, &p.id);
                 n.per_policy.insert(name, (kind, p.id.clone()));
             }
         }

@@ -150,10 +150,8 @@ pub fn rejection(policy_id: &str, b: &Budget, s: &Standing, api: Api) -> Option<
         retry_after_ms: Some(retry_after_ms),
         header: Some(("x-loopguard-budget", header_part(limit, s.spent))),
     };
-    Some(reply::refuse(
-        Shape::Api(api, Code::BudgetExceeded),
-        refusal,
-    ))
+    let shape = Shape::Api(api, Code::BudgetExceeded);
+    Some(reply::refuse(shape, refusal))
 }
 
 /// A `budget.warning` or `budget.exceeded` event for one standing.
@@ -240,12 +238,8 @@ pub fn shadow_line(policy_id: &str, b: &Budget, s: &Standing) -> Option<String> 
         ("cap", limit.cap.show(limit.cap.amount())),
         ("unit", limit.cap.unit().to_string()),
     ];
-    Some(super::shadow::line(
-        "reject",
-        Some("budget"),
-        policy_id,
-        &fields,
-    ))
+    let guard = Some("budget");
+    Some(super::shadow::line("reject", guard, policy_id, &fields))
 }
 
 #[cfg(test)]

@@ -173,23 +173,21 @@ pub fn decide(
             cooldown_seconds: d.cooldown_seconds,
         }),
         None => Verdict::Allow,
-        Some(s) => {
-            match s.action {
-                Action::Warn => Verdict::Warn(notice()),
-                Action::Throttle => Verdict::Throttle {
-                    notice: notice(),
-                    delay_ms: (u64::from(state.count) * ladder.throttle_step_ms)
-                        .min(ladder.throttle_max_delay_ms),
-                },
-                Action::Reject => Verdict::Reject(Rejection {
-                    notice: notice(),
-                    // The triggering hit itself is in the window, so this
-                    // is > 0; keep it so even if a store rounds.
-                    retry_after_ms: state.until_allowed_ms.max(1),
-                    cooldown_seconds: d.cooldown_seconds,
-                }),
-            }
-        }
+        Some(s) => match s.action {
+            Action::Warn => Verdict::Warn(notice()),
+            Action::Throttle => Verdict::Throttle {
+                notice: notice(),
+                delay_ms: (u64::from(state.count) * ladder.throttle_step_ms)
+                    .min(ladder.throttle_max_delay_ms),
+            },
+            Action::Reject => Verdict::Reject(Rejection {
+                notice: notice(),
+                // The triggering hit itself is in the window, so this is
+                // > 0; keep it so even if a store rounds.
+                retry_after_ms: state.until_allowed_ms.max(1),
+                cooldown_seconds: d.cooldown_seconds,
+            }),
+        },
     };
     Decision {
         verdict,

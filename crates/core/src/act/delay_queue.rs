@@ -28,19 +28,12 @@ impl DelayQueue {
 
     /// The streams due at `now`, earliest first, removed from the queue.
     pub fn take_due(&mut self, now: u64) -> Vec<u32> {
-        let mut due: Vec<(u64, u32)> = Vec::new();
-        self.waiting.retain(|&(t, s)| {
-            if t <= now {
-                due.push((t, s));
-                false
-            } else {
-                true
-            }
-        });
+        let mut due: Vec<(u64, u32)> = self.waiting.extract_if(.., |(t, _)| *t <= now).collect();
         due.sort_unstable();
         due.into_iter().map(|(_, s)| s).collect()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.waiting.len()
     }

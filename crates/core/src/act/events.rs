@@ -2,9 +2,9 @@
 //! per fingerprint and window, and the signed webhook alert built from it.
 
 use crate::act::decision::Decision;
+use crate::act::reply::insert;
 use crate::config::{Mode, Webhook};
 use crate::detect::fingerprint::Fingerprinted;
-use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::detect::verdict::{StepName, Verdict};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -56,41 +56,13 @@ pub fn verdict_event<S: StepName, E>(
         "policy": policy_id,
         "mode": if shadow { "shadow" } else { "enforce" },
     });
-    if let Some(e) = event.as_object_mut() {
-        if let Some(tool) = tool {
-            e.insert("tool".to_string(), Value::String(tool));
-        }
-        if let Some(c) = caller {
-            e.insert("caller".to_string(), Value::String(c.to_string()));
-        }
+    if let Some(tool) = tool {
+        insert(&mut event, "tool", Value::String(tool));
+    }
+    if let Some(c) = caller {
+        insert(&mut event, "caller", json!(c));
     }
     event
-}
-
-/// The `loop.tool.detected` event of a tool-loop verdict.
-pub fn tool_loop_detected(policy_id: &str, v: &ToolVerdict, shadow: bool) -> Value {
-    let tool = tool_loops::shown_tool(v);
-    verdict_event("loop.tool.detected", policy_id, v, tool, shadow, None)
-}
-
-/// An MCP tool-call loop: what repeated and what loopguard did (or, in
-/// shadow mode, would have done).
-pub fn mcp_loop_detected(
-    policy_id: &str,
-    tool: &str,
-    v: &crate::detect::mcp::McpVerdict,
-    shadow: bool,
-    caller: &str,
-) -> Value {
-    let tool = Some(tool_loops::safe_tool_name(tool));
-    verdict_event(
-        "loop.mcp.detected",
-        policy_id,
-        v,
-        tool,
-        shadow,
-        Some(caller),
-    )
 }
 
 /// A hash of who calls under a policy (FNV-1a over the policy id and the
@@ -131,10 +103,8 @@ pub fn add_spend(
         "output_tokens": s.output,
     });
     if priced {
-        if let Some(o) = spent.as_object_mut() {
-            // Micro-dollars to dollars, exactly as a decimal.
-            o.insert("usd".to_string(), json!(s.microusd as f64 / 1e6));
-        }
+        // Micro-dollars to dollars, exactly as a decimal.
+        insert(&mut spent, "usd", json!(s.microusd as f64 / 1e6));
     }
     e.insert("spent".to_string(), spent);
 }
@@ -153,7 +123,7 @@ pub fn access_log<const N: usize>(
 ) -> String {
     let mut log = json!({"policy": policy_id, "mode": mode.as_str(), "action": action});
     for (name, value) in fields {
-        crate::act::reply::insert(&mut log, name, value);
+        insert(&mut log, name, value);
     }
     log.to_string()
 }
@@ -173,9 +143,7 @@ pub struct Alert {
 /// secret (HMAC-SHA256 of the exact body bytes).
 pub fn alert(event: &Value, now_ms: u64, secret: Option<&[u8]>) -> Alert {
     let mut payload = event.clone();
-    if let Some(obj) = payload.as_object_mut() {
-        obj.insert("timestamp".to_string(), json!(rfc3339(now_ms)));
-    }
+    insert(&mut payload, "timestamp", json!(rfc3339(now_ms)));
     let body = payload.to_string();
     let signature = secret.map(|key| format!("sha256={}", hex(&hmac_sha256(key, body.as_bytes()))));
     Alert { body, signature }

@@ -31,9 +31,10 @@ pub const MISSES_TO_STOP: u32 = 3;
 /// How long holding stays off before it is tried again.
 pub const REPROBE_MS: u64 = 300_000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Probe {
     /// No held request has been seen through yet.
+    #[default]
     Unconfirmed,
     /// A held request received its body: Envoy supports holding.
     Confirmed,
@@ -42,7 +43,7 @@ pub enum Probe {
     Unsupported { until_ms: u64 },
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct HeaderHold {
     enabled: bool,
     probe: Probe,
@@ -68,10 +69,7 @@ impl HeaderHold {
     pub fn new(enabled: bool) -> Self {
         HeaderHold {
             enabled,
-            probe: Probe::Unconfirmed,
-            misses: 0,
-            watch: DelayQueue::default(),
-            released: Vec::new(),
+            ..HeaderHold::default()
         }
     }
 
@@ -91,6 +89,7 @@ impl HeaderHold {
         true
     }
 
+    #[cfg(test)]
     pub fn probe(&self) -> Probe {
         self.probe
     }

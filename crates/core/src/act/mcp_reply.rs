@@ -17,7 +17,7 @@ use super::reply::{refuse, LocalReply, Refusal, Shape};
 use crate::config::{Mcp, McpStep};
 use crate::detect::mcp::{McpVerdict, Tier};
 use crate::detect::tool_loops::safe_tool_name;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// The header a client's response carries when loopguard acted on an MCP
 /// call: `tier=..; tool=..; count=..; step=..`.
@@ -87,31 +87,14 @@ pub fn note_text(cfg: &Mcp, tool: &str, v: &McpVerdict) -> String {
         }
         _ => "",
     };
-    format!(
-        "[loopguard] Note: {}. {}{warning}",
-        what(tool, v),
-        instead(v)
-    )
+    let (what, instead) = (what(tool, v), instead(v));
+    format!("[loopguard] Note: {what}. {instead}{warning}")
 }
 
 /// The text of a blocked call's result.
 pub fn blocked_text(tool: &str, v: &McpVerdict) -> String {
-    format!(
-        "[loopguard] This call was not run: {}. {}",
-        what(tool, v),
-        instead(v)
-    )
-}
-
-fn details(policy_id: &str, tool: &str, v: &McpVerdict) -> Value {
-    json!({
-        "policy": policy_id,
-        "tier": v.tier.as_str(),
-        "tool": safe_tool_name(tool),
-        "occurrences": v.occurrences,
-        "level": v.level,
-        "step": v.step.as_str(),
-    })
+    let (what, instead) = (what(tool, v), instead(v));
+    format!("[loopguard] This call was not run: {what}. {instead}")
 }
 
 /// The reply for an answering step (`None` for a note, which forwards).
@@ -136,7 +119,14 @@ pub fn reply(
         policy_id,
         status,
         message: blocked_text(tool, v),
-        details: details(policy_id, tool, v),
+        details: json!({
+            "policy": policy_id,
+            "tier": v.tier.as_str(),
+            "tool": safe_tool_name(tool),
+            "occurrences": v.occurrences,
+            "level": v.level,
+            "step": v.step.as_str(),
+        }),
         // The call goes to the server again this long after the loop's
         // last real result.
         retry_after_ms: (v.step == McpStep::Reject).then_some(cfg.recheck_ms),
@@ -150,6 +140,7 @@ mod tests {
     use super::*;
     use crate::config::{Classes, McpKey};
     use crate::detect::mcp::Entry;
+    use serde_json::Value;
 
     fn cfg(ladder: &[McpStep]) -> Mcp {
         Mcp {

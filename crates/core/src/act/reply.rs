@@ -3,16 +3,17 @@
 //! Anthropic's error, MCP's `isError` result or a JSON-RPC error), the
 //! warning headers, the log lines.
 
-use crate::act::decision::{Decision, Notice, Rejection, Verdict};
+use crate::act::decision::{Decision, Rejection, Verdict};
 use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::request::llm;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 /// Whose error shape a 429 takes: the API being called.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Api {
     /// OpenAI's (also what OpenAI-compatible gateways and SDKs expect).
+    #[default]
     OpenAi,
     /// Anthropic's Messages API (`/v1/messages`).
     Anthropic,
@@ -232,26 +233,22 @@ pub fn rejection(r: &Rejection, api: Api) -> LocalReply {
 pub fn tool_loop_rejection(policy_id: &str, v: &ToolVerdict, api: Api) -> LocalReply {
     let shown = tool_loops::shown_tool(v);
     let tool = shown.clone().unwrap_or_default();
+    let n = v.occurrences;
     let message = match v.tier {
         tool_loops::Tier::Identical | tool_loops::Tier::Failing => format!(
-            "Blocked: the agent called the tool `{tool}` {} times with the same arguments. This usually indicates an agent tool loop; change approach instead of retrying.",
-            v.occurrences
+            "Blocked: the agent called the tool `{tool}` {n} times with the same arguments. This usually indicates an agent tool loop; change approach instead of retrying."
         ),
         tool_loops::Tier::Pattern => format!(
-            "Blocked: the agent called the tool `{tool}` {} times with varying arguments without progress. This usually indicates an agent tool loop; change approach instead of retrying.",
-            v.occurrences
+            "Blocked: the agent called the tool `{tool}` {n} times with varying arguments without progress. This usually indicates an agent tool loop; change approach instead of retrying."
         ),
         tool_loops::Tier::Cycle => format!(
-            "Blocked: the agent repeated the same sequence of tool calls ({tool}) {} times with the same results. This usually indicates an agent tool loop; change approach instead of retrying.",
-            v.occurrences
+            "Blocked: the agent repeated the same sequence of tool calls ({tool}) {n} times with the same results. This usually indicates an agent tool loop; change approach instead of retrying."
         ),
         tool_loops::Tier::Answer => format!(
-            "Blocked: the model gave essentially the same answer {} times in a row. This usually indicates a loop; change the conversation instead of retrying.",
-            v.occurrences
+            "Blocked: the model gave essentially the same answer {n} times in a row. This usually indicates a loop; change the conversation instead of retrying."
         ),
         tool_loops::Tier::Turn => format!(
-            "Blocked: the agent wrote the same reply and called the tool `{tool}` the same way {} times in a row, whatever it returned. This usually indicates an agent loop; change approach instead of retrying.",
-            v.occurrences
+            "Blocked: the agent wrote the same reply and called the tool `{tool}` the same way {n} times in a row, whatever it returned. This usually indicates an agent loop; change approach instead of retrying."
         ),
     };
     let mut details = json!({
@@ -284,25 +281,6 @@ pub const REQUEST_HEADERS: [&str; 4] = [
     "x-loopguard-tool-loop",
 ];
 
-/// The warning headers of a warn verdict, for the upstream request and the
-/// client's response alike.
-pub fn warning_headers(n: &Notice) -> Headers {
-    vec![
-        ("x-loopguard-warning", "loop_warn".to_string()),
-        ("x-loopguard-loop-count", n.count.to_string()),
-        ("x-loopguard-policy", n.policy_id.clone()),
-    ]
-}
-
-/// The response headers of a throttled request.
-pub fn throttle_headers(n: &Notice, delay_ms: u64) -> Headers {
-    vec![
-        ("x-loopguard-delay-ms", delay_ms.to_string()),
-        ("x-loopguard-loop-count", n.count.to_string()),
-        ("x-loopguard-policy", n.policy_id.clone()),
-    ]
-}
-
 /// The Envoy filter-state name a published header travels under:
 /// `x-loopguard-loop-count` -> `loopguard_loop_count` (Envoy shows it as
 /// `wasm.loopguard_loop_count`).
@@ -318,16 +296,22 @@ pub fn headers_go_upstream(d: &Decision) -> bool {
 }
 
 /// Headers a decision adds to the response the client gets (a 429 carries
-/// its own). Shadow mode adds none.
+/// its own): a warning's (for the upstream request too) or a throttle's.
+/// Shadow mode adds none.
 pub fn response_headers(d: &Decision) -> Headers {
-    if d.shadow {
-        return Vec::new();
-    }
-    match &d.verdict {
-        Verdict::Warn(n) => warning_headers(n),
-        Verdict::Throttle { notice, delay_ms } => throttle_headers(notice, *delay_ms),
-        Verdict::Allow | Verdict::Reject(_) => Vec::new(),
-    }
+    let (first, n) = match &d.verdict {
+        _ if d.shadow => return Vec::new(),
+        Verdict::Warn(n) => (("x-loopguard-warning", "loop_warn".to_string()), n),
+        Verdict::Throttle { notice, delay_ms } => {
+            (("x-loopguard-delay-ms", delay_ms.to_string()), notice)
+        }
+        Verdict::Allow | Verdict::Reject(_) => return Vec::new(),
+    };
+    vec![
+        first,
+        ("x-loopguard-loop-count", n.count.to_string()),
+        ("x-loopguard-policy", n.policy_id.clone()),
+    ]
 }
 
 /// The line a shadow-mode decision logs for each would-be action.
@@ -350,6 +334,7 @@ pub fn shadow_line(d: &Decision) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::act::decision::Notice;
     use crate::detect::fingerprint::Fingerprint;
     use serde_json::Value;
 

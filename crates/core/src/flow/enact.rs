@@ -29,11 +29,8 @@ pub(super) const EVENT_WINDOW_MS: u64 = 60_000;
 /// An event's key from two numbers (a guard's own hash and the key it
 /// judged under).
 pub(super) fn event_key(a: u64, b: u64) -> Fingerprint {
-    let mut fp = [0u8; 16];
-    let (x, y) = fp.split_at_mut(8);
-    x.copy_from_slice(&a.to_le_bytes());
-    y.copy_from_slice(&b.to_le_bytes());
-    Fingerprint(fp)
+    // `a`'s little-endian bytes, then `b`'s.
+    Fingerprint((u128::from(a) | (u128::from(b) << 64)).to_le_bytes())
 }
 
 impl<B: BucketBackend> Engine<B> {
@@ -58,7 +55,8 @@ impl<B: BucketBackend> Engine<B> {
     /// A loop event's caller and, under `key`, what the loop has spent so
     /// far (its tokens, and dollars when `prices` are set).
     pub(super) fn add_spend(&mut self, event: &mut Value, caller: u64, key: Option<u64>, now: u64) {
-        let spend = key.and_then(|k| self.spend(k, now));
+        // Loop `key`'s spending so far in this process.
+        let spend = key.and_then(|k| self.ledger.spend(&mut self.local.backend, k, now));
         let priced = !self.config.prices.models.is_empty();
         events::add_spend(event, &usage::caller_tag(caller), spend.as_ref(), priced);
     }

@@ -16,8 +16,9 @@
 use super::enact::event_key;
 use super::store::asks::{Answer, Ask};
 use super::store::writes::{McpAdd, Write};
-use super::{count_opt, usage, Effect, Effects, Engine, Level, Request, Step};
+use super::{count_opt, policy_with, usage, Effect, Effects, Engine, Level, Request, Step};
 use crate::act::reply::LocalReply;
+use crate::act::shadow::verdict_line;
 use crate::act::{events, mcp_reply};
 use crate::config::{Mcp, McpKey, McpStep, Mode, OnStoreError, Policy};
 use crate::detect::mcp::{self as judge, Entry, McpVerdict};
@@ -38,7 +39,7 @@ const ANSWERED: &str = "loopguard_mcp_loop_detected";
 
 /// An MCP request on its way: its headers' facts, then the call it
 /// forwarded and the reader of its result.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct McpStream {
     policy: usize,
     head: Head,
@@ -67,6 +68,7 @@ enum McpAsk {
     Answer(Box<LocalReply>, Write),
 }
 
+/// A call that goes to the server, and joins its history with its result.
 #[derive(Debug)]
 struct Forwarded {
     /// Whose history the call joins.
@@ -81,24 +83,11 @@ struct Forwarded {
     note_added: bool,
 }
 
-impl Forwarded {
-    /// `call` goes to the server, and joins history `id` with its result.
-    fn new(call: ToolCall, id: HistoryId, snapshot: Option<(Vec<u8>, u32)>) -> Forwarded {
-        Forwarded {
-            id,
-            digest: call.digest,
-            tool: call.tool,
-            noted: None,
-            note_added: false,
-            snapshot,
-        }
-    }
-}
-
-/// A history the store could not read or write: the call passed
-/// unjudged, or its result was not recorded (counted).
-pub(super) fn store_error(policy_id: &str) -> Effect {
-    Effect::CountNamed(m::unjudged(policy_id, McpUnjudged::Store), 1)
+/// A call or result passed on unjudged, counted by why (`Store`: a history
+/// the store could not read or write; the call passed unjudged, or its
+/// result was not recorded).
+pub(super) fn unjudged(policy_id: &str, why: McpUnjudged) -> Effect {
+    Effect::CountNamed(m::unjudged(policy_id, why), 1)
 }
 
 impl McpStream {
@@ -116,9 +105,7 @@ impl McpStream {
             head: Head::read(facts),
             address,
             anonymous,
-            call: None,
-            status: None,
-            reader: None,
+            ..McpStream::default()
         }
     }
 }
@@ -191,20 +178,13 @@ impl<B: BucketBackend> Engine<B> {
         };
         let call = match read::read(body, &stream.head, cfg.arguments_mask) {
             Message::Call(c) => c,
-            Message::Other => {
+            other => {
                 r.mcp = None;
-                return Step::Continue;
-            }
-            Message::Unjudged(why) => {
-                r.mcp = None;
-                out.push(Effect::CountNamed(
-                    m::unjudged(&policy.id, McpUnjudged::Request(why)),
-                    1,
-                ));
-                out.push(Effect::Log(
-                    Level::Debug,
-                    format!("mcp request passed unjudged ({})", why.as_str()),
-                ));
+                if let Message::Unjudged(why) = other {
+                    out.push(unjudged(&policy.id, McpUnjudged::Request(why)));
+                    let line = format!("mcp request passed unjudged ({})", why.as_str());
+                    out.push(Effect::Log(Level::Debug, line));
+                }
                 return Step::Continue;
             }
         };
@@ -235,13 +215,10 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Recent {
-        match mcp_sessions::read(&mut self.local.backend, id, now, cfg.window_ms) {
-            Ok(h) => h,
-            Err(_) => {
-                out.push(store_error(&policy.id));
-                Recent::default()
-            }
-        }
+        mcp_sessions::read(&mut self.local.backend, id, now, cfg.window_ms).unwrap_or_else(|_| {
+            out.push(unjudged(&policy.id, McpUnjudged::Store));
+            Recent::default()
+        })
     }
 
     /// Judge a call against its history: forwarded (a note planned, or in
@@ -258,7 +235,7 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        let Some(stream) = r.mcp.as_mut() else {
+        let Some(index) = r.mcp.as_ref().map(|s| s.policy) else {
             return Step::Continue;
         };
         // A loop loopguard has been answering goes to the server again
@@ -267,45 +244,58 @@ impl<B: BucketBackend> Engine<B> {
         let verdict = judge::judge(cfg, &recent.entries, call.digest).filter(|v| {
             !v.step.answers() || now.saturating_sub(recent.last_real_ms) < cfg.recheck_ms
         });
-        let Some(v) = verdict else {
-            stream.call = Some(Forwarded::new(call, id, recent.snapshot));
-            return Step::Continue;
-        };
-        let index = stream.policy;
         let shadow = policy.mode == Mode::Shadow;
-        if shadow {
-            self.acted_on(r, index, policy, &call.tool, &v, id.key, now, out);
-            self.shadow(
-                crate::act::shadow::verdict_line(
-                    "mcp loop",
-                    &policy.id,
-                    &v,
-                    Some(crate::detect::tool_loops::safe_tool_name(&call.tool)),
-                    ("count", v.occurrences),
-                ),
-                out,
-            );
-            if let Some(s) = r.mcp.as_mut() {
-                s.call = Some(Forwarded::new(call, id, recent.snapshot));
+        match &verdict {
+            Some(v) if shadow => {
+                self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
+                let tool = crate::detect::tool_loops::safe_tool_name(&call.tool);
+                let count = ("count", v.occurrences);
+                let line = verdict_line("mcp loop", &policy.id, v, Some(tool), count);
+                self.shadow(line, out);
             }
-            return Step::Continue;
+            // Answered instead of the server, and the answer added to the
+            // history (the loop goes on climbing while the call repeats);
+            // with a shared store, the answer goes once the store has it.
+            Some(v) if v.step != McpStep::Note => {
+                r.mcp = None;
+                let Some(reply) = mcp_reply::reply(cfg, &policy.id, &call.id, &call.tool, v) else {
+                    return Step::Continue;
+                };
+                self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
+                let answered = Entry {
+                    call: call.digest,
+                    answered: true,
+                    unread: false,
+                    ..v.evidence.expected
+                };
+                let (ours, snapshot) = ((index, policy), recent.snapshot);
+                let write = self.record_call(ours, cfg, id, answered, snapshot, now, out);
+                let Some((write, call)) = write.and_then(|w| self.write_call(&w).map(|c| (w, c)))
+                else {
+                    return self.answer(r, None, reply, ANSWERED, out);
+                };
+                let ask = McpAsk::Answer(Box::new(reply), write);
+                return self.ask(r, call, Ask::Mcp(McpWait { id, ask }), out);
+            }
+            _ => {}
         }
-        if v.step == McpStep::Note {
-            let mut forwarded = Forwarded::new(call, id, recent.snapshot);
-            // Forwarded; the note goes into the result if it is the same
-            // again (counted and reported then). Only `content` can be
-            // compared as it passes: a loop whose result had structured
-            // content gets no note (that content may be what changes).
-            if response::mcp::has_only_content(&v.evidence.expected) {
-                forwarded.noted = Some(v);
-            }
-            if let Some(s) = r.mcp.as_mut() {
-                s.call = Some(forwarded);
-            }
-            return Step::Continue;
+        // Forwarded. A note goes into the result if it is the same again
+        // (counted and reported then). Only `content` can be compared as it
+        // passes: a loop whose result had structured content gets no note
+        // (that content may be what changes).
+        let noted =
+            verdict.filter(|v| !shadow && response::mcp::has_only_content(&v.evidence.expected));
+        if let Some(s) = r.mcp.as_mut() {
+            s.call = Some(Forwarded {
+                id,
+                digest: call.digest,
+                tool: call.tool,
+                noted,
+                snapshot: recent.snapshot,
+                note_added: false,
+            });
         }
-        let snapshot = recent.snapshot;
-        self.answer_mcp(r, index, policy, cfg, &call, &v, (id, snapshot), now, out)
+        Step::Continue
     }
 
     /// The shared store's answer to the MCP request's call (or why none
@@ -332,10 +322,10 @@ impl<B: BucketBackend> Engine<B> {
         let read = answer.and_then(|reply| parse_history(reply.status.as_deref(), &reply.body));
         self.count_call(read.as_ref().err(), out);
         let config = Rc::clone(&self.config);
-        let Some(policy) = r.mcp.as_ref().and_then(|s| config.policies.get(s.policy)) else {
+        let Some(index) = r.mcp.as_ref().map(|s| s.policy) else {
             return Step::Continue;
         };
-        let Some(cfg) = policy.mcp.as_ref() else {
+        let Some((policy, cfg)) = policy_with(&config, index, |p| p.mcp.as_ref()) else {
             return Step::Continue;
         };
         let recent = match read {
@@ -348,12 +338,10 @@ impl<B: BucketBackend> Engine<B> {
                 out,
             ) {
                 OnStoreError::Local => self.local_history(policy, cfg, id, now, out),
+                // Passed unjudged: judged as a first call.
                 OnStoreError::Allow => {
-                    out.push(store_error(&policy.id));
-                    if let Some(s) = r.mcp.as_mut() {
-                        s.call = Some(Forwarded::new(call, id, None));
-                    }
-                    return Step::Continue;
+                    out.push(unjudged(&policy.id, McpUnjudged::Store));
+                    Recent::default()
                 }
             },
         };
@@ -380,7 +368,7 @@ impl<B: BucketBackend> Engine<B> {
                 out.push(Effect::CountNamed(m::evicted(&policy.id), 1));
             }
             Ok(_) => {}
-            Err(_) => out.push(store_error(&policy.id)),
+            Err(_) => out.push(unjudged(&policy.id, McpUnjudged::Store)),
         }
         self.shared.as_ref()?;
         Some(Write::Mcp(McpAdd {
@@ -390,42 +378,6 @@ impl<B: BucketBackend> Engine<B> {
             window_ms: cfg.window_ms,
             at: now,
         }))
-    }
-
-    /// Answer a looping call instead of the server, and add the answer to
-    /// the history (the loop goes on climbing while the call repeats);
-    /// with a shared store, the answer goes once the store has it.
-    #[allow(clippy::too_many_arguments)]
-    fn answer_mcp(
-        &mut self,
-        r: &mut Request,
-        index: usize,
-        policy: &Policy,
-        cfg: &Mcp,
-        call: &ToolCall,
-        v: &McpVerdict,
-        (id, snapshot): (HistoryId, Option<(Vec<u8>, u32)>),
-        now: u64,
-        out: &mut Effects,
-    ) -> Step {
-        let Some(reply) = mcp_reply::reply(cfg, &policy.id, &call.id, &call.tool, v) else {
-            r.mcp = None;
-            return Step::Continue;
-        };
-        let answered = Entry {
-            call: call.digest,
-            answered: true,
-            unread: false,
-            ..v.evidence.expected
-        };
-        self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
-        r.mcp = None;
-        let write = self.record_call((index, policy), cfg, id, answered, snapshot, now, out);
-        let Some((write, call)) = write.and_then(|w| self.write_call(&w).map(|c| (w, c))) else {
-            return self.answer(r, None, reply, ANSWERED, out);
-        };
-        let ask = McpAsk::Answer(Box::new(reply), write);
-        self.ask(r, call, Ask::Mcp(McpWait { id, ask }), out)
     }
 
     /// A loop was acted on (a note added, the call answered; in shadow
@@ -445,42 +397,24 @@ impl<B: BucketBackend> Engine<B> {
     ) {
         let shadow = policy.mode == Mode::Shadow;
         self.note_in_loop(r, index, out);
-        self.mcp_event(r, policy, tool, v, key, shadow, now, out);
-        let counter = if shadow { m::shadow } else { m::loops };
-        out.push(Effect::CountNamed(counter(&policy.id, v.tier, v.step), 1));
-        let header = mcp_reply::header_value(tool, v);
-        let step = v.step.as_str();
-        self.publish_decision(out, (policy, true), step, || [("tool_loop", json!(header))]);
-    }
-
-    /// One event line per history, tier and level within a window (across
-    /// workers too).
-    #[allow(clippy::too_many_arguments)]
-    fn mcp_event(
-        &mut self,
-        r: &Request,
-        policy: &Policy,
-        tool: &str,
-        v: &McpVerdict,
-        key: u64,
-        shadow: bool,
-        now: u64,
-        out: &mut Effects,
-    ) {
+        // One event line per history, tier and level within a window
+        // (across workers too).
         let mut h = crate::request::Fnv(key);
         h.write(b"mcp-event");
         h.write(v.tier.as_str().as_bytes());
         h.write(&v.level.to_le_bytes());
         if self.first_event(event_key(h.0, key), now) {
-            let event = events::mcp_loop_detected(
-                &policy.id,
-                tool,
-                v,
-                shadow,
-                &usage::caller_tag(r.caller),
-            );
+            let tool = Some(crate::detect::tool_loops::safe_tool_name(tool));
+            let caller = usage::caller_tag(r.caller);
+            let name = "loop.mcp.detected";
+            let event = events::verdict_event(name, &policy.id, v, tool, shadow, Some(&caller));
             self.emit_event(&event, true, now, out);
         }
+        let counter = m::loops(&policy.id, shadow, v.tier, v.step);
+        out.push(Effect::CountNamed(counter, 1));
+        let header = mcp_reply::header_value(tool, v);
+        let step = v.step.as_str();
+        self.publish_decision(out, (policy, true), step, || [("tool_loop", json!(header))]);
     }
 
     /// The stream ended: a call that went on and whose result was not read
@@ -500,10 +434,7 @@ impl<B: BucketBackend> Engine<B> {
             return;
         };
         if let Some(p) = self.config.policies.get(s.policy) {
-            out.push(Effect::CountNamed(
-                m::unjudged(&p.id, McpUnjudged::TooLarge),
-                1,
-            ));
+            out.push(unjudged(&p.id, McpUnjudged::TooLarge));
         }
     }
 
@@ -607,21 +538,14 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         };
         let config = Rc::clone(&self.config);
-        let Some(policy) = config.policies.get(s.policy) else {
-            return Step::Continue;
-        };
-        let Some(cfg) = policy.mcp.as_ref() else {
+        let Some((policy, cfg)) = policy_with(&config, s.policy, |p| p.mcp.as_ref()) else {
             return Step::Continue;
         };
         // With an HTTP error status only a JSON-RPC error is a result (a
         // `result` there is no answer the client will use).
         let ok = s.status.is_some_and(|st| (200..300).contains(&st));
-        let seen = match seen {
-            Seen::Result(o) if !ok && !o.rpc_error => Seen::Unreadable,
-            other => other,
-        };
         let entry = match seen {
-            Seen::Result(o) => Entry {
+            Seen::Result(o) if ok || o.rpc_error => Entry {
                 call: f.digest,
                 result: o.result,
                 content: o.content,
@@ -629,11 +553,8 @@ impl<B: BucketBackend> Engine<B> {
                 unread: false,
                 answered: false,
             },
-            Seen::Unreadable => {
-                out.push(Effect::CountNamed(
-                    m::unjudged(&policy.id, McpUnjudged::ResultUnreadable),
-                    1,
-                ));
+            _ => {
+                out.push(unjudged(&policy.id, McpUnjudged::ResultUnreadable));
                 Entry {
                     call: f.digest,
                     unread: true,

@@ -191,7 +191,7 @@ struct Waiting {
 }
 
 /// One stream's request, as the engine tracks it.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Request {
     /// The host's id for the stream (the throttle queue and the hold probe
     /// name requests by it).
@@ -237,7 +237,7 @@ pub struct Request {
 }
 
 /// Whose tokens a response's usage is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 struct UsageFor {
     policy: usize,
     in_loop: bool,
@@ -302,23 +302,7 @@ impl Request {
     pub fn new(id: u32) -> Request {
         Request {
             id,
-            state: State::Pass,
-            body_len: 0,
-            body_limit: 0,
-            response_headers: Vec::new(),
-            api: Api::OpenAi,
-            headers_held: false,
-            length_dropped: false,
-            body_seen: false,
-            counted: None,
-            usage_for: None,
-            usage: None,
-            caller: 0,
-            loop_counted: false,
-            model: None,
-            started_ms: 0,
-            mcp: None,
-            budget: None,
+            ..Request::default()
         }
     }
 
@@ -542,9 +526,25 @@ fn count(id: MetricId, n: i64) -> Effect {
     Effect::Count(id, n)
 }
 
+/// Policy `index` of `config` and the part of it a guard reads (`None`:
+/// no such policy, or it has no such part).
+fn policy_with<'c, T>(
+    config: &'c Config,
+    index: usize,
+    part: impl FnOnce(&'c crate::config::Policy) -> Option<&'c T>,
+) -> Option<(&'c crate::config::Policy, &'c T)> {
+    let p = config.policies.get(index)?;
+    Some((p, part(p)?))
+}
+
 /// Count an optional (per-policy) metric.
 fn count_opt(out: &mut Effects, id: Option<MetricId>, n: i64) {
     if let Some(id) = id {
         out.push(count(id, n));
     }
+}
+
+/// A count as a metric's increment (saturated).
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

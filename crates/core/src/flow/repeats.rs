@@ -4,8 +4,8 @@
 
 use super::store::asks::{Answer, Ask};
 use super::{
-    count, count_opt, usage, Counted, Effect, Effects, Engine, Level, LogLimits, Phase, Request,
-    State, Step, Waiting,
+    count, count_opt, policy_with, Counted, Effect, Effects, Engine, Level, LogLimits, MetricId,
+    Phase, Request, State, Step, Waiting,
 };
 use crate::act::decision::{self, Verdict};
 use crate::act::events;
@@ -32,10 +32,7 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Step {
         let config = Rc::clone(&self.config);
-        let Some(p) = config.policies.get(policy) else {
-            return Step::Continue;
-        };
-        let Some(detection) = &p.detection else {
+        let Some((p, detection)) = policy_with(&config, policy, |p| p.detection.as_ref()) else {
             return Step::Continue;
         };
         if made.unparsed {
@@ -111,52 +108,27 @@ impl<B: BucketBackend> Engine<B> {
             StoreAnswer::Failed(f) => Some(f),
         };
         self.count_call(failure, out);
-        let answer = match answer {
+        // The shared store failed: the hit counted in the local table, or
+        // the request passes, as `store.on_error` says.
+        let (answer, shared) = match answer {
             StoreAnswer::Failed(f) if f.is_remote() => {
-                match self.store_failed(&w.hit, &f, now, out) {
-                    Some(a) => {
-                        r.counted = self.counted_at(w.policy, &w.hit, false);
-                        a
-                    }
-                    None => return Step::Continue,
+                let local = "requests are counted locally";
+                match self.store_fallback(&f, local, "requests are", now, out) {
+                    OnStoreError::Local => (self.local.record(&w.hit), false),
+                    OnStoreError::Allow => return Step::Continue,
                 }
             }
-            a => {
-                r.counted = self.counted_at(w.policy, &w.hit, true);
-                a
-            }
+            a => (a, true),
         };
+        r.counted = self.counted_at(w.policy, &w.hit, shared);
         self.act(r, w.policy, &w.made, w.phase, answer, w.since_ms, now, out)
     }
 
     /// What a forwarded request's hit needs to be taken back (`shared`:
     /// recorded in the shared store).
     fn counted_at(&self, policy: usize, hit: &Hit, shared: bool) -> Option<Counted> {
-        let p = self.config.policies.get(policy)?;
-        let detection = p.detection.as_ref()?;
+        let (_, detection) = policy_with(&self.config, policy, |p| p.detection.as_ref())?;
         Some(counted(policy, detection, hit, shared))
-    }
-
-    /// The shared store failed a hit: count it in the local table or let
-    /// the request pass (`None`), as configured; counted, logged at most
-    /// every 10 s.
-    fn store_failed(
-        &mut self,
-        hit: &Hit,
-        failure: &StoreFailure,
-        now: u64,
-        out: &mut Effects,
-    ) -> Option<StoreAnswer> {
-        match self.store_fallback(
-            failure,
-            "requests are counted locally",
-            "requests are",
-            now,
-            out,
-        ) {
-            OnStoreError::Local => Some(self.local.record(hit)),
-            OnStoreError::Allow => None,
-        }
     }
 
     /// What `store.on_error` says to do when the shared store failed a
@@ -204,10 +176,8 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Step {
         let config = Rc::clone(&self.config);
-        let Some(policy) = config.policies.get(index) else {
-            return Step::Continue;
-        };
-        let Some(detection) = &policy.detection else {
+        let Some((policy, detection)) = policy_with(&config, index, |p| p.detection.as_ref())
+        else {
             return Step::Continue;
         };
         let receipt = match answer {
@@ -215,7 +185,7 @@ impl<B: BucketBackend> Engine<B> {
             StoreAnswer::Failed(failure) => {
                 // Nothing recorded: nothing to take back.
                 r.counted = None;
-                out.push(count(self.registry.fail_open(), 1));
+                out.push(count(MetricId::FAIL_OPEN, 1));
                 if LogLimits::allow(&mut self.logs.fail_open, now) {
                     out.push(Effect::Log(
                         Level::Warn,
@@ -229,19 +199,17 @@ impl<B: BucketBackend> Engine<B> {
             }
         };
         if receipt.cas_retries > 0 {
-            out.push(count(
-                self.registry.cas_retries(),
-                i64::from(receipt.cas_retries),
-            ));
+            out.push(count(MetricId::CAS_RETRIES, i64::from(receipt.cas_retries)));
         }
         if receipt.evicted {
-            out.push(count(self.registry.evicted(), 1));
+            out.push(count(MetricId::EVICTED, 1));
         }
         if receipt.added {
-            out.push(count(self.registry.table_entries(), 1));
+            out.push(count(MetricId::TABLE_ENTRIES, 1));
         }
         let fp = made.fingerprint;
-        let key = usage::loop_key(&fp);
+        // The loop's ledger key.
+        let key = fp.spread();
         let model = self.priced(made.model.as_deref());
         r.spend_under(key, model, made.model.as_deref());
         let decided = decision::decide(
@@ -308,7 +276,7 @@ impl<B: BucketBackend> Engine<B> {
                     out.push(Effect::Record(id, delay_ms));
                 }
                 self.throttled.push(r.id, since.saturating_add(delay_ms));
-                out.push(count(self.registry.throttle_pending(), 1));
+                out.push(count(MetricId::THROTTLE_PENDING, 1));
                 out.push(Effect::ArmTick);
                 r.state = State::Held;
                 Step::Pause

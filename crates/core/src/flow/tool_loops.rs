@@ -41,7 +41,19 @@ impl<B: BucketBackend> Engine<B> {
             _ => (None, None),
         };
         let shadow = policy.mode == Mode::Shadow;
-        self.tool_event(r, policy, pending, req, v, shadow, key, now, out);
+        // One event line per conversation and level within a window, however
+        // fast the loop runs (remembered in the shared table, so across
+        // workers too).
+        let identity = pending.identity();
+        let tier = v.tier.as_str();
+        let event_key =
+            fingerprint::tool_event_key(&policy.id, identity, req, tier, &v.evidence.tool, v.level);
+        if self.first_event(event_key, now) {
+            let (name, tool) = ("loop.tool.detected", tool_loops::shown_tool(v));
+            let mut event = events::verdict_event(name, &policy.id, v, tool, shadow, None);
+            self.add_spend(&mut event, r.caller, key, now);
+            self.emit_event(&event, true, now, out);
+        }
         let header = tool_loops::header_value(v);
         let step = v.step.as_str();
         self.publish_decision(out, (policy, true), step, || [("tool_loop", json!(header))]);
@@ -97,36 +109,5 @@ impl<B: BucketBackend> Engine<B> {
             )),
         }
         None
-    }
-
-    /// One event line per conversation and level within a window, however
-    /// fast the loop runs (remembered in the shared table, so across
-    /// workers too).
-    #[allow(clippy::too_many_arguments)]
-    fn tool_event(
-        &mut self,
-        r: &Request,
-        policy: &Policy,
-        pending: &Pending,
-        req: &llm::Request<'_>,
-        v: &ToolVerdict,
-        shadow: bool,
-        spend_key: Option<u64>,
-        now: u64,
-        out: &mut Effects,
-    ) {
-        let key = fingerprint::tool_event_key(
-            &policy.id,
-            pending.identity(),
-            req,
-            v.tier.as_str(),
-            &v.evidence.tool,
-            v.level,
-        );
-        if self.first_event(key, now) {
-            let mut event = events::tool_loop_detected(&policy.id, v, shadow);
-            self.add_spend(&mut event, r.caller, spend_key, now);
-            self.emit_event(&event, true, now, out);
-        }
     }
 }

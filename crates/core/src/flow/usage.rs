@@ -5,11 +5,11 @@
 //! events report and which estimates what a rejected request would have
 //! spent.
 
-use super::{count, count_opt, Effect, Effects, Engine, Level, Request, Step};
+use super::{count, count_opt, to_i64, Effect, Effects, Engine, Level, MetricId, Request, Step};
 use crate::metrics::{self, TokenType};
 use crate::response::repeats::{RepeatSettings, Repeated};
 use crate::response::usage::{Framing, UsageReader};
-use crate::state::ledger::{Added, Spend};
+use crate::state::ledger::Added;
 use crate::state::store::BucketBackend;
 
 pub use crate::act::events::{caller_hash, caller_tag};
@@ -21,11 +21,6 @@ pub(super) fn conversation_key(caller: u64, first: &[u8]) -> u64 {
     let mut h = crate::request::Fnv(caller ^ 0x9e37_79b9_7f4a_7c15);
     h.write(first);
     h.0
-}
-
-/// A loop's ledger key from its fingerprint.
-pub(super) fn loop_key(fp: &crate::detect::fingerprint::Fingerprint) -> u64 {
-    fp.spread()
 }
 
 impl Request {
@@ -108,12 +103,6 @@ impl<B: BucketBackend> Engine<B> {
         model.and_then(|m| self.config.prices.lookup(m))
     }
 
-    /// Loop `key`'s spending so far in this process (`None`: nothing
-    /// recorded).
-    pub(super) fn spend(&mut self, key: u64, now: u64) -> Option<Spend> {
-        self.ledger.spend(&mut self.local.backend, key, now)
-    }
-
     /// A request of loop `key` was rejected: what it would have spent is
     /// estimated by the loop's newest response, and counted as avoided.
     pub(super) fn count_avoided(
@@ -127,23 +116,18 @@ impl<B: BucketBackend> Engine<B> {
         // This worker's own part first (no host call: a rejection stays
         // cheap); every worker's only when this one served none of it.
         let own = self.ledger.own(&mut self.local.backend, key, now);
-        let Some(s) = own.or_else(|| self.spend(key, now)) else {
+        let Some(s) = own.or_else(|| self.ledger.spend(&mut self.local.backend, key, now)) else {
             return;
         };
         let r = &self.registry;
-        count_opt(
-            out,
-            r.tokens_avoided(policy, TokenType::Input, model),
-            to_i64(s.last_input),
-        );
-        count_opt(
-            out,
-            r.tokens_avoided(policy, TokenType::Output, model),
-            to_i64(s.last_output),
-        );
-        if model.is_some() {
-            count_opt(out, r.cost_avoided(policy, model), to_i64(s.last_microusd));
+        for (t, n) in [
+            (TokenType::Input, s.last_input),
+            (TokenType::Output, s.last_output),
+        ] {
+            count_opt(out, r.tokens_avoided(policy, t, model), to_i64(n));
         }
+        // An unpriced model has no cost counter.
+        count_opt(out, r.cost_avoided(policy, model), to_i64(s.last_microusd));
     }
 
     /// The response's `content-type` (after [`Engine::on_response_headers`]):
@@ -309,12 +293,9 @@ impl<B: BucketBackend> Engine<B> {
         };
         let (p, l, m) = (target.policy, target.in_loop, target.model);
         let reg = &self.registry;
-        count_opt(out, reg.tokens(p, TokenType::Input, l, m), to_i64(u.input));
-        count_opt(
-            out,
-            reg.tokens(p, TokenType::Output, l, m),
-            to_i64(u.output),
-        );
+        for (t, n) in [(TokenType::Input, u.input), (TokenType::Output, u.output)] {
+            count_opt(out, reg.tokens(p, t, l, m), to_i64(n));
+        }
         let cost = m.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
         if m.is_some() {
             count_opt(out, reg.cost(p, l, m), to_i64(cost));
@@ -330,15 +311,11 @@ impl<B: BucketBackend> Engine<B> {
             ) {
                 Added::Done { cas_retries: 0 } => {}
                 Added::Done { cas_retries } => {
-                    out.push(count(self.registry.cas_retries(), i64::from(cas_retries)));
+                    out.push(count(MetricId::CAS_RETRIES, i64::from(cas_retries)));
                 }
-                Added::Failed => out.push(count(self.registry.ledger_failed(), 1)),
+                Added::Failed => out.push(count(MetricId::LEDGER_FAILED, 1)),
             }
         }
         add
     }
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }

@@ -15,9 +15,40 @@ pub struct BudgetIds {
     limits: u32,
 }
 
-/// Per-policy counters, then per-budget ones.
-const PER_POLICY: u32 = 6;
-const PER_LIMIT: u32 = 4;
+/// A policy's own counters, in id order ([`policy_counter`]):
+/// - `estimated`: responses whose spending was estimated from the bytes
+///   seen;
+/// - `unrecorded`: budget spending that could not be recorded (the table or
+///   the shared store failed);
+/// - `evicted`: keys that gave their place in a full table while they
+///   still had spending in their window;
+/// - `unpriced`: calls under a dollar cap whose model no price names
+///   (charged as `budget.unpriced` says);
+/// - `tunnels`: upgrades and CONNECT tunnels under a budget: checked and
+///   counted as a call when they open, but what passes through them is not
+///   read;
+/// - `reported_cost`: responses whose cost the upstream reported
+///   (OpenRouter's `usage.cost`, LiteLLM's `x-litellm-response-cost`),
+///   used instead of the price list.
+pub const POLICY_COUNTERS: [&str; 6] = [
+    "estimated",
+    "unrecorded",
+    "evicted",
+    "unpriced",
+    "tunnels",
+    "reported_cost",
+];
+
+/// Each budget's counters, in id order ([`limit_counter`]):
+/// - `rejected`: requests refused at a cap;
+/// - `warned`: requests that carried the warning (at or over `warn_at`, or
+///   at a cap with `action: warn`);
+/// - `shadow`: rejections shadow mode did not make;
+/// - `near_cap`: requests whose key had spent 80% of a cap or more.
+pub const LIMIT_COUNTERS: [&str; 4] = ["rejected", "warned", "shadow", "near_cap"];
+
+const PER_POLICY: u32 = POLICY_COUNTERS.len() as u32;
+const PER_LIMIT: u32 = LIMIT_COUNTERS.len() as u32;
 
 impl BudgetIds {
     /// Define a policy's budget counters at the end of `defs` (`None`: it
@@ -25,24 +56,12 @@ impl BudgetIds {
     pub fn define(p: &Policy, defs: &mut Vec<(String, Kind)>) -> Option<BudgetIds> {
         let b = p.budget.as_ref()?;
         let first = u32::try_from(defs.len()).ok()?;
-        for name in [
-            estimated(&p.id),
-            unrecorded(&p.id),
-            evicted(&p.id),
-            unpriced(&p.id),
-            tunnels(&p.id),
-            reported_cost(&p.id),
-        ] {
-            defs.push((name, Kind::Counter));
+        for name in POLICY_COUNTERS {
+            defs.push((policy_counter(name, &p.id), Kind::Counter));
         }
         for l in &b.limits {
-            for name in [
-                rejected(&p.id, &l.name),
-                warned(&p.id, &l.name),
-                shadow(&p.id, &l.name),
-                near_cap(&p.id, &l.name),
-            ] {
-                defs.push((name, Kind::Counter));
+            for name in LIMIT_COUNTERS {
+                defs.push((limit_counter(name, &p.id, &l.name), Kind::Counter));
             }
         }
         Some(BudgetIds {
@@ -93,60 +112,14 @@ pub fn spend(policy_id: &str, budget: &str, key: &str) -> String {
     format!("loopguard.budget_spend_total.policy.{policy_id}.budget.{budget}.key.{key}")
 }
 
-/// Requests refused at a cap.
-pub fn rejected(policy_id: &str, budget: &str) -> String {
-    format!("loopguard.budget_rejected_total.policy.{policy_id}.budget.{budget}")
+/// A policy's counter `name` (one of [`POLICY_COUNTERS`]).
+pub fn policy_counter(name: &str, policy_id: &str) -> String {
+    format!("loopguard.budget_{name}_total.policy.{policy_id}")
 }
 
-/// Requests that carried the warning (at or over `warn_at`, or at a cap
-/// with `action: warn`).
-pub fn warned(policy_id: &str, budget: &str) -> String {
-    format!("loopguard.budget_warned_total.policy.{policy_id}.budget.{budget}")
-}
-
-/// Rejections shadow mode did not make.
-pub fn shadow(policy_id: &str, budget: &str) -> String {
-    format!("loopguard.budget_shadow_total.policy.{policy_id}.budget.{budget}")
-}
-
-/// Requests whose key had spent 80% of a cap or more.
-pub fn near_cap(policy_id: &str, budget: &str) -> String {
-    format!("loopguard.budget_near_cap_total.policy.{policy_id}.budget.{budget}")
-}
-
-/// Responses whose spending was estimated from the bytes seen.
-pub fn estimated(policy_id: &str) -> String {
-    format!("loopguard.budget_estimated_total.policy.{policy_id}")
-}
-
-/// Budget spending that could not be recorded (the table or the shared
-/// store failed).
-pub fn unrecorded(policy_id: &str) -> String {
-    format!("loopguard.budget_unrecorded_total.policy.{policy_id}")
-}
-
-/// Keys that gave their place in a full table while they still had
-/// spending in their window.
-pub fn evicted(policy_id: &str) -> String {
-    format!("loopguard.budget_evicted_total.policy.{policy_id}")
-}
-
-/// Calls under a dollar cap whose model no price names (charged as
-/// `budget.unpriced` says).
-pub fn unpriced(policy_id: &str) -> String {
-    format!("loopguard.budget_unpriced_total.policy.{policy_id}")
-}
-
-/// Upgrades and CONNECT tunnels under a budget: checked and counted as a
-/// call when they open, but what passes through them is not read.
-pub fn tunnels(policy_id: &str) -> String {
-    format!("loopguard.budget_tunnels_total.policy.{policy_id}")
-}
-
-/// Responses whose cost the upstream reported (OpenRouter's `usage.cost`,
-/// LiteLLM's `x-litellm-response-cost`), used instead of the price list.
-pub fn reported_cost(policy_id: &str) -> String {
-    format!("loopguard.budget_reported_cost_total.policy.{policy_id}")
+/// A budget's counter `name` (one of [`LIMIT_COUNTERS`]).
+pub fn limit_counter(name: &str, policy_id: &str, budget: &str) -> String {
+    format!("loopguard.budget_{name}_total.policy.{policy_id}.budget.{budget}")
 }
 
 #[cfg(test)]
@@ -168,16 +141,34 @@ mod tests {
         assert!(r.budget(0).is_none());
         let ids = r.budget(1).unwrap();
         let name = |id: Option<MetricId>| r.defs()[id.unwrap().0 as usize].0.clone();
-        assert_eq!(name(Some(ids.estimated())), estimated("b"));
-        assert_eq!(name(Some(ids.unrecorded())), unrecorded("b"));
-        assert_eq!(name(Some(ids.evicted())), evicted("b"));
-        assert_eq!(name(Some(ids.unpriced())), unpriced("b"));
-        assert_eq!(name(Some(ids.tunnels())), tunnels("b"));
-        assert_eq!(name(Some(ids.reported_cost())), reported_cost("b"));
-        assert_eq!(name(ids.rejected(0)), rejected("b", "x"));
-        assert_eq!(name(ids.warned(1)), warned("b", "y"));
-        assert_eq!(name(ids.shadow(1)), shadow("b", "y"));
-        assert_eq!(name(ids.near_cap(0)), near_cap("b", "x"));
+        let own = [
+            ids.estimated(),
+            ids.unrecorded(),
+            ids.evicted(),
+            ids.unpriced(),
+            ids.tunnels(),
+            ids.reported_cost(),
+        ];
+        for (id, counter) in own.into_iter().zip(POLICY_COUNTERS) {
+            let expected = format!("loopguard.budget_{counter}_total.policy.b");
+            assert_eq!(name(Some(id)), expected);
+        }
+        for (l, budget) in [(0, "x"), (1, "y")] {
+            let per = [
+                ids.rejected(l),
+                ids.warned(l),
+                ids.shadow(l),
+                ids.near_cap(l),
+            ];
+            for (id, counter) in per.into_iter().zip(LIMIT_COUNTERS) {
+                let expected = format!("loopguard.budget_{counter}_total.policy.b.budget.{budget}");
+                assert_eq!(name(id), expected);
+            }
+        }
+        let policy_counters = ["estimated", "unrecorded", "evicted", "unpriced", "tunnels"];
+        assert_eq!(POLICY_COUNTERS[..5], policy_counters);
+        assert_eq!(POLICY_COUNTERS[5], "reported_cost");
+        assert_eq!(LIMIT_COUNTERS, ["rejected", "warned", "shadow", "near_cap"]);
         assert_eq!(ids.rejected(2), None);
         assert_eq!(
             r.defs().len() as u32,

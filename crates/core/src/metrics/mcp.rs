@@ -42,19 +42,13 @@ pub fn exempt(policy_id: &str) -> String {
     format!("loopguard.mcp_exempt_total.policy.{policy_id}")
 }
 
-/// Loops acted on: a note added, a call blocked, an error or a 429.
-pub fn loops(policy_id: &str, tier: Tier, step: McpStep) -> String {
+/// Loops acted on (`mcp_loops_total`: a note added, a call blocked, an
+/// error or a 429), or with `shadow` what a shadow-mode policy would have
+/// done (`mcp_shadow_total`).
+pub fn loops(policy_id: &str, shadow: bool, tier: Tier, step: McpStep) -> String {
     format!(
-        "loopguard.mcp_loops_total.policy.{policy_id}.tier.{}.step.{}",
-        tier.as_str(),
-        step.as_str()
-    )
-}
-
-/// What a shadow-mode policy would have done.
-pub fn shadow(policy_id: &str, tier: Tier, step: McpStep) -> String {
-    format!(
-        "loopguard.mcp_shadow_total.policy.{policy_id}.tier.{}.step.{}",
+        "loopguard.mcp_{}_total.policy.{policy_id}.tier.{}.step.{}",
+        if shadow { "shadow" } else { "loops" },
         tier.as_str(),
         step.as_str()
     )

@@ -76,26 +76,6 @@ pub enum SkipReason {
     TooMany,
 }
 
-impl SkipReason {
-    pub const ALL: [SkipReason; 5] = [
-        SkipReason::TooLarge,
-        SkipReason::Unreadable,
-        SkipReason::Unparsed,
-        SkipReason::TooDeep,
-        SkipReason::TooMany,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SkipReason::TooLarge => "too_large",
-            SkipReason::Unreadable => "unreadable",
-            SkipReason::Unparsed => "unparsed",
-            SkipReason::TooDeep => "too_deep",
-            SkipReason::TooMany => "too_many",
-        }
-    }
-}
-
 /// The result of a call to the shared store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallResult {
@@ -129,6 +109,13 @@ pub enum WebhookResult {
     Dropped,
 }
 
+const SKIP_REASONS: [&str; 5] = [
+    "too_large",
+    "unreadable",
+    "unparsed",
+    "too_deep",
+    "too_many",
+];
 const WOULD_BE: [&str; 5] = ["warn", "throttle", "reject", "nudge", "directive"];
 const TIERS: [&str; 5] = ["identical", "pattern", "cycle", "answer", "turn"];
 const STEPS: [&str; 3] = ["nudge", "directive", "reject"];
@@ -176,19 +163,22 @@ pub struct Registry {
 pub const MAX_CALLER_SERIES: usize = 50;
 
 // Layout of the global ids.
-const REQUESTS: u32 = 0;
-const EVICTED: u32 = 1;
-const CAS_RETRIES: u32 = 2;
-const FAIL_OPEN: u32 = 3;
-const HOLD_RELEASED: u32 = 4;
-const TABLE_ENTRIES: u32 = 5;
-const THROTTLE_PENDING: u32 = 6;
+impl MetricId {
+    pub const REQUESTS: MetricId = MetricId(0);
+    pub const EVICTED: MetricId = MetricId(1);
+    pub const CAS_RETRIES: MetricId = MetricId(2);
+    pub const FAIL_OPEN: MetricId = MetricId(3);
+    pub const HOLD_RELEASED: MetricId = MetricId(4);
+    pub const TABLE_ENTRIES: MetricId = MetricId(5);
+    pub const THROTTLE_PENDING: MetricId = MetricId(6);
+    /// A response's spending could not be added to the loops' ledger.
+    pub const LEDGER_FAILED: MetricId = MetricId(WEBHOOK + 3);
+}
 const SKIPPED: u32 = 7; // 5
 const CALLS: u32 = SKIPPED + 5; // 5
 const FALLBACK: u32 = CALLS + 5; // 2
 const WEBHOOK: u32 = FALLBACK + 2; // 3
-const LEDGER_FAILED: u32 = WEBHOOK + 3;
-const GLOBALS: u32 = LEDGER_FAILED + 1;
+const GLOBALS: u32 = MetricId::LEDGER_FAILED.0 + 1;
 
 impl Registry {
     pub fn new(config: &Config) -> Registry {
@@ -202,26 +192,15 @@ impl Registry {
             ("loopguard.table_entries_used".to_string(), Kind::Gauge),
             ("loopguard.throttle_pending".to_string(), Kind::Gauge),
         ];
-        defs.extend(
-            SkipReason::ALL
-                .iter()
-                .map(|r| c(&format!("bodies_skipped_total.reason.{}", r.as_str()))),
-        );
-        defs.extend(
-            CALL_RESULTS
-                .iter()
-                .map(|r| c(&format!("store_calls_total.result.{r}"))),
-        );
-        defs.extend(
-            FALLBACKS
-                .iter()
-                .map(|a| c(&format!("store_fallback_total.action.{a}"))),
-        );
-        defs.extend(
-            WEBHOOK_RESULTS
-                .iter()
-                .map(|r| c(&format!("webhook_total.result.{r}"))),
-        );
+        let labelled: [(&str, &[&str]); 4] = [
+            ("bodies_skipped_total.reason", &SKIP_REASONS),
+            ("store_calls_total.result", &CALL_RESULTS),
+            ("store_fallback_total.action", &FALLBACKS),
+            ("webhook_total.result", &WEBHOOK_RESULTS),
+        ];
+        for (name, labels) in labelled {
+            defs.extend(labels.iter().map(|l| c(&format!("{name}.{l}"))));
+        }
         defs.push(c("spend_ledger_failed_total"));
         for p in &config.policies {
             let id = &p.id;
@@ -338,27 +317,6 @@ impl Registry {
         self.policy_base(policy).map(|b| MetricId(b + offset))
     }
 
-    pub fn requests(&self) -> MetricId {
-        MetricId(REQUESTS)
-    }
-    pub fn evicted(&self) -> MetricId {
-        MetricId(EVICTED)
-    }
-    pub fn cas_retries(&self) -> MetricId {
-        MetricId(CAS_RETRIES)
-    }
-    pub fn fail_open(&self) -> MetricId {
-        MetricId(FAIL_OPEN)
-    }
-    pub fn hold_released(&self) -> MetricId {
-        MetricId(HOLD_RELEASED)
-    }
-    pub fn table_entries(&self) -> MetricId {
-        MetricId(TABLE_ENTRIES)
-    }
-    pub fn throttle_pending(&self) -> MetricId {
-        MetricId(THROTTLE_PENDING)
-    }
     // The labelled metrics below are defined in their enum's order (a
     // test holds each variant to its label).
     pub fn skipped(&self, reason: SkipReason) -> MetricId {
@@ -372,10 +330,6 @@ impl Registry {
     }
     pub fn webhook(&self, result: WebhookResult) -> MetricId {
         MetricId(WEBHOOK + result as u32)
-    }
-    /// A response's spending could not be added to the loops' ledger.
-    pub fn ledger_failed(&self) -> MetricId {
-        MetricId(LEDGER_FAILED)
     }
     /// `tools/call` requests an MCP policy judged.
     pub fn mcp_calls(&self, policy: usize) -> Option<MetricId> {

@@ -83,12 +83,12 @@ mod tests {
             ),
             (m::exempt("p"), 2, vec!["p"]),
             (
-                m::loops("p", Tier::Identical, McpStep::Block),
+                m::loops("p", false, Tier::Identical, McpStep::Block),
                 3,
                 vec!["p", Tier::Identical.as_str(), McpStep::Block.as_str()],
             ),
             (
-                m::shadow("p", Tier::Cycle, McpStep::Note),
+                m::loops("p", true, Tier::Cycle, McpStep::Note),
                 4,
                 vec!["p", Tier::Cycle.as_str(), McpStep::Note.as_str()],
             ),

@@ -9,9 +9,9 @@ fn every_id_names_its_metric() {
     .unwrap();
     let r = Registry::new(&cfg);
     let name = |id: Option<MetricId>| r.defs()[id.unwrap().0 as usize].0.clone();
-    assert_eq!(name(Some(r.requests())), "loopguard.requests_total");
+    assert_eq!(name(Some(MetricId::REQUESTS)), "loopguard.requests_total");
     assert_eq!(
-        r.defs()[r.table_entries().0 as usize],
+        r.defs()[MetricId::TABLE_ENTRIES.0 as usize],
         ("loopguard.table_entries_used".to_string(), Kind::Gauge)
     );
     assert_eq!(
@@ -73,7 +73,7 @@ fn every_id_names_its_metric() {
         "loopguard.harness_retries_total.policy.b"
     );
     assert_eq!(
-        name(Some(r.ledger_failed())),
+        name(Some(MetricId::LEDGER_FAILED)),
         "loopguard.spend_ledger_failed_total"
     );
     assert_eq!(r.matched(2), None);
@@ -211,8 +211,10 @@ fn every_variant_counts_under_its_own_label() {
     for (result, label) in webhook {
         assert!(name(Some(r.webhook(result))).ends_with(&format!(".result.{label}")));
     }
-    for reason in SkipReason::ALL {
-        assert!(name(Some(r.skipped(reason))).ends_with(reason.as_str()));
+    use SkipReason::*;
+    let reasons = [TooLarge, Unreadable, Unparsed, TooDeep, TooMany];
+    for (reason, label) in reasons.into_iter().zip(SKIP_REASONS) {
+        assert!(name(Some(r.skipped(reason))).ends_with(&format!(".reason.{label}")));
     }
     let would = [
         (WouldBe::Warn, "warn"),

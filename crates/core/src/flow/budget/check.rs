@@ -10,11 +10,10 @@ use crate::config::Policy;
 use crate::config::{Mode, OnStoreError};
 use crate::flow::enact::event_key;
 use crate::flow::store::asks::{Answer, Ask};
-use crate::flow::{count, count_opt, Effects, Engine, Phase, Request, Step};
+use crate::flow::{count, count_opt, policy_with, Effects, Engine, MetricId, Phase, Request, Step};
 use crate::state::budget::slice_ms;
 use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::BucketBackend;
-use crate::state::store::StoreFailure;
 use serde_json::json;
 use std::rc::Rc;
 
@@ -33,10 +32,7 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Result<Option<After>, Step> {
-        let Some(req) = r.budget.as_deref() else {
-            return Ok(after);
-        };
-        if req.keys.is_empty() {
+        if r.budget.as_ref().is_none_or(|b| b.keys.is_empty()) {
             return Ok(after);
         }
         let Some(shared) = self.shared.as_ref() else {
@@ -105,21 +101,15 @@ impl<B: BucketBackend> Engine<B> {
         else {
             return Vec::new();
         };
-        let keys = &req.keys;
-        let mut standings = Vec::with_capacity(keys.len());
-        let mut start = 0;
-        while let Some(group) = keys.get(start).map(|k| k.tag) {
-            let run = keys.get(start..).unwrap_or_default();
-            let len = run.iter().take_while(|k| k.tag == group).count();
-            let run = run.get(..len).unwrap_or_default();
+        let mut standings = Vec::with_capacity(req.keys.len());
+        for run in req.keys.chunk_by(|a, b| a.tag == b.tag) {
+            let group = run.first().map_or(0, |k| k.tag);
             let ids: Vec<u64> = run.iter().map(|k| k.key).collect();
-            let read = match self.budget_table.read(&mut self.local.backend, group, &ids) {
-                Some(read) => read,
-                None => {
-                    out.push(count(self.registry.fail_open(), 1));
-                    Vec::new()
-                }
-            };
+            let read = self.budget_table.read(&mut self.local.backend, group, &ids);
+            let read = read.unwrap_or_else(|| {
+                out.push(count(MetricId::FAIL_OPEN, 1));
+                Vec::new()
+            });
             for (k, slices) in run.iter().zip(read) {
                 let Some(l) = b.limits.get(k.limit) else {
                     continue;
@@ -132,7 +122,6 @@ impl<B: BucketBackend> Engine<B> {
                     tag: k.tag,
                 });
             }
-            start += len.max(1);
         }
         standings
     }
@@ -153,13 +142,9 @@ impl<B: BucketBackend> Engine<B> {
             answer.and_then(|reply| budget_answer(reply.status.as_deref(), &reply.body, n));
         self.count_call(answer.as_ref().err(), out);
         let standings = match answer {
-            Ok(totals) => {
-                let keys = r
-                    .budget
-                    .as_ref()
-                    .map(|b| b.keys.clone())
-                    .unwrap_or_default();
-                keys.iter()
+            Ok(totals) => r.budget.as_ref().map(|b| {
+                b.keys
+                    .iter()
                     .zip(totals)
                     .map(|(k, (spent, until_below_ms))| Standing {
                         limit: k.limit,
@@ -168,48 +153,26 @@ impl<B: BucketBackend> Engine<B> {
                         tag: k.tag,
                     })
                     .collect()
+            }),
+            // This process's own sums answer, or the request passes
+            // unchecked (counted, logged at most every 10 s).
+            Err(failure) => {
+                let local = "budgets are checked against this Envoy's own spending";
+                match self.store_fallback(&failure, local, "budgets are", now, out) {
+                    OnStoreError::Local => Some(self.local_standings(r, now, out)),
+                    OnStoreError::Allow => None,
+                }
             }
-            Err(failure) => match self.budget_store_failed(r, &failure, now, out) {
-                Some(s) => s,
-                None => return self.after_budget(r, w.after, w.phase, now, out),
-            },
         };
-        match self.act_on_budget(r, &standings, w.phase, now, out) {
-            Ok(()) => self.after_budget(r, w.after, w.phase, now, out),
-            Err(step) => step,
+        if let Some(standings) = standings {
+            if let Err(step) = self.act_on_budget(r, &standings, w.phase, now, out) {
+                return step;
+            }
         }
-    }
-
-    /// The request goes on after its budget check: its hit is counted next,
-    /// or it is resumed.
-    fn after_budget(
-        &mut self,
-        r: &mut Request,
-        after: Option<After>,
-        phase: Phase,
-        now: u64,
-        out: &mut Effects,
-    ) -> Step {
-        match after {
-            Some(a) => self.record_hit(r, a, phase, now, out),
+        // It goes on: its hit is counted next, or it is resumed.
+        match w.after {
+            Some(a) => self.record_hit(r, a, w.phase, now, out),
             None => Step::Continue,
-        }
-    }
-
-    /// The shared store failed a budget check: this process's own sums
-    /// answer, or the request passes unchecked, as `store.on_error` says
-    /// (counted, logged at most every 10 s).
-    fn budget_store_failed(
-        &mut self,
-        r: &Request,
-        failure: &StoreFailure,
-        now: u64,
-        out: &mut Effects,
-    ) -> Option<Vec<Standing>> {
-        let local = "budgets are checked against this Envoy's own spending";
-        match self.store_fallback(failure, local, "budgets are", now, out) {
-            OnStoreError::Local => Some(self.local_standings(r, now, out)),
-            OnStoreError::Allow => None,
         }
     }
 
@@ -227,17 +190,33 @@ impl<B: BucketBackend> Engine<B> {
         };
         let index = req.policy;
         let config = Rc::clone(&self.config);
-        let Some(p) = config.policies.get(index) else {
+        let Some((p, b)) = policy_with(&config, index, |p| p.budget.as_ref()) else {
             return Ok(());
         };
-        let Some(b) = p.budget.as_ref() else {
-            return Ok(());
-        };
-        if let Some(price) = req.price.as_ref() {
-            if let Some(model) = price.unpriced.clone() {
-                let charged_as = price.charged_as.clone();
-                self.act_on_unpriced(r, p, b, &model, &charged_as, phase, now, out)?;
+        // A call whose model no price names: refused under `unpriced:
+        // reject` (enforced; shadow mode logs what it would do), else it
+        // goes on carrying the warning that names the model and what it is
+        // charged as.
+        let price = req.price.as_ref();
+        if let Some((model, charged_as)) =
+            price.and_then(|q| Some((q.unpriced.clone()?, q.charged_as.clone())))
+        {
+            let reject = b.unpriced == crate::config::budget::Unpriced::Reject;
+            if reject && p.mode == Mode::Shadow {
+                let what = [("unpriced model", format!("\"{model}\""))];
+                let line = crate::act::shadow::line("reject", Some("budget"), &p.id, &what);
+                self.shadow(line, out);
+            } else if reject {
+                count_opt(out, self.registry.budget(index).map(|i| i.unpriced()), 1);
+                self.unpriced_event(p, &model, "refused (reject)", r.caller, now, out);
+                r.budget = None;
+                self.publish_decision(out, (p, true), "reject", || [("budget", json!("unpriced"))]);
+                let reply = verdict::unpriced_rejection(&p.id, &model, r.api);
+                let detail = "loopguard_budget_unpriced";
+                return Err(self.answer(r, Some(index), reply, detail, out));
             }
+            let h = verdict::unpriced_header(&model, &charged_as);
+            self.carry(r, phase, ("x-loopguard-budget", h), false, out);
         }
         let v = verdict::judge(b, standings);
         if v == BudgetVerdict::default() {
@@ -248,12 +227,12 @@ impl<B: BucketBackend> Engine<B> {
             count_opt(out, ids.and_then(|i| i.near_cap(l)), 1);
         }
         let rejects = v.rejects(b, p.mode);
+        let action = match (p.mode, b.action) {
+            (Mode::Shadow, _) => "shadow",
+            (_, crate::config::budget::BudgetAction::Reject) => "reject",
+            (_, crate::config::budget::BudgetAction::Warn) => "warn",
+        };
         for s in &v.exceeded {
-            let action = match (p.mode, b.action) {
-                (Mode::Shadow, _) => "shadow",
-                (_, crate::config::budget::BudgetAction::Reject) => "reject",
-                (_, crate::config::budget::BudgetAction::Warn) => "warn",
-            };
             self.budget_event("budget.exceeded", p, b, s, action, now, out);
         }
         for s in &v.warned {
@@ -293,45 +272,6 @@ impl<B: BucketBackend> Engine<B> {
         Ok(())
     }
 
-    /// A call whose model no price names: refused under `unpriced:
-    /// reject` (enforced; shadow mode logs what it would do), else it goes
-    /// on carrying the warning that names the model and what it is charged
-    /// as.
-    #[allow(clippy::too_many_arguments)]
-    fn act_on_unpriced(
-        &mut self,
-        r: &mut Request,
-        p: &Policy,
-        b: &Budget,
-        model: &str,
-        charged_as: &str,
-        phase: Phase,
-        now: u64,
-        out: &mut Effects,
-    ) -> Result<(), Step> {
-        use crate::config::budget::Unpriced;
-        let index = r.budget.as_ref().map_or(0, |q| q.policy);
-        let ids = self.registry.budget(index);
-        if b.unpriced == Unpriced::Reject {
-            if p.mode == Mode::Shadow {
-                let what = [("unpriced model", format!("\"{model}\""))];
-                let line = crate::act::shadow::line("reject", Some("budget"), &p.id, &what);
-                self.shadow(line, out);
-            } else {
-                count_opt(out, ids.map(|i| i.unpriced()), 1);
-                self.unpriced_event(p, model, "refused (reject)", r.caller, now, out);
-                r.budget = None;
-                self.publish_decision(out, (p, true), "reject", || [("budget", json!("unpriced"))]);
-                let reply = verdict::unpriced_rejection(&p.id, model, r.api);
-                let detail = "loopguard_budget_unpriced";
-                return Err(self.answer(r, Some(index), reply, detail, out));
-            }
-        }
-        let h = verdict::unpriced_header(model, charged_as);
-        self.carry(r, phase, ("x-loopguard-budget", h), false, out);
-        Ok(())
-    }
-
     /// Log a budget event, once per key, cap and kind within a window
     /// across workers; a reached cap's is alerted too.
     #[allow(clippy::too_many_arguments)]
@@ -345,7 +285,6 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) {
-        // Per key, cap and kind of event.
         let kind: u64 = if name == "budget.exceeded" { 1 } else { 2 };
         let key = s.tag
             ^ (s.limit as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)

@@ -14,7 +14,7 @@ mod stream;
 
 pub(super) use stream::asks_stream_usage;
 
-use super::{usage, Engine, Phase, Request};
+use super::{policy_with, usage, Engine, Phase, Request};
 use crate::config::budget::{BudgetPer, SessionSource};
 use crate::config::Policy;
 use crate::detect::fingerprint::Fingerprinted;
@@ -22,7 +22,6 @@ use crate::request::llm;
 use crate::request::RequestFacts;
 use crate::state::redis::budget::BudgetKey;
 use crate::state::store::{BucketBackend, Hit};
-use std::rc::Rc;
 
 /// A request under a policy with a budget.
 #[derive(Debug, Default)]
@@ -150,16 +149,15 @@ fn key_of(base: u64, policy_id: &str, limit: &str) -> u64 {
     h.0
 }
 
-/// A session id's hash, scoped to its caller.
-fn session_hash(caller: u64, value: &[u8]) -> u64 {
-    let mut h = crate::request::Fnv(caller ^ 0x7365_7373_696f_6e00);
-    h.write(value);
-    h.0
-}
+/// What an id's hash is scoped by, with its caller: a session id's, an
+/// end user's.
+const SESSION: u64 = 0x7365_7373_696f_6e00;
+const USER: u64 = 0x7573_6572_0000_0001;
 
-/// An end user's hash, scoped to its caller.
-fn user_hash(caller: u64, value: &[u8]) -> u64 {
-    let mut h = crate::request::Fnv(caller ^ 0x7573_6572_0000_0001);
+/// A session id's or end user's hash, scoped to its caller (`kind`:
+/// [`SESSION`] or [`USER`]).
+fn id_hash(kind: u64, caller: u64, value: &[u8]) -> u64 {
+    let mut h = crate::request::Fnv(caller ^ kind);
     h.write(value);
     h.0
 }
@@ -248,23 +246,22 @@ impl<B: BucketBackend> Engine<B> {
         path: &str,
         facts: &dyn RequestFacts,
     ) {
-        let config = Rc::clone(&self.config);
-        let Some(p) = config.policies.get(policy) else {
-            return;
-        };
-        let Some(b) = p.budget.as_ref() else {
+        let Some(b) = self
+            .config
+            .policies
+            .get(policy)
+            .and_then(|p| p.budget.as_ref())
+        else {
             return;
         };
         let caller = r.caller;
-        let jwt = config.jwt_payload_in_metadata.as_str();
-        let header_session = b
-            .has_session()
-            .then(|| header_id(&b.session, facts, jwt, |v| session_hash(caller, v)))
-            .flatten();
-        let header_user = b
-            .has_user()
-            .then(|| header_id(&b.user, facts, jwt, |v| user_hash(caller, v)))
-            .flatten();
+        let jwt = self.config.jwt_payload_in_metadata.as_str();
+        let id = |has: bool, sources, kind| {
+            has.then(|| header_id(sources, facts, jwt, |v| id_hash(kind, caller, v)))
+                .flatten()
+        };
+        let header_session = id(b.has_session(), &b.session, SESSION);
+        let header_user = id(b.has_user(), &b.user, USER);
         r.budget = Some(Box::new(BudgetReq {
             policy,
             header_session,
@@ -279,15 +276,11 @@ impl<B: BucketBackend> Engine<B> {
     /// tunnel): the keys its headers name (the caller's, and a session or
     /// end user named there).
     pub(super) fn budget_header_keys(&self, r: &mut Request) {
-        let config = Rc::clone(&self.config);
         let caller = r.caller;
         let Some(req) = r.budget.as_deref_mut() else {
             return;
         };
-        let Some(p) = config.policies.get(req.policy) else {
-            return;
-        };
-        let Some(b) = p.budget.as_ref() else {
+        let Some((p, b)) = policy_with(&self.config, req.policy, |p| p.budget.as_ref()) else {
             return;
         };
         let session = known_from_headers(&b.session, req.header_session);
@@ -308,25 +301,16 @@ impl<B: BucketBackend> Engine<B> {
         };
         req.body_bytes = body.len() as u64;
         let caller = r.caller;
-        let session = if b.has_session() {
-            id_with_body(&b.session, req.header_session, body, |v| {
-                session_hash(caller, v)
-            })
-        } else {
-            None
+        let id = |has: bool, sources, found, kind| {
+            has.then(|| id_with_body(sources, found, body, |v| id_hash(kind, caller, v)))
+                .flatten()
         };
-        let user = if b.has_user() {
-            id_with_body(&b.user, req.header_user, body, |v| user_hash(caller, v))
-        } else {
-            None
-        };
-        let conversation = if b.has_conversation() {
-            parsed
-                .and_then(|q| q.first_raw())
-                .map(|first| usage::conversation_key(caller, first))
-        } else {
-            None
-        };
+        let session = id(b.has_session(), &b.session, req.header_session, SESSION);
+        let user = id(b.has_user(), &b.user, req.header_user, USER);
+        let conversation = parsed
+            .filter(|_| b.has_conversation())
+            .and_then(|q| q.first_raw())
+            .map(|first| usage::conversation_key(caller, first));
         set_keys(req, p, caller, session, user, conversation);
         req.output_limit = match parsed {
             Some(q) => q.output_limit,
@@ -410,29 +394,21 @@ pub(super) fn price_of(
     model: &str,
 ) -> Price {
     use crate::config::budget::Unpriced;
-    let shown =
-        |p: &crate::config::prices::Priced| format!("{} ({})", p.resolved, p.source.as_str());
-    if let Some(p) = prices.price_of(model) {
-        return Price {
-            rate: p.rate,
-            unpriced: None,
-            charged_as: shown(&p),
-        };
-    }
-    let (rate, charged_as) = match b.unpriced {
-        Unpriced::Max | Unpriced::Reject => {
-            let p = prices.highest_for(model);
-            (p.rate, shown(&p))
+    let (p, unpriced) = match (prices.price_of(model), b.unpriced) {
+        (Some(p), _) => (p, None),
+        (None, Unpriced::Max | Unpriced::Reject) => (prices.highest_for(model), Some(model)),
+        (None, Unpriced::Ignore) => {
+            return Price {
+                rate: crate::config::prices::Rate::default(),
+                unpriced: Some(model.to_string()),
+                charged_as: "nothing (ignore)".to_string(),
+            }
         }
-        Unpriced::Ignore => (
-            crate::config::prices::Rate::default(),
-            "nothing (ignore)".to_string(),
-        ),
     };
     Price {
-        rate,
-        unpriced: Some(model.to_string()),
-        charged_as,
+        rate: p.rate,
+        unpriced: unpriced.map(str::to_string),
+        charged_as: format!("{} ({})", p.resolved, p.source.as_str()),
     }
 }
 
@@ -460,7 +436,7 @@ mod tests {
 
     #[test]
     fn sessions_are_scoped_to_their_caller() {
-        assert_ne!(session_hash(1, b"s"), session_hash(2, b"s"));
+        assert_ne!(id_hash(SESSION, 1, b"s"), id_hash(SESSION, 2, b"s"));
         assert_ne!(key_of(7, "p", "a"), key_of(7, "p", "b"));
         assert_ne!(key_of(7, "p", "a"), key_of(7, "q", "a"));
     }

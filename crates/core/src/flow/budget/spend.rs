@@ -6,10 +6,12 @@ use super::{price_of, BudgetAdd};
 use crate::act::events::caller_tag;
 use crate::config::budget::Spent;
 use crate::config::Policy;
-use crate::flow::{count, count_opt, Effect, Effects, Engine, Request};
+use crate::flow::{
+    count, count_opt, policy_with, to_i64, Effect, Effects, Engine, MetricId, Request,
+};
 use crate::metrics::budget as names;
 use crate::state::budget::{slice_ms, Add, Added};
-use crate::state::redis::budget::{budget_answer, BudgetKey};
+use crate::state::redis::budget::BudgetKey;
 use crate::state::store::BucketBackend;
 use std::rc::Rc;
 
@@ -50,10 +52,10 @@ impl<B: BucketBackend> Engine<B> {
             .is_some_and(|req| req.dollars && req.price.is_none() && !req.keys.is_empty())
     }
 
-    /// Add a response's spending to its budget keys (reported, or
-    /// estimated from the bytes seen), priced by its model (the request's,
-    /// else the one the response names), or at the cost the upstream
-    /// reported.
+    /// Add a response's spending to each of its budget keys, here and in
+    /// the shared store (reported, or estimated from the bytes seen),
+    /// priced by its model (the request's, else the one the response
+    /// names), or at the cost the upstream reported.
     pub(in crate::flow) fn budget_spend(
         &mut self,
         r: &mut Request,
@@ -63,7 +65,7 @@ impl<B: BucketBackend> Engine<B> {
         answered_by: Option<&str>,
         out: &mut Effects,
     ) -> Option<BudgetAdd> {
-        let req = r.budget.as_deref()?;
+        let req = r.budget.as_deref_mut()?;
         if req.added || req.keys.is_empty() {
             return None;
         }
@@ -75,7 +77,7 @@ impl<B: BucketBackend> Engine<B> {
         };
         let policy = req.policy;
         let config = Rc::clone(&self.config);
-        let b = config.policies.get(policy)?.budget.as_ref()?;
+        let (p, b) = policy_with(&config, policy, |p| p.budget.as_ref())?;
         let ids = self.registry.budget(policy);
         // A reported cost of nothing for a call that used tokens is a
         // gateway that could not price it (LiteLLM's 0.0 for a model it
@@ -106,55 +108,24 @@ impl<B: BucketBackend> Engine<B> {
                 Some(price) => {
                     if let Some(model) = &price.unpriced {
                         count_opt(out, ids.map(|i| i.unpriced()), 1);
-                        let p = config.policies.get(policy)?;
-                        self.unpriced_event(
-                            p,
-                            model,
-                            &price.charged_as,
-                            r.caller,
-                            r.started_ms,
-                            out,
-                        );
+                        let (caller, at) = (r.caller, r.started_ms);
+                        self.unpriced_event(p, model, &price.charged_as, caller, at, out);
                     }
                     price.rate.cost(&u.tokens())
                 }
             }
         };
-        let spent = crate::config::budget::Spent {
-            input: u.input,
-            output: u.output,
-            microusd,
-            calls: 1,
-        };
-        self.add_budget_spend(r, spent, estimated, out)
-    }
-
-    /// The response is over (`usage`: what it reported; `estimated`: the
-    /// spending was estimated from the bytes seen): add its spending to
-    /// each of the request's keys, here and in the shared store.
-    fn add_budget_spend(
-        &mut self,
-        r: &mut Request,
-        spent: Spent,
-        estimated: bool,
-        out: &mut Effects,
-    ) -> Option<BudgetAdd> {
-        let req = r.budget.as_deref_mut()?;
-        if req.added || req.keys.is_empty() {
-            return None;
-        }
         req.added = true;
         if req.failed {
             // The provider failed the attempt: no call, nothing spent.
             return None;
         }
-        let spent = Spent { calls: 1, ..spent };
-        let policy = req.policy;
-        let keys = req.keys.clone();
-        let config = Rc::clone(&self.config);
-        let p = config.policies.get(policy)?;
-        let b = p.budget.as_ref()?;
-        let ids = self.registry.budget(policy);
+        let spent = Spent {
+            input: u.input,
+            output: u.output,
+            microusd,
+            calls: 1,
+        };
         if estimated {
             count_opt(out, ids.map(|i| i.estimated()), 1);
         }
@@ -163,7 +134,7 @@ impl<B: BucketBackend> Engine<B> {
         let mut groups: Vec<(u64, Vec<Add>)> = Vec::with_capacity(1);
         // The same amounts for the shared store, if there is one.
         let mut shared: Vec<BudgetKey> = Vec::new();
-        for k in &keys {
+        for k in &req.keys {
             let Some(l) = b.limits.get(k.limit) else {
                 continue;
             };
@@ -190,10 +161,7 @@ impl<B: BucketBackend> Engine<B> {
                 None => groups.push((k.tag, vec![add])),
             }
             let name = self.budget_spend_name(p, policy, k.limit, k.tag);
-            out.push(Effect::CountNamed(
-                name,
-                i64::try_from(amount).unwrap_or(i64::MAX),
-            ));
+            out.push(Effect::CountNamed(name, to_i64(amount)));
         }
         for (group, adds) in &groups {
             match self
@@ -205,7 +173,7 @@ impl<B: BucketBackend> Engine<B> {
                     evicted,
                 } => {
                     if cas_retries > 0 {
-                        out.push(count(self.registry.cas_retries(), i64::from(cas_retries)));
+                        out.push(count(MetricId::CAS_RETRIES, i64::from(cas_retries)));
                     }
                     if evicted > 0 {
                         count_opt(out, ids.map(|i| i.evicted()), i64::from(evicted));
@@ -230,17 +198,8 @@ impl<B: BucketBackend> Engine<B> {
     /// [`crate::metrics::MAX_CALLER_SERIES`] keys of a budget on this
     /// worker, `other` after (names kept, so a response formats none).
     fn budget_spend_name(&mut self, p: &Policy, policy: usize, limit: usize, tag: u64) -> String {
-        let series = &mut self.budget_memo.series;
-        if series.len() <= policy {
-            series.resize_with(policy + 1, Vec::new);
-        }
-        let Some(per_limit) = series.get_mut(policy) else {
-            return String::new();
-        };
-        if per_limit.len() <= limit {
-            per_limit.resize_with(limit + 1, Vec::new);
-        }
-        let Some(seen) = per_limit.get_mut(limit) else {
+        let series = grown(&mut self.budget_memo.series, policy);
+        let Some(seen) = series.and_then(|per_limit| grown(per_limit, limit)) else {
             return String::new();
         };
         if let Some((_, name)) = seen.iter().find(|(t, _)| *t == tag) {
@@ -258,29 +217,14 @@ impl<B: BucketBackend> Engine<B> {
         }
         names::spend(&p.id, budget, "other")
     }
+}
 
-    /// The answer to a shared-store add: a failure is counted (the local
-    /// table still has the spending).
-    pub(in crate::flow) fn on_budget_add_reply(
-        &mut self,
-        a: &BudgetAdd,
-        status: Option<&str>,
-        body: &[u8],
-        out: &mut Effects,
-    ) {
-        let answer = budget_answer(status, body, a.keys.len());
-        self.count_call(answer.as_ref().err(), out);
-        if answer.is_err() {
-            let ids = self.registry.budget(a.policy);
-            count_opt(out, ids.map(|i| i.unrecorded()), 1);
-        }
+/// Item `i` of `v`, which grows to have it.
+fn grown<T: Default>(v: &mut Vec<T>, i: usize) -> Option<&mut T> {
+    if v.len() <= i {
+        v.resize_with(i + 1, T::default);
     }
-
-    /// A shared-store add could not be sent or answered.
-    pub(in crate::flow) fn budget_add_lost(&self, a: &BudgetAdd, out: &mut Effects) {
-        let ids = self.registry.budget(a.policy);
-        count_opt(out, ids.map(|i| i.unrecorded()), 1);
-    }
+    v.get_mut(i)
 }
 
 /// The output an estimate charges a generation that set no output limit.

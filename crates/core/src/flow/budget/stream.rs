@@ -42,14 +42,8 @@ impl<B: BucketBackend> Engine<B> {
         // 2024-09 API versions (400 "Unknown parameter"), and Mistral's API
         // (422; its streams report their usage unasked).
         // The model as parsed, else found without parsing (exact mode).
-        let found;
-        let model = match model {
-            Some(m) => Some(m),
-            None => {
-                found = llm::model_of(body);
-                found.as_deref()
-            }
-        };
+        let found = model.is_none().then(|| llm::model_of(body)).flatten();
+        let model = model.or(found.as_deref());
         if path.contains("/openai/deployments/")
             || model.is_some_and(|m| crate::config::prices::provider_of(m) == Some("mistral"))
         {

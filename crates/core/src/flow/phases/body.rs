@@ -30,11 +30,8 @@ impl<B: BucketBackend> Engine<B> {
         r.body_len = size;
         if size as u64 > r.body_limit {
             // Stop buffering; what is held so far flows on.
-            if let Some(b) = r.budget.as_deref_mut() {
-                b.set_body_bytes(size as u64);
-            }
             let phase = r.phase();
-            return self.skip_body(r, phase, now, out);
+            return self.skip_body(r, size as u64, phase, now, out);
         }
         if !end_of_stream {
             return Step::Pause;
@@ -116,20 +113,14 @@ impl<B: BucketBackend> Engine<B> {
         }
         // Parse the body once, for the fingerprint and the tool-loop judge,
         // keeping only the conversation items the policy reads.
-        let mut refused = None;
         let conversation_budget = p.budget.as_ref().is_some_and(|b| b.has_conversation());
-        let parsed = if pending.reads_llm_body() || p.tool_loops.is_some() || conversation_budget {
-            match llm::parse(body, pending.path(), pending.keep()) {
-                Ok(req) => Some(req),
-                Err(NotRead::NotLlm) => None,
-                Err(NotRead::Refused(why)) => {
-                    refused = Some(why);
-                    None
-                }
-            }
-        } else {
-            None
+        let parsed = (pending.reads_llm_body() || p.tool_loops.is_some() || conversation_budget)
+            .then(|| llm::parse(body, pending.path(), pending.keep()));
+        let mut refused = match parsed {
+            Some(Err(NotRead::Refused(why))) => Some(why),
+            _ => None,
         };
+        let parsed = parsed.and_then(Result::ok);
         let mut polling = false;
         let near = p
             .detection
@@ -163,16 +154,11 @@ impl<B: BucketBackend> Engine<B> {
             count_opt(out, self.registry.harness_retries(policy), 1);
         }
         if let (Some(cfg), Some(req), Some(history)) = (&p.tool_loops, &parsed, &history) {
-            let verdict = if req.over_budget() {
-                None
-            } else {
-                tool_loops::judge(cfg, history, req, Some(&self.text_cache))
-            };
             if req.over_budget() {
                 // Reading the history or its results ran out of budget:
                 // no verdict is trusted from a partly read body.
                 refused = Some(Refusal::TooMany);
-            } else if let Some(v) = verdict {
+            } else if let Some(v) = tool_loops::judge(cfg, history, req, Some(&self.text_cache)) {
                 if let Some(step) = self.tool_loop(r, policy, p, &pending, req, &v, now, out) {
                     return step;
                 }
@@ -192,28 +178,22 @@ impl<B: BucketBackend> Engine<B> {
                 self.ask_stream_usage(r, pending.path(), body, model, out);
             }
         }
-        if p.detection.is_none() {
-            self.count_refusal(refused, out);
-            return self
-                .budget_gate(r, phase, None, now, out)
-                .map_or_else(|s| s, |_| Step::Continue);
-        }
         let harness_retry = reasked > 0
             && p.detection
                 .as_ref()
                 .is_some_and(|d| d.similarity.compares_content());
-        if polling || harness_retry {
-            // The model's newest turn only calls exempt tools (polling):
-            // repeating it is what it is for, so loop detection does not
-            // count it either; nor a harness's retry.
+        if p.detection.is_none() || polling || harness_retry {
+            // No loop detection; or the model's newest turn only calls
+            // exempt tools (polling): repeating it is what it is for, so
+            // loop detection does not count it either; nor a harness's
+            // retry.
             self.count_refusal(refused, out);
-            let action = if harness_retry {
-                "harness_retry"
-            } else {
+            if harness_retry {
+                self.publish_decision(out, (p, true), "harness_retry", || events::NO_REPEAT);
+            } else if polling {
                 count_opt(out, self.registry.exempted(policy), 1);
-                "exempt"
-            };
-            self.publish_decision(out, (p, true), action, || events::NO_REPEAT);
+                self.publish_decision(out, (p, true), "exempt", || events::NO_REPEAT);
+            }
             return self
                 .budget_gate(r, phase, None, now, out)
                 .map_or_else(|s| s, |_| Step::Continue);

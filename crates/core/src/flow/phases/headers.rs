@@ -6,8 +6,8 @@ use crate::act::events;
 use crate::act::reply;
 use crate::detect::fingerprint::Pending;
 use crate::flow::{
-    count, count_opt, mcp, usage, Effect, Effects, Engine, Level, Phase, Request, State, Step,
-    UsageFor, MAX_UNKNOWN_ROUTE_POLICIES,
+    count, count_opt, mcp, usage, Effect, Effects, Engine, Level, MetricId, Phase, Request, State,
+    Step, UsageFor, MAX_UNKNOWN_ROUTE_POLICIES,
 };
 use crate::request::policy::{self, Selection};
 use crate::request::{self, RequestFacts, RequestHead};
@@ -25,7 +25,7 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        out.push(count(self.registry.requests(), 1));
+        out.push(count(MetricId::REQUESTS, 1));
         // The upstream trusts x-loopguard-* request headers: only loopguard
         // sets them.
         for name in reply::REQUEST_HEADERS {
@@ -37,8 +37,16 @@ impl<B: BucketBackend> Engine<B> {
         let index = match policy::select(&config, head, facts) {
             Selection::Policy(i) => i,
             Selection::None => return Step::Continue,
+            // Logged the first time it is seen.
             Selection::UnknownRoutePolicy(id) => {
-                self.note_unknown_route_policy(id, out);
+                let seen = &mut self.unknown_route_policies;
+                if !seen.contains(&id) && seen.len() < MAX_UNKNOWN_ROUTE_POLICIES {
+                    out.push(Effect::Log(
+                        Level::Warn,
+                        format!("route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked"),
+                    ));
+                    seen.push(id);
+                }
                 return Step::Continue;
             }
         };
@@ -90,9 +98,7 @@ impl<B: BucketBackend> Engine<B> {
         {
             r.usage_for = Some(UsageFor {
                 policy: index,
-                in_loop: false,
-                loop_key: None,
-                model: None,
+                ..UsageFor::default()
             });
             if policy.budget.is_some() {
                 self.budget_headers(r, index, head.path_only(), facts);
@@ -124,10 +130,7 @@ impl<B: BucketBackend> Engine<B> {
             .header("content-length")
             .and_then(|v| std::str::from_utf8(&v).ok()?.trim().parse::<u64>().ok());
         if let Some(len) = declared.filter(|len| *len > config.max_body_bytes) {
-            if let Some(b) = r.budget.as_deref_mut() {
-                b.set_body_bytes(len);
-            }
-            return self.skip_body(r, Phase::HeadersHeld, now, out);
+            return self.skip_body(r, len, Phase::HeadersHeld, now, out);
         }
         r.body_limit = config.max_body_bytes;
         r.state = State::Buffering {
@@ -155,28 +158,20 @@ impl<B: BucketBackend> Engine<B> {
         Step::Continue
     }
 
-    /// Log an unknown route policy id the first time it is seen.
-    fn note_unknown_route_policy(&mut self, id: String, out: &mut Effects) {
-        let seen = &mut self.unknown_route_policies;
-        if seen.contains(&id) || seen.len() >= MAX_UNKNOWN_ROUTE_POLICIES {
-            return;
-        }
-        out.push(Effect::Log(
-            Level::Warn,
-            format!("route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked"),
-        ));
-        seen.push(id);
-    }
-
-    /// Stop buffering a body too large to judge: what is held so far flows
-    /// on, counted, once the budget keys its headers name are checked.
+    /// Stop buffering a body too large to judge (`len` bytes, declared or
+    /// buffered): what is held so far flows on, counted, once the budget
+    /// keys its headers name are checked.
     pub(in crate::flow) fn skip_body(
         &mut self,
         r: &mut Request,
+        len: u64,
         phase: Phase,
         now: u64,
         out: &mut Effects,
     ) -> Step {
+        if let Some(b) = r.budget.as_deref_mut() {
+            b.set_body_bytes(len);
+        }
         r.state = State::Pass;
         self.mcp_too_large(r, out);
         out.push(count(

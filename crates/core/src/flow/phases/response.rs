@@ -45,11 +45,7 @@ impl<B: BucketBackend> Engine<B> {
                 policy: counted.policy,
                 what: counted.take_back,
             };
-            let sending = writes::Sending {
-                write,
-                resent: false,
-            };
-            self.queue_write(sending, out);
+            self.send_write(r, write, false, out);
         }
     }
 
@@ -71,7 +67,15 @@ impl<B: BucketBackend> Engine<B> {
     ) {
         match self.root_calls.reported(id) {
             Some(RootCall::Write(w)) => self.on_root_write_sent(w, sent, out),
-            Some(RootCall::Alert) => self.on_alert_sent(sent.map(|_| ()), now, out),
+            // The host could not send an alert.
+            Some(RootCall::Alert) => {
+                if let Err(why) = sent {
+                    let webhook = self.alerts.webhook.as_ref();
+                    let cluster = webhook.map_or("", |w| w.cluster.as_str());
+                    let why = format!("cannot call cluster \"{cluster}\" ({why})");
+                    self.webhook_failed(&why, now, out);
+                }
+            }
             None => {}
         }
     }

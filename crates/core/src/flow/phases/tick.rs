@@ -5,8 +5,8 @@ use crate::act::events;
 use crate::act::hold::{HOLD_PROBE_MS, MISSES_TO_STOP, REPROBE_MS};
 use crate::flow::store::writes;
 use crate::flow::{
-    count, Effect, Effects, Engine, Level, LogLimits, Request, RootCall, State, ALERTS_PER_TICK,
-    MAX_QUEUED_ALERTS,
+    count, Effect, Effects, Engine, Level, LogLimits, MetricId, Request, RootCall, State,
+    ALERTS_PER_TICK, MAX_QUEUED_ALERTS,
 };
 use crate::metrics::WebhookResult;
 use crate::state::store::BucketBackend;
@@ -21,7 +21,7 @@ impl<B: BucketBackend> Engine<B> {
         // tick resumed did (it stays Held).
         let waiting = matches!(r.state, State::Held) && self.throttled.remove(r.id);
         if waiting {
-            out.push(count(self.registry.throttle_pending(), -1));
+            out.push(count(MetricId::THROTTLE_PENDING, -1));
         }
         // A response cut short still reported what it had read (its
         // spending goes to the shared store from the tick).
@@ -62,13 +62,13 @@ impl<B: BucketBackend> Engine<B> {
             ));
         }
         for stream in released.streams {
-            out.push(count(self.registry.hold_released(), 1));
+            out.push(count(MetricId::HOLD_RELEASED, 1));
             out.push(Effect::Resume(stream));
         }
         let due = self.throttled.take_due(now);
         if !due.is_empty() {
             out.push(count(
-                self.registry.throttle_pending(),
+                MetricId::THROTTLE_PENDING,
                 -i64::try_from(due.len()).unwrap_or(i64::MAX),
             ));
         }
@@ -116,24 +116,6 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
-    /// The host could not send an alert.
-    pub(in crate::flow) fn on_alert_sent(
-        &mut self,
-        sent: Result<(), String>,
-        now: u64,
-        out: &mut Effects,
-    ) {
-        if let Err(why) = sent {
-            let cluster = self
-                .alerts
-                .webhook
-                .as_ref()
-                .map_or("", |w| w.cluster.as_str());
-            let why = format!("cannot call cluster \"{cluster}\" ({why})");
-            self.webhook_failed(&why, now, out);
-        }
-    }
-
     /// An alert's answer: its `:status`, or `None` when none came.
     pub(in crate::flow) fn on_alert_reply(
         &mut self,
@@ -152,7 +134,7 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
-    fn webhook_failed(&mut self, why: &str, now: u64, out: &mut Effects) {
+    pub(in crate::flow) fn webhook_failed(&mut self, why: &str, now: u64, out: &mut Effects) {
         out.push(count(self.registry.webhook(WebhookResult::Failed), 1));
         if LogLimits::allow(&mut self.logs.webhook, now) {
             out.push(Effect::Log(

@@ -10,10 +10,10 @@
 use crate::detect::mcp::Entry;
 use crate::flow::store::asks::{Answer, Ask};
 use crate::flow::{budget, count, count_opt, Effect, Effects, Engine, Request, Step};
+use crate::metrics::mcp::McpUnjudged;
 use crate::metrics::CallResult;
 use crate::state::redis::{self, Call};
 use crate::state::store::BucketBackend;
-use crate::state::store::StoreCall;
 use crate::state::store::TakeBack;
 
 /// What a write is for.
@@ -60,21 +60,6 @@ impl<B: BucketBackend> Engine<B> {
         })
     }
 
-    fn write_request(&self, s: &Sending) -> Option<StoreCall> {
-        let call = self.write_call(&s.write)?;
-        self.shared.as_ref().map(|sh| sh.send(&call, s.resent))
-    }
-
-    /// The write again with the whole script, when its answer says the
-    /// node had not cached it.
-    fn write_again(&self, s: &Sending, status: Option<&str>, body: &[u8]) -> Option<Sending> {
-        let shared = self.shared.as_ref()?;
-        (!s.resent && shared.needs_script(status, body)).then(|| Sending {
-            write: s.write.clone(),
-            resent: true,
-        })
-    }
-
     /// Send `write` for this request: held (`Step::Pause`: the response
     /// goes on when the store answered, or the call failed, within
     /// `store.timeout_ms`), or from the root context at the tick.
@@ -86,11 +71,7 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Step {
         if !hold {
-            let sending = Sending {
-                write,
-                resent: false,
-            };
-            self.queue_write(sending, out);
+            self.queue_write(write, false, out);
             return Step::Continue;
         }
         match self.write_call(&write) {
@@ -99,14 +80,18 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
-    /// Queue a write for the root context (sent at the tick).
-    pub(in crate::flow) fn queue_write(&mut self, sending: Sending, out: &mut Effects) {
+    /// Queue a write for the root context (sent at the tick; `resent`:
+    /// with the whole script).
+    fn queue_write(&mut self, write: Write, resent: bool, out: &mut Effects) {
         if self.root_calls.writes() >= MAX_ROOT_WRITES {
-            self.write_lost(&sending.write, out);
+            self.write_lost(&write, out);
             return;
         }
-        if let Some(call) = self.write_request(&sending) {
-            self.root_calls.queued.push_back((sending, call));
+        if let (Some(call), Some(shared)) = (self.write_call(&write), self.shared.as_ref()) {
+            let call = shared.send(&call, resent);
+            self.root_calls
+                .queued
+                .push_back((Sending { write, resent }, call));
             out.push(Effect::ArmTick);
         }
     }
@@ -152,9 +137,15 @@ impl<B: BucketBackend> Engine<B> {
         let Some((_, sending)) = awaiting.remove(i) else {
             return true;
         };
-        if let Some(again) = self.write_again(&sending, status, body) {
+        // The node had not cached the script: the write again with it.
+        if !sending.resent
+            && self
+                .shared
+                .as_ref()
+                .is_some_and(|sh| sh.needs_script(status, body))
+        {
             out.push(count(self.registry.store_call(CallResult::NoScript), 1));
-            self.queue_write(again, out);
+            self.queue_write(sending.write, true, out);
             return true;
         }
         self.write_answered(&sending.write, status, body, out);
@@ -162,48 +153,41 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// A write's answer: counted, and a failure as what it was for.
-    pub(in crate::flow) fn write_answered(
-        &mut self,
-        w: &Write,
-        status: Option<&str>,
-        body: &[u8],
-        out: &mut Effects,
-    ) {
-        match w {
+    fn write_answered(&mut self, w: &Write, status: Option<&str>, body: &[u8], out: &mut Effects) {
+        let failure = match w {
             Write::TakeBack { policy, .. } => {
                 let answer = status
                     .ok_or_else(redis::no_answer)
                     .and_then(|s| redis::parse_take_back(s, body));
                 self.count_call(answer.as_ref().err(), out);
                 count_opt(out, self.registry.failed_attempt(*policy, answer.ok()), 1);
+                return;
             }
-            Write::Budget(a) => self.on_budget_add_reply(a, status, body, out),
-            Write::Mcp(a) => {
-                let answer = redis::mcp::parse_added(status, body);
-                self.count_call(answer.as_ref().err(), out);
-                if answer.is_err() {
-                    self.mcp_store_lost(a.policy, out);
-                }
-            }
+            Write::Budget(a) => redis::budget::budget_answer(status, body, a.keys.len()).err(),
+            Write::Mcp(_) => redis::mcp::parse_added(status, body).err(),
+        };
+        self.count_call(failure.as_ref(), out);
+        if failure.is_some() {
+            self.write_lost(w, out);
         }
     }
 
-    /// A write that could not be sent or answered.
+    /// A write that could not be sent or answered (the local table has
+    /// it): counted as what it was for.
     pub(in crate::flow) fn write_lost(&self, w: &Write, out: &mut Effects) {
         match w {
             Write::TakeBack { policy, .. } => {
                 count_opt(out, self.registry.failed_attempt(*policy, None), 1)
             }
-            Write::Budget(a) => self.budget_add_lost(a, out),
-            Write::Mcp(a) => self.mcp_store_lost(a.policy, out),
-        }
-    }
-
-    /// An MCP history the shared store did not get (counted; the local
-    /// table has it).
-    pub(in crate::flow) fn mcp_store_lost(&self, policy: usize, out: &mut Effects) {
-        if let Some(p) = self.config.policies.get(policy) {
-            out.push(crate::flow::mcp::store_error(&p.id));
+            Write::Budget(a) => {
+                let ids = self.registry.budget(a.policy);
+                count_opt(out, ids.map(|i| i.unrecorded()), 1);
+            }
+            Write::Mcp(a) => {
+                if let Some(p) = self.config.policies.get(a.policy) {
+                    out.push(crate::flow::mcp::unjudged(&p.id, McpUnjudged::Store));
+                }
+            }
         }
     }
 }
