@@ -278,10 +278,7 @@ impl RepeatWatch {
 
     /// Add a char to the segment being read.
     fn add(&mut self, c: char) {
-        let mut buf = [0u8; 4];
-        for &b in c.encode_utf8(&mut buf).as_bytes() {
-            self.hash.write(&[b]);
-        }
+        self.hash.write(c.encode_utf8(&mut [0u8; 4]).as_bytes());
         self.bytes += c.len_utf8();
         self.chars += 1;
         self.letters |= letter_bit(c);
