@@ -282,12 +282,9 @@ pub fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
 /// `api-key` (Azure OpenAI).
 pub fn api_key(facts: &dyn RequestFacts) -> Option<Vec<u8>> {
     if let Some(auth) = facts.header("authorization") {
-        if let Some(token) = bearer_token(&auth) {
-            return Some(token.to_vec());
-        }
-        let whole = auth.trim_ascii();
-        if !whole.is_empty() {
-            return Some(whole.to_vec());
+        let key = bearer_token(&auth).unwrap_or(auth.trim_ascii());
+        if !key.is_empty() {
+            return Some(key.to_vec());
         }
     }
     ["x-api-key", "api-key"].iter().find_map(|name| {

@@ -208,10 +208,9 @@ pub fn canonical_arguments(v: &Value) -> String {
 /// text that is not JSON compares as trimmed text.
 pub fn canonical_text(s: &str) -> String {
     let b = s.as_bytes();
-    match scan::document(b).and_then(|span| scan::canonical(b, span)) {
-        Some(c) => c,
-        None => s.trim().to_string(),
-    }
+    scan::document(b)
+        .and_then(|span| scan::canonical(b, span))
+        .unwrap_or_else(|| s.trim().to_string())
 }
 
 fn str_of<'v>(v: &'v Value, key: &str) -> &'v str {
@@ -275,6 +274,11 @@ pub(super) fn content(v: &Value) -> Vec<Part> {
     }
 }
 
+/// A media block: the SHA-256 of its URL or data (empty when absent).
+fn media(source: Option<&str>) -> Vec<Part> {
+    vec![Part::Media(sha256(source.unwrap_or("").as_bytes()))]
+}
+
 fn block(b: &Value) -> Vec<Part> {
     let ty = match b {
         Value::String(s) => return text_parts(s),
@@ -285,38 +289,22 @@ fn block(b: &Value) -> Vec<Part> {
         "text" | "input_text" | "output_text" | "" => text_parts(str_of(b, "text")),
         "refusal" => text_parts(str_of(b, "refusal")),
         "image_url" => {
-            let url = b
-                .get("image_url")
-                .map(|u| {
-                    u.get("url")
-                        .and_then(Value::as_str)
-                        .or(u.as_str())
-                        .unwrap_or("")
-                })
-                .unwrap_or("");
-            vec![Part::Media(sha256(url.as_bytes()))]
+            let u = b.get("image_url").unwrap_or(&Value::Null);
+            media(u.get("url").and_then(Value::as_str).or(u.as_str()))
         }
-        "input_image" | "input_file" => {
-            let src = ["image_url", "file_id", "file_data", "file_url"]
+        "input_image" | "input_file" => media(
+            ["image_url", "file_id", "file_data", "file_url"]
                 .iter()
-                .find_map(|k| b.get(*k).and_then(Value::as_str))
-                .unwrap_or("");
-            vec![Part::Media(sha256(src.as_bytes()))]
-        }
-        "input_audio" => {
-            let data = b
-                .get("input_audio")
-                .map(|a| str_of(a, "data"))
-                .unwrap_or("");
-            vec![Part::Media(sha256(data.as_bytes()))]
-        }
+                .find_map(|k| b.get(*k).and_then(Value::as_str)),
+        ),
+        "input_audio" => media(b.get("input_audio").map(|a| str_of(a, "data"))),
         "image" | "document" => {
             let src = b.get("source").unwrap_or(&Value::Null);
-            let data = ["data", "url", "file_id"]
-                .iter()
-                .find_map(|k| src.get(*k).and_then(Value::as_str))
-                .unwrap_or("");
-            vec![Part::Media(sha256(data.as_bytes()))]
+            media(
+                ["data", "url", "file_id"]
+                    .iter()
+                    .find_map(|k| src.get(*k).and_then(Value::as_str)),
+            )
         }
         "tool_use" | "server_tool_use" => vec![call(b, b.get("input"))],
         "tool_result" => vec![Part::ToolResult {

@@ -21,9 +21,8 @@ pub fn parse<'a>(body: &'a [u8], path: &str, keep: usize) -> Result<Request<'a>,
 
 fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
     let start = scan::skip_ws(body, 0);
-    let (top, arrays) =
+    let (top, mut arrays) =
         scan::members_split(body, (start, body.len()), &["messages", "input"], keep)?;
-    let mut arrays = arrays;
     let mut split = |key: &str| {
         let at = arrays.iter().position(|(k, _)| *k == key.as_bytes())?;
         Some(arrays.swap_remove(at).1)

@@ -495,17 +495,13 @@ impl UsageReader {
                     }
                 }
                 Scan::Object(mut d) => {
-                    let start = i;
-                    let mut closed = false;
-                    while let Some(&b) = chunk.get(i) {
-                        i += 1;
-                        if d.step(b) {
-                            closed = true;
-                            break;
-                        }
-                    }
-                    self.keep(chunk.get(start..i).unwrap_or(&[]));
-                    if closed {
+                    let rest = chunk.get(i..).unwrap_or(&[]);
+                    let closed = rest.iter().position(|&b| d.step(b));
+                    let part = rest.get(..closed.map_or(rest.len(), |at| at + 1));
+                    let part = part.unwrap_or(rest);
+                    i += part.len();
+                    self.keep(part);
+                    if closed.is_some() {
                         if !self.skipping {
                             // The last usage object wins (the response's
                             // own comes after its content).

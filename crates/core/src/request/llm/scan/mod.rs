@@ -75,15 +75,17 @@ pub fn skip_value(b: &[u8], i: usize) -> Option<usize> {
         b'"' => skip_string(b, i),
         b'{' | b'[' => skip_container(b, i),
         _ => {
-            // A number or a literal: up to the next delimiter.
-            let rest = b.get(i..)?;
-            let n = rest
-                .iter()
-                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
-                .unwrap_or(rest.len());
+            let n = literal_len(b.get(i..)?);
             (n > 0).then_some(i + n)
         }
     }
+}
+
+/// The length of the number or literal `rest` starts with: up to the next
+/// delimiter.
+fn literal_len(rest: &[u8]) -> usize {
+    let delimiter = |c: &u8| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r');
+    rest.iter().position(delimiter).unwrap_or(rest.len())
 }
 
 /// Past the object or array starting at `i`, tracking nesting with a
