@@ -214,12 +214,9 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
     if head.name.as_deref().is_some_and(|n| n != tool) {
         return Message::Unjudged(Unjudged::HeadersDisagree);
     }
-    let arguments = match last(&params, "arguments") {
-        None => None,
-        Some(span) => match scan::canonical(body, span) {
-            Some(c) => Some(c),
-            None => return malformed,
-        },
+    let arguments = match last(&params, "arguments").map(|span| scan::canonical(body, span)) {
+        Some(None) => return malformed,
+        arguments => arguments.flatten(),
     };
     let digest = canonical_digest(&tool, arguments.as_deref(), arguments_mask);
     Message::Call(ToolCall {

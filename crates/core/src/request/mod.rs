@@ -201,10 +201,9 @@ impl<'a> RequestHead<'a> {
 
 fn split_path(full: &str) -> (&str, &str) {
     let without_fragment = full.split('#').next().unwrap_or("");
-    match without_fragment.split_once('?') {
-        Some((p, q)) => (p, q),
-        None => (without_fragment, ""),
-    }
+    without_fragment
+        .split_once('?')
+        .unwrap_or((without_fragment, ""))
 }
 
 /// A query's parameters as written, (key, value): `a` and `a=` both mean
@@ -264,12 +263,7 @@ fn percent_decode(s: &str) -> Vec<u8> {
 }
 
 fn hex_val(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
+    u8::try_from(char::from(c).to_digit(16)?).ok()
 }
 
 /// The token of an `Authorization: Bearer <token>` header value.
@@ -288,12 +282,9 @@ pub fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
 /// `api-key` (Azure OpenAI).
 pub fn api_key(facts: &dyn RequestFacts) -> Option<Vec<u8>> {
     if let Some(auth) = facts.header("authorization") {
-        if let Some(token) = bearer_token(&auth) {
-            return Some(token.to_vec());
-        }
-        let whole = auth.trim_ascii();
-        if !whole.is_empty() {
-            return Some(whole.to_vec());
+        let key = bearer_token(&auth).unwrap_or(auth.trim_ascii());
+        if !key.is_empty() {
+            return Some(key.to_vec());
         }
     }
     ["x-api-key", "api-key"].iter().find_map(|name| {

@@ -20,10 +20,8 @@ pub enum Selection {
 pub fn select(config: &Config, head: &RequestHead<'_>, facts: &dyn RequestFacts) -> Selection {
     if config.route_metadata {
         if let Some(id) = facts.route_policy() {
-            return match config.policy_index(&id) {
-                Some(i) => Selection::Policy(i),
-                None => Selection::UnknownRoutePolicy(id),
-            };
+            let i = config.policy_index(&id);
+            return i.map_or(Selection::UnknownRoutePolicy(id), Selection::Policy);
         }
     }
     let path = head.path_only();
@@ -42,19 +40,13 @@ pub fn select(config: &Config, head: &RequestHead<'_>, facts: &dyn RequestFacts)
                 return false;
             }
         }
-        if !sel.routes.is_empty() {
-            let route = route.get_or_insert_with(|| facts.route_name());
-            match route {
-                Some(name) if sel.routes.iter().any(|r| r == name) => {}
-                _ => return false,
-            }
-        }
-        true
+        sel.routes.is_empty()
+            || route
+                .get_or_insert_with(|| facts.route_name())
+                .as_ref()
+                .is_some_and(|name| sel.routes.iter().any(|r| r == name))
     });
-    match found {
-        Some(i) => Selection::Policy(i),
-        None => Selection::None,
-    }
+    found.map_or(Selection::None, Selection::Policy)
 }
 
 /// Whether the request matches one of the policy's exemptions (such

@@ -130,12 +130,7 @@ enum Edit {
 /// Writes `event` to `out` as it would have been without the option;
 /// whether it changed.
 fn rewrite_event(event: &[u8], out: &mut Vec<u8>) -> bool {
-    let edit = if mentions_usage(event) {
-        edit_of(event)
-    } else {
-        None
-    };
-    match edit {
+    match mentions_usage(event).then(|| edit_of(event)).flatten() {
         None => {
             out.extend_from_slice(event);
             false

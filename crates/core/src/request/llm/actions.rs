@@ -52,19 +52,18 @@ pub struct TextAction {
 /// The actions written in a model's reply, in order; empty when the reply
 /// is an answer.
 pub fn read(text: &str) -> Vec<TextAction> {
-    let mut out = function_tags(text);
-    if out.is_empty() {
-        out = execute_tags(text);
-    }
-    if out.is_empty() {
-        out = react(text);
-    }
-    if out.is_empty() {
-        out = closing_fence(text);
-    }
-    if out.is_empty() {
-        out = call_lines(text);
-    }
+    let formats: [fn(&str) -> Vec<TextAction>; 5] = [
+        function_tags,
+        execute_tags,
+        react,
+        closing_fence,
+        call_lines,
+    ];
+    let mut out = formats
+        .iter()
+        .map(|read| read(text))
+        .find(|found| !found.is_empty())
+        .unwrap_or_default();
     out.truncate(MAX_ACTIONS);
     out
 }
@@ -105,43 +104,43 @@ fn action(name: &str, arguments: &str) -> TextAction {
     }
 }
 
+/// The first `<open...>BODY</close>` in `s` (`open` ends with `=`): what
+/// stands between `open` and `>` (a name), the body (to the end of `s`
+/// when unclosed: the model stopped at the stop sequence), and what follows.
+fn tagged<'a>(s: &'a str, open: &str, close: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    let at = s.find(open)?;
+    let after = s.get(at + open.len()..).unwrap_or("");
+    let gt = after.find('>')?;
+    let name = after.get(..gt).unwrap_or("");
+    let body = after.get(gt + 1..).unwrap_or("");
+    Some(match body.find(close) {
+        Some(end) => (
+            name,
+            body.get(..end).unwrap_or(""),
+            body.get(end + close.len()..).unwrap_or(""),
+        ),
+        None => (name, body, ""),
+    })
+}
+
 /// `<function=NAME>` blocks with `<parameter=KEY>VALUE</parameter>`s.
 fn function_tags(text: &str) -> Vec<TextAction> {
     let mut out = Vec::new();
     let mut rest = text;
-    while let Some(at) = rest.find("<function=") {
-        let after = rest.get(at + "<function=".len()..).unwrap_or("");
-        let Some(close) = after.find('>') else { break };
-        let name = after.get(..close).unwrap_or("").trim();
-        let body_start = after.get(close + 1..).unwrap_or("");
-        let (body, next) = match body_start.find("</function>") {
-            Some(end) => (
-                body_start.get(..end).unwrap_or(""),
-                body_start.get(end + "</function>".len()..).unwrap_or(""),
-            ),
-            // An unclosed call (the model stopped at the stop sequence).
-            None => (body_start, ""),
-        };
+    while let Some((name, body, next)) = tagged(rest, "<function=", "</function>") {
+        rest = next;
+        let name = name.trim();
         if name.is_empty() || name.len() > 128 || name.contains(char::is_whitespace) {
-            rest = next;
             continue;
         }
         let mut params = serde_json::Map::new();
         let mut p = body;
-        while let Some(at) = p.find("<parameter=") {
-            let a = p.get(at + "<parameter=".len()..).unwrap_or("");
-            let Some(close) = a.find('>') else { break };
-            let key = a.get(..close).unwrap_or("").trim().to_string();
-            let v = a.get(close + 1..).unwrap_or("");
-            let (value, after_value) = match v.find("</parameter>") {
-                Some(end) => (
-                    v.get(..end).unwrap_or(""),
-                    v.get(end + "</parameter>".len()..).unwrap_or(""),
-                ),
-                None => (v, ""),
-            };
-            params.insert(key, serde_json::Value::String(kept(value)));
-            p = after_value;
+        while let Some((key, value, after)) = tagged(p, "<parameter=", "</parameter>") {
+            params.insert(
+                key.trim().to_string(),
+                serde_json::Value::String(kept(value)),
+            );
+            p = after;
         }
         let args = serde_json::to_string(&serde_json::Value::Object(params)).unwrap_or_default();
         out.push(TextAction {
@@ -151,7 +150,6 @@ fn function_tags(text: &str) -> Vec<TextAction> {
         if out.len() >= MAX_ACTIONS {
             break;
         }
-        rest = next;
     }
     out
 }

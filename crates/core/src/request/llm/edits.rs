@@ -43,15 +43,12 @@ impl Request<'_> {
 
     fn note_edit(&self, note: &str) -> Option<Edit> {
         let text = serde_json::to_string(note).ok()?;
-        match self.format {
-            Format::OpenAiChat => {
-                self.append_item(&format!("{{\"role\":\"system\",\"content\":{text}}}"))
-            }
-            Format::OpenAiResponses => {
-                self.append_item(&format!("{{\"role\":\"developer\",\"content\":{text}}}"))
-            }
-            Format::Anthropic => self.anthropic_note(&text),
-        }
+        let role = match self.format {
+            Format::OpenAiChat => "system",
+            Format::OpenAiResponses => "developer",
+            Format::Anthropic => return self.anthropic_note(&text),
+        };
+        self.append_item(&format!("{{\"role\":\"{role}\",\"content\":{text}}}"))
     }
 
     /// Insert one item at the end of the conversation array.

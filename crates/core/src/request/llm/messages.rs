@@ -4,7 +4,7 @@
 //! who wrote an item, told from its `role` and `type`.
 
 use super::scan::{self, Span};
-use super::{normalize, text_parts, Items, Message, Part, Request};
+use super::{normalize, role_parts, text_parts, Items, Message, Part, Request};
 use serde_json::Value;
 
 impl<'a> Request<'a> {
@@ -30,10 +30,7 @@ impl<'a> Request<'a> {
             return self.system_message(sys);
         }
         match &self.items {
-            Items::Text(text) => Some(Message {
-                role: "user".to_string(),
-                parts: text_parts(text),
-            }),
+            Items::Text(text) => Some(user_text(text)),
             Items::List(items) => self.item(0, items.get(0)?.0),
         }
     }
@@ -48,12 +45,7 @@ impl<'a> Request<'a> {
     /// prompt of many kilobytes is not read on every request).
     pub fn task(&self) -> Vec<Message> {
         let items = match &self.items {
-            Items::Text(text) => {
-                return vec![Message {
-                    role: "user".to_string(),
-                    parts: text_parts(text),
-                }]
-            }
+            Items::Text(text) => return vec![user_text(text)],
             Items::List(items) => items,
         };
         let mut prompts = Vec::new();
@@ -66,10 +58,7 @@ impl<'a> Request<'a> {
             {
                 continue;
             }
-            if [&b"system"[..], b"developer"]
-                .iter()
-                .any(|r| role.eq_ignore_ascii_case(r))
-            {
+            if is_prompt_role(role) {
                 prompts.push(i);
                 continue;
             }
@@ -172,19 +161,8 @@ impl<'a> Request<'a> {
             b'n' if raw == b"null" => String::new(),
             _ => return None,
         };
-        let body = if text.is_empty() {
-            Vec::new()
-        } else {
-            vec![Part::Text(text)]
-        };
-        let parts = if role == "tool" || role == "function" {
-            vec![Part::ToolResult {
-                content: body,
-                is_error: false,
-            }]
-        } else {
-            body
-        };
+        let body = (!text.is_empty()).then_some(Part::Text(text)).into_iter();
+        let parts = role_parts(&role, body.collect());
         Some(Message { role, parts })
     }
 
@@ -236,10 +214,7 @@ impl<'a> Request<'a> {
                     }
                 }
                 if n >= 1 {
-                    out.push(Message {
-                        role: "user".to_string(),
-                        parts: text_parts(text),
-                    });
+                    out.push(user_text(text));
                 }
             }
             Items::List(items) => {
@@ -275,6 +250,14 @@ impl Request<'_> {
         keys.get(key)
             .and_then(|s| scan::plain_str(self.body, s))
             .unwrap_or_default()
+    }
+}
+
+/// Responses `input` given as one string: a single user message.
+fn user_text(text: &str) -> Message {
+    Message {
+        role: "user".to_string(),
+        parts: text_parts(text),
     }
 }
 

@@ -190,6 +190,25 @@ fn text_parts(text: &str) -> Vec<Part> {
     }
 }
 
+/// A tool result's parts (not marked as an error).
+fn result_parts(content: Vec<Part>) -> Vec<Part> {
+    vec![Part::ToolResult {
+        content,
+        is_error: false,
+    }]
+}
+
+/// A message's parts, by its (lower-case) role: a `tool` or `function`
+/// message's content is its result (keyed by its content, never by
+/// `tool_call_id`).
+fn role_parts(role: &str, content: Vec<Part>) -> Vec<Part> {
+    if role == "tool" || role == "function" {
+        result_parts(content)
+    } else {
+        content
+    }
+}
+
 fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }

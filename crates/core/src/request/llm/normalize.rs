@@ -1,7 +1,7 @@
 //! Normalisation: the same conversation written with other case, spacing,
 //! call ids or key order gives the same messages.
 
-use super::{scan, sha256, text_parts, Message, Part};
+use super::{result_parts, role_parts, scan, sha256, text_parts, Message, Part};
 use serde_json::Value;
 
 /// Text normalised as it is fed, one character at a time.
@@ -208,10 +208,9 @@ pub fn canonical_arguments(v: &Value) -> String {
 /// text that is not JSON compares as trimmed text.
 pub fn canonical_text(s: &str) -> String {
     let b = s.as_bytes();
-    match scan::document(b).and_then(|span| scan::canonical(b, span)) {
-        Some(c) => c,
-        None => s.trim().to_string(),
-    }
+    scan::document(b)
+        .and_then(|span| scan::canonical(b, span))
+        .unwrap_or_else(|| s.trim().to_string())
 }
 
 fn str_of<'v>(v: &'v Value, key: &str) -> &'v str {
@@ -224,21 +223,11 @@ pub(super) fn message(v: &Value) -> Message {
     match v.get("type").and_then(Value::as_str) {
         Some("function_call") | Some("custom_tool_call") => Message {
             role: "assistant".to_string(),
-            parts: vec![Part::ToolCall {
-                name: str_of(v, "name").to_string(),
-                arguments: canonical_arguments(
-                    v.get("arguments")
-                        .or_else(|| v.get("input"))
-                        .unwrap_or(&Value::Null),
-                ),
-            }],
+            parts: vec![call(v, v.get("arguments").or_else(|| v.get("input")))],
         },
         Some("function_call_output") | Some("custom_tool_call_output") => Message {
             role: "tool".to_string(),
-            parts: vec![Part::ToolResult {
-                content: content(v.get("output").unwrap_or(&Value::Null)),
-                is_error: false,
-            }],
+            parts: result_parts(content(v.get("output").unwrap_or(&Value::Null))),
         },
         Some("reasoning") => Message {
             role: "assistant".to_string(),
@@ -254,32 +243,25 @@ pub(super) fn message(v: &Value) -> Message {
 
 fn chat_message(v: &Value) -> Message {
     let role = str_of(v, "role").to_ascii_lowercase();
-    let body = content(v.get("content").unwrap_or(&Value::Null));
-    let mut parts = if role == "tool" || role == "function" {
-        // An OpenAI tool result: keyed by its content, not tool_call_id.
-        vec![Part::ToolResult {
-            content: body,
-            is_error: false,
-        }]
-    } else {
-        body
-    };
+    let mut parts = role_parts(&role, content(v.get("content").unwrap_or(&Value::Null)));
     if let Some(calls) = v.get("tool_calls").and_then(Value::as_array) {
-        for call in calls {
-            let f = call.get("function").unwrap_or(call);
-            parts.push(Part::ToolCall {
-                name: str_of(f, "name").to_string(),
-                arguments: canonical_arguments(f.get("arguments").unwrap_or(&Value::Null)),
-            });
+        for c in calls {
+            let f = c.get("function").unwrap_or(c);
+            parts.push(call(f, f.get("arguments")));
         }
     }
     if let Some(f) = v.get("function_call").filter(|f| f.is_object()) {
-        parts.push(Part::ToolCall {
-            name: str_of(f, "name").to_string(),
-            arguments: canonical_arguments(f.get("arguments").unwrap_or(&Value::Null)),
-        });
+        parts.push(call(f, f.get("arguments")));
     }
     Message { role, parts }
+}
+
+/// A tool call: the `name` of `f`, and `arguments` canonical.
+fn call(f: &Value, arguments: Option<&Value>) -> Part {
+    Part::ToolCall {
+        name: str_of(f, "name").to_string(),
+        arguments: canonical_arguments(arguments.unwrap_or(&Value::Null)),
+    }
 }
 
 /// Message content: a string, a list of blocks, or one block.
@@ -292,6 +274,11 @@ pub(super) fn content(v: &Value) -> Vec<Part> {
     }
 }
 
+/// A media block: the SHA-256 of its URL or data (empty when absent).
+fn media(source: Option<&str>) -> Vec<Part> {
+    vec![Part::Media(sha256(source.unwrap_or("").as_bytes()))]
+}
+
 fn block(b: &Value) -> Vec<Part> {
     let ty = match b {
         Value::String(s) => return text_parts(s),
@@ -302,43 +289,24 @@ fn block(b: &Value) -> Vec<Part> {
         "text" | "input_text" | "output_text" | "" => text_parts(str_of(b, "text")),
         "refusal" => text_parts(str_of(b, "refusal")),
         "image_url" => {
-            let url = b
-                .get("image_url")
-                .map(|u| {
-                    u.get("url")
-                        .and_then(Value::as_str)
-                        .or(u.as_str())
-                        .unwrap_or("")
-                })
-                .unwrap_or("");
-            vec![Part::Media(sha256(url.as_bytes()))]
+            let u = b.get("image_url").unwrap_or(&Value::Null);
+            media(u.get("url").and_then(Value::as_str).or(u.as_str()))
         }
-        "input_image" | "input_file" => {
-            let src = ["image_url", "file_id", "file_data", "file_url"]
+        "input_image" | "input_file" => media(
+            ["image_url", "file_id", "file_data", "file_url"]
                 .iter()
-                .find_map(|k| b.get(*k).and_then(Value::as_str))
-                .unwrap_or("");
-            vec![Part::Media(sha256(src.as_bytes()))]
-        }
-        "input_audio" => {
-            let data = b
-                .get("input_audio")
-                .map(|a| str_of(a, "data"))
-                .unwrap_or("");
-            vec![Part::Media(sha256(data.as_bytes()))]
-        }
+                .find_map(|k| b.get(*k).and_then(Value::as_str)),
+        ),
+        "input_audio" => media(b.get("input_audio").map(|a| str_of(a, "data"))),
         "image" | "document" => {
             let src = b.get("source").unwrap_or(&Value::Null);
-            let data = ["data", "url", "file_id"]
-                .iter()
-                .find_map(|k| src.get(*k).and_then(Value::as_str))
-                .unwrap_or("");
-            vec![Part::Media(sha256(data.as_bytes()))]
+            media(
+                ["data", "url", "file_id"]
+                    .iter()
+                    .find_map(|k| src.get(*k).and_then(Value::as_str)),
+            )
         }
-        "tool_use" | "server_tool_use" => vec![Part::ToolCall {
-            name: str_of(b, "name").to_string(),
-            arguments: canonical_arguments(b.get("input").unwrap_or(&Value::Null)),
-        }],
+        "tool_use" | "server_tool_use" => vec![call(b, b.get("input"))],
         "tool_result" => vec![Part::ToolResult {
             content: content(b.get("content").unwrap_or(&Value::Null)),
             is_error: b.get("is_error").and_then(Value::as_bool).unwrap_or(false),

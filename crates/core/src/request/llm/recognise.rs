@@ -3,7 +3,7 @@
 //! whether tools are offered, where the conversation is); and the checks
 //! that need no parse (the API path, the model a body names).
 
-use super::scan::{self, Span};
+use super::scan::{self, after_colon, Span};
 use super::{Format, Items, NotRead, Request, MAX_PARSED_VALUES};
 use std::cell::Cell;
 
@@ -21,9 +21,8 @@ pub fn parse<'a>(body: &'a [u8], path: &str, keep: usize) -> Result<Request<'a>,
 
 fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
     let start = scan::skip_ws(body, 0);
-    let (top, arrays) =
+    let (top, mut arrays) =
         scan::members_split(body, (start, body.len()), &["messages", "input"], keep)?;
-    let mut arrays = arrays;
     let mut split = |key: &str| {
         let at = arrays.iter().position(|(k, _)| *k == key.as_bytes())?;
         Some(arrays.swap_remove(at).1)
@@ -110,13 +109,10 @@ pub fn model_of(body: &[u8]) -> Option<String> {
     let mut from = 0;
     while let Some(at) = body.get(from..).and_then(|b| memchr::memmem::find(b, KEY)) {
         from += at + KEY.len();
-        let rest = body.get(from..)?.trim_ascii_start();
-        let Some(value) = rest.strip_prefix(b":") else {
+        let Some(start) = after_colon(body, from).filter(|&v| body.get(v) == Some(&b'"')) else {
             continue;
         };
-        let Some(value) = value.trim_ascii_start().strip_prefix(b"\"") else {
-            continue;
-        };
+        let value = body.get(start + 1..)?;
         let end = memchr::memchr2(b'"', b'\\', value)?;
         if value.get(end) != Some(&b'"') || end == 0 || end > 256 {
             return None;

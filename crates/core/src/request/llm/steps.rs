@@ -3,7 +3,7 @@
 //! began (each the end of the request sent before it), and the messages a
 //! user wrote between them.
 
-use super::{Format, Items, Message, Request};
+use super::{scan, Format, Items, Message, Request};
 use crate::config::MAX_STEP_EXTENSION;
 
 impl Request<'_> {
@@ -83,22 +83,15 @@ impl Request<'_> {
         let Items::List(items) = &self.items else {
             return Vec::new();
         };
-        let mut out = Vec::new();
-        for i in from..to.min(items.len()) {
-            let Some(e) = items.get(i) else { continue };
-            let is_user =
-                e.1.as_ref()
-                    .is_some_and(|keys| self.word(keys, "role").eq_ignore_ascii_case(b"user"));
-            if !is_user {
-                continue;
-            }
-            if let Some(m) = self.item(i, e.0) {
-                if !m.is_results() {
-                    out.push((i, m));
-                }
-            }
-        }
-        out
+        let user = |keys: &scan::Picked| self.word(keys, "role").eq_ignore_ascii_case(b"user");
+        (from..to.min(items.len()))
+            .filter_map(|i| {
+                let e = items.get(i).filter(|e| e.1.as_ref().is_some_and(user))?;
+                self.item(i, e.0)
+                    .filter(|m| !m.is_results())
+                    .map(|m| (i, m))
+            })
+            .collect()
     }
 
     /// The message at a place [`Request::tail_of_steps_at`] gave.

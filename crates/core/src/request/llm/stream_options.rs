@@ -88,6 +88,7 @@ fn ask_in_options(body: &[u8], options: Span) -> AskUsage {
 }
 
 /// What [`read_members`] found in an object.
+#[derive(Default)]
 struct Found {
     /// The value of the last member named `first`, and of `second`.
     first: Option<Span>,
@@ -100,11 +101,7 @@ struct Found {
 /// `None` if the object is broken.
 fn read_members(body: &[u8], span: Span, first: &str, second: &str) -> Option<Found> {
     let mut it = Members::new(body, span)?;
-    let mut found = Found {
-        first: None,
-        second: None,
-        last_end: None,
-    };
+    let mut found = Found::default();
     for (key, value) in &mut it {
         if key_is(key, first) {
             found.first = Some(value);

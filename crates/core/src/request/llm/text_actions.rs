@@ -6,7 +6,7 @@
 
 use super::messages::is_prompt_role;
 use super::scan::Span;
-use super::{actions, Items, Message, Part, Request};
+use super::{actions, result_parts, Items, Message, Part, Request};
 use serde_json::Value;
 
 impl Request<'_> {
@@ -33,11 +33,7 @@ impl Request<'_> {
                 });
             }
         } else if m.role == "user" && no_calls() && self.follows_text_action(index) {
-            let content = std::mem::take(&mut m.parts);
-            m.parts = vec![Part::ToolResult {
-                content,
-                is_error: false,
-            }];
+            m.parts = result_parts(std::mem::take(&mut m.parts));
         }
     }
 
@@ -83,20 +79,16 @@ impl Request<'_> {
         let Items::List(items) = &self.items else {
             return Vec::new();
         };
-        let Some(keys) = items.get(index).and_then(|e| e.1.as_ref()) else {
-            return Vec::new();
-        };
-        if !self.word(keys, "role").eq_ignore_ascii_case(b"assistant")
-            || keys.get("tool_calls").is_some()
-            || keys.get("function_call").is_some()
+        let keys = items.get(index).and_then(|e| e.1.as_ref()).filter(|keys| {
+            self.word(keys, "role").eq_ignore_ascii_case(b"assistant")
+                && keys.get("tool_calls").is_none()
+                && keys.get("function_call").is_none()
+        });
+        match keys
+            .and_then(|k| k.get("content"))
+            .map(|s| self.reply_text(s))
         {
-            return Vec::new();
-        }
-        let Some(span) = keys.get("content") else {
-            return Vec::new();
-        };
-        match self.reply_text(span) {
-            Ok(Some(text)) => actions::read(&text),
+            Some(Ok(Some(text))) => actions::read(&text),
             _ => Vec::new(),
         }
     }

@@ -82,12 +82,7 @@ impl NotePlan {
     /// The content block inserted (`comma`: after other blocks).
     fn block(&self, comma: bool) -> Vec<u8> {
         let block = serde_json::json!({"type": "text", "text": self.text});
-        let mut out = Vec::new();
-        if comma {
-            out.push(b',');
-        }
-        out.extend_from_slice(block.to_string().as_bytes());
-        out
+        format!("{}{block}", if comma { "," } else { "" }).into_bytes()
     }
 }
 
@@ -102,7 +97,9 @@ pub struct Fed {
 
 #[derive(Debug, Default)]
 struct Sse {
-    at_line_start: bool,
+    /// A byte of the current line was read (an empty line dispatches the
+    /// event).
+    in_line: bool,
     name: Vec<u8>,
     /// In the field name (before `:`).
     in_name: bool,
@@ -110,8 +107,6 @@ struct Sse {
     /// The byte after `data:` (one space is dropped).
     first: bool,
     after_cr: bool,
-    /// The line holds nothing (an empty line dispatches the event).
-    empty_line: bool,
 }
 
 /// Members already digested, by their bytes' digest: a loop's results
@@ -168,11 +163,7 @@ impl ResultReader {
             note,
             memo: None,
             json: Scanner::default(),
-            sse: Sse {
-                at_line_start: true,
-                empty_line: true,
-                ..Sse::default()
-            },
+            sse: Sse::default(),
             scanned: 0,
             done: false,
         }
@@ -220,19 +211,15 @@ impl ResultReader {
             // Inside a string value, the plain bytes up to its next quote
             // or escape (or, in an event stream, line end) go at once.
             let run = self.plain_run(chunk.get(i..).unwrap_or_default());
+            self.scanned += run.max(1);
+            if self.scanned > MAX_SCANNED {
+                return self.finish(fed, Seen::Unreadable);
+            }
             if run > 0 {
-                self.scanned += run;
-                if self.scanned > MAX_SCANNED {
-                    return self.finish(fed, Seen::Unreadable);
-                }
                 self.json
                     .string_run(chunk.get(i..i + run).unwrap_or_default());
                 i += run;
                 continue;
-            }
-            self.scanned += 1;
-            if self.scanned > MAX_SCANNED {
-                return self.finish(fed, Seen::Unreadable);
             }
             let at = i;
             i += 1;
@@ -282,7 +269,7 @@ impl ResultReader {
             Framing::Json => memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len()),
             Framing::Sse => {
                 let s = &self.sse;
-                if !s.data || s.first || s.in_name || s.at_line_start {
+                if !s.data || s.first || s.in_name || !s.in_line {
                     return 0;
                 }
                 rest.iter()
@@ -310,9 +297,8 @@ impl ResultReader {
         s.after_cr = b == b'\r';
         if b == b'\n' || b == b'\r' {
             let was_data = s.data;
-            let empty = s.at_line_start && s.empty_line;
-            s.at_line_start = true;
-            s.empty_line = true;
+            let empty = !s.in_line;
+            s.in_line = false;
             s.in_name = false;
             s.data = false;
             s.name.clear();
@@ -325,9 +311,8 @@ impl ResultReader {
             }
             return Event::None;
         }
-        if s.at_line_start {
-            s.at_line_start = false;
-            s.empty_line = false;
+        if !s.in_line {
+            s.in_line = true;
             s.in_name = true;
             s.name.clear();
         }

@@ -85,17 +85,19 @@ impl Captured {
         if !self.whole {
             return self.raw;
         }
+        let mix = |h: u64, w: u64| (h.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
         let mut h: u64 = 0x0051_7cc1_b727_220a;
         let mut words = self.bytes.chunks_exact(8);
         for w in words.by_ref() {
             let mut a = [0u8; 8];
             a.copy_from_slice(w);
-            h = (h.rotate_left(5) ^ u64::from_le_bytes(a)).wrapping_mul(0x517c_c1b7_2722_0a95);
+            h = mix(h, u64::from_le_bytes(a));
         }
-        for &b in words.remainder() {
-            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-        (h.rotate_left(5) ^ self.bytes.len() as u64).wrapping_mul(0x517c_c1b7_2722_0a95)
+        let h = words
+            .remainder()
+            .iter()
+            .fold(h, |h, &b| mix(h, u64::from(b)));
+        mix(h, self.bytes.len() as u64)
     }
 }
 
@@ -186,13 +188,9 @@ impl Scanner {
     /// The member a value starting at `depth` is, if it is one we copy.
     fn field_at(&self, depth: usize) -> Option<Field> {
         let parent = |i: usize| self.stack.get(i).filter(|f| f.object).map(|f| f.key);
-        match depth {
-            1 => match parent(0)? {
-                Key::Result => None,
-                Key::Error => Some(Field::Error),
-                _ => None,
-            },
-            2 if parent(0)? == Key::Result => match parent(1)? {
+        match (depth, parent(0)?) {
+            (1, Key::Error) => Some(Field::Error),
+            (2, Key::Result) => match parent(1)? {
                 Key::Content => Some(Field::Content),
                 Key::IsError => Some(Field::IsError),
                 Key::Structured => Some(Field::Structured),
@@ -247,46 +245,42 @@ impl Scanner {
         }
     }
 
+    /// The message cannot be read on.
+    fn broken(&mut self) -> Event {
+        self.broken = true;
+        Event::Broken
+    }
+
     /// One byte of the message.
     pub fn byte(&mut self, b: u8) -> Event {
         if self.broken {
             return Event::Broken;
         }
         if self.in_string {
-            if self.string_is_key {
-                if self.escape {
-                    self.escape = false;
-                } else if b == b'\\' {
-                    self.escape = true;
-                    self.key_long = true;
-                } else if b == b'"' {
-                    self.in_string = false;
-                    self.copy(b);
-                    let key = if self.key_long {
-                        Key::Other
-                    } else {
-                        key_of(&self.key)
-                    };
-                    if let Some(f) = self.stack.last_mut() {
-                        f.key = key;
-                    }
-                    return Event::None;
-                } else if self.key.len() < MAX_KEY {
-                    self.key.push(b);
-                } else {
-                    self.key_long = true;
-                }
-                self.copy(b);
-                return Event::None;
-            }
             self.copy(b);
+            let is_key = self.string_is_key;
             if self.escape {
                 self.escape = false;
             } else if b == b'\\' {
                 self.escape = true;
+                self.key_long |= is_key;
             } else if b == b'"' {
                 self.in_string = false;
-                return self.value_ends(self.stack.len());
+                if !is_key {
+                    return self.value_ends(self.stack.len());
+                }
+                let key = if self.key_long {
+                    Key::Other
+                } else {
+                    key_of(&self.key)
+                };
+                if let Some(f) = self.stack.last_mut() {
+                    f.key = key;
+                }
+            } else if is_key && self.key.len() < MAX_KEY {
+                self.key.push(b);
+            } else {
+                self.key_long |= is_key;
             }
             return Event::None;
         }
@@ -306,8 +300,7 @@ impl Scanner {
         let event = match b {
             b'{' | b'[' => {
                 if self.stack.len() >= MAX_DEPTH {
-                    self.broken = true;
-                    return Event::Broken;
+                    return self.broken();
                 }
                 self.value_starts();
                 self.copy(b);
@@ -320,12 +313,10 @@ impl Scanner {
             }
             b'}' | b']' => {
                 let Some(frame) = self.stack.pop() else {
-                    self.broken = true;
-                    return Event::Broken;
+                    return self.broken();
                 };
                 if frame.object != (b == b'}') {
-                    self.broken = true;
-                    return Event::Broken;
+                    return self.broken();
                 }
                 let closes_content = b == b']'
                     && matches!(self.capture, Some((Field::Content, d)) if d == self.stack.len());
@@ -378,10 +369,7 @@ impl Scanner {
                 self.copy(b);
                 Event::None
             }
-            _ => {
-                self.broken = true;
-                Event::Broken
-            }
+            _ => self.broken(),
         };
         if ended != Event::None {
             ended

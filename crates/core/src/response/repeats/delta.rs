@@ -3,6 +3,7 @@
 //! substring searches. A quote inside a JSON string is escaped, so an
 //! unescaped `"key"` followed by `:` is a key wherever it appears.
 
+use crate::request::llm::scan::after_colon;
 use std::borrow::Cow;
 
 /// The output text delta of one event's data (the bytes after `data:`, as
@@ -88,13 +89,10 @@ fn skip_ws(b: &[u8], mut at: usize) -> usize {
 fn string_after_key<'a>(s: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     let mut from = 0;
     while let Some(at) = s.get(from..).and_then(|r| find(r, key)) {
-        let after = from + at + key.len();
-        from = after;
-        let colon = skip_ws(s, after);
-        if s.get(colon) != Some(&b':') {
+        from += at + key.len();
+        let Some(start) = after_colon(s, from) else {
             continue;
-        }
-        let start = skip_ws(s, colon + 1);
+        };
         if s.get(start) != Some(&b'"') {
             // null, a number, an array (logprobs' `content`)...
             continue;

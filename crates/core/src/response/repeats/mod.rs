@@ -94,8 +94,9 @@ struct Segment {
 }
 
 /// What the segment read so far is, to skip bare list numbers (`12.`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 enum Marker {
+    #[default]
     Empty,
     Digits,
     DigitsDot,
@@ -113,7 +114,13 @@ pub struct RepeatWatch {
     /// `runs[p - 1]`: how many of the newest segments in a row equal the
     /// one `p` before them.
     runs: Vec<u64>,
-    /// The segment being read: its hash so far, bytes, chars and letters.
+    seg: Reading,
+    reported: bool,
+}
+
+/// The segment being read: its hash so far, bytes, chars and letters.
+#[derive(Debug, Default)]
+struct Reading {
     hash: Fnv,
     bytes: usize,
     chars: usize,
@@ -124,7 +131,6 @@ pub struct RepeatWatch {
     space: bool,
     /// The last char was `.`, `!` or `?`: whitespace now ends the segment.
     sentence_end: bool,
-    reported: bool,
 }
 
 impl RepeatWatch {
@@ -143,13 +149,7 @@ impl RepeatWatch {
             runs: vec![0; settings.max_period],
             settings,
             pushed: 0,
-            hash: Fnv::default(),
-            bytes: 0,
-            chars: 0,
-            letters: 0,
-            marker: Marker::Empty,
-            space: false,
-            sentence_end: false,
+            seg: Reading::default(),
             reported: false,
         }
     }
@@ -198,35 +198,35 @@ impl RepeatWatch {
         match b {
             b'\n' => return self.finish(),
             b' ' | b'\t' | b'\r' | 0x0b | 0x0c => {
-                if self.sentence_end {
+                if self.seg.sentence_end {
                     return self.finish();
                 }
-                self.space = self.bytes > 0;
+                self.seg.space = self.seg.bytes > 0;
                 return None;
             }
             _ => {}
         }
         let mut found = None;
-        if self.bytes + usize::from(self.space) + 1 > self.settings.max_segment_bytes {
+        if self.seg.bytes + usize::from(self.seg.space) + 1 > self.settings.max_segment_bytes {
             found = self.finish();
         }
-        if self.space {
+        if self.seg.space {
             self.add_ascii(b' ');
-            self.space = false;
+            self.seg.space = false;
         }
         self.add_ascii(b);
-        self.sentence_end = matches!(b, b'.' | b'!' | b'?');
+        self.seg.sentence_end = matches!(b, b'.' | b'!' | b'?');
         found
     }
 
     fn add_ascii(&mut self, b: u8) {
-        self.hash.write(&[b]);
-        self.bytes += 1;
-        self.chars += 1;
+        self.seg.hash.write(&[b]);
+        self.seg.bytes += 1;
+        self.seg.chars += 1;
         if b.is_ascii_alphabetic() {
-            self.letters |= 1 << (b.to_ascii_lowercase() - b'a');
+            self.seg.letters |= 1 << (b.to_ascii_lowercase() - b'a');
         }
-        self.marker = match (self.marker, b) {
+        self.seg.marker = match (self.seg.marker, b) {
             (Marker::Empty | Marker::Digits, b'0'..=b'9') => Marker::Digits,
             (Marker::Digits, b'.') => Marker::DigitsDot,
             _ => Marker::Text,
@@ -254,22 +254,24 @@ impl RepeatWatch {
             return self.finish();
         }
         if c.is_whitespace() {
-            if self.sentence_end {
+            if self.seg.sentence_end {
                 return self.finish();
             }
-            self.space = self.bytes > 0;
+            self.seg.space = self.seg.bytes > 0;
             return None;
         }
         let mut found = None;
-        if self.bytes + usize::from(self.space) + c.len_utf8() > self.settings.max_segment_bytes {
+        if self.seg.bytes + usize::from(self.seg.space) + c.len_utf8()
+            > self.settings.max_segment_bytes
+        {
             found = self.finish();
         }
-        if self.space {
+        if self.seg.space {
             self.add(' ');
-            self.space = false;
+            self.seg.space = false;
         }
         self.add(c);
-        self.sentence_end = matches!(c, '.' | '!' | '?');
+        self.seg.sentence_end = matches!(c, '.' | '!' | '?');
         if found.is_none() && matches!(c, '。' | '！' | '？') {
             found = self.finish();
         }
@@ -278,14 +280,11 @@ impl RepeatWatch {
 
     /// Add a char to the segment being read.
     fn add(&mut self, c: char) {
-        let mut buf = [0u8; 4];
-        for &b in c.encode_utf8(&mut buf).as_bytes() {
-            self.hash.write(&[b]);
-        }
-        self.bytes += c.len_utf8();
-        self.chars += 1;
-        self.letters |= letter_bit(c);
-        self.marker = match (self.marker, c) {
+        self.seg.hash.write(c.encode_utf8(&mut [0u8; 4]).as_bytes());
+        self.seg.bytes += c.len_utf8();
+        self.seg.chars += 1;
+        self.seg.letters |= letter_bit(c);
+        self.seg.marker = match (self.seg.marker, c) {
             (Marker::Empty | Marker::Digits, '0'..='9') => Marker::Digits,
             (Marker::Digits, '.') => Marker::DigitsDot,
             _ => Marker::Text,
@@ -295,23 +294,15 @@ impl RepeatWatch {
     /// End the segment being read: remember it (unless it is blank or a
     /// bare list number) and check the newest segments.
     fn finish(&mut self) -> Option<Repeated> {
-        let segment = Segment {
-            hash: self.hash.0,
-            chars: self.chars + 1,
-            letters: self.letters,
-        };
-        let keep = self.bytes > 0 && self.marker != Marker::DigitsDot;
-        self.hash = Fnv::default();
-        self.bytes = 0;
-        self.chars = 0;
-        self.letters = 0;
-        self.marker = Marker::Empty;
-        self.space = false;
-        self.sentence_end = false;
-        if !keep {
+        let seg = std::mem::take(&mut self.seg);
+        if seg.bytes == 0 || seg.marker == Marker::DigitsDot {
             return None;
         }
-        self.push(segment);
+        self.push(Segment {
+            hash: seg.hash.0,
+            chars: seg.chars + 1,
+            letters: seg.letters,
+        });
         self.check()
     }
 

@@ -20,6 +20,7 @@
 //! apart (they have prices of their own); reasoning tokens are part of the
 //! output and also counted apart.
 
+use crate::request::llm::scan::after_colon;
 use crate::response::repeats::{RepeatSettings, RepeatWatch, Repeated};
 use serde_json::Value;
 
@@ -118,9 +119,7 @@ impl Usage {
             cost_microusd: later.cost_microusd.or(self.cost_microusd),
         }
     }
-}
 
-impl Usage {
     /// The counts a price applies to.
     pub fn tokens(&self) -> crate::config::prices::Tokens {
         crate::config::prices::Tokens {
@@ -133,8 +132,9 @@ impl Usage {
 }
 
 /// How the response body is framed (from its `content-type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Framing {
+    #[default]
     Json,
     EventStream,
 }
@@ -161,9 +161,10 @@ pub const MAX_KEPT: usize = 64 * 1024;
 const KEY: &[u8] = b"\"usage\"";
 
 /// Where a JSON body's scan is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 enum Scan {
     /// Looking for `"usage"`.
+    #[default]
     Key,
     /// After the key: whitespace, then `:`.
     Colon,
@@ -174,7 +175,7 @@ enum Scan {
 }
 
 /// Reads one response's usage from its body chunks.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct UsageReader {
     framing: Framing,
     /// A stream: the line so far. JSON: the tail kept to find a key split
@@ -202,13 +203,7 @@ pub struct UsageReader {
     /// Count a stream's `data:` events (an estimate's output when the
     /// stream is cut off or reports no usage).
     count_events: bool,
-    events: u64,
-    /// Body bytes fed.
-    bytes: u64,
-    /// A stream's closing event was seen (OpenAI's `[DONE]`, Anthropic's
-    /// `message_stop`, the Responses API's `response.completed`): its
-    /// usage is whole even if the client leaves before the body ends.
-    closed: bool,
+    read: BytesRead,
     /// The model that answered, as the body names it near its start (read
     /// only when asked: a request whose own model was not read).
     model: Option<String>,
@@ -222,10 +217,7 @@ const MODEL_WITHIN: u64 = 4096;
 /// The value of the first `"model":"..."` member in `chunk`.
 fn model_in(chunk: &[u8]) -> Option<String> {
     let at = memchr::memmem::find(chunk, b"\"model\"")?;
-    let rest = chunk.get(at + 7..)?;
-    let rest = rest.get(rest.iter().position(|b| !b.is_ascii_whitespace())?..)?;
-    let rest = rest.strip_prefix(b":")?;
-    let rest = rest.get(rest.iter().position(|b| !b.is_ascii_whitespace())?..)?;
+    let rest = chunk.get(after_colon(chunk, at + 7)?..)?;
     let rest = rest.strip_prefix(b"\"")?;
     let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
     let name = rest.get(..end)?;
@@ -236,10 +228,14 @@ fn model_in(chunk: &[u8]) -> Option<String> {
 /// from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BytesRead {
+    /// Body bytes fed.
     pub bytes: u64,
     /// A stream's `data:` events (0 for a JSON body, or when not counted).
     pub events: u64,
-    /// A stream's closing event was seen (when events are counted).
+    /// A stream's closing event was seen (when events are counted:
+    /// OpenAI's `[DONE]`, Anthropic's `message_stop`, the Responses API's
+    /// `response.completed`): its usage is whole even if the client leaves
+    /// before the body ends.
     pub closed: bool,
 }
 
@@ -253,22 +249,7 @@ impl UsageReader {
     pub fn new(framing: Framing) -> UsageReader {
         UsageReader {
             framing,
-            kept: Vec::new(),
-            scan: Scan::Key,
-            skipping: false,
-            found: None,
-            oversize: 0,
-            compressed: false,
-            watch: None,
-            repeated: None,
-            consumed: 0,
-            long: None,
-            count_events: false,
-            events: 0,
-            bytes: 0,
-            closed: false,
-            model: None,
-            find_model: false,
+            ..UsageReader::default()
         }
     }
 
@@ -291,11 +272,7 @@ impl UsageReader {
 
     /// How much of the body was read so far.
     pub fn bytes_read(&self) -> BytesRead {
-        BytesRead {
-            bytes: self.bytes,
-            events: self.events,
-            closed: self.closed,
-        }
+        self.read
     }
 
     /// Also watch a stream's output text for degenerate repetition (see
@@ -315,17 +292,17 @@ impl UsageReader {
 
     /// The next chunk of the body, as it passes.
     pub fn feed(&mut self, chunk: &[u8]) {
-        if self.find_model && self.model.is_none() && self.bytes < MODEL_WITHIN {
+        if self.find_model && self.model.is_none() && self.read.bytes < MODEL_WITHIN {
             self.model = model_in(chunk);
         }
-        self.bytes = self.bytes.saturating_add(chunk.len() as u64);
+        self.read.bytes = self.read.bytes.saturating_add(chunk.len() as u64);
         if self.count_events {
             // An event split over chunks at "data:" is missed: an estimate.
             let n = memchr::memmem::find_iter(chunk, b"data:").count();
-            self.events = self.events.saturating_add(n as u64);
+            self.read.events = self.read.events.saturating_add(n as u64);
             // A closing marker split over chunks is missed: the usage then
             // counts as an estimate's floor, not as whole.
-            self.closed = self.closed
+            self.read.closed = self.read.closed
                 || [&b"data: [DONE]"[..], b"message_stop", b"response.completed"]
                     .iter()
                     .any(|m| memchr::memmem::find(chunk, m).is_some());
@@ -338,22 +315,20 @@ impl UsageReader {
             self.compressed = true;
             return;
         }
-        if self.framing == Framing::Json {
-            // Counted for the gzip check only.
-            self.consumed = self.consumed.saturating_add(chunk.len() as u64);
-        }
         match self.framing {
             Framing::EventStream => self.feed_lines(chunk),
-            Framing::Json => self.feed_json(chunk),
+            Framing::Json => {
+                // Counted for the gzip check only.
+                self.consumed = self.consumed.saturating_add(chunk.len() as u64);
+                self.feed_json(chunk);
+            }
         }
     }
 
     /// The end of the body: the usage it reported, if any.
     pub fn finish(mut self) -> Option<Usage> {
-        self.end_long_line();
-        if self.framing == Framing::EventStream && !self.kept.is_empty() && !self.skipping {
-            let line = std::mem::take(&mut self.kept);
-            self.line(&line);
+        if self.framing == Framing::EventStream {
+            self.end_line();
         }
         self.found
     }
@@ -367,18 +342,11 @@ impl UsageReader {
     /// JSON body's usage object was read (it comes after the content), or
     /// a stream's closing event passed (when events are counted).
     pub fn usage_final(&self) -> bool {
-        self.found.is_some()
-            && match self.framing {
-                Framing::Json => true,
-                Framing::EventStream => self.closed,
-            }
+        self.found.is_some() && (self.framing == Framing::Json || self.read.closed)
     }
 
     fn note(&mut self, u: Usage) {
-        self.found = Some(match self.found {
-            Some(before) => before.merge(u),
-            None => u,
-        });
+        self.found = Some(self.found.map_or(u, |before| before.merge(u)));
     }
 
     /// Keep `part` of the current line (or object), unless that would
@@ -409,11 +377,20 @@ impl UsageReader {
         }
     }
 
-    /// A long line ended: count the usage it held.
-    fn end_long_line(&mut self) {
-        if let Some(u) = self.long.take().and_then(|long| long.finish()) {
-            self.note(u);
+    /// The current line of a stream ended: read it (a long one for its
+    /// usage), and start the next.
+    fn end_line(&mut self) {
+        if let Some(long) = self.long.take() {
+            if let Some(u) = long.finish() {
+                self.note(u);
+            }
+        } else if !self.skipping {
+            let kept = std::mem::take(&mut self.kept);
+            self.line(&kept);
+            self.kept = kept;
         }
+        self.kept.clear();
+        self.skipping = false;
     }
 
     fn feed_lines(&mut self, mut chunk: &[u8]) {
@@ -425,15 +402,7 @@ impl UsageReader {
                 return;
             };
             self.keep(chunk.get(..i).unwrap_or(&[]));
-            if self.long.is_some() {
-                self.end_long_line();
-            } else if !self.skipping {
-                let kept = std::mem::take(&mut self.kept);
-                self.line(&kept);
-                self.kept = kept;
-            }
-            self.kept.clear();
-            self.skipping = false;
+            self.end_line();
             self.consumed += i as u64 + 1;
             chunk = chunk.get(i + 1..).unwrap_or(&[]);
         }
@@ -455,11 +424,7 @@ impl UsageReader {
             let mut from = 0;
             while let Some((object, end)) = usage_object(lines, from) {
                 from = end;
-                if let Some(u) = serde_json::from_slice::<Value>(object)
-                    .ok()
-                    .as_ref()
-                    .and_then(Usage::from_json)
-                {
+                if let Some(u) = usage_of(object) {
                     self.note(u);
                 }
             }
@@ -480,7 +445,7 @@ impl UsageReader {
                 self.watch = None;
             }
         }
-        if let Some(u) = usage_in(data).as_ref().and_then(Usage::from_json) {
+        if let Some(u) = usage_object(data, 0).and_then(|(object, _)| usage_of(object)) {
             self.note(u);
         }
     }
@@ -496,7 +461,7 @@ impl UsageReader {
                     let carried = self.kept.len();
                     let mut window = std::mem::take(&mut self.kept);
                     window.extend_from_slice(rest);
-                    match find(&window, KEY) {
+                    match find_key(&window) {
                         Some(at) => {
                             self.scan = Scan::Colon;
                             // Continue right after the key in this chunk.
@@ -521,8 +486,7 @@ impl UsageReader {
                             self.skipping = false;
                             self.scan = Scan::Object(Depth {
                                 depth: 1,
-                                string: false,
-                                escape: false,
+                                ..Depth::default()
                             });
                         }
                         // `"usage": null`, or a key named usage inside a
@@ -531,27 +495,17 @@ impl UsageReader {
                     }
                 }
                 Scan::Object(mut d) => {
-                    let start = i;
-                    let mut closed = false;
-                    while let Some(&b) = chunk.get(i) {
-                        i += 1;
-                        if d.step(b) {
-                            closed = true;
-                            break;
-                        }
-                    }
-                    self.keep(chunk.get(start..i).unwrap_or(&[]));
-                    if closed {
+                    let rest = chunk.get(i..).unwrap_or(&[]);
+                    let closed = rest.iter().position(|&b| d.step(b));
+                    let part = rest.get(..closed.map_or(rest.len(), |at| at + 1));
+                    let part = part.unwrap_or(rest);
+                    i += part.len();
+                    self.keep(part);
+                    if closed.is_some() {
                         if !self.skipping {
-                            if let Some(u) = serde_json::from_slice::<Value>(&self.kept)
-                                .ok()
-                                .as_ref()
-                                .and_then(Usage::from_json)
-                            {
-                                // The last usage object wins (the
-                                // response's own comes after its content).
-                                self.found = Some(u);
-                            }
+                            // The last usage object wins (the response's
+                            // own comes after its content).
+                            self.found = usage_of(&self.kept).or(self.found);
                         }
                         self.kept.clear();
                         self.skipping = false;
@@ -565,59 +519,44 @@ impl UsageReader {
     }
 }
 
-/// The first position of `needle` in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    static KEY_FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+/// The first `"usage"` in `hay`.
+fn find_key(hay: &[u8]) -> Option<usize> {
+    static FINDER: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
         std::sync::OnceLock::new();
-    if needle.is_empty() {
-        return None;
-    }
-    if needle == KEY {
-        return KEY_FINDER
-            .get_or_init(|| memchr::memmem::Finder::new(KEY))
-            .find(hay);
-    }
-    memchr::memmem::find(hay, needle)
+    FINDER
+        .get_or_init(|| memchr::memmem::Finder::new(KEY))
+        .find(hay)
 }
 
-/// The first `"usage"` key of a JSON text whose value is an object, parsed
-/// (only that object). A quote inside a JSON string is escaped, so an
-/// unescaped `"usage"` followed by `:` is a key.
-fn usage_in(json: &[u8]) -> Option<Value> {
-    let (object, _) = usage_object(json, 0)?;
-    serde_json::from_slice(object).ok()
+/// The usage a JSON object's bytes report.
+fn usage_of(object: &[u8]) -> Option<Usage> {
+    let v = serde_json::from_slice::<Value>(object).ok()?;
+    Usage::from_json(&v)
 }
 
 /// The next `"usage"` object of `text` from `from` (`"usage": null` is
 /// passed over), and where the search goes on.
 fn usage_object(text: &[u8], mut from: usize) -> Option<(&[u8], usize)> {
-    while let Some(at) = text.get(from..).and_then(|rest| find(rest, KEY)) {
-        let after = from + at + KEY.len();
-        from = after;
-        let rest = text.get(after..)?;
-        let mut i = rest.iter().position(|b| !b.is_ascii_whitespace())?;
-        if rest.get(i) != Some(&b':') {
+    while let Some(at) = text.get(from..).and_then(find_key) {
+        from += at + KEY.len();
+        let Some(i) = after_colon(text, from) else {
             continue;
-        }
-        let v = rest
-            .get(i + 1..)
-            .and_then(|r| r.iter().position(|b| !b.is_ascii_whitespace()))?;
-        i += 1 + v;
-        if rest.get(i) != Some(&b'{') {
+        };
+        if text.get(i) != Some(&b'{') {
             // `"usage": null` (OpenAI's chunks before the last).
             continue;
         }
-        let Some(len) = rest.get(i..).and_then(object_len) else {
+        let Some(len) = text.get(i..).and_then(object_len) else {
             continue;
         };
-        return Some((rest.get(i..i + len)?, after + i + len));
+        return Some((text.get(i..i + len)?, i + len));
     }
     None
 }
 
 /// Where a scan through a JSON value is: its depth of objects and
 /// arrays, inside a string, after a backslash.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Depth {
     depth: u32,
     string: bool,
@@ -653,11 +592,7 @@ impl Depth {
 /// The length of the JSON object `s` starts with (`None`: it does not end
 /// within `s`).
 fn object_len(s: &[u8]) -> Option<usize> {
-    let mut d = Depth {
-        depth: 0,
-        string: false,
-        escape: false,
-    };
+    let mut d = Depth::default();
     s.iter().position(|&b| d.step(b)).map(|i| i + 1)
 }
 

@@ -1,7 +1,7 @@
 //! The scanner's bounds: counting the values a parse would build, and
 //! telling why a body the scanner could not read was refused.
 
-use super::{skip_string, skip_ws, Refusal, Span, MAX_DEPTH, MAX_ELEMENTS, MAX_KEYS};
+use super::{literal_len, skip_string, skip_ws, Refusal, Span, MAX_DEPTH, MAX_ELEMENTS, MAX_KEYS};
 
 /// The values in `span` (every object, array, string, number and literal,
 /// keys included), if at most `limit`: what parsing it into a value tree
@@ -22,11 +22,7 @@ pub fn count_nodes(b: &[u8], span: Span, limit: usize) -> Option<usize> {
             }
             b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
                 n += 1;
-                let rest = b.get(i..)?;
-                i += rest
-                    .iter()
-                    .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
-                    .unwrap_or(rest.len());
+                i += literal_len(b.get(i..)?);
             }
             _ => i += 1,
         }
@@ -46,7 +42,6 @@ pub fn refusal(b: &[u8]) -> Option<Refusal> {
     let mut counts = [0usize; MAX_DEPTH + 1];
     let mut depth = 0usize;
     let mut i = 0usize;
-    // Whether the next value starts a new member or element.
     while i < b.len() {
         match *b.get(i)? {
             b'"' => i = skip_string(b, i)?,
@@ -55,16 +50,11 @@ pub fn refusal(b: &[u8]) -> Option<Refusal> {
                     return Some(Refusal::TooDeep);
                 }
                 depth += 1;
-                if let Some(c) = counts.get_mut(depth) {
-                    *c = 1;
-                }
                 i += 1;
                 // An empty container counts no member.
-                let j = skip_ws(b, i);
-                if matches!(b.get(j), Some(b'}') | Some(b']')) {
-                    if let Some(c) = counts.get_mut(depth) {
-                        *c = 0;
-                    }
+                let empty = matches!(b.get(skip_ws(b, i)), Some(b'}' | b']'));
+                if let Some(c) = counts.get_mut(depth) {
+                    *c = usize::from(!empty);
                 }
             }
             b'}' | b']' => {

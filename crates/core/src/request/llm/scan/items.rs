@@ -1,7 +1,9 @@
 //! A conversation read in one pass: each item's picked keys, and of a
 //! long array its opening and last elements only.
 
-use super::{skip_string, skip_value, skip_ws, Member, Span, MAX_ELEMENTS, MAX_KEYS};
+use super::{
+    each_item, member_at, member_with, skip_value, skip_ws, Member, Span, MAX_ELEMENTS, MAX_KEYS,
+};
 
 /// The keys of a conversation item that loopguard reads.
 pub const ITEM_KEYS: [&str; 9] = [
@@ -127,58 +129,33 @@ impl Elements {
 
 /// The object starting at `i` read for [`ITEM_KEYS`], and the offset past
 /// it.
-pub fn picked_at(b: &[u8], i: usize) -> Option<(Picked, usize)> {
-    if b.get(i) != Some(&b'{') {
-        return None;
-    }
-    let mut i = skip_ws(b, i + 1);
+fn picked_at(b: &[u8], i: usize) -> Option<(Picked, usize)> {
     let mut out = Picked::default();
-    if b.get(i) == Some(&b'}') {
-        return Some((out, i + 1));
-    }
     let mut keys = 0usize;
-    loop {
+    let end = each_item(b, i, *b"{}", |i| {
         keys += 1;
         if keys > MAX_KEYS {
             return None;
         }
-        let key_end = skip_string(b, i)?;
-        let key = b.get(i + 1..key_end - 1)?;
-        i = skip_ws(b, key_end);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        let v_start = skip_ws(b, i + 1);
-        let v_end = skip_value(b, v_start)?;
+        let (key, span) = member_at(b, i)?;
         match ITEM_KEYS.iter().position(|k| k.as_bytes() == key) {
             Some(at) => {
                 if let Some(slot) = out.spans.get_mut(at) {
-                    slot.get_or_insert((v_start, v_end));
+                    slot.get_or_insert(span);
                 }
             }
             None => out.others |= !ITEM_IGNORED.iter().any(|k| k.as_bytes() == key),
         }
-        i = skip_ws(b, v_end);
-        match b.get(i)? {
-            b',' => i = skip_ws(b, i + 1),
-            b'}' => return Some((out, i + 1)),
-            _ => return None,
-        }
-    }
+        Some(span.1)
+    })?;
+    Some((out, end))
 }
 
 /// The array starting at `i`, each object element read for its picked keys
 /// on the way (the first and last `keep` kept), and the offset past it.
 pub fn elements_with_members_at(b: &[u8], i: usize, keep: usize) -> Option<(Elements, usize)> {
-    if b.get(i) != Some(&b'[') {
-        return None;
-    }
-    let mut i = skip_ws(b, i + 1);
     let mut out = Elements::new(keep);
-    if b.get(i) == Some(&b']') {
-        return Some((out, i + 1));
-    }
-    loop {
+    let end = each_item(b, i, *b"[]", |i| {
         let (picked, e) = match b.get(i)? {
             b'{' => {
                 let (p, e) = picked_at(b, i)?;
@@ -190,13 +167,9 @@ pub fn elements_with_members_at(b: &[u8], i: usize, keep: usize) -> Option<(Elem
             return None;
         }
         out.push(((i, e), picked));
-        i = skip_ws(b, e);
-        match b.get(i)? {
-            b',' => i = skip_ws(b, i + 1),
-            b']' => return Some((out, i + 1)),
-            _ => return None,
-        }
-    }
+        Some(e)
+    })?;
+    Some((out, end))
 }
 
 /// An object's members, as [`members`](super::members), reading the arrays
@@ -211,41 +184,23 @@ pub fn members_split<'b>(
     keep: usize,
 ) -> Option<(Vec<Member<'b>>, Split<'b>)> {
     let b = b.get(..span.1)?;
-    let mut i = skip_ws(b, span.0);
-    if b.get(i) != Some(&b'{') {
-        return None;
-    }
-    i = skip_ws(b, i + 1);
     let mut out = Vec::new();
     let mut arrays = Vec::new();
-    if b.get(i) == Some(&b'}') {
-        return Some((out, arrays));
-    }
-    loop {
-        let key_end = skip_string(b, i)?;
-        let key = b.get(i + 1..key_end - 1)?;
-        i = skip_ws(b, key_end);
-        if b.get(i) != Some(&b':') {
-            return None;
-        }
-        let v_start = skip_ws(b, i + 1);
-        let splits = b.get(v_start) == Some(&b'[') && split.iter().any(|k| k.as_bytes() == key);
-        let v_end = if splits {
-            let (els, end) = elements_with_members_at(b, v_start, keep)?;
-            arrays.push((key, els));
-            end
-        } else {
-            skip_value(b, v_start)?
-        };
+    each_item(b, skip_ws(b, span.0), *b"{}", |i| {
+        let member = member_with(b, i, |key, v_start| {
+            if b.get(v_start) == Some(&b'[') && split.iter().any(|k| k.as_bytes() == key) {
+                let (els, end) = elements_with_members_at(b, v_start, keep)?;
+                arrays.push((key, els));
+                Some(end)
+            } else {
+                skip_value(b, v_start)
+            }
+        })?;
         if out.len() >= MAX_KEYS {
             return None;
         }
-        out.push((key, (v_start, v_end)));
-        i = skip_ws(b, v_end);
-        match b.get(i)? {
-            b',' => i = skip_ws(b, i + 1),
-            b'}' => return Some((out, arrays)),
-            _ => return None,
-        }
-    }
+        out.push(member);
+        Some(member.1 .1)
+    })?;
+    Some((out, arrays))
 }

@@ -17,8 +17,8 @@ pub use bounds::{count_nodes, refusal};
 pub use canonical::canonical;
 use find::{find_quote_or_backslash, find_structural};
 pub use items::{
-    elements_with_members_at, members_split, picked_at, Element, Elements, Picked, Split,
-    ITEM_IGNORED, ITEM_KEYS, LEADING,
+    elements_with_members_at, members_split, Element, Elements, Picked, Split, ITEM_IGNORED,
+    ITEM_KEYS, LEADING,
 };
 
 /// A byte range `start..end` in the body.
@@ -75,15 +75,17 @@ pub fn skip_value(b: &[u8], i: usize) -> Option<usize> {
         b'"' => skip_string(b, i),
         b'{' | b'[' => skip_container(b, i),
         _ => {
-            // A number or a literal: up to the next delimiter.
-            let rest = b.get(i..)?;
-            let n = rest
-                .iter()
-                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
-                .unwrap_or(rest.len());
+            let n = literal_len(b.get(i..)?);
             (n > 0).then_some(i + n)
         }
     }
+}
+
+/// The length of the number or literal `rest` starts with: up to the next
+/// delimiter.
+fn literal_len(rest: &[u8]) -> usize {
+    let delimiter = |c: &u8| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r');
+    rest.iter().position(delimiter).unwrap_or(rest.len())
 }
 
 /// Past the object or array starting at `i`, tracking nesting with a
@@ -169,18 +171,7 @@ impl<'b> Iterator for Members<'b> {
             return None;
         }
         let b = self.b;
-        let Some(key_end) = skip_string(b, self.i) else {
-            return self.fail();
-        };
-        let Some(key) = b.get(self.i + 1..key_end - 1) else {
-            return self.fail();
-        };
-        let colon = skip_ws(b, key_end);
-        if b.get(colon) != Some(&b':') {
-            return self.fail();
-        }
-        let v_start = skip_ws(b, colon + 1);
-        let Some(v_end) = skip_value(b, v_start) else {
+        let Some((key, (v_start, v_end))) = member_at(b, self.i) else {
             return self.fail();
         };
         let after = skip_ws(b, v_end);
@@ -193,35 +184,68 @@ impl<'b> Iterator for Members<'b> {
     }
 }
 
-/// The element spans of the array spanning `span`.
-pub fn elements(b: &[u8], span: Span) -> Option<Vec<Span>> {
-    let b = b.get(..span.1)?;
-    elements_at(b, skip_ws(b, span.0)).map(|(els, _)| els)
+/// The member at `i`: its key's raw bytes and the span of its value (read
+/// by `value(key, start)`, which returns its end).
+fn member_with<'b>(
+    b: &'b [u8],
+    i: usize,
+    value: impl FnOnce(&'b [u8], usize) -> Option<usize>,
+) -> Option<Member<'b>> {
+    let key_end = skip_string(b, i)?;
+    let key = b.get(i + 1..key_end - 1)?;
+    let colon = skip_ws(b, key_end);
+    if b.get(colon) != Some(&b':') {
+        return None;
+    }
+    let v_start = skip_ws(b, colon + 1);
+    Some((key, (v_start, value(key, v_start)?)))
 }
 
-/// The element spans of the array starting at `i`, and the offset past it.
-pub fn elements_at(b: &[u8], i: usize) -> Option<(Vec<Span>, usize)> {
-    if b.get(i) != Some(&b'[') {
+/// The member at `i`, its value skipped.
+fn member_at(b: &[u8], i: usize) -> Option<Member<'_>> {
+    member_with(b, i, |_, v| skip_value(b, v))
+}
+
+/// The object or array starting at `i` (its `open`ing byte), read member
+/// by member or element by element: `item` reads the one starting at its
+/// argument and returns where it ends. The offset past the container;
+/// `None` if it is broken or `item` gave up.
+fn each_item(
+    b: &[u8],
+    i: usize,
+    [open, close]: [u8; 2],
+    mut item: impl FnMut(usize) -> Option<usize>,
+) -> Option<usize> {
+    if b.get(i) != Some(&open) {
         return None;
     }
     let mut i = skip_ws(b, i + 1);
-    let mut out = Vec::new();
-    if b.get(i) == Some(&b']') {
-        return Some((out, i + 1));
+    if b.get(i) == Some(&close) {
+        return Some(i + 1);
     }
     loop {
+        i = skip_ws(b, item(i)?);
+        match b.get(i)? {
+            b',' => i = skip_ws(b, i + 1),
+            &c if c == close => return Some(i + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// The element spans of the array spanning `span`.
+pub fn elements(b: &[u8], span: Span) -> Option<Vec<Span>> {
+    let b = b.get(..span.1)?;
+    let mut out = Vec::new();
+    each_item(b, skip_ws(b, span.0), *b"[]", |i| {
         let e = skip_value(b, i)?;
         if out.len() >= MAX_ELEMENTS {
             return None;
         }
         out.push((i, e));
-        i = skip_ws(b, e);
-        match b.get(i)? {
-            b',' => i = skip_ws(b, i + 1),
-            b']' => return Some((out, i + 1)),
-            _ => return None,
-        }
-    }
+        Some(e)
+    })?;
+    Some(out)
 }
 
 /// A member: its key's raw bytes and its value's span.
@@ -232,6 +256,20 @@ pub fn document(b: &[u8]) -> Option<Span> {
     let start = skip_ws(b, 0);
     let end = skip_value(b, start)?;
     (skip_ws(b, end) == b.len()).then_some((start, end))
+}
+
+/// Where the value of a key ending at `at` starts, found by searching
+/// rather than scanning: past white space (any [`u8::is_ascii_whitespace`]),
+/// a `:` and white space again; `None` when no `:` follows. (A quote inside
+/// a JSON string is escaped, so an unescaped `"key"` then `:` is a key.)
+pub fn after_colon(b: &[u8], at: usize) -> Option<usize> {
+    let ws = |i: usize| {
+        b.get(i..).map_or(i, |r| {
+            i + r.iter().take_while(|c| c.is_ascii_whitespace()).count()
+        })
+    };
+    let colon = ws(at);
+    (b.get(colon) == Some(&b':')).then(|| ws(colon + 1))
 }
 
 /// A member's value span by key.

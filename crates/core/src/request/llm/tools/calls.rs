@@ -101,16 +101,11 @@ impl Request<'_> {
             .unwrap_or_default();
         let arguments = match args.and_then(text) {
             None => normalize::canonical_arguments(&Value::Null),
-            Some(raw) if raw.first() == Some(&b'"') => {
-                match serde_json::from_slice::<String>(raw) {
-                    Ok(inner) => normalize::canonical_text(&inner),
-                    Err(_) => String::new(),
-                }
-            }
-            Some(raw) => match args.and_then(|s| scan::canonical(self.body, s)) {
-                Some(c) => c,
-                None => String::from_utf8_lossy(raw).trim().to_string(),
-            },
+            Some(raw) if raw.first() == Some(&b'"') => serde_json::from_slice::<String>(raw)
+                .map_or_else(|_| String::new(), |inner| normalize::canonical_text(&inner)),
+            Some(raw) => args
+                .and_then(|s| scan::canonical(self.body, s))
+                .unwrap_or_else(|| String::from_utf8_lossy(raw).trim().to_string()),
         };
         (name, arguments)
     }

@@ -23,8 +23,10 @@ pub struct CallCache {
     bytes: usize,
 }
 
+/// A call's name and canonical arguments.
+type Call = (Rc<str>, Rc<str>);
 /// An item's call-holding bytes and the calls parsed from them.
-type CachedItem = (Vec<u8>, Vec<(Rc<str>, Rc<str>)>);
+type CachedItem = (Vec<u8>, Vec<Call>);
 
 const CALL_CACHE_BYTES: usize = 2 << 20;
 /// Model items whose call-holding bytes exceed this are parsed without the
@@ -32,7 +34,7 @@ const CALL_CACHE_BYTES: usize = 2 << 20;
 const MAX_CACHED_ITEM: usize = 64 << 10;
 
 impl CallCache {
-    fn get(&self, raw: &[u8]) -> Option<&[(Rc<str>, Rc<str>)]> {
+    fn get(&self, raw: &[u8]) -> Option<&[Call]> {
         self.entries
             .get(&crc32fast::hash(raw))?
             .iter()
@@ -40,7 +42,7 @@ impl CallCache {
             .map(|(_, calls)| calls.as_slice())
     }
 
-    fn put(&mut self, raw: &[u8], calls: Vec<(Rc<str>, Rc<str>)>) {
+    fn put(&mut self, raw: &[u8], calls: Vec<Call>) {
         if self.bytes + raw.len() > CALL_CACHE_BYTES {
             self.entries.clear();
             self.bytes = 0;
@@ -196,58 +198,44 @@ impl Request<'_> {
                     }
                 }
             }
-            let Some(key) = self.call_bytes(keys, kind) else {
-                // A text reply: its text may carry actions.
-                if let Some(n) = self.text_actions(keys, &mut cache, t, &mut out, &mut awaiting) {
-                    awaiting_text = n > 0;
-                } else {
-                    break;
-                }
-                continue;
-            };
-            let cached = key
-                .as_deref()
-                .and_then(|key| cache.as_deref()?.get(key))
-                .map(<[_]>::to_vec);
-            let calls = match cached {
-                Some(calls) => calls,
-                None => {
-                    let held = [
-                        "tool_calls",
-                        "function_call",
-                        "content",
-                        "arguments",
-                        "input",
-                    ];
-                    if held
-                        .iter()
-                        .filter_map(|k| keys.get(k))
-                        .any(|span| !self.afford(span))
-                    {
-                        break;
-                    }
-                    let calls: Vec<(Rc<str>, Rc<str>)> = self
-                        .calls_of(&keys.members(), kind)
-                        .into_iter()
-                        .map(|(n, a)| (Rc::from(n), Rc::from(a)))
-                        .collect();
-                    if let (Some(c), Some(key)) = (cache.as_deref_mut(), key.as_deref()) {
-                        c.put(key, calls.clone());
-                    }
+            let key = self.call_bytes(keys, kind);
+            let native = match &key {
+                None => Vec::new(),
+                Some(key) => {
+                    let parsed = cached(&mut cache, key.as_deref(), || {
+                        let held = [
+                            "tool_calls",
+                            "function_call",
+                            "content",
+                            "arguments",
+                            "input",
+                        ];
+                        if held
+                            .iter()
+                            .filter_map(|k| keys.get(k))
+                            .any(|span| !self.afford(span))
+                        {
+                            return None;
+                        }
+                        let calls = self.calls_of(&keys.members(), kind).into_iter();
+                        Some(calls.map(|(n, a)| (Rc::from(n), Rc::from(a))).collect())
+                    });
+                    let Some(calls) = parsed else { break };
                     calls
                 }
             };
-            if calls.is_empty() && kind != b"reasoning" {
-                // Content blocks without a call: their text may carry
-                // actions.
-                if let Some(n) = self.text_actions(keys, &mut cache, t, &mut out, &mut awaiting) {
-                    awaiting_text = n > 0;
-                } else {
+            // A text reply, or content blocks without a call: their text may
+            // carry actions.
+            let from_text = key.is_none() || (native.is_empty() && kind != b"reasoning");
+            let calls = if from_text {
+                let Some(calls) = self.text_actions(keys, &mut cache) else {
                     break;
-                }
-                continue;
-            }
-            awaiting_text = false;
+                };
+                calls
+            } else {
+                native
+            };
+            awaiting_text = from_text && !calls.is_empty();
             if let Some(current) = out.turns.last_mut() {
                 current.calls += calls.len();
             }
@@ -265,62 +253,49 @@ impl Request<'_> {
         out
     }
 
-    /// Read the actions a model item writes in its text (see
-    /// [`super::actions`]) as calls of turn `turn`, waiting for their
-    /// observation; how many, or `None` when the text would exceed the
-    /// request's parsing budget. Parsed once per item's bytes with a cache.
+    /// The actions a model item writes in its text (see [`super::actions`]),
+    /// as calls; `None` when the text would exceed the request's parsing
+    /// budget. Parsed once per item's bytes with a cache.
     fn text_actions(
         &self,
         keys: &scan::Picked,
         cache: &mut Option<&mut CallCache>,
-        turn: usize,
-        out: &mut ToolHistory,
-        awaiting: &mut std::collections::VecDeque<usize>,
-    ) -> Option<usize> {
+    ) -> Option<Vec<Call>> {
         let Some(span) = keys.get("content") else {
-            return Some(0);
+            return Some(Vec::new());
         };
         let raw = self.body.get(span.0..span.1).unwrap_or_default();
         if !may_read_actions(raw) {
-            return Some(0);
+            return Some(Vec::new());
         }
         let mut key = Vec::with_capacity(raw.len() + 5);
         key.extend_from_slice(raw);
         key.extend_from_slice(b"\x04text");
-        let cached = cache
-            .as_deref()
-            .and_then(|c| c.get(&key))
-            .map(<[_]>::to_vec);
-        let calls = match cached {
-            Some(calls) => calls,
-            None => {
-                let Ok(text) = self.reply_text(span) else {
-                    return None;
-                };
-                let text = text.unwrap_or_default();
-                let calls: Vec<(Rc<str>, Rc<str>)> = super::actions::read(&text)
-                    .into_iter()
+        cached(cache, Some(&key), || {
+            let text = self.reply_text(span).ok()?.unwrap_or_default();
+            let actions = super::actions::read(&text).into_iter();
+            Some(
+                actions
                     .map(|a| (Rc::from(a.name), Rc::from(a.arguments)))
-                    .collect();
-                if let Some(c) = cache.as_deref_mut() {
-                    c.put(&key, calls.clone());
-                }
-                calls
-            }
-        };
-        if let Some(current) = out.turns.last_mut() {
-            current.calls += calls.len();
-        }
-        let n = calls.len();
-        for (name, arguments) in calls {
-            awaiting.push_back(out.calls.len());
-            out.calls.push(ToolCall {
-                name,
-                arguments,
-                turn,
-                result: None,
-            });
-        }
-        Some(n)
+                    .collect(),
+            )
+        })
     }
+}
+
+/// The calls `cache` holds for `key`, else those `parse` gives, then
+/// cached (`None`: `parse` gave up).
+fn cached(
+    cache: &mut Option<&mut CallCache>,
+    key: Option<&[u8]>,
+    parse: impl FnOnce() -> Option<Vec<Call>>,
+) -> Option<Vec<Call>> {
+    if let Some(calls) = key.and_then(|key| cache.as_deref()?.get(key)) {
+        return Some(calls.to_vec());
+    }
+    let calls = parse()?;
+    if let (Some(c), Some(key)) = (cache.as_deref_mut(), key) {
+        c.put(key, calls.clone());
+    }
+    Some(calls)
 }

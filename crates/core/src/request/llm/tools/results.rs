@@ -46,57 +46,55 @@ impl Request<'_> {
     /// a hash), or `None` if it cannot be read within the request's
     /// parsing budget.
     pub fn result_text(&self, at: ResultAt) -> Option<String> {
-        let ResultAt::Value(span) = at else {
-            return Some(String::new());
-        };
-        let raw = self.body.get(span.0..span.1)?;
-        if raw.first() == Some(&b'"') {
-            return normalize::normalize_json_str(raw);
-        }
-        if !self.afford_once(span) {
-            return None;
-        }
-        let v = serde_json::from_slice::<Value>(raw).ok()?;
-        let mut out = String::new();
-        flatten(&normalize::content(&v), &mut out);
-        Some(out)
+        self.read_at(at, normalize::normalize_json_str, |v, out| {
+            flatten(&normalize::content(v), out)
+        })
     }
 
     /// A tool result's text as written: a string unescaped, or the text
     /// parts of its content joined by line breaks; `None` if it cannot be
     /// read within the request's parsing budget.
     pub fn result_raw(&self, at: ResultAt) -> Option<String> {
-        let ResultAt::Value(span) = at else {
-            return Some(String::new());
-        };
-        let raw = self.body.get(span.0..span.1)?;
-        if raw.first() == Some(&b'"') {
-            return serde_json::from_slice::<String>(raw).ok();
-        }
-        if !self.afford_once(span) {
-            return None;
-        }
-        let v = serde_json::from_slice::<Value>(raw).ok()?;
-        let mut out = String::new();
-        texts_of(&v, &mut out);
-        Some(out)
+        self.read_at(at, |raw| serde_json::from_slice(raw).ok(), texts_of)
     }
 
     /// What a model's reply wrote as text (a string, or its text blocks:
     /// tool calls and thinking aside), normalised; `None` if it cannot be
     /// read within the request's parsing budget.
     pub fn reply_words(&self, at: ResultAt) -> Option<String> {
+        if let ResultAt::Value(span) = at {
+            if !matches!(self.body.get(span.0), Some(b'"' | b'[')) {
+                return None;
+            }
+        }
+        self.read_at(at, normalize::normalize_json_str, |v, out| {
+            *out = normalize::normalize_text(&super::super::text_actions::text_blocks(v));
+        })
+    }
+
+    /// The value at `at` read: a string by `string` (from its raw bytes),
+    /// anything else parsed within the request's budget and written by
+    /// `tree`; empty for a result with no content.
+    fn read_at(
+        &self,
+        at: ResultAt,
+        string: impl FnOnce(&[u8]) -> Option<String>,
+        tree: impl FnOnce(&Value, &mut String),
+    ) -> Option<String> {
         let ResultAt::Value(span) = at else {
             return Some(String::new());
         };
         let raw = self.body.get(span.0..span.1)?;
-        match raw.first() {
-            Some(b'"') => normalize::normalize_json_str(raw),
-            Some(b'[') if self.afford_once(span) => serde_json::from_slice::<Value>(raw)
-                .ok()
-                .map(|v| normalize::normalize_text(&super::super::text_actions::text_blocks(&v))),
-            _ => None,
+        if raw.first() == Some(&b'"') {
+            return string(raw);
         }
+        if !self.afford_once(span) {
+            return None;
+        }
+        let v = serde_json::from_slice::<Value>(raw).ok()?;
+        let mut out = String::new();
+        tree(&v, &mut out);
+        Some(out)
     }
 
     /// The bytes of the value at `at` in the body, read no further (a

@@ -131,7 +131,7 @@ pub fn mask(text: &str, classes: Classes, context: Context) -> Cow<'_, str> {
     let mut out: Option<String> = None;
     // Bytes of `text` before `copied` are in `out` already.
     let mut copied = 0;
-    for (from, end, placeholder) in Tokens::new(text, classes, context) {
+    for (from, end, placeholder) in spans(text, classes, context) {
         let s = out.get_or_insert_with(|| String::with_capacity(text.len()));
         s.push_str(text.get(copied..from).unwrap_or(""));
         s.push_str(placeholder);
@@ -158,7 +158,7 @@ pub fn masked_digest(
 ) -> u64 {
     let mut h = Fnv::default();
     let mut copied = 0;
-    for (from, end, placeholder) in Tokens::new(text, classes, context) {
+    for (from, end, placeholder) in spans(text, classes, context) {
         let token = text.get(from..end).unwrap_or("");
         if keep(token) {
             continue;
@@ -174,36 +174,23 @@ pub fn masked_digest(
 /// The volatile tokens of `text` (each as it is written), for telling a
 /// result's own echo of its arguments from noise.
 pub fn tokens(text: &str, classes: Classes, context: Context) -> Vec<&str> {
-    Tokens::new(text, classes, context)
+    spans(text, classes, context)
         .filter_map(|(from, end, _)| text.get(from..end))
         .collect()
 }
 
 /// The volatile tokens of a text, in order: where each masked part starts
 /// (a prefixed id keeps its prefix) and ends, and its placeholder.
-struct Tokens<'t> {
-    b: &'t [u8],
-    cursor: Cursor,
+fn spans(
+    text: &str,
+    classes: Classes,
+    context: Context,
+) -> impl Iterator<Item = (usize, usize, &'static str)> + '_ {
+    let mut cursor = Cursor::new(classes, context);
+    std::iter::from_fn(move || cursor.next(text.as_bytes()))
 }
 
-impl<'t> Tokens<'t> {
-    fn new(text: &'t str, classes: Classes, context: Context) -> Self {
-        Tokens {
-            b: text.as_bytes(),
-            cursor: Cursor::new(classes, context),
-        }
-    }
-}
-
-impl Iterator for Tokens<'_> {
-    type Item = (usize, usize, &'static str);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.cursor.next(self.b)
-    }
-}
-
-/// The scan behind [`Tokens`], holding no borrow of the text so that the
+/// The scan behind [`spans`], holding no borrow of the text so that the
 /// text can be rewritten behind it ([`replace`]). One pass: at each word
 /// start the classes are tried in a fixed order; a word no class takes is
 /// skipped whole. It only ever reads at or after its position (whether the
@@ -237,6 +224,14 @@ impl Cursor {
         }
     }
 
+    /// A word passed over (see `keyed`).
+    fn passed(&mut self, word: Option<&[u8]>) {
+        self.keyed = match word {
+            Some(w) if names_noise(w) => 2,
+            _ => self.keyed.saturating_sub(1),
+        };
+    }
+
     fn next(&mut self, b: &[u8]) -> Option<(usize, usize, &'static str)> {
         if self.classes.is_empty() {
             return None;
@@ -254,19 +249,13 @@ impl Cursor {
                 // or `-`: no class takes it (each needs digits, or a `_` or
                 // `-` after the letters), so it is passed over whole, as
                 // the general path below would.
-                let mut p = i + 1;
-                while b.get(p).is_some_and(u8::is_ascii_alphabetic) {
-                    p += 1;
-                }
+                let p = skip(b, i + 1, u8::is_ascii_alphabetic);
                 if !b
                     .get(p)
                     .is_some_and(|n| n.is_ascii_digit() || matches!(n, b'_' | b'-'))
                 {
                     if self.noise && !self.numbers {
-                        self.keyed = match b.get(i..p) {
-                            Some(w) if names_noise(w) => 2,
-                            _ => self.keyed.saturating_sub(1),
-                        };
+                        self.passed(b.get(i..p));
                     }
                     self.i = p;
                     self.in_word = true;
@@ -298,10 +287,7 @@ impl Cursor {
                     // Letters up to the next digit or the word's end: a
                     // number inside a word (`1843ms`, `http2`) is still a
                     // number.
-                    self.i += 1;
-                    while b.get(self.i).is_some_and(u8::is_ascii_alphabetic) {
-                        self.i += 1;
-                    }
+                    self.i = skip(b, self.i + 1, u8::is_ascii_alphabetic);
                     self.in_word = true;
                 }
                 None => {
@@ -313,10 +299,7 @@ impl Cursor {
                         word_end(b, i)
                     };
                     if self.noise && !self.in_word {
-                        self.keyed = match b.get(i..end) {
-                            Some(w) if names_noise(w) => 2,
-                            _ => self.keyed.saturating_sub(1),
-                        };
+                        self.passed(b.get(i..end));
                     }
                     self.i = end.max(i + 1);
                     self.in_word = true;
@@ -331,6 +314,6 @@ mod noise;
 mod shapes;
 
 use noise::{names_noise, noise_number};
-use shapes::{is_alnum, number_end, token, word_end};
+use shapes::{is_alnum, number_end, skip, token, word_end};
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@
 //! duration. Numbers that carry meaning (an amount, a count, a version)
 //! are kept.
 
-use super::shapes::{byte, digit, digits_end, ends, is_alnum, number_end, run};
+use super::shapes::{byte, digit, digits_end, ends, fraction_end, is_alnum, number_end, run, skip};
 
 /// Words after which a number is noise: times, attempts, ids (`attempt
 /// 4`, `latency_ms: 31`, `pid 2231`, `retry budget 4/10`), and the names
@@ -264,16 +264,18 @@ pub(super) fn time_unit_at(b: &[u8], p: usize) -> bool {
     {
         return true;
     }
-    let mut q = p;
-    while b.get(q).is_some_and(u8::is_ascii_alphabetic) {
-        q += 1;
-    }
-    let unit = b.get(p..q).unwrap_or_default();
-    !unit.is_empty()
-        && !is_alnum(b, q)
-        && TIME_UNITS
-            .iter()
-            .any(|u| u.as_bytes().eq_ignore_ascii_case(unit))
+    word_of(b, p, TIME_UNITS).is_some()
+}
+
+/// The end of the word of letters at `p` when it is one of `words` (case
+/// aside).
+fn word_of(b: &[u8], p: usize, words: &[&str]) -> Option<usize> {
+    let q = skip(b, p, u8::is_ascii_alphabetic);
+    let word = b.get(p..q)?;
+    let known = words
+        .iter()
+        .any(|w| w.as_bytes().eq_ignore_ascii_case(word));
+    (known && !is_alnum(b, q)).then_some(q)
 }
 
 /// What an agent's harness counts down every turn, whatever the task
@@ -301,31 +303,11 @@ const BUDGET_NOUNS: &[&str] = &[
 /// `remaining`: the number before it counts down the agent's budget, not
 /// its progress.
 pub(super) fn budget_at(b: &[u8], p: usize) -> bool {
-    let Some(p) = byte(b, p, b' ') else {
-        return false;
-    };
-    let mut q = p;
-    while b.get(q).is_some_and(u8::is_ascii_alphabetic) {
-        q += 1;
-    }
-    let noun = b.get(p..q).unwrap_or_default();
-    if !BUDGET_NOUNS
-        .iter()
-        .any(|n| n.as_bytes().eq_ignore_ascii_case(noun))
-    {
-        return false;
-    }
-    let Some(r) = byte(b, q, b' ') else {
-        return false;
-    };
-    let rest = b.get(r..).unwrap_or_default();
-    ["left", "remaining"].iter().any(|w| {
-        rest.len() >= w.len()
-            && rest
-                .get(..w.len())
-                .is_some_and(|x| x.eq_ignore_ascii_case(w.as_bytes()))
-            && !is_alnum(b, r + w.len())
-    })
+    byte(b, p, b' ')
+        .and_then(|p| word_of(b, p, BUDGET_NOUNS))
+        .and_then(|q| byte(b, q, b' '))
+        .and_then(|r| word_of(b, r, &["left", "remaining"]))
+        .is_some()
 }
 
 /// `h:mm`, `hh:mm`, `hh:mm:ss`, with a fraction: a time of day (hours up to
@@ -347,13 +329,7 @@ pub(super) fn clock_time(b: &[u8], i: usize) -> Option<usize> {
             return None;
         }
         p = q;
-        if let Some(q) = b
-            .get(p)
-            .filter(|c| matches!(c, b'.' | b','))
-            .and_then(|_| digits_end(b, p + 1))
-        {
-            p = q;
-        }
+        p = fraction_end(b, p);
     }
     ends(b, p)
 }

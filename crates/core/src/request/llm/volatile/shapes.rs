@@ -55,11 +55,16 @@ pub(super) fn is_alnum(b: &[u8], i: usize) -> bool {
 }
 
 /// The end of the ASCII word (letters and digits) starting at `i`.
-pub(super) fn word_end(b: &[u8], mut i: usize) -> usize {
-    while is_alnum(b, i) {
+pub(super) fn word_end(b: &[u8], i: usize) -> usize {
+    skip(b, i, u8::is_ascii_alphanumeric).max(1)
+}
+
+/// Past the bytes from `i` that satisfy `f`.
+pub(super) fn skip(b: &[u8], mut i: usize, f: impl Fn(&u8) -> bool) -> usize {
+    while b.get(i).is_some_and(&f) {
         i += 1;
     }
-    i.max(1)
+    i
 }
 
 /// `n` bytes from `i` satisfying `f`; the position after them.
@@ -123,34 +128,30 @@ pub(super) fn time_of_day(b: &[u8], i: usize) -> Option<usize> {
     p = run(b, p, 2, digit)?;
     if let Some(q) = byte(b, p, b':').and_then(|q| run(b, q, 2, digit)) {
         p = q;
-        if let Some(q) = b
-            .get(p)
-            .filter(|c| matches!(c, b'.' | b','))
-            .and_then(|_| digits_end(b, p + 1))
-        {
-            p = q;
-        }
+        p = fraction_end(b, p);
     }
     match b.get(p) {
         Some(b'z' | b'Z') => Some(p + 1),
         Some(b'+' | b'-') => {
             let q = run(b, p + 1, 2, digit)?;
-            let q = match byte(b, q, b':') {
-                Some(r) => run(b, r, 2, digit).unwrap_or(q),
-                None => run(b, q, 2, digit).unwrap_or(q),
-            };
-            Some(q)
+            let r = byte(b, q, b':').unwrap_or(q);
+            Some(run(b, r, 2, digit).unwrap_or(q))
         }
         _ => Some(p),
     }
 }
 
+/// Past a fraction (`.` or `,` then digits) at `p`, if there is one.
+pub(super) fn fraction_end(b: &[u8], p: usize) -> usize {
+    b.get(p)
+        .filter(|c| matches!(c, b'.' | b','))
+        .and_then(|_| digits_end(b, p + 1))
+        .unwrap_or(p)
+}
+
 /// The end of a run of at least one digit from `i`.
 pub(super) fn digits_end(b: &[u8], i: usize) -> Option<usize> {
-    let mut p = i;
-    while b.get(p).is_some_and(u8::is_ascii_digit) {
-        p += 1;
-    }
+    let p = skip(b, i, u8::is_ascii_digit);
     (p > i).then_some(p)
 }
 
@@ -168,14 +169,11 @@ pub(super) fn epoch(b: &[u8], i: usize) -> Option<usize> {
     if !in_range {
         return None;
     }
-    let end = match b
+    let end = b
         .get(end)
         .filter(|c| **c == b'.')
         .and_then(|_| digits_end(b, end + 1))
-    {
-        Some(e) => e,
-        None => end,
-    };
+        .unwrap_or(end);
     ends(b, end)
 }
 
@@ -198,10 +196,7 @@ pub(super) fn hex_run(b: &[u8], i: usize) -> Option<usize> {
 /// 1-12 letters, `_` or `-`, then 10+ letters and digits with both kinds:
 /// where the random part starts and ends.
 pub(super) fn prefixed_id(b: &[u8], i: usize) -> Option<(usize, usize)> {
-    let mut p = i;
-    while b.get(p).is_some_and(u8::is_ascii_alphabetic) {
-        p += 1;
-    }
+    let p = skip(b, i, u8::is_ascii_alphabetic);
     if p - i > 12 || !matches!(b.get(p), Some(b'_' | b'-')) {
         return None;
     }
@@ -221,9 +216,7 @@ pub(super) fn prefixed_id(b: &[u8], i: usize) -> Option<(usize, usize)> {
 pub(super) fn number_end(b: &[u8], i: usize) -> usize {
     let mut p = i;
     loop {
-        while b.get(p).is_some_and(u8::is_ascii_digit) {
-            p += 1;
-        }
+        p = skip(b, p, u8::is_ascii_digit);
         let sep = matches!(b.get(p), Some(b'.' | b','));
         if sep && b.get(p + 1).is_some_and(u8::is_ascii_digit) {
             p += 1;

@@ -613,7 +613,7 @@ proptest::proptest! {
             Classes::defaults(),
             Classes::all().iter().enumerate().filter(|(k, _)| mask_bits >> k & 1 == 1).map(|(_, c)| c).collect(),
         ] {
-            let found: Vec<(usize, usize, String)> = Tokens::new(&text, classes, context)
+            let found: Vec<(usize, usize, String)> = spans(&text, classes, context)
                 .map(|(a, b, p)| (a, b, p.to_string()))
                 .collect();
             proptest::prop_assert_eq!(found, tokens_reference(&text, classes, context));
