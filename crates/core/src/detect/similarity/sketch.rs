@@ -159,6 +159,7 @@ impl Sketcher {
     }
 
     /// Words hashed so far.
+    #[cfg(test)]
     pub fn words(&self) -> u32 {
         self.words
     }
