@@ -279,9 +279,10 @@ fn without_gutter(line: &str) -> &str {
 
 /// At most `max` bytes of `s`, cut on a character boundary.
 pub(crate) fn cut(s: &str, max: usize) -> &str {
-    let end = (0..=max.min(s.len()))
-        .rev()
-        .find(|&i| s.is_char_boundary(i));
+    if s.len() <= max {
+        return s;
+    }
+    let end = (0..=max).rev().find(|&i| s.is_char_boundary(i));
     s.get(..end.unwrap_or(0)).unwrap_or(s)
 }
 

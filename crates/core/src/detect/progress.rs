@@ -56,8 +56,7 @@ impl Text {
 
     /// Its distinct 4-byte shingles, sorted.
     pub fn shingles(&self) -> &[u32] {
-        self.shingles
-            .get_or_init(|| shingles(&self.text, 0).unwrap_or_default())
+        self.shingles.get_or_init(|| shingles(&self.text))
     }
 }
 
@@ -354,21 +353,18 @@ fn common3(a: &[u32], b: &[u32], c: &[u32]) -> usize {
     n
 }
 
-/// A text's distinct 4-byte shingles, sorted (`None` if it is shorter
-/// than `min` bytes).
-pub fn shingles(text: &str, min: usize) -> Option<Vec<u32>> {
+/// A text's distinct 4-byte shingles, sorted (none for a text shorter
+/// than 4 bytes).
+fn shingles(text: &str) -> Vec<u32> {
     let b = text.as_bytes();
     let b = b.get(..b.len().min(ANSWER_MAX_BYTES)).unwrap_or(b);
-    if b.len() < min.max(4) {
-        return None;
-    }
     let mut out: Vec<u32> = b
         .windows(4)
         .map(|w| w.iter().fold(0u32, |acc, &c| (acc << 8) | u32::from(c)))
         .collect();
     out.sort_unstable();
     out.dedup();
-    Some(out)
+    out
 }
 
 /// At least half of the smaller text's shingles are in the other.

@@ -334,10 +334,10 @@ impl<R: Results> Calls<'_, '_, R> {
 
     /// The same tool, the same arguments.
     pub(super) fn same_call(&self, i: usize, j: usize) -> bool {
-        self.get(i)
-            .zip(self.get(j))
-            .is_some_and(|(a, b)| a.name == b.name)
-            && self.arg(i) == self.arg(j)
+        match (self.get(i), self.get(j)) {
+            (Some(a), Some(b)) => a.name == b.name && self.arg(i) == self.arg(j),
+            _ => false,
+        }
     }
 }
 
