@@ -77,11 +77,12 @@ fn main() {
         let caller = format!("{}", e.made.fingerprint);
         let progressed = llm::parse(&body, pathv, policy.items_needed())
             .map(|req| {
-                progress::newest_answer_progressed(
+                progress::answer_progressed_at(
                     &req.tool_history(None),
                     &req,
                     policy.volatile.classes,
                     None,
+                    0,
                 )
             })
             .unwrap_or(false);

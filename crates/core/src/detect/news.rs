@@ -82,12 +82,8 @@ impl Lines {
     }
 
     /// How many lines it has.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.exact.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.exact.is_empty()
     }
 
     /// The digests of its lines as written, for a set of lines seen.
@@ -257,50 +253,37 @@ fn digests(line: &str) -> (u64, u64) {
 /// grows with every command a harness sends a long-lived shell
 /// (`/bin/bash: line 342: cd..: command not found`).
 fn without_shell_counter(line: &str) -> std::borrow::Cow<'_, str> {
-    let Some(at) = line.find("sh: line ") else {
+    let Some((prefix, rest)) = line.split_once("sh: line ") else {
         return line.into();
     };
-    let digits_at = at + "sh: line ".len();
-    let rest = line.get(digits_at..).unwrap_or("");
-    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-    let prefix = line.get(..at).unwrap_or("");
-    if digits == 0
-        || !rest.get(digits..).is_some_and(|r| r.starts_with(':'))
-        || prefix.contains(' ')
-    {
+    let after = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+    if after.len() == rest.len() || !after.starts_with(':') || prefix.contains(' ') {
         return line.into();
     }
-    format!("{}sh: line{}", prefix, rest.get(digits..).unwrap_or("")).into()
+    format!("{prefix}sh: line{after}").into()
 }
 
 /// The line without a line-number gutter: spaces, digits, then `:`, a
 /// tab, `|` or `→` (a file viewer's numbering, which an insertion shifts).
 fn without_gutter(line: &str) -> &str {
-    let digits_from = line.len() - line.trim_start_matches(' ').len();
-    let rest = line.get(digits_from..).unwrap_or("");
-    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
-    if digits == 0 {
+    let rest = line.trim_start_matches(' ');
+    let after = rest.trim_start_matches(|c: char| c.is_ascii_digit());
+    if after.len() == rest.len() {
         return line;
     }
-    let after = rest.get(digits..).unwrap_or("");
-    for mark in [":", "\t", "|", "→"] {
-        if let Some(body) = after.strip_prefix(mark) {
-            return body;
-        }
-    }
-    line
+    [":", "\t", "|", "→"]
+        .into_iter()
+        .find_map(|mark| after.strip_prefix(mark))
+        .unwrap_or(line)
 }
 
 /// At most `max` bytes of `s`, cut on a character boundary.
-fn cut(s: &str, max: usize) -> &str {
+pub(crate) fn cut(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.get(..end).unwrap_or(s)
+    let end = (0..=max).rev().find(|&i| s.is_char_boundary(i));
+    s.get(..end.unwrap_or(0)).unwrap_or(s)
 }
 
 #[cfg(test)]

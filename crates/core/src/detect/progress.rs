@@ -56,8 +56,7 @@ impl Text {
 
     /// Its distinct 4-byte shingles, sorted.
     pub fn shingles(&self) -> &[u32] {
-        self.shingles
-            .get_or_init(|| shingles(&self.text, 0).unwrap_or_default())
+        self.shingles.get_or_init(|| shingles(&self.text))
     }
 }
 
@@ -89,15 +88,6 @@ const TEXT_CACHE_BYTES: usize = 2 << 20;
 const MAX_CACHED_TEXT: usize = 64 << 10;
 
 impl TextCache {
-    /// Texts held.
-    pub fn len(&self) -> usize {
-        self.0.borrow().entries.values().map(Vec::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn get(&self, raw: &[u8], classes: Classes, min: usize) -> Option<Rc<Text>> {
         let texts = self.0.borrow();
         texts
@@ -142,10 +132,8 @@ pub fn read_cached(
             .result_bytes(at)
             .filter(|b| b.len() <= MAX_CACHED_TEXT),
     );
-    if let Some((cache, raw)) = key {
-        if let Some(text) = cache.get(raw, classes, min) {
-            return results.afford_result(at).then_some(text);
-        }
+    if let Some(text) = key.and_then(|(cache, raw)| cache.get(raw, classes, min)) {
+        return results.afford_result(at).then_some(text);
     }
     let text = read(results, at, classes, min).map(Rc::new);
     // Only a text read is kept: `None` is a short text (cheap to read
@@ -162,13 +150,7 @@ pub fn read_cached(
 pub fn read(results: &impl Results, at: ResultAt, classes: Classes, min: usize) -> Option<Text> {
     let mut raw = results.result_text(at)?;
     // Only the beginning is compared: cut it before masking.
-    if raw.len() > ANSWER_MAX_BYTES {
-        let mut cut = ANSWER_MAX_BYTES;
-        while !raw.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        raw.truncate(cut);
-    }
+    raw.truncate(crate::detect::news::cut(&raw, ANSWER_MAX_BYTES).len());
     let masked = volatile::mask(&raw, classes, Context::Text);
     // Words that say something: four letters or more, a number, a pair of
     // characters of a script written without spaces ("no", "em", "de"
@@ -245,19 +227,6 @@ pub fn progressed(later: Turn<'_>, earlier: Turn<'_>, before: Option<Turn<'_>>) 
     deletion || accumulated
 }
 
-/// Whether the conversation's newest model turn is a text answer that made
-/// progress over the text answer of the turn before it (both long enough
-/// to compare). A request whose newest answer did is a new step of the
-/// conversation, not a repeat.
-pub fn newest_answer_progressed(
-    history: &ToolHistory,
-    results: &impl Results,
-    classes: Classes,
-    cache: Option<&TextCache>,
-) -> bool {
-    answer_progressed_at(history, results, classes, cache, 0)
-}
-
 /// Whether the model's turn `back` turns ago (0: the newest) made progress
 /// over the turn before it: its text answer did ([`answer_progressed_at`]),
 /// or it repeated the turn's calls and read something new
@@ -274,8 +243,11 @@ pub fn turn_progressed_at(
         || crate::detect::news::read_on(history, results, classes, back)
 }
 
-/// [`newest_answer_progressed`] for the conversation as it was `back`
-/// model turns ago (0: now): what the request sent then was judged by.
+/// Whether the conversation's model turn `back` turns ago (0: the newest)
+/// is a text answer that made progress over the text answer of the turn
+/// before it (both long enough to compare), in the conversation as it was
+/// then: what the request sent then was judged by. A request whose newest
+/// answer did is a new step of the conversation, not a repeat.
 pub fn answer_progressed_at(
     history: &ToolHistory,
     results: &impl Results,
@@ -311,20 +283,12 @@ pub fn answer_progressed_at(
         read_prompt(previous),
         third.and_then(read_prompt),
     ];
-    let [p_later, p_earlier, p_before] = &prompts;
+    let [p_later, p_earlier, p_before] = prompts.each_ref().map(Option::as_deref);
+    let turn = |answer, prompt| Turn { answer, prompt };
     progressed(
-        Turn {
-            answer: &later,
-            prompt: p_later.as_deref(),
-        },
-        Turn {
-            answer: &earlier,
-            prompt: p_earlier.as_deref(),
-        },
-        before.as_ref().map(|b| Turn {
-            answer: b,
-            prompt: p_before.as_deref(),
-        }),
+        turn(&*later, p_later),
+        turn(&*earlier, p_earlier),
+        before.as_deref().map(|b| turn(b, p_before)),
     )
 }
 
@@ -389,29 +353,23 @@ fn common3(a: &[u32], b: &[u32], c: &[u32]) -> usize {
     n
 }
 
-/// A text's distinct 4-byte shingles, sorted (`None` if it is shorter
-/// than `min` bytes).
-pub fn shingles(text: &str, min: usize) -> Option<Vec<u32>> {
+/// A text's distinct 4-byte shingles, sorted (none for a text shorter
+/// than 4 bytes).
+fn shingles(text: &str) -> Vec<u32> {
     let b = text.as_bytes();
     let b = b.get(..b.len().min(ANSWER_MAX_BYTES)).unwrap_or(b);
-    if b.len() < min.max(4) {
-        return None;
-    }
     let mut out: Vec<u32> = b
         .windows(4)
         .map(|w| w.iter().fold(0u32, |acc, &c| (acc << 8) | u32::from(c)))
         .collect();
     out.sort_unstable();
     out.dedup();
-    Some(out)
+    out
 }
 
 /// At least half of the smaller text's shingles are in the other.
 pub fn similar(a: &Text, b: &Text) -> bool {
-    shared_half(a.shingles(), b.shingles())
-}
-
-fn shared_half(a: &[u32], b: &[u32]) -> bool {
+    let (a, b) = (a.shingles(), b.shingles());
     2 * common(a, b) >= a.len().min(b.len())
 }
 

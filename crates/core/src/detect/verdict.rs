@@ -42,9 +42,6 @@ pub enum Tier {
 }
 
 impl Tier {
-    /// The tiers an MCP policy finds.
-    pub const MCP: [Tier; 3] = [Tier::Identical, Tier::Failing, Tier::Cycle];
-
     pub fn as_str(self) -> &'static str {
         match self {
             Tier::Identical => "identical",

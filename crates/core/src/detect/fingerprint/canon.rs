@@ -163,9 +163,13 @@ impl<S: Sink> Canon<S> {
         self.count(b.len());
         self.0.put(b);
     }
+    /// Note a component under `name` (its value made only when tracing).
+    pub(super) fn note<V: Into<String>>(&mut self, name: &str, value: impl FnOnce() -> V) {
+        self.0.note(|| Component::new(name, value()));
+    }
     /// A length-prefixed byte string, noted under `name`.
     pub(super) fn named(&mut self, name: &str, b: &[u8]) {
-        self.0.note(|| Component::new(name, show_bytes(b)));
+        self.note(name, || show_bytes(b));
         self.field(b);
     }
     pub(super) fn optional(&mut self, v: Option<&[u8]>) {
@@ -179,8 +183,9 @@ impl<S: Sink> Canon<S> {
     }
     /// An optional value, noted under `name`.
     pub(super) fn named_optional(&mut self, name: &str, v: Option<&[u8]>) {
-        self.0
-            .note(|| Component::new(name, v.map_or_else(|| "(absent)".to_string(), show_bytes)));
+        self.note(name, || {
+            v.map_or_else(|| "(absent)".to_string(), show_bytes)
+        });
         self.optional(v);
     }
     /// The caller's identity, framed elsewhere: its components, then its
@@ -212,37 +217,28 @@ pub(super) fn note_message<S: Sink>(sink: &mut S, m: &Message, list: &str, index
 
 fn note_parts<S: Sink>(sink: &mut S, parts: &[Part], list: &str, index: usize) {
     for p in parts {
-        match p {
-            Part::Text(t) => sink
-                .note(|| Component::new(labelled(list, index, "text"), show_bytes(t.as_bytes()))),
-            Part::Media(h) => {
-                sink.note(|| Component::new(labelled(list, index, "media sha256"), show_bytes(h)))
-            }
-            Part::ToolCall { name, arguments } => sink.note(|| {
-                Component::new(
-                    labelled(list, index, "tool call"),
+        sink.note(|| {
+            let (what, value) = match p {
+                Part::Text(t) => ("text", show_bytes(t.as_bytes())),
+                Part::Media(h) => ("media sha256", show_bytes(h)),
+                Part::ToolCall { name, arguments } => (
+                    "tool call",
                     format!(
                         "{} {}",
                         show_bytes(name.as_bytes()),
                         show_bytes(arguments.as_bytes())
                     ),
-                )
-            }),
-            Part::ToolResult { content, is_error } => {
-                sink.note(|| {
-                    Component::new(
-                        labelled(list, index, "tool result"),
-                        if *is_error { "(error)" } else { "(ok)" },
-                    )
-                });
-                note_parts(sink, content, list, index);
-            }
-            Part::Other(kind) => sink.note(|| {
-                Component::new(
-                    labelled(list, index, "other block"),
-                    show_bytes(kind.as_bytes()),
-                )
-            }),
+                ),
+                Part::ToolResult { is_error, .. } => (
+                    "tool result",
+                    if *is_error { "(error)" } else { "(ok)" }.into(),
+                ),
+                Part::Other(kind) => ("other block", show_bytes(kind.as_bytes())),
+            };
+            Component::new(labelled(list, index, what), value)
+        });
+        if let Part::ToolResult { content, .. } = p {
+            note_parts(sink, content, list, index);
         }
     }
 }

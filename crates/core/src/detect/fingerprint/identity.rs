@@ -22,12 +22,9 @@ pub(super) fn identity<B: Buffer>(
     if policy.limit_keys.is_empty() {
         c.tag(TAG_API_KEY);
         let key = request::api_key(facts);
-        c.0.note(|| {
-            Component::new(
-                "caller: API key",
-                key.as_deref()
-                    .map_or_else(|| "(absent)".to_string(), show_secret),
-            )
+        c.note("caller: API key", || {
+            key.as_deref()
+                .map_or_else(|| "(absent)".to_string(), show_secret)
         });
         c.optional(key.as_deref());
     } else {

@@ -40,7 +40,7 @@ use sha2::Sha256;
 pub use show::{is_secret_name, redact_query, show_bytes};
 
 /// A 128-bit request fingerprint.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Fingerprint(pub [u8; 16]);
 
 impl Fingerprint {
@@ -89,7 +89,7 @@ impl fmt::Display for Fingerprint {
 }
 
 /// A finished fingerprint and what was learnt making it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Fingerprinted {
     pub fingerprint: Fingerprint,
     /// A session-mode request without a session id: judged by the fallback

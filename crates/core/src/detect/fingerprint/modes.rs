@@ -5,7 +5,7 @@
 
 use super::canon::{note_message, write_message, Canon, TAG_ABSENT, TAG_PRESENT};
 use super::pending::{Pending, PendingMode};
-use super::{Component, Fingerprint, Fingerprinted, Hashing};
+use super::{Fingerprint, Fingerprinted, Hashing};
 use crate::detect::similarity;
 use crate::request::llm;
 use std::collections::HashMap;
@@ -20,22 +20,7 @@ impl<S: Hashing> Pending<S> {
         let progress = matches!(self.mode, PendingMode::Near { .. }) && progress_at(0);
         let parsed = if self.reads_llm_body() { parsed } else { None };
         let Some(req) = parsed else {
-            // A body-less request (a GET) is simply not an LLM call.
-            let unparsed = !matches!(self.mode, PendingMode::Exact) && !body.is_empty();
-            let (fingerprint, residue) = self.exact_with(body);
-            return (
-                Fingerprinted {
-                    fingerprint,
-                    fallback: false,
-                    unparsed,
-                    format: None,
-                    model: None,
-                    session: None,
-                    near: None,
-                    repeats: 0,
-                },
-                residue,
-            );
+            return self.unparsed(body, self.reads_llm_body());
         };
         let model = req.model.clone();
         let mut session_shown = None;
@@ -49,10 +34,10 @@ impl<S: Hashing> Pending<S> {
                 c.identity(&self.identity);
                 c.named_optional("model", req.model.as_deref().map(str::as_bytes));
                 let Some(mut tail) = req.tail(*tail_messages) else {
-                    return self.unparsed(body);
+                    return self.unparsed(body, true);
                 };
                 self.volatile.mask_messages(&mut tail);
-                c.0.note(|| Component::new("tail messages", tail.len().to_string()));
+                c.note("tail messages", || tail.len().to_string());
                 c.count(tail.len());
                 for (i, m) in tail.iter().enumerate() {
                     write_message(&mut c, m, i);
@@ -78,18 +63,16 @@ impl<S: Hashing> Pending<S> {
                 let mut task = req.task();
                 self.volatile.mask_opening(&mut task);
                 let salt = similarity::opening_salt(&task);
-                c.0.note(|| {
-                    Component::new(
-                        "opening (its first user message salts the signature)",
-                        task.len().to_string(),
-                    )
-                });
+                c.note(
+                    "opening (its first user message salts the signature)",
+                    || task.len().to_string(),
+                );
                 for (i, m) in task.iter().enumerate() {
                     note_message(&mut c.0, m, "opening", i);
                 }
                 drop(task);
                 let Some(mut tail) = req.tail_of_steps(*tail_messages) else {
-                    return self.unparsed(body);
+                    return self.unparsed(body, true);
                 };
                 self.volatile.mask_messages(&mut tail);
                 let mut h = similarity::of_conversation(salt, &tail, progress);
@@ -148,29 +131,25 @@ impl<S: Hashing> Pending<S> {
                     later = Some(earlier);
                 }
                 drop(masked);
-                c.0.note(|| {
-                    Component::new(
-                        "earlier turns near the newest, it included (its history)",
-                        repeats.to_string(),
-                    )
-                });
+                c.note(
+                    "earlier turns near the newest, it included (its history)",
+                    || repeats.to_string(),
+                );
                 h.anchor ^= similarity::position_salt(req.len());
                 if progress {
-                    c.0.note(|| {
-                        Component::new(
-                            "newest turn made progress (an answer that moved on, or calls repeated that read something new)",
-                            "yes: the tail repeats only word for word",
-                        )
-                    });
+                    c.note(
+                        "newest turn made progress (an answer that moved on, or calls repeated that read something new)",
+                        || "yes: the tail repeats only word for word",
+                    );
                 }
-                c.0.note(|| {
-                    Component::new("tail messages (in the signature)", tail.len().to_string())
+                c.note("tail messages (in the signature)", || {
+                    tail.len().to_string()
                 });
                 for (i, m) in tail.iter().enumerate() {
                     note_message(&mut c.0, m, "message", i);
                 }
-                c.0.note(|| Component::new("signature anchor", format!("{:08x}", h.anchor)));
-                c.0.note(|| Component::new("signature", h.hex()));
+                c.note("signature anchor", || format!("{:08x}", h.anchor));
+                c.note("signature", || h.hex());
                 near = Some(h);
                 c.finish()
             }
@@ -183,12 +162,10 @@ impl<S: Hashing> Pending<S> {
                         c.tag(TAG_PRESENT);
                         c.named("session", id);
                         c.named_optional("model", req.model.as_deref().map(str::as_bytes));
-                        c.0.note(|| {
-                            Component::new(
-                                "offers tools",
-                                if req.offers_tools { "yes" } else { "no" },
-                            )
-                        });
+                        c.note(
+                            "offers tools",
+                            || if req.offers_tools { "yes" } else { "no" },
+                        );
                         c.tag(u8::from(req.offers_tools));
                         session_shown =
                             Some(String::from_utf8_lossy(id).chars().take(128).collect());
@@ -196,9 +173,7 @@ impl<S: Hashing> Pending<S> {
                     None => {
                         // One fingerprint per caller, judged by the
                         // fallback threshold.
-                        c.0.note(|| {
-                            Component::new("session", "(absent: judged by fallback_threshold)")
-                        });
+                        c.note("session", || "(absent: judged by fallback_threshold)");
                         c.tag(TAG_ABSENT);
                         fallback = true;
                     }
@@ -222,19 +197,16 @@ impl<S: Hashing> Pending<S> {
         )
     }
 
-    /// The exact fingerprint of a body an LLM mode could not read.
-    fn unparsed(&self, body: &[u8]) -> (Fingerprinted, S::Residue) {
+    /// The exact fingerprint of a body an LLM mode could not read (`llm`:
+    /// the mode reads LLM bodies; a body-less request, a GET, is simply not
+    /// an LLM call).
+    fn unparsed(&self, body: &[u8], llm: bool) -> (Fingerprinted, S::Residue) {
         let (fingerprint, residue) = self.exact_with(body);
         (
             Fingerprinted {
                 fingerprint,
-                fallback: false,
-                unparsed: !body.is_empty(),
-                format: None,
-                model: None,
-                session: None,
-                near: None,
-                repeats: 0,
+                unparsed: llm && !body.is_empty(),
+                ..Fingerprinted::default()
             },
             residue,
         )
@@ -243,7 +215,7 @@ impl<S: Hashing> Pending<S> {
     fn exact_with(&self, body: &[u8]) -> (Fingerprint, S::Residue) {
         let mut c = self.exact.clone();
         let crc = crc32fast::hash(body);
-        c.0.note(|| Component::new("body crc32", format!("{crc:08x} ({} bytes)", body.len())));
+        c.note("body crc32", || format!("{crc:08x} ({} bytes)", body.len()));
         c.0.put(&crc.to_le_bytes());
         c.finish()
     }

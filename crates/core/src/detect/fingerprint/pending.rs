@@ -75,16 +75,7 @@ impl Pending<Sha256> {
 
     /// Finish with the whole request body (empty for a body-less request).
     pub fn finish(self, body: &[u8]) -> Fingerprinted {
-        let parsed = if self.reads_llm_body() {
-            llm::parse(body, &self.path, self.keep).ok()
-        } else {
-            None
-        };
-        let reads = self.reads_progress();
-        let history = progress_history(parsed.as_ref(), reads);
-        let classes = self.volatile.classes;
-        let progress = |back| progressed(parsed.as_ref(), history.as_ref(), classes, back);
-        self.finish_parsed(body, parsed.as_ref(), &progress)
+        self.parse_and_complete(body).0
     }
 
     /// Finish with the body and what [`llm::parse`] made of it (parsed once
@@ -100,12 +91,6 @@ impl Pending<Sha256> {
         progress: &dyn Fn(usize) -> bool,
     ) -> Fingerprinted {
         self.complete(body, parsed, progress).0
-    }
-
-    /// Whether finishing needs to know if the newest answer made progress
-    /// (near mode).
-    pub fn reads_progress(&self) -> bool {
-        matches!(self.mode, PendingMode::Near { .. })
     }
 
     /// The caller's identity, framed (never logged or stored).
@@ -133,16 +118,7 @@ pub fn explain(
     body: &[u8],
 ) -> Explained {
     let pending = Pending::<Trace>::begin(config, policy, head, facts);
-    let parsed = if pending.reads_llm_body() {
-        llm::parse(body, &pending.path, pending.keep).ok()
-    } else {
-        None
-    };
-    let near = matches!(pending.mode, PendingMode::Near { .. });
-    let history = progress_history(parsed.as_ref(), near);
-    let classes = pending.volatile.classes;
-    let progress = |back| progressed(parsed.as_ref(), history.as_ref(), classes, back);
-    let (made, trace) = pending.complete(body, parsed.as_ref(), &progress);
+    let (made, trace) = pending.parse_and_complete(body);
     Explained {
         made,
         components: trace.components,
@@ -163,9 +139,7 @@ impl<S: Hashing> Pending<S> {
         exact.named("method", head.method.as_bytes());
         exact.named("path", head.path_only().as_bytes());
         let pairs = request::sorted_query_pairs(head.query());
-        exact
-            .0
-            .note(|| Component::new("query parameters", pairs.len().to_string()));
+        exact.note("query parameters", || pairs.len().to_string());
         exact.count(pairs.len());
         for (k, v) in &pairs {
             exact.0.note(|| {
@@ -176,27 +150,24 @@ impl<S: Hashing> Pending<S> {
             exact.field(v);
         }
         exact.identity(&identity);
-        let mode = match policy.detection.as_ref().map(|d| &d.similarity) {
-            Some(Similarity::LlmTail { tail_messages }) => PendingMode::LlmTail {
+        let mode = match policy.detection.as_ref().map(|d| (d, &d.similarity)) {
+            Some((_, Similarity::LlmTail { tail_messages })) => PendingMode::LlmTail {
                 tail_messages: *tail_messages as usize,
             },
-            Some(Similarity::Near {
-                tail_messages,
-                similarity_milli,
-                ..
-            }) => PendingMode::Near {
+            Some((
+                d,
+                Similarity::Near {
+                    tail_messages,
+                    similarity_milli,
+                    ..
+                },
+            )) => PendingMode::Near {
                 tail_messages: *tail_messages as usize,
                 threshold: NearThreshold::from_milli(*similarity_milli),
-                back: policy
-                    .detection
-                    .as_ref()
-                    .map_or(0, crate::config::near_turns_back),
-                needed: policy
-                    .detection
-                    .as_ref()
-                    .map_or(1, |d| d.threshold().max(1) as usize),
+                back: crate::config::near_turns_back(d),
+                needed: d.threshold().max(1) as usize,
             },
-            Some(Similarity::Session { header, .. }) => PendingMode::Session {
+            Some((_, Similarity::Session { header, .. })) => PendingMode::Session {
                 session: facts.header(header).filter(|v| !v.is_empty()),
             },
             _ => PendingMode::Exact,
@@ -226,25 +197,26 @@ impl<S: Hashing> Pending<S> {
     pub fn keep(&self) -> usize {
         self.keep
     }
-}
 
-/// The history near mode's progress rule reads, when it is read (`near`)
-/// and readable.
-fn progress_history(req: Option<&llm::Request<'_>>, near: bool) -> Option<llm::ToolHistory> {
-    req.filter(|r| near && !r.over_budget())
-        .map(|r| r.tool_history(None))
-}
-
-/// Whether the answer `back` turns ago made progress (false without a
-/// history to read).
-fn progressed(
-    req: Option<&llm::Request<'_>>,
-    history: Option<&llm::ToolHistory>,
-    classes: crate::config::Classes,
-    back: usize,
-) -> bool {
-    match (req, history) {
-        (Some(req), Some(h)) => progress::turn_progressed_at(h, req, classes, None, back),
-        _ => false,
+    /// Parse the body (when the mode reads it) and finish with it, near
+    /// mode's progress rule reading the request's history (false without
+    /// one to read).
+    fn parse_and_complete(self, body: &[u8]) -> (Fingerprinted, S::Residue) {
+        let parsed = if self.reads_llm_body() {
+            llm::parse(body, &self.path, self.keep).ok()
+        } else {
+            None
+        };
+        let near = matches!(self.mode, PendingMode::Near { .. });
+        let history = parsed
+            .as_ref()
+            .filter(|r| near && !r.over_budget())
+            .map(|r| r.tool_history(None));
+        let classes = self.volatile.classes;
+        let progress = |back| match (&parsed, &history) {
+            (Some(req), Some(h)) => progress::turn_progressed_at(h, req, classes, None, back),
+            _ => false,
+        };
+        self.complete(body, parsed.as_ref(), &progress)
     }
 }

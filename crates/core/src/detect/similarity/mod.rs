@@ -179,10 +179,10 @@ impl Signature {
 /// between turns (the current time, a scratchpad, a token budget), and a
 /// loop must stay one loop. With no user message, the prompts stand in.
 pub fn opening_salt(opening: &[Message]) -> u64 {
-    let task: Vec<&Message> = match opening.iter().find(|m| !m.is_prompt()) {
-        Some(first) => vec![first],
-        None => opening.iter().collect(),
-    };
+    let task = opening
+        .iter()
+        .find(|m| !m.is_prompt())
+        .map_or(opening, std::slice::from_ref);
     let mut d = fnv1a(b"opening");
     for m in task {
         d = mix(d ^ fnv1a(m.role.as_bytes()));

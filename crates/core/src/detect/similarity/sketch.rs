@@ -95,11 +95,7 @@ impl Sketcher {
         self.hash(h);
     }
 
-    /// Every word of `text`: runs of letters and digits (any script), plus
-    /// `<`, `>`, `_` and `#` so masking placeholders stay whole (a token
-    /// whose digits were masked, `j#U#w#M#fHq`, is one word); in a script
-    /// written without spaces (Chinese, Japanese, Thai), each pair of
-    /// neighbouring characters.
+    /// Every word of `text`, as [`super::words`] reads them.
     pub fn text(&mut self, text: &str) {
         words_in_context(text, |w, after| {
             // A list's markers (`1)`, `2.`) are its layout, not numbers
@@ -159,6 +155,7 @@ impl Sketcher {
     }
 
     /// Words hashed so far.
+    #[cfg(test)]
     pub fn words(&self) -> u32 {
         self.words
     }

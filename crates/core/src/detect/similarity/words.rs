@@ -13,78 +13,59 @@ pub fn words(text: &str, mut word: impl FnMut(&[u8])) {
 /// [`words`], each with the text that follows it.
 pub fn words_in_context(text: &str, mut word: impl FnMut(&[u8], &[u8])) {
     let b = text.as_bytes();
+    // The word at `s..e`, and the text after it.
+    let mut emit = |s: usize, e: usize| {
+        word(
+            b.get(s..e).unwrap_or_default(),
+            b.get(e..).unwrap_or_default(),
+        )
+    };
+    let mut start = None;
     if text.is_ascii() {
-        let mut start = None;
         for (i, &c) in b.iter().enumerate() {
-            let inside = c.is_ascii_alphanumeric() || matches!(c, b'<' | b'>' | b'_' | b'#');
-            match (inside, start) {
-                (true, None) => start = Some(i),
-                (false, Some(s)) => {
-                    word(
-                        b.get(s..i).unwrap_or_default(),
-                        b.get(i..).unwrap_or_default(),
-                    );
-                    start = None;
-                }
-                _ => {}
+            if c.is_ascii_alphanumeric() || matches!(c, b'<' | b'>' | b'_' | b'#') {
+                start.get_or_insert(i);
+            } else if let Some(s) = start.take() {
+                emit(s, i);
             }
         }
         if let Some(s) = start {
-            word(b.get(s..).unwrap_or_default(), &[]);
+            emit(s, b.len());
         }
         return;
     }
-    let mut start = None;
     // A run of an unsegmented script: where its previous character
     // starts, and how long the run is.
     let mut run: Option<(usize, u32)> = None;
     for (i, c) in text.char_indices() {
         if unsegmented(c) {
             if let Some(s) = start.take() {
-                word(
-                    b.get(s..i).unwrap_or_default(),
-                    b.get(i..).unwrap_or_default(),
-                );
+                emit(s, i);
             }
             let end = i + c.len_utf8();
             run = Some(match run {
                 Some((prev, n)) => {
-                    word(
-                        b.get(prev..end).unwrap_or_default(),
-                        b.get(end..).unwrap_or_default(),
-                    );
+                    emit(prev, end);
                     (i, n + 1)
                 }
                 None => (i, 1),
             });
             continue;
         }
-        if let Some((prev, n)) = run.take() {
-            if n == 1 {
-                word(
-                    b.get(prev..i).unwrap_or_default(),
-                    b.get(i..).unwrap_or_default(),
-                );
-            }
+        if let Some((prev, 1)) = run.take() {
+            emit(prev, i);
         }
-        let inside = c.is_alphanumeric() || matches!(c, '<' | '>' | '_' | '#');
-        match (inside, start) {
-            (true, None) => start = Some(i),
-            (false, Some(s)) => {
-                word(
-                    b.get(s..i).unwrap_or_default(),
-                    b.get(i..).unwrap_or_default(),
-                );
-                start = None;
-            }
-            _ => {}
+        if c.is_alphanumeric() || matches!(c, '<' | '>' | '_' | '#') {
+            start.get_or_insert(i);
+        } else if let Some(s) = start.take() {
+            emit(s, i);
         }
     }
     if let Some(s) = start {
-        word(b.get(s..).unwrap_or_default(), &[]);
+        emit(s, b.len());
     }
     if let Some((prev, 1)) = run {
-        word(b.get(prev..).unwrap_or_default(), &[]);
+        emit(prev, b.len());
     }
 }
 

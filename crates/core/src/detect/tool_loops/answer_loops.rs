@@ -6,6 +6,7 @@ use super::ladder::verdict;
 use super::{Results, Tier, ToolVerdict};
 use crate::config::{Classes, ToolLoops};
 use crate::detect::progress;
+pub(super) use crate::detect::similarity::NEWS_WORDS;
 use crate::request::llm::{ResultAt, ToolHistory};
 use std::rc::Rc;
 
@@ -65,13 +66,10 @@ pub(super) fn answer<R: Results>(
         // The later answer replied to a message that brought something
         // new (a status, an output, a detailed report): answering it alike
         // is a dialogue going on, not an answer repeated.
-        if brought_news(later.prompt, earlier.prompt) {
-            break;
-        }
-        if !progress::similar(newest.answer, earlier.answer) {
-            break;
-        }
-        if progress::progressed(later, earlier, turn(k + 1)) {
+        if brought_news(later.prompt, earlier.prompt)
+            || !progress::similar(newest.answer, earlier.answer)
+            || progress::progressed(later, earlier, turn(k + 1))
+        {
             break;
         }
         occurrences += 1;
@@ -81,10 +79,6 @@ pub(super) fn answer<R: Results>(
     }
     verdict(cfg, Tier::Answer, "", None, occurrences, cfg.answer_min)
 }
-
-/// A user message longer than this many words, unlike the one before it,
-/// brings something new to answer.
-pub(super) const NEWS_WORDS: usize = 24;
 
 /// Whether the user's message `prompt` (what an answer replied to) brought
 /// something new: a long message (a pasted output, a report of what the

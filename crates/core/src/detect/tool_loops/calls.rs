@@ -5,11 +5,12 @@
 use super::Results;
 use crate::config::Classes;
 use crate::detect::news::{self, Added, Lines, SEEN_CALLS};
-use crate::request::llm::volatile::{self, Class, Context};
+use crate::request::llm::volatile::{self, Context};
 use crate::request::llm::{ModelTurn, ToolCall};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::rc::Rc;
 
 /// The classes pattern thrash masks in results: of the policy's, the
@@ -17,16 +18,7 @@ use std::rc::Rc;
 /// conversion of another amount answers another number, and a query of
 /// another window another latency).
 fn noise(classes: Classes) -> Classes {
-    [
-        Class::Uuid,
-        Class::DateTime,
-        Class::Epoch,
-        Class::Hex,
-        Class::PrefixedId,
-    ]
-    .into_iter()
-    .filter(|c| classes.contains(*c))
-    .collect()
+    classes.iter().filter(|c| !c.is_numbers()).collect()
 }
 
 /// An answer with fewer words (markup aside) tells little on its own.
@@ -175,36 +167,33 @@ impl<R: Results> Calls<'_, '_, R> {
         let Some(at) = self.get(i).and_then(|c| c.result) else {
             return Answered::Missing;
         };
-        if let Some(a) = self.cache.borrow().get(&(i, full)) {
-            return *a;
-        }
-        let a = match self.results.result_text(at) {
-            None => Answered::Unreadable,
-            Some(text) if full => Answered::Digest(volatile::masked_digest(
-                &text,
-                self.classes,
-                Context::ToolResult,
-                &|_| false,
-            )),
-            Some(text) => {
-                let classes = noise(self.classes);
-                // The resource the call asked for, echoed in its result,
-                // is what tells two answers apart: the tokens of its
-                // arguments as written (even when the policy masks
-                // arguments), read as a result is (epochs included: a
-                // `"since": 1732370401` echoed back names the window).
-                let raw = self.get(i).map_or("", |c| &*c.arguments);
-                let named = volatile::tokens(raw, classes, Context::ToolResult);
-                Answered::Digest(volatile::masked_digest(
+        memo(&self.cache, (i, full), || {
+            match self.results.result_text(at) {
+                None => Answered::Unreadable,
+                Some(text) if full => Answered::Digest(volatile::masked_digest(
                     &text,
-                    classes,
+                    self.classes,
                     Context::ToolResult,
-                    &|t| named.iter().any(|n| n.eq_ignore_ascii_case(t)),
-                ))
+                    &|_| false,
+                )),
+                Some(text) => {
+                    let classes = noise(self.classes);
+                    // The resource the call asked for, echoed in its result,
+                    // is what tells two answers apart: the tokens of its
+                    // arguments as written (even when the policy masks
+                    // arguments), read as a result is (epochs included: a
+                    // `"since": 1732370401` echoed back names the window).
+                    let raw = self.get(i).map_or("", |c| &*c.arguments);
+                    let named = volatile::tokens(raw, classes, Context::ToolResult);
+                    Answered::Digest(volatile::masked_digest(
+                        &text,
+                        classes,
+                        Context::ToolResult,
+                        &|t| named.iter().any(|n| n.eq_ignore_ascii_case(t)),
+                    ))
+                }
             }
-        };
-        self.cache.borrow_mut().insert((i, full), a);
-        a
+        })
     }
 
     /// Whether calls `i` and `j` got the same answer.
@@ -267,10 +256,7 @@ impl<R: Results> Calls<'_, '_, R> {
     }
 
     fn link(&self, j: usize) -> Link {
-        if let Some(l) = self.links.borrow().get(&j) {
-            return l.clone();
-        }
-        let link = match self.previous(j) {
+        memo(&self.links, j, || match self.previous(j) {
             None => Link::Unknown,
             Some(p) if self.same(p, j, true) => Link::Same,
             Some(p) => match (self.lines_of(j), self.lines_of(p)) {
@@ -291,9 +277,7 @@ impl<R: Results> Calls<'_, '_, R> {
                 }
                 _ => Link::Unknown,
             },
-        };
-        self.links.borrow_mut().insert(j, link.clone());
-        link
+        })
     }
 
     /// Whether model turns `a` and `b` replied the same text, long enough
@@ -318,31 +302,21 @@ impl<R: Results> Calls<'_, '_, R> {
     /// Whether call `j`'s result shows a line its arguments wrote (read
     /// once per call).
     fn shows_what_it_wrote(&self, j: usize) -> bool {
-        if let Some(shows) = self.shown.borrow().get(&j) {
-            return *shows;
-        }
-        let shows = match (self.get(j), self.lines_of(j)) {
+        memo(&self.shown, j, || match (self.get(j), self.lines_of(j)) {
             (Some(c), Some(result)) => {
                 result.shows(&Lines::of(&argument_text(&c.arguments), self.classes))
             }
             _ => false,
-        };
-        self.shown.borrow_mut().insert(j, shows);
-        shows
+        })
     }
 
     /// Call `i`'s result as lines, read once.
     fn lines_of(&self, i: usize) -> Option<Rc<Lines>> {
-        if let Some(l) = self.lines.borrow().get(&i) {
-            return l.clone();
-        }
-        let lines = self
-            .get(i)
-            .and_then(|c| c.result)
-            .and_then(|at| self.results.result_raw(at))
-            .map(|text| Rc::new(Lines::of(&text, self.classes)));
-        self.lines.borrow_mut().insert(i, lines.clone());
-        lines
+        memo(&self.lines, i, || {
+            let at = self.get(i)?.result?;
+            let text = self.results.result_raw(at)?;
+            Some(Rc::new(Lines::of(&text, self.classes)))
+        })
     }
 
     /// Whether call `i`'s answer tells something: at least
@@ -352,11 +326,9 @@ impl<R: Results> Calls<'_, '_, R> {
         let Some(at) = self.get(i).and_then(|c| c.result) else {
             return false;
         };
-        if let Some(n) = self.words.borrow().get(&i) {
-            return *n >= INFORMATIVE_WORDS;
-        }
-        let n = self.results.result_text(at).map_or(0, |t| word_count(&t));
-        self.words.borrow_mut().insert(i, n);
+        let n = memo(&self.words, i, || {
+            self.results.result_text(at).map_or(0, |t| word_count(&t))
+        });
         n >= INFORMATIVE_WORDS
     }
 
@@ -367,4 +339,18 @@ impl<R: Results> Calls<'_, '_, R> {
             _ => false,
         }
     }
+}
+
+/// `map`'s value for `key`, made by `make` the first time it is asked for.
+fn memo<K: Hash + Eq, V: Clone>(
+    map: &RefCell<HashMap<K, V>>,
+    key: K,
+    make: impl FnOnce() -> V,
+) -> V {
+    if let Some(v) = map.borrow().get(&key) {
+        return v.clone();
+    }
+    let v = make();
+    map.borrow_mut().insert(key, v.clone());
+    v
 }

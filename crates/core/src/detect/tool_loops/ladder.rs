@@ -51,41 +51,39 @@ pub fn nudge_text(v: &ToolVerdict) -> String {
 
 /// The firmer message of a directive.
 pub fn directive_text(v: &ToolVerdict) -> String {
-    let what = match &v.evidence.arguments {
-        Some(args) => {
-            let shown: String = args.chars().take(200).collect();
-            let cut = if args.chars().count() > 200 {
-                "..."
-            } else {
-                ""
-            };
-            format!("with the same arguments {shown}{cut}")
-        }
-        None => "with varying arguments".to_string(),
-    };
-    if v.tier == Tier::Answer {
-        return format!(
+    match v.tier {
+        Tier::Answer => format!(
             "Instruction from the API gateway: stop repeating your answer. You have given essentially the same answer {} times in a row without resolving the problem. Do not give it again. Take a different approach, ask the user a clarifying question, or explain what you cannot do.",
             v.occurrences
-        );
-    }
-    if v.tier == Tier::Turn {
-        return format!(
+        ),
+        Tier::Turn => format!(
             "Instruction from the API gateway: stop repeating this step. You have written the same reply and called `{}` the same way {} times in a row. Do not call it again this way. Say what you learned from its results, or take a different approach.",
             v.evidence.tool, v.occurrences
-        );
-    }
-    if v.tier == Tier::Cycle {
-        return format!(
+        ),
+        Tier::Cycle => format!(
             "Instruction from the API gateway: stop repeating the tool calls {}. You have gone through them {} times with the same results. Do not call them again in this order. Answer with the information you already have, or ask the user for what you need.",
             cycle_names(&v.evidence.tool),
             v.occurrences
-        );
+        ),
+        Tier::Identical | Tier::Failing | Tier::Pattern => {
+            let what = match &v.evidence.arguments {
+                Some(args) => {
+                    let shown: String = args.chars().take(200).collect();
+                    let cut = if args.chars().count() > 200 {
+                        "..."
+                    } else {
+                        ""
+                    };
+                    format!("with the same arguments {shown}{cut}")
+                }
+                None => "with varying arguments".to_string(),
+            };
+            format!(
+                "Instruction from the API gateway: stop calling the tool `{}`. You have called it {} times {what} without progress. Do not call it again. Answer with the information you already have, or ask the user for what you need.",
+                v.evidence.tool, v.occurrences
+            )
+        }
     }
-    format!(
-        "Instruction from the API gateway: stop calling the tool `{}`. You have called it {} times {what} without progress. Do not call it again. Answer with the information you already have, or ask the user for what you need.",
-        v.evidence.tool, v.occurrences
-    )
 }
 
 /// The request body a nudge or directive forwards (`None` for a reject, or
