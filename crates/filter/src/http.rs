@@ -37,9 +37,8 @@ impl Stream {
             return Step::Continue;
         };
         let id = self.req.id;
-        plugin.run(id, Some(&mut self.req), |engine, r, out| match r {
-            Some(r) => event(engine, r, out),
-            None => Step::Continue,
+        plugin.run(id, Some(&mut self.req), |engine, r, out| {
+            r.map_or(Step::Continue, |r| event(engine, r, out))
         })
     }
 }
@@ -113,18 +112,18 @@ impl Context for Stream {
     ) {
         let reply = CallReply {
             status: abi::http_call_status(num_headers),
-            body: abi::http_call_response_body(body_size).unwrap_or_default(),
+            body: abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, body_size).unwrap_or_default(),
         };
         let now = abi::now_ms();
         // The response's end waits for a store call, or the request does.
         let response = self.req.response_held();
         if self.run(|e, r, out| e.on_store_reply(r, token, &reply, now, out)) == Step::Continue {
-            let resumed = if response {
-                abi::resume_response()
+            let stream = if response {
+                abi::STREAM_HTTP_RESPONSE
             } else {
-                abi::resume_request()
+                abi::STREAM_HTTP_REQUEST
             };
-            if let Err(e) = resumed {
+            if let Err(e) = abi::resume(stream) {
                 log::debug!(
                     "stream could not resume after the store answered (host status {})",
                     e.0
@@ -145,7 +144,7 @@ impl Context for Stream {
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         // All headers in one host call; everything reads this block.
-        let Some(headers) = abi::request_headers().ok().and_then(HeaderBlock::parse) else {
+        let Some(headers) = abi::header_block(abi::MAP_REQUEST_HEADERS) else {
             return Action::Continue;
         };
         #[cfg(feature = "fault-injection")]
@@ -159,7 +158,7 @@ impl HttpContext for Stream {
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         let body = if self.req.wants_body(body_size, end_of_stream) {
-            abi::request_body(body_size).ok()
+            abi::buffer(abi::BUFFER_REQUEST_BODY, body_size).ok()
         } else {
             None
         };
@@ -171,7 +170,7 @@ impl HttpContext for Stream {
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
         let body = if self.req.wants_body_at_trailers() {
-            abi::request_body(self.req.body_len()).ok()
+            abi::buffer(abi::BUFFER_REQUEST_BODY, self.req.body_len()).ok()
         } else {
             None
         };
@@ -184,7 +183,7 @@ impl HttpContext for Stream {
         // type: both from one call for the whole (small) map; any other
         // only its status.
         let (status, head) = if self.req.wants_content_type() {
-            let block = abi::response_headers().ok().and_then(HeaderBlock::parse);
+            let block = abi::header_block(abi::MAP_RESPONSE_HEADERS);
             match block {
                 Some(b) => (
                     b.get(":status").and_then(response_status),
@@ -220,7 +219,7 @@ impl HttpContext for Stream {
         }
         // Each chunk passes on at once; only the events that carry usage
         // are parsed.
-        let chunk = abi::response_body(body_size).unwrap_or_default();
+        let chunk = abi::buffer(abi::BUFFER_RESPONSE_BODY, body_size).unwrap_or_default();
         let now = abi::now_ms();
         // The last chunk may wait until the shared store has the
         // response's spending.

@@ -51,7 +51,7 @@ impl Plugin {
     pub fn run(
         &self,
         home: u32,
-        request: Option<&mut Request>,
+        mut request: Option<&mut Request>,
         event: impl FnOnce(&mut Engine<SharedData>, Option<&mut Request>, &mut Effects) -> Step,
     ) -> Step {
         let mut out = take(&self.scratch);
@@ -60,7 +60,6 @@ impl Plugin {
         let mut host = WasmHost::new(self, home);
         let step = match self.engine.try_borrow_mut() {
             Ok(mut engine) => {
-                let mut request = request;
                 let step = event(&mut engine, request.as_deref_mut(), &mut out);
                 engine.drive(&mut host, request, &mut out, step)
             }
@@ -117,7 +116,7 @@ impl Context for Root {
             return;
         };
         let status = abi::http_call_status(num_headers);
-        let body = abi::http_call_response_body(body_size).unwrap_or_default();
+        let body = abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, body_size).unwrap_or_default();
         let now = abi::now_ms();
         plugin.run(plugin.root_id, None, |engine, _, out| {
             engine.on_root_reply(token, status.as_deref(), &body, now, out);
@@ -173,7 +172,7 @@ impl RootContext for Root {
 }
 
 fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
-    let bytes = abi::plugin_configuration(size)
+    let bytes = abi::buffer(abi::BUFFER_PLUGIN_CONFIGURATION, size)
         .map_err(|e| format!("cannot read the plugin configuration (host status {})", e.0))?;
     let config = Config::parse(&bytes).map_err(|e| e.to_string())?;
     let raw_name = abi::property(&["plugin_name"])

@@ -82,8 +82,7 @@ impl Relay {
         };
         let mut refused = Vec::new();
         for o in queued {
-            let sent = abi::config_callout(self.config as ConfigPtr, &o.call);
-            match sent {
+            match abi::config_callout(self.config as ConfigPtr, &o.call) {
                 Ok(id) => {
                     if let Ok(mut f) = self.in_flight.lock() {
                         f.insert(id, (o.worker, o.token));

@@ -3,9 +3,7 @@
 //! runs without Envoy, gets a stand-in for each that finds nothing and
 //! refuses every change (`false`, `0`, a null pointer, or status 1).
 
-use super::{
-    ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, ModuleBuffer, ModuleHeader, SchedulerPtr,
-};
+use super::*;
 
 /// Declares each callback as an `extern "C"` import, or, in unit tests,
 /// as a stand-in returning [`Absent::ABSENT`].

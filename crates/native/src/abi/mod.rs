@@ -66,13 +66,22 @@ impl EnvoyBuffer {
     /// # Safety
     /// Envoy gave this buffer in the current hook and has not changed it.
     pub unsafe fn bytes<'a>(self) -> &'a [u8] {
-        if self.ptr.is_null() || self.length == 0 {
-            &[]
-        } else {
-            // SAFETY: Envoy promises `length` readable bytes at `ptr` for
-            // the duration of the hook.
-            unsafe { std::slice::from_raw_parts(self.ptr, self.length) }
-        }
+        // SAFETY: Envoy promises `length` readable bytes at `ptr` for the
+        // duration of the hook.
+        unsafe { slice(self.ptr, self.length) }
+    }
+}
+
+/// `n` items Envoy lent at `ptr` (none when it is null or `n` is 0).
+///
+/// # Safety
+/// Unless null, `ptr` points to `n` items that live as long as `'a`.
+pub unsafe fn slice<'a, T>(ptr: *const T, n: usize) -> &'a [T] {
+    if ptr.is_null() || n == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's guarantee.
+        unsafe { std::slice::from_raw_parts(ptr, n) }
     }
 }
 
