@@ -6,7 +6,7 @@
 //! through these wrappers instead: each returns the host's status as an
 //! error value and never panics.
 
-use loopguard_core::host::{HeaderBlock, Kind};
+use loopguard_core::host::{CallReply, HeaderBlock, Kind};
 use std::ptr::{null, null_mut};
 
 /// A proxy-wasm status code other than Ok.
@@ -28,7 +28,7 @@ const METRIC_GAUGE: u32 = 1;
 const METRIC_HISTOGRAM: u32 = 2;
 pub const BUFFER_REQUEST_BODY: u32 = 0;
 pub const BUFFER_RESPONSE_BODY: u32 = 1;
-pub const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
+const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
 pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 const METRIC_COUNTER: u32 = 0;
 
@@ -184,16 +184,19 @@ pub fn header_block(map: u32) -> Option<HeaderBlock> {
     )
 }
 
-/// The `:status` of the response to an HTTP call (in its callback; `None`
-/// when the response has no headers: the call failed or timed out).
-pub fn http_call_status(num_headers: usize) -> Option<String> {
-    (num_headers > 0).then(|| {
+/// The response to an HTTP call (in its callback): its `:status` (`None`
+/// when the response has no headers: the call failed or timed out) and
+/// its body.
+pub fn http_call_reply(num_headers: usize, body_size: usize) -> CallReply {
+    let status = (num_headers > 0).then(|| {
         map_value(MAP_HTTP_CALL_RESPONSE_HEADERS, ":status")
             .ok()
             .flatten()
             .map(|v| String::from_utf8_lossy(&v).into_owned())
             .unwrap_or_default()
-    })
+    });
+    let body = buffer(BUFFER_HTTP_CALL_RESPONSE_BODY, body_size).unwrap_or_default();
+    CallReply { status, body }
 }
 
 /// The response's `:status` (in the response headers phase).

@@ -7,8 +7,7 @@ use crate::abi;
 use crate::root::Plugin;
 use crate::shared_store::SharedData;
 use loopguard_core::host::{
-    response_status, CallReply, Effects, Engine, HeaderBlock, Request, RequestFacts, ResponseHead,
-    Step,
+    response_status, Effects, Engine, HeaderBlock, Request, RequestFacts, ResponseHead, Step,
 };
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -110,10 +109,7 @@ impl Context for Stream {
         body_size: usize,
         _trailers: usize,
     ) {
-        let reply = CallReply {
-            status: abi::http_call_status(num_headers),
-            body: abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, body_size).unwrap_or_default(),
-        };
+        let reply = abi::http_call_reply(num_headers, body_size);
         let now = abi::now_ms();
         // The response's end waits for a store call, or the request does.
         let response = self.req.response_held();
@@ -183,8 +179,7 @@ impl HttpContext for Stream {
         // type: both from one call for the whole (small) map; any other
         // only its status.
         let (status, head) = if self.req.wants_content_type() {
-            let block = abi::header_block(abi::MAP_RESPONSE_HEADERS);
-            match block {
+            match abi::header_block(abi::MAP_RESPONSE_HEADERS) {
                 Some(b) => (
                     b.get(":status").and_then(response_status),
                     self.req

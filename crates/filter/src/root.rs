@@ -115,11 +115,10 @@ impl Context for Root {
         let Some(plugin) = &self.plugin else {
             return;
         };
-        let status = abi::http_call_status(num_headers);
-        let body = abi::buffer(abi::BUFFER_HTTP_CALL_RESPONSE_BODY, body_size).unwrap_or_default();
+        let reply = abi::http_call_reply(num_headers, body_size);
         let now = abi::now_ms();
         plugin.run(plugin.root_id, None, |engine, _, out| {
-            engine.on_root_reply(token, status.as_deref(), &body, now, out);
+            engine.on_root_reply(token, reply.status.as_deref(), &reply.body, now, out);
             Step::Continue
         });
     }

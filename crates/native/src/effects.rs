@@ -7,23 +7,16 @@ use crate::worker::{Locked, Worker};
 use loopguard_core::host::{Effect, Host, Level, LocalReply, Request, Step, StoreCall};
 
 /// Where the effects apply: a stream's event on its worker thread (the
-/// stream and the hook it is in), or the main thread (no stream: only
-/// metrics, logs, relayed calls, resuming and ticking come from there).
-#[derive(Clone, Copy)]
+/// stream and the hook it is in), or the main thread (the default; no
+/// stream: only metrics, logs, relayed calls, resuming and ticking come
+/// from there).
+#[derive(Clone, Copy, Default)]
 pub struct At {
     pub stream: u32,
     pub filter: Option<FilterPtr>,
     /// In a request body hook: the body is Envoy's buffered part plus the
     /// chunk at hand; elsewhere it is all buffered.
     pub in_request_body: bool,
-}
-
-impl At {
-    pub const MAIN: At = At {
-        stream: 0,
-        filter: None,
-        in_request_body: false,
-    };
 }
 
 /// A local reply and its details, to send once the event is over (see

@@ -208,7 +208,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
     on_config(config, |c| {
         // SAFETY: Envoy's arrays, during this hook.
         let r = unsafe { reply(result, headers, headers_len, chunks, chunks_len) };
-        c.answered(callout, r.status, r.body);
+        c.answered(callout, r);
     })
 }
 

@@ -87,15 +87,13 @@ impl Stream {
             w.can_resume(self.req.id);
         }
         for ended in Running::ended_meanwhile() {
+            // SAFETY (another stream): a live stream of this thread whose
+            // ending Envoy delivered inside this event (destroy hooks are
+            // never nested in an event).
             if ended == me {
                 self.on_complete();
-            } else {
-                // SAFETY: another live stream of this thread whose ending
-                // Envoy delivered inside this event (destroy hooks are
-                // never nested in an event).
-                if let Some(other) = unsafe { (ended as *mut Stream).as_mut() } {
-                    other.on_complete();
-                }
+            } else if let Some(other) = unsafe { (ended as *mut Stream).as_mut() } {
+                other.on_complete();
             }
         }
         if let Some((reply, details)) = reply {

@@ -139,11 +139,8 @@ impl Worker {
     /// scheduler, made now (only on its worker thread, in its event).
     pub fn can_resume(&self, stream: u32) {
         if let Ok(mut streams) = self.streams.lock() {
-            if let Some(live) = streams.get_mut(&stream) {
-                if live.scheduler.is_none() {
-                    live.scheduler =
-                        abi::scheduler_new(live.filter as FilterPtr).map(|s| s as usize);
-                }
+            if let Some(live) = streams.get_mut(&stream).filter(|l| l.scheduler.is_none()) {
+                live.scheduler = abi::scheduler_new(live.filter as FilterPtr).map(|s| s as usize);
             }
         }
     }
@@ -256,8 +253,14 @@ impl Worker {
         let mut guard = self.lock();
         let l = &mut *guard;
         event(&mut l.engine, &mut l.out);
-        let _ =
-            crate::effects::settle(self, l, crate::effects::At::MAIN, now, None, Step::Continue);
+        let _ = crate::effects::settle(
+            self,
+            l,
+            crate::effects::At::default(),
+            now,
+            None,
+            Step::Continue,
+        );
         l.out.clear();
     }
 

@@ -193,19 +193,13 @@ mod metrics;
 mod scheduler;
 mod stream;
 
-pub use body::{append_body, body_chunks, body_size, drain_body, received_buffered_request_body};
-pub use callout::{config_callout, stream_callout};
-pub use headers::{add_header, header, headers, remove_header, set_header};
-pub use log::{log, log_enabled};
-pub use metrics::{define_metric, metric, MetricKind, MetricOp};
-pub use scheduler::{
-    config_scheduler_commit, config_scheduler_delete, config_scheduler_new, scheduler_commit,
-    scheduler_delete, scheduler_new,
-};
-pub use stream::{
-    attribute, continue_decoding, continue_encoding, metadata_string, send_response,
-    set_filter_state,
-};
+pub use body::*;
+pub use callout::*;
+pub use headers::*;
+pub use log::*;
+pub use metrics::*;
+pub use scheduler::*;
+pub use stream::*;
 
 #[cfg(test)]
 mod tests {
