@@ -127,11 +127,7 @@ extern "C" {
 }
 
 fn status(code: u32) -> HostResult<()> {
-    if code == STATUS_OK {
-        Ok(())
-    } else {
-        Err(HostError(code))
-    }
+    (code == STATUS_OK).then_some(()).ok_or(HostError(code))
 }
 
 /// Take ownership of a buffer the host allocated through the module's
@@ -177,11 +173,8 @@ pub fn header_block(map: u32) -> Option<HeaderBlock> {
     let mut size = 0;
     // SAFETY: out-pointers are valid; the returned buffer is ours.
     let code = unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) };
-    HeaderBlock::parse(
-        unsafe { returned(code, data, size) }
-            .ok()?
-            .unwrap_or_default(),
-    )
+    let pairs = unsafe { returned(code, data, size) }.ok()?;
+    HeaderBlock::parse(pairs.unwrap_or_default())
 }
 
 /// The response to an HTTP call (in its callback): its `:status` (`None`

@@ -92,14 +92,9 @@ fn give_back(buffer: &RefCell<Effects>, mut effects: Effects) {
 }
 
 pub struct Root {
-    id: u32,
-    plugin: Option<Rc<Plugin>>,
-}
-
-impl Root {
-    pub fn new(id: u32) -> Root {
-        Root { id, plugin: None }
-    }
+    pub id: u32,
+    /// Set once configured.
+    pub plugin: Option<Rc<Plugin>>,
 }
 
 impl Context for Root {

@@ -53,12 +53,9 @@ impl Metrics {
 
     /// Add to a counter or gauge (a gauge may go down).
     pub fn count(&self, m: MetricId, n: i64) {
-        let Some(Some((id, k))) = self.ids.get(m.0 as usize) else {
+        let Some(Some((id, k))) = self.ids.get(m.0 as usize).filter(|_| n != 0) else {
             return;
         };
-        if n == 0 {
-            return;
-        }
         let op = if n < 0 {
             MetricOp::Decrement
         } else {

@@ -64,26 +64,23 @@ pub fn add_header(filter: FilterPtr, map: HeaderMap, name: &str, value: &str) ->
 
 /// Set a header to one value.
 pub fn set_header(filter: FilterPtr, map: HeaderMap, name: &str, value: &str) -> bool {
-    // SAFETY: the buffers are read during the call only.
-    unsafe {
-        envoy_dynamic_module_callback_http_set_header(
-            filter,
-            map as u32,
-            ModuleBuffer::of(name.as_bytes()),
-            ModuleBuffer::of(value.as_bytes()),
-        )
-    }
+    set(filter, map, name, ModuleBuffer::of(value.as_bytes()))
 }
 
 /// Remove every value of a header (a set with no value).
 pub fn remove_header(filter: FilterPtr, map: HeaderMap, name: &str) -> bool {
-    // SAFETY: as set_header; a null value removes the header.
+    set(filter, map, name, ModuleBuffer::NULL)
+}
+
+fn set(filter: FilterPtr, map: HeaderMap, name: &str, value: ModuleBuffer) -> bool {
+    // SAFETY: the buffers are read during the call only; a null value
+    // removes the header.
     unsafe {
         envoy_dynamic_module_callback_http_set_header(
             filter,
             map as u32,
             ModuleBuffer::of(name.as_bytes()),
-            ModuleBuffer::NULL,
+            value,
         )
     }
 }
