@@ -6,7 +6,7 @@
 //! through these wrappers instead: each returns the host's status as an
 //! error value and never panics.
 
-use loopguard_core::host::Kind;
+use loopguard_core::host::{CallReply, HeaderBlock, Kind};
 use std::ptr::{null, null_mut};
 
 /// A proxy-wasm status code other than Ok.
@@ -19,17 +19,17 @@ pub const STATUS_CAS_MISMATCH: u32 = 8;
 
 pub type HostResult<T> = Result<T, HostError>;
 
-const MAP_REQUEST_HEADERS: u32 = 0;
-const MAP_RESPONSE_HEADERS: u32 = 2;
+pub const MAP_REQUEST_HEADERS: u32 = 0;
+pub const MAP_RESPONSE_HEADERS: u32 = 2;
 const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
-const STREAM_HTTP_REQUEST: u32 = 0;
-const STREAM_HTTP_RESPONSE: u32 = 1;
+pub const STREAM_HTTP_REQUEST: u32 = 0;
+pub const STREAM_HTTP_RESPONSE: u32 = 1;
 const METRIC_GAUGE: u32 = 1;
 const METRIC_HISTOGRAM: u32 = 2;
-const BUFFER_REQUEST_BODY: u32 = 0;
-const BUFFER_RESPONSE_BODY: u32 = 1;
+pub const BUFFER_REQUEST_BODY: u32 = 0;
+pub const BUFFER_RESPONSE_BODY: u32 = 1;
 const BUFFER_HTTP_CALL_RESPONSE_BODY: u32 = 4;
-const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
+pub const BUFFER_PLUGIN_CONFIGURATION: u32 = 7;
 const METRIC_COUNTER: u32 = 0;
 
 #[link(wasm_import_module = "env")]
@@ -127,11 +127,7 @@ extern "C" {
 }
 
 fn status(code: u32) -> HostResult<()> {
-    if code == STATUS_OK {
-        Ok(())
-    } else {
-        Err(HostError(code))
-    }
+    (code == STATUS_OK).then_some(()).ok_or(HostError(code))
 }
 
 /// Take ownership of a buffer the host allocated through the module's
@@ -165,43 +161,35 @@ unsafe fn returned(code: u32, data: *mut u8, size: usize) -> HostResult<Option<V
 pub fn now_ms() -> u64 {
     let mut nanos: u64 = 0;
     // SAFETY: the host writes one u64 into `nanos`.
-    let code = unsafe { proxy_get_current_time_nanoseconds(&mut nanos) };
-    if code == STATUS_OK {
-        nanos / 1_000_000
-    } else {
-        0
-    }
+    status(unsafe { proxy_get_current_time_nanoseconds(&mut nanos) })
+        .map_or(0, |()| nanos / 1_000_000)
 }
 
-/// All request headers in one piece (proxy-wasm's map encoding), for
-/// [`loopguard_core::host::HeaderBlock`].
-pub fn request_headers() -> HostResult<Vec<u8>> {
-    header_pairs(MAP_REQUEST_HEADERS)
-}
-
-/// All response headers in one call (the response phase).
-pub fn response_headers() -> HostResult<Vec<u8>> {
-    header_pairs(MAP_RESPONSE_HEADERS)
-}
-
-fn header_pairs(map: u32) -> HostResult<Vec<u8>> {
+/// All headers of a map (the request's, or the response's in the response
+/// phase) from one call (`None`: the host refused, or its encoding is
+/// malformed).
+pub fn header_block(map: u32) -> Option<HeaderBlock> {
     let mut data = null_mut();
     let mut size = 0;
     // SAFETY: out-pointers are valid; the returned buffer is ours.
     let code = unsafe { proxy_get_header_map_pairs(map, &mut data, &mut size) };
-    Ok(unsafe { returned(code, data, size) }?.unwrap_or_default())
+    let pairs = unsafe { returned(code, data, size) }.ok()?;
+    HeaderBlock::parse(pairs.unwrap_or_default())
 }
 
-/// The `:status` of the response to an HTTP call (in its callback; `None`
-/// when the response has no headers: the call failed or timed out).
-pub fn http_call_status(num_headers: usize) -> Option<String> {
-    (num_headers > 0).then(|| {
+/// The response to an HTTP call (in its callback): its `:status` (`None`
+/// when the response has no headers: the call failed or timed out) and
+/// its body.
+pub fn http_call_reply(num_headers: usize, body_size: usize) -> CallReply {
+    let status = (num_headers > 0).then(|| {
         map_value(MAP_HTTP_CALL_RESPONSE_HEADERS, ":status")
             .ok()
             .flatten()
             .map(|v| String::from_utf8_lossy(&v).into_owned())
             .unwrap_or_default()
-    })
+    });
+    let body = buffer(BUFFER_HTTP_CALL_RESPONSE_BODY, body_size).unwrap_or_default();
+    CallReply { status, body }
 }
 
 /// The response's `:status` (in the response headers phase).
@@ -218,28 +206,11 @@ fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {
     unsafe { returned(code, data, size) }
 }
 
-/// `len` bytes of the buffered request body from the start.
-pub fn request_body(len: usize) -> HostResult<Vec<u8>> {
-    buffer(BUFFER_REQUEST_BODY, len)
-}
-
-/// The response body chunk passing now (`len` bytes: with the filter
-/// letting each chunk through, the buffer holds only the newest).
-pub fn response_body(len: usize) -> HostResult<Vec<u8>> {
-    buffer(BUFFER_RESPONSE_BODY, len)
-}
-
-/// The body of the response to an HTTP call (in its callback).
-pub fn http_call_response_body(len: usize) -> HostResult<Vec<u8>> {
-    buffer(BUFFER_HTTP_CALL_RESPONSE_BODY, len)
-}
-
-/// The plugin configuration bytes.
-pub fn plugin_configuration(len: usize) -> HostResult<Vec<u8>> {
-    buffer(BUFFER_PLUGIN_CONFIGURATION, len)
-}
-
-fn buffer(kind: u32, len: usize) -> HostResult<Vec<u8>> {
+/// `len` bytes of a buffer from its start: the buffered request body, the
+/// response body chunk passing now (with the filter letting each chunk
+/// through, the buffer holds only the newest), the body of the response to
+/// an HTTP call (in its callback), or the plugin configuration.
+pub fn buffer(kind: u32, len: usize) -> HostResult<Vec<u8>> {
     if len == 0 {
         return Ok(Vec::new());
     }
@@ -288,7 +259,7 @@ pub fn shared_set(key: &str, value: &[u8], cas: u32) -> HostResult<()> {
 pub fn send_local_response(
     status_code: u32,
     details: &str,
-    headers: &[(&str, &str)],
+    headers: &[(&str, String)],
     body: &[u8],
 ) -> HostResult<()> {
     let map = serialize_map(headers);
@@ -330,16 +301,12 @@ pub fn define_metric(kind: Kind, name: &str) -> HostResult<u32> {
     Ok(id)
 }
 
-/// Add a header to the request (only while the request headers are held:
-/// in the headers phase, or later with `hold_request_headers`).
-pub fn add_request_header(name: &str, value: &str) -> HostResult<()> {
-    add_header(MAP_REQUEST_HEADERS, name, value)
-}
-
-/// Remove a request header (only while the request headers are held).
-pub fn remove_request_header(name: &str) -> HostResult<()> {
+/// Remove a header (a request header only while the request headers are
+/// held: in the headers phase, or later with `hold_request_headers`; a
+/// response header in the response headers phase).
+pub fn remove_header(map: u32, name: &str) -> HostResult<()> {
     // SAFETY: pointer and length describe a live str.
-    status(unsafe { proxy_remove_header_map_value(MAP_REQUEST_HEADERS, name.as_ptr(), name.len()) })
+    status(unsafe { proxy_remove_header_map_value(map, name.as_ptr(), name.len()) })
 }
 
 /// Set a request header, replacing any value it had (only while the
@@ -357,37 +324,15 @@ pub fn replace_request_header(name: &str, value: &str) -> HostResult<()> {
     })
 }
 
-/// Replace the first `old_len` bytes of the buffered request body (all of
-/// it) with `body`.
-pub fn replace_request_body(old_len: usize, body: &[u8]) -> HostResult<()> {
+/// Replace the first `old_len` bytes of a body buffer with `body`: all of
+/// the buffered request body, or the response body chunk at hand.
+pub fn replace_body(kind: u32, old_len: usize, body: &[u8]) -> HostResult<()> {
     // SAFETY: pointer and length describe a live slice.
-    status(unsafe {
-        proxy_set_buffer_bytes(BUFFER_REQUEST_BODY, 0, old_len, body.as_ptr(), body.len())
-    })
+    status(unsafe { proxy_set_buffer_bytes(kind, 0, old_len, body.as_ptr(), body.len()) })
 }
 
-/// Replace the response body chunk at hand (`old_len` bytes) with `body`.
-pub fn replace_response_body(old_len: usize, body: &[u8]) -> HostResult<()> {
-    // SAFETY: pointer and length describe a live slice.
-    status(unsafe {
-        proxy_set_buffer_bytes(BUFFER_RESPONSE_BODY, 0, old_len, body.as_ptr(), body.len())
-    })
-}
-
-/// Remove a response header (in the response headers phase).
-pub fn remove_response_header(name: &str) -> HostResult<()> {
-    // SAFETY: pointer and length describe a live str.
-    status(unsafe {
-        proxy_remove_header_map_value(MAP_RESPONSE_HEADERS, name.as_ptr(), name.len())
-    })
-}
-
-/// Add a header to the response (in the response headers phase).
-pub fn add_response_header(name: &str, value: &str) -> HostResult<()> {
-    add_header(MAP_RESPONSE_HEADERS, name, value)
-}
-
-fn add_header(map: u32, name: &str, value: &str) -> HostResult<()> {
+/// Add a header (as [`remove_header`], while the headers can change).
+pub fn add_header(map: u32, name: &str, value: &str) -> HostResult<()> {
     // SAFETY: pointers and lengths describe live strs.
     status(unsafe {
         proxy_add_header_map_value(map, name.as_ptr(), name.len(), value.as_ptr(), value.len())
@@ -408,16 +353,10 @@ pub fn set_effective_context(context_id: u32) -> HostResult<()> {
     status(unsafe { proxy_set_effective_context(context_id) })
 }
 
-/// Continue the paused request of the effective context.
-pub fn resume_request() -> HostResult<()> {
+/// Continue the paused request or response of the effective context.
+pub fn resume(stream: u32) -> HostResult<()> {
     // SAFETY: plain value.
-    status(unsafe { proxy_continue_stream(STREAM_HTTP_REQUEST) })
-}
-
-/// Continue the paused response of the effective context.
-pub fn resume_response() -> HostResult<()> {
-    // SAFETY: plain value.
-    status(unsafe { proxy_continue_stream(STREAM_HTTP_RESPONSE) })
+    status(unsafe { proxy_continue_stream(stream) })
 }
 
 /// The root context's tick period (0 stops the tick).
@@ -433,7 +372,7 @@ pub fn increment(metric_id: u32, by: i64) -> HostResult<()> {
 
 /// The proxy-wasm header map encoding: count, then (key length, value
 /// length) pairs, then each key and value followed by a NUL.
-fn serialize_map(pairs: &[(&str, &str)]) -> Vec<u8> {
+fn serialize_map(pairs: &[(&str, String)]) -> Vec<u8> {
     let size = 4 + pairs
         .iter()
         .map(|(k, v)| 8 + k.len() + v.len() + 2)

@@ -1,7 +1,7 @@
 //! Carrying out the core's effects with host calls. Every effect maps to
 //! one host call; what the effect means was decided in the core.
 
-use crate::abi;
+use crate::abi::{self, MAP_REQUEST_HEADERS, MAP_RESPONSE_HEADERS};
 use crate::root::Plugin;
 use loopguard_core::host::{Effect, Effects, Host, Level, StoreCall};
 use std::time::Duration;
@@ -30,23 +30,9 @@ impl<'a> WasmHost<'a> {
     /// Carry out the effects kept: `false` when a local reply could not be
     /// sent (the request goes on).
     pub fn finish(self) -> bool {
-        let mut replied = true;
-        for effect in self.kept {
-            replied &= apply(self.plugin, effect, self.home);
-        }
-        replied
-    }
-
-    fn on_behalf_of_root(&self, call: &StoreCall) -> Result<u32, String> {
-        // On behalf of the root context: Envoy cancels a stream's own calls
-        // when its client leaves and then never answers them, which would
-        // strand the SDK's token-to-context entry. A root-owned call is
-        // always answered (or timed out); the SDK routes the answer to the
-        // stream that asked, or drops it if it is gone.
-        let _ = abi::set_effective_context(self.plugin.root_id);
-        let sent = dispatch(call);
-        let _ = abi::set_effective_context(self.home);
-        sent
+        self.kept.into_iter().fold(true, |replied, e| {
+            apply(self.plugin, e, self.home) & replied
+        })
     }
 }
 
@@ -62,11 +48,33 @@ impl Host for WasmHost<'_> {
     }
 
     fn send_call(&mut self, call: &StoreCall) -> Result<u32, String> {
-        self.on_behalf_of_root(call)
+        // On behalf of the root context: Envoy cancels a stream's own calls
+        // when its client leaves and then never answers them, which would
+        // strand the SDK's token-to-context entry. A root-owned call is
+        // always answered (or timed out); the SDK routes the answer to the
+        // stream that asked, or drops it if it is gone.
+        let _ = abi::set_effective_context(self.plugin.root_id);
+        let headers: Vec<(&str, &str)> =
+            call.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let sent = proxy_wasm::hostcalls::dispatch_http_call(
+            &call.cluster,
+            headers,
+            Some(&call.body),
+            vec![],
+            Duration::from_millis(call.timeout_ms),
+        )
+        .map_err(|status| {
+            format!(
+                "Envoy refused the call ({status:?}): is \"{}\" a cluster in the bootstrap?",
+                call.cluster
+            )
+        });
+        let _ = abi::set_effective_context(self.home);
+        sent
     }
 
     fn send_root_call(&mut self, call: StoreCall) -> Result<u32, String> {
-        self.on_behalf_of_root(&call)
+        self.send_call(&call)
     }
 
     fn now_ms(&mut self) -> u64 {
@@ -79,19 +87,19 @@ impl Host for WasmHost<'_> {
 fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
     match effect {
         Effect::AddRequestHeader(name, value) => {
-            let _ = abi::add_request_header(name, &value);
+            let _ = abi::add_header(MAP_REQUEST_HEADERS, name, &value);
         }
         Effect::RemoveRequestHeader(name) => {
-            let _ = abi::remove_request_header(name);
+            let _ = abi::remove_header(MAP_REQUEST_HEADERS, name);
         }
         Effect::AddResponseHeader(name, value) => {
-            let _ = abi::add_response_header(name, &value);
+            let _ = abi::add_header(MAP_RESPONSE_HEADERS, name, &value);
         }
         Effect::RemoveResponseHeader(name) => {
-            let _ = abi::remove_response_header(name);
+            let _ = abi::remove_header(MAP_RESPONSE_HEADERS, name);
         }
         Effect::ReplaceResponseBody { old_len, body } => {
-            if let Err(e) = abi::replace_response_body(old_len, &body) {
+            if let Err(e) = abi::replace_body(abi::BUFFER_RESPONSE_BODY, old_len, &body) {
                 log::warn!("could not add to the response body (host status {})", e.0);
             }
         }
@@ -103,7 +111,7 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
             body,
             set_length,
         } => {
-            match abi::replace_request_body(old_len, &body) {
+            match abi::replace_body(abi::BUFFER_REQUEST_BODY, old_len, &body) {
                 Ok(()) if set_length => {
                     if let Err(e) =
                         abi::replace_request_header("content-length", &body.len().to_string())
@@ -116,14 +124,12 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
             }
         }
         Effect::LocalReply(reply, details) => {
-            let headers: Vec<(&str, &str)> = reply
-                .headers
-                .iter()
-                .map(|(k, v)| (*k, v.as_str()))
-                .collect();
-            if let Err(e) =
-                abi::send_local_response(reply.status, details, &headers, reply.body.as_bytes())
-            {
+            if let Err(e) = abi::send_local_response(
+                reply.status,
+                details,
+                &reply.headers,
+                reply.body.as_bytes(),
+            ) {
                 log::warn!(
                     "could not send the {} (host status {}); request passed",
                     reply.status,
@@ -137,7 +143,7 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
         Effect::Resume(stream) => {
             // A stream whose client left is gone: nothing to resume.
             if abi::set_effective_context(stream).is_ok() {
-                if let Err(e) = abi::resume_request() {
+                if let Err(e) = abi::resume(abi::STREAM_HTTP_REQUEST) {
                     log::debug!("stream {stream} could not resume (host status {})", e.0);
                 }
             }
@@ -156,23 +162,4 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
         },
     }
     true
-}
-
-/// Send a call through an Envoy cluster; the call's token, or why Envoy
-/// refused it.
-pub fn dispatch(call: &StoreCall) -> Result<u32, String> {
-    let headers: Vec<(&str, &str)> = call.headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    proxy_wasm::hostcalls::dispatch_http_call(
-        &call.cluster,
-        headers,
-        Some(&call.body),
-        vec![],
-        Duration::from_millis(call.timeout_ms),
-    )
-    .map_err(|status| {
-        format!(
-            "Envoy refused the call ({status:?}): is \"{}\" a cluster in the bootstrap?",
-            call.cluster
-        )
-    })
 }

@@ -7,8 +7,7 @@ use crate::abi;
 use crate::root::Plugin;
 use crate::shared_store::SharedData;
 use loopguard_core::host::{
-    response_status, CallReply, Effects, Engine, HeaderBlock, Request, RequestFacts, ResponseHead,
-    Step,
+    response_status, Effects, Engine, HeaderBlock, Request, RequestFacts, ResponseHead, Step,
 };
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
@@ -37,9 +36,8 @@ impl Stream {
             return Step::Continue;
         };
         let id = self.req.id;
-        plugin.run(id, Some(&mut self.req), |engine, r, out| match r {
-            Some(r) => event(engine, r, out),
-            None => Step::Continue,
+        plugin.run(id, Some(&mut self.req), |engine, r, out| {
+            r.map_or(Step::Continue, |r| event(engine, r, out))
         })
     }
 }
@@ -111,20 +109,17 @@ impl Context for Stream {
         body_size: usize,
         _trailers: usize,
     ) {
-        let reply = CallReply {
-            status: abi::http_call_status(num_headers),
-            body: abi::http_call_response_body(body_size).unwrap_or_default(),
-        };
+        let reply = abi::http_call_reply(num_headers, body_size);
         let now = abi::now_ms();
         // The response's end waits for a store call, or the request does.
         let response = self.req.response_held();
         if self.run(|e, r, out| e.on_store_reply(r, token, &reply, now, out)) == Step::Continue {
-            let resumed = if response {
-                abi::resume_response()
+            let stream = if response {
+                abi::STREAM_HTTP_RESPONSE
             } else {
-                abi::resume_request()
+                abi::STREAM_HTTP_REQUEST
             };
-            if let Err(e) = resumed {
+            if let Err(e) = abi::resume(stream) {
                 log::debug!(
                     "stream could not resume after the store answered (host status {})",
                     e.0
@@ -145,7 +140,7 @@ impl Context for Stream {
 impl HttpContext for Stream {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         // All headers in one host call; everything reads this block.
-        let Some(headers) = abi::request_headers().ok().and_then(HeaderBlock::parse) else {
+        let Some(headers) = abi::header_block(abi::MAP_REQUEST_HEADERS) else {
             return Action::Continue;
         };
         #[cfg(feature = "fault-injection")]
@@ -159,7 +154,7 @@ impl HttpContext for Stream {
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         let body = if self.req.wants_body(body_size, end_of_stream) {
-            abi::request_body(body_size).ok()
+            abi::buffer(abi::BUFFER_REQUEST_BODY, body_size).ok()
         } else {
             None
         };
@@ -171,7 +166,7 @@ impl HttpContext for Stream {
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
         let body = if self.req.wants_body_at_trailers() {
-            abi::request_body(self.req.body_len()).ok()
+            abi::buffer(abi::BUFFER_REQUEST_BODY, self.req.body_len()).ok()
         } else {
             None
         };
@@ -184,8 +179,7 @@ impl HttpContext for Stream {
         // type: both from one call for the whole (small) map; any other
         // only its status.
         let (status, head) = if self.req.wants_content_type() {
-            let block = abi::response_headers().ok().and_then(HeaderBlock::parse);
-            match block {
+            match abi::header_block(abi::MAP_RESPONSE_HEADERS) {
                 Some(b) => (
                     b.get(":status").and_then(response_status),
                     self.req
@@ -220,7 +214,7 @@ impl HttpContext for Stream {
         }
         // Each chunk passes on at once; only the events that carry usage
         // are parsed.
-        let chunk = abi::response_body(body_size).unwrap_or_default();
+        let chunk = abi::buffer(abi::BUFFER_RESPONSE_BODY, body_size).unwrap_or_default();
         let now = abi::now_ms();
         // The last chunk may wait until the shared store has the
         // response's spending.

@@ -24,5 +24,5 @@ use proxy_wasm::types::LogLevel;
 proxy_wasm::main! {{
     // Installs the logger and a panic hook that logs at critical level.
     proxy_wasm::set_log_level(LogLevel::Info);
-    proxy_wasm::set_root_context(|id| Box::new(root::Root::new(id)));
+    proxy_wasm::set_root_context(|id| Box::new(root::Root { id, plugin: None }));
 }}

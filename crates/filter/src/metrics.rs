@@ -48,10 +48,8 @@ impl Metrics {
 
     /// Add to a counter or gauge.
     pub fn count(&self, m: MetricId, n: i64) {
-        if let Some(id) = self.id(m) {
-            if n != 0 {
-                let _ = abi::increment(id, n);
-            }
+        if let Some(id) = self.id(m).filter(|_| n != 0) {
+            let _ = abi::increment(id, n);
         }
     }
 

@@ -51,7 +51,7 @@ impl Plugin {
     pub fn run(
         &self,
         home: u32,
-        request: Option<&mut Request>,
+        mut request: Option<&mut Request>,
         event: impl FnOnce(&mut Engine<SharedData>, Option<&mut Request>, &mut Effects) -> Step,
     ) -> Step {
         let mut out = take(&self.scratch);
@@ -60,7 +60,6 @@ impl Plugin {
         let mut host = WasmHost::new(self, home);
         let step = match self.engine.try_borrow_mut() {
             Ok(mut engine) => {
-                let mut request = request;
                 let step = event(&mut engine, request.as_deref_mut(), &mut out);
                 engine.drive(&mut host, request, &mut out, step)
             }
@@ -93,14 +92,9 @@ fn give_back(buffer: &RefCell<Effects>, mut effects: Effects) {
 }
 
 pub struct Root {
-    id: u32,
-    plugin: Option<Rc<Plugin>>,
-}
-
-impl Root {
-    pub fn new(id: u32) -> Root {
-        Root { id, plugin: None }
-    }
+    pub id: u32,
+    /// Set once configured.
+    pub plugin: Option<Rc<Plugin>>,
 }
 
 impl Context for Root {
@@ -116,11 +110,10 @@ impl Context for Root {
         let Some(plugin) = &self.plugin else {
             return;
         };
-        let status = abi::http_call_status(num_headers);
-        let body = abi::http_call_response_body(body_size).unwrap_or_default();
+        let reply = abi::http_call_reply(num_headers, body_size);
         let now = abi::now_ms();
         plugin.run(plugin.root_id, None, |engine, _, out| {
-            engine.on_root_reply(token, status.as_deref(), &body, now, out);
+            engine.on_root_reply(token, reply.status.as_deref(), &reply.body, now, out);
             Step::Continue
         });
     }
@@ -173,7 +166,7 @@ impl RootContext for Root {
 }
 
 fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
-    let bytes = abi::plugin_configuration(size)
+    let bytes = abi::buffer(abi::BUFFER_PLUGIN_CONFIGURATION, size)
         .map_err(|e| format!("cannot read the plugin configuration (host status {})", e.0))?;
     let config = Config::parse(&bytes).map_err(|e| e.to_string())?;
     let raw_name = abi::property(&["plugin_name"])

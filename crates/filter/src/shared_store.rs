@@ -60,16 +60,11 @@ pub fn open(plugin: &str, layout: TableLayout) -> Result<SharedData, String> {
     };
     for bucket in layout.all_buckets() {
         let key = data.key(bucket).to_string();
-        match abi::shared_get(&key) {
-            Ok(Some(_)) => {}
-            Ok(None) => abi::shared_set(&key, &[], 0)
-                .map_err(|e| format!("cannot create shared-data key {key}: host status {}", e.0))?,
-            Err(e) => {
-                return Err(format!(
-                    "cannot read shared-data key {key}: host status {}",
-                    e.0
-                ))
-            }
+        let found = abi::shared_get(&key)
+            .map_err(|e| format!("cannot read shared-data key {key}: host status {}", e.0))?;
+        if found.is_none() {
+            abi::shared_set(&key, &[], 0)
+                .map_err(|e| format!("cannot create shared-data key {key}: host status {}", e.0))?;
         }
     }
     Ok(data)

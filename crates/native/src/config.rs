@@ -12,7 +12,7 @@ use crate::abi::{self, ConfigPtr, SchedulerPtr};
 use crate::metrics::Metrics;
 use crate::timer::now_ms;
 use crate::worker::Worker;
-use loopguard_core::host::{plugin_namespace, Config, Engine, InProcess, StoreCall};
+use loopguard_core::host::{plugin_namespace, CallReply, Config, Engine, InProcess, StoreCall};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -43,25 +43,17 @@ pub struct FilterConfig {
 pub struct Relay {
     config: usize,
     scheduler: usize,
-    outbox: Mutex<Vec<Outgoing>>,
+    /// Calls queued, each with its worker and token.
+    outbox: Mutex<Vec<(u64, u32, StoreCall)>>,
+    /// The (worker, token) of each call sent, by callout id.
     in_flight: Mutex<HashMap<u64, (u64, u32)>>,
-}
-
-struct Outgoing {
-    worker: u64,
-    token: u32,
-    call: StoreCall,
 }
 
 impl Relay {
     /// Queue a call from `worker` (its token chosen by the worker).
     pub fn send(&self, worker: u64, token: u32, call: StoreCall) {
         if let Ok(mut out) = self.outbox.lock() {
-            out.push(Outgoing {
-                worker,
-                token,
-                call,
-            });
+            out.push((worker, token, call));
         }
         // SAFETY: the scheduler lives as long as the configuration, which
         // outlives its streams (the only callers).
@@ -81,12 +73,11 @@ impl Relay {
             Err(_) => return Vec::new(),
         };
         let mut refused = Vec::new();
-        for o in queued {
-            let sent = abi::config_callout(self.config as ConfigPtr, &o.call);
-            match sent {
+        for (worker, token, call) in queued {
+            match abi::config_callout(self.config as ConfigPtr, &call) {
                 Ok(id) => {
                     if let Ok(mut f) = self.in_flight.lock() {
-                        f.insert(id, (o.worker, o.token));
+                        f.insert(id, (worker, token));
                     }
                 }
                 Err(why) => {
@@ -94,10 +85,10 @@ impl Relay {
                         abi::LogLevel::Debug,
                         &format!(
                             "loopguard: Envoy refused a call to cluster \"{}\" ({why})",
-                            o.call.cluster
+                            call.cluster
                         ),
                     );
-                    refused.push((o.worker, o.token));
+                    refused.push((worker, token));
                 }
             }
         }
@@ -187,7 +178,7 @@ impl FilterConfig {
     }
 
     /// On the main thread: a relayed call's answer, to its worker's engine.
-    pub fn answered(&self, callout: u64, status: Option<String>, body: Vec<u8>) {
+    pub fn answered(&self, callout: u64, reply: CallReply) {
         let found = self
             .relay
             .in_flight
@@ -200,7 +191,7 @@ impl FilterConfig {
         if let Some(w) = self.worker(worker) {
             let now = now_ms();
             w.on_main(now, |e, out| {
-                e.on_root_reply(token, status.as_deref(), &body, now, out)
+                e.on_root_reply(token, reply.status.as_deref(), &reply.body, now, out)
             });
         }
     }

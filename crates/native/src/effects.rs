@@ -7,9 +7,10 @@ use crate::worker::{Locked, Worker};
 use loopguard_core::host::{Effect, Host, Level, LocalReply, Request, Step, StoreCall};
 
 /// Where the effects apply: a stream's event on its worker thread (the
-/// stream and the hook it is in), or the main thread (no stream: only
-/// metrics, logs, relayed calls, resuming and ticking come from there).
-#[derive(Clone, Copy)]
+/// stream and the hook it is in), or the main thread (the default; no
+/// stream: only metrics, logs, relayed calls, resuming and ticking come
+/// from there).
+#[derive(Clone, Copy, Default)]
 pub struct At {
     pub stream: u32,
     pub filter: Option<FilterPtr>,
@@ -18,33 +19,9 @@ pub struct At {
     pub in_request_body: bool,
 }
 
-impl At {
-    pub const MAIN: At = At {
-        stream: 0,
-        filter: None,
-        in_request_body: false,
-    };
-}
-
-/// A local reply to send once the event is over (see [`settle`]).
-pub struct Reply {
-    pub reply: LocalReply,
-    pub details: &'static str,
-}
-
-impl Reply {
-    /// Send it. Envoy may end and destroy the stream inside this call, so
-    /// it is the last thing a hook does with its stream.
-    pub fn send(self, filter: FilterPtr) {
-        abi::send_response(
-            filter,
-            self.reply.status,
-            &self.reply.headers,
-            self.reply.body.as_bytes(),
-            self.details,
-        );
-    }
-}
+/// A local reply and its details, to send once the event is over (see
+/// [`settle`]).
+pub type Reply = (LocalReply, &'static str);
 
 /// The dynamic module as the engine's [`Host`]: a stream's effects go to
 /// its filter, the others to the worker; a local reply is kept to be sent
@@ -61,7 +38,7 @@ impl Host for NativeHost<'_> {
     fn apply(&mut self, effect: Effect) -> bool {
         match (effect, self.at.filter) {
             (Effect::LocalReply(reply, details), Some(_)) => {
-                self.reply = Some(Reply { reply, details });
+                self.reply = Some((reply, details));
             }
             (effect, Some(f)) => on_stream(self.worker, self.at, f, effect),
             (effect, None) => main_thread(self.worker, effect),

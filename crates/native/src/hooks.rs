@@ -7,9 +7,9 @@
 
 use crate::abi::{self, ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, LogLevel};
 use crate::config::FilterConfig;
-use crate::stream::{Direction, Stream};
+use crate::stream::Stream;
 use crate::worker;
-use loopguard_core::host::{CallReply, Step};
+use loopguard_core::host::{CallReply, LocalReply, Step};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -42,13 +42,12 @@ fn fail_request(p: StreamModule) {
     if let Some(s) = unsafe { stream(p) } {
         if !s.failed {
             s.failed = true;
-            abi::send_response(
-                s.filter(),
-                500,
-                &[("content-type", "text/plain".to_string())],
-                b"loopguard: internal error\n",
-                "loopguard_panic",
-            );
+            let reply = LocalReply {
+                status: 500,
+                headers: vec![("content-type", "text/plain".to_string())],
+                body: "loopguard: internal error\n".to_string(),
+            };
+            abi::send_response(s.filter, &reply, "loopguard_panic");
         }
     }
 }
@@ -59,6 +58,48 @@ fn poison(p: StreamModule) {
     if let Some(s) = unsafe { stream(p) } {
         s.failed = true;
     }
+}
+
+/// Run `f` on the stream behind `s` (`idle` without one); on a panic,
+/// `on_panic(s)`, and the hook answers `failed`.
+fn on_stream<T>(
+    s: StreamModule,
+    idle: T,
+    failed: T,
+    on_panic: fn(StreamModule),
+    f: impl FnOnce(&mut Stream) -> T,
+) -> T {
+    guard(
+        // SAFETY (all stream hooks): Envoy's module pointer for a live stream.
+        || unsafe { stream(s) }.map_or(idle, f),
+        || {
+            on_panic(s);
+            failed
+        },
+    )
+}
+
+/// Run `f` on the configuration behind `p`; a panic fails nothing.
+fn on_config(p: ConfigModule, f: impl FnOnce(&FilterConfig)) {
+    guard(
+        // SAFETY: a live configuration (Envoy drops events for gone ones).
+        || unsafe { (p as *const Arc<FilterConfig>).as_ref() }.map_or((), |c| f(c)),
+        || (),
+    )
+}
+
+/// A hook's status for a step: `go` on, or `stop`.
+fn status(step: Step, go: u32, stop: u32) -> u32 {
+    match step {
+        Step::Continue => go,
+        Step::Pause => stop,
+    }
+}
+
+/// A request hook: `f`'s step as `go` or `stop` (`go` without a stream);
+/// a panic fails the request, which stops.
+fn request_hook(s: StreamModule, go: u32, stop: u32, f: impl FnOnce(&mut Stream) -> Step) -> u32 {
+    on_stream(s, go, stop, fail_request, |s| status(f(s), go, stop))
 }
 
 #[no_mangle]
@@ -108,7 +149,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: Con
             let c = unsafe { Box::from_raw(config as *mut Arc<FilterConfig>) };
             c.alive.store(false, std::sync::atomic::Ordering::Release);
             // No more ticks through the configuration's scheduler.
-            crate::worker::stop_main_ticks(c.worker_ids());
+            for w in c.worker_ids() {
+                crate::timer::stop(w);
+            }
         },
         || (),
     )
@@ -120,15 +163,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_scheduled(
     config: ConfigModule,
     event: u64,
 ) {
-    guard(
-        || {
-            // SAFETY: a live configuration (Envoy drops events for gone ones).
-            if let Some(c) = unsafe { (config as *const Arc<FilterConfig>).as_ref() } {
-                c.on_main(event);
-            }
-        },
-        || (),
-    )
+    on_config(config, |c| c.on_main(event))
 }
 
 /// `:status` and the body of a callout's answer (`None`: no answer).
@@ -143,29 +178,16 @@ unsafe fn reply(
     m: usize,
 ) -> CallReply {
     if result != abi::CALLOUT_SUCCESS {
-        return CallReply {
-            status: None,
-            body: Vec::new(),
-        };
+        return CallReply::default();
     }
     // SAFETY: the caller's guarantee; null or empty arrays read as none.
     unsafe {
-        let headers: &[EnvoyHeader] = if headers.is_null() {
-            &[]
-        } else {
-            std::slice::from_raw_parts(headers, n)
-        };
-        let chunks: &[EnvoyBuffer] = if chunks.is_null() {
-            &[]
-        } else {
-            std::slice::from_raw_parts(chunks, m)
-        };
-        let status = headers
+        let status = abi::slice(headers, n)
             .iter()
             .find(|h| h.key.bytes() == b":status")
             .map(|h| String::from_utf8_lossy(h.value.bytes()).into_owned());
         let mut body = Vec::new();
-        for c in chunks {
+        for c in abi::slice(chunks, m) {
             body.extend_from_slice(c.bytes());
         }
         CallReply { status, body }
@@ -183,16 +205,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_http_callout_done(
     chunks: *const EnvoyBuffer,
     chunks_len: usize,
 ) {
-    guard(
-        || {
-            // SAFETY: a live configuration; Envoy's arrays during the hook.
-            if let Some(c) = unsafe { (config as *const Arc<FilterConfig>).as_ref() } {
-                let r = unsafe { reply(result, headers, headers_len, chunks, chunks_len) };
-                c.answered(callout, r.status, r.body);
-            }
-        },
-        || (),
-    )
+    on_config(config, |c| {
+        // SAFETY: Envoy's arrays, during this hook.
+        let r = unsafe { reply(result, headers, headers_len, chunks, chunks_len) };
+        c.answered(callout, r);
+    })
 }
 
 #[no_mangle]
@@ -213,31 +230,15 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_new(
     })
 }
 
-fn headers_status(step: Step) -> u32 {
-    match step {
-        Step::Continue => abi::HEADERS_CONTINUE,
-        Step::Pause => abi::HEADERS_STOP_ITERATION,
-    }
-}
-
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
     _f: FilterPtr,
     s: StreamModule,
     end_of_stream: bool,
 ) -> u32 {
-    guard(
-        // SAFETY (all stream hooks): Envoy's module pointer for a live stream.
-        || {
-            unsafe { stream(s) }.map_or(abi::HEADERS_CONTINUE, |s| {
-                headers_status(s.on_request_headers(end_of_stream))
-            })
-        },
-        || {
-            fail_request(s);
-            abi::HEADERS_STOP_ITERATION
-        },
-    )
+    request_hook(s, abi::HEADERS_CONTINUE, abi::HEADERS_STOP_ITERATION, |s| {
+        s.on_request_headers(end_of_stream)
+    })
 }
 
 #[no_mangle]
@@ -246,20 +247,9 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
     s: StreamModule,
     end_of_stream: bool,
 ) -> u32 {
-    guard(
-        || {
-            unsafe { stream(s) }.map_or(abi::BODY_CONTINUE, |s| {
-                match s.on_request_body(end_of_stream) {
-                    Step::Continue => abi::BODY_CONTINUE,
-                    Step::Pause => abi::BODY_STOP_AND_BUFFER,
-                }
-            })
-        },
-        || {
-            fail_request(s);
-            abi::BODY_STOP_AND_BUFFER
-        },
-    )
+    request_hook(s, abi::BODY_CONTINUE, abi::BODY_STOP_AND_BUFFER, |s| {
+        s.on_request_body(end_of_stream)
+    })
 }
 
 #[no_mangle]
@@ -267,17 +257,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
     _f: FilterPtr,
     s: StreamModule,
 ) -> u32 {
-    guard(
-        || {
-            unsafe { stream(s) }.map_or(abi::TRAILERS_CONTINUE, |s| match s.on_request_trailers() {
-                Step::Continue => abi::TRAILERS_CONTINUE,
-                Step::Pause => abi::TRAILERS_STOP_ITERATION,
-            })
-        },
-        || {
-            fail_request(s);
-            abi::TRAILERS_STOP_ITERATION
-        },
+    request_hook(
+        s,
+        abi::TRAILERS_CONTINUE,
+        abi::TRAILERS_STOP_ITERATION,
+        Stream::on_request_trailers,
     )
 }
 
@@ -287,14 +271,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_headers(
     s: StreamModule,
     _end_of_stream: bool,
 ) -> u32 {
-    guard(
-        || {
-            if let Some(s) = unsafe { stream(s) } {
-                s.on_response_headers();
-            }
-        },
-        || poison(s),
-    );
+    on_stream(s, (), (), poison, Stream::on_response_headers);
     abi::HEADERS_CONTINUE
 }
 
@@ -304,21 +281,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_response_body(
     s: StreamModule,
     end_of_stream: bool,
 ) -> u32 {
-    guard(
-        || {
-            if let Some(s) = unsafe { stream(s) } {
-                if s.on_response_body(end_of_stream) == Step::Pause {
-                    // Resumed when the shared store has the spending.
-                    return abi::BODY_STOP_AND_BUFFER;
-                }
-            }
-            abi::BODY_CONTINUE
-        },
-        || {
-            poison(s);
-            abi::BODY_CONTINUE
-        },
-    )
+    // A paused last chunk is resumed when the shared store has the spending.
+    let (go, stop) = (abi::BODY_CONTINUE, abi::BODY_STOP_AND_BUFFER);
+    on_stream(s, go, go, poison, |s| {
+        status(s.on_response_body(end_of_stream), go, stop)
+    })
 }
 
 #[no_mangle]
@@ -339,14 +306,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
     if crate::reentry::completes_later(s as usize) {
         return;
     }
-    guard(
-        || {
-            if let Some(s) = unsafe { stream(s) } {
-                s.on_complete();
-            }
-        },
-        || poison(s),
-    )
+    on_stream(s, (), (), poison, Stream::on_complete)
 }
 
 #[no_mangle]
@@ -366,7 +326,7 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(s: StreamModule) {
 
 #[no_mangle]
 pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
-    f: FilterPtr,
+    _f: FilterPtr,
     s: StreamModule,
     callout: u64,
     result: u32,
@@ -375,21 +335,11 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_http_callout_done(
     chunks: *const EnvoyBuffer,
     chunks_len: usize,
 ) {
-    guard(
-        || {
-            let Some(s) = (unsafe { stream(s) }) else {
-                return;
-            };
-            // SAFETY: Envoy's arrays, during this hook.
-            let r = unsafe { reply(result, headers, headers_len, chunks, chunks_len) };
-            match s.on_store_reply(callout, r) {
-                Some(Direction::Request) => abi::continue_decoding(f),
-                Some(Direction::Response) => abi::continue_encoding(f),
-                None => {}
-            }
-        },
-        || fail_request(s),
-    )
+    on_stream(s, (), (), fail_request, |s| {
+        // SAFETY: Envoy's arrays, during this hook.
+        let r = unsafe { reply(result, headers, headers_len, chunks, chunks_len) };
+        s.on_store_reply(callout, r);
+    })
 }
 
 #[no_mangle]
@@ -398,21 +348,13 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_scheduled(
     s: StreamModule,
     event: u64,
 ) {
-    guard(
-        || {
-            if let Some(s) = unsafe { stream(s) } {
-                s.on_scheduled(event);
-            }
-        },
-        // A tick this stream only carried fails no request.
-        || {
-            if event == crate::timer::TICK_EVENT {
-                poison(s)
-            } else {
-                fail_request(s)
-            }
-        },
-    )
+    // A tick this stream only carried fails no request.
+    let on_panic = if event == crate::timer::TICK_EVENT {
+        poison
+    } else {
+        fail_request
+    };
+    on_stream(s, (), (), on_panic, |s| s.on_scheduled(event))
 }
 
 // Hooks Envoy requires but loopguard has no use for: streamed callouts,

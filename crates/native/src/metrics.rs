@@ -6,7 +6,7 @@
 //! labelled counters, whose stat names are the family's name followed by
 //! `.label.value` pairs: the same names the Wasm module writes.
 
-use crate::abi::{self, ConfigPtr, MetricKind, MetricOp};
+use crate::abi::{self, ConfigPtr, MetricOp};
 use loopguard_core::host::{named, Kind, MetricId, Registry};
 use std::collections::HashMap;
 
@@ -14,19 +14,11 @@ pub struct Metrics {
     /// Envoy's `filter_config_envoy_ptr` (an address: Envoy's stats are
     /// safe to change from any thread).
     config: usize,
-    ids: Vec<Option<(usize, MetricKind)>>,
+    ids: Vec<Option<(usize, Kind)>>,
     /// The registry's metrics by name, for a named count that is one.
     by_name: HashMap<String, usize>,
     /// Envoy's id of each named family ([`named::FAMILIES`]).
     families: Vec<Option<usize>>,
-}
-
-fn kind(k: Kind) -> MetricKind {
-    match k {
-        Kind::Counter => MetricKind::Counter,
-        Kind::Gauge => MetricKind::Gauge,
-        Kind::Histogram => MetricKind::Histogram,
-    }
 }
 
 impl Metrics {
@@ -40,13 +32,12 @@ impl Metrics {
             .enumerate()
             .map(|(i, (name, k))| {
                 by_name.insert(name.clone(), i);
-                let k = kind(*k);
-                abi::define_metric(config, k, name, &[]).map(|id| (id, k))
+                abi::define_metric(config, *k, name, &[]).map(|id| (id, *k))
             })
             .collect();
         let families = named::FAMILIES
             .iter()
-            .map(|f| abi::define_metric(config, MetricKind::Counter, f.name, f.labels))
+            .map(|f| abi::define_metric(config, Kind::Counter, f.name, f.labels))
             .collect();
         Metrics {
             config: config as usize,
@@ -62,12 +53,9 @@ impl Metrics {
 
     /// Add to a counter or gauge (a gauge may go down).
     pub fn count(&self, m: MetricId, n: i64) {
-        let Some(Some((id, k))) = self.ids.get(m.0 as usize) else {
+        let Some(Some((id, k))) = self.ids.get(m.0 as usize).filter(|_| n != 0) else {
             return;
         };
-        if n == 0 {
-            return;
-        }
         let op = if n < 0 {
             MetricOp::Decrement
         } else {
@@ -97,7 +85,7 @@ impl Metrics {
             abi::metric(
                 self.ptr(),
                 MetricOp::Increment,
-                MetricKind::Counter,
+                Kind::Counter,
                 *id,
                 &values,
                 n.unsigned_abs(),

@@ -25,7 +25,7 @@ pub struct Stream {
     /// `None` when no engine could be made: everything passes.
     worker: Option<Arc<Worker>>,
     req: Request,
-    filter: FilterPtr,
+    pub filter: FilterPtr,
     /// A panic failed this stream: it is left alone from then on.
     pub failed: bool,
 }
@@ -39,10 +39,6 @@ impl Stream {
             filter,
             failed: false,
         }
-    }
-
-    pub fn filter(&self) -> FilterPtr {
-        self.filter
     }
 
     /// Feed the engine one event, carry out its effects (sending the store
@@ -72,9 +68,7 @@ impl Stream {
         }
         let me = self as *mut Stream as usize;
         let (step, reply) = {
-            let Some(mut guard) = w.lock() else {
-                return Step::Continue;
-            };
+            let mut guard = w.lock();
             let _running = Running::enter();
             let l = &mut *guard;
             let step = event(&mut l.engine, &mut self.req, &mut l.out);
@@ -93,20 +87,17 @@ impl Stream {
             w.can_resume(self.req.id);
         }
         for ended in Running::ended_meanwhile() {
+            // SAFETY (another stream): a live stream of this thread whose
+            // ending Envoy delivered inside this event (destroy hooks are
+            // never nested in an event).
             if ended == me {
                 self.on_complete();
-            } else {
-                // SAFETY: another live stream of this thread whose ending
-                // Envoy delivered inside this event (destroy hooks are
-                // never nested in an event).
-                if let Some(other) = unsafe { (ended as *mut Stream).as_mut() } {
-                    other.on_complete();
-                }
+            } else if let Some(other) = unsafe { (ended as *mut Stream).as_mut() } {
+                other.on_complete();
             }
         }
-        if let Some(reply) = reply {
-            let filter = self.filter;
-            reply.send(filter);
+        if let Some((reply, details)) = reply {
+            abi::send_response(self.filter, &reply, details);
             return Step::Pause;
         }
         step
@@ -225,22 +216,24 @@ impl Stream {
         });
     }
 
-    /// The answer to this stream's store call: what goes on, if anything
-    /// (the request, or the response whose end waited for it).
-    pub fn on_store_reply(&mut self, callout: u64, reply: CallReply) -> Option<Direction> {
+    /// The answer to this stream's store call: what goes on, if anything,
+    /// is resumed (the request, or the response whose end waited for it).
+    pub fn on_store_reply(&mut self, callout: u64, reply: CallReply) {
         let Ok(token) = u32::try_from(callout) else {
-            return None;
+            return;
         };
         let now = now_ms();
-        let direction = if self.req.response_held() {
-            Direction::Response
-        } else {
-            Direction::Request
-        };
-        (self.run(false, false, |e, r, out| {
+        let response = self.req.response_held();
+        if self.run(false, false, |e, r, out| {
             e.on_store_reply(r, token, &reply, now, out)
-        }) == Step::Continue)
-            .then_some(direction)
+        }) == Step::Continue
+        {
+            if response {
+                abi::continue_encoding(self.filter);
+            } else {
+                abi::continue_decoding(self.filter);
+            }
+        }
     }
 
     /// A scheduled event: the tick (this stream drives its worker's), or
@@ -268,13 +261,6 @@ impl Stream {
             w.close_stream(id, move || drop(req));
         }
     }
-}
-
-/// Which way of a stream a store answer resumes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    Request,
-    Response,
 }
 
 /// One slice as it is, several joined into one copy.

@@ -54,14 +54,6 @@ impl Drop for Worker {
     }
 }
 
-/// Stop the main thread's ticks of a configuration's workers (Envoy is
-/// destroying the configuration).
-pub fn stop_main_ticks(workers: impl IntoIterator<Item = u64>) {
-    for w in workers {
-        timer::stop(w);
-    }
-}
-
 static NEXT_WORKER: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
@@ -86,22 +78,15 @@ pub fn for_config(config: &Arc<FilterConfig>) -> Option<Arc<Worker>> {
 
 impl Worker {
     fn new(config: Arc<FilterConfig>) -> Option<Worker> {
-        let parsed = Config::parse(&config.json).ok()?;
-        let namespace = config.namespace.clone();
         let engine = Engine::new(
-            parsed,
-            &namespace,
-            |layout| memory_store::open(&namespace, layout),
+            Config::parse(&config.json).ok()?,
+            &config.namespace,
+            |layout| memory_store::open(&config.namespace, layout),
             |var| std::env::var(var).ok(),
             timer::random_seed(),
-        );
-        let engine = match engine {
-            Ok(e) => e,
-            Err(why) => {
-                abi::log(abi::LogLevel::Error, &format!("loopguard: {why}"));
-                return None;
-            }
-        };
+        )
+        .map_err(|why| abi::log(abi::LogLevel::Error, &format!("loopguard: {why}")))
+        .ok()?;
         Some(Worker {
             id: NEXT_WORKER.fetch_add(1, Ordering::Relaxed),
             config,
@@ -121,15 +106,15 @@ impl Worker {
     /// turn loopguard off on this worker: it is logged, and the engine goes
     /// on as the panic left it (memory-safe; the request it happened in got
     /// its 500).
-    pub fn lock(&self) -> Option<MutexGuard<'_, Locked>> {
-        Some(self.engine.lock().unwrap_or_else(|poisoned| {
+    pub fn lock(&self) -> MutexGuard<'_, Locked> {
+        self.engine.lock().unwrap_or_else(|poisoned| {
             abi::log(
                 abi::LogLevel::Critical,
                 "loopguard: the engine goes on after a panic in an earlier request",
             );
             self.engine.clear_poison();
             poisoned.into_inner()
-        }))
+        })
     }
 
     /// A new stream's id, and it counted as alive.
@@ -154,11 +139,8 @@ impl Worker {
     /// scheduler, made now (only on its worker thread, in its event).
     pub fn can_resume(&self, stream: u32) {
         if let Ok(mut streams) = self.streams.lock() {
-            if let Some(live) = streams.get_mut(&stream) {
-                if live.scheduler.is_none() {
-                    live.scheduler =
-                        abi::scheduler_new(live.filter as FilterPtr).map(|s| s as usize);
-                }
+            if let Some(live) = streams.get_mut(&stream).filter(|l| l.scheduler.is_none()) {
+                live.scheduler = abi::scheduler_new(live.filter as FilterPtr).map(|s| s as usize);
             }
         }
     }
@@ -169,9 +151,9 @@ impl Worker {
     /// thread) takes over, under the driver's lock; its scheduler is
     /// deleted last, when nothing can commit to it any more.
     pub fn close_stream(&self, stream: u32, forget: impl FnOnce()) {
-        if let Some(_guard) = self.lock() {
-            forget();
-        }
+        let engine = self.lock();
+        forget();
+        drop(engine);
         let gone = {
             let Ok(mut driver) = self.driver.lock() else {
                 return;
@@ -268,13 +250,17 @@ impl Worker {
     /// On the main thread: run `event` on this worker's engine and carry
     /// out what it asks (no stream's effects come from these events).
     pub fn on_main(&self, now: u64, event: impl FnOnce(&mut Engine<Memory>, &mut Effects)) {
-        let Some(mut guard) = self.lock() else {
-            return;
-        };
+        let mut guard = self.lock();
         let l = &mut *guard;
         event(&mut l.engine, &mut l.out);
-        let _ =
-            crate::effects::settle(self, l, crate::effects::At::MAIN, now, None, Step::Continue);
+        let _ = crate::effects::settle(
+            self,
+            l,
+            crate::effects::At::default(),
+            now,
+            None,
+            Step::Continue,
+        );
         l.out.clear();
     }
 

@@ -3,25 +3,28 @@
 //! runs without Envoy, gets a stand-in for each that finds nothing and
 //! refuses every change (`false`, `0`, a null pointer, or status 1).
 
-use super::{
-    ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, ModuleBuffer, ModuleHeader, SchedulerPtr,
-};
+use super::*;
 
-/// Declares each callback as an `extern "C"` import, or, in unit tests,
-/// as a stand-in returning [`Absent::ABSENT`].
+/// Declares each callback (callbacks of one signature share its
+/// declaration: `pub fn a | b(...)`) as an `extern "C"` import, or, in unit
+/// tests, as a stand-in returning [`Absent::ABSENT`].
 macro_rules! callbacks {
-    ($(pub fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;)*) => {
+    ($(pub fn $($name:ident)|+ ($($args:tt)*) $(-> $ret:ty)?;)*) => {
+        $(callbacks!(@names [$($name)+] ($($args)*) [$($ret)?]);)*
+    };
+    (@names [$($name:ident)+] $args:tt $ret:tt) => {
+        $(callbacks!(@one $name $args $ret);)+
+    };
+    (@one $name:ident ($($arg:ident: $ty:ty),* $(,)?) [$($ret:ty)?]) => {
         #[cfg(not(test))]
         extern "C" {
-            $(pub fn $name($($arg: $ty),*) $(-> $ret)?;)*
+            pub fn $name($($arg: $ty),*) $(-> $ret)?;
         }
-        $(
-            #[cfg(test)]
-            #[allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
-            pub unsafe fn $name($(_: $ty),*) $(-> $ret)? {
-                Absent::ABSENT
-            }
-        )*
+        #[cfg(test)]
+        #[allow(clippy::missing_safety_doc, clippy::too_many_arguments)]
+        pub unsafe fn $name($(_: $ty),*) $(-> $ret)? {
+            Absent::ABSENT
+        }
     };
 }
 
@@ -77,13 +80,8 @@ callbacks! {
         map: u32,
         result: *mut EnvoyHeader,
     ) -> bool;
-    pub fn envoy_dynamic_module_callback_http_add_header(
-        filter: FilterPtr,
-        map: u32,
-        key: ModuleBuffer,
-        value: ModuleBuffer,
-    ) -> bool;
-    pub fn envoy_dynamic_module_callback_http_set_header(
+    pub fn envoy_dynamic_module_callback_http_add_header
+        | envoy_dynamic_module_callback_http_set_header(
         filter: FilterPtr,
         map: u32,
         key: ModuleBuffer,
@@ -137,24 +135,21 @@ callbacks! {
         key: ModuleBuffer,
         result: *mut EnvoyBuffer,
     ) -> bool;
-    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding(filter: FilterPtr);
-    pub fn envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterPtr);
+    pub fn envoy_dynamic_module_callback_http_filter_continue_decoding
+        | envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterPtr);
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(
         filter: FilterPtr,
     ) -> SchedulerPtr;
-    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit(
-        scheduler: SchedulerPtr,
-        event: u64,
-    );
-    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete(scheduler: SchedulerPtr);
     pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
         config: ConfigPtr,
     ) -> SchedulerPtr;
-    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit
+        | envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
         scheduler: SchedulerPtr,
         event: u64,
     );
-    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_delete
+        | envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
         scheduler: SchedulerPtr,
     );
     pub fn envoy_dynamic_module_callback_http_filter_http_callout(
@@ -175,49 +170,19 @@ callbacks! {
         body: ModuleBuffer,
         timeout_ms: u64,
     ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_define_counter(
+    pub fn envoy_dynamic_module_callback_http_filter_config_define_counter
+        | envoy_dynamic_module_callback_http_filter_config_define_gauge
+        | envoy_dynamic_module_callback_http_filter_config_define_histogram(
         config: ConfigPtr,
         name: ModuleBuffer,
         labels: *mut ModuleBuffer,
         labels_len: usize,
         id: *mut usize,
     ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_define_gauge(
-        config: ConfigPtr,
-        name: ModuleBuffer,
-        labels: *mut ModuleBuffer,
-        labels_len: usize,
-        id: *mut usize,
-    ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_define_histogram(
-        config: ConfigPtr,
-        name: ModuleBuffer,
-        labels: *mut ModuleBuffer,
-        labels_len: usize,
-        id: *mut usize,
-    ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter(
-        config: ConfigPtr,
-        id: usize,
-        labels: *mut ModuleBuffer,
-        labels_len: usize,
-        value: u64,
-    ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-        config: ConfigPtr,
-        id: usize,
-        labels: *mut ModuleBuffer,
-        labels_len: usize,
-        value: u64,
-    ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-        config: ConfigPtr,
-        id: usize,
-        labels: *mut ModuleBuffer,
-        labels_len: usize,
-        value: u64,
-    ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
+    pub fn envoy_dynamic_module_callback_http_filter_config_increment_counter
+        | envoy_dynamic_module_callback_http_filter_config_increment_gauge
+        | envoy_dynamic_module_callback_http_filter_config_decrement_gauge
+        | envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
         config: ConfigPtr,
         id: usize,
         labels: *mut ModuleBuffer,

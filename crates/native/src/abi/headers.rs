@@ -1,13 +1,7 @@
 //! Headers: a map read whole or one header at a time, values added, set
 //! and removed, and the core's headers lent to Envoy.
 
-use super::{
-    envoy_dynamic_module_callback_http_add_header, envoy_dynamic_module_callback_http_get_header,
-    envoy_dynamic_module_callback_http_get_headers,
-    envoy_dynamic_module_callback_http_get_headers_size,
-    envoy_dynamic_module_callback_http_set_header, EnvoyBuffer, EnvoyHeader, FilterPtr, HeaderMap,
-    ModuleBuffer, ModuleHeader,
-};
+use super::*;
 
 /// Every header of a map, as (name, value) borrowed from Envoy for the
 /// current hook; empty when the map is not available.
@@ -70,26 +64,23 @@ pub fn add_header(filter: FilterPtr, map: HeaderMap, name: &str, value: &str) ->
 
 /// Set a header to one value.
 pub fn set_header(filter: FilterPtr, map: HeaderMap, name: &str, value: &str) -> bool {
-    // SAFETY: the buffers are read during the call only.
-    unsafe {
-        envoy_dynamic_module_callback_http_set_header(
-            filter,
-            map as u32,
-            ModuleBuffer::of(name.as_bytes()),
-            ModuleBuffer::of(value.as_bytes()),
-        )
-    }
+    set(filter, map, name, ModuleBuffer::of(value.as_bytes()))
 }
 
 /// Remove every value of a header (a set with no value).
 pub fn remove_header(filter: FilterPtr, map: HeaderMap, name: &str) -> bool {
-    // SAFETY: as set_header; a null value removes the header.
+    set(filter, map, name, ModuleBuffer::NULL)
+}
+
+fn set(filter: FilterPtr, map: HeaderMap, name: &str, value: ModuleBuffer) -> bool {
+    // SAFETY: the buffers are read during the call only; a null value
+    // removes the header.
     unsafe {
         envoy_dynamic_module_callback_http_set_header(
             filter,
             map as u32,
             ModuleBuffer::of(name.as_bytes()),
-            ModuleBuffer::NULL,
+            value,
         )
     }
 }

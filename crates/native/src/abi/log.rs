@@ -1,9 +1,6 @@
 //! Writing to Envoy's log.
 
-use super::{
-    envoy_dynamic_module_callback_log, envoy_dynamic_module_callback_log_enabled, LogLevel,
-    ModuleBuffer,
-};
+use super::*;
 
 /// Write to Envoy's log (the `dynamic_modules` logger).
 pub fn log(level: LogLevel, message: &str) {

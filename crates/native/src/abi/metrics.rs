@@ -1,16 +1,8 @@
 //! Metrics: counters, gauges and histograms defined while the
 //! configuration loads, and changed from any thread.
 
-use super::{
-    envoy_dynamic_module_callback_http_filter_config_decrement_gauge,
-    envoy_dynamic_module_callback_http_filter_config_define_counter,
-    envoy_dynamic_module_callback_http_filter_config_define_gauge,
-    envoy_dynamic_module_callback_http_filter_config_define_histogram,
-    envoy_dynamic_module_callback_http_filter_config_increment_counter,
-    envoy_dynamic_module_callback_http_filter_config_increment_gauge,
-    envoy_dynamic_module_callback_http_filter_config_record_histogram_value, ConfigPtr,
-    ModuleBuffer, METRICS_SUCCESS,
-};
+use super::*;
+use loopguard_core::host::Kind;
 
 /// Strings as an array of module buffers for the call `f` makes (null and
 /// 0 when there are none).
@@ -26,38 +18,18 @@ fn with_buffers<T>(strings: &[&str], f: impl FnOnce(*mut ModuleBuffer, usize) ->
     }
 }
 
-/// What a metric is to Envoy.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum MetricKind {
-    Counter,
-    Gauge,
-    Histogram,
-}
-
 /// Define a metric (only while the configuration loads); its id.
-pub fn define_metric(
-    config: ConfigPtr,
-    kind: MetricKind,
-    name: &str,
-    labels: &[&str],
-) -> Option<usize> {
+pub fn define_metric(config: ConfigPtr, kind: Kind, name: &str, labels: &[&str]) -> Option<usize> {
     let mut id = 0usize;
     let name = ModuleBuffer::of(name.as_bytes());
+    let define = match kind {
+        Kind::Counter => envoy_dynamic_module_callback_http_filter_config_define_counter,
+        Kind::Gauge => envoy_dynamic_module_callback_http_filter_config_define_gauge,
+        Kind::Histogram => envoy_dynamic_module_callback_http_filter_config_define_histogram,
+    };
     // SAFETY: every buffer is read during the call only.
     let code = with_buffers(labels, |ptr, len| unsafe {
-        match kind {
-            MetricKind::Counter => envoy_dynamic_module_callback_http_filter_config_define_counter(
-                config, name, ptr, len, &mut id,
-            ),
-            MetricKind::Gauge => envoy_dynamic_module_callback_http_filter_config_define_gauge(
-                config, name, ptr, len, &mut id,
-            ),
-            MetricKind::Histogram => {
-                envoy_dynamic_module_callback_http_filter_config_define_histogram(
-                    config, name, ptr, len, &mut id,
-                )
-            }
-        }
+        define(config, name, ptr, len, &mut id)
     });
     (code == METRICS_SUCCESS).then_some(id)
 }
@@ -75,7 +47,7 @@ pub enum MetricOp {
 pub fn metric(
     config: ConfigPtr,
     op: MetricOp,
-    kind: MetricKind,
+    kind: Kind,
     id: usize,
     labels: &[&str],
     value: u64,
@@ -83,22 +55,20 @@ pub fn metric(
     // SAFETY: every buffer is read during the call only.
     let code = with_buffers(labels, |ptr, len| unsafe {
         match (kind, op) {
-            (MetricKind::Counter, _) => {
+            (Kind::Counter, _) => {
                 envoy_dynamic_module_callback_http_filter_config_increment_counter(
                     config, id, ptr, len, value,
                 )
             }
-            (MetricKind::Gauge, MetricOp::Decrement) => {
+            (Kind::Gauge, MetricOp::Decrement) => {
                 envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
                     config, id, ptr, len, value,
                 )
             }
-            (MetricKind::Gauge, _) => {
-                envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                    config, id, ptr, len, value,
-                )
-            }
-            (MetricKind::Histogram, _) => {
+            (Kind::Gauge, _) => envoy_dynamic_module_callback_http_filter_config_increment_gauge(
+                config, id, ptr, len, value,
+            ),
+            (Kind::Histogram, _) => {
                 envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
                     config, id, ptr, len, value,
                 )

@@ -66,13 +66,22 @@ impl EnvoyBuffer {
     /// # Safety
     /// Envoy gave this buffer in the current hook and has not changed it.
     pub unsafe fn bytes<'a>(self) -> &'a [u8] {
-        if self.ptr.is_null() || self.length == 0 {
-            &[]
-        } else {
-            // SAFETY: Envoy promises `length` readable bytes at `ptr` for
-            // the duration of the hook.
-            unsafe { std::slice::from_raw_parts(self.ptr, self.length) }
-        }
+        // SAFETY: Envoy promises `length` readable bytes at `ptr` for the
+        // duration of the hook.
+        unsafe { slice(self.ptr, self.length) }
+    }
+}
+
+/// `n` items Envoy lent at `ptr` (none when it is null or `n` is 0).
+///
+/// # Safety
+/// Unless null, `ptr` points to `n` items that live as long as `'a`.
+pub unsafe fn slice<'a, T>(ptr: *const T, n: usize) -> &'a [T] {
+    if ptr.is_null() || n == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller's guarantee.
+        unsafe { std::slice::from_raw_parts(ptr, n) }
     }
 }
 
@@ -184,19 +193,13 @@ mod metrics;
 mod scheduler;
 mod stream;
 
-pub use body::{append_body, body_chunks, body_size, drain_body, received_buffered_request_body};
-pub use callout::{config_callout, stream_callout};
-pub use headers::{add_header, header, headers, remove_header, set_header};
-pub use log::{log, log_enabled};
-pub use metrics::{define_metric, metric, MetricKind, MetricOp};
-pub use scheduler::{
-    config_scheduler_commit, config_scheduler_delete, config_scheduler_new, scheduler_commit,
-    scheduler_delete, scheduler_new,
-};
-pub use stream::{
-    attribute, continue_decoding, continue_encoding, metadata_string, send_response,
-    set_filter_state,
-};
+pub use body::*;
+pub use callout::*;
+pub use headers::*;
+pub use log::*;
+pub use metrics::*;
+pub use scheduler::*;
+pub use stream::*;
 
 #[cfg(test)]
 mod tests {

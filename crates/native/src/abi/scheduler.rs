@@ -2,13 +2,16 @@
 //! the configuration's (on the main thread), made, committed to and
 //! deleted.
 
-use super::{
-    envoy_dynamic_module_callback_http_filter_config_scheduler_commit,
-    envoy_dynamic_module_callback_http_filter_config_scheduler_delete,
-    envoy_dynamic_module_callback_http_filter_config_scheduler_new,
-    envoy_dynamic_module_callback_http_filter_scheduler_commit,
-    envoy_dynamic_module_callback_http_filter_scheduler_delete,
-    envoy_dynamic_module_callback_http_filter_scheduler_new, ConfigPtr, FilterPtr, SchedulerPtr,
+use super::*;
+
+// Committing to a scheduler (from any thread) and deleting one are Envoy's
+// callbacks as they are, unsafe: the scheduler is live and not deleted
+// concurrently, and it is deleted once, with no commit in flight.
+pub use super::callbacks::{
+    envoy_dynamic_module_callback_http_filter_config_scheduler_commit as config_scheduler_commit,
+    envoy_dynamic_module_callback_http_filter_config_scheduler_delete as config_scheduler_delete,
+    envoy_dynamic_module_callback_http_filter_scheduler_commit as scheduler_commit,
+    envoy_dynamic_module_callback_http_filter_scheduler_delete as scheduler_delete,
 };
 
 /// A scheduler for a stream: commits come back as
@@ -19,40 +22,10 @@ pub fn scheduler_new(filter: FilterPtr) -> Option<SchedulerPtr> {
     (!s.is_null()).then_some(s)
 }
 
-/// Post an event to the scheduler's stream (any thread).
-///
-/// # Safety
-/// `s` is a live scheduler, not deleted concurrently.
-pub unsafe fn scheduler_commit(s: SchedulerPtr, event: u64) {
-    // SAFETY: the caller guarantees `s` lives.
-    unsafe { envoy_dynamic_module_callback_http_filter_scheduler_commit(s, event) }
-}
-
-/// # Safety
-/// `s` is a live scheduler, deleted once, with no commit in flight.
-pub unsafe fn scheduler_delete(s: SchedulerPtr) {
-    // SAFETY: the caller guarantees single, exclusive deletion.
-    unsafe { envoy_dynamic_module_callback_http_filter_scheduler_delete(s) }
-}
-
 /// A scheduler for a configuration: commits come back as
 /// `on_http_filter_config_scheduled` on the main thread.
 pub fn config_scheduler_new(config: ConfigPtr) -> Option<SchedulerPtr> {
     // SAFETY: on the main thread, in the configuration hook.
     let s = unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_new(config) };
     (!s.is_null()).then_some(s)
-}
-
-/// # Safety
-/// `s` is a live configuration scheduler.
-pub unsafe fn config_scheduler_commit(s: SchedulerPtr, event: u64) {
-    // SAFETY: the caller guarantees `s` lives.
-    unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_commit(s, event) }
-}
-
-/// # Safety
-/// `s` is a live configuration scheduler, deleted once.
-pub unsafe fn config_scheduler_delete(s: SchedulerPtr) {
-    // SAFETY: the caller guarantees single deletion.
-    unsafe { envoy_dynamic_module_callback_http_filter_config_scheduler_delete(s) }
 }

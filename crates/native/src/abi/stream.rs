@@ -3,33 +3,22 @@
 //! response a hook stopped.
 
 use super::headers::module_headers;
-use super::{
-    envoy_dynamic_module_callback_http_filter_continue_decoding,
-    envoy_dynamic_module_callback_http_filter_continue_encoding,
-    envoy_dynamic_module_callback_http_filter_get_attribute_string,
-    envoy_dynamic_module_callback_http_get_metadata_string,
-    envoy_dynamic_module_callback_http_send_response,
-    envoy_dynamic_module_callback_http_set_filter_state_bytes, Attribute, EnvoyBuffer, FilterPtr,
-    Metadata, ModuleBuffer,
-};
+use super::*;
+use loopguard_core::host::LocalReply;
 
-/// Answer the request locally (Envoy's `sendLocalReply`).
-pub fn send_response(
-    filter: FilterPtr,
-    status: u32,
-    headers: &[(&str, String)],
-    body: &[u8],
-    details: &str,
-) {
-    let mut h = module_headers(headers);
+/// Answer the request locally (Envoy's `sendLocalReply`). Envoy may end
+/// and destroy the stream inside this call, so it is the last thing a hook
+/// does with its stream.
+pub fn send_response(filter: FilterPtr, reply: &LocalReply, details: &str) {
+    let mut h = module_headers(&reply.headers);
     // SAFETY: every buffer is read during the call only.
     unsafe {
         envoy_dynamic_module_callback_http_send_response(
             filter,
-            status,
+            reply.status,
             h.as_mut_ptr(),
             h.len(),
-            ModuleBuffer::of(body),
+            ModuleBuffer::of(reply.body.as_bytes()),
             ModuleBuffer::of(details.as_bytes()),
         )
     }
