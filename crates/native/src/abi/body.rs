@@ -1,7 +1,14 @@
 //! Bodies: their size, their slices in place in Envoy's buffer, and bytes
 //! drained or appended.
 
-use super::*;
+use super::{
+    envoy_dynamic_module_callback_http_append_body, envoy_dynamic_module_callback_http_drain_body,
+    envoy_dynamic_module_callback_http_get_body_chunks,
+    envoy_dynamic_module_callback_http_get_body_chunks_size,
+    envoy_dynamic_module_callback_http_get_body_size,
+    envoy_dynamic_module_callback_http_received_buffered_request_body, Body, EnvoyBuffer,
+    FilterPtr, ModuleBuffer,
+};
 
 /// The size of a body (0 when it is not available).
 pub fn body_size(filter: FilterPtr, body: Body) -> usize {

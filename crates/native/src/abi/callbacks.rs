@@ -3,7 +3,9 @@
 //! runs without Envoy, gets a stand-in for each that finds nothing and
 //! refuses every change (`false`, `0`, a null pointer, or status 1).
 
-use super::*;
+use super::{
+    ConfigPtr, EnvoyBuffer, EnvoyHeader, FilterPtr, ModuleBuffer, ModuleHeader, SchedulerPtr,
+};
 
 /// Declares each callback (callbacks of one signature share its
 /// declaration: `pub fn a | b(...)`) as an `extern "C"` import, or, in unit

@@ -2,7 +2,11 @@
 //! stream or of the configuration, and why Envoy refused one.
 
 use super::headers::module_headers;
-use super::*;
+use super::{
+    envoy_dynamic_module_callback_http_filter_config_http_callout,
+    envoy_dynamic_module_callback_http_filter_http_callout, ConfigPtr, FilterPtr, ModuleBuffer,
+    ModuleHeader, CALLOUT_INIT_SUCCESS,
+};
 use loopguard_core::host::StoreCall;
 
 /// Why Envoy refused a callout (its

@@ -1,7 +1,13 @@
 //! Headers: a map read whole or one header at a time, values added, set
 //! and removed, and the core's headers lent to Envoy.
 
-use super::*;
+use super::{
+    envoy_dynamic_module_callback_http_add_header, envoy_dynamic_module_callback_http_get_header,
+    envoy_dynamic_module_callback_http_get_headers,
+    envoy_dynamic_module_callback_http_get_headers_size,
+    envoy_dynamic_module_callback_http_set_header, EnvoyBuffer, EnvoyHeader, FilterPtr, HeaderMap,
+    ModuleBuffer, ModuleHeader,
+};
 
 /// Every header of a map, as (name, value) borrowed from Envoy for the
 /// current hook; empty when the map is not available.

@@ -1,6 +1,9 @@
 //! Writing to Envoy's log.
 
-use super::*;
+use super::{
+    envoy_dynamic_module_callback_log, envoy_dynamic_module_callback_log_enabled, LogLevel,
+    ModuleBuffer,
+};
 
 /// Write to Envoy's log (the `dynamic_modules` logger).
 pub fn log(level: LogLevel, message: &str) {

@@ -1,7 +1,16 @@
 //! Metrics: counters, gauges and histograms defined while the
 //! configuration loads, and changed from any thread.
 
-use super::*;
+use super::{
+    envoy_dynamic_module_callback_http_filter_config_decrement_gauge,
+    envoy_dynamic_module_callback_http_filter_config_define_counter,
+    envoy_dynamic_module_callback_http_filter_config_define_gauge,
+    envoy_dynamic_module_callback_http_filter_config_define_histogram,
+    envoy_dynamic_module_callback_http_filter_config_increment_counter,
+    envoy_dynamic_module_callback_http_filter_config_increment_gauge,
+    envoy_dynamic_module_callback_http_filter_config_record_histogram_value, ConfigPtr,
+    ModuleBuffer, METRICS_SUCCESS,
+};
 use loopguard_core::host::Kind;
 
 /// Strings as an array of module buffers for the call `f` makes (null and

@@ -2,7 +2,10 @@
 //! the configuration's (on the main thread), made, committed to and
 //! deleted.
 
-use super::*;
+use super::{
+    envoy_dynamic_module_callback_http_filter_config_scheduler_new,
+    envoy_dynamic_module_callback_http_filter_scheduler_new, ConfigPtr, FilterPtr, SchedulerPtr,
+};
 
 // Committing to a scheduler (from any thread) and deleting one are Envoy's
 // callbacks as they are, unsafe: the scheduler is live and not deleted

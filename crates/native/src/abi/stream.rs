@@ -3,7 +3,15 @@
 //! response a hook stopped.
 
 use super::headers::module_headers;
-use super::*;
+use super::{
+    envoy_dynamic_module_callback_http_filter_continue_decoding,
+    envoy_dynamic_module_callback_http_filter_continue_encoding,
+    envoy_dynamic_module_callback_http_filter_get_attribute_string,
+    envoy_dynamic_module_callback_http_get_metadata_string,
+    envoy_dynamic_module_callback_http_send_response,
+    envoy_dynamic_module_callback_http_set_filter_state_bytes, Attribute, EnvoyBuffer, FilterPtr,
+    Metadata, ModuleBuffer,
+};
 use loopguard_core::host::LocalReply;
 
 /// Answer the request locally (Envoy's `sendLocalReply`). Envoy may end
