@@ -269,10 +269,9 @@ fn hex_val(c: u8) -> Option<u8> {
 /// The token of an `Authorization: Bearer <token>` header value.
 pub fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
     let trimmed = authorization.trim_ascii();
-    let scheme = trimmed.get(..7)?;
-    if !scheme.eq_ignore_ascii_case(b"bearer ") {
-        return None;
-    }
+    trimmed
+        .get(..7)
+        .filter(|s| s.eq_ignore_ascii_case(b"bearer "))?;
     let token = trimmed.get(7..)?.trim_ascii();
     (!token.is_empty()).then_some(token)
 }
@@ -314,10 +313,7 @@ pub fn jwt_claim(authorization: &[u8], claim: &str) -> Option<Vec<u8>> {
 
 /// Base64url without padding (padding tolerated), as used by JWTs.
 pub fn base64url_decode(input: &[u8]) -> Option<Vec<u8>> {
-    let input = match input.iter().position(|&b| b == b'=') {
-        Some(pad) => input.get(..pad)?,
-        None => input,
-    };
+    let input = input.split(|&b| b == b'=').next().unwrap_or(input);
     let mut out = Vec::with_capacity(input.len() * 3 / 4);
     let mut acc: u32 = 0;
     let mut bits = 0;

@@ -41,6 +41,7 @@ impl StripUsage {
 
     /// Whether an event longer than [`MAX_HELD`] arrived in pieces: the
     /// stream passed as it is from there on.
+    #[cfg(test)]
     pub fn gave_up(&self) -> bool {
         self.gave_up
     }

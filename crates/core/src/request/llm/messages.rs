@@ -75,13 +75,10 @@ impl<'a> Request<'a> {
         if let Some(sys) = self.system {
             out.extend(self.system_message(sys));
         }
-        for i in prompts {
-            if let Some(m) = items.get(i).and_then(|e| self.item(i, e.0)) {
-                if m.is_prompt() {
-                    out.push(m);
-                }
-            }
-        }
+        let read = prompts
+            .into_iter()
+            .filter_map(|i| self.item(i, items.get(i)?.0));
+        out.extend(read.filter(Message::is_prompt));
         out
     }
 
@@ -129,13 +126,7 @@ impl<'a> Request<'a> {
     pub(super) fn item(&self, index: usize, span: Span) -> Option<Message> {
         let mut m = match self.plain_item(index) {
             Some(m) => m,
-            None => {
-                if !self.afford(span) {
-                    return None;
-                }
-                let v = serde_json::from_slice::<Value>(self.slice(span)?).ok()?;
-                normalize::message(&v)
-            }
+            None => normalize::message(&self.parse(span)?),
         };
         self.read_text_actions(index, &mut m);
         Some(m)
@@ -167,14 +158,19 @@ impl<'a> Request<'a> {
     }
 
     pub(super) fn system_message(&self, span: Span) -> Option<Message> {
+        Some(Message {
+            role: "system".to_string(),
+            parts: normalize::content(&self.parse(span)?),
+        })
+    }
+
+    /// The value at `span` parsed into a tree, once its values are taken
+    /// from the budget ([`Request::afford`]).
+    fn parse(&self, span: Span) -> Option<Value> {
         if !self.afford(span) {
             return None;
         }
-        let v = serde_json::from_slice::<Value>(self.slice(span)?).ok()?;
-        Some(Message {
-            role: "system".to_string(),
-            parts: normalize::content(&v),
-        })
+        serde_json::from_slice(self.slice(span)?).ok()
     }
 
     /// The conversation's first message as sent (the out-of-band system
@@ -208,10 +204,8 @@ impl<'a> Request<'a> {
         let mut out = Vec::with_capacity(n.min(self.len()));
         match &self.items {
             Items::Text(text) => {
-                if n >= 2 {
-                    if let Some(sys) = self.system {
-                        out.push(self.system_message(sys)?);
-                    }
+                if let Some(sys) = self.system.filter(|_| n >= 2) {
+                    out.push(self.system_message(sys)?);
                 }
                 if n >= 1 {
                     out.push(user_text(text));
@@ -219,10 +213,8 @@ impl<'a> Request<'a> {
             }
             Items::List(items) => {
                 let end = end.min(items.len());
-                if n > end {
-                    if let Some(sys) = self.system {
-                        out.push(self.system_message(sys)?);
-                    }
+                if let Some(sys) = self.system.filter(|_| n > end) {
+                    out.push(self.system_message(sys)?);
                 }
                 let start = end.saturating_sub(n);
                 for i in start..end {

@@ -26,12 +26,10 @@ impl Request<'_> {
             if !found.is_empty() {
                 m.parts.retain(|p| !matches!(p, Part::Text(_)));
             }
-            for a in found {
-                m.parts.push(Part::ToolCall {
-                    name: a.name,
-                    arguments: a.arguments,
-                });
-            }
+            m.parts.extend(found.into_iter().map(|a| Part::ToolCall {
+                name: a.name,
+                arguments: a.arguments,
+            }));
         } else if m.role == "user" && no_calls() && self.follows_text_action(index) {
             m.parts = result_parts(std::mem::take(&mut m.parts));
         }
