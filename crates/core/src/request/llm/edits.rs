@@ -54,20 +54,10 @@ impl Request<'_> {
     /// Insert one item at the end of the conversation array.
     fn append_item(&self, item: &str) -> Option<Edit> {
         let (_, end) = self.array?;
-        let close = end.checked_sub(1)?;
-        let empty = match &self.items {
-            Items::List(l) => l.is_empty(),
-            Items::Text(_) => return None,
+        let Items::List(l) = &self.items else {
+            return None;
         };
-        Some(Edit {
-            at: close,
-            remove: 0,
-            insert: if empty {
-                item.to_string()
-            } else {
-                format!(",{item}")
-            },
-        })
+        append(end, l.is_empty(), item.to_string())
     }
 
     /// A text block at the end of the final user turn, or a new user turn
@@ -86,14 +76,11 @@ impl Request<'_> {
             .and_then(|s| scan::plain_str(self.body, s))
             .is_some_and(|r| r.eq_ignore_ascii_case(b"user"));
         match scan::get(&members, "content") {
-            Some(content) if is_user && self.body.get(content.0) == Some(&b'[') => {
-                let empty = scan::elements(self.body, content)?.is_empty();
-                Some(Edit {
-                    at: content.1.checked_sub(1)?,
-                    remove: 0,
-                    insert: if empty { block } else { format!(",{block}") },
-                })
-            }
+            Some(content) if is_user && self.body.get(content.0) == Some(&b'[') => append(
+                content.1,
+                scan::elements(self.body, content)?.is_empty(),
+                block,
+            ),
             Some(content) if is_user && self.body.get(content.0) == Some(&b'"') => {
                 let original = std::str::from_utf8(self.body.get(content.0..content.1)?).ok()?;
                 Some(Edit {
@@ -113,6 +100,16 @@ struct Edit {
     at: usize,
     remove: usize,
     insert: String,
+}
+
+/// `item` inserted before the `]` of an array that ends at `end`, after a
+/// comma unless the array is `empty`.
+fn append(end: usize, empty: bool, item: String) -> Option<Edit> {
+    Some(Edit {
+        at: end.checked_sub(1)?,
+        remove: 0,
+        insert: if empty { item } else { format!(",{item}") },
+    })
 }
 
 /// Apply non-overlapping edits, last first so earlier offsets hold.

@@ -183,11 +183,10 @@ pub enum Part {
 
 fn text_parts(text: &str) -> Vec<Part> {
     let t = normalize_text(text);
-    if t.is_empty() {
-        Vec::new()
-    } else {
-        vec![Part::Text(t)]
-    }
+    (!t.is_empty())
+        .then_some(Part::Text(t))
+        .into_iter()
+        .collect()
 }
 
 /// A tool result's parts (not marked as an error).
@@ -202,10 +201,9 @@ fn result_parts(content: Vec<Part>) -> Vec<Part> {
 /// message's content is its result (keyed by its content, never by
 /// `tool_call_id`).
 fn role_parts(role: &str, content: Vec<Part>) -> Vec<Part> {
-    if role == "tool" || role == "function" {
-        result_parts(content)
-    } else {
-        content
+    match role {
+        "tool" | "function" => result_parts(content),
+        _ => content,
     }
 }
 

@@ -296,11 +296,10 @@ impl ResultReader {
         }
         s.after_cr = b == b'\r';
         if b == b'\n' || b == b'\r' {
-            let was_data = s.data;
+            let was_data = std::mem::take(&mut s.data);
             let empty = !s.in_line;
             s.in_line = false;
             s.in_name = false;
-            s.data = false;
             s.name.clear();
             if was_data {
                 return self.json.byte(b'\n');
@@ -382,12 +381,10 @@ pub fn has_only_content(e: &crate::detect::mcp::Entry) -> bool {
 /// A JSON-RPC error's digest: its code and message (masked), not its
 /// `data` (a server's details, a trace, a time).
 fn error_digest(c: &Captured, classes: Classes) -> u64 {
-    let v = if c.whole {
-        serde_json::from_slice::<serde_json::Value>(&c.bytes).ok()
-    } else {
-        None
-    };
-    let Some(v) = v else {
+    let v = c
+        .whole
+        .then(|| serde_json::from_slice::<serde_json::Value>(&c.bytes));
+    let Some(Ok(v)) = v else {
         return c.raw;
     };
     let essence = serde_json::json!({"code": v.get("code"), "message": v.get("message")});

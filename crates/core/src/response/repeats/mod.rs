@@ -325,14 +325,9 @@ impl RepeatWatch {
                 *run = if same { run.saturating_add(1) } else { 0 };
             }
         }
-        let len = self.ring.len() as u64;
-        if len > 0 {
-            if let Some(slot) = usize::try_from(self.pushed % len)
-                .ok()
-                .and_then(|at| self.ring.get_mut(at))
-            {
-                *slot = segment;
-            }
+        let at = self.pushed.checked_rem(self.ring.len() as u64);
+        if let Some(slot) = at.and_then(|at| self.ring.get_mut(usize::try_from(at).ok()?)) {
+            *slot = segment;
         }
         self.pushed += 1;
     }

@@ -530,8 +530,7 @@ fn find_key(hay: &[u8]) -> Option<usize> {
 
 /// The usage a JSON object's bytes report.
 fn usage_of(object: &[u8]) -> Option<Usage> {
-    let v = serde_json::from_slice::<Value>(object).ok()?;
-    Usage::from_json(&v)
+    Usage::from_json(&serde_json::from_slice(object).ok()?)
 }
 
 /// The next `"usage"` object of `text` from `from` (`"usage": null` is

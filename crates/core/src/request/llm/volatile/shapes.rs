@@ -92,12 +92,10 @@ pub(super) fn ends(b: &[u8], end: usize) -> Option<usize> {
 
 pub(super) fn uuid(b: &[u8], i: usize) -> Option<usize> {
     let mut p = run(b, i, 8, hex)?;
-    for n in [4, 4, 4] {
+    for n in [4, 4, 4, 12] {
         p = byte(b, p, b'-')?;
         p = run(b, p, n, hex)?;
     }
-    p = byte(b, p, b'-')?;
-    p = run(b, p, 12, hex)?;
     ends(b, p)
 }
 
@@ -106,10 +104,10 @@ pub(super) fn uuid(b: &[u8], i: usize) -> Option<usize> {
 /// the end and whether a time was there.
 pub(super) fn date_time(b: &[u8], i: usize) -> Option<(usize, bool)> {
     let mut p = run(b, i, 4, digit)?;
-    p = byte(b, p, b'-')?;
-    p = run(b, p, 2, digit)?;
-    p = byte(b, p, b'-')?;
-    p = run(b, p, 2, digit)?;
+    for _ in 0..2 {
+        p = byte(b, p, b'-')?;
+        p = run(b, p, 2, digit)?;
+    }
     let date_end = p;
     let time = b
         .get(p)
@@ -127,8 +125,7 @@ pub(super) fn time_of_day(b: &[u8], i: usize) -> Option<usize> {
     p = byte(b, p, b':')?;
     p = run(b, p, 2, digit)?;
     if let Some(q) = byte(b, p, b':').and_then(|q| run(b, q, 2, digit)) {
-        p = q;
-        p = fraction_end(b, p);
+        p = fraction_end(b, q);
     }
     match b.get(p) {
         Some(b'z' | b'Z') => Some(p + 1),
