@@ -55,7 +55,10 @@ impl CallCache {
                 .push((raw.to_vec(), calls));
         }
     }
+}
 
+#[cfg(test)]
+impl CallCache {
     /// Items held.
     pub fn len(&self) -> usize {
         self.entries.values().map(Vec::len).sum()
@@ -200,41 +203,36 @@ impl Request<'_> {
             }
             let key = self.call_bytes(keys, kind);
             let native = match &key {
-                None => Vec::new(),
-                Some(key) => {
-                    let parsed = cached(&mut cache, key.as_deref(), || {
-                        let held = [
-                            "tool_calls",
-                            "function_call",
-                            "content",
-                            "arguments",
-                            "input",
-                        ];
-                        if held
-                            .iter()
-                            .filter_map(|k| keys.get(k))
-                            .any(|span| !self.afford(span))
-                        {
-                            return None;
-                        }
-                        let calls = self.calls_of(&keys.members(), kind).into_iter();
-                        Some(calls.map(|(n, a)| (Rc::from(n), Rc::from(a))).collect())
-                    });
-                    let Some(calls) = parsed else { break };
-                    calls
-                }
+                None => Some(Vec::new()),
+                Some(key) => cached(&mut cache, key.as_deref(), || {
+                    let held = [
+                        "tool_calls",
+                        "function_call",
+                        "content",
+                        "arguments",
+                        "input",
+                    ];
+                    if held
+                        .iter()
+                        .filter_map(|k| keys.get(k))
+                        .any(|span| !self.afford(span))
+                    {
+                        return None;
+                    }
+                    let calls = self.calls_of(&keys.members(), kind).into_iter();
+                    Some(calls.map(|(n, a)| (Rc::from(n), Rc::from(a))).collect())
+                }),
             };
+            let Some(native) = native else { break };
             // A text reply, or content blocks without a call: their text may
             // carry actions.
             let from_text = key.is_none() || (native.is_empty() && kind != b"reasoning");
             let calls = if from_text {
-                let Some(calls) = self.text_actions(keys, &mut cache) else {
-                    break;
-                };
-                calls
+                self.text_actions(keys, &mut cache)
             } else {
-                native
+                Some(native)
             };
+            let Some(calls) = calls else { break };
             awaiting_text = from_text && !calls.is_empty();
             if let Some(current) = out.turns.last_mut() {
                 current.calls += calls.len();

@@ -62,10 +62,8 @@ impl Request<'_> {
     /// tool calls and thinking aside), normalised; `None` if it cannot be
     /// read within the request's parsing budget.
     pub fn reply_words(&self, at: ResultAt) -> Option<String> {
-        if let ResultAt::Value(span) = at {
-            if !matches!(self.body.get(span.0), Some(b'"' | b'[')) {
-                return None;
-            }
+        if matches!(at, ResultAt::Value(s) if !matches!(self.body.get(s.0), Some(b'"' | b'['))) {
+            return None;
         }
         self.read_at(at, normalize::normalize_json_str, |v, out| {
             *out = normalize::normalize_text(&super::super::text_actions::text_blocks(v));

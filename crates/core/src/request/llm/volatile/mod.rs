@@ -34,11 +34,7 @@ impl Volatile {
         }
         let args = self.argument_classes();
         for m in messages {
-            let text = if m.is_authored() {
-                None
-            } else {
-                Some(Context::Text)
-            };
+            let text = (!m.is_authored()).then_some(Context::Text);
             mask_parts(&mut m.parts, self.classes, args, text);
         }
     }
