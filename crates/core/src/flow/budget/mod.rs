@@ -246,12 +246,7 @@ impl<B: BucketBackend> Engine<B> {
         path: &str,
         facts: &dyn RequestFacts,
     ) {
-        let Some(b) = self
-            .config
-            .policies
-            .get(policy)
-            .and_then(|p| p.budget.as_ref())
-        else {
+        let Some((_, b)) = policy_with(&self.config, policy, |p| p.budget.as_ref()) else {
             return;
         };
         let caller = r.caller;
