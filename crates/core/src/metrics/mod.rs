@@ -436,20 +436,18 @@ impl Registry {
     /// unpriced model).
     pub fn cost(&self, policy: usize, in_loop: bool, model: Option<usize>) -> Option<MetricId> {
         let m = self.priced(model)?;
-        let labels = self.models + 1;
         self.at(
             policy,
-            PER_POLICY_FIXED + 6 * labels + 2 + u32::from(in_loop) * self.models + m,
+            PER_POLICY_FIXED + 6 * (self.models + 1) + 2 + u32::from(in_loop) * self.models + m,
         )
     }
     /// What rejected requests would have cost (an estimate), for a priced
     /// model.
     pub fn cost_avoided(&self, policy: usize, model: Option<usize>) -> Option<MetricId> {
         let m = self.priced(model)?;
-        let labels = self.models + 1;
         self.at(
             policy,
-            PER_POLICY_FIXED + 6 * labels + 2 + 2 * self.models + m,
+            PER_POLICY_FIXED + 6 * (self.models + 1) + 2 + 2 * self.models + m,
         )
     }
 }

@@ -334,16 +334,12 @@ impl<B: BucketBackend> Engine<B> {
             // Its response is priced by the request's model.
             let model = self.priced(name.as_deref());
             if let Some(u) = r.usage_for.as_mut() {
-                if u.model.is_none() {
-                    u.model = model;
-                }
+                u.model = u.model.or(model);
             }
             if let (Some(n), Some(req)) = (name.as_deref(), r.budget.as_deref_mut()) {
                 req.price = Some(price_of(&self.config.prices, b, n));
             }
-            if r.model.is_none() {
-                r.model = name;
-            }
+            r.model = r.model.take().or(name);
         }
     }
 }
