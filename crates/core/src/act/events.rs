@@ -175,9 +175,7 @@ pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     } else {
         key
     };
-    for (slot, byte) in k.iter_mut().zip(key) {
-        *slot = *byte;
-    }
+    k.iter_mut().zip(key).for_each(|(slot, byte)| *slot = *byte);
     let mut inner = Sha256::new();
     inner.update(k.map(|b| b ^ 0x36));
     inner.update(message);

@@ -430,10 +430,8 @@ impl<B: BucketBackend> Engine<B> {
     /// A body too large to judge (`max_body_bytes`): an MCP call passes
     /// unjudged, counted as such.
     pub(super) fn mcp_too_large(&mut self, r: &mut Request, out: &mut Effects) {
-        let Some(s) = r.mcp.take() else {
-            return;
-        };
-        if let Some(p) = self.config.policies.get(s.policy) {
+        let policy = r.mcp.take().map(|s| s.policy);
+        if let Some(p) = policy.and_then(|i| self.config.policies.get(i)) {
             out.push(unjudged(&p.id, McpUnjudged::TooLarge));
         }
     }
@@ -550,8 +548,7 @@ impl<B: BucketBackend> Engine<B> {
                 result: o.result,
                 content: o.content,
                 failed: o.failed,
-                unread: false,
-                answered: false,
+                ..Entry::default()
             },
             _ => {
                 out.push(unjudged(&policy.id, McpUnjudged::ResultUnreadable));

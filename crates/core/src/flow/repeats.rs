@@ -10,7 +10,7 @@ use super::{
 use crate::act::decision::{self, Verdict};
 use crate::act::events;
 use crate::act::reply;
-use crate::config::{Detection, OnStoreError, StoreConfig};
+use crate::config::{OnStoreError, StoreConfig};
 use crate::detect::fingerprint::Fingerprinted;
 use crate::metrics::WouldBe;
 use crate::state::store::BucketBackend;
@@ -63,14 +63,9 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) -> Step {
         let super::budget::After { policy, made, hit } = after;
-        let config = Rc::clone(&self.config);
-        let Some(detection) = config
-            .policies
-            .get(policy)
-            .and_then(|p| p.detection.as_ref())
-        else {
+        if policy_with(&self.config, policy, |p| p.detection.as_ref()).is_none() {
             return Step::Continue;
-        };
+        }
         if let Some(shared) = self.shared.as_ref() {
             let call = shared.hit_of(&hit);
             let waiting = Waiting {
@@ -83,7 +78,7 @@ impl<B: BucketBackend> Engine<B> {
             return self.ask(r, call, Ask::Hit(Box::new(waiting)), out);
         }
         let answer = self.local.record(&hit);
-        r.counted = Some(counted(policy, detection, &hit, false));
+        r.counted = self.counted_at(policy, &hit, false);
         self.act(r, policy, &made, phase, answer, now, now, out)
     }
 
@@ -128,7 +123,11 @@ impl<B: BucketBackend> Engine<B> {
     /// recorded in the shared store).
     fn counted_at(&self, policy: usize, hit: &Hit, shared: bool) -> Option<Counted> {
         let (_, detection) = policy_with(&self.config, policy, |p| p.detection.as_ref())?;
-        Some(counted(policy, detection, hit, shared))
+        Some(Counted {
+            policy,
+            take_back: hit.take_back(detection.forgive_failed_attempts),
+            shared,
+        })
     }
 
     /// What `store.on_error` says to do when the shared store failed a
@@ -287,13 +286,5 @@ impl<B: BucketBackend> Engine<B> {
                 self.answer(r, Some(index), reply, "loopguard_loop_detected", out)
             }
         }
-    }
-}
-
-fn counted(policy: usize, detection: &Detection, hit: &Hit, shared: bool) -> Counted {
-    Counted {
-        policy,
-        take_back: hit.take_back(detection.forgive_failed_attempts),
-        shared,
     }
 }

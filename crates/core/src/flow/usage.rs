@@ -53,12 +53,8 @@ impl Request {
     /// the request's spending (the first key given wins).
     pub(super) fn spend_under(&mut self, key: u64, model: Option<usize>, name: Option<&str>) {
         if let Some(u) = self.usage_for.as_mut() {
-            if u.loop_key.is_none() {
-                u.loop_key = Some(key);
-            }
-            if u.model.is_none() {
-                u.model = model;
-            }
+            u.loop_key = u.loop_key.or(Some(key));
+            u.model = u.model.or(model);
             if self.model.is_none() {
                 self.model = name.map(str::to_string);
             }

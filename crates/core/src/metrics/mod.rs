@@ -385,11 +385,15 @@ impl Registry {
         self.at(policy, 13 + 3 * TIERS.len() as u32 + i)
     }
     /// The `model` label's index of a priced model (`None`: `other`).
-    fn model(&self, model: Option<usize>) -> u32 {
+    fn priced(&self, model: Option<usize>) -> Option<u32> {
         model
             .and_then(|m| u32::try_from(m).ok())
             .filter(|m| *m < self.models)
-            .unwrap_or(self.models)
+    }
+
+    /// The `model` label's index (`other`: the last).
+    fn model(&self, model: Option<usize>) -> u32 {
+        self.priced(model).unwrap_or(self.models)
     }
 
     /// Tokens a response reported, by type, whether its request was part
@@ -431,27 +435,19 @@ impl Registry {
     /// What a priced model's tokens cost, in micro-dollars (`None` for an
     /// unpriced model).
     pub fn cost(&self, policy: usize, in_loop: bool, model: Option<usize>) -> Option<MetricId> {
-        let m = self.model(model);
-        if m == self.models {
-            return None;
-        }
-        let labels = self.models + 1;
+        let m = self.priced(model)?;
         self.at(
             policy,
-            PER_POLICY_FIXED + 6 * labels + 2 + u32::from(in_loop) * self.models + m,
+            PER_POLICY_FIXED + 6 * (self.models + 1) + 2 + u32::from(in_loop) * self.models + m,
         )
     }
     /// What rejected requests would have cost (an estimate), for a priced
     /// model.
     pub fn cost_avoided(&self, policy: usize, model: Option<usize>) -> Option<MetricId> {
-        let m = self.model(model);
-        if m == self.models {
-            return None;
-        }
-        let labels = self.models + 1;
+        let m = self.priced(model)?;
         self.at(
             policy,
-            PER_POLICY_FIXED + 6 * labels + 2 + 2 * self.models + m,
+            PER_POLICY_FIXED + 6 * (self.models + 1) + 2 + 2 * self.models + m,
         )
     }
 }

@@ -94,11 +94,7 @@ impl<B: BucketBackend> Engine<B> {
             return Vec::new();
         };
         let config = Rc::clone(&self.config);
-        let Some(b) = config
-            .policies
-            .get(req.policy)
-            .and_then(|p| p.budget.as_ref())
-        else {
+        let Some((_, b)) = policy_with(&config, req.policy, |p| p.budget.as_ref()) else {
             return Vec::new();
         };
         let mut standings = Vec::with_capacity(req.keys.len());

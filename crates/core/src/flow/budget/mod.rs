@@ -246,12 +246,7 @@ impl<B: BucketBackend> Engine<B> {
         path: &str,
         facts: &dyn RequestFacts,
     ) {
-        let Some(b) = self
-            .config
-            .policies
-            .get(policy)
-            .and_then(|p| p.budget.as_ref())
-        else {
+        let Some((_, b)) = policy_with(&self.config, policy, |p| p.budget.as_ref()) else {
             return;
         };
         let caller = r.caller;
@@ -339,16 +334,12 @@ impl<B: BucketBackend> Engine<B> {
             // Its response is priced by the request's model.
             let model = self.priced(name.as_deref());
             if let Some(u) = r.usage_for.as_mut() {
-                if u.model.is_none() {
-                    u.model = model;
-                }
+                u.model = u.model.or(model);
             }
             if let (Some(n), Some(req)) = (name.as_deref(), r.budget.as_deref_mut()) {
                 req.price = Some(price_of(&self.config.prices, b, n));
             }
-            if r.model.is_none() {
-                r.model = name;
-            }
+            r.model = r.model.take().or(name);
         }
     }
 }
