@@ -170,12 +170,11 @@ pub const READ_ON_WORDS: usize = 8;
 fn telling_words(text: &str, classes: Classes, out: &mut HashSet<u64>) {
     let lower = cut(text, RESULT_BYTES).to_lowercase();
     let masked = volatile::mask(&lower, classes, Context::ToolResult);
-    similarity::words(&masked, |w| {
-        let telling = !w.iter().all(u8::is_ascii_digit)
+    similarity::words(&masked, |w, _| {
+        if !w.iter().all(u8::is_ascii_digit)
             && !similarity::looks_random(w)
-            && std::str::from_utf8(w)
-                .is_ok_and(|s| s.chars().count() >= 4 || s.chars().any(similarity::unsegmented));
-        if telling {
+            && similarity::telling(w)
+        {
             out.insert(similarity::fnv1a(w));
         }
     });

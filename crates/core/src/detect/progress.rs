@@ -45,15 +45,6 @@ pub struct Text {
 }
 
 impl Text {
-    pub fn new(text: String, words: Vec<u64>, quoted: Vec<String>) -> Text {
-        Text {
-            words,
-            quoted,
-            text,
-            shingles: std::cell::OnceCell::new(),
-        }
-    }
-
     /// Its distinct 4-byte shingles, sorted.
     pub fn shingles(&self) -> &[u32] {
         self.shingles.get_or_init(|| shingles(&self.text))
@@ -156,11 +147,8 @@ pub fn read(results: &impl Results, at: ResultAt, classes: Classes, min: usize) 
     // characters of a script written without spaces ("no", "em", "de"
     // would match by chance).
     let mut words = Vec::new();
-    similarity::words(&masked, |w| {
-        let telling = w.iter().any(u8::is_ascii_digit)
-            || std::str::from_utf8(w)
-                .is_ok_and(|s| s.chars().count() >= 4 || s.chars().any(similarity::unsegmented));
-        if telling {
+    similarity::words(&masked, |w, _| {
+        if w.iter().any(u8::is_ascii_digit) || similarity::telling(w) {
             words.push(similarity::fnv1a(w));
         }
     });
@@ -170,7 +158,12 @@ pub fn read(results: &impl Results, at: ResultAt, classes: Classes, min: usize) 
         return None;
     }
     let quoted = similarity::quoted(&masked);
-    Some(Text::new(masked.into_owned(), words, quoted))
+    Some(Text {
+        words,
+        quoted,
+        text: masked.into_owned(),
+        shingles: Default::default(),
+    })
 }
 
 /// One turn as compared: the model's answer, and the user's message it
@@ -380,7 +373,7 @@ mod tests {
     fn text(t: &str) -> Text {
         let masked = t.to_lowercase();
         let mut words = Vec::new();
-        similarity::words(&masked, |w| {
+        similarity::words(&masked, |w, _| {
             let telling = w.iter().any(u8::is_ascii_digit)
                 || std::str::from_utf8(w).is_ok_and(|s| {
                     s.chars().count() >= 4 || s.chars().any(similarity::unsegmented)
@@ -392,7 +385,12 @@ mod tests {
         words.sort_unstable();
         words.dedup();
         let quoted = similarity::quoted(&masked);
-        Text::new(masked, words, quoted)
+        Text {
+            words,
+            quoted,
+            text: masked,
+            shingles: Default::default(),
+        }
     }
 
     fn turn<'a>(answer: &'a Text, prompt: &'a Text) -> Turn<'a> {

@@ -321,7 +321,7 @@ mod sketch;
 mod words;
 
 pub use sketch::Sketcher;
-pub use words::{fnv1a, looks_random, mix, quoted, unsegmented, words, words_in_context};
+pub use words::{fnv1a, looks_random, mix, quoted, telling, unsegmented, words};
 
 #[cfg(test)]
 mod tests;

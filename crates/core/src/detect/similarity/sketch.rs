@@ -1,9 +1,7 @@
 //! The sketch a signature is made from: each word hashed into the
 //! MinHash bins, the anchor, the payload.
 
-use super::words::{
-    fnv1a, is_list_marker, is_number, looks_random, mix, quoted, words_in_context, GOLDEN,
-};
+use super::words::{fnv1a, is_list_marker, is_number, looks_random, mix, quoted, words, GOLDEN};
 use super::{Signature, BINS, COPIES, SHORT_TAIL_WORDS, USER_COPIES, WORDS};
 
 /// Builds a signature from a tail's words.
@@ -97,7 +95,7 @@ impl Sketcher {
 
     /// Every word of `text`, as [`super::words`] reads them.
     pub fn text(&mut self, text: &str) {
-        words_in_context(text, |w, after| {
+        words(text, |w, after| {
             // A list's markers (`1)`, `2.`) are its layout, not numbers
             // that carry meaning: a reworded answer numbers its steps or not.
             let machine = self.machine_text;

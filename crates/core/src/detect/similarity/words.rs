@@ -5,13 +5,9 @@
 /// script), plus `<`, `>`, `_` and `#` so masking placeholders stay whole
 /// (a token whose digits were masked, `j#U#w#M#fHq`, is one word); in a
 /// script written without spaces (Chinese, Japanese, Thai), each pair of
-/// neighbouring characters (a lone character, itself).
-pub fn words(text: &str, mut word: impl FnMut(&[u8])) {
-    words_in_context(text, |w, _| word(w));
-}
-
-/// [`words`], each with the text that follows it.
-pub fn words_in_context(text: &str, mut word: impl FnMut(&[u8], &[u8])) {
+/// neighbouring characters (a lone character, itself). Each word comes
+/// with the text that follows it.
+pub fn words(text: &str, mut word: impl FnMut(&[u8], &[u8])) {
     let b = text.as_bytes();
     // The word at `s..e`, and the text after it.
     let mut emit = |s: usize, e: usize| {
@@ -128,6 +124,12 @@ pub fn quoted(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// A word that can tell what a text says: four characters or more, or a
+/// character of a script written without spaces.
+pub fn telling(w: &[u8]) -> bool {
+    std::str::from_utf8(w).is_ok_and(|s| s.chars().count() >= 4 || s.chars().any(unsegmented))
 }
 
 /// A character of a script written without spaces between words: its

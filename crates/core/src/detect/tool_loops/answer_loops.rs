@@ -77,7 +77,7 @@ pub(super) fn answer<R: Results>(
     if occurrences < cfg.answer_min {
         return None;
     }
-    verdict(cfg, Tier::Answer, "", None, occurrences, cfg.answer_min)
+    verdict(cfg, Tier::Answer, "", None, occurrences)
 }
 
 /// Whether the user's message `prompt` (what an answer replied to) brought

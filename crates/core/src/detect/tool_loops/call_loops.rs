@@ -60,14 +60,7 @@ pub(super) fn identical<R: Results>(
     }
     let (n, c) = best?;
     let name = calls.get(c).map_or("", |c| &c.name);
-    verdict(
-        cfg,
-        Tier::Identical,
-        name,
-        Some(calls.arg(c)),
-        n,
-        cfg.identical_min,
-    )
+    verdict(cfg, Tier::Identical, name, Some(calls.arg(c)), n)
 }
 
 /// A tool of the newest turn called often (in as many turns) with
@@ -112,7 +105,7 @@ pub(super) fn pattern<R: Results>(
     }
     let (n, c) = best?;
     let name = calls.get(c).map_or("", |c| &c.name);
-    verdict(cfg, Tier::Pattern, name, None, n, cfg.pattern_min)
+    verdict(cfg, Tier::Pattern, name, None, n)
 }
 
 /// The same 2 or 3 calls (tool, arguments, answer) in turn at the end of
@@ -155,14 +148,7 @@ pub(super) fn cycle<R: Results>(
         .filter_map(|i| calls.get(i))
         .map(|c| safe_tool_name(&c.name))
         .collect();
-    verdict(
-        cfg,
-        Tier::Cycle,
-        &names.join("+"),
-        None,
-        reps,
-        cfg.cycle_min,
-    )
+    verdict(cfg, Tier::Cycle, &names.join("+"), None, reps)
 }
 
 /// The same turn again: the model's newest turns each wrote the reply of
@@ -207,12 +193,8 @@ pub(super) fn same_turns<R: Results>(
     let mut later = newest;
     while let Some(earlier) = later.checked_sub(1) {
         let before = start_of(earlier, from);
-        let same_calls = from - before == made
-            && (0..made).all(|k| {
-                let (a, b) = (before + k, from + k);
-                calls.get(a).map(|c| &c.name) == calls.get(b).map(|c| &c.name)
-                    && calls.arg(a) == calls.arg(b)
-            });
+        let same_calls =
+            from - before == made && (0..made).all(|k| calls.same_call(before + k, from + k));
         if !same_calls
             || waits(earlier, before, from)
             || !calls.same_turn_reply(earlier, later)
@@ -228,12 +210,5 @@ pub(super) fn same_turns<R: Results>(
         return None;
     }
     let name = calls.get(from).map_or("", |c| &c.name);
-    verdict(
-        cfg,
-        Tier::Turn,
-        name,
-        Some(calls.arg(from)),
-        count,
-        cfg.turn_min,
-    )
+    verdict(cfg, Tier::Turn, name, Some(calls.arg(from)), count)
 }

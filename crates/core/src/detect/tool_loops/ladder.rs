@@ -7,15 +7,21 @@ use crate::config::{ToolLoops, ToolStep};
 use crate::request::llm::Request;
 
 /// The loop's step on the policy's ladder (one more per occurrence past
-/// the threshold, the last one staying).
+/// the tier's threshold, the last one staying).
 pub(super) fn verdict(
     cfg: &ToolLoops,
     tier: Tier,
     tool: &str,
     arguments: Option<&str>,
     occurrences: u32,
-    threshold: u32,
 ) -> Option<ToolVerdict> {
+    let threshold = match tier {
+        Tier::Identical | Tier::Failing => cfg.identical_min,
+        Tier::Pattern => cfg.pattern_min,
+        Tier::Cycle => cfg.cycle_min,
+        Tier::Answer => cfg.answer_min,
+        Tier::Turn => cfg.turn_min,
+    };
     let evidence = Repeated {
         tool: tool.to_string(),
         arguments: arguments.map(str::to_string),

@@ -299,7 +299,6 @@ impl ResultReader {
             let was_data = std::mem::take(&mut s.data);
             let empty = !s.in_line;
             s.in_line = false;
-            s.in_name = false;
             s.name.clear();
             if was_data {
                 return self.json.byte(b'\n');
@@ -313,7 +312,6 @@ impl ResultReader {
         if !s.in_line {
             s.in_line = true;
             s.in_name = true;
-            s.name.clear();
         }
         if s.in_name {
             if b == b':' {

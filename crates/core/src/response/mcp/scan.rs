@@ -330,36 +330,26 @@ impl Scanner {
             }
             b'"' => {
                 let is_key = self.stack.last().is_some_and(|f| f.object && f.expect_key);
+                self.string_is_key = is_key;
                 if is_key {
-                    self.string_is_key = true;
                     self.key.clear();
                     self.key_long = false;
                 } else {
-                    self.string_is_key = false;
                     self.value_starts();
                 }
                 self.in_string = true;
                 self.copy(b);
                 Event::None
             }
-            b':' => {
+            b':' | b',' | b' ' | b'\t' | b'\n' | b'\r' => {
                 if let Some(f) = self.stack.last_mut() {
-                    f.expect_key = false;
-                }
-                self.copy(b);
-                Event::None
-            }
-            b',' => {
-                if let Some(f) = self.stack.last_mut() {
-                    if f.object {
+                    if b == b':' {
+                        f.expect_key = false;
+                    } else if b == b',' && f.object {
                         f.expect_key = true;
                         f.key = Key::Other;
                     }
                 }
-                self.copy(b);
-                Event::None
-            }
-            b' ' | b'\t' | b'\n' | b'\r' => {
                 self.copy(b);
                 Event::None
             }

@@ -3,7 +3,7 @@
 //! substring searches. A quote inside a JSON string is escaped, so an
 //! unescaped `"key"` followed by `:` is a key wherever it appears.
 
-use crate::request::llm::scan::after_colon;
+use crate::request::llm::scan::{after_colon, skip_string};
 use std::borrow::Cow;
 
 /// The output text delta of one event's data (the bytes after `data:`, as
@@ -97,22 +97,9 @@ fn string_after_key<'a>(s: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
             // null, a number, an array (logprobs' `content`)...
             continue;
         }
-        return s.get(start..string_end(s, start)?);
+        return s.get(start..skip_string(s, start)?);
     }
     None
-}
-
-/// Past the end of the string whose opening quote is at `at`.
-fn string_end(b: &[u8], at: usize) -> Option<usize> {
-    let mut i = at + 1;
-    loop {
-        let rel = memchr::memchr2(b'"', b'\\', b.get(i..)?)?;
-        i += rel;
-        match b.get(i)? {
-            b'\\' => i += 2,
-            _ => return Some(i + 1),
-        }
-    }
 }
 
 /// The text of a raw JSON string (quotes included), borrowed when it has
