@@ -81,9 +81,11 @@ fn cycle(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
         return None;
     }
     let n = history.len();
-    let same_call = |i: usize, j: usize| match (history.get(i), history.get(j)) {
-        (Some(a), Some(b)) => a.call == b.call,
-        _ => false,
+    let same_call = |i: usize, j: usize| {
+        history
+            .get(i)
+            .zip(history.get(j))
+            .is_some_and(|(a, b)| a.call == b.call)
     };
     for p in [2usize, 3] {
         let Some(first) = n.checked_sub(p).and_then(|s| history.get(s)) else {
@@ -115,10 +117,10 @@ fn cycle(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
 
 /// Entry `i` repeats entry `j`.
 fn repeats(history: &[Entry], i: usize, j: usize) -> bool {
-    match (history.get(i), history.get(j)) {
-        (Some(a), Some(b)) => a.repeats(b),
-        _ => false,
-    }
+    history
+        .get(i)
+        .zip(history.get(j))
+        .is_some_and(|(a, b)| a.repeats(b))
 }
 
 fn verdict(

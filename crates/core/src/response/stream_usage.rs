@@ -63,11 +63,9 @@ impl StripUsage {
         if !carried && !mentions_usage(chunk) && (end_of_stream || ends_event(chunk)) {
             return None;
         }
-        let joined: Vec<u8>;
+        let mut joined = std::mem::take(&mut self.held);
         let input: &[u8] = if carried {
-            let mut j = std::mem::take(&mut self.held);
-            j.extend_from_slice(chunk);
-            joined = j;
+            joined.extend_from_slice(chunk);
             &joined
         } else {
             chunk

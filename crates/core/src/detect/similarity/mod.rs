@@ -213,16 +213,11 @@ pub fn user_brought_news(later: &[Message], earlier: &[Message]) -> bool {
             .iter()
             .rev()
             .find(|m| m.role == "user" && !m.is_results())?;
-        let words: Vec<String> = m
-            .parts
-            .iter()
-            .filter_map(|p| match p {
-                Part::Text(t) => Some(t.split_whitespace().map(str::to_string)),
-                _ => None,
-            })
-            .flatten()
-            .collect();
-        Some(words)
+        let words = m.parts.iter().filter_map(|p| match p {
+            Part::Text(t) => Some(t.split_whitespace().map(str::to_string)),
+            _ => None,
+        });
+        Some(words.flatten().collect())
     };
     let Some(news) = last_written(later) else {
         return false;
@@ -258,8 +253,10 @@ pub fn position_salt(messages: usize) -> u32 {
 /// `exact`: the tail is near only to the same words (its newest answer
 /// made progress: the next edit of a text is not a repeat of the last).
 pub fn of_conversation(salt: u64, tail: &[Message], exact: bool) -> Signature {
-    let mut s = Sketcher::new();
-    s.exact = exact;
+    let mut s = Sketcher {
+        exact,
+        ..Sketcher::default()
+    };
     for (i, m) in tail.iter().enumerate() {
         s.salt(salt ^ (i as u64 + 1));
         s.machine_text = false;

@@ -45,10 +45,6 @@ impl Default for Sketcher {
 }
 
 impl Sketcher {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Salt the words that follow (a message's place in a tail, with the
     /// task's salt).
     pub fn salt(&mut self, salt: u64) {

@@ -7,7 +7,7 @@ fn of_conversation(salt: u64, tail: &[Message]) -> Signature {
 }
 
 fn of_words(words: &[String]) -> Signature {
-    let mut s = Sketcher::new();
+    let mut s = Sketcher::default();
     for w in words {
         s.word(w.as_bytes());
     }
@@ -15,7 +15,7 @@ fn of_words(words: &[String]) -> Signature {
 }
 
 fn of_text(t: &str) -> Signature {
-    let mut s = Sketcher::new();
+    let mut s = Sketcher::default();
     s.text(t);
     s.finish()
 }
@@ -142,8 +142,8 @@ fn the_estimate_is_calibrated() {
             .collect();
         let truth = shared as f64 / (na + nb - shared) as f64;
         // Another salt per pair: another draw of the hash functions.
-        let mut sa = Sketcher::new();
-        let mut sb = Sketcher::new();
+        let mut sa = Sketcher::default();
+        let mut sb = Sketcher::default();
         let salt = next(u64::MAX);
         sa.salt(salt);
         sb.salt(salt);
@@ -298,8 +298,8 @@ fn the_task_is_the_first_user_message_not_the_system_prompt() {
 
 #[test]
 fn an_empty_tail_has_a_stable_signature() {
-    let empty = Sketcher::new().finish();
-    assert_eq!(empty, Sketcher::new().finish());
+    let empty = Sketcher::default().finish();
+    assert_eq!(empty, Sketcher::default().finish());
     assert_eq!(empty.similarity(&empty), 1.0);
 }
 
@@ -342,7 +342,7 @@ fn scripts_without_spaces_are_read_as_character_pairs() {
     assert!(of_text(a).similarity(&of_text(b)) > 0.5);
     assert!(of_text(a).similarity(&of_text(c)) < 0.2);
     // A lone character between other text is a word of its own.
-    let mut s = Sketcher::new();
+    let mut s = Sketcher::default();
     s.text("価 is one");
     assert_eq!(s.words(), 3);
 }

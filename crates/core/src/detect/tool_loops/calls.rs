@@ -168,31 +168,31 @@ impl<R: Results> Calls<'_, '_, R> {
             return Answered::Missing;
         };
         memo(&self.cache, (i, full), || {
-            match self.results.result_text(at) {
-                None => Answered::Unreadable,
-                Some(text) if full => Answered::Digest(volatile::masked_digest(
-                    &text,
-                    self.classes,
-                    Context::ToolResult,
-                    &|_| false,
-                )),
-                Some(text) => {
-                    let classes = noise(self.classes);
-                    // The resource the call asked for, echoed in its result,
-                    // is what tells two answers apart: the tokens of its
-                    // arguments as written (even when the policy masks
-                    // arguments), read as a result is (epochs included: a
-                    // `"since": 1732370401` echoed back names the window).
-                    let raw = self.get(i).map_or("", |c| &*c.arguments);
-                    let named = volatile::tokens(raw, classes, Context::ToolResult);
-                    Answered::Digest(volatile::masked_digest(
-                        &text,
-                        classes,
-                        Context::ToolResult,
-                        &|t| named.iter().any(|n| n.eq_ignore_ascii_case(t)),
-                    ))
-                }
-            }
+            let Some(text) = self.results.result_text(at) else {
+                return Answered::Unreadable;
+            };
+            let classes = if full {
+                self.classes
+            } else {
+                noise(self.classes)
+            };
+            // Noise classes only: the resource the call asked for, echoed
+            // in its result, is what tells two answers apart: the tokens of
+            // its arguments as written (even when the policy masks
+            // arguments), read as a result is (epochs included: a
+            // `"since": 1732370401` echoed back names the window).
+            let raw = self.get(i).map_or("", |c| &*c.arguments);
+            let named = if full {
+                Vec::new()
+            } else {
+                volatile::tokens(raw, classes, Context::ToolResult)
+            };
+            Answered::Digest(volatile::masked_digest(
+                &text,
+                classes,
+                Context::ToolResult,
+                &|t| named.iter().any(|n| n.eq_ignore_ascii_case(t)),
+            ))
         })
     }
 

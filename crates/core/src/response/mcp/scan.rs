@@ -207,36 +207,32 @@ impl Scanner {
                 self.is_response = true;
             }
         }
-        if self.capture.is_none() {
-            if let Some(field) = self.field_at(depth) {
-                if self.field(field).is_some() {
-                    // A member given twice: parsers keep the last, the
-                    // reader (and a note) saw the first. Not read.
-                    self.broken = true;
-                    return;
-                }
-                self.capture = Some((field, depth));
-                self.buf = Captured {
-                    whole: true,
-                    raw: Fnv::default().0,
-                    ..Captured::default()
-                };
-            }
-        } else if let Some((_, d)) = self.capture {
+        if let Some((_, d)) = self.capture {
             if depth == d + 1 {
                 self.buf.items += 1;
             }
+        } else if let Some(field) = self.field_at(depth) {
+            if self.field(field).is_some() {
+                // A member given twice: parsers keep the last, the reader
+                // (and a note) saw the first. Not read.
+                self.broken = true;
+                return;
+            }
+            self.capture = Some((field, depth));
+            self.buf = Captured {
+                whole: true,
+                raw: Fnv::default().0,
+                ..Captured::default()
+            };
         }
     }
 
     /// A value at `depth` ended: a member copied out is finished.
     fn value_ends(&mut self, depth: usize) -> Event {
-        if let Some((field, d)) = self.capture {
-            if d == depth {
-                self.capture = None;
-                let c = std::mem::take(&mut self.buf);
-                self.fields.push((field, c));
-            }
+        if let Some((field, _)) = self.capture.filter(|&(_, d)| d == depth) {
+            self.capture = None;
+            let c = std::mem::take(&mut self.buf);
+            self.fields.push((field, c));
         }
         if depth == 0 {
             Event::MessageEnds

@@ -67,14 +67,10 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     static FINDERS: std::sync::OnceLock<Vec<memchr::memmem::Finder<'static>>> =
         std::sync::OnceLock::new();
     let finders = FINDERS.get_or_init(|| NEEDLES.iter().map(memchr::memmem::Finder::new).collect());
-    match NEEDLES
-        .iter()
-        .position(|n| *n == needle)
+    let finder = NEEDLES.iter().position(|n| *n == needle);
+    finder
         .and_then(|i| finders.get(i))
-    {
-        Some(f) => f.find(hay),
-        None => memchr::memmem::find(hay, needle),
-    }
+        .map_or_else(|| memchr::memmem::find(hay, needle), |f| f.find(hay))
 }
 
 fn skip_ws(b: &[u8], mut at: usize) -> usize {
