@@ -35,10 +35,6 @@ pub struct StripUsage {
 }
 
 impl StripUsage {
-    pub fn new() -> Self {
-        StripUsage::default()
-    }
-
     /// Whether an event longer than [`MAX_HELD`] arrived in pieces: the
     /// stream passed as it is from there on.
     #[cfg(test)]
@@ -255,7 +251,7 @@ mod tests {
 
     /// What the filter sends for `body` fed in pieces cut at `cuts`.
     fn strip(body: &[u8], cuts: &[usize]) -> (Vec<u8>, StripUsage) {
-        let mut s = StripUsage::new();
+        let mut s = StripUsage::default();
         let mut out = Vec::new();
         let mut at = 0;
         let mut bounds: Vec<usize> = cuts.iter().map(|&c| c.min(body.len())).collect();
@@ -299,7 +295,7 @@ mod tests {
         let without = openai_stream(false, "\n");
         assert_eq!(show(&strip(with.as_bytes(), &[]).0), without);
         // Event by event, then an empty end of stream (as Envoy sends it).
-        let mut s = StripUsage::new();
+        let mut s = StripUsage::default();
         let mut out = Vec::new();
         for event in with.split_inclusive("\n\n") {
             let b = s.feed(event.as_bytes(), false);
@@ -315,17 +311,17 @@ mod tests {
         for nl in ["\n", "\r\n"] {
             let without = openai_stream(false, nl);
             let events: Vec<&str> = without.split_inclusive(&format!("{nl}{nl}")).collect();
-            let mut s = StripUsage::new();
+            let mut s = StripUsage::default();
             for event in &events {
                 assert_eq!(s.feed(event.as_bytes(), false), None, "{event}");
             }
             assert_eq!(s.feed(b"", true), None);
             // Two events to a chunk, and the whole body at once.
-            let mut s = StripUsage::new();
+            let mut s = StripUsage::default();
             for pair in events.chunks(2) {
                 assert_eq!(s.feed(pair.concat().as_bytes(), false), None);
             }
-            assert_eq!(StripUsage::new().feed(without.as_bytes(), true), None);
+            assert_eq!(StripUsage::default().feed(without.as_bytes(), true), None);
             // Cut anywhere: held pieces come back whole.
             for cut in 0..=without.len() {
                 assert_eq!(show(&strip(without.as_bytes(), &[cut]).0), without);
@@ -338,7 +334,7 @@ mod tests {
         let anthropic = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":15}}\n\n";
         let responses = "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":7}},\"usage\":null}\n\n";
         for body in [anthropic, responses] {
-            let mut s = StripUsage::new();
+            let mut s = StripUsage::default();
             for event in body.split_inclusive("\n\n") {
                 assert_eq!(s.feed(event.as_bytes(), false), None, "{event}");
             }
@@ -369,7 +365,7 @@ mod tests {
         ];
         for (chunk, want) in cases {
             let body = format!("data: {chunk}\n\n");
-            let got = StripUsage::new().feed(body.as_bytes(), true).unwrap();
+            let got = StripUsage::default().feed(body.as_bytes(), true).unwrap();
             assert_eq!(show(&got), format!("data: {want}\n\n"), "{chunk}");
         }
     }
@@ -392,7 +388,7 @@ mod tests {
             "data :{\"choices\":[],\"usage\":null}\n\n",
         ] {
             assert_eq!(
-                StripUsage::new().feed(event.as_bytes(), false),
+                StripUsage::default().feed(event.as_bytes(), false),
                 None,
                 "{event}"
             );
@@ -418,7 +414,7 @@ mod tests {
             ),
             (format!("data: {usage}"), ""),
         ] {
-            let got = StripUsage::new().feed(body.as_bytes(), true).unwrap();
+            let got = StripUsage::default().feed(body.as_bytes(), true).unwrap();
             assert_eq!(show(&got), want, "{body}");
             for cut in 0..=body.len() {
                 assert_eq!(
@@ -432,7 +428,7 @@ mod tests {
 
     #[test]
     fn stream_held_piece_is_sent_with_the_next_chunk() {
-        let mut s = StripUsage::new();
+        let mut s = StripUsage::default();
         let first = r#"data: {"choices":[],"usage":null}"#;
         assert_eq!(
             s.feed(b"data: [DONE]\n\ndata: {\"cho", false).unwrap(),

@@ -88,13 +88,10 @@ pub(super) fn brought_news(
     prompt: Option<&progress::Text>,
     before: Option<&progress::Text>,
 ) -> bool {
-    let Some(p) = prompt else {
-        return false;
-    };
-    if p.text.split_whitespace().count() <= NEWS_WORDS {
-        return false;
-    }
-    !before.is_some_and(|b| progress::similar(p, b))
+    prompt.is_some_and(|p| {
+        p.text.split_whitespace().count() > NEWS_WORDS
+            && !before.is_some_and(|b| progress::similar(p, b))
+    })
 }
 
 /// Whether the user's message before model turn `turn` brought news (see

@@ -87,7 +87,7 @@ impl<B: BucketBackend> Engine<B> {
         };
         if asked {
             if let Some(req) = r.budget.as_deref_mut() {
-                req.strip = Some(Box::new(StripUsage::new()));
+                req.strip = Some(Box::new(StripUsage::default()));
             }
         }
     }
