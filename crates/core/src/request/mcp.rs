@@ -11,7 +11,7 @@
 //! on untouched, as does anything that is not one JSON-RPC request.
 
 use super::llm::normalize::canonical_json;
-use super::llm::scan::{self, skip_ws, Span};
+use super::llm::scan::{self, Span};
 use super::llm::volatile::{self, Context};
 use super::{Fnv, RequestFacts};
 use crate::config::Classes;
@@ -125,11 +125,6 @@ fn last(members: &[scan::Member<'_>], key: &str) -> Option<Span> {
         .map(|(_, s)| *s)
 }
 
-/// A string member (escapes resolved), if it is one.
-fn string_at(b: &[u8], span: Span) -> Option<String> {
-    serde_json::from_slice::<String>(b.get(span.0..span.1)?).ok()
-}
-
 /// Read one POST body (the whole of it). The body is walked by the
 /// conversation readers' structural scanner (bounded in depth and in
 /// members, no value tree), and the arguments are written out in canonical
@@ -154,14 +149,8 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
     if first != Some(&b'{') {
         return malformed;
     }
-    let end = body.len()
-        - body
-            .iter()
-            .rev()
-            .take_while(|b| b.is_ascii_whitespace())
-            .count();
-    let doc = (skip_ws(body, 0), end);
-    let Some(top) = scan::members(body, doc) else {
+    // The object's members end at its closing brace, whatever follows.
+    let Some(top) = scan::members(body, (0, body.len())) else {
         return malformed;
     };
     let jsonrpc = last(&top, "jsonrpc").and_then(|s| scan::plain_str(body, s));
@@ -173,7 +162,7 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
         // request): nothing to judge.
         return Message::Other;
     };
-    let Some(method) = string_at(body, method) else {
+    let Some(method) = scan::string(body, method) else {
         return malformed;
     };
     if head.method.as_deref().is_some_and(|m| m != method) {
@@ -199,12 +188,11 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
             serde_json::from_str::<Value>(id),
             Ok(Value::String(_) | Value::Number(_))
         );
-    let Some(params) =
-        scan::members(body, params).filter(|_| body.get(skip_ws(body, params.0)) == Some(&b'{'))
-    else {
+    // Not an object: no members.
+    let Some(params) = scan::members(body, params) else {
         return malformed;
     };
-    let tool = match last(&params, "name").and_then(|s| string_at(body, s)) {
+    let tool = match last(&params, "name").and_then(|s| scan::string(body, s)) {
         Some(s) if !s.is_empty() && s.len() <= MAX_TOOL_NAME_BYTES => s,
         _ => return malformed,
     };

@@ -108,19 +108,9 @@ fn action(name: &str, arguments: &str) -> TextAction {
 /// stands between `open` and `>` (a name), the body (to the end of `s`
 /// when unclosed: the model stopped at the stop sequence), and what follows.
 fn tagged<'a>(s: &'a str, open: &str, close: &str) -> Option<(&'a str, &'a str, &'a str)> {
-    let at = s.find(open)?;
-    let after = s.get(at + open.len()..).unwrap_or("");
-    let gt = after.find('>')?;
-    let name = after.get(..gt).unwrap_or("");
-    let body = after.get(gt + 1..).unwrap_or("");
-    Some(match body.find(close) {
-        Some(end) => (
-            name,
-            body.get(..end).unwrap_or(""),
-            body.get(end + close.len()..).unwrap_or(""),
-        ),
-        None => (name, body, ""),
-    })
+    let (name, body) = s.split_once(open)?.1.split_once('>')?;
+    let (body, rest) = body.split_once(close).unwrap_or((body, ""));
+    Some((name, body, rest))
 }
 
 /// `<function=NAME>` blocks with `<parameter=KEY>VALUE</parameter>`s.
@@ -234,13 +224,9 @@ fn closing_fence(text: &str) -> Vec<TextAction> {
         return Vec::new();
     };
     let after_open = body.get(open + 3..).unwrap_or("");
-    let (lang, code) = match after_open.find('\n') {
-        Some(nl) => (
-            after_open.get(..nl).unwrap_or("").trim(),
-            after_open.get(nl + 1..).unwrap_or(""),
-        ),
-        None => ("", after_open),
-    };
+    let (lang, code) = after_open
+        .split_once('\n')
+        .map_or(("", after_open), |(lang, code)| (lang.trim(), code));
     if !SHELLS.contains(&lang.to_ascii_lowercase().as_str()) {
         return Vec::new();
     }
@@ -248,10 +234,8 @@ fn closing_fence(text: &str) -> Vec<TextAction> {
     if code.is_empty() {
         return Vec::new();
     }
-    let (name, rest) = match code.find(char::is_whitespace) {
-        Some(sp) => (code.get(..sp).unwrap_or(code), code.get(sp..).unwrap_or("")),
-        None => (code, ""),
-    };
+    // The rest is trimmed as an argument: the whitespace split at goes too.
+    let (name, rest) = code.split_once(char::is_whitespace).unwrap_or((code, ""));
     vec![action(name, rest)]
 }
 
@@ -278,10 +262,8 @@ fn call_lines(text: &str) -> Vec<TextAction> {
             .trim();
         let l = l.trim_matches('`');
         let l = l.strip_suffix(':').unwrap_or(l).trim_end_matches('`');
-        let Some(open) = l.find('(') else { continue };
-        let name = l.get(..open).unwrap_or("");
-        let args = l.get(open + 1..).unwrap_or("");
-        let Some(args) = args.strip_suffix(')') else {
+        let call = l.split_once('(');
+        let Some((name, args)) = call.and_then(|(n, a)| Some((n, a.strip_suffix(')')?))) else {
             continue;
         };
         let snake = name.len() >= 3

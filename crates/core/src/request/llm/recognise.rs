@@ -35,9 +35,7 @@ fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
     }
     let field = |name: &str| scan::get(&top, name);
     let slice = |s: Span| body.get(s.0..s.1);
-    let model = field("model")
-        .and_then(slice)
-        .and_then(|raw| serde_json::from_slice::<String>(raw).ok());
+    let model = field("model").and_then(|s| scan::string(body, s));
     let offers_tools = ["tools", "functions"]
         .iter()
         .filter_map(|k| field(k).and_then(slice))
@@ -79,10 +77,7 @@ fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
     }
     let input = field("input")?;
     let (items, array) = match body.get(input.0)? {
-        b'"' => (
-            Items::Text(serde_json::from_slice::<String>(slice(input)?).ok()?),
-            None,
-        ),
+        b'"' => (Items::Text(scan::string(body, input)?), None),
         b'[' => (Items::List(split("input")?), Some(input)),
         _ => return None,
     };

@@ -125,8 +125,6 @@ impl Request<'_> {
         let mut i = items.len();
         while i > first_kept && out.len() < k {
             i -= 1;
-            // As the tool history counts turns: a Responses run of model
-            // items is one, each chat or Anthropic reply another.
             let continues = self.format == Format::OpenAiResponses && i > 0 && model(i - 1);
             if model(i) && !continues {
                 out.push(i);

@@ -39,10 +39,8 @@ pub fn ask_usage(body: &[u8]) -> AskUsage {
     if body.get(skip_ws(body, 0)) != Some(&b'{') {
         return AskUsage::NotAStream;
     }
-    let Some(doc) = document(body) else {
-        return AskUsage::Unreadable;
-    };
-    let Some(top) = read_members(body, doc, "stream", "stream_options") else {
+    let top = document(body).and_then(|doc| read_members(body, doc, "stream", "stream_options"));
+    let Some(top) = top else {
         return AskUsage::Unreadable;
     };
     if top.first.and_then(|s| body.get(s.0..s.1)) != Some(b"true") {
@@ -50,10 +48,9 @@ pub fn ask_usage(body: &[u8]) -> AskUsage {
     }
     let Some(options) = top.second else {
         // `stream` is there, so the object has a last member.
-        return match top.last_end {
-            Some(at) => AskUsage::Asked(splice(body, (at, at), &[b",", OPTIONS].concat())),
-            None => AskUsage::Unreadable,
-        };
+        return top.last_end.map_or(AskUsage::Unreadable, |at| {
+            AskUsage::Asked(splice(body, (at, at), &[b",", OPTIONS].concat()))
+        });
     };
     match body.get(options.0) {
         Some(b'n') if is(body, options, b"null") => {
@@ -115,17 +112,11 @@ fn read_members(body: &[u8], span: Span, first: &str, second: &str) -> Option<Fo
 
 /// Whether a key's raw bytes (escapes as written) name `name`.
 fn key_is(raw: &[u8], name: &str) -> bool {
-    if name.is_empty() {
-        return false;
-    }
-    if raw == name.as_bytes() {
-        return true;
-    }
-    if !raw.contains(&b'\\') {
-        return false;
-    }
-    let quoted = [b"\"", raw, b"\""].concat();
-    serde_json::from_slice::<String>(&quoted).is_ok_and(|k| k == name)
+    let unescaped = || {
+        let quoted = [b"\"", raw, b"\""].concat();
+        serde_json::from_slice::<String>(&quoted).is_ok_and(|k| k == name)
+    };
+    !name.is_empty() && (raw == name.as_bytes() || raw.contains(&b'\\') && unescaped())
 }
 
 fn is(body: &[u8], span: Span, literal: &[u8]) -> bool {

@@ -11,21 +11,17 @@ pub fn count_nodes(b: &[u8], span: Span, limit: usize) -> Option<usize> {
     let mut i = span.0;
     let mut n = 0usize;
     while i < b.len() {
-        match *b.get(i)? {
-            b'"' => {
-                n += 1;
-                i = skip_string(b, i)?;
-            }
-            b'{' | b'[' => {
-                n += 1;
+        // Past the value starting at `i`, or past a byte that starts none.
+        i = match *b.get(i)? {
+            b'"' => skip_string(b, i)?,
+            b'{' | b'[' => i + 1,
+            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => i + literal_len(b.get(i..)?),
+            _ => {
                 i += 1;
+                continue;
             }
-            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
-                n += 1;
-                i += literal_len(b.get(i..)?);
-            }
-            _ => i += 1,
-        }
+        };
+        n += 1;
         if n > limit {
             return None;
         }

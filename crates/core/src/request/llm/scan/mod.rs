@@ -117,16 +117,8 @@ fn skip_container(b: &[u8], i: usize) -> Option<usize> {
 
 /// The members of the object spanning `span`: each key's raw bytes (inside
 /// the quotes, escapes as written) and its value's span.
-pub fn members(b: &[u8], span: Span) -> Option<Vec<(&[u8], Span)>> {
-    let mut it = Members::new(b, span)?;
-    let mut out = Vec::new();
-    for m in &mut it {
-        if out.len() >= MAX_KEYS {
-            return None;
-        }
-        out.push(m);
-    }
-    it.ok.then_some(out)
+pub fn members(b: &[u8], span: Span) -> Option<Vec<Member<'_>>> {
+    Some(members_split(b, span, &[], 0)?.0)
 }
 
 /// The members of an object one at a time, so a caller looking for one key
@@ -278,6 +270,11 @@ pub fn get(members: &[(&[u8], Span)], key: &str) -> Option<Span> {
         .iter()
         .find(|(k, _)| *k == key.as_bytes())
         .map(|(_, s)| *s)
+}
+
+/// The string spanning `span`, escapes resolved; `None` if it is not one.
+pub fn string(b: &[u8], span: Span) -> Option<String> {
+    serde_json::from_slice(b.get(span.0..span.1)?).ok()
 }
 
 /// A string member's raw contents when it has no escapes (enough for roles

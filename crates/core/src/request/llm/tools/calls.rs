@@ -73,20 +73,31 @@ impl Request<'_> {
         if let Some(f) = scan::get(members, "function_call").and_then(object) {
             out.push(self.call(&f, scan::get(&f, "arguments")));
         }
-        if let Some(blocks) =
-            scan::get(members, "content").and_then(|s| scan::elements(self.body, s))
-        {
-            for b in blocks {
-                let Some(block) = object(b) else { continue };
-                let is_call = scan::get(&block, "type")
-                    .and_then(|s| scan::plain_str(self.body, s))
-                    .is_some_and(|t| t == b"tool_use" || t == b"server_tool_use");
-                if is_call {
-                    out.push(self.call(&block, scan::get(&block, "input")));
-                }
-            }
-        }
+        let blocks = self.blocks_of(
+            scan::get(members, "content"),
+            &[b"tool_use", b"server_tool_use"],
+        );
+        out.extend(blocks.map(|b| self.call(&b, scan::get(&b, "input"))));
         out
+    }
+
+    /// The objects in the array at `span` whose `type` is one of `types`
+    /// (content blocks), as their members.
+    pub(super) fn blocks_of<'s>(
+        &'s self,
+        span: Option<Span>,
+        types: &'s [&[u8]],
+    ) -> impl Iterator<Item = Vec<scan::Member<'s>>> + 's {
+        let body = self.body;
+        span.and_then(|s| scan::elements(body, s))
+            .into_iter()
+            .flatten()
+            .filter_map(move |b| scan::members(body, b))
+            .filter(move |m| {
+                scan::get(m, "type")
+                    .and_then(|s| scan::plain_str(body, s))
+                    .is_some_and(|t| types.contains(&t))
+            })
     }
 
     /// A call's name and canonical arguments, from the members of the object
@@ -96,7 +107,7 @@ impl Request<'_> {
         let name = scan::get(members, "name")
             .and_then(|s| match scan::plain_str(self.body, s) {
                 Some(plain) => std::str::from_utf8(plain).ok().map(str::to_string),
-                None => serde_json::from_slice::<String>(text(s)?).ok(),
+                None => scan::string(self.body, s),
             })
             .unwrap_or_default();
         let arguments = match args.and_then(text) {

@@ -145,9 +145,7 @@ impl Request<'_> {
                 // What a user wrote; a text action's observation is a
                 // tool's output, not a user's message.
                 if (awaiting.is_empty() || !awaiting_text) && self.word(keys, "role") == b"user" {
-                    if let Some(span) = keys.get("content") {
-                        prompt = Some(ResultAt::Value(span));
-                    }
+                    prompt = keys.get("content").map(ResultAt::Value).or(prompt);
                 }
                 if !awaiting.is_empty() {
                     let role = self.word(keys, "role");
@@ -177,11 +175,7 @@ impl Request<'_> {
             // Responses: a run of model items (reasoning, calls, message) is
             // one turn. Chat and Anthropic: each assistant message is one.
             let continues = self.format == Format::OpenAiResponses && previous_was_model;
-            let t = match (turn, continues) {
-                (Some(t), true) => t,
-                (Some(t), false) => t + 1,
-                (None, _) => 0,
-            };
+            let t = turn.map_or(0, |t| t + usize::from(!continues));
             if turn != Some(t) {
                 awaiting.clear();
                 out.turns.push(ModelTurn {
@@ -266,9 +260,7 @@ impl Request<'_> {
         if !may_read_actions(raw) {
             return Some(Vec::new());
         }
-        let mut key = Vec::with_capacity(raw.len() + 5);
-        key.extend_from_slice(raw);
-        key.extend_from_slice(b"\x04text");
+        let key = [raw, &b"\x04text"[..]].concat();
         cached(cache, Some(&key), || {
             let text = self.reply_text(span).ok()?.unwrap_or_default();
             let actions = super::actions::read(&text).into_iter();

@@ -23,21 +23,7 @@ impl Request<'_> {
         if matches!(kind, b"function_call_output" | b"custom_tool_call_output") {
             return vec![value(keys.get("output"))];
         }
-        let Some(blocks) = keys
-            .get("content")
-            .filter(|s| self.body.get(s.0) == Some(&b'['))
-            .and_then(|s| scan::elements(self.body, s))
-        else {
-            return Vec::new();
-        };
-        blocks
-            .into_iter()
-            .filter_map(|b| scan::members(self.body, b))
-            .filter(|m| {
-                scan::get(m, "type")
-                    .and_then(|s| scan::plain_str(self.body, s))
-                    .is_some_and(|t| t == b"tool_result")
-            })
+        self.blocks_of(keys.get("content"), &[b"tool_result"])
             .map(|m| value(scan::get(&m, "content")))
             .collect()
     }

@@ -149,15 +149,12 @@ pub(super) const TIME_UNITS_UNSPACED: &[&str] = &[
 pub(super) fn names_noise(word: &[u8]) -> bool {
     // Most words are longer than any key, or start with a letter none
     // starts with: answered without a comparison.
-    let len = word.len();
-    if !(2..=9).contains(&len)
-        || !matches!(word.first().map(u8::to_ascii_lowercase), Some(b'a'..=b'w'))
-    {
+    let (len, first) = (word.len(), word.first().map_or(0, u8::to_ascii_lowercase));
+    if !(2..=9).contains(&len) || !(b'a'..=b'w').contains(&first) {
         return false;
     }
-    let first = word.first().map_or(0, u8::to_ascii_lowercase);
     let lengths = LENGTHS_BY_LETTER
-        .get(usize::from(first.wrapping_sub(b'a')))
+        .get(usize::from(first - b'a'))
         .copied()
         .unwrap_or(0);
     if lengths >> len & 1 == 0 {

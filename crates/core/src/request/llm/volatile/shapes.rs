@@ -166,28 +166,20 @@ pub(super) fn epoch(b: &[u8], i: usize) -> Option<usize> {
     if !in_range {
         return None;
     }
-    let end = b
-        .get(end)
-        .filter(|c| **c == b'.')
-        .and_then(|_| digits_end(b, end + 1))
-        .unwrap_or(end);
-    ends(b, end)
+    ends(
+        b,
+        byte(b, end, b'.')
+            .and_then(|p| digits_end(b, p))
+            .unwrap_or(end),
+    )
 }
 
 /// 16 or more hex digits, with both digits and letters.
 pub(super) fn hex_run(b: &[u8], i: usize) -> Option<usize> {
-    let mut p = i;
-    let (mut digits, mut letters) = (false, false);
-    while let Some(&c) = b.get(p).filter(|c| hex(**c)) {
-        digits |= c.is_ascii_digit();
-        letters |= c.is_ascii_alphabetic();
-        p += 1;
-    }
     // Both kinds: sixteen digits are a number (an order, a card), sixteen
     // letters a word; a digest mixes them.
-    (p - i >= 16 && digits && letters)
-        .then_some(p)
-        .and_then(|e| ends(b, e))
+    let (p, mixed) = mixed_run(b, i, u8::is_ascii_hexdigit);
+    (p - i >= 16 && mixed).then_some(p).and_then(|e| ends(b, e))
 }
 
 /// 1-12 letters, `_` or `-`, then 10+ letters and digits with both kinds:
@@ -198,14 +190,20 @@ pub(super) fn prefixed_id(b: &[u8], i: usize) -> Option<(usize, usize)> {
         return None;
     }
     let start = p + 1;
-    let (mut letters, mut digits) = (false, false);
-    let mut q = start;
-    while let Some(&c) = b.get(q).filter(|c| c.is_ascii_alphanumeric()) {
-        letters |= c.is_ascii_alphabetic();
+    let (q, mixed) = mixed_run(b, start, u8::is_ascii_alphanumeric);
+    (q - start >= 10 && mixed).then_some((start, q))
+}
+
+/// Past the bytes from `i` that satisfy `f`, and whether they hold both
+/// digits and letters (one pass).
+fn mixed_run(b: &[u8], i: usize, f: impl Fn(&u8) -> bool) -> (usize, bool) {
+    let (mut p, mut digits, mut letters) = (i, false, false);
+    while let Some(c) = b.get(p).filter(|c| f(c)) {
         digits |= c.is_ascii_digit();
-        q += 1;
+        letters |= c.is_ascii_alphabetic();
+        p += 1;
     }
-    (q - start >= 10 && letters && digits).then_some((start, q))
+    (p, digits && letters)
 }
 
 /// The end of a number from `i`: digits, with `.` or `,` between digit
