@@ -218,9 +218,7 @@ impl<B: BucketBackend> Engine<B> {
         // (and so the end of its answer) sends its next request only then,
         // and on any replica that request finds it.
         let settled = self.shared.is_some()
-            && r.budget
-                .as_ref()
-                .is_some_and(|b| b.has_keys() && !b.strip_holding())
+            && r.budget.as_ref().is_some_and(|b| b.may_settle())
             && r.usage.as_ref().is_some_and(|u| u.usage_final());
         if end_of_stream || settled {
             if let Some(add) = self.finish_usage(r, true, out) {
