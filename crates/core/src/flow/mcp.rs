@@ -15,7 +15,7 @@
 
 use super::enact::event_key;
 use super::store::asks::{Answer, Ask};
-use super::store::writes::{McpAdd, Write};
+use super::store::writes::Write;
 use super::{count_opt, policy_with, usage, Effect, Effects, Engine, Level, Request, Step};
 use crate::act::reply::LocalReply;
 use crate::act::shadow::verdict_line;
@@ -58,14 +58,8 @@ pub(super) struct McpStream {
 /// it is judged), or until the store has loopguard's answer to it (then
 /// the answer goes to the client).
 #[derive(Debug)]
-pub(super) struct McpWait {
-    id: HistoryId,
-    ask: McpAsk,
-}
-
-#[derive(Debug)]
-enum McpAsk {
-    History(ToolCall),
+pub(super) enum McpWait {
+    History(HistoryId, ToolCall),
     Answer(Box<LocalReply>, Write),
 }
 
@@ -199,13 +193,10 @@ impl<B: BucketBackend> Engine<B> {
         let id = history_id(r.caller, cfg, stream, self.mcp_seed);
         if let Some(shared) = self.shared.as_ref() {
             let read = shared.mcp_of(id.key, cfg.window_ms, now, None);
-            let ask = McpAsk::History(call);
-            return self.ask(r, read, Ask::Mcp(McpWait { id, ask }), out);
+            return self.ask(r, read, Ask::Mcp(McpWait::History(id, call)), out);
         }
-        let (ours, recent) = (
-            (stream.policy, policy),
-            self.local_history(policy, cfg, id, now, out),
-        );
+        let ours = (stream.policy, policy);
+        let recent = self.local_history(policy, cfg, id, now, out);
         self.judge_mcp(r, ours, cfg, call, id, recent, now, out)
     }
 
@@ -276,8 +267,8 @@ impl<B: BucketBackend> Engine<B> {
                 else {
                     return self.answer(r, None, reply, ANSWERED, out);
                 };
-                let ask = McpAsk::Answer(Box::new(reply), write);
-                return self.ask(r, call, Ask::Mcp(McpWait { id, ask }), out);
+                let wait = McpWait::Answer(Box::new(reply), write);
+                return self.ask(r, call, Ask::Mcp(wait), out);
             }
             _ => {}
         }
@@ -313,13 +304,12 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        let McpWait { id, ask } = w;
-        let call = match ask {
-            McpAsk::Answer(reply_to_client, write) => {
+        let (id, call) = match w {
+            McpWait::Answer(reply_to_client, write) => {
                 self.write_done(&write, answer, out);
                 return self.answer(r, None, *reply_to_client, ANSWERED, out);
             }
-            McpAsk::History(call) => call,
+            McpWait::History(id, call) => (id, call),
         };
         let read = answer.and_then(|reply| parse_history(reply.status.as_deref(), &reply.body));
         self.count_call(read.as_ref().err(), out);
@@ -368,13 +358,13 @@ impl<B: BucketBackend> Engine<B> {
             Err(_) => out.push(unjudged(&policy.id, McpUnjudged::Store)),
         }
         self.shared.as_ref()?;
-        Some(Write::Mcp(McpAdd {
+        Some(Write::Mcp {
             policy: index,
             key: id.key,
             entry,
             window_ms: cfg.window_ms,
             at: now,
-        }))
+        })
     }
 
     /// A loop was acted on (a note added, the call answered; in shadow

@@ -36,12 +36,8 @@ impl<B: BucketBackend> Engine<B> {
         }
         if !counted.shared {
             let forgave = self.local.take_back(&counted.take_back, now).ok();
-            count_opt(
-                out,
-                self.registry.failed_attempt(counted.policy, forgave),
-                1,
-            );
-            return;
+            let id = self.registry.failed_attempt(counted.policy, forgave);
+            return count_opt(out, id, 1);
         }
         let write = writes::Write::TakeBack {
             policy: counted.policy,
@@ -59,18 +55,16 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) {
-        match self.root_calls.reported(id) {
-            Some(RootCall::Write(w)) => self.on_root_write_sent(w, sent, out),
+        match (self.root_calls.reported(id), sent) {
+            (Some(RootCall::Write(w)), sent) => self.on_root_write_sent(w, sent, out),
             // The host could not send an alert.
-            Some(RootCall::Alert) => {
-                if let Err(why) = sent {
-                    let webhook = self.alerts.webhook.as_ref();
-                    let cluster = webhook.map_or("", |w| w.cluster.as_str());
-                    let why = format!("cannot call cluster \"{cluster}\" ({why})");
-                    self.webhook_failed(&why, now, out);
-                }
+            (Some(RootCall::Alert), Err(why)) => {
+                let webhook = self.alerts.webhook.as_ref();
+                let cluster = webhook.map_or("", |w| w.cluster.as_str());
+                let why = format!("cannot call cluster \"{cluster}\" ({why})");
+                self.webhook_failed(&why, now, out);
             }
-            None => {}
+            _ => {}
         }
     }
 

@@ -45,7 +45,18 @@ impl<B: BucketBackend> Engine<B> {
     /// up on, resume throttled requests whose time has come; stop the tick
     /// when nothing waits.
     pub fn on_tick(&mut self, now: u64, out: &mut Effects) {
-        self.send_alerts(out);
+        let sent = self.alerts.queue.len().min(ALERTS_PER_TICK);
+        if let Some(webhook) = &self.alerts.webhook {
+            for alert in self.alerts.queue.drain(..sent) {
+                let call = StoreCall {
+                    cluster: webhook.cluster.clone(),
+                    headers: events::alert_headers(webhook, &alert),
+                    body: alert.body.into_bytes(),
+                    timeout_ms: webhook.timeout_ms,
+                };
+                out.push(self.root_calls.send(RootCall::Alert, call));
+            }
+        }
         while let Some((what, call)) = self.root_calls.queued.pop_front() {
             out.push(self.root_calls.send(RootCall::Write(what), call));
         }
@@ -77,25 +88,6 @@ impl<B: BucketBackend> Engine<B> {
             && !self.hold.watching()
         {
             out.push(Effect::StopTick);
-        }
-    }
-
-    fn send_alerts(&mut self, out: &mut Effects) {
-        let Some(webhook) = &self.alerts.webhook else {
-            return;
-        };
-        for _ in 0..ALERTS_PER_TICK {
-            let Some(alert) = self.alerts.queue.pop_front() else {
-                return;
-            };
-            let headers = events::alert_headers(webhook, &alert);
-            let call = StoreCall {
-                cluster: webhook.cluster.clone(),
-                headers,
-                body: alert.body.into_bytes(),
-                timeout_ms: webhook.timeout_ms,
-            };
-            out.push(self.root_calls.send(RootCall::Alert, call));
         }
     }
 
