@@ -238,12 +238,8 @@ pub fn shadow_line(policy_id: &str, b: &Budget, s: &Standing) -> Option<String> 
         ("cap", limit.cap.show(limit.cap.amount())),
         ("unit", limit.cap.unit().to_string()),
     ];
-    Some(super::shadow::line(
-        "reject",
-        Some("budget"),
-        policy_id,
-        &fields,
-    ))
+    let guard = Some("budget");
+    Some(super::shadow::line("reject", guard, policy_id, &fields))
 }
 
 #[cfg(test)]
