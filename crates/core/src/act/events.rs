@@ -92,10 +92,7 @@ pub fn add_spend(
     spend: Option<&crate::state::ledger::Spend>,
     priced: bool,
 ) {
-    let Some(e) = event.as_object_mut() else {
-        return;
-    };
-    e.insert("caller".to_string(), Value::String(caller.to_string()));
+    insert(event, "caller", Value::String(caller.to_string()));
     let s = spend.copied().unwrap_or_default();
     let mut spent = json!({
         "responses": s.responses,
@@ -106,7 +103,7 @@ pub fn add_spend(
         // Micro-dollars to dollars, exactly as a decimal.
         insert(&mut spent, "usd", json!(s.microusd as f64 / 1e6));
     }
-    e.insert("spent".to_string(), spent);
+    insert(event, "spent", spent);
 }
 
 /// The decision as Envoy's access log can print it (filter state

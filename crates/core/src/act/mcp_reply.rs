@@ -91,12 +91,6 @@ pub fn note_text(cfg: &Mcp, tool: &str, v: &McpVerdict) -> String {
     format!("[loopguard] Note: {what}. {instead}{warning}")
 }
 
-/// The text of a blocked call's result.
-pub fn blocked_text(tool: &str, v: &McpVerdict) -> String {
-    let (what, instead) = (what(tool, v), instead(v));
-    format!("[loopguard] This call was not run: {what}. {instead}")
-}
-
 /// The reply for an answering step (`None` for a note, which forwards).
 /// `id` is the request's JSON-RPC id as written.
 pub fn reply(
@@ -118,7 +112,12 @@ pub fn reply(
     let refusal = Refusal {
         policy_id,
         status,
-        message: blocked_text(tool, v),
+        // The text of a blocked call's result (or its error's message).
+        message: format!(
+            "[loopguard] This call was not run: {}. {}",
+            what(tool, v),
+            instead(v)
+        ),
         details: json!({
             "policy": policy_id,
             "tier": v.tier.as_str(),

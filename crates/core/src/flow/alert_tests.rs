@@ -51,7 +51,7 @@ fn alerts_are_queued_sent_from_the_tick_and_bounded() {
     // More alerts than the queue holds are dropped and counted.
     let mut out = Effects::new();
     for i in 0..(MAX_QUEUED_ALERTS + 3) {
-        h.engine.queue_alert(&json!({"n": i}), h.now, &mut out);
+        h.engine.emit_event(&json!({"n": i}), true, h.now, &mut out);
     }
     assert_eq!(h.metric(&out, "loopguard.webhook_total.result.dropped"), 3);
 }

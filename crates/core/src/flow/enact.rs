@@ -14,11 +14,15 @@
 //! - **the access-log record**: published in filter state as the
 //!   configuration's `access_log` says.
 
-use super::{count_opt, usage, Effect, Effects, Engine, Level, Phase, Request, Step};
+use super::{
+    count, count_opt, usage, Effect, Effects, Engine, Level, Phase, Request, Step,
+    MAX_QUEUED_ALERTS,
+};
 use crate::act::events;
 use crate::act::reply::{self, LocalReply};
 use crate::config::Policy;
 use crate::detect::fingerprint::Fingerprint;
+use crate::metrics::WebhookResult;
 use crate::state::store::{BucketBackend, Hit, StoreAnswer};
 use crate::state::window::WindowQuery;
 use serde_json::Value;
@@ -61,12 +65,21 @@ impl<B: BucketBackend> Engine<B> {
         events::add_spend(event, &usage::caller_tag(caller), spend.as_ref(), priced);
     }
 
-    /// Log a verdict's event; with `alert`, send it to the webhook too.
+    /// Log a verdict's event; with `alert` (and a webhook configured),
+    /// queue it for the webhook too: the tick sends it, as a finished
+    /// stream cannot wait for the call's answer.
     pub(super) fn emit_event(&mut self, event: &Value, alert: bool, now: u64, out: &mut Effects) {
         out.push(Effect::Log(Level::Info, event.to_string()));
-        if alert {
-            self.queue_alert(event, now, out);
+        if !alert || self.alerts.webhook.is_none() {
+            return;
         }
+        if self.alerts.queue.len() >= MAX_QUEUED_ALERTS {
+            out.push(count(self.registry.webhook(WebhookResult::Dropped), 1));
+            return;
+        }
+        let alert = events::alert(event, now, self.alerts.secret.as_deref());
+        self.alerts.queue.push_back(alert);
+        out.push(Effect::ArmTick);
     }
 
     /// Forward the request carrying a guard's header: to the upstream (the

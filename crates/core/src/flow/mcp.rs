@@ -15,7 +15,7 @@
 
 use super::enact::event_key;
 use super::store::asks::{Answer, Ask};
-use super::store::writes::{McpAdd, Write};
+use super::store::writes::Write;
 use super::{count_opt, policy_with, usage, Effect, Effects, Engine, Level, Request, Step};
 use crate::act::reply::LocalReply;
 use crate::act::shadow::verdict_line;
@@ -49,7 +49,8 @@ pub(super) struct McpStream {
     /// API key).
     anonymous: bool,
     call: Option<Forwarded>,
-    status: Option<u32>,
+    /// The response's status, for a call that went on.
+    pub(super) status: Option<u32>,
     reader: Option<ResultReader>,
 }
 
@@ -57,14 +58,8 @@ pub(super) struct McpStream {
 /// it is judged), or until the store has loopguard's answer to it (then
 /// the answer goes to the client).
 #[derive(Debug)]
-pub(super) struct McpWait {
-    id: HistoryId,
-    ask: McpAsk,
-}
-
-#[derive(Debug)]
-enum McpAsk {
-    History(ToolCall),
+pub(super) enum McpWait {
+    History(HistoryId, ToolCall),
     Answer(Box<LocalReply>, Write),
 }
 
@@ -198,11 +193,11 @@ impl<B: BucketBackend> Engine<B> {
         let id = history_id(r.caller, cfg, stream, self.mcp_seed);
         if let Some(shared) = self.shared.as_ref() {
             let read = shared.mcp_of(id.key, cfg.window_ms, now, None);
-            let ask = McpAsk::History(call);
-            return self.ask(r, read, Ask::Mcp(McpWait { id, ask }), out);
+            return self.ask(r, read, Ask::Mcp(McpWait::History(id, call)), out);
         }
+        let ours = (stream.policy, policy);
         let recent = self.local_history(policy, cfg, id, now, out);
-        self.judge_mcp(r, policy, cfg, call, id, recent, now, out)
+        self.judge_mcp(r, ours, cfg, call, id, recent, now, out)
     }
 
     /// The call's history in this replica's table (empty when the table
@@ -227,7 +222,7 @@ impl<B: BucketBackend> Engine<B> {
     fn judge_mcp(
         &mut self,
         r: &mut Request,
-        policy: &Policy,
+        (index, policy): (usize, &Policy),
         cfg: &Mcp,
         call: ToolCall,
         id: HistoryId,
@@ -235,9 +230,6 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        let Some(index) = r.mcp.as_ref().map(|s| s.policy) else {
-            return Step::Continue;
-        };
         // A loop loopguard has been answering goes to the server again
         // once `recheck_seconds` have passed since its last real result:
         // the job may have finished, the service come back.
@@ -268,14 +260,15 @@ impl<B: BucketBackend> Engine<B> {
                     unread: false,
                     ..v.evidence.expected
                 };
-                let (ours, snapshot) = ((index, policy), recent.snapshot);
-                let write = self.record_call(ours, cfg, id, answered, snapshot, now, out);
+                let snapshot = recent.snapshot;
+                let write =
+                    self.record_call((index, policy), cfg, id, answered, snapshot, now, out);
                 let Some((write, call)) = write.and_then(|w| self.write_call(&w).map(|c| (w, c)))
                 else {
                     return self.answer(r, None, reply, ANSWERED, out);
                 };
-                let ask = McpAsk::Answer(Box::new(reply), write);
-                return self.ask(r, call, Ask::Mcp(McpWait { id, ask }), out);
+                let wait = McpWait::Answer(Box::new(reply), write);
+                return self.ask(r, call, Ask::Mcp(wait), out);
             }
             _ => {}
         }
@@ -311,13 +304,12 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        let McpWait { id, ask } = w;
-        let call = match ask {
-            McpAsk::Answer(reply_to_client, write) => {
+        let (id, call) = match w {
+            McpWait::Answer(reply_to_client, write) => {
                 self.write_done(&write, answer, out);
                 return self.answer(r, None, *reply_to_client, ANSWERED, out);
             }
-            McpAsk::History(call) => call,
+            McpWait::History(id, call) => (id, call),
         };
         let read = answer.and_then(|reply| parse_history(reply.status.as_deref(), &reply.body));
         self.count_call(read.as_ref().err(), out);
@@ -328,15 +320,10 @@ impl<B: BucketBackend> Engine<B> {
         let Some((policy, cfg)) = policy_with(&config, index, |p| p.mcp.as_ref()) else {
             return Step::Continue;
         };
+        let local = "MCP calls are judged by this replica's histories";
         let recent = match read {
             Ok(recent) => recent,
-            Err(f) => match self.store_fallback(
-                &f,
-                "MCP calls are judged by this replica's histories",
-                "MCP calls are",
-                now,
-                out,
-            ) {
+            Err(f) => match self.store_fallback(&f, local, "MCP calls are", now, out) {
                 OnStoreError::Local => self.local_history(policy, cfg, id, now, out),
                 // Passed unjudged: judged as a first call.
                 OnStoreError::Allow => {
@@ -345,7 +332,7 @@ impl<B: BucketBackend> Engine<B> {
                 }
             },
         };
-        self.judge_mcp(r, policy, cfg, call, id, recent, now, out)
+        self.judge_mcp(r, (index, policy), cfg, call, id, recent, now, out)
     }
 
     /// Add a call to its history: in the local table (a live history
@@ -371,13 +358,13 @@ impl<B: BucketBackend> Engine<B> {
             Err(_) => out.push(unjudged(&policy.id, McpUnjudged::Store)),
         }
         self.shared.as_ref()?;
-        Some(Write::Mcp(McpAdd {
+        Some(Write::Mcp {
             policy: index,
             key: id.key,
             entry,
             window_ms: cfg.window_ms,
             at: now,
-        }))
+        })
     }
 
     /// A loop was acted on (a note added, the call answered; in shadow
@@ -436,13 +423,6 @@ impl<B: BucketBackend> Engine<B> {
         }
     }
 
-    /// The response's status, for an MCP call that went on.
-    pub(super) fn mcp_response_status(&mut self, r: &mut Request, status: Option<u32>) {
-        if let Some(s) = r.mcp.as_mut() {
-            s.status = status;
-        }
-    }
-
     /// The response's content type: a result to read (a JSON body or an
     /// event stream with a 200), or one that cannot be read (recorded as
     /// such: never a repeat).
@@ -492,23 +472,22 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        let Some(s) = r.mcp.as_mut() else {
-            return Step::Continue;
-        };
-        let Some(reader) = s.reader.as_mut() else {
+        let Some((reader, call)) = r
+            .mcp
+            .as_deref_mut()
+            .and_then(|s| Some((s.reader.as_mut()?, &mut s.call)))
+        else {
             return Step::Continue;
         };
         let fed = reader.feed(chunk, end_of_stream);
         if let Some((at, bytes)) = fed.insert {
-            let mut body = Vec::with_capacity(chunk.len() + bytes.len());
-            body.extend_from_slice(chunk.get(..at).unwrap_or(chunk));
-            body.extend_from_slice(&bytes);
-            body.extend_from_slice(chunk.get(at..).unwrap_or(&[]));
+            let (head, tail) = chunk.split_at_checked(at).unwrap_or((chunk, &[]));
+            let body = [head, &bytes, tail].concat();
             out.push(Effect::ReplaceResponseBody {
                 old_len: chunk.len(),
                 body,
             });
-            if let Some(f) = s.call.as_mut() {
+            if let Some(f) = call {
                 f.note_added = true;
             }
         }

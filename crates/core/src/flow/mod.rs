@@ -291,11 +291,6 @@ impl RootCalls {
         let i = self.sent.iter().position(|(i, _)| *i == id)?;
         self.sent.remove(i).map(|(_, what)| what)
     }
-
-    /// Writes queued or waiting for their answers.
-    fn writes(&self) -> usize {
-        self.queued.len() + self.awaiting.len()
-    }
 }
 
 impl Request {

@@ -12,7 +12,7 @@ use crate::act::events;
 use crate::act::reply;
 use crate::config::{OnStoreError, StoreConfig};
 use crate::detect::fingerprint::Fingerprinted;
-use crate::metrics::WouldBe;
+use crate::metrics::{SkipReason, WouldBe};
 use crate::state::store::BucketBackend;
 use crate::state::store::Hit;
 use crate::state::store::{StoreAnswer, StoreFailure};
@@ -36,10 +36,7 @@ impl<B: BucketBackend> Engine<B> {
             return Step::Continue;
         };
         if made.unparsed {
-            out.push(count(
-                self.registry.skipped(crate::metrics::SkipReason::Unparsed),
-                1,
-            ));
+            out.push(count(self.registry.skipped(SkipReason::Unparsed), 1));
         }
         self.hits = self.hits.wrapping_add(1);
         let hit = decision::hit(p, detection, &made, now, self.hits);

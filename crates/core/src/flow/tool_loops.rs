@@ -58,16 +58,9 @@ impl<B: BucketBackend> Engine<B> {
         let step = v.step.as_str();
         self.publish_decision(out, (policy, true), step, || [("tool_loop", json!(header))]);
         if shadow {
-            self.shadow(
-                crate::act::shadow::verdict_line(
-                    "tool loop",
-                    &policy.id,
-                    v,
-                    tool_loops::shown_tool(v),
-                    ("level", v.level),
-                ),
-                out,
-            );
+            let (tool, level) = (tool_loops::shown_tool(v), ("level", v.level));
+            let line = crate::act::shadow::verdict_line("tool loop", &policy.id, v, tool, level);
+            self.shadow(line, out);
             count_opt(out, self.registry.shadow(index, WouldBe::from(v.step)), 1);
             return None;
         }
@@ -87,10 +80,7 @@ impl<B: BucketBackend> Engine<B> {
         if !r.headers_held && !r.length_dropped {
             out.push(Effect::Log(
                 Level::Warn,
-                format!(
-                    "tool-loop {} not added: the request headers already went upstream with their content-length",
-                    v.step.as_str()
-                ),
+                format!("tool-loop {step} not added: the request headers already went upstream with their content-length"),
             ));
             return None;
         }
@@ -102,10 +92,7 @@ impl<B: BucketBackend> Engine<B> {
             }),
             None => out.push(Effect::Log(
                 Level::Debug,
-                format!(
-                    "no conversation to add the tool-loop {} to",
-                    v.step.as_str()
-                ),
+                format!("no conversation to add the tool-loop {step} to"),
             )),
         }
         None

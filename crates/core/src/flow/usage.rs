@@ -162,13 +162,13 @@ impl<B: BucketBackend> Engine<B> {
         let Some(target) = r.usage_for else {
             return;
         };
-        self.budget_head(r, head);
+        let needs_model = self.budget_head(r, head);
         match head.content_type.and_then(Framing::of_content_type) {
             Some(f) => {
                 let mut reader = UsageReader::new(f).watching(RepeatSettings::default());
                 if r.budget.is_some() {
                     reader = reader.counting_events();
-                    if self.budget_needs_model(r) {
+                    if needs_model {
                         reader = reader.finding_model();
                     }
                 }
@@ -218,9 +218,7 @@ impl<B: BucketBackend> Engine<B> {
         // (and so the end of its answer) sends its next request only then,
         // and on any replica that request finds it.
         let settled = self.shared.is_some()
-            && r.budget
-                .as_ref()
-                .is_some_and(|b| b.has_keys() && !b.strip_holding())
+            && r.budget.as_ref().is_some_and(|b| b.may_settle())
             && r.usage.as_ref().is_some_and(|u| u.usage_final());
         if end_of_stream || settled {
             if let Some(add) = self.finish_usage(r, true, out) {
@@ -297,14 +295,11 @@ impl<B: BucketBackend> Engine<B> {
             count_opt(out, reg.cost(p, l, m), to_i64(cost));
         }
         if let Some(key) = target.loop_key {
-            match self.ledger.add(
-                &mut self.local.backend,
-                key,
-                u.input,
-                u.output,
-                cost,
-                r.started_ms,
-            ) {
+            let backend = &mut self.local.backend;
+            match self
+                .ledger
+                .add(backend, key, u.input, u.output, cost, r.started_ms)
+            {
                 Added::Done { cas_retries: 0 } => {}
                 Added::Done { cas_retries } => {
                     out.push(count(MetricId::CAS_RETRIES, i64::from(cas_retries)));

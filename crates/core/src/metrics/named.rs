@@ -14,32 +14,21 @@ pub struct Family {
     pub labels: &'static [&'static str],
 }
 
+const fn family(name: &'static str, labels: &'static [&'static str]) -> Family {
+    Family { name, labels }
+}
+
 /// Every family the engine names counters in.
 pub const FAMILIES: &[Family] = &[
-    Family {
-        name: "loopguard.caller_loop_requests_total",
-        labels: &["policy", "caller"],
-    },
-    Family {
-        name: "loopguard.budget_spend_total",
-        labels: &["policy", "budget", "key"],
-    },
-    Family {
-        name: "loopguard.mcp_exempt_total",
-        labels: &["policy"],
-    },
-    Family {
-        name: "loopguard.mcp_loops_total",
-        labels: &["policy", "tier", "step"],
-    },
-    Family {
-        name: "loopguard.mcp_shadow_total",
-        labels: &["policy", "tier", "step"],
-    },
-    Family {
-        name: "loopguard.mcp_unjudged_total",
-        labels: &["policy", "reason"],
-    },
+    family(
+        "loopguard.caller_loop_requests_total",
+        &["policy", "caller"],
+    ),
+    family("loopguard.budget_spend_total", &["policy", "budget", "key"]),
+    family("loopguard.mcp_exempt_total", &["policy"]),
+    family("loopguard.mcp_loops_total", &["policy", "tier", "step"]),
+    family("loopguard.mcp_shadow_total", &["policy", "tier", "step"]),
+    family("loopguard.mcp_unjudged_total", &["policy", "reason"]),
 ];
 
 /// The family (its index in [`FAMILIES`]) and the label values of a named

@@ -222,7 +222,6 @@ impl<B: BucketBackend> Engine<B> {
         for &l in &v.near_cap {
             count_opt(out, ids.and_then(|i| i.near_cap(l)), 1);
         }
-        let rejects = v.rejects(b, p.mode);
         let action = match (p.mode, b.action) {
             (Mode::Shadow, _) => "shadow",
             (_, crate::config::budget::BudgetAction::Reject) => "reject",
@@ -243,7 +242,7 @@ impl<B: BucketBackend> Engine<B> {
             }
             return Ok(());
         }
-        if rejects {
+        if v.rejects(b, p.mode) {
             let Some(top) = v.exceeded.first() else {
                 return Ok(());
             };

@@ -75,15 +75,12 @@ impl BudgetReq {
         }
     }
 
-    /// Whether the request counts under a key (its response adds to it).
-    pub(super) fn has_keys(&self) -> bool {
-        !self.keys.is_empty() && !self.added
-    }
-
-    /// Whether the start of a stream's event is held back from the client
-    /// (the response must not be held for the store before it is sent).
-    pub(super) fn strip_holding(&self) -> bool {
-        self.strip.as_ref().is_some_and(|s| s.holding())
+    /// Whether the response may wait for the shared store to have its
+    /// spending: the request counts under a key (its response adds to it),
+    /// and no start of a stream's event is held back from the client (it
+    /// must be sent before the response is held).
+    pub(super) fn may_settle(&self) -> bool {
+        !self.keys.is_empty() && !self.added && !self.strip.as_ref().is_some_and(|s| s.holding())
     }
 }
 

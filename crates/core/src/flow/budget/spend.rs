@@ -32,24 +32,22 @@ impl<B: BucketBackend> Engine<B> {
     }
 
     /// The response headers' reported cost (LiteLLM's), kept for when the
-    /// response is over.
+    /// response is over; and whether the response should be read for the
+    /// model that answered (a dollar cap whose request named none that was
+    /// read).
     pub(in crate::flow) fn budget_head(
         &self,
         r: &mut Request,
         head: &crate::response::ResponseHead<'_>,
-    ) {
-        if let (Some(req), Some(v)) = (r.budget.as_deref_mut(), head.reported_cost) {
+    ) -> bool {
+        let Some(req) = r.budget.as_deref_mut() else {
+            return false;
+        };
+        if let Some(v) = head.reported_cost {
             req.reported_cost =
                 crate::response::usage::microusd_of(&serde_json::Value::from(v.trim()));
         }
-    }
-
-    /// Whether the response should be read for the model that answered (a
-    /// dollar cap whose request named none that was read).
-    pub(in crate::flow) fn budget_needs_model(&self, r: &Request) -> bool {
-        r.budget
-            .as_deref()
-            .is_some_and(|req| req.dollars && req.price.is_none() && !req.keys.is_empty())
+        req.dollars && req.price.is_none() && !req.keys.is_empty()
     }
 
     /// Add a response's spending to each of its budget keys, here and in

@@ -58,37 +58,27 @@ impl<B: BucketBackend> Engine<B> {
             Effect::ReplaceBody { body, .. } => Some(body),
             _ => None,
         });
-        let asked = match rewritten {
-            Some(b) => match ask_usage(b) {
-                AskUsage::Asked(new) => {
-                    *b = new;
-                    true
-                }
-                _ => false,
-            },
-            None => match ask_usage(body) {
-                AskUsage::Asked(new) if r.headers_held || r.length_dropped => {
-                    out.push(Effect::ReplaceBody {
-                        old_len: r.body_len,
-                        body: new,
-                        set_length: r.headers_held,
-                    });
-                    true
-                }
-                AskUsage::Asked(_) => {
-                    out.push(Effect::Log(
-                        Level::Debug,
-                        "stream usage not asked for: the request headers already went upstream with their content-length; its spending is estimated".to_string(),
-                    ));
-                    false
-                }
-                _ => false,
-            },
+        let asked = ask_usage(rewritten.as_deref().map_or(body, Vec::as_slice));
+        let AskUsage::Asked(new) = asked else {
+            return;
         };
-        if asked {
-            if let Some(req) = r.budget.as_deref_mut() {
-                req.strip = Some(Box::new(StripUsage::default()));
+        match rewritten {
+            Some(b) => *b = new,
+            None if r.headers_held || r.length_dropped => out.push(Effect::ReplaceBody {
+                old_len: r.body_len,
+                body: new,
+                set_length: r.headers_held,
+            }),
+            None => {
+                out.push(Effect::Log(
+                    Level::Debug,
+                    "stream usage not asked for: the request headers already went upstream with their content-length; its spending is estimated".to_string(),
+                ));
+                return;
             }
+        }
+        if let Some(req) = r.budget.as_deref_mut() {
+            req.strip = Some(Box::new(StripUsage::default()));
         }
     }
 

@@ -122,6 +122,11 @@ impl<B: BucketBackend> Engine<B> {
         };
         let parsed = parsed.and_then(Result::ok);
         let mut polling = false;
+        let compares_content = || {
+            p.detection
+                .as_ref()
+                .is_some_and(|d| d.similarity.compares_content())
+        };
         let near = p
             .detection
             .as_ref()
@@ -165,11 +170,7 @@ impl<B: BucketBackend> Engine<B> {
             }
             // A polling turn is a repeat by design: the content-comparing
             // modes do not count it (exact and session modes do).
-            polling = p
-                .detection
-                .as_ref()
-                .is_some_and(|d| d.similarity.compares_content())
-                && tool_loops::only_exempt_calls(cfg, history);
+            polling = compares_content() && tool_loops::only_exempt_calls(cfg, history);
         }
         if p.budget.is_some() {
             self.budget_keys(r, p, body, parsed.as_ref());
@@ -178,10 +179,7 @@ impl<B: BucketBackend> Engine<B> {
                 self.ask_stream_usage(r, pending.path(), body, model, out);
             }
         }
-        let harness_retry = reasked > 0
-            && p.detection
-                .as_ref()
-                .is_some_and(|d| d.similarity.compares_content());
+        let harness_retry = reasked > 0 && compares_content();
         if p.detection.is_none() || polling || harness_retry {
             // No loop detection; or the model's newest turn only calls
             // exempt tools (polling): repeating it is what it is for, so

@@ -9,6 +9,7 @@ use crate::flow::{
     count, count_opt, mcp, usage, Effect, Effects, Engine, Level, MetricId, Phase, Request, State,
     Step, UsageFor, MAX_UNKNOWN_ROUTE_POLICIES,
 };
+use crate::metrics::SkipReason;
 use crate::request::policy::{self, Selection};
 use crate::request::{self, RequestFacts, RequestHead};
 use crate::state::store::BucketBackend;
@@ -174,10 +175,7 @@ impl<B: BucketBackend> Engine<B> {
         }
         r.state = State::Pass;
         self.mcp_too_large(r, out);
-        out.push(count(
-            self.registry.skipped(crate::metrics::SkipReason::TooLarge),
-            1,
-        ));
+        out.push(count(self.registry.skipped(SkipReason::TooLarge), 1));
         self.budget_gate_only(r, phase, now, out)
     }
 }

@@ -5,7 +5,8 @@
 //! is long gone.
 
 use crate::flow::store::writes;
-use crate::flow::{count_opt, Effect, Effects, Engine, Request, RootCall};
+use crate::flow::{count, count_opt, Effect, Effects, Engine, Request, RootCall};
+use crate::metrics::WebhookResult;
 use crate::response;
 use crate::state::store::BucketBackend;
 
@@ -23,7 +24,9 @@ impl<B: BucketBackend> Engine<B> {
         for (name, value) in std::mem::take(&mut r.response_headers) {
             out.push(Effect::AddResponseHeader(name, value));
         }
-        self.mcp_response_status(r, status);
+        if let Some(s) = r.mcp.as_mut() {
+            s.status = status;
+        }
         self.budget_status(r, status);
         let Some(counted) = r.counted.take() else {
             return;
@@ -33,27 +36,14 @@ impl<B: BucketBackend> Engine<B> {
         }
         if !counted.shared {
             let forgave = self.local.take_back(&counted.take_back, now).ok();
-            count_opt(
-                out,
-                self.registry.failed_attempt(counted.policy, forgave),
-                1,
-            );
-            return;
+            let id = self.registry.failed_attempt(counted.policy, forgave);
+            return count_opt(out, id, 1);
         }
-        if self.shared.is_some() {
-            let write = writes::Write::TakeBack {
-                policy: counted.policy,
-                what: counted.take_back,
-            };
-            self.send_write(r, write, false, out);
-        }
-    }
-
-    /// The tick: send the queued store writes.
-    pub(in crate::flow) fn send_writes(&mut self, out: &mut Effects) {
-        while let Some((what, call)) = self.root_calls.queued.pop_front() {
-            out.push(self.root_calls.send(RootCall::Write(what), call));
-        }
+        let write = writes::Write::TakeBack {
+            policy: counted.policy,
+            what: counted.take_back,
+        };
+        self.send_write(r, write, false, out);
     }
 
     /// The host sent the root call `id` ([`Effect::SendFromRoot`]): its
@@ -65,23 +55,22 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) {
-        match self.root_calls.reported(id) {
-            Some(RootCall::Write(w)) => self.on_root_write_sent(w, sent, out),
+        match (self.root_calls.reported(id), sent) {
+            (Some(RootCall::Write(w)), sent) => self.on_root_write_sent(w, sent, out),
             // The host could not send an alert.
-            Some(RootCall::Alert) => {
-                if let Err(why) = sent {
-                    let webhook = self.alerts.webhook.as_ref();
-                    let cluster = webhook.map_or("", |w| w.cluster.as_str());
-                    let why = format!("cannot call cluster \"{cluster}\" ({why})");
-                    self.webhook_failed(&why, now, out);
-                }
+            (Some(RootCall::Alert), Err(why)) => {
+                let webhook = self.alerts.webhook.as_ref();
+                let cluster = webhook.map_or("", |w| w.cluster.as_str());
+                let why = format!("cannot call cluster \"{cluster}\" ({why})");
+                self.webhook_failed(&why, now, out);
             }
-            None => {}
+            _ => {}
         }
     }
 
     /// The answer to a call sent from the root context: a write's is
-    /// counted, any other is an alert's.
+    /// counted, any other is an alert's (its `:status`, or `None` when
+    /// none came).
     pub fn on_root_reply(
         &mut self,
         token: u32,
@@ -90,8 +79,17 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) {
-        if !self.on_root_write_reply(token, status, body, out) {
-            self.on_alert_reply(status, now, out);
+        if self.on_root_write_reply(token, status, body, out) {
+            return;
+        }
+        match status {
+            None => {
+                self.webhook_failed("no response (timeout, reset or no healthy host)", now, out)
+            }
+            Some(s) if s.starts_with('2') => {
+                out.push(count(self.registry.webhook(WebhookResult::Sent), 1));
+            }
+            Some(s) => self.webhook_failed(&format!("receiver answered {s}"), now, out),
         }
     }
 }

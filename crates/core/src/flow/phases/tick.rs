@@ -6,12 +6,10 @@ use crate::act::hold::{HOLD_PROBE_MS, MISSES_TO_STOP, REPROBE_MS};
 use crate::flow::store::writes;
 use crate::flow::{
     count, Effect, Effects, Engine, Level, LogLimits, MetricId, Request, RootCall, State,
-    ALERTS_PER_TICK, MAX_QUEUED_ALERTS,
+    ALERTS_PER_TICK,
 };
 use crate::metrics::WebhookResult;
-use crate::state::store::BucketBackend;
-use crate::state::store::StoreCall;
-use serde_json::Value;
+use crate::state::store::{BucketBackend, StoreCall};
 
 impl<B: BucketBackend> Engine<B> {
     /// The stream ended (answered, or its client left): forget it wherever
@@ -23,20 +21,18 @@ impl<B: BucketBackend> Engine<B> {
         if waiting {
             out.push(count(MetricId::THROTTLE_PENDING, -1));
         }
-        // A response cut short still reported what it had read (its
-        // spending goes to the shared store from the tick).
-        if let Some(add) = self.finish_usage(r, false, out) {
-            self.send_write(r, writes::Write::Budget(add), false, out);
-        }
-        // Forwarded, but gone before its answer's headers: the provider may
-        // bill the generation all the same (estimated).
+        // A response cut short still reported what it had read; one
+        // forwarded, but gone before its answer's headers (no usage read;
+        // `usage_for` left), may be billed all the same (estimated). Its
+        // spending goes to the shared store from the tick.
         let forwarded =
             matches!(r.state, State::Pass) || (matches!(r.state, State::Held) && !waiting);
-        if r.usage.is_none() && r.usage_for.is_some() && forwarded {
-            r.usage_for = None;
-            if let Some(add) = self.budget_spend(r, None, false, Default::default(), None, out) {
-                self.send_write(r, writes::Write::Budget(add), false, out);
-            }
+        let mut add = self.finish_usage(r, false, out);
+        if forwarded && r.usage_for.take().is_some() {
+            add = self.budget_spend(r, None, false, Default::default(), None, out);
+        }
+        if let Some(add) = add {
+            self.send_write(r, writes::Write::Budget(add), false, out);
         }
         self.mcp_done(r, out);
         if r.headers_held {
@@ -49,8 +45,21 @@ impl<B: BucketBackend> Engine<B> {
     /// up on, resume throttled requests whose time has come; stop the tick
     /// when nothing waits.
     pub fn on_tick(&mut self, now: u64, out: &mut Effects) {
-        self.send_alerts(out);
-        self.send_writes(out);
+        let sent = self.alerts.queue.len().min(ALERTS_PER_TICK);
+        if let Some(webhook) = &self.alerts.webhook {
+            for alert in self.alerts.queue.drain(..sent) {
+                let call = StoreCall {
+                    cluster: webhook.cluster.clone(),
+                    headers: events::alert_headers(webhook, &alert),
+                    body: alert.body.into_bytes(),
+                    timeout_ms: webhook.timeout_ms,
+                };
+                out.push(self.root_calls.send(RootCall::Alert, call));
+            }
+        }
+        while let Some((what, call)) = self.root_calls.queued.pop_front() {
+            out.push(self.root_calls.send(RootCall::Write(what), call));
+        }
         let released = self.hold.due(now);
         if released.turned_off {
             out.push(Effect::Log(
@@ -79,58 +88,6 @@ impl<B: BucketBackend> Engine<B> {
             && !self.hold.watching()
         {
             out.push(Effect::StopTick);
-        }
-    }
-
-    /// Queue a webhook alert for an event (if a webhook is configured). The
-    /// tick sends it: a finished stream cannot wait for the call's answer.
-    pub(in crate::flow) fn queue_alert(&mut self, event: &Value, now: u64, out: &mut Effects) {
-        if self.alerts.webhook.is_none() {
-            return;
-        }
-        if self.alerts.queue.len() >= MAX_QUEUED_ALERTS {
-            out.push(count(self.registry.webhook(WebhookResult::Dropped), 1));
-            return;
-        }
-        let alert = events::alert(event, now, self.alerts.secret.as_deref());
-        self.alerts.queue.push_back(alert);
-        out.push(Effect::ArmTick);
-    }
-
-    fn send_alerts(&mut self, out: &mut Effects) {
-        let Some(webhook) = &self.alerts.webhook else {
-            return;
-        };
-        for _ in 0..ALERTS_PER_TICK {
-            let Some(alert) = self.alerts.queue.pop_front() else {
-                return;
-            };
-            let headers = events::alert_headers(webhook, &alert);
-            let call = StoreCall {
-                cluster: webhook.cluster.clone(),
-                headers,
-                body: alert.body.into_bytes(),
-                timeout_ms: webhook.timeout_ms,
-            };
-            out.push(self.root_calls.send(RootCall::Alert, call));
-        }
-    }
-
-    /// An alert's answer: its `:status`, or `None` when none came.
-    pub(in crate::flow) fn on_alert_reply(
-        &mut self,
-        status: Option<&str>,
-        now: u64,
-        out: &mut Effects,
-    ) {
-        match status {
-            None => {
-                self.webhook_failed("no response (timeout, reset or no healthy host)", now, out)
-            }
-            Some(s) if s.starts_with('2') => {
-                out.push(count(self.registry.webhook(WebhookResult::Sent), 1));
-            }
-            Some(s) => self.webhook_failed(&format!("receiver answered {s}"), now, out),
         }
     }
 

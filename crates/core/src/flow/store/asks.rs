@@ -78,12 +78,7 @@ impl<B: BucketBackend> Engine<B> {
                 a.token = Some(token);
                 Step::Pause
             }
-            Err(why) => {
-                let State::Asking(a) = std::mem::take(&mut r.state) else {
-                    return Step::Continue;
-                };
-                self.answered(r, a.what, Err(StoreFailure::Unavailable(why)), now, out)
-            }
+            Err(why) => self.answered(r, Err(StoreFailure::Unavailable(why)), now, out),
         }
     }
 
@@ -118,10 +113,7 @@ impl<B: BucketBackend> Engine<B> {
                 return Step::Pause;
             }
         }
-        let State::Asking(a) = std::mem::take(&mut r.state) else {
-            return Step::Pause;
-        };
-        self.answered(r, a.what, Ok(reply), now, out)
+        self.answered(r, Ok(reply), now, out)
     }
 
     /// Count a store call's outcome (`store_calls_total{result}`), read
@@ -130,16 +122,18 @@ impl<B: BucketBackend> Engine<B> {
         out.push(count(self.registry.store_call(CallResult::of(failure)), 1));
     }
 
-    /// The guard that asked reads the answer.
+    /// The request stops asking; the guard that asked reads the answer.
     fn answered(
         &mut self,
         r: &mut Request,
-        what: Ask,
         answer: Answer<'_>,
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        match what {
+        let State::Asking(a) = std::mem::take(&mut r.state) else {
+            return Step::Continue;
+        };
+        match a.what {
             Ask::Hit(w) => self.on_hit_answer(r, *w, answer, now, out),
             Ask::Budget(w) => self.on_budget_answer(r, w, answer, now, out),
             Ask::Mcp(w) => self.on_mcp_answer(r, w, answer, now, out),

@@ -24,17 +24,13 @@ pub(in crate::flow) enum Write {
     /// Add a response's spending to its budget keys.
     Budget(budget::BudgetAdd),
     /// Add an MCP call (and what it got) to its history.
-    Mcp(McpAdd),
-}
-
-/// An MCP call added to its history in the shared store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(in crate::flow) struct McpAdd {
-    pub(in crate::flow) policy: usize,
-    pub(in crate::flow) key: u64,
-    pub(in crate::flow) entry: Entry,
-    pub(in crate::flow) window_ms: u64,
-    pub(in crate::flow) at: u64,
+    Mcp {
+        policy: usize,
+        key: u64,
+        entry: Entry,
+        window_ms: u64,
+        at: u64,
+    },
 }
 
 /// A write on its way: sent once more with the whole script after a
@@ -56,7 +52,13 @@ impl<B: BucketBackend> Engine<B> {
         Some(match w {
             Write::TakeBack { what, .. } => shared.take_back_of(what),
             Write::Budget(a) => shared.budget_of(a.caller, &a.keys, a.at),
-            Write::Mcp(a) => shared.mcp_of(a.key, a.window_ms, a.at, Some(&a.entry)),
+            Write::Mcp {
+                key,
+                entry,
+                window_ms,
+                at,
+                ..
+            } => shared.mcp_of(*key, *window_ms, *at, Some(entry)),
         })
     }
 
@@ -83,7 +85,8 @@ impl<B: BucketBackend> Engine<B> {
     /// Queue a write for the root context (sent at the tick; `resent`:
     /// with the whole script).
     fn queue_write(&mut self, write: Write, resent: bool, out: &mut Effects) {
-        if self.root_calls.writes() >= MAX_ROOT_WRITES {
+        let calls = &self.root_calls;
+        if calls.queued.len() + calls.awaiting.len() >= MAX_ROOT_WRITES {
             self.write_lost(&write, out);
             return;
         }
@@ -164,7 +167,7 @@ impl<B: BucketBackend> Engine<B> {
                 return;
             }
             Write::Budget(a) => redis::budget::budget_answer(status, body, a.keys.len()).err(),
-            Write::Mcp(_) => redis::mcp::parse_added(status, body).err(),
+            Write::Mcp { .. } => redis::mcp::parse_added(status, body).err(),
         };
         self.count_call(failure.as_ref(), out);
         if failure.is_some() {
@@ -183,8 +186,8 @@ impl<B: BucketBackend> Engine<B> {
                 let ids = self.registry.budget(a.policy);
                 count_opt(out, ids.map(|i| i.unrecorded()), 1);
             }
-            Write::Mcp(a) => {
-                if let Some(p) = self.config.policies.get(a.policy) {
+            Write::Mcp { policy, .. } => {
+                if let Some(p) = self.config.policies.get(*policy) {
                     out.push(crate::flow::mcp::unjudged(&p.id, McpUnjudged::Store));
                 }
             }
