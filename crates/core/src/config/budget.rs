@@ -63,7 +63,10 @@ impl Budget {
 
 /// What a dollar cap does with a model that neither `prices` nor the
 /// built-in table prices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "UnpricedName", transform = super::raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum Unpriced {
     /// Charged at the highest price known for its provider (or in the
     /// table): never free.
@@ -97,7 +100,10 @@ pub enum BudgetAction {
 }
 
 /// Whose spending a limit counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "BudgetPerName", transform = super::raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum BudgetPer {
     Caller,
     Session,

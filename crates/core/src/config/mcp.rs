@@ -42,7 +42,10 @@ pub struct Mcp {
 }
 
 /// One step of the MCP ladder.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(transform = super::raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum McpStep {
     /// Forward the call; when its result is the same again, add a note to
     /// it (a text block the model reads).
@@ -73,7 +76,10 @@ impl McpStep {
 }
 
 /// Whose calls form one history.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(transform = super::raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum McpKey {
     /// The caller (limit keys) and its `Mcp-Session-Id`, when the
     /// protocol version has one.

@@ -96,17 +96,24 @@ pub struct Config {
 }
 
 /// Which decisions loopguard publishes as filter state `wasm.loopguard`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(transform = raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum AccessLog {
     /// Only when loopguard acted (warn, throttle, reject, exempt, tool
     /// loops, shadow would-be actions).
     Actions,
     /// Every request a policy judged, allowed ones too.
     All,
+    /// Nothing is published.
     Off,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(transform = raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum Mode {
     Enforce,
     /// Count and log what would happen; enforce nothing.
@@ -236,7 +243,10 @@ pub struct ToolLoops {
     pub result_classes: Classes,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(transform = raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum ToolStep {
     /// Forward with a short note appended to the conversation.
     Nudge,

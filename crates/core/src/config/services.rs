@@ -25,7 +25,10 @@ pub struct RedisStore {
 }
 
 /// What webdis talks to, and so how loopguard calls its Lua.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(transform = super::raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum RedisTopology {
     /// One Redis node: the library is loaded once as a Redis Function and
     /// called with `FCALL`.
@@ -38,7 +41,10 @@ pub enum RedisTopology {
 }
 
 /// What a request does when the shared store fails it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(transform = super::raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum OnStoreError {
     /// Count it in the local table instead.
     Local,

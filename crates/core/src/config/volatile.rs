@@ -3,13 +3,17 @@
 //! masking itself is [`crate::request::llm::volatile`].
 
 /// A class of volatile token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "schema", schemars(rename = "VolatileClass", transform = super::raw::names_only))]
+#[serde(rename_all = "snake_case")]
 pub enum Class {
     /// `8-4-4-4-12` hex digits: `<uuid>`.
     Uuid,
     /// RFC 3339 / ISO 8601 dates and date-times, with fractions and zones:
     /// `<datetime>` (with a time), `<date>` (a bare date, tool results and
     /// opted-in arguments only).
+    #[serde(rename = "datetime")]
     DateTime,
     /// Unix epoch seconds (10 digits) or milliseconds (13 digits) between
     /// 2001 and 2036: `<epoch>`.

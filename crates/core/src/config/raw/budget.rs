@@ -1,7 +1,7 @@
 //! `spec.budget` as written (see [`super`]).
 
 use super::{Int, Obj};
-use crate::config::budget::{BudgetAction, TokensOf};
+use crate::config::budget::{BudgetAction, BudgetPer, TokensOf, Unpriced};
 use serde::Deserialize;
 
 #[cfg(feature = "schema")]
@@ -35,7 +35,7 @@ pub struct RawBudget {
     pub user: Option<Vec<String>>,
     /// What a dollar cap charges for a model no price names: `max` (its
     /// provider's highest price; default), `reject` or `ignore`.
-    pub unpriced: Option<UnpricedName>,
+    pub unpriced: Option<Unpriced>,
     /// Budget keys tracked at once, 64..1048576. Default 8192.
     #[cfg_attr(feature = "schema", schemars(range(min = 64, max = 1_048_576)))]
     pub max_tracked_keys: Option<Int>,
@@ -54,7 +54,7 @@ pub struct RawBudgetLimit {
     /// Whose spending the cap counts: `caller`, `session`,
     /// `conversation` or `user`.
     #[cfg_attr(feature = "schema", schemars(required))]
-    pub per: Option<BudgetPerName>,
+    pub per: Option<BudgetPer>,
     /// The sliding window, 60..2678400 seconds (31 days).
     #[cfg_attr(
         feature = "schema",
@@ -71,23 +71,4 @@ pub struct RawBudgetLimit {
     pub tokens_of: Option<TokensOf>,
     /// A cap in model calls, 1..10^9.
     pub calls: Option<Int>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum BudgetPerName {
-    Caller,
-    Session,
-    Conversation,
-    User,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum UnpricedName {
-    Max,
-    Reject,
-    Ignore,
 }

@@ -1,6 +1,7 @@
 //! `spec.mcp` as written (see [`super`]).
 
 use super::Int;
+use crate::config::{McpKey, McpStep};
 use serde::Deserialize;
 
 #[cfg(feature = "schema")]
@@ -29,14 +30,14 @@ pub struct RawMcp {
     pub exempt_tools: Option<Vec<String>>,
     /// Any subsequence of note, block, then error or reject. Default
     /// `["note", "block"]`.
-    pub ladder: Option<Vec<McpStepName>>,
+    pub ladder: Option<Vec<McpStep>>,
     /// The JSON-RPC error code of the `error` step, outside
     /// -32768..-32000. Default -31000.
     pub error_code: Option<i64>,
     /// `session`: the caller's `Mcp-Session-Id` history (the caller's
     /// own when the protocol has no session). `caller`: one history per
     /// caller (limit keys). Default `session`.
-    pub key: Option<McpKeyName>,
+    pub key: Option<McpKey>,
     /// A history idle this long starts again, 1..86400. Default 600.
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 86_400)))]
     pub window_seconds: Option<Int>,
@@ -45,22 +46,4 @@ pub struct RawMcp {
     /// finished, a service back up), 1..86400. Default 60.
     #[cfg_attr(feature = "schema", schemars(range(min = 1, max = 86_400)))]
     pub recheck_seconds: Option<Int>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "McpStep"))]
-#[serde(rename_all = "snake_case")]
-pub enum McpStepName {
-    Note,
-    Block,
-    Error,
-    Reject,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "McpKey"))]
-#[serde(rename_all = "snake_case")]
-pub enum McpKeyName {
-    Session,
-    Caller,
 }

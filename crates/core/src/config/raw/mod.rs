@@ -48,7 +48,7 @@ pub struct RawConfig {
     pub route_metadata: Option<bool>,
     /// What is published as filter state `wasm.loopguard` for access logs.
     /// Default `actions`.
-    pub access_log: Option<AccessLogName>,
+    pub access_log: Option<super::AccessLog>,
     /// Where counts live. Default `{"type": "local"}`.
     pub store: Option<Obj<RawStore>>,
     /// `true`: hold request headers until the body is judged; the Wasm
@@ -85,7 +85,7 @@ pub struct RawPolicy {
 #[serde(deny_unknown_fields)]
 pub struct RawSpec {
     /// `shadow`: count and log, enforce nothing. Default `enforce`.
-    pub mode: Option<ModeName>,
+    pub mode: Option<super::Mode>,
     /// Which requests the policy claims; `{}` matches every request.
     #[cfg_attr(feature = "schema", schemars(required))]
     pub selector: Option<Obj<RawSelector>>,
@@ -120,24 +120,10 @@ pub struct RawVolatile {
     /// `false` compares text as it is. Default `true`.
     pub enabled: Option<bool>,
     /// The classes masked. Default: all but `tool_result_numbers`.
-    pub classes: Option<Vec<VolatileClassName>>,
+    pub classes: Option<Vec<super::volatile::Class>>,
     /// Also mask tool-call arguments (every class but numbers). Default
     /// `false`: ids in arguments usually name different resources.
     pub tool_arguments: Option<bool>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "VolatileClass"))]
-#[serde(rename_all = "snake_case")]
-pub enum VolatileClassName {
-    Uuid,
-    Datetime,
-    Epoch,
-    Hex,
-    PrefixedId,
-    NoiseNumbers,
-    ToolResultNumbers,
 }
 
 #[derive(Debug, Deserialize)]
@@ -264,7 +250,7 @@ pub struct RawToolLoops {
     /// Tools never counted (polling, for example).
     pub exempt_tools: Option<Vec<String>>,
     /// Any subsequence of nudge, directive, reject, in that order.
-    pub ladder: Option<Vec<ToolStepName>>,
+    pub ladder: Option<Vec<super::ToolStep>>,
     /// A directive also sets `tool_choice` to none.
     pub directive_disables_tools: Option<bool>,
     /// Cycle thrash: the same sequence of 2 or 3 calls repeated at least
@@ -295,7 +281,7 @@ pub struct RawStore {
     /// library loaded as a Redis Function (`FCALL`). `cluster`: a Redis
     /// Cluster through Envoy's `redis_proxy` (`EVALSHA`, then `EVAL` on
     /// `NOSCRIPT`). Default `single`.
-    pub topology: Option<TopologyName>,
+    pub topology: Option<super::RedisTopology>,
     /// `redis_webdis`: the Envoy cluster of webdis (required).
     pub cluster: Option<String>,
     /// `redis_webdis`: `:authority` of the calls. Default `webdis`.
@@ -308,7 +294,7 @@ pub struct RawStore {
     pub timeout_ms: Option<Int>,
     /// `redis_webdis`: when a call fails, count locally or let the request
     /// pass. Default `local`.
-    pub on_error: Option<OnErrorName>,
+    pub on_error: Option<super::OnStoreError>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -360,14 +346,6 @@ pub struct RawPrice {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "Mode"))]
-#[serde(rename_all = "snake_case")]
-pub enum ModeName {
-    Enforce,
-    Shadow,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[cfg_attr(feature = "schema", derive(JsonSchema))]
 #[cfg_attr(feature = "schema", schemars(rename = "Similarity"))]
 #[serde(rename_all = "snake_case")]
@@ -386,15 +364,6 @@ impl SimilarityName {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "AccessLog"))]
-#[serde(rename_all = "snake_case")]
-pub enum AccessLogName {
-    Actions,
-    All,
-    Off,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "StoreType"))]
 #[serde(rename_all = "snake_case")]
 pub enum StoreName {
@@ -402,29 +371,19 @@ pub enum StoreName {
     RedisWebdis,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "OnStoreError"))]
-#[serde(rename_all = "snake_case")]
-pub enum OnErrorName {
-    Local,
-    Allow,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema))]
-#[cfg_attr(feature = "schema", schemars(rename = "RedisTopology"))]
-#[serde(rename_all = "snake_case")]
-pub enum TopologyName {
-    Single,
-    Cluster,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[cfg_attr(feature = "schema", derive(JsonSchema), schemars(rename = "ToolStep"))]
-#[serde(rename_all = "snake_case")]
-pub enum ToolStepName {
-    Nudge,
-    Directive,
-    Reject,
+/// The schema of a unit enum the model declares and serde reads as
+/// written: its names only, in order (the doc comments of the type and its
+/// variants describe the model, not the configuration field).
+#[cfg(feature = "schema")]
+pub fn names_only(s: &mut schemars::Schema) {
+    let items = s.remove("oneOf").unwrap_or_default();
+    let names = items
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|v| match v.get("enum") {
+            Some(serde_json::Value::Array(plain)) => plain.clone(),
+            _ => v.get("const").cloned().into_iter().collect(),
+        });
+    *s = schemars::json_schema!({"type": "string", "enum": names.collect::<Vec<_>>()});
 }

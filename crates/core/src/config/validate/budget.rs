@@ -1,8 +1,6 @@
 //! `spec.budget`: spend caps per caller, session or conversation.
 
-use super::{
-    is_token_byte, BudgetPerName, ConfigError, Ctx, Obj, RawBudget, RawBudgetLimit, UnpricedName,
-};
+use super::{is_token_byte, ConfigError, Ctx, Obj, RawBudget, RawBudgetLimit};
 use crate::config::budget::*;
 use crate::config::error::show;
 
@@ -102,11 +100,7 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
         warn_at_permille,
         session,
         user,
-        unpriced: match b.unpriced {
-            None | Some(UnpricedName::Max) => Unpriced::Max,
-            Some(UnpricedName::Reject) => Unpriced::Reject,
-            Some(UnpricedName::Ignore) => Unpriced::Ignore,
-        },
+        unpriced: b.unpriced.unwrap_or_default(),
         max_tracked_keys,
     })
 }
@@ -142,12 +136,8 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
             ),
         ));
     }
-    let per = match raw.per {
-        None => return Err(at.err("per", "is required: caller, session, conversation or user")),
-        Some(BudgetPerName::Caller) => BudgetPer::Caller,
-        Some(BudgetPerName::Session) => BudgetPer::Session,
-        Some(BudgetPerName::Conversation) => BudgetPer::Conversation,
-        Some(BudgetPerName::User) => BudgetPer::User,
+    let Some(per) = raw.per else {
+        return Err(at.err("per", "is required: caller, session, conversation or user"));
     };
     let window: u64 = at
         .int(

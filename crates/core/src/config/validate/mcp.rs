@@ -2,7 +2,7 @@
 
 use super::{ConfigError, Ctx, Volatile};
 use crate::config::mcp::{Mcp, McpKey, McpStep, DEFAULT_ERROR_CODE};
-use crate::config::raw::{McpKeyName, McpStepName, RawMcp};
+use crate::config::raw::RawMcp;
 use crate::config::MAX_WINDOW_SECONDS;
 
 /// `classes_listed`: the policy lists its volatile classes itself.
@@ -31,13 +31,7 @@ pub(super) fn mcp(
         None => vec![McpStep::Note, McpStep::Block],
         Some(list) => {
             let mut steps: Vec<McpStep> = Vec::with_capacity(list.len());
-            for name in list {
-                let step = match name {
-                    McpStepName::Note => McpStep::Note,
-                    McpStepName::Block => McpStep::Block,
-                    McpStepName::Error => McpStep::Error,
-                    McpStepName::Reject => McpStep::Reject,
-                };
+            for &step in list {
                 let out_of_order = steps.last().is_some_and(|prev| *prev >= step);
                 let both_stops = step == McpStep::Reject && steps.contains(&McpStep::Error);
                 if out_of_order || both_stops {
@@ -63,10 +57,7 @@ pub(super) fn mcp(
     if m.error_code.is_some() && !ladder.contains(&McpStep::Error) {
         return Err(ctx.err("error_code", "needs an \"error\" step in the ladder"));
     }
-    let key = match m.key {
-        None | Some(McpKeyName::Session) => McpKey::Session,
-        Some(McpKeyName::Caller) => McpKey::Caller,
-    };
+    let key = m.key.unwrap_or(McpKey::Session);
     let window_s: u64 = ctx
         .int("window_seconds", &m.window_seconds, 1, MAX_WINDOW_SECONDS)?
         .unwrap_or(600);

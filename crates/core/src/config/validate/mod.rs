@@ -149,11 +149,6 @@ impl TryFrom<RawConfig> for Config {
             }
             Some(k) => k,
         };
-        let access_log = match raw.access_log {
-            None | Some(AccessLogName::Actions) => AccessLog::Actions,
-            Some(AccessLogName::All) => AccessLog::All,
-            Some(AccessLogName::Off) => AccessLog::Off,
-        };
         let store = raw
             .store
             .map_or(Ok(StoreConfig::Local), |Obj(s)| store(&top, s))?;
@@ -191,7 +186,7 @@ impl TryFrom<RawConfig> for Config {
             policies,
             webhook,
             route_metadata: raw.route_metadata.unwrap_or(false),
-            access_log,
+            access_log: raw.access_log.unwrap_or(AccessLog::Actions),
             store,
             hold_request_headers: raw.hold_request_headers.unwrap_or(false),
             prices,
@@ -220,10 +215,6 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
     };
     let Some(Obj(spec)) = raw.spec else {
         return Err(ctx.err("spec", "is required"));
-    };
-    let mode = match spec.mode {
-        None | Some(ModeName::Enforce) => Mode::Enforce,
-        Some(ModeName::Shadow) => Mode::Shadow,
     };
     let selector = match spec.selector {
         None => return Err(ctx.err("selector", "is required (use {} to match every request)")),
@@ -286,7 +277,7 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
     };
     Ok(Policy {
         id,
-        mode,
+        mode: spec.mode.unwrap_or(Mode::Enforce),
         selector,
         limit_keys,
         exempt,
@@ -299,25 +290,13 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
 }
 
 fn volatile(ctx: &Ctx, v: RawVolatile) -> Result<Volatile, ConfigError> {
-    use crate::config::volatile::Class;
     let classes = match v.classes.as_deref() {
         None => Classes::defaults(),
         Some([]) => return Err(ctx.err(
             "volatile.classes",
             "must not be empty (leave it out for the default classes, or set \"enabled\": false)",
         )),
-        Some(list) => list
-            .iter()
-            .map(|c| match c {
-                VolatileClassName::Uuid => Class::Uuid,
-                VolatileClassName::Datetime => Class::DateTime,
-                VolatileClassName::Epoch => Class::Epoch,
-                VolatileClassName::Hex => Class::Hex,
-                VolatileClassName::PrefixedId => Class::PrefixedId,
-                VolatileClassName::NoiseNumbers => Class::NoiseNumbers,
-                VolatileClassName::ToolResultNumbers => Class::ToolResultNumbers,
-            })
-            .collect(),
+        Some(list) => list.iter().copied().collect(),
     };
     let tool_arguments = v.tool_arguments.unwrap_or(false);
     if v.enabled == Some(false) {

@@ -3,11 +3,10 @@
 //! cost (`prices`).
 
 use super::{
-    absolute, ConfigError, Ctx, Obj, OnErrorName, RawPrice, RawStore, RawWebhook, StoreConfig,
-    StoreName, TopologyName,
+    absolute, ConfigError, Ctx, Obj, RawPrice, RawStore, RawWebhook, StoreConfig, StoreName,
 };
 use crate::config::prices;
-use crate::config::{ModelPrice, OnStoreError, Prices, RedisStore, RedisTopology, Webhook};
+use crate::config::{ModelPrice, OnStoreError, Prices, RedisStore, Webhook};
 
 pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> {
     let ctx = &ctx.within("store");
@@ -39,21 +38,13 @@ pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> 
             let timeout_ms = ctx
                 .int("timeout_ms", &s.timeout_ms, 1, 5_000)?
                 .unwrap_or(25);
-            let on_error = match s.on_error {
-                None | Some(OnErrorName::Local) => OnStoreError::Local,
-                Some(OnErrorName::Allow) => OnStoreError::Allow,
-            };
-            let topology = match s.topology {
-                None | Some(TopologyName::Single) => RedisTopology::Single,
-                Some(TopologyName::Cluster) => RedisTopology::Cluster,
-            };
             Ok(StoreConfig::RedisWebdis(RedisStore {
-                topology,
+                topology: s.topology.unwrap_or_default(),
                 cluster,
                 authority,
                 path,
                 timeout_ms,
-                on_error,
+                on_error: s.on_error.unwrap_or(OnStoreError::Local),
             }))
         }
     }

@@ -1,7 +1,7 @@
 //! The `tool_loops` block: how many calls are compared, the ladder and
 //! the cycle, answer-loop and same-turn counts.
 
-use super::{ConfigError, Ctx, RawToolLoops, ToolStepName, Volatile};
+use super::{ConfigError, Ctx, RawToolLoops, Volatile};
 use crate::config::{ToolLoops, ToolStep};
 
 pub(super) fn tool_loops(
@@ -35,12 +35,7 @@ pub(super) fn tool_loops(
         None => vec![ToolStep::Nudge, ToolStep::Directive, ToolStep::Reject],
         Some(list) => {
             let mut steps: Vec<ToolStep> = Vec::with_capacity(list.len());
-            for name in list {
-                let step = match name {
-                    ToolStepName::Nudge => ToolStep::Nudge,
-                    ToolStepName::Directive => ToolStep::Directive,
-                    ToolStepName::Reject => ToolStep::Reject,
-                };
+            for &step in list {
                 if steps.last().is_some_and(|prev| *prev >= step) {
                     return Err(ctx.err(
                         "ladder",
