@@ -119,7 +119,7 @@ impl NearRecord {
     ) -> Forgave {
         let alike = |e: &(Signature, u64)| e.0 == *signature;
         let (hits, forgiven) = (&mut self.hits, &mut self.forgiven);
-        window::forgive(hits, forgiven, (*signature, now), alike, at, now, f)
+        window::forgive(hits, forgiven, |e| &mut e.1, alike, at, now, f)
     }
 
     /// Report a detection of the loop near `probe`, once per interval.

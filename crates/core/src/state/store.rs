@@ -196,7 +196,7 @@ pub trait BucketBackend {
     /// (`false`: the backend failed). A backend that can write without a
     /// version check (Envoy shared data) saves the read.
     fn publish(&mut self, bucket: u32, bytes: &[u8]) -> bool {
-        cas(self, bucket, None, |_| ((), Some(bytes.to_vec()))).is_ok()
+        cas(self, bucket, None, |_| ((), Some(bytes))).is_ok()
     }
 }
 
@@ -207,11 +207,11 @@ pub trait BucketBackend {
 /// bucket and its version as read before) when given. The answer and the
 /// races lost before it; `Backend` when a read or write failed,
 /// `Contention` when every attempt lost its race.
-pub fn cas<B: BucketBackend + ?Sized, T>(
+pub fn cas<B: BucketBackend + ?Sized, T, W: AsRef<[u8]>>(
     backend: &mut B,
     bucket: u32,
     mut first: Option<(Vec<u8>, u32)>,
-    mut update: impl FnMut(&[u8]) -> (T, Option<Vec<u8>>),
+    mut update: impl FnMut(&[u8]) -> (T, Option<W>),
 ) -> Result<(T, u32), StoreFailure> {
     for attempt in 0..MAX_CAS_ATTEMPTS {
         let read = first.take().or_else(|| backend.read(bucket));
@@ -220,7 +220,7 @@ pub fn cas<B: BucketBackend + ?Sized, T>(
         let Some(new) = new else {
             return Ok((answer, attempt));
         };
-        match backend.write(bucket, &new, version) {
+        match backend.write(bucket, new.as_ref(), version) {
             CasWrite::Written => return Ok((answer, attempt)),
             CasWrite::Conflict => continue,
             CasWrite::Failed => return Err(StoreFailure::Backend),

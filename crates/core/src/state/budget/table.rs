@@ -53,8 +53,6 @@ const HEAD: usize = 8 + 2;
 /// slice count, the oldest slice, and each slice's offset and amount (a
 /// slice of small amounts takes 2 to 4 bytes).
 pub const MAX_ENTRY_BYTES: usize = HEAD + 3 * VARINT + 1 + VARINT + SLICES as usize * 2 * VARINT;
-/// The most bytes of a bucket.
-pub const MAX_BUCKET_BYTES: usize = 1 + PER_BUCKET * MAX_ENTRY_BYTES;
 
 /// One key's spending.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -471,6 +469,9 @@ mod tests {
     use crate::state::budget::slice_ms;
     use crate::state::store::{CasWrite, InProcess};
     use proptest::prelude::*;
+
+    /// The most bytes of a bucket.
+    const MAX_BUCKET_BYTES: usize = 1 + PER_BUCKET * MAX_ENTRY_BYTES;
 
     fn add(key: u64, amount: u64, cap: u64) -> Add {
         Add {
