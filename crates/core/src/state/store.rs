@@ -29,22 +29,14 @@ const ISTIO_TRANSLATED_SUFFIX: &str = "~istio-translated-wasmplugin";
 pub fn plugin_namespace(raw: &[u8]) -> String {
     let name = String::from_utf8_lossy(raw);
     let name = name.strip_suffix(ISTIO_TRANSLATED_SUFFIX).unwrap_or(&name);
+    let keep = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     let safe: String = name
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if keep(c) { c } else { '_' })
         .take(64)
         .collect();
-    if safe.is_empty() {
-        "default".to_string()
-    } else {
-        safe
-    }
+    let safe = Some(safe).filter(|s| !s.is_empty());
+    safe.unwrap_or_else(|| "default".to_string())
 }
 
 /// One hit to record: a fingerprint (or its shadow key), when, and what

@@ -137,16 +137,6 @@ pub enum Forgave {
     NotFound,
 }
 
-impl Forgave {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Forgave::Forgiven => "forgiven",
-            Forgave::OverBudget => "over_budget",
-            Forgave::NotFound => "not_found",
-        }
-    }
-}
-
 /// Take back the newest hit of `log` recorded at `at` that is `alike` (an
 /// attempt the provider failed), if it is still in the window and fewer
 /// than `f.max` attempts alike were taken back within it. `forgiven`
