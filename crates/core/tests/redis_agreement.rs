@@ -804,7 +804,10 @@ fn budgets_in_redis_are_the_core_s_slices() {
                         .collect::<Vec<_>>()
                         .join(",")
                 );
-                assert_eq!(redis::parse_budget("200", json.as_bytes(), n), Ok(got));
+                assert_eq!(
+                    redis::budget_answer(Some("200"), json.as_bytes(), n),
+                    Ok(got)
+                );
                 // Redis keeps exactly the core's slices, and expires a key
                 // a slice after its window.
                 for ((store_key, key), slices) in call.keys.iter().zip(&keys).zip(model.iter()) {

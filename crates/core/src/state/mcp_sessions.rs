@@ -237,16 +237,10 @@ fn encode(histories: &[History]) -> Vec<u8> {
 /// The histories of a bucket; bytes that cannot be read (another version,
 /// cut short) are an empty bucket.
 fn decode(bytes: &[u8]) -> Vec<History> {
-    decode_checked(bytes).unwrap_or_default()
-}
-
-fn decode_checked(bytes: &[u8]) -> Option<Vec<History>> {
     let mut r = Reader(bytes);
-    if r.u8()? != VERSION {
-        return None;
-    }
-    let count = r.u8()?.min(PER_BUCKET as u8);
-    r.list(count.into(), |r| {
+    let count = r.u8().filter(|&v| v == VERSION).and_then(|_| r.u8());
+    let count = count.map_or(0, |n| n.min(PER_BUCKET as u8));
+    let histories = r.list(count.into(), |r| {
         let (key, owner, last_ms, last_real_ms) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
         let n = usize::from(r.u8()?).min(MAX_ENTRIES);
         let entries = r.list(n, |r| Some(entry(r.u64()?, r.u64()?, r.u64()?, r.u8()?)))?;
@@ -257,7 +251,8 @@ fn decode_checked(bytes: &[u8]) -> Option<Vec<History>> {
             last_real_ms,
             entries,
         })
-    })
+    });
+    histories.unwrap_or_default()
 }
 
 /// An entry's flags: 1 failed, 2 unread, 4 answered.

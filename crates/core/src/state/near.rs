@@ -119,7 +119,7 @@ impl NearRecord {
     ) -> Forgave {
         let alike = |e: &(Signature, u64)| e.0 == *signature;
         let (hits, forgiven) = (&mut self.hits, &mut self.forgiven);
-        window::forgive(hits, forgiven, (*signature, now), alike, at, now, f)
+        window::forgive(hits, forgiven, |e| &mut e.1, alike, at, now, f)
     }
 
     /// Report a detection of the loop near `probe`, once per interval.
@@ -143,28 +143,23 @@ impl NearRecord {
                 )
             })
             .map(|(i, _)| i);
-        let i = match nearest {
-            Some(i) => i,
+        let e = match nearest {
+            Some(i) => self.events.get_mut(i)?,
             None => {
-                if self.events.len() >= MAX_EVENTS {
-                    if let Some((oldest, _)) = self
-                        .events
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, e)| (e.last.min(now), e.signature.hex()))
-                    {
-                        self.events.remove(oldest);
-                    }
+                let full = self.events.len() >= MAX_EVENTS;
+                let events = self.events.iter().enumerate().filter(|_| full);
+                let oldest = events.min_by_key(|(_, e)| (e.last.min(now), e.signature.hex()));
+                if let Some((oldest, _)) = oldest {
+                    self.events.remove(oldest);
                 }
                 self.events.push(NearEvent {
                     signature: probe.signature,
                     last: 0,
                     suppressed: 0,
                 });
-                self.events.len() - 1
+                self.events.last_mut()?
             }
         };
-        let e = self.events.get_mut(i)?;
         window::report(&mut e.last, &mut e.suppressed, true, now, q.event_every_ms)
     }
 

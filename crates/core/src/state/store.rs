@@ -29,22 +29,14 @@ const ISTIO_TRANSLATED_SUFFIX: &str = "~istio-translated-wasmplugin";
 pub fn plugin_namespace(raw: &[u8]) -> String {
     let name = String::from_utf8_lossy(raw);
     let name = name.strip_suffix(ISTIO_TRANSLATED_SUFFIX).unwrap_or(&name);
+    let keep = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     let safe: String = name
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if keep(c) { c } else { '_' })
         .take(64)
         .collect();
-    if safe.is_empty() {
-        "default".to_string()
-    } else {
-        safe
-    }
+    let safe = Some(safe).filter(|s| !s.is_empty());
+    safe.unwrap_or_else(|| "default".to_string())
 }
 
 /// One hit to record: a fingerprint (or its shadow key), when, and what
@@ -196,7 +188,7 @@ pub trait BucketBackend {
     /// (`false`: the backend failed). A backend that can write without a
     /// version check (Envoy shared data) saves the read.
     fn publish(&mut self, bucket: u32, bytes: &[u8]) -> bool {
-        cas(self, bucket, None, |_| ((), Some(bytes.to_vec()))).is_ok()
+        cas(self, bucket, None, |_| ((), Some(bytes))).is_ok()
     }
 }
 
@@ -207,11 +199,11 @@ pub trait BucketBackend {
 /// bucket and its version as read before) when given. The answer and the
 /// races lost before it; `Backend` when a read or write failed,
 /// `Contention` when every attempt lost its race.
-pub fn cas<B: BucketBackend + ?Sized, T>(
+pub fn cas<B: BucketBackend + ?Sized, T, W: AsRef<[u8]>>(
     backend: &mut B,
     bucket: u32,
     mut first: Option<(Vec<u8>, u32)>,
-    mut update: impl FnMut(&[u8]) -> (T, Option<Vec<u8>>),
+    mut update: impl FnMut(&[u8]) -> (T, Option<W>),
 ) -> Result<(T, u32), StoreFailure> {
     for attempt in 0..MAX_CAS_ATTEMPTS {
         let read = first.take().or_else(|| backend.read(bucket));
@@ -220,7 +212,7 @@ pub fn cas<B: BucketBackend + ?Sized, T>(
         let Some(new) = new else {
             return Ok((answer, attempt));
         };
-        match backend.write(bucket, &new, version) {
+        match backend.write(bucket, new.as_ref(), version) {
             CasWrite::Written => return Ok((answer, attempt)),
             CasWrite::Conflict => continue,
             CasWrite::Failed => return Err(StoreFailure::Backend),

@@ -101,7 +101,7 @@ impl HitRecord {
         forgive(
             &mut self.hits,
             &mut self.forgiven,
-            now,
+            |t| t,
             |_| true,
             at,
             now,
@@ -137,56 +137,30 @@ pub enum Forgave {
     NotFound,
 }
 
-impl Forgave {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Forgave::Forgiven => "forgiven",
-            Forgave::OverBudget => "over_budget",
-            Forgave::NotFound => "not_found",
-        }
-    }
-}
-
-/// What a record remembers of a forgiven attempt: at least when.
-pub trait Stamped {
-    fn time(&self) -> u64;
-}
-
-impl Stamped for u64 {
-    fn time(&self) -> u64 {
-        *self
-    }
-}
-
-impl<K> Stamped for (K, u64) {
-    fn time(&self) -> u64 {
-        self.1
-    }
-}
-
 /// Take back the newest hit of `log` recorded at `at` that is `alike` (an
 /// attempt the provider failed), if it is still in the window and fewer
 /// than `f.max` attempts alike were taken back within it. `forgiven`
-/// remembers what was taken back (`entry`), at most [`MAX_FORGIVEN`]
-/// entries.
-pub fn forgive<T: Stamped>(
+/// remembers what was taken back (the hit, `time` (an entry's hit time)
+/// set to `now`), at most [`MAX_FORGIVEN`] entries.
+pub fn forgive<T>(
     log: &mut Vec<T>,
     forgiven: &mut Vec<T>,
-    entry: T,
+    time: fn(&mut T) -> &mut u64,
     alike: impl Fn(&T) -> bool,
     at: u64,
     now: u64,
     f: &Forgiveness,
 ) -> Forgave {
-    let found = log.iter().rposition(|e| e.time() == at && alike(e));
-    forgiven.retain(|e| in_window(e.time(), now, f.window_ms));
+    let found = log.iter_mut().rposition(|e| *time(e) == at && alike(e));
+    forgiven.retain_mut(|e| in_window(*time(e), now, f.window_ms));
     let Some(i) = found.filter(|_| in_window(at, now, f.window_ms)) else {
         return Forgave::NotFound;
     };
     if forgiven.iter().filter(|e| alike(e)).count() >= f.max as usize {
         return Forgave::OverBudget;
     }
-    log.remove(i);
+    let mut entry = log.remove(i);
+    *time(&mut entry) = now;
     if forgiven.len() >= MAX_FORGIVEN {
         forgiven.remove(0);
     }

@@ -53,8 +53,6 @@ const HEAD: usize = 8 + 2;
 /// slice count, the oldest slice, and each slice's offset and amount (a
 /// slice of small amounts takes 2 to 4 bytes).
 pub const MAX_ENTRY_BYTES: usize = HEAD + 3 * VARINT + 1 + VARINT + SLICES as usize * 2 * VARINT;
-/// The most bytes of a bucket.
-pub const MAX_BUCKET_BYTES: usize = 1 + PER_BUCKET * MAX_ENTRY_BYTES;
 
 /// One key's spending.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,11 +122,10 @@ impl Spans {
         }
         let mut i = 1;
         for slot in &mut s.at {
-            let (Some(key), Some(n)) = (bytes.get(i..i + 8), bytes.get(i + 8..i + HEAD)) else {
+            let mut r = Reader(bytes.get(i..).unwrap_or_default());
+            let (Some(key), Some(n)) = (r.u64(), r.u16().map(usize::from)) else {
                 break;
             };
-            let key = u64::from_le_bytes(key.try_into().unwrap_or_default());
-            let n = usize::from(u16::from_le_bytes(n.try_into().unwrap_or_default()));
             let end = i + HEAD + n;
             if end > bytes.len() || HEAD + n > MAX_ENTRY_BYTES {
                 break;
@@ -360,10 +357,10 @@ impl BudgetTable {
         if self.buckets == 0 {
             return Added::Failed;
         }
-        match cas(backend, self.bucket(group), None, |bytes| {
-            let (out, evicted) = added(bytes, adds, at, now);
-            (evicted, Some(out))
-        }) {
+        let done = cas(backend, self.bucket(group), None, |b| {
+            added(b, adds, at, now)
+        });
+        match done {
             Ok((evicted, cas_retries)) => Added::Done {
                 cas_retries,
                 evicted,
@@ -383,11 +380,11 @@ fn mix(x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-/// A bucket's bytes with `adds` added (dated `at`, at `now`), and how many
-/// keys with spending in their window lost their place. Only the entries
+/// How many keys with spending in their window lost their place, and a
+/// bucket's bytes with `adds` added (dated `at`, at `now`). Only the entries
 /// added to are decoded while the bucket has room for the keys being
 /// added; the others are copied as they are.
-fn added(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
+fn added(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (u32, Option<Vec<u8>>) {
     let spans = Spans::of(bytes);
     // The keys being added that the bucket does not hold yet.
     let fresh = || firsts(adds).filter(|a| spans.find(a.key).is_none());
@@ -415,7 +412,7 @@ fn added(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
             encode_into(&mut out, &e);
         }
     }
-    (out, 0)
+    (0, Some(out))
 }
 
 /// The adds whose key no earlier one names (a key named twice counts
@@ -431,7 +428,7 @@ fn firsts(adds: &[Add]) -> impl Iterator<Item = &Add> {
 /// [`added`] for a bucket that would hold too many: every entry decoded,
 /// those with nothing left in their window dropped, then the ones with
 /// least to lose.
-fn crowded(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
+fn crowded(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (u32, Option<Vec<u8>>) {
     let mut entries = decode(bytes, |_| true);
     for e in &mut entries {
         e.apply(adds, at, now);
@@ -462,7 +459,7 @@ fn crowded(bytes: &[u8], adds: &[Add], at: u64, now: u64) -> (Vec<u8>, u32) {
     for e in &entries {
         encode_into(&mut out, e);
     }
-    (out, evicted)
+    (evicted, Some(out))
 }
 
 #[cfg(test)]
@@ -471,6 +468,9 @@ mod tests {
     use crate::state::budget::slice_ms;
     use crate::state::store::{CasWrite, InProcess};
     use proptest::prelude::*;
+
+    /// The most bytes of a bucket.
+    const MAX_BUCKET_BYTES: usize = 1 + PER_BUCKET * MAX_ENTRY_BYTES;
 
     fn add(key: u64, amount: u64, cap: u64) -> Add {
         Add {

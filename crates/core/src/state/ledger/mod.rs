@@ -18,7 +18,8 @@
 //! When a bucket is full, its entry added to longest ago makes room.
 
 use crate::state::bytes::Reader;
-use crate::state::store::{cas, place, BucketBackend, CasWrite, InProcess, MAX_CAS_ATTEMPTS};
+use crate::state::store::{cas, place, BucketBackend, CasWrite, MAX_CAS_ATTEMPTS};
+use std::collections::HashMap;
 use std::ops::Range;
 
 /// Buckets per region.
@@ -136,56 +137,39 @@ pub enum Added {
     Failed,
 }
 
-/// Add a response's usage (and its cost) to loop `key`'s spending in the
-/// region starting at `base`, with compare-and-swap.
-fn add_at<B: BucketBackend>(
-    backend: &mut B,
-    base: u32,
-    key: u64,
-    input: u64,
-    output: u64,
-    microusd: u64,
-    now_ms: u64,
-) -> (Added, Vec<u8>) {
-    let added = cas(backend, base + bucket(key), None, |old| {
-        let mut entries = decode(old);
-        let fresh = Entry {
-            key,
-            at_ms: now_ms,
-            spend: Spend::default(),
-        };
-        // A key seen once (most traffic never repeats) makes room before
-        // a repeating one (a loop); then the stalest.
-        let found = entries.iter().position(|e| e.key == key);
-        let rank = |e: &Entry| (e.spend.responses > 1, e.at_ms);
-        let i = found.unwrap_or_else(|| place(&mut entries, PER_BUCKET, fresh, rank).0);
-        if let Some(e) = entries.get_mut(i) {
-            if now_ms.saturating_sub(e.at_ms) > IDLE_MS {
-                e.spend = Spend::default();
-            }
-            e.at_ms = e.at_ms.max(now_ms);
-            let s = &mut e.spend;
-            s.responses = s.responses.saturating_add(1);
-            s.input = s.input.saturating_add(input);
-            s.output = s.output.saturating_add(output);
-            s.microusd = s.microusd.saturating_add(microusd);
-            s.last_input = input;
-            s.last_output = output;
-            s.last_microusd = microusd;
+/// Loop `key`'s bucket `old` with a response's usage (and its cost) added.
+fn added(old: &[u8], key: u64, input: u64, output: u64, microusd: u64, now_ms: u64) -> Vec<u8> {
+    let mut entries = decode(old);
+    let fresh = Entry {
+        key,
+        at_ms: now_ms,
+        spend: Spend::default(),
+    };
+    // A key seen once (most traffic never repeats) makes room before
+    // a repeating one (a loop); then the stalest.
+    let found = entries.iter().position(|e| e.key == key);
+    let rank = |e: &Entry| (e.spend.responses > 1, e.at_ms);
+    let i = found.unwrap_or_else(|| place(&mut entries, PER_BUCKET, fresh, rank).0);
+    if let Some(e) = entries.get_mut(i) {
+        if now_ms.saturating_sub(e.at_ms) > IDLE_MS {
+            e.spend = Spend::default();
         }
-        let bytes = encode(&entries);
-        (bytes.clone(), Some(bytes))
-    });
-    match added {
-        Ok((bytes, cas_retries)) => (Added::Done { cas_retries }, bytes),
-        Err(_) => (Added::Failed, Vec::new()),
+        e.at_ms = e.at_ms.max(now_ms);
+        let s = &mut e.spend;
+        s.responses = s.responses.saturating_add(1);
+        s.input = s.input.saturating_add(input);
+        s.output = s.output.saturating_add(output);
+        s.microusd = s.microusd.saturating_add(microusd);
+        s.last_input = input;
+        s.last_output = output;
+        s.last_microusd = microusd;
     }
+    encode(&entries)
 }
 
-/// Loop `key`'s entry in the region starting at `base`, unless idle.
-fn read_at<B: BucketBackend>(backend: &mut B, base: u32, key: u64, now_ms: u64) -> Option<Entry> {
-    let (bytes, _) = backend.read(base + bucket(key))?;
-    decode(&bytes)
+/// Loop `key`'s entry in a bucket's bytes, unless idle.
+fn find(bytes: &[u8], key: u64, now_ms: u64) -> Option<Entry> {
+    decode(bytes)
         .into_iter()
         .find(|e| e.key == key && now_ms.saturating_sub(e.at_ms) <= IDLE_MS)
 }
@@ -207,8 +191,8 @@ fn registered<B: BucketBackend>(backend: &mut B) -> u32 {
 pub struct Ledger {
     /// This worker's region (`None`: the shared one, with compare-and-swap).
     slot: Option<u32>,
-    /// This worker's region, as published.
-    mine: InProcess,
+    /// This worker's region, as published: bucket -> bytes.
+    mine: HashMap<u32, Vec<u8>>,
 }
 
 impl Ledger {
@@ -257,16 +241,22 @@ impl Ledger {
         microusd: u64,
         now_ms: u64,
     ) -> Added {
+        let b = bucket(key);
         let Some(w) = self.slot else {
-            return add_at(backend, BUCKETS.start, key, input, output, microusd, now_ms).0;
+            let add = |old: &[u8]| ((), Some(added(old, key, input, output, microusd, now_ms)));
+            return match cas(backend, BUCKETS.start + b, None, add) {
+                Ok((_, cas_retries)) => Added::Done { cas_retries },
+                Err(_) => Added::Failed,
+            };
         };
         // This worker's copy first (in its own memory: never contended),
         // then the bucket published as a whole.
-        let (added, bytes) = add_at(&mut self.mine, 0, key, input, output, microusd, now_ms);
-        if added == Added::Failed || !backend.publish(region(w) + bucket(key), &bytes) {
-            return Added::Failed;
+        let mine = self.mine.entry(b).or_default();
+        *mine = added(mine, key, input, output, microusd, now_ms);
+        match backend.publish(region(w) + b, mine) {
+            true => Added::Done { cas_retries: 0 },
+            false => Added::Failed,
         }
-        added
     }
 
     /// This worker's own part of loop `key`'s spending (no host call), if
@@ -277,10 +267,23 @@ impl Ledger {
         key: u64,
         now_ms: u64,
     ) -> Option<Spend> {
-        match self.slot {
-            Some(_) => read_at(&mut self.mine, 0, key, now_ms).map(|e| e.spend),
-            None => read_at(backend, BUCKETS.start, key, now_ms).map(|e| e.spend),
+        let base = self.slot.map_or(BUCKETS.start, region);
+        self.part(backend, base, key, now_ms).map(|e| e.spend)
+    }
+
+    /// Loop `key`'s entry in the region starting at `base` (this worker's
+    /// own from its memory), unless idle.
+    fn part<B: BucketBackend>(
+        &self,
+        backend: &mut B,
+        base: u32,
+        key: u64,
+        now: u64,
+    ) -> Option<Entry> {
+        if self.slot.map(region) == Some(base) {
+            return find(self.mine.get(&bucket(key))?, key, now);
         }
+        find(&backend.read(base + bucket(key))?.0, key, now)
     }
 
     /// Loop `key`'s spending so far, over every worker (`None`: nothing
@@ -296,16 +299,10 @@ impl Ledger {
         let workers = registered(backend)
             .max(self.slot.map_or(0, |w| w + 1))
             .min(MAX_WORKERS);
-        let mut parts = Vec::new();
-        parts.extend(read_at(backend, BUCKETS.start, key, now_ms));
-        for w in 0..workers {
-            let part = if Some(w) == self.slot {
-                read_at(&mut self.mine, 0, key, now_ms)
-            } else {
-                read_at(backend, region(w), key, now_ms)
-            };
-            parts.extend(part);
-        }
+        let regions = std::iter::once(BUCKETS.start).chain((0..workers).map(region));
+        let parts: Vec<Entry> = regions
+            .filter_map(|base| self.part(backend, base, key, now_ms))
+            .collect();
         let newest = parts.iter().max_by_key(|e| e.at_ms)?.spend;
         let mut total = Spend {
             last_input: newest.last_input,

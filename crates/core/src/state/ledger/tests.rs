@@ -4,11 +4,11 @@ use proptest::prelude::*;
 
 /// The shared region, as one worker without a region of its own uses it.
 fn add(b: &mut impl BucketBackend, key: u64, t: &(u64, u64), microusd: u64, now: u64) -> Added {
-    add_at(b, BUCKETS.start, key, t.0, t.1, microusd, now).0
+    Ledger::default().add(b, key, t.0, t.1, microusd, now)
 }
 
 fn read(b: &mut impl BucketBackend, key: u64, now: u64) -> Option<Spend> {
-    read_at(b, BUCKETS.start, key, now).map(|e| e.spend)
+    Ledger::default().own(b, key, now)
 }
 
 fn u(input: u64, output: u64) -> (u64, u64) {

@@ -72,19 +72,15 @@ impl RedisStore {
     }
 }
 
-/// Read the answer to a budget call of `n` keys (`status`: `None` when
-/// none came).
+/// Read webdis's answer to a budget call of `n` keys (`status`: `None`
+/// when none came): each key's total and milliseconds until below its cap,
+/// in the call's order.
 pub fn budget_answer(
     status: Option<&str>,
     body: &[u8],
     n: usize,
 ) -> Result<Vec<(u64, u64)>, StoreFailure> {
-    parse_budget(status.ok_or_else(super::no_answer)?, body, n)
-}
-
-/// Read webdis's answer to a budget call of `n` keys: each key's total
-/// and milliseconds until below its cap, in the call's order.
-pub fn parse_budget(status: &str, body: &[u8], n: usize) -> Result<Vec<(u64, u64)>, StoreFailure> {
+    let status = status.ok_or_else(super::no_answer)?;
     let items = super::wire::result_list(status, body)?;
     if items.len() != 2 * n {
         return Err(StoreFailure::Reply(format!(

@@ -12,7 +12,7 @@ pub mod mcp;
 pub mod script;
 pub mod wire;
 
-pub use budget::{budget_call, budget_keys, parse_budget, BudgetKey};
+pub use budget::{budget_answer, budget_call, budget_keys, BudgetKey};
 pub use script::Script;
 pub use wire::{encode_arg, is_noscript, parse_reply, parse_take_back, Entry, Invoke};
 

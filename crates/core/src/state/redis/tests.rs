@@ -4,6 +4,11 @@
 use super::*;
 use crate::state::window::{Forgave, WindowQuery, WindowState};
 
+/// A budget answer that came with `status`.
+fn parse_budget(status: &str, body: &[u8], n: usize) -> Result<Vec<(u64, u64)>, StoreFailure> {
+    budget_answer(Some(status), body, n)
+}
+
 fn q() -> WindowQuery {
     WindowQuery {
         window_ms: 60_000,

@@ -275,8 +275,7 @@ impl Bucket {
         let mut entries = Vec::with_capacity(n);
         for _ in 0..n {
             let kind = r.u8()?;
-            let mut fingerprint = [0u8; 16];
-            fingerprint.copy_from_slice(r.take(16)?);
+            let fingerprint = Fingerprint(r.take(16)?.try_into().ok()?);
             let last_seen = r.u64()?;
             let expires_at = r.u64()?;
             let last_event = r.u64()?;
@@ -313,7 +312,7 @@ impl Bucket {
                 _ => return None,
             };
             entries.push(Entry {
-                fingerprint: Fingerprint(fingerprint),
+                fingerprint,
                 last_seen,
                 expires_at,
                 record,
