@@ -309,21 +309,6 @@ pub fn remove_header(map: u32, name: &str) -> HostResult<()> {
     status(unsafe { proxy_remove_header_map_value(map, name.as_ptr(), name.len()) })
 }
 
-/// Set a request header, replacing any value it had (only while the
-/// request headers are held).
-pub fn replace_request_header(name: &str, value: &str) -> HostResult<()> {
-    // SAFETY: pointers and lengths describe live strs.
-    status(unsafe {
-        proxy_replace_header_map_value(
-            MAP_REQUEST_HEADERS,
-            name.as_ptr(),
-            name.len(),
-            value.as_ptr(),
-            value.len(),
-        )
-    })
-}
-
 /// Replace the first `old_len` bytes of a body buffer with `body`: all of
 /// the buffered request body, or the response body chunk at hand.
 pub fn replace_body(kind: u32, old_len: usize, body: &[u8]) -> HostResult<()> {
@@ -331,12 +316,16 @@ pub fn replace_body(kind: u32, old_len: usize, body: &[u8]) -> HostResult<()> {
     status(unsafe { proxy_set_buffer_bytes(kind, 0, old_len, body.as_ptr(), body.len()) })
 }
 
-/// Add a header (as [`remove_header`], while the headers can change).
-pub fn add_header(map: u32, name: &str, value: &str) -> HostResult<()> {
+/// Add a header (as [`remove_header`], while the headers can change), or
+/// with `replace` set it, replacing any value it had.
+pub fn add_header(map: u32, name: &str, value: &str, replace: bool) -> HostResult<()> {
+    let add = if replace {
+        proxy_replace_header_map_value
+    } else {
+        proxy_add_header_map_value
+    };
     // SAFETY: pointers and lengths describe live strs.
-    status(unsafe {
-        proxy_add_header_map_value(map, name.as_ptr(), name.len(), value.as_ptr(), value.len())
-    })
+    status(unsafe { add(map, name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
 }
 
 /// Set a stream property; Envoy keeps it as filter state `wasm.<name>`,

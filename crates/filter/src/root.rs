@@ -7,7 +7,7 @@ use crate::effects::WasmHost;
 use crate::http::Stream;
 use crate::metrics::Metrics;
 use crate::shared_store::{self, SharedData};
-use loopguard_core::host::{plugin_namespace, Config, Effects, Engine, Request, Step};
+use loopguard_core::host::{plugin_namespace, random_seed, Config, Effects, Engine, Request, Step};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
 use std::cell::{Cell, RefCell};
@@ -179,7 +179,7 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
         &namespace,
         |layout| shared_store::open(&namespace, layout),
         |var| std::env::var(var).ok(),
-        random_seed(),
+        random_seed(abi::now_ms),
     )?;
     let metrics = Metrics::define(engine.registry());
     Ok(Plugin {
@@ -189,15 +189,6 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
         tick_armed: Cell::new(false),
         scratch: RefCell::new(Effects::with_capacity(16)),
     })
-}
-
-/// 64 random bits from the VM (WASI's random source, through the standard
-/// library's hash keys).
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(abi::now_ms());
-    h.finish()
 }
 
 /// Follow Envoy's wasm log level, so messages Envoy would drop are not even
