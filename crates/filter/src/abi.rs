@@ -130,28 +130,17 @@ fn status(code: u32) -> HostResult<()> {
     (code == STATUS_OK).then_some(()).ok_or(HostError(code))
 }
 
-/// Take ownership of a buffer the host allocated through the module's
+/// What a getter returned: the host's buffer, `None` when not found. The
+/// buffer is ours: the host allocated it through the module's
 /// `proxy_on_memory_allocate` (exported by the proxy-wasm crate, which
 /// allocates it as a `Vec<u8>` of exactly that size).
 ///
 /// # Safety
 /// `data` must be null or come from the host with `size` bytes.
-unsafe fn owned(data: *mut u8, size: usize) -> Vec<u8> {
-    if data.is_null() {
-        Vec::new()
-    } else {
-        Vec::from_raw_parts(data, size, size)
-    }
-}
-
-/// What a getter returned: the host's buffer (ours now), `None` when
-/// not found.
-///
-/// # Safety
-/// As [`owned`].
 unsafe fn returned(code: u32, data: *mut u8, size: usize) -> HostResult<Option<Vec<u8>>> {
     match code {
-        STATUS_OK => Ok(Some(owned(data, size))),
+        STATUS_OK if data.is_null() => Ok(Some(Vec::new())),
+        STATUS_OK => Ok(Some(Vec::from_raw_parts(data, size, size))),
         STATUS_NOT_FOUND => Ok(None),
         other => Err(HostError(other)),
     }

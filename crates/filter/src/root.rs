@@ -54,7 +54,12 @@ impl Plugin {
         mut request: Option<&mut Request>,
         event: impl FnOnce(&mut Engine<SharedData>, Option<&mut Request>, &mut Effects) -> Step,
     ) -> Step {
-        let mut out = take(&self.scratch);
+        // The reused buffer (re-entered: a new one), given back empty.
+        let mut out = self
+            .scratch
+            .try_borrow_mut()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
         // Effects kept until the engine is no longer borrowed (a local
         // reply, a resumed stream) are rare: their buffer starts empty.
         let mut host = WasmHost::new(self, home);
@@ -66,28 +71,15 @@ impl Plugin {
             Err(_) => Step::Continue,
         };
         let replied = host.finish();
-        give_back(&self.scratch, out);
+        out.clear();
+        if let Ok(mut s) = self.scratch.try_borrow_mut() {
+            *s = out;
+        }
         if replied {
             step
         } else {
             Step::Continue
         }
-    }
-}
-
-/// A buffer (empty), to give back with [`give_back`] (re-entered, a new
-/// one).
-fn take(buffer: &RefCell<Effects>) -> Effects {
-    buffer
-        .try_borrow_mut()
-        .map(|mut s| std::mem::take(&mut *s))
-        .unwrap_or_default()
-}
-
-fn give_back(buffer: &RefCell<Effects>, mut effects: Effects) {
-    effects.clear();
-    if let Ok(mut s) = buffer.try_borrow_mut() {
-        *s = effects;
     }
 }
 

@@ -223,11 +223,7 @@ impl Stream {
             e.on_store_reply(r, token, &reply, now, out)
         }) == Step::Continue
         {
-            if response {
-                abi::continue_encoding(self.filter);
-            } else {
-                abi::continue_decoding(self.filter);
-            }
+            abi::resume(self.filter, response);
         }
     }
 
@@ -242,7 +238,7 @@ impl Stream {
                     Step::Continue
                 });
             }
-            RESUME_EVENT if !self.failed => abi::continue_decoding(self.filter),
+            RESUME_EVENT if !self.failed => abi::resume(self.filter, false),
             _ => {}
         }
     }
