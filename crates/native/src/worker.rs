@@ -13,6 +13,7 @@
 
 use crate::abi::{self, FilterPtr, SchedulerPtr};
 use crate::config::FilterConfig;
+use crate::effects::{settle, At};
 pub use crate::locked::Locked;
 use crate::memory_store::{self, Memory};
 use crate::timer;
@@ -250,14 +251,7 @@ impl Worker {
         let mut guard = self.lock();
         let l = &mut *guard;
         event(&mut l.engine, &mut l.out);
-        let _ = crate::effects::settle(
-            self,
-            l,
-            crate::effects::At::default(),
-            now,
-            None,
-            Step::Continue,
-        );
+        let _ = settle(self, l, At::default(), now, None, Step::Continue);
         l.out.clear();
     }
 
