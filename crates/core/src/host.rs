@@ -22,6 +22,16 @@ pub use crate::state::store::{
 /// read by `loopguard check --envoy`.
 pub const NATIVE_ABI_MARK_PREFIX: &str = "loopguard-dynamic-module-abi=";
 
+/// 64 random bits for the engine: the standard library's hash keys (from
+/// the OS natively, from WASI's random source in a Wasm VM), with the time
+/// `now_ms` reads.
+pub fn random_seed(now_ms: impl FnOnce() -> u64) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ms());
+    h.finish()
+}
+
 /// What a host does with an event's effects.
 pub trait Host {
     /// Carry out one effect; never a call (those are sent through

@@ -130,28 +130,17 @@ fn status(code: u32) -> HostResult<()> {
     (code == STATUS_OK).then_some(()).ok_or(HostError(code))
 }
 
-/// Take ownership of a buffer the host allocated through the module's
+/// What a getter returned: the host's buffer, `None` when not found. The
+/// buffer is ours: the host allocated it through the module's
 /// `proxy_on_memory_allocate` (exported by the proxy-wasm crate, which
 /// allocates it as a `Vec<u8>` of exactly that size).
 ///
 /// # Safety
 /// `data` must be null or come from the host with `size` bytes.
-unsafe fn owned(data: *mut u8, size: usize) -> Vec<u8> {
-    if data.is_null() {
-        Vec::new()
-    } else {
-        Vec::from_raw_parts(data, size, size)
-    }
-}
-
-/// What a getter returned: the host's buffer (ours now), `None` when
-/// not found.
-///
-/// # Safety
-/// As [`owned`].
 unsafe fn returned(code: u32, data: *mut u8, size: usize) -> HostResult<Option<Vec<u8>>> {
     match code {
-        STATUS_OK => Ok(Some(owned(data, size))),
+        STATUS_OK if data.is_null() => Ok(Some(Vec::new())),
+        STATUS_OK => Ok(Some(Vec::from_raw_parts(data, size, size))),
         STATUS_NOT_FOUND => Ok(None),
         other => Err(HostError(other)),
     }
@@ -309,21 +298,6 @@ pub fn remove_header(map: u32, name: &str) -> HostResult<()> {
     status(unsafe { proxy_remove_header_map_value(map, name.as_ptr(), name.len()) })
 }
 
-/// Set a request header, replacing any value it had (only while the
-/// request headers are held).
-pub fn replace_request_header(name: &str, value: &str) -> HostResult<()> {
-    // SAFETY: pointers and lengths describe live strs.
-    status(unsafe {
-        proxy_replace_header_map_value(
-            MAP_REQUEST_HEADERS,
-            name.as_ptr(),
-            name.len(),
-            value.as_ptr(),
-            value.len(),
-        )
-    })
-}
-
 /// Replace the first `old_len` bytes of a body buffer with `body`: all of
 /// the buffered request body, or the response body chunk at hand.
 pub fn replace_body(kind: u32, old_len: usize, body: &[u8]) -> HostResult<()> {
@@ -331,12 +305,16 @@ pub fn replace_body(kind: u32, old_len: usize, body: &[u8]) -> HostResult<()> {
     status(unsafe { proxy_set_buffer_bytes(kind, 0, old_len, body.as_ptr(), body.len()) })
 }
 
-/// Add a header (as [`remove_header`], while the headers can change).
-pub fn add_header(map: u32, name: &str, value: &str) -> HostResult<()> {
+/// Add a header (as [`remove_header`], while the headers can change), or
+/// with `replace` set it, replacing any value it had.
+pub fn add_header(map: u32, name: &str, value: &str, replace: bool) -> HostResult<()> {
+    let add = if replace {
+        proxy_replace_header_map_value
+    } else {
+        proxy_add_header_map_value
+    };
     // SAFETY: pointers and lengths describe live strs.
-    status(unsafe {
-        proxy_add_header_map_value(map, name.as_ptr(), name.len(), value.as_ptr(), value.len())
-    })
+    status(unsafe { add(map, name.as_ptr(), name.len(), value.as_ptr(), value.len()) })
 }
 
 /// Set a stream property; Envoy keeps it as filter state `wasm.<name>`,

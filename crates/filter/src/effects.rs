@@ -87,13 +87,13 @@ impl Host for WasmHost<'_> {
 fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
     match effect {
         Effect::AddRequestHeader(name, value) => {
-            let _ = abi::add_header(MAP_REQUEST_HEADERS, name, &value);
+            let _ = abi::add_header(MAP_REQUEST_HEADERS, name, &value, false);
         }
         Effect::RemoveRequestHeader(name) => {
             let _ = abi::remove_header(MAP_REQUEST_HEADERS, name);
         }
         Effect::AddResponseHeader(name, value) => {
-            let _ = abi::add_header(MAP_RESPONSE_HEADERS, name, &value);
+            let _ = abi::add_header(MAP_RESPONSE_HEADERS, name, &value, false);
         }
         Effect::RemoveResponseHeader(name) => {
             let _ = abi::remove_header(MAP_RESPONSE_HEADERS, name);
@@ -113,8 +113,9 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
         } => {
             match abi::replace_body(abi::BUFFER_REQUEST_BODY, old_len, &body) {
                 Ok(()) if set_length => {
+                    let length = body.len().to_string();
                     if let Err(e) =
-                        abi::replace_request_header("content-length", &body.len().to_string())
+                        abi::add_header(MAP_REQUEST_HEADERS, "content-length", &length, true)
                     {
                         log::warn!("the body changed but its content-length could not be set (host status {})", e.0);
                     }

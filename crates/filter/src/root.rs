@@ -7,7 +7,7 @@ use crate::effects::WasmHost;
 use crate::http::Stream;
 use crate::metrics::Metrics;
 use crate::shared_store::{self, SharedData};
-use loopguard_core::host::{plugin_namespace, Config, Effects, Engine, Request, Step};
+use loopguard_core::host::{plugin_namespace, random_seed, Config, Effects, Engine, Request, Step};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
 use std::cell::{Cell, RefCell};
@@ -54,7 +54,12 @@ impl Plugin {
         mut request: Option<&mut Request>,
         event: impl FnOnce(&mut Engine<SharedData>, Option<&mut Request>, &mut Effects) -> Step,
     ) -> Step {
-        let mut out = take(&self.scratch);
+        // The reused buffer (re-entered: a new one), given back empty.
+        let mut out = self
+            .scratch
+            .try_borrow_mut()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
         // Effects kept until the engine is no longer borrowed (a local
         // reply, a resumed stream) are rare: their buffer starts empty.
         let mut host = WasmHost::new(self, home);
@@ -66,28 +71,15 @@ impl Plugin {
             Err(_) => Step::Continue,
         };
         let replied = host.finish();
-        give_back(&self.scratch, out);
+        out.clear();
+        if let Ok(mut s) = self.scratch.try_borrow_mut() {
+            *s = out;
+        }
         if replied {
             step
         } else {
             Step::Continue
         }
-    }
-}
-
-/// A buffer (empty), to give back with [`give_back`] (re-entered, a new
-/// one).
-fn take(buffer: &RefCell<Effects>) -> Effects {
-    buffer
-        .try_borrow_mut()
-        .map(|mut s| std::mem::take(&mut *s))
-        .unwrap_or_default()
-}
-
-fn give_back(buffer: &RefCell<Effects>, mut effects: Effects) {
-    effects.clear();
-    if let Ok(mut s) = buffer.try_borrow_mut() {
-        *s = effects;
     }
 }
 
@@ -179,7 +171,7 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
         &namespace,
         |layout| shared_store::open(&namespace, layout),
         |var| std::env::var(var).ok(),
-        random_seed(),
+        random_seed(abi::now_ms),
     )?;
     let metrics = Metrics::define(engine.registry());
     Ok(Plugin {
@@ -189,15 +181,6 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
         tick_armed: Cell::new(false),
         scratch: RefCell::new(Effects::with_capacity(16)),
     })
-}
-
-/// 64 random bits from the VM (WASI's random source, through the standard
-/// library's hash keys).
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(abi::now_ms());
-    h.finish()
 }
 
 /// Follow Envoy's wasm log level, so messages Envoy would drop are not even

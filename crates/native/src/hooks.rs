@@ -19,10 +19,7 @@ type StreamModule = *const c_void;
 
 /// Run `f`; on a panic, `on_panic` (what the request becomes).
 fn guard<T>(f: impl FnOnce() -> T, on_panic: impl FnOnce() -> T) -> T {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(_) => on_panic(),
-    }
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| on_panic())
 }
 
 /// The stream behind Envoy's module pointer.
@@ -39,16 +36,14 @@ unsafe fn stream<'a>(p: StreamModule) -> Option<&'a mut Stream> {
 /// left alone from then on.
 fn fail_request(p: StreamModule) {
     // SAFETY: as in `stream`.
-    if let Some(s) = unsafe { stream(p) } {
-        if !s.failed {
-            s.failed = true;
-            let reply = LocalReply {
-                status: 500,
-                headers: vec![("content-type", "text/plain".to_string())],
-                body: "loopguard: internal error\n".to_string(),
-            };
-            abi::send_response(s.filter, &reply, "loopguard_panic");
-        }
+    if let Some(s) = unsafe { stream(p) }.filter(|s| !s.failed) {
+        s.failed = true;
+        let reply = LocalReply {
+            status: 500,
+            headers: vec![("content-type", "text/plain".to_string())],
+            body: "loopguard: internal error\n".to_string(),
+        };
+        abi::send_response(s.filter, &reply, "loopguard_panic");
     }
 }
 
@@ -142,15 +137,14 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
 pub extern "C" fn envoy_dynamic_module_on_http_filter_config_destroy(config: ConfigModule) {
     guard(
         || {
-            if config.is_null() {
-                return;
-            }
-            // SAFETY: made by `config_new`, destroyed once by Envoy.
-            let c = unsafe { Box::from_raw(config as *mut Arc<FilterConfig>) };
-            c.alive.store(false, std::sync::atomic::Ordering::Release);
-            // No more ticks through the configuration's scheduler.
-            for w in c.worker_ids() {
-                crate::timer::stop(w);
+            if !config.is_null() {
+                // SAFETY: made by `config_new`, destroyed once by Envoy.
+                let c = unsafe { Box::from_raw(config as *mut Arc<FilterConfig>) };
+                c.alive.store(false, std::sync::atomic::Ordering::Release);
+                // No more ticks through the configuration's scheduler.
+                for w in c.worker_ids() {
+                    crate::timer::stop(w);
+                }
             }
         },
         || (),
@@ -313,12 +307,10 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_stream_complete(
 pub extern "C" fn envoy_dynamic_module_on_http_filter_destroy(s: StreamModule) {
     guard(
         || {
-            if s.is_null() {
-                return;
+            if !s.is_null() {
+                // SAFETY: made by `filter_new`, destroyed once by Envoy.
+                unsafe { Box::from_raw(s as *mut Stream) }.close();
             }
-            // SAFETY: made by `filter_new`, destroyed once by Envoy.
-            let mut stream = unsafe { Box::from_raw(s as *mut Stream) };
-            stream.close();
         },
         || (),
     )

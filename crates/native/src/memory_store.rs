@@ -20,6 +20,16 @@ struct Cell {
     version: u32,
 }
 
+impl Cell {
+    /// Replace the bytes; the version moves on, never to 0 again (0 is "not
+    /// written yet").
+    fn set(&mut self, bytes: &[u8]) {
+        self.bytes.clear();
+        self.bytes.extend_from_slice(bytes);
+        self.version = self.version.wrapping_add(1).max(1);
+    }
+}
+
 /// One plugin's table: the fingerprint buckets `0..layout.buckets` by
 /// index, and the other regions the core addresses by bucket number (the
 /// loops' spending ledger, MCP call histories), each bounded by the core.
@@ -72,14 +82,11 @@ impl BucketBackend for Memory {
 
     fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {
         let written = self.table.with_cell(bucket, |c| {
-            if c.version != version {
-                return false;
+            let current = c.version == version;
+            if current {
+                c.set(bytes);
             }
-            c.bytes.clear();
-            c.bytes.extend_from_slice(bytes);
-            // Never 0 again: 0 is "not written yet".
-            c.version = c.version.wrapping_add(1).max(1);
-            true
+            current
         });
         match written {
             Some(true) => CasWrite::Written,
@@ -89,13 +96,7 @@ impl BucketBackend for Memory {
     }
 
     fn publish(&mut self, bucket: u32, bytes: &[u8]) -> bool {
-        self.table
-            .with_cell(bucket, |c| {
-                c.bytes.clear();
-                c.bytes.extend_from_slice(bytes);
-                c.version = c.version.wrapping_add(1).max(1);
-            })
-            .is_some()
+        self.table.with_cell(bucket, |c| c.set(bytes)).is_some()
     }
 }
 

@@ -43,13 +43,9 @@ impl Drop for Running {
 /// pointer): `true` if it came inside an event of this thread (then it
 /// runs when that event is over).
 pub fn completes_later(stream: usize) -> bool {
-    let inside = RUNNING.with(|r| r.get());
+    let inside = Running::now();
     if inside {
-        ENDED.with(|e| {
-            if let Ok(mut v) = e.try_borrow_mut() {
-                v.push(stream);
-            }
-        });
+        let _ = ENDED.with(|e| e.try_borrow_mut().map(|mut v| v.push(stream)));
     }
     inside
 }

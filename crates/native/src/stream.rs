@@ -9,8 +9,7 @@ use crate::effects::{self, At};
 use crate::facts::Facts;
 use crate::memory_store::Memory;
 use crate::reentry::Running;
-use crate::timer::now_ms;
-use crate::timer::TICK_EVENT;
+use crate::timer::{now_ms, TICK_EVENT};
 use crate::worker::Worker;
 use loopguard_core::host::{
     response_status, CallReply, Effects, Engine, HeaderBlock, Request, ResponseHead, Step,
@@ -131,7 +130,7 @@ impl Stream {
         } else {
             received + abi::body_size(self.filter, Body::BufferedRequest)
         };
-        let body: Option<Cow<'_, [u8]>> = if self.req.wants_body(size, end_of_stream) {
+        let body = self.req.wants_body(size, end_of_stream).then(|| {
             // SAFETY: read in this hook, before any change to the body.
             let mut chunks = unsafe {
                 if whole_in_chunk {
@@ -142,10 +141,8 @@ impl Stream {
                     c
                 }
             };
-            Some(joined(&mut chunks))
-        } else {
-            None
-        };
+            joined(&mut chunks)
+        });
         let now = now_ms();
         self.run(true, false, |e, r, out| {
             e.on_body(r, size, end_of_stream, body.as_deref(), now, out)
@@ -153,13 +150,11 @@ impl Stream {
     }
 
     pub fn on_request_trailers(&mut self) -> Step {
-        let body = if self.req.wants_body_at_trailers() {
+        let body = self.req.wants_body_at_trailers().then(|| {
             // SAFETY: read in this hook, before any change to the body.
             let mut chunks = unsafe { abi::body_chunks(self.filter, Body::BufferedRequest) };
-            Some(joined(&mut chunks).into_owned())
-        } else {
-            None
-        };
+            joined(&mut chunks).into_owned()
+        });
         let now = now_ms();
         self.run(false, false, |e, r, out| {
             e.on_trailers(r, body.as_deref(), now, out)
@@ -228,11 +223,7 @@ impl Stream {
             e.on_store_reply(r, token, &reply, now, out)
         }) == Step::Continue
         {
-            if response {
-                abi::continue_encoding(self.filter);
-            } else {
-                abi::continue_decoding(self.filter);
-            }
+            abi::resume(self.filter, response);
         }
     }
 
@@ -247,7 +238,7 @@ impl Stream {
                     Step::Continue
                 });
             }
-            RESUME_EVENT if !self.failed => abi::continue_decoding(self.filter),
+            RESUME_EVENT if !self.failed => abi::resume(self.filter, false),
             _ => {}
         }
     }

@@ -98,14 +98,6 @@ pub fn stop(worker: u64) {
     }
 }
 
-/// 64 random bits (the standard library's hash keys come from the OS).
-pub fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(now_ms());
-    h.finish()
-}
-
 /// Wall-clock milliseconds (the clock the Wasm host reads too).
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()

@@ -13,10 +13,11 @@
 
 use crate::abi::{self, FilterPtr, SchedulerPtr};
 use crate::config::FilterConfig;
+use crate::effects::{settle, At};
 pub use crate::locked::Locked;
 use crate::memory_store::{self, Memory};
 use crate::timer;
-use loopguard_core::host::{Config, Effects, Engine, Step};
+use loopguard_core::host::{random_seed, Config, Effects, Engine, Step};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -83,7 +84,7 @@ impl Worker {
             &config.namespace,
             |layout| memory_store::open(&config.namespace, layout),
             |var| std::env::var(var).ok(),
-            timer::random_seed(),
+            random_seed(timer::now_ms),
         )
         .map_err(|why| abi::log(abi::LogLevel::Error, &format!("loopguard: {why}")))
         .ok()?;
@@ -119,10 +120,7 @@ impl Worker {
 
     /// A new stream's id, and it counted as alive.
     pub fn open_stream(&self, filter: FilterPtr) -> u32 {
-        let mut id = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        if id == 0 {
-            id = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        }
+        let id = nonzero(&self.next_stream);
         if let Ok(mut s) = self.streams.lock() {
             s.insert(
                 id,
@@ -253,24 +251,20 @@ impl Worker {
         let mut guard = self.lock();
         let l = &mut *guard;
         event(&mut l.engine, &mut l.out);
-        let _ = crate::effects::settle(
-            self,
-            l,
-            crate::effects::At::default(),
-            now,
-            None,
-            Step::Continue,
-        );
+        let _ = settle(self, l, At::default(), now, None, Step::Continue);
         l.out.clear();
     }
 
     /// A token for a call relayed through the main thread.
     pub fn root_token(&self) -> u32 {
-        let t = self.next_root_token.fetch_add(1, Ordering::Relaxed);
-        if t == 0 {
-            self.next_root_token.fetch_add(1, Ordering::Relaxed)
-        } else {
-            t
-        }
+        nonzero(&self.next_root_token)
+    }
+}
+
+/// The next number of `counter`, never 0 (skipped when it wraps).
+fn nonzero(counter: &AtomicU32) -> u32 {
+    match counter.fetch_add(1, Ordering::Relaxed) {
+        0 => counter.fetch_add(1, Ordering::Relaxed),
+        n => n,
     }
 }

@@ -139,11 +139,9 @@ callbacks! {
     ) -> bool;
     pub fn envoy_dynamic_module_callback_http_filter_continue_decoding
         | envoy_dynamic_module_callback_http_filter_continue_encoding(filter: FilterPtr);
-    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new(
-        filter: FilterPtr,
-    ) -> SchedulerPtr;
-    pub fn envoy_dynamic_module_callback_http_filter_config_scheduler_new(
-        config: ConfigPtr,
+    pub fn envoy_dynamic_module_callback_http_filter_scheduler_new
+        | envoy_dynamic_module_callback_http_filter_config_scheduler_new(
+        filter_or_config: FilterPtr,
     ) -> SchedulerPtr;
     pub fn envoy_dynamic_module_callback_http_filter_scheduler_commit
         | envoy_dynamic_module_callback_http_filter_config_scheduler_commit(
@@ -154,17 +152,9 @@ callbacks! {
         | envoy_dynamic_module_callback_http_filter_config_scheduler_delete(
         scheduler: SchedulerPtr,
     );
-    pub fn envoy_dynamic_module_callback_http_filter_http_callout(
-        filter: FilterPtr,
-        id: *mut u64,
-        cluster: ModuleBuffer,
-        headers: *mut ModuleHeader,
-        headers_len: usize,
-        body: ModuleBuffer,
-        timeout_ms: u64,
-    ) -> u32;
-    pub fn envoy_dynamic_module_callback_http_filter_config_http_callout(
-        config: ConfigPtr,
+    pub fn envoy_dynamic_module_callback_http_filter_http_callout
+        | envoy_dynamic_module_callback_http_filter_config_http_callout(
+        filter_or_config: FilterPtr,
         id: *mut u64,
         cluster: ModuleBuffer,
         headers: *mut ModuleHeader,

@@ -5,7 +5,7 @@ use super::headers::module_headers;
 use super::{
     envoy_dynamic_module_callback_http_filter_config_http_callout,
     envoy_dynamic_module_callback_http_filter_http_callout, ConfigPtr, FilterPtr, ModuleBuffer,
-    ModuleHeader, CALLOUT_INIT_SUCCESS,
+    CALLOUT_INIT_SUCCESS,
 };
 use loopguard_core::host::StoreCall;
 
@@ -21,23 +21,29 @@ fn refused(code: u32) -> String {
     }
 }
 
-/// Send `call` through an Envoy cluster with one of Envoy's callout
-/// callbacks (`send` gets the id to fill, the cluster, the headers, the
-/// body and the timeout): the call's id, or why Envoy refused it.
-fn callout(
-    call: &StoreCall,
-    send: impl FnOnce(*mut u64, ModuleBuffer, *mut ModuleHeader, usize, ModuleBuffer, u64) -> u32,
-) -> Result<u64, String> {
+/// Send `call` through an Envoy cluster on behalf of a stream (`filter`)
+/// or, with `from_config`, of the configuration (`config`): the call's id,
+/// or why Envoy refused it.
+fn callout(owner: FilterPtr, from_config: bool, call: &StoreCall) -> Result<u64, String> {
+    let send = if from_config {
+        envoy_dynamic_module_callback_http_filter_config_http_callout
+    } else {
+        envoy_dynamic_module_callback_http_filter_http_callout
+    };
     let mut h = module_headers(&call.headers);
     let mut id = 0u64;
-    let code = send(
-        &mut id,
-        ModuleBuffer::of(call.cluster.as_bytes()),
-        h.as_mut_ptr(),
-        h.len(),
-        ModuleBuffer::of(&call.body),
-        call.timeout_ms,
-    );
+    // SAFETY: every buffer is read during the call only.
+    let code = unsafe {
+        send(
+            owner,
+            &mut id,
+            ModuleBuffer::of(call.cluster.as_bytes()),
+            h.as_mut_ptr(),
+            h.len(),
+            ModuleBuffer::of(&call.body),
+            call.timeout_ms,
+        )
+    };
     if code == CALLOUT_INIT_SUCCESS {
         Ok(id)
     } else {
@@ -47,24 +53,10 @@ fn callout(
 
 /// Send a call on behalf of a stream (answered to the stream, on its worker).
 pub fn stream_callout(filter: FilterPtr, call: &StoreCall) -> Result<u64, String> {
-    callout(call, |id, cluster, headers, n, body, timeout| {
-        // SAFETY: every buffer is read during the call only.
-        unsafe {
-            envoy_dynamic_module_callback_http_filter_http_callout(
-                filter, id, cluster, headers, n, body, timeout,
-            )
-        }
-    })
+    callout(filter, false, call)
 }
 
 /// Send a call on behalf of the configuration (main thread; answered there).
 pub fn config_callout(config: ConfigPtr, call: &StoreCall) -> Result<u64, String> {
-    callout(call, |id, cluster, headers, n, body, timeout| {
-        // SAFETY: every buffer is read during the call only.
-        unsafe {
-            envoy_dynamic_module_callback_http_filter_config_http_callout(
-                config, id, cluster, headers, n, body, timeout,
-            )
-        }
-    })
+    callout(config, true, call)
 }

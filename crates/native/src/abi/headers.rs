@@ -57,38 +57,29 @@ pub fn header(filter: FilterPtr, map: HeaderMap, name: &str) -> Option<Vec<u8>> 
 
 /// Append a header value (existing values are kept).
 pub fn add_header(filter: FilterPtr, map: HeaderMap, name: &str, value: &str) -> bool {
-    // SAFETY: the buffers are read during the call only.
-    unsafe {
-        envoy_dynamic_module_callback_http_add_header(
-            filter,
-            map as u32,
-            ModuleBuffer::of(name.as_bytes()),
-            ModuleBuffer::of(value.as_bytes()),
-        )
-    }
+    change(filter, map, name, ModuleBuffer::of(value.as_bytes()), true)
 }
 
 /// Set a header to one value.
 pub fn set_header(filter: FilterPtr, map: HeaderMap, name: &str, value: &str) -> bool {
-    set(filter, map, name, ModuleBuffer::of(value.as_bytes()))
+    change(filter, map, name, ModuleBuffer::of(value.as_bytes()), false)
 }
 
 /// Remove every value of a header (a set with no value).
 pub fn remove_header(filter: FilterPtr, map: HeaderMap, name: &str) -> bool {
-    set(filter, map, name, ModuleBuffer::NULL)
+    change(filter, map, name, ModuleBuffer::NULL, false)
 }
 
-fn set(filter: FilterPtr, map: HeaderMap, name: &str, value: ModuleBuffer) -> bool {
+/// Add a header value (`add`) or set the header to it.
+fn change(filter: FilterPtr, map: HeaderMap, name: &str, value: ModuleBuffer, add: bool) -> bool {
+    let change = if add {
+        envoy_dynamic_module_callback_http_add_header
+    } else {
+        envoy_dynamic_module_callback_http_set_header
+    };
     // SAFETY: the buffers are read during the call only; a null value
     // removes the header.
-    unsafe {
-        envoy_dynamic_module_callback_http_set_header(
-            filter,
-            map as u32,
-            ModuleBuffer::of(name.as_bytes()),
-            value,
-        )
-    }
+    unsafe { change(filter, map as u32, ModuleBuffer::of(name.as_bytes()), value) }
 }
 
 /// Headers as the core carries them (a name and its value), lent to Envoy.

@@ -61,28 +61,19 @@ pub fn metric(
     labels: &[&str],
     value: u64,
 ) -> bool {
+    let change = match (kind, op) {
+        (Kind::Counter, _) => envoy_dynamic_module_callback_http_filter_config_increment_counter,
+        (Kind::Gauge, MetricOp::Decrement) => {
+            envoy_dynamic_module_callback_http_filter_config_decrement_gauge
+        }
+        (Kind::Gauge, _) => envoy_dynamic_module_callback_http_filter_config_increment_gauge,
+        (Kind::Histogram, _) => {
+            envoy_dynamic_module_callback_http_filter_config_record_histogram_value
+        }
+    };
     // SAFETY: every buffer is read during the call only.
     let code = with_buffers(labels, |ptr, len| unsafe {
-        match (kind, op) {
-            (Kind::Counter, _) => {
-                envoy_dynamic_module_callback_http_filter_config_increment_counter(
-                    config, id, ptr, len, value,
-                )
-            }
-            (Kind::Gauge, MetricOp::Decrement) => {
-                envoy_dynamic_module_callback_http_filter_config_decrement_gauge(
-                    config, id, ptr, len, value,
-                )
-            }
-            (Kind::Gauge, _) => envoy_dynamic_module_callback_http_filter_config_increment_gauge(
-                config, id, ptr, len, value,
-            ),
-            (Kind::Histogram, _) => {
-                envoy_dynamic_module_callback_http_filter_config_record_histogram_value(
-                    config, id, ptr, len, value,
-                )
-            }
-        }
+        change(config, id, ptr, len, value)
     });
     code == METRICS_SUCCESS
 }

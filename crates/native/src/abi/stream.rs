@@ -79,14 +79,14 @@ pub fn metadata_string(
     }
 }
 
-/// Resume a request a hook stopped (a repeated call is ignored by Envoy).
-pub fn continue_decoding(filter: FilterPtr) {
+/// Resume a request (or, with `response`, a response) a hook stopped (a
+/// repeated call is ignored by Envoy).
+pub fn resume(filter: FilterPtr, response: bool) {
+    let resume = if response {
+        envoy_dynamic_module_callback_http_filter_continue_encoding
+    } else {
+        envoy_dynamic_module_callback_http_filter_continue_decoding
+    };
     // SAFETY: on the stream's worker thread, while the stream lives.
-    unsafe { envoy_dynamic_module_callback_http_filter_continue_decoding(filter) }
-}
-
-/// Resume a response a hook stopped (a repeated call is ignored by Envoy).
-pub fn continue_encoding(filter: FilterPtr) {
-    // SAFETY: on the stream's worker thread, while the stream lives.
-    unsafe { envoy_dynamic_module_callback_http_filter_continue_encoding(filter) }
+    unsafe { resume(filter) }
 }
