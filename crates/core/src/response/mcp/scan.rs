@@ -337,7 +337,11 @@ impl Scanner {
                 self.copy(b);
                 Event::None
             }
-            b':' | b',' | b' ' | b'\t' | b'\n' | b'\r' => {
+            b' ' | b'\t' | b'\n' | b'\r' => {
+                self.copy(b);
+                Event::None
+            }
+            b':' | b',' => {
                 if let Some(f) = self.stack.last_mut() {
                     if b == b':' {
                         f.expect_key = false;
