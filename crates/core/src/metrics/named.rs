@@ -29,6 +29,7 @@ pub const FAMILIES: &[Family] = &[
     family("loopguard.mcp_loops_total", &["policy", "tier", "step"]),
     family("loopguard.mcp_shadow_total", &["policy", "tier", "step"]),
     family("loopguard.mcp_unjudged_total", &["policy", "reason"]),
+    family("loopguard.mcp_histories_evicted_total", &["policy"]),
 ];
 
 /// The family (its index in [`FAMILIES`]) and the label values of a named
@@ -86,6 +87,7 @@ mod tests {
                 5,
                 vec!["p", "too_large"],
             ),
+            (m::evicted("p"), 6, vec!["p"]),
         ];
         for (name, family, values) in cases {
             assert_eq!(split(&name), Some((family, values)), "{name}");
