@@ -178,6 +178,7 @@ impl<'b> Iterator for Members<'b> {
 
 /// The member at `i`: its key's raw bytes and the span of its value (read
 /// by `value(key, start)`, which returns its end).
+#[inline(always)]
 fn member_with<'b>(
     b: &'b [u8],
     i: usize,
@@ -194,6 +195,7 @@ fn member_with<'b>(
 }
 
 /// The member at `i`, its value skipped.
+#[inline(always)]
 fn member_at(b: &[u8], i: usize) -> Option<Member<'_>> {
     member_with(b, i, |_, v| skip_value(b, v))
 }
@@ -202,6 +204,7 @@ fn member_at(b: &[u8], i: usize) -> Option<Member<'_>> {
 /// by member or element by element: `item` reads the one starting at its
 /// argument and returns where it ends. The offset past the container;
 /// `None` if it is broken or `item` gave up.
+#[inline(always)]
 fn each_item(
     b: &[u8],
     i: usize,
