@@ -35,8 +35,11 @@ pub fn plugin_namespace(raw: &[u8]) -> String {
         .map(|c| if keep(c) { c } else { '_' })
         .take(64)
         .collect();
-    let safe = Some(safe).filter(|s| !s.is_empty());
-    safe.unwrap_or_else(|| "default".to_string())
+    if safe.is_empty() {
+        "default".to_string()
+    } else {
+        safe
+    }
 }
 
 /// One hit to record: a fingerprint (or its shadow key), when, and what
@@ -260,7 +263,9 @@ impl BucketBackend for InProcess {
         if slot.1 != version {
             return CasWrite::Conflict;
         }
-        *slot = (bytes.to_vec(), slot.1.wrapping_add(1));
+        slot.0.clear();
+        slot.0.extend_from_slice(bytes);
+        slot.1 = slot.1.wrapping_add(1);
         CasWrite::Written
     }
 }
