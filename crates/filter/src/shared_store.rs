@@ -7,7 +7,6 @@
 
 use crate::abi::{self, STATUS_CAS_MISMATCH};
 use loopguard_core::host::{BucketBackend, CasWrite, TableLayout};
-use std::fmt::Write;
 
 pub struct SharedData {
     prefix: String,
@@ -19,7 +18,7 @@ impl SharedData {
     fn key(&mut self, bucket: u32) -> &str {
         self.key.clear();
         self.key.push_str(&self.prefix);
-        let _ = write!(self.key, "{bucket}");
+        TableLayout::push_bucket(&mut self.key, bucket);
         &self.key
     }
 }
