@@ -351,9 +351,7 @@ impl<B: BucketBackend> Engine<B> {
     ) -> Option<Write> {
         let backend = &mut self.local.backend;
         match mcp_sessions::append_after(backend, id, entry, now, cfg.window_ms, snapshot) {
-            Ok(added) if added.evicted => {
-                out.push(Effect::CountNamed(m::evicted(&policy.id), 1));
-            }
+            Ok(added) if added.evicted => out.push(Effect::CountNamed(m::evicted(&policy.id), 1)),
             Ok(_) => {}
             Err(_) => out.push(unjudged(&policy.id, McpUnjudged::Store)),
         }
@@ -457,10 +455,8 @@ impl<B: BucketBackend> Engine<B> {
             // The note changes the body's length.
             out.push(Effect::RemoveResponseHeader("content-length"));
         }
-        s.reader = Some(
-            ResultReader::new(framing, cfg.result_classes, note)
-                .with_memo(Rc::clone(&self.mcp_memo)),
-        );
+        let reader = ResultReader::new(framing, cfg.result_classes, note);
+        s.reader = Some(reader.with_memo(Rc::clone(&self.mcp_memo)));
     }
 
     /// A chunk of an MCP result.

@@ -78,10 +78,8 @@ impl<B: BucketBackend> Engine<B> {
         // A note changes the body's length: only possible while the headers
         // can still say so (held), or when they carry no length.
         if !r.headers_held && !r.length_dropped {
-            out.push(Effect::Log(
-                Level::Warn,
-                format!("tool-loop {step} not added: the request headers already went upstream with their content-length"),
-            ));
+            let line = format!("tool-loop {step} not added: the request headers already went upstream with their content-length");
+            out.push(Effect::Log(Level::Warn, line));
             return None;
         }
         match tool_loops::rewrite(cfg, req, v) {
@@ -90,10 +88,10 @@ impl<B: BucketBackend> Engine<B> {
                 body,
                 set_length: r.headers_held,
             }),
-            None => out.push(Effect::Log(
-                Level::Debug,
-                format!("no conversation to add the tool-loop {step} to"),
-            )),
+            None => {
+                let line = format!("no conversation to add the tool-loop {step} to");
+                out.push(Effect::Log(Level::Debug, line));
+            }
         }
         None
     }

@@ -101,17 +101,14 @@ impl<B: BucketBackend> Engine<B> {
                 (None, None) if reported.is_some() => Some(price_of(&config.prices, b, "")),
                 (None, None) => None,
             };
-            match price {
-                None => 0,
-                Some(price) => {
-                    if let Some(model) = &price.unpriced {
-                        count_opt(out, ids.map(|i| i.unpriced()), 1);
-                        let (caller, at) = (r.caller, r.started_ms);
-                        self.unpriced_event(p, model, &price.charged_as, caller, at, out);
-                    }
-                    price.rate.cost(&u.tokens())
+            price.map_or(0, |price| {
+                if let Some(model) = &price.unpriced {
+                    count_opt(out, ids.map(|i| i.unpriced()), 1);
+                    let (caller, at) = (r.caller, r.started_ms);
+                    self.unpriced_event(p, model, &price.charged_as, caller, at, out);
                 }
-            }
+                price.rate.cost(&u.tokens())
+            })
         };
         req.added = true;
         if req.failed {
@@ -162,10 +159,8 @@ impl<B: BucketBackend> Engine<B> {
             out.push(Effect::CountNamed(name, to_i64(amount)));
         }
         for (group, adds) in &groups {
-            match self
-                .budget_table
-                .add(&mut self.local.backend, *group, adds, at, at)
-            {
+            let table = &mut self.budget_table;
+            match table.add(&mut self.local.backend, *group, adds, at, at) {
                 Added::Done {
                     cas_retries,
                     evicted,

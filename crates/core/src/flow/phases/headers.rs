@@ -42,10 +42,8 @@ impl<B: BucketBackend> Engine<B> {
             Selection::UnknownRoutePolicy(id) => {
                 let seen = &mut self.unknown_route_policies;
                 if !seen.contains(&id) && seen.len() < MAX_UNKNOWN_ROUTE_POLICIES {
-                    out.push(Effect::Log(
-                        Level::Warn,
-                        format!("route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked"),
-                    ));
+                    let line = format!("route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked");
+                    out.push(Effect::Log(Level::Warn, line));
                     seen.push(id);
                 }
                 return Step::Continue;

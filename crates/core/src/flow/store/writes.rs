@@ -92,9 +92,8 @@ impl<B: BucketBackend> Engine<B> {
         }
         if let (Some(call), Some(shared)) = (self.write_call(&write), self.shared.as_ref()) {
             let call = shared.send(&call, resent);
-            self.root_calls
-                .queued
-                .push_back((Sending { write, resent }, call));
+            let sending = Sending { write, resent };
+            self.root_calls.queued.push_back((sending, call));
             out.push(Effect::ArmTick);
         }
     }
