@@ -24,6 +24,7 @@ use crate::config::{Mcp, McpKey, McpStep, Mode, OnStoreError, Policy};
 use crate::detect::mcp::{self as judge, Entry, McpVerdict};
 use crate::metrics::mcp::{self as m, McpUnjudged};
 use crate::request::mcp::{self as read, Head, Message, ToolCall};
+use crate::request::RequestFacts;
 use crate::response::{
     self,
     mcp::{Framing, NotePlan, ResultReader, Seen},
@@ -86,11 +87,7 @@ pub(super) fn unjudged(policy_id: &str, why: McpUnjudged) -> Effect {
 }
 
 impl McpStream {
-    pub(super) fn new(
-        policy: usize,
-        p: &Policy,
-        facts: &dyn crate::request::RequestFacts,
-    ) -> McpStream {
+    pub(super) fn new(policy: usize, p: &Policy, facts: &dyn RequestFacts) -> McpStream {
         let anonymous = p.limit_keys.is_empty() && crate::request::api_key(facts).is_none();
         let address = facts
             .source_address()
@@ -537,9 +534,7 @@ impl<B: BucketBackend> Engine<B> {
         if let (true, Some(v)) = (f.note_added, f.noted.as_ref()) {
             self.acted_on(r, s.policy, policy, &f.tool, v, f.id.key, now, out);
         }
-        match self.record_call((s.policy, policy), cfg, f.id, entry, f.snapshot, now, out) {
-            Some(write) => self.send_write(r, write, hold, out),
-            None => Step::Continue,
-        }
+        let write = self.record_call((s.policy, policy), cfg, f.id, entry, f.snapshot, now, out);
+        write.map_or(Step::Continue, |w| self.send_write(r, w, hold, out))
     }
 }

@@ -442,14 +442,9 @@ impl<B: BucketBackend> Engine<B> {
                 }
             },
         };
-        let budget_table = crate::state::budget::BudgetTable::for_keys(
-            config
-                .policies
-                .iter()
-                .filter_map(|p| p.budget.as_ref())
-                .map(|b| u64::from(b.max_tracked_keys))
-                .sum(),
-        );
+        let budgets = config.policies.iter().filter_map(|p| p.budget.as_ref());
+        let keys = budgets.map(|b| u64::from(b.max_tracked_keys)).sum();
+        let budget_table = crate::state::budget::BudgetTable::for_keys(keys);
         let layout = TableLayout {
             mcp: config.policies.iter().any(|p| p.mcp.is_some()),
             budget_buckets: budget_table.buckets,

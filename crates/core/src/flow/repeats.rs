@@ -8,14 +8,11 @@ use super::{
     Phase, Request, State, Step, Waiting,
 };
 use crate::act::decision::{self, Verdict};
-use crate::act::events;
-use crate::act::reply;
+use crate::act::{events, reply};
 use crate::config::{OnStoreError, StoreConfig};
 use crate::detect::fingerprint::Fingerprinted;
 use crate::metrics::{SkipReason, WouldBe};
-use crate::state::store::BucketBackend;
-use crate::state::store::Hit;
-use crate::state::store::{StoreAnswer, StoreFailure};
+use crate::state::store::{BucketBackend, Hit, StoreAnswer, StoreFailure};
 use serde_json::json;
 use std::rc::Rc;
 

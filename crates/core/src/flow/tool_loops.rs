@@ -5,11 +5,9 @@
 //! per conversation and level within a window.
 
 use super::{count_opt, Effect, Effects, Engine, Level, Request, Step};
-use crate::act::events;
-use crate::act::reply;
+use crate::act::{events, reply};
 use crate::config::{Mode, Policy, ToolStep};
-use crate::detect::fingerprint;
-use crate::detect::fingerprint::Pending;
+use crate::detect::fingerprint::{self, Pending};
 use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::metrics::WouldBe;
 use crate::request::llm;

@@ -278,9 +278,7 @@ impl<B: BucketBackend> Engine<B> {
             count_opt(out, reg.tokens(p, t, l, m), to_i64(n));
         }
         let cost = m.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
-        if m.is_some() {
-            count_opt(out, reg.cost(p, l, m), to_i64(cost));
-        }
+        count_opt(out, reg.cost(p, l, m), to_i64(cost));
         if let Some(key) = target.loop_key {
             let (ledger, backend) = (&mut self.ledger, &mut self.local.backend);
             match ledger.add(backend, key, u.input, u.output, cost, r.started_ms) {

@@ -295,13 +295,9 @@ impl Registry {
         &self.defs
     }
 
-    fn policy_base(&self, policy: usize) -> Option<u32> {
-        let p = u32::try_from(policy).ok().filter(|p| *p < self.policies)?;
-        Some(GLOBALS + p * self.per_policy)
-    }
-
     fn at(&self, policy: usize, offset: u32) -> Option<MetricId> {
-        self.policy_base(policy).map(|b| MetricId(b + offset))
+        let p = u32::try_from(policy).ok().filter(|p| *p < self.policies)?;
+        Some(MetricId(GLOBALS + p * self.per_policy + offset))
     }
 
     // The labelled metrics below are defined in their enum's order (a

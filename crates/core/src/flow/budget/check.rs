@@ -179,7 +179,7 @@ impl<B: BucketBackend> Engine<B> {
         let Some(req) = r.budget.as_deref() else {
             return Ok(());
         };
-        let index = req.policy;
+        let (index, price) = (req.policy, req.price.as_ref());
         let config = Rc::clone(&self.config);
         let Some((p, b)) = policy_with(&config, index, |p| p.budget.as_ref()) else {
             return Ok(());
@@ -188,10 +188,8 @@ impl<B: BucketBackend> Engine<B> {
         // reject` (enforced; shadow mode logs what it would do), else it
         // goes on carrying the warning that names the model and what it is
         // charged as.
-        let price = req.price.as_ref();
-        if let Some((model, charged_as)) =
-            price.and_then(|q| Some((q.unpriced.clone()?, q.charged_as.clone())))
-        {
+        let unpriced = price.and_then(|q| Some((q.unpriced.clone()?, q.charged_as.clone())));
+        if let Some((model, charged_as)) = unpriced {
             let reject = b.unpriced == crate::config::budget::Unpriced::Reject;
             if reject && p.mode == Mode::Shadow {
                 let what = [("unpriced model", format!("\"{model}\""))];

@@ -18,8 +18,7 @@ use super::{policy_with, usage, Engine, Phase, Request};
 use crate::config::budget::{Budget, BudgetPer, SessionSource};
 use crate::config::Policy;
 use crate::detect::fingerprint::Fingerprinted;
-use crate::request::llm;
-use crate::request::RequestFacts;
+use crate::request::{llm, RequestFacts};
 use crate::state::redis::budget::BudgetKey;
 use crate::state::store::{BucketBackend, Hit};
 

@@ -3,8 +3,7 @@
 
 use crate::act::events;
 use crate::config::Similarity;
-use crate::detect::progress;
-use crate::detect::tool_loops;
+use crate::detect::{progress, tool_loops};
 use crate::flow::{count, count_opt, usage, Effect, Effects, Engine, Level, Request, State, Step};
 use crate::metrics::SkipReason;
 use crate::request::llm::{self, scan::Refusal, NotRead};

@@ -13,8 +13,7 @@ use crate::flow::{budget, count, count_opt, Effect, Effects, Engine, Request, St
 use crate::metrics::mcp::McpUnjudged;
 use crate::metrics::CallResult;
 use crate::state::redis::{self, Call};
-use crate::state::store::BucketBackend;
-use crate::state::store::TakeBack;
+use crate::state::store::{BucketBackend, TakeBack};
 
 /// What a write is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
