@@ -236,7 +236,7 @@ impl<B: BucketBackend> Engine<B> {
         let shadow = policy.mode == Mode::Shadow;
         match &verdict {
             Some(v) if shadow => {
-                self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
+                self.acted_on(r, (index, policy), &call.tool, v, id.key, now, out);
                 let tool = crate::detect::tool_loops::safe_tool_name(&call.tool);
                 let count = ("count", v.occurrences);
                 let line = verdict_line("mcp loop", &policy.id, v, Some(tool), count);
@@ -250,7 +250,7 @@ impl<B: BucketBackend> Engine<B> {
                 let Some(reply) = mcp_reply::reply(cfg, &policy.id, &call.id, &call.tool, v) else {
                     return Step::Continue;
                 };
-                self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
+                self.acted_on(r, (index, policy), &call.tool, v, id.key, now, out);
                 let answered = Entry {
                     call: call.digest,
                     answered: true,
@@ -369,8 +369,7 @@ impl<B: BucketBackend> Engine<B> {
     fn acted_on(
         &mut self,
         r: &mut Request,
-        index: usize,
-        policy: &Policy,
+        (index, policy): (usize, &Policy),
         tool: &str,
         v: &McpVerdict,
         key: u64,
@@ -465,11 +464,8 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        let Some((reader, call)) = r
-            .mcp
-            .as_deref_mut()
-            .and_then(|s| Some((s.reader.as_mut()?, &mut s.call)))
-        else {
+        let s = r.mcp.as_deref_mut();
+        let Some((reader, call)) = s.and_then(|s| Some((s.reader.as_mut()?, &mut s.call))) else {
             return Step::Continue;
         };
         let fed = reader.feed(chunk, end_of_stream);
@@ -532,7 +528,7 @@ impl<B: BucketBackend> Engine<B> {
             }
         };
         if let (true, Some(v)) = (f.note_added, f.noted.as_ref()) {
-            self.acted_on(r, s.policy, policy, &f.tool, v, f.id.key, now, out);
+            self.acted_on(r, (s.policy, policy), &f.tool, v, f.id.key, now, out);
         }
         let write = self.record_call((s.policy, policy), cfg, f.id, entry, f.snapshot, now, out);
         write.map_or(Step::Continue, |w| self.send_write(r, w, hold, out))

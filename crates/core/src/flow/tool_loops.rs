@@ -21,8 +21,7 @@ impl<B: BucketBackend> Engine<B> {
     pub(super) fn tool_loop(
         &mut self,
         r: &mut Request,
-        index: usize,
-        policy: &Policy,
+        (index, policy): (usize, &Policy),
         pending: &Pending,
         req: &llm::Request<'_>,
         v: &ToolVerdict,

@@ -42,9 +42,8 @@ impl<B: BucketBackend> Engine<B> {
         }
         let Some(shared) = self.shared.as_ref() else {
             let standings = self.local_standings(r, now, out);
-            return self
-                .act_on_budget(r, &standings, phase, now, out)
-                .map(|()| after);
+            let acted = self.act_on_budget(r, &standings, phase, now, out);
+            return acted.map(|()| after);
         };
         let call = shared.budget_of(r.caller, &self.budget_call_keys(r), now);
         let wait = BudgetWait { after, phase };

@@ -198,11 +198,8 @@ impl<B: BucketBackend> Engine<B> {
         if let Some((_, name)) = seen.iter().find(|(t, _)| *t == tag) {
             return name.clone();
         }
-        let budget = p
-            .budget
-            .as_ref()
-            .and_then(|b| b.limits.get(limit))
-            .map_or("", |l| l.name.as_str());
+        let l = p.budget.as_ref().and_then(|b| b.limits.get(limit));
+        let budget = l.map_or("", |l| l.name.as_str());
         if seen.len() < crate::metrics::MAX_CALLER_SERIES {
             let name = names::spend(&p.id, budget, &caller_tag(tag));
             seen.push((tag, name.clone()));

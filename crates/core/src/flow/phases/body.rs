@@ -153,7 +153,7 @@ impl<B: BucketBackend> Engine<B> {
                 // no verdict is trusted from a partly read body.
                 refused = Some(Refusal::TooMany);
             } else if let Some(v) = tool_loops::judge(cfg, history, req, Some(&self.text_cache)) {
-                if let Some(step) = self.tool_loop(r, policy, p, &pending, req, &v, now, out) {
+                if let Some(step) = self.tool_loop(r, (policy, p), &pending, req, &v, now, out) {
                     return step;
                 }
             }
