@@ -95,10 +95,8 @@ impl<B: BucketBackend> Engine<B> {
         out: &mut Effects,
     ) {
         if state {
-            out.push(Effect::SetFilterState(
-                reply::filter_state_name(name),
-                value.clone(),
-            ));
+            let state_name = reply::filter_state_name(name);
+            out.push(Effect::SetFilterState(state_name, value.clone()));
         }
         if phase == Phase::HeadersHeld {
             out.push(Effect::AddRequestHeader(name, value.clone()));

@@ -24,6 +24,7 @@ use crate::config::{Mcp, McpKey, McpStep, Mode, OnStoreError, Policy};
 use crate::detect::mcp::{self as judge, Entry, McpVerdict};
 use crate::metrics::mcp::{self as m, McpUnjudged};
 use crate::request::mcp::{self as read, Head, Message, ToolCall};
+use crate::request::RequestFacts;
 use crate::response::{
     self,
     mcp::{Framing, NotePlan, ResultReader, Seen},
@@ -86,11 +87,7 @@ pub(super) fn unjudged(policy_id: &str, why: McpUnjudged) -> Effect {
 }
 
 impl McpStream {
-    pub(super) fn new(
-        policy: usize,
-        p: &Policy,
-        facts: &dyn crate::request::RequestFacts,
-    ) -> McpStream {
+    pub(super) fn new(policy: usize, p: &Policy, facts: &dyn RequestFacts) -> McpStream {
         let anonymous = p.limit_keys.is_empty() && crate::request::api_key(facts).is_none();
         let address = facts
             .source_address()
@@ -239,7 +236,7 @@ impl<B: BucketBackend> Engine<B> {
         let shadow = policy.mode == Mode::Shadow;
         match &verdict {
             Some(v) if shadow => {
-                self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
+                self.acted_on(r, (index, policy), &call.tool, v, id.key, now, out);
                 let tool = crate::detect::tool_loops::safe_tool_name(&call.tool);
                 let count = ("count", v.occurrences);
                 let line = verdict_line("mcp loop", &policy.id, v, Some(tool), count);
@@ -253,7 +250,7 @@ impl<B: BucketBackend> Engine<B> {
                 let Some(reply) = mcp_reply::reply(cfg, &policy.id, &call.id, &call.tool, v) else {
                     return Step::Continue;
                 };
-                self.acted_on(r, index, policy, &call.tool, v, id.key, now, out);
+                self.acted_on(r, (index, policy), &call.tool, v, id.key, now, out);
                 let answered = Entry {
                     call: call.digest,
                     answered: true,
@@ -351,9 +348,7 @@ impl<B: BucketBackend> Engine<B> {
     ) -> Option<Write> {
         let backend = &mut self.local.backend;
         match mcp_sessions::append_after(backend, id, entry, now, cfg.window_ms, snapshot) {
-            Ok(added) if added.evicted => {
-                out.push(Effect::CountNamed(m::evicted(&policy.id), 1));
-            }
+            Ok(added) if added.evicted => out.push(Effect::CountNamed(m::evicted(&policy.id), 1)),
             Ok(_) => {}
             Err(_) => out.push(unjudged(&policy.id, McpUnjudged::Store)),
         }
@@ -374,8 +369,7 @@ impl<B: BucketBackend> Engine<B> {
     fn acted_on(
         &mut self,
         r: &mut Request,
-        index: usize,
-        policy: &Policy,
+        (index, policy): (usize, &Policy),
         tool: &str,
         v: &McpVerdict,
         key: u64,
@@ -457,10 +451,8 @@ impl<B: BucketBackend> Engine<B> {
             // The note changes the body's length.
             out.push(Effect::RemoveResponseHeader("content-length"));
         }
-        s.reader = Some(
-            ResultReader::new(framing, cfg.result_classes, note)
-                .with_memo(Rc::clone(&self.mcp_memo)),
-        );
+        let reader = ResultReader::new(framing, cfg.result_classes, note);
+        s.reader = Some(reader.with_memo(Rc::clone(&self.mcp_memo)));
     }
 
     /// A chunk of an MCP result.
@@ -472,11 +464,8 @@ impl<B: BucketBackend> Engine<B> {
         now: u64,
         out: &mut Effects,
     ) -> Step {
-        let Some((reader, call)) = r
-            .mcp
-            .as_deref_mut()
-            .and_then(|s| Some((s.reader.as_mut()?, &mut s.call)))
-        else {
+        let s = r.mcp.as_deref_mut();
+        let Some((reader, call)) = s.and_then(|s| Some((s.reader.as_mut()?, &mut s.call))) else {
             return Step::Continue;
         };
         let fed = reader.feed(chunk, end_of_stream);
@@ -539,11 +528,9 @@ impl<B: BucketBackend> Engine<B> {
             }
         };
         if let (true, Some(v)) = (f.note_added, f.noted.as_ref()) {
-            self.acted_on(r, s.policy, policy, &f.tool, v, f.id.key, now, out);
+            self.acted_on(r, (s.policy, policy), &f.tool, v, f.id.key, now, out);
         }
-        match self.record_call((s.policy, policy), cfg, f.id, entry, f.snapshot, now, out) {
-            Some(write) => self.send_write(r, write, hold, out),
-            None => Step::Continue,
-        }
+        let write = self.record_call((s.policy, policy), cfg, f.id, entry, f.snapshot, now, out);
+        write.map_or(Step::Continue, |w| self.send_write(r, w, hold, out))
     }
 }

@@ -375,12 +375,11 @@ impl LogLimits {
     /// Whether a failure last logged at `*last` may be logged at `now`
     /// (and if so, note it).
     fn allow(last: &mut u64, now: u64) -> bool {
-        if now.saturating_sub(*last) >= FAILURE_LOG_INTERVAL_MS || *last == 0 {
+        let allow = now.saturating_sub(*last) >= FAILURE_LOG_INTERVAL_MS || *last == 0;
+        if allow {
             *last = now.max(1);
-            true
-        } else {
-            false
         }
+        allow
     }
 }
 
@@ -434,23 +433,18 @@ impl<B: BucketBackend> Engine<B> {
     ) -> Result<Engine<B>, String> {
         let secret = match config.webhook.as_ref().and_then(|w| w.hmac_secret_env.as_ref()) {
             None => None,
-            Some(var) => match env(var) {
-                Some(v) if !v.is_empty() => Some(v.into_bytes()),
-                _ => {
+            Some(var) => match env(var).filter(|v| !v.is_empty()) {
+                Some(v) => Some(v.into_bytes()),
+                None => {
                     return Err(format!(
                         "alerts.webhook.hmac_secret_env names {var}, which is not set in the VM environment (add it to vm_config.environment_variables.host_env_keys)"
                     ))
                 }
             },
         };
-        let budget_table = crate::state::budget::BudgetTable::for_keys(
-            config
-                .policies
-                .iter()
-                .filter_map(|p| p.budget.as_ref())
-                .map(|b| u64::from(b.max_tracked_keys))
-                .sum(),
-        );
+        let budgets = config.policies.iter().filter_map(|p| p.budget.as_ref());
+        let keys = budgets.map(|b| u64::from(b.max_tracked_keys)).sum();
+        let budget_table = crate::state::budget::BudgetTable::for_keys(keys);
         let layout = TableLayout {
             mcp: config.policies.iter().any(|p| p.mcp.is_some()),
             budget_buckets: budget_table.buckets,

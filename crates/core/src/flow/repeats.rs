@@ -8,14 +8,11 @@ use super::{
     Phase, Request, State, Step, Waiting,
 };
 use crate::act::decision::{self, Verdict};
-use crate::act::events;
-use crate::act::reply;
+use crate::act::{events, reply};
 use crate::config::{OnStoreError, StoreConfig};
 use crate::detect::fingerprint::Fingerprinted;
 use crate::metrics::{SkipReason, WouldBe};
-use crate::state::store::BucketBackend;
-use crate::state::store::Hit;
-use crate::state::store::{StoreAnswer, StoreFailure};
+use crate::state::store::{BucketBackend, Hit, StoreAnswer, StoreFailure};
 use serde_json::json;
 use std::rc::Rc;
 
@@ -148,10 +145,8 @@ impl<B: BucketBackend> Engine<B> {
                 OnStoreError::Local => local.to_string(),
                 OnStoreError::Allow => format!("{allow_what} passed unchecked"),
             };
-            out.push(Effect::Log(
-                Level::Warn,
-                format!("redis store {failure}; {fallback}"),
-            ));
+            let line = format!("redis store {failure}; {fallback}");
+            out.push(Effect::Log(Level::Warn, line));
         }
         on_error
     }
@@ -183,13 +178,11 @@ impl<B: BucketBackend> Engine<B> {
                 r.counted = None;
                 out.push(count(MetricId::FAIL_OPEN, 1));
                 if LogLimits::allow(&mut self.logs.fail_open, now) {
-                    out.push(Effect::Log(
-                        Level::Warn,
-                        format!(
-                            "store {failure} for policy \"{}\"; request passed unchecked (fail-open)",
-                            policy.id
-                        ),
-                    ));
+                    let id = &policy.id;
+                    let line = format!(
+                        "store {failure} for policy \"{id}\"; request passed unchecked (fail-open)"
+                    );
+                    out.push(Effect::Log(Level::Warn, line));
                 }
                 return Step::Continue;
             }
@@ -208,35 +201,24 @@ impl<B: BucketBackend> Engine<B> {
         let key = fp.spread();
         let model = self.priced(made.model.as_deref());
         r.spend_under(key, model, made.model.as_deref());
-        let decided = decision::decide(
-            policy,
-            detection,
-            &fp,
-            made.fallback,
-            &receipt.state,
-            made.repeats,
-        );
+        let state = &receipt.state;
+        let decided = decision::decide(policy, detection, &fp, made.fallback, state, made.repeats);
+        let notice = decided.verdict.notice();
         // One event per fingerprint and window (the store counts the rest);
         // a conversation's repeated turns report once, when they first
         // reach the threshold.
-        let turns_event = decided.verdict.notice().is_some_and(|n| n.turns)
-            && made.repeats == detection.threshold();
-        let event = receipt.state.event.or(turns_event.then_some(0));
-        if let Some(suppressed) = event {
-            if let Some(mut event) = events::loop_detected(&decided, made, suppressed) {
-                self.add_spend(&mut event, r.caller, Some(key), now);
-                self.emit_event(&event, true, now, out);
-                count_opt(out, self.registry.detected(index, decided.shadow), 1);
-            }
+        let turns_event = notice.is_some_and(|n| n.turns) && made.repeats == detection.threshold();
+        let event = state.event.or(turns_event.then_some(0));
+        if let Some(mut event) = event.and_then(|s| events::loop_detected(&decided, made, s)) {
+            self.add_spend(&mut event, r.caller, Some(key), now);
+            self.emit_event(&event, true, now, out);
+            count_opt(out, self.registry.detected(index, decided.shadow), 1);
         }
-        if decided.verdict.notice().is_some() {
+        if notice.is_some() {
             self.note_in_loop(r, index, out);
         }
         let action = decided.verdict.action();
-        let hits = decided
-            .verdict
-            .notice()
-            .map_or(receipt.state.count, |n| n.count);
+        let hits = notice.map_or(state.count, |n| n.count);
         let shown = action.map_or("allow", |a| a.as_str());
         self.publish_decision(out, (policy, action.is_some()), shown, || {
             [("fingerprint", json!(fp.hex())), ("count", json!(hits))]

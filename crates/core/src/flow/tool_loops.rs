@@ -5,11 +5,9 @@
 //! per conversation and level within a window.
 
 use super::{count_opt, Effect, Effects, Engine, Level, Request, Step};
-use crate::act::events;
-use crate::act::reply;
+use crate::act::{events, reply};
 use crate::config::{Mode, Policy, ToolStep};
-use crate::detect::fingerprint;
-use crate::detect::fingerprint::Pending;
+use crate::detect::fingerprint::{self, Pending};
 use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::metrics::WouldBe;
 use crate::request::llm;
@@ -23,8 +21,7 @@ impl<B: BucketBackend> Engine<B> {
     pub(super) fn tool_loop(
         &mut self,
         r: &mut Request,
-        index: usize,
-        policy: &Policy,
+        (index, policy): (usize, &Policy),
         pending: &Pending,
         req: &llm::Request<'_>,
         v: &ToolVerdict,
@@ -78,10 +75,8 @@ impl<B: BucketBackend> Engine<B> {
         // A note changes the body's length: only possible while the headers
         // can still say so (held), or when they carry no length.
         if !r.headers_held && !r.length_dropped {
-            out.push(Effect::Log(
-                Level::Warn,
-                format!("tool-loop {step} not added: the request headers already went upstream with their content-length"),
-            ));
+            let line = format!("tool-loop {step} not added: the request headers already went upstream with their content-length");
+            out.push(Effect::Log(Level::Warn, line));
             return None;
         }
         match tool_loops::rewrite(cfg, req, v) {
@@ -90,10 +85,10 @@ impl<B: BucketBackend> Engine<B> {
                 body,
                 set_length: r.headers_held,
             }),
-            None => out.push(Effect::Log(
-                Level::Debug,
-                format!("no conversation to add the tool-loop {step} to"),
-            )),
+            None => {
+                let line = format!("no conversation to add the tool-loop {step} to");
+                out.push(Effect::Log(Level::Debug, line));
+            }
         }
         None
     }

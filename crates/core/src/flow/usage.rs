@@ -88,10 +88,8 @@ impl<B: BucketBackend> Engine<B> {
         } else {
             "other".to_string()
         };
-        out.push(Effect::CountNamed(
-            metrics::caller_loop_requests(&p.id, &tag),
-            1,
-        ));
+        let name = metrics::caller_loop_requests(&p.id, &tag);
+        out.push(Effect::CountNamed(name, 1));
     }
 
     /// The priced model of a request's `model`.
@@ -116,10 +114,8 @@ impl<B: BucketBackend> Engine<B> {
             return;
         };
         let r = &self.registry;
-        for (t, n) in [
-            (TokenType::Input, s.last_input),
-            (TokenType::Output, s.last_output),
-        ] {
+        let (input, output) = (s.last_input, s.last_output);
+        for (t, n) in [(TokenType::Input, input), (TokenType::Output, output)] {
             count_opt(out, r.tokens_avoided(policy, t, model), to_i64(n));
         }
         // An unpriced model has no cost counter.
@@ -266,21 +262,12 @@ impl<B: BucketBackend> Engine<B> {
         let read = reader.bytes_read();
         if reader.compressed && !self.logs.compressed_body {
             self.logs.compressed_body = true;
-            out.push(Effect::Log(
-                Level::Warn,
-                "a response body is gzip-compressed, so its token usage cannot be read: put Envoy's decompressor filter after loopguard in http_filters (responses pass the filters in reverse), see docs/observability.md#tokens-and-dollars".to_string(),
-            ));
+            let line = "a response body is gzip-compressed, so its token usage cannot be read: put Envoy's decompressor filter after loopguard in http_filters (responses pass the filters in reverse), see docs/observability.md#tokens-and-dollars";
+            out.push(Effect::Log(Level::Warn, line.to_string()));
         }
-        let answered_by = reader.model().map(str::to_string);
+        let answered = reader.model().map(str::to_string);
         let found = reader.finish();
-        let add = self.budget_spend(
-            r,
-            found.as_ref(),
-            complete,
-            read,
-            answered_by.as_deref(),
-            out,
-        );
+        let add = self.budget_spend(r, found.as_ref(), complete, read, answered.as_deref(), out);
         let Some(u) = found else {
             count_opt(out, self.registry.without_usage(target.policy), 1);
             return add;
@@ -291,15 +278,10 @@ impl<B: BucketBackend> Engine<B> {
             count_opt(out, reg.tokens(p, t, l, m), to_i64(n));
         }
         let cost = m.map_or(0, |m| self.config.prices.cost(m, &u.tokens()));
-        if m.is_some() {
-            count_opt(out, reg.cost(p, l, m), to_i64(cost));
-        }
+        count_opt(out, reg.cost(p, l, m), to_i64(cost));
         if let Some(key) = target.loop_key {
-            let backend = &mut self.local.backend;
-            match self
-                .ledger
-                .add(backend, key, u.input, u.output, cost, r.started_ms)
-            {
+            let (ledger, backend) = (&mut self.ledger, &mut self.local.backend);
+            match ledger.add(backend, key, u.input, u.output, cost, r.started_ms) {
                 Added::Done { cas_retries: 0 } => {}
                 Added::Done { cas_retries } => {
                     out.push(count(MetricId::CAS_RETRIES, i64::from(cas_retries)));

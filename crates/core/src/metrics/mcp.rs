@@ -46,20 +46,15 @@ pub fn exempt(policy_id: &str) -> String {
 /// error or a 429), or with `shadow` what a shadow-mode policy would have
 /// done (`mcp_shadow_total`).
 pub fn loops(policy_id: &str, shadow: bool, tier: Tier, step: McpStep) -> String {
-    format!(
-        "loopguard.mcp_{}_total.policy.{policy_id}.tier.{}.step.{}",
-        if shadow { "shadow" } else { "loops" },
-        tier.as_str(),
-        step.as_str()
-    )
+    let kind = if shadow { "shadow" } else { "loops" };
+    let (tier, step) = (tier.as_str(), step.as_str());
+    format!("loopguard.mcp_{kind}_total.policy.{policy_id}.tier.{tier}.step.{step}")
 }
 
 /// Requests and results passed on unjudged, by reason.
 pub fn unjudged(policy_id: &str, why: McpUnjudged) -> String {
-    format!(
-        "loopguard.mcp_unjudged_total.policy.{policy_id}.reason.{}",
-        why.as_str()
-    )
+    let why = why.as_str();
+    format!("loopguard.mcp_unjudged_total.policy.{policy_id}.reason.{why}")
 }
 
 /// Live histories pushed out of the local table's bounded region to make

@@ -210,10 +210,8 @@ impl Registry {
             for name in ["matched", "exempted", "rejected", "throttled", "warned"] {
                 defs.push(pc(&format!("{name}_total"), ""));
             }
-            defs.push((
-                format!("loopguard.throttle_delay_ms.policy.{id}"),
-                Kind::Histogram,
-            ));
+            let delay = format!("loopguard.throttle_delay_ms.policy.{id}");
+            defs.push((delay, Kind::Histogram));
             for m in ["enforce", "shadow"] {
                 defs.push(pc("detected_total", &format!(".mode.{m}")));
             }
@@ -222,10 +220,8 @@ impl Registry {
             }
             for t in TIERS {
                 for s in STEPS {
-                    defs.push(pc(
-                        "tool_loop_detected_total",
-                        &format!(".tier.{t}.step.{s}"),
-                    ));
+                    let tags = format!(".tier.{t}.step.{s}");
+                    defs.push(pc("tool_loop_detected_total", &tags));
                 }
             }
             for r in FAILED_ATTEMPT_RESULTS {
@@ -234,21 +230,14 @@ impl Registry {
             defs.push(pc("harness_retries_total", ""));
             // Token metrics, model last (a model name may hold dots; the
             // `model` tag takes the rest of the name).
-            let models: Vec<&str> = config
-                .prices
-                .models
-                .iter()
-                .map(|m| m.label.as_str())
-                .chain(["other"])
-                .collect();
+            let labels = config.prices.models.iter().map(|m| m.label.as_str());
+            let models: Vec<&str> = labels.chain(["other"]).collect();
             let priced = models.len() - 1;
             for t in ["input", "output"] {
                 for l in ["false", "true"] {
                     for m in &models {
-                        defs.push(pc(
-                            "tokens_total",
-                            &format!(".token_type.{t}.loop.{l}.model.{m}"),
-                        ));
+                        let tags = format!(".token_type.{t}.loop.{l}.model.{m}");
+                        defs.push(pc("tokens_total", &tags));
                     }
                 }
             }
@@ -256,10 +245,8 @@ impl Registry {
             defs.push(pc("degenerate_output_total", ""));
             for t in ["input", "output"] {
                 for m in &models {
-                    defs.push(pc(
-                        "tokens_avoided_total",
-                        &format!(".token_type.{t}.model.{m}"),
-                    ));
+                    let tags = format!(".token_type.{t}.model.{m}");
+                    defs.push(pc("tokens_avoided_total", &tags));
                 }
             }
             for l in ["false", "true"] {
@@ -308,13 +295,9 @@ impl Registry {
         &self.defs
     }
 
-    fn policy_base(&self, policy: usize) -> Option<u32> {
-        let p = u32::try_from(policy).ok().filter(|p| *p < self.policies)?;
-        Some(GLOBALS + p * self.per_policy)
-    }
-
     fn at(&self, policy: usize, offset: u32) -> Option<MetricId> {
-        self.policy_base(policy).map(|b| MetricId(b + offset))
+        let p = u32::try_from(policy).ok().filter(|p| *p < self.policies)?;
+        Some(MetricId(GLOBALS + p * self.per_policy + offset))
     }
 
     // The labelled metrics below are defined in their enum's order (a
@@ -426,29 +409,25 @@ impl Registry {
         model: Option<usize>,
     ) -> Option<MetricId> {
         let labels = self.models + 1;
-        let i = t as u32;
-        self.at(
-            policy,
-            PER_POLICY_FIXED + 4 * labels + 2 + i * labels + self.model(model),
-        )
+        let i = PER_POLICY_FIXED + 4 * labels + 2 + t as u32 * labels;
+        self.at(policy, i + self.model(model))
     }
     /// What a priced model's tokens cost, in micro-dollars (`None` for an
     /// unpriced model).
     pub fn cost(&self, policy: usize, in_loop: bool, model: Option<usize>) -> Option<MetricId> {
         let m = self.priced(model)?;
-        self.at(
-            policy,
-            PER_POLICY_FIXED + 6 * (self.models + 1) + 2 + u32::from(in_loop) * self.models + m,
-        )
+        self.at(policy, self.costs() + u32::from(in_loop) * self.models + m)
     }
     /// What rejected requests would have cost (an estimate), for a priced
     /// model.
     pub fn cost_avoided(&self, policy: usize, model: Option<usize>) -> Option<MetricId> {
         let m = self.priced(model)?;
-        self.at(
-            policy,
-            PER_POLICY_FIXED + 6 * (self.models + 1) + 2 + 2 * self.models + m,
-        )
+        self.at(policy, self.costs() + 2 * self.models + m)
+    }
+
+    /// The offset of a policy's first cost metric.
+    fn costs(&self) -> u32 {
+        PER_POLICY_FIXED + 6 * (self.models + 1) + 2
     }
 }
 

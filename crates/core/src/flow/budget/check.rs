@@ -6,8 +6,7 @@
 use super::{After, BudgetWait};
 use crate::act::budget::{self as verdict, BudgetVerdict, Standing};
 use crate::config::budget::Budget;
-use crate::config::Policy;
-use crate::config::{Mode, OnStoreError};
+use crate::config::{Config, Mode, OnStoreError, Policy};
 use crate::flow::enact::event_key;
 use crate::flow::store::asks::{Answer, Ask};
 use crate::flow::{count, count_opt, policy_with, Effects, Engine, MetricId, Phase, Request, Step};
@@ -16,6 +15,12 @@ use crate::state::redis::budget::{budget_answer, BudgetKey};
 use crate::state::store::BucketBackend;
 use serde_json::json;
 use std::rc::Rc;
+
+/// The budget of a request under one.
+pub(super) fn budget_of<'c>(config: &'c Config, r: &Request) -> Option<&'c Budget> {
+    let req = r.budget.as_deref()?;
+    config.policies.get(req.policy)?.budget.as_ref()
+}
 
 /// A budget event's key: its own hash, apart from other guards' events.
 const BUDGET_EVENT: u64 = 0x6275_6467_6574_6576;
@@ -37,9 +42,8 @@ impl<B: BucketBackend> Engine<B> {
         }
         let Some(shared) = self.shared.as_ref() else {
             let standings = self.local_standings(r, now, out);
-            return self
-                .act_on_budget(r, &standings, phase, now, out)
-                .map(|()| after);
+            let acted = self.act_on_budget(r, &standings, phase, now, out);
+            return acted.map(|()| after);
         };
         let call = shared.budget_of(r.caller, &self.budget_call_keys(r), now);
         let wait = BudgetWait { after, phase };
@@ -62,7 +66,7 @@ impl<B: BucketBackend> Engine<B> {
 
     /// The request's keys as the shared store checks them.
     fn budget_call_keys(&self, r: &Request) -> Vec<BudgetKey> {
-        let (Some(req), Some(b)) = (r.budget.as_deref(), self.budget_of(r)) else {
+        let (Some(req), Some(b)) = (r.budget.as_deref(), budget_of(&self.config, r)) else {
             return Vec::new();
         };
         req.keys
@@ -79,22 +83,14 @@ impl<B: BucketBackend> Engine<B> {
             .collect()
     }
 
-    pub(super) fn budget_of(&self, r: &Request) -> Option<&Budget> {
-        let req = r.budget.as_deref()?;
-        self.config.policies.get(req.policy)?.budget.as_ref()
-    }
-
     /// The request's standings in this process's table: one read per
     /// group of keys (a caller's, a session's, a conversation's; the keys
     /// are kept group by group).
     /// A group the table cannot read is not checked (counted as a
     /// fail-open).
     fn local_standings(&mut self, r: &Request, now: u64, out: &mut Effects) -> Vec<Standing> {
-        let Some(req) = r.budget.as_deref() else {
-            return Vec::new();
-        };
         let config = Rc::clone(&self.config);
-        let Some((_, b)) = policy_with(&config, req.policy, |p| p.budget.as_ref()) else {
+        let (Some(req), Some(b)) = (r.budget.as_deref(), budget_of(&config, r)) else {
             return Vec::new();
         };
         let mut standings = Vec::with_capacity(req.keys.len());
@@ -160,10 +156,8 @@ impl<B: BucketBackend> Engine<B> {
                 }
             }
         };
-        if let Some(standings) = standings {
-            if let Err(step) = self.act_on_budget(r, &standings, w.phase, now, out) {
-                return step;
-            }
+        if let Some(Err(step)) = standings.map(|s| self.act_on_budget(r, &s, w.phase, now, out)) {
+            return step;
         }
         // It goes on: its hit is counted next, or it is resumed.
         match w.after {
@@ -184,7 +178,7 @@ impl<B: BucketBackend> Engine<B> {
         let Some(req) = r.budget.as_deref() else {
             return Ok(());
         };
-        let index = req.policy;
+        let (index, price) = (req.policy, req.price.as_ref());
         let config = Rc::clone(&self.config);
         let Some((p, b)) = policy_with(&config, index, |p| p.budget.as_ref()) else {
             return Ok(());
@@ -193,10 +187,8 @@ impl<B: BucketBackend> Engine<B> {
         // reject` (enforced; shadow mode logs what it would do), else it
         // goes on carrying the warning that names the model and what it is
         // charged as.
-        let price = req.price.as_ref();
-        if let Some((model, charged_as)) =
-            price.and_then(|q| Some((q.unpriced.clone()?, q.charged_as.clone())))
-        {
+        let unpriced = price.and_then(|q| Some((q.unpriced.clone()?, q.charged_as.clone())));
+        if let Some((model, charged_as)) = unpriced {
             let reject = b.unpriced == crate::config::budget::Unpriced::Reject;
             if reject && p.mode == Mode::Shadow {
                 let what = [("unpriced model", format!("\"{model}\""))];

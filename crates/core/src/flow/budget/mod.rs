@@ -15,11 +15,10 @@ mod stream;
 pub(super) use stream::asks_stream_usage;
 
 use super::{policy_with, usage, Engine, Phase, Request};
-use crate::config::budget::{BudgetPer, SessionSource};
+use crate::config::budget::{Budget, BudgetPer, SessionSource};
 use crate::config::Policy;
 use crate::detect::fingerprint::Fingerprinted;
-use crate::request::llm;
-use crate::request::RequestFacts;
+use crate::request::{llm, RequestFacts};
 use crate::state::redis::budget::BudgetKey;
 use crate::state::store::{BucketBackend, Hit};
 
@@ -277,7 +276,7 @@ impl<B: BucketBackend> Engine<B> {
         };
         let session = known_from_headers(&b.session, req.header_session);
         let user = known_from_headers(&b.user, req.header_user);
-        set_keys(req, p, caller, session, user, None);
+        set_keys(req, p, b, caller, [session, user, None]);
     }
 
     /// The body of a request under a budget: the keys it counts under.
@@ -303,7 +302,7 @@ impl<B: BucketBackend> Engine<B> {
             .filter(|_| b.has_conversation())
             .and_then(|q| q.first_raw())
             .map(|first| usage::conversation_key(caller, first));
-        set_keys(req, p, caller, session, user, conversation);
+        set_keys(req, p, b, caller, [session, user, conversation]);
         req.output_limit = match parsed {
             Some(q) => q.output_limit,
             // Unparsed (exact mode): one search spares most bodies the scan.
@@ -341,19 +340,16 @@ impl<B: BucketBackend> Engine<B> {
     }
 }
 
-/// The keys a request counts under, given whose they are (`None`: not
-/// known), group by group (one read of the table per group).
+/// The keys a request counts under, given whose they are (its session,
+/// end user and conversation; `None`: not known), group by group (one
+/// read of the table per group).
 fn set_keys(
     req: &mut BudgetReq,
     p: &Policy,
+    b: &Budget,
     caller: u64,
-    session: Option<u64>,
-    user: Option<u64>,
-    conversation: Option<u64>,
+    [session, user, conversation]: [Option<u64>; 3],
 ) {
-    let Some(b) = p.budget.as_ref() else {
-        return;
-    };
     req.keys.clear();
     for (i, l) in b.limits.iter().enumerate() {
         let base = match l.per {

@@ -101,17 +101,14 @@ impl<B: BucketBackend> Engine<B> {
                 (None, None) if reported.is_some() => Some(price_of(&config.prices, b, "")),
                 (None, None) => None,
             };
-            match price {
-                None => 0,
-                Some(price) => {
-                    if let Some(model) = &price.unpriced {
-                        count_opt(out, ids.map(|i| i.unpriced()), 1);
-                        let (caller, at) = (r.caller, r.started_ms);
-                        self.unpriced_event(p, model, &price.charged_as, caller, at, out);
-                    }
-                    price.rate.cost(&u.tokens())
+            price.map_or(0, |price| {
+                if let Some(model) = &price.unpriced {
+                    count_opt(out, ids.map(|i| i.unpriced()), 1);
+                    let (caller, at) = (r.caller, r.started_ms);
+                    self.unpriced_event(p, model, &price.charged_as, caller, at, out);
                 }
-            }
+                price.rate.cost(&u.tokens())
+            })
         };
         req.added = true;
         if req.failed {
@@ -162,10 +159,8 @@ impl<B: BucketBackend> Engine<B> {
             out.push(Effect::CountNamed(name, to_i64(amount)));
         }
         for (group, adds) in &groups {
-            match self
-                .budget_table
-                .add(&mut self.local.backend, *group, adds, at, at)
-            {
+            let table = &mut self.budget_table;
+            match table.add(&mut self.local.backend, *group, adds, at, at) {
                 Added::Done {
                     cas_retries,
                     evicted,
@@ -203,11 +198,8 @@ impl<B: BucketBackend> Engine<B> {
         if let Some((_, name)) = seen.iter().find(|(t, _)| *t == tag) {
             return name.clone();
         }
-        let budget = p
-            .budget
-            .as_ref()
-            .and_then(|b| b.limits.get(limit))
-            .map_or("", |l| l.name.as_str());
+        let l = p.budget.as_ref().and_then(|b| b.limits.get(limit));
+        let budget = l.map_or("", |l| l.name.as_str());
         if seen.len() < crate::metrics::MAX_CALLER_SERIES {
             let name = names::spend(&p.id, budget, &caller_tag(tag));
             seen.push((tag, name.clone()));

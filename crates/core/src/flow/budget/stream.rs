@@ -49,7 +49,7 @@ impl<B: BucketBackend> Engine<B> {
         {
             return;
         }
-        if self.budget_of(r).is_none_or(|b| !b.reads_usage()) {
+        if super::check::budget_of(&self.config, r).is_none_or(|b| !b.reads_usage()) {
             return;
         }
         // A note added to the body earlier in this event: the option goes
@@ -70,10 +70,8 @@ impl<B: BucketBackend> Engine<B> {
                 set_length: r.headers_held,
             }),
             None => {
-                out.push(Effect::Log(
-                    Level::Debug,
-                    "stream usage not asked for: the request headers already went upstream with their content-length; its spending is estimated".to_string(),
-                ));
+                let line = "stream usage not asked for: the request headers already went upstream with their content-length; its spending is estimated";
+                out.push(Effect::Log(Level::Debug, line.to_string()));
                 return;
             }
         }

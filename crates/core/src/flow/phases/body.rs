@@ -3,8 +3,7 @@
 
 use crate::act::events;
 use crate::config::Similarity;
-use crate::detect::progress;
-use crate::detect::tool_loops;
+use crate::detect::{progress, tool_loops};
 use crate::flow::{count, count_opt, usage, Effect, Effects, Engine, Level, Request, State, Step};
 use crate::metrics::SkipReason;
 use crate::request::llm::{self, scan::Refusal, NotRead};
@@ -95,10 +94,8 @@ impl<B: BucketBackend> Engine<B> {
         let phase = r.phase();
         let Some(body) = body else {
             out.push(count(self.registry.skipped(SkipReason::Unreadable), 1));
-            out.push(Effect::Log(
-                Level::Debug,
-                "body unreadable; request passed".to_string(),
-            ));
+            let line = "body unreadable; request passed".to_string();
+            out.push(Effect::Log(Level::Debug, line));
             if let Some(b) = r.budget.as_deref_mut() {
                 b.set_body_bytes(r.body_len as u64);
             }
@@ -122,23 +119,15 @@ impl<B: BucketBackend> Engine<B> {
         };
         let parsed = parsed.and_then(Result::ok);
         let mut polling = false;
-        let compares_content = || {
-            p.detection
-                .as_ref()
-                .is_some_and(|d| d.similarity.compares_content())
-        };
-        let near = p
-            .detection
-            .as_ref()
-            .is_some_and(|d| matches!(d.similarity, Similarity::Near { .. }));
+        let similarity = p.detection.as_ref().map(|d| &d.similarity);
+        let compares_content = similarity.is_some_and(Similarity::compares_content);
+        let near = similarity.is_some_and(|s| matches!(s, Similarity::Near { .. }));
         // The conversation's calls and turns, read once for the tool-loop
         // judge and near mode's progress check.
-        let history = match &parsed {
-            Some(req) if p.tool_loops.is_some() || near => {
-                Some(req.tool_history(Some(&mut self.call_cache)))
-            }
-            _ => None,
-        };
+        let history = parsed
+            .as_ref()
+            .filter(|_| p.tool_loops.is_some() || near)
+            .map(|req| req.tool_history(Some(&mut self.call_cache)));
         // A tool-loop-only policy keeps each conversation's spending (a
         // policy that counts hits keeps it under the fingerprint).
         if let (true, None, Some(req)) = (r.reads_usage(), &p.detection, &parsed) {
@@ -164,13 +153,13 @@ impl<B: BucketBackend> Engine<B> {
                 // no verdict is trusted from a partly read body.
                 refused = Some(Refusal::TooMany);
             } else if let Some(v) = tool_loops::judge(cfg, history, req, Some(&self.text_cache)) {
-                if let Some(step) = self.tool_loop(r, policy, p, &pending, req, &v, now, out) {
+                if let Some(step) = self.tool_loop(r, (policy, p), &pending, req, &v, now, out) {
                     return step;
                 }
             }
             // A polling turn is a repeat by design: the content-comparing
             // modes do not count it (exact and session modes do).
-            polling = compares_content() && tool_loops::only_exempt_calls(cfg, history);
+            polling = compares_content && tool_loops::only_exempt_calls(cfg, history);
         }
         if p.budget.is_some() {
             self.budget_keys(r, p, body, parsed.as_ref());
@@ -179,7 +168,7 @@ impl<B: BucketBackend> Engine<B> {
                 self.ask_stream_usage(r, pending.path(), body, model, out);
             }
         }
-        let harness_retry = reasked > 0 && compares_content();
+        let harness_retry = reasked > 0 && compares_content;
         if p.detection.is_none() || polling || harness_retry {
             // No loop detection; or the model's newest turn only calls
             // exempt tools (polling): repeating it is what it is for, so
@@ -200,14 +189,11 @@ impl<B: BucketBackend> Engine<B> {
         // only word for word (a resend is still a loop; the next edit of a
         // text is not a repeat of the last).
         // So for each earlier turn near mode compares the newest with.
+        let cache = Some(&self.text_cache);
         let progress = |back: usize| match (near, &parsed, &history) {
-            (true, Some(req), Some(history)) if !req.over_budget() => progress::turn_progressed_at(
-                history,
-                req,
-                p.volatile.classes,
-                Some(&self.text_cache),
-                back,
-            ),
+            (true, Some(req), Some(h)) if !req.over_budget() => {
+                progress::turn_progressed_at(h, req, p.volatile.classes, cache, back)
+            }
             _ => false,
         };
         let mut made = pending.finish_parsed(body, parsed.as_ref(), &progress);

@@ -2,8 +2,7 @@
 //! request is judged now (no body), or after its body (buffered; with
 //! `hold_request_headers`, its headers held until then).
 
-use crate::act::events;
-use crate::act::reply;
+use crate::act::{events, reply};
 use crate::detect::fingerprint::Pending;
 use crate::flow::{
     count, count_opt, mcp, usage, Effect, Effects, Engine, Level, MetricId, Phase, Request, State,
@@ -42,10 +41,8 @@ impl<B: BucketBackend> Engine<B> {
             Selection::UnknownRoutePolicy(id) => {
                 let seen = &mut self.unknown_route_policies;
                 if !seen.contains(&id) && seen.len() < MAX_UNKNOWN_ROUTE_POLICIES {
-                    out.push(Effect::Log(
-                        Level::Warn,
-                        format!("route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked"),
-                    ));
+                    let line = format!("route metadata names policy \"{id}\", which this configuration does not have; its requests pass unchecked");
+                    out.push(Effect::Log(Level::Warn, line));
                     seen.push(id);
                 }
                 return Step::Continue;
@@ -63,7 +60,8 @@ impl<B: BucketBackend> Engine<B> {
             self.publish_decision(out, (policy, true), "exempt", || events::NO_REPEAT);
             return Step::Continue;
         }
-        r.api = reply::Api::for_path(head.path_only());
+        let path = head.path_only();
+        r.api = reply::Api::for_path(path);
         let pending = Pending::start(&config, policy, head, facts);
         r.caller = usage::caller_hash(&policy.id, pending.identity());
         r.started_ms = now;
@@ -90,19 +88,16 @@ impl<B: BucketBackend> Engine<B> {
         // (a body-less one, or another API's, costs no response-path work).
         // Under a budget every request is read: each is a call, whatever
         // its body.
-        if policy.mcp.is_none()
-            && (policy.budget.is_some()
-                || (!end_of_stream
-                    && (pending.reads_llm_body()
-                        || policy.tool_loops.is_some()
-                        || crate::request::llm::is_llm_api_path(head.path_only()))))
-        {
+        let llm_call = pending.reads_llm_body()
+            || policy.tool_loops.is_some()
+            || request::llm::is_llm_api_path(path);
+        if policy.mcp.is_none() && (policy.budget.is_some() || (!end_of_stream && llm_call)) {
             r.usage_for = Some(UsageFor {
                 policy: index,
                 ..UsageFor::default()
             });
             if policy.budget.is_some() {
-                self.budget_headers(r, index, head.path_only(), facts);
+                self.budget_headers(r, index, path, facts);
                 // Usage is read from the answer as it passes: it must come
                 // uncompressed (a compressor before loopguard may still
                 // compress it towards the client).
@@ -149,7 +144,7 @@ impl<B: BucketBackend> Engine<B> {
         }
         if policy.may_rewrite_bodies()
             || (policy.budget.as_ref().is_some_and(|b| b.reads_usage())
-                && crate::flow::budget::asks_stream_usage(head.path_only()))
+                && crate::flow::budget::asks_stream_usage(path))
         {
             // A nudge changes the body's length: the buffer filter after
             // loopguard sets content-length again once the body is final.

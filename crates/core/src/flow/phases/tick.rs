@@ -62,13 +62,9 @@ impl<B: BucketBackend> Engine<B> {
         }
         let released = self.hold.due(now);
         if released.turned_off {
-            out.push(Effect::Log(
-                Level::Error,
-                format!(
-                    "hold_request_headers is set, but Envoy delivered no body to {MISSES_TO_STOP} requests held in the headers phase within {HOLD_PROBE_MS} ms each: set allow_on_headers_stop_iteration: true in the Wasm filter's config (Envoy 1.35+), or remove hold_request_headers and place the buffer filter after loopguard. For the next {} s requests are judged after their headers went upstream; then holding is tried again.",
-                    REPROBE_MS / 1000
-                ),
-            ));
+            let secs = REPROBE_MS / 1000;
+            let line = format!("hold_request_headers is set, but Envoy delivered no body to {MISSES_TO_STOP} requests held in the headers phase within {HOLD_PROBE_MS} ms each: set allow_on_headers_stop_iteration: true in the Wasm filter's config (Envoy 1.35+), or remove hold_request_headers and place the buffer filter after loopguard. For the next {secs} s requests are judged after their headers went upstream; then holding is tried again.");
+            out.push(Effect::Log(Level::Error, line));
         }
         for stream in released.streams {
             out.push(count(MetricId::HOLD_RELEASED, 1));
@@ -76,10 +72,8 @@ impl<B: BucketBackend> Engine<B> {
         }
         let due = self.throttled.take_due(now);
         if !due.is_empty() {
-            out.push(count(
-                MetricId::THROTTLE_PENDING,
-                -i64::try_from(due.len()).unwrap_or(i64::MAX),
-            ));
+            let n = i64::try_from(due.len()).unwrap_or(i64::MAX);
+            out.push(count(MetricId::THROTTLE_PENDING, -n));
         }
         out.extend(due.into_iter().map(Effect::Resume));
         if self.throttled.is_empty()
@@ -94,10 +88,8 @@ impl<B: BucketBackend> Engine<B> {
     pub(in crate::flow) fn webhook_failed(&mut self, why: &str, now: u64, out: &mut Effects) {
         out.push(count(self.registry.webhook(WebhookResult::Failed), 1));
         if LogLimits::allow(&mut self.logs.webhook, now) {
-            out.push(Effect::Log(
-                Level::Warn,
-                format!("webhook alert failed: {why}"),
-            ));
+            let line = format!("webhook alert failed: {why}");
+            out.push(Effect::Log(Level::Warn, line));
         }
     }
 }

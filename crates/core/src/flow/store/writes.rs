@@ -13,8 +13,7 @@ use crate::flow::{budget, count, count_opt, Effect, Effects, Engine, Request, St
 use crate::metrics::mcp::McpUnjudged;
 use crate::metrics::CallResult;
 use crate::state::redis::{self, Call};
-use crate::state::store::BucketBackend;
-use crate::state::store::TakeBack;
+use crate::state::store::{BucketBackend, TakeBack};
 
 /// What a write is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,9 +91,8 @@ impl<B: BucketBackend> Engine<B> {
         }
         if let (Some(call), Some(shared)) = (self.write_call(&write), self.shared.as_ref()) {
             let call = shared.send(&call, resent);
-            self.root_calls
-                .queued
-                .push_back((Sending { write, resent }, call));
+            let sending = Sending { write, resent };
+            self.root_calls.queued.push_back((sending, call));
             out.push(Effect::ArmTick);
         }
     }
