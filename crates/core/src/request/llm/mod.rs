@@ -133,6 +133,11 @@ pub struct Message {
 }
 
 impl Message {
+    fn new(role: &str, parts: Vec<Part>) -> Message {
+        let role = role.to_string();
+        Message { role, parts }
+    }
+
     /// A system or developer prompt.
     pub fn is_prompt(&self) -> bool {
         matches!(self.role.as_str(), "system" | "developer")

@@ -220,25 +220,20 @@ fn str_of<'v>(v: &'v Value, key: &str) -> &'v str {
 /// One conversation item (a chat message, an Anthropic message, or a
 /// Responses input item).
 pub(super) fn message(v: &Value) -> Message {
-    match v.get("type").and_then(Value::as_str) {
-        Some("function_call") | Some("custom_tool_call") => Message {
-            role: "assistant".to_string(),
-            parts: vec![call(v, v.get("arguments").or_else(|| v.get("input")))],
-        },
-        Some("function_call_output") | Some("custom_tool_call_output") => Message {
-            role: "tool".to_string(),
-            parts: result_parts(content(v.get("output").unwrap_or(&Value::Null))),
-        },
-        Some("reasoning") => Message {
-            role: "assistant".to_string(),
-            parts: Vec::new(),
-        },
-        Some(t) if t != "message" => Message {
-            role: String::new(),
-            parts: vec![Part::Other(t.to_string())],
-        },
-        _ => chat_message(v),
-    }
+    let (role, parts) = match v.get("type").and_then(Value::as_str) {
+        Some("function_call" | "custom_tool_call") => {
+            let arguments = v.get("arguments").or_else(|| v.get("input"));
+            ("assistant", vec![call(v, arguments)])
+        }
+        Some("function_call_output" | "custom_tool_call_output") => {
+            let output = v.get("output").unwrap_or(&Value::Null);
+            ("tool", result_parts(content(output)))
+        }
+        Some("reasoning") => ("assistant", Vec::new()),
+        Some(t) if t != "message" => ("", vec![Part::Other(t.to_string())]),
+        _ => return chat_message(v),
+    };
+    Message::new(role, parts)
 }
 
 fn chat_message(v: &Value) -> Message {

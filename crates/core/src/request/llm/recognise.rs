@@ -120,14 +120,10 @@ pub fn model_of(body: &[u8]) -> Option<String> {
 }
 
 /// Whether a path (query excluded) is one of the LLM APIs loopguard reads:
-/// OpenAI Chat Completions, Completions and Responses, Anthropic Messages.
+/// OpenAI Chat Completions, Completions and Responses, Anthropic Messages
+/// (`/completions` ends Chat Completions' path too).
 pub fn is_llm_api_path(path: &str) -> bool {
-    [
-        "/chat/completions",
-        "/completions",
-        "/responses",
-        "/messages",
-    ]
-    .iter()
-    .any(|end| path.ends_with(end))
+    ["/completions", "/responses", "/messages"]
+        .iter()
+        .any(|end| path.ends_with(end))
 }

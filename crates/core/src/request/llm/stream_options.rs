@@ -54,10 +54,7 @@ pub fn ask_usage(body: &[u8]) -> AskUsage {
     };
     match body.get(options.0) {
         Some(b'n') if is(body, options, b"null") => {
-            let value = OPTIONS
-                .get(b"\"stream_options\":".len()..)
-                .unwrap_or_default();
-            AskUsage::Asked(splice(body, options, value))
+            AskUsage::Asked(splice(body, options, &[b"{", INCLUDE, b"}"].concat()))
         }
         Some(b'{') => ask_in_options(body, options),
         _ => AskUsage::Unreadable,

@@ -82,13 +82,9 @@ impl Request<'_> {
                 && keys.get("tool_calls").is_none()
                 && keys.get("function_call").is_none()
         });
-        match keys
-            .and_then(|k| k.get("content"))
-            .map(|s| self.reply_text(s))
-        {
-            Some(Ok(Some(text))) => actions::read(&text),
-            _ => Vec::new(),
-        }
+        let content = keys.and_then(|k| k.get("content"));
+        let text = content.and_then(|s| self.reply_text(s).ok().flatten());
+        text.map_or_else(Vec::new, |text| actions::read(&text))
     }
 
     /// The text of a model reply's content at `span`, to read for actions:

@@ -206,11 +206,8 @@ impl Request<'_> {
                         "arguments",
                         "input",
                     ];
-                    if held
-                        .iter()
-                        .filter_map(|k| keys.get(k))
-                        .any(|span| !self.afford(span))
-                    {
+                    let mut spans = held.iter().filter_map(|k| keys.get(k));
+                    if spans.any(|span| !self.afford(span)) {
                         return None;
                     }
                     let calls = self.calls_of(&keys.members(), kind).into_iter();
@@ -264,11 +261,8 @@ impl Request<'_> {
         cached(cache, Some(&key), || {
             let text = self.reply_text(span).ok()?.unwrap_or_default();
             let actions = super::actions::read(&text).into_iter();
-            Some(
-                actions
-                    .map(|a| (Rc::from(a.name), Rc::from(a.arguments)))
-                    .collect(),
-            )
+            let calls = actions.map(|a| (a.name.into(), a.arguments.into()));
+            Some(calls.collect())
         })
     }
 }
