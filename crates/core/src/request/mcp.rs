@@ -178,7 +178,6 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
             serde_json::from_str::<Value>(id),
             Ok(Value::String(_) | Value::Number(_))
         );
-    // Not an object: no members.
     let Some(params) = scan::members(body, params) else {
         return malformed;
     };
@@ -193,11 +192,10 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
         Some(None) => return malformed,
         arguments => arguments.flatten(),
     };
-    let digest = canonical_digest(&tool, arguments.as_deref(), arguments_mask);
     Message::Call(ToolCall {
+        digest: canonical_digest(&tool, arguments.as_deref(), arguments_mask),
         id: id.to_string(),
         tool,
-        digest,
     })
 }
 

@@ -1,8 +1,9 @@
 //! Normalisation: the same conversation written with other case, spacing,
 //! call ids or key order gives the same messages.
 
-use super::{result_parts, role_parts, scan, sha256, text_parts, Message, Part};
+use super::{result_parts, role_parts, scan, text_parts, Message, Part};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// Text normalised as it is fed, one character at a time.
 struct Normalizer {
@@ -271,7 +272,7 @@ pub(super) fn content(v: &Value) -> Vec<Part> {
 
 /// A media block: the SHA-256 of its URL or data (empty when absent).
 fn media(source: Option<&str>) -> Vec<Part> {
-    vec![Part::Media(sha256(source.unwrap_or("").as_bytes()))]
+    vec![Part::Media(Sha256::digest(source.unwrap_or("")).into())]
 }
 
 fn block(b: &Value) -> Vec<Part> {

@@ -41,8 +41,6 @@ fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
         .filter_map(|k| field(k).and_then(slice))
         .any(|raw| !matches!(raw, b"null" | b"[]" | b"{}"));
     let tool_choice = field("tool_choice");
-    // The output limit (OpenAI Chat's, its older name, the Responses API's;
-    // Anthropic's max_tokens): what a generation may bill at most.
     let output_limit = super::OUTPUT_LIMIT_FIELDS
         .iter()
         .find_map(|k| field(k).and_then(slice))

@@ -115,17 +115,10 @@ impl Request<'_> {
                 .and_then(|e| e.1.as_ref())
                 .is_some_and(|keys| self.written_by_model(keys))
         };
-        let mut out = Vec::new();
-        let first_kept = items.kept().next().map_or(items.len(), |(i, _)| i);
-        let mut i = items.len();
-        while i > first_kept && out.len() < k {
-            i -= 1;
-            let continues = self.format == Format::OpenAiResponses && i > 0 && model(i - 1);
-            if model(i) && !continues {
-                out.push(i);
-            }
-        }
-        out
+        let responses = self.format == Format::OpenAiResponses;
+        let starts = |i: &usize| model(*i) && !(responses && *i > 0 && model(*i - 1));
+        let oldest = items.kept().next().map_or(items.len(), |(i, _)| i);
+        (oldest..items.len()).rev().filter(starts).take(k).collect()
     }
 
     /// How many times the conversation's last message, a user's, was sent
@@ -141,12 +134,9 @@ impl Request<'_> {
         let mut last: Option<&[u8]> = None;
         let mut again = 0;
         for (_, (_, keys)) in items.kept().rev() {
-            let Some(keys) = keys.as_ref() else {
+            let Some(keys) = keys.as_ref().filter(|k| self.word(k, "role") == b"user") else {
                 break;
             };
-            if self.word(keys, "role") != b"user" {
-                break;
-            }
             let Some(content) = keys.get("content").and_then(|s| self.body.get(s.0..s.1)) else {
                 break;
             };

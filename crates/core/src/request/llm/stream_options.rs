@@ -122,11 +122,8 @@ fn is(body: &[u8], span: Span, literal: &[u8]) -> bool {
 
 /// `body` with the bytes of `span` replaced by `with`.
 fn splice(body: &[u8], span: Span, with: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + with.len());
-    out.extend_from_slice(body.get(..span.0).unwrap_or_default());
-    out.extend_from_slice(with);
-    out.extend_from_slice(body.get(span.1..).unwrap_or_default());
-    out
+    let (before, after) = (body.get(..span.0), body.get(span.1..));
+    [before.unwrap_or_default(), with, after.unwrap_or_default()].concat()
 }
 
 #[cfg(test)]

@@ -142,13 +142,13 @@ impl Request<'_> {
             };
             if !self.written_by_model(keys) {
                 previous_was_model = false;
+                let role = self.word(keys, "role");
                 // What a user wrote; a text action's observation is a
                 // tool's output, not a user's message.
-                if (awaiting.is_empty() || !awaiting_text) && self.word(keys, "role") == b"user" {
+                if (awaiting.is_empty() || !awaiting_text) && role == b"user" {
                     prompt = keys.get("content").map(ResultAt::Value).or(prompt);
                 }
                 if !awaiting.is_empty() {
-                    let role = self.word(keys, "role");
                     if awaiting_text && is_prompt_role(role) {
                         // A harness's reminder between a text action and
                         // its output: the output is still to come.
