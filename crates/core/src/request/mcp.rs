@@ -85,13 +85,6 @@ pub enum Unjudged {
 }
 
 impl Unjudged {
-    pub const ALL: [Unjudged; 4] = [
-        Unjudged::Batch,
-        Unjudged::Malformed,
-        Unjudged::HeadersDisagree,
-        Unjudged::TooComplex,
-    ];
-
     pub fn as_str(self) -> &'static str {
         match self {
             Unjudged::Batch => "batch",
@@ -141,12 +134,9 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
     // The scanner checks structure, not the grammar: only a body that is
     // JSON is a call (its id is echoed in a reply), checked without
     // building anything.
-    if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
-        return malformed;
-    }
-    // One JSON value (just checked): an object from its first byte to
-    // its last.
-    if first != Some(&b'{') {
+    // One JSON value (so checked): an object from its first byte to its
+    // last.
+    if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() || first != Some(&b'{') {
         return malformed;
     }
     // The object's members end at its closing brace, whatever follows.
@@ -188,17 +178,13 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
             serde_json::from_str::<Value>(id),
             Ok(Value::String(_) | Value::Number(_))
         );
-    // Not an object: no members.
     let Some(params) = scan::members(body, params) else {
         return malformed;
     };
-    let tool = match last(&params, "name").and_then(|s| scan::string(body, s)) {
-        Some(s) if !s.is_empty() && s.len() <= MAX_TOOL_NAME_BYTES => s,
-        _ => return malformed,
-    };
-    if !id_ok {
+    let tool = last(&params, "name").and_then(|s| scan::string(body, s));
+    let Some(tool) = tool.filter(|s| id_ok && (1..=MAX_TOOL_NAME_BYTES).contains(&s.len())) else {
         return malformed;
-    }
+    };
     if head.name.as_deref().is_some_and(|n| n != tool) {
         return Message::Unjudged(Unjudged::HeadersDisagree);
     }
@@ -206,11 +192,10 @@ pub fn read(body: &[u8], head: &Head, arguments_mask: Classes) -> Message {
         Some(None) => return malformed,
         arguments => arguments.flatten(),
     };
-    let digest = canonical_digest(&tool, arguments.as_deref(), arguments_mask);
     Message::Call(ToolCall {
+        digest: canonical_digest(&tool, arguments.as_deref(), arguments_mask),
         id: id.to_string(),
         tool,
-        digest,
     })
 }
 
@@ -223,10 +208,7 @@ pub fn call_digest(tool: &str, arguments: Option<&Value>, mask: Classes) -> u64 
 
 /// [`call_digest`] of arguments already in canonical JSON.
 fn canonical_digest(tool: &str, arguments: Option<&str>, mask: Classes) -> u64 {
-    let args = match arguments {
-        None | Some("null") => "{}",
-        Some(a) => a,
-    };
+    let args = arguments.filter(|a| *a != "null").unwrap_or("{}");
     let args = volatile::mask(args, mask, Context::Arguments);
     let mut h = Fnv::default();
     h.write(tool.as_bytes());

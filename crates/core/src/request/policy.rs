@@ -1,6 +1,6 @@
 //! Which policy applies to a request, and whether it is exempt.
 
-use crate::config::{normalize_host, Config, ExemptMatch, PathMatch, Policy, Selector};
+use crate::config::{normalize_host, Config, ExemptMatch, PathMatch, Policy};
 use crate::request::{limit_key_values, RequestFacts, RequestHead};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,11 +18,10 @@ pub enum Selection {
 /// route names in metadata (`filter_metadata.loopguard.policy`), regardless
 /// of selectors; otherwise the first policy whose selector matches.
 pub fn select(config: &Config, head: &RequestHead<'_>, facts: &dyn RequestFacts) -> Selection {
-    if config.route_metadata {
-        if let Some(id) = facts.route_policy() {
-            let i = config.policy_index(&id);
-            return i.map_or(Selection::UnknownRoutePolicy(id), Selection::Policy);
-        }
+    let routed = config.route_metadata.then(|| facts.route_policy());
+    if let Some(id) = routed.flatten() {
+        let i = config.policy_index(&id);
+        return i.map_or(Selection::UnknownRoutePolicy(id), Selection::Policy);
     }
     let path = head.path_only();
     // Host normalisation allocates and the route name is a host call: do
@@ -31,7 +30,9 @@ pub fn select(config: &Config, head: &RequestHead<'_>, facts: &dyn RequestFacts)
     let mut route: Option<Option<String>> = None;
     let found = config.policies.iter().position(|p| {
         let sel = &p.selector;
-        if !path_matches(&sel.path, path) || !method_matches(sel, head.method) {
+        let method = |m: &String| m.eq_ignore_ascii_case(head.method);
+        let method_ok = sel.methods.is_empty() || sel.methods.iter().any(method);
+        if !path_matches(&sel.path, path) || !method_ok {
             return false;
         }
         if !sel.hosts.is_empty() {
@@ -81,10 +82,6 @@ pub fn path_matches(rule: &PathMatch, path: &str) -> bool {
                     || path.as_bytes().get(p.len()) == Some(&b'/'))
         }
     }
-}
-
-fn method_matches(sel: &Selector, method: &str) -> bool {
-    sel.methods.is_empty() || sel.methods.iter().any(|m| m.eq_ignore_ascii_case(method))
 }
 
 /// `pattern` is lower-case without port; `*.example.com` matches any

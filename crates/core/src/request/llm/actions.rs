@@ -56,7 +56,7 @@ pub fn read(text: &str) -> Vec<TextAction> {
         function_tags,
         execute_tags,
         react,
-        closing_fence,
+        |text| closing_fence(text).into_iter().collect(),
         call_lines,
     ];
     let mut out = formats
@@ -126,10 +126,7 @@ fn function_tags(text: &str) -> Vec<TextAction> {
         let mut params = serde_json::Map::new();
         let mut p = body;
         while let Some((key, value, after)) = tagged(p, "<parameter=", "</parameter>") {
-            params.insert(
-                key.trim().to_string(),
-                serde_json::Value::String(kept(value)),
-            );
+            params.insert(key.trim().to_string(), kept(value).into());
             p = after;
         }
         let args = serde_json::to_string(&serde_json::Value::Object(params)).unwrap_or_default();
@@ -156,8 +153,7 @@ const TAGS: [&str; 5] = [
 fn execute_tags(text: &str) -> Vec<TextAction> {
     let mut found: Vec<(usize, TextAction)> = Vec::new();
     for tag in TAGS {
-        let open = format!("<{tag}>");
-        let close = format!("</{tag}>");
+        let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
         let mut from = 0;
         while let Some(at) = text.get(from..).and_then(|r| r.find(&open)) {
             let start = from + at + open.len();
@@ -213,30 +209,21 @@ fn react(text: &str) -> Vec<TextAction> {
 const SHELLS: [&str; 7] = ["", "bash", "sh", "shell", "console", "zsh", "sh-session"];
 
 /// A fenced block that ends the reply, untagged or a shell.
-fn closing_fence(text: &str) -> Vec<TextAction> {
-    let t = text.trim_end();
-    let Some(body) = t.strip_suffix("```") else {
-        return Vec::new();
-    };
+fn closing_fence(text: &str) -> Option<TextAction> {
+    let body = text.trim_end().strip_suffix("```")?;
     // The opening fence: the last ``` before the closing one, at a line's
     // start.
-    let Some(open) = body.rfind("```") else {
-        return Vec::new();
-    };
-    let after_open = body.get(open + 3..).unwrap_or("");
+    let after_open = body.get(body.rfind("```")? + 3..).unwrap_or("");
     let (lang, code) = after_open
         .split_once('\n')
         .map_or(("", after_open), |(lang, code)| (lang.trim(), code));
-    if !SHELLS.contains(&lang.to_ascii_lowercase().as_str()) {
-        return Vec::new();
-    }
     let code = code.trim();
-    if code.is_empty() {
-        return Vec::new();
+    if !SHELLS.contains(&lang.to_ascii_lowercase().as_str()) || code.is_empty() {
+        return None;
     }
     // The rest is trimmed as an argument: the whitespace split at goes too.
     let (name, rest) = code.split_once(char::is_whitespace).unwrap_or((code, ""));
-    vec![action(name, rest)]
+    Some(action(name, rest))
 }
 
 /// Lines that are calls of their own: `name("literal", ...)` with a
@@ -266,8 +253,7 @@ fn call_lines(text: &str) -> Vec<TextAction> {
         let Some((name, args)) = call.and_then(|(n, a)| Some((n, a.strip_suffix(')')?))) else {
             continue;
         };
-        let snake = name.len() >= 3
-            && name.len() <= 64
+        let snake = (3..=64).contains(&name.len())
             && name.contains('_')
             && name.starts_with(|c: char| c.is_ascii_lowercase())
             && name

@@ -6,7 +6,7 @@
 //! end of the conversation (and at `tool_choice`), so every earlier byte
 //! stays identical and provider prompt caches keyed on the prefix still hit.
 
-use super::{scan, Format, Items, Request};
+use super::{scan, scan::Span, Format, Items, Request};
 
 impl Request<'_> {
     /// The body with `note` appended as the conversation's last word, in
@@ -27,16 +27,11 @@ impl Request<'_> {
             _ => "\"none\"",
         };
         let choice_edit = match self.tool_choice {
-            Some((start, end)) => Edit {
-                at: start,
-                remove: end - start,
-                insert: none.to_string(),
-            },
-            None => Edit {
-                at: object_end(self.body)?,
-                remove: 0,
-                insert: format!(",\"tool_choice\":{none}"),
-            },
+            Some(span) => (span, none.to_string()),
+            None => {
+                let at = object_end(self.body)?;
+                ((at, at), format!(",\"tool_choice\":{none}"))
+            }
         };
         Some(apply(self.body, vec![note_edit, choice_edit]))
     }
@@ -83,42 +78,31 @@ impl Request<'_> {
             ),
             Some(content) if is_user && self.body.get(content.0) == Some(&b'"') => {
                 let original = std::str::from_utf8(self.body.get(content.0..content.1)?).ok()?;
-                Some(Edit {
-                    at: content.0,
-                    remove: content.1 - content.0,
-                    insert: format!("[{{\"type\":\"text\",\"text\":{original}}},{block}]"),
-                })
+                let blocks = format!("[{{\"type\":\"text\",\"text\":{original}}},{block}]");
+                Some((content, blocks))
             }
             _ => self.append_item(&format!("{{\"role\":\"user\",\"content\":[{block}]}}")),
         }
     }
 }
 
-/// A byte edit: at `at`, drop `remove` bytes and put `insert` there.
-#[derive(Debug)]
-struct Edit {
-    at: usize,
-    remove: usize,
-    insert: String,
-}
+/// A byte edit: the bytes of the span replaced by the text.
+type Edit = (Span, String);
 
 /// `item` inserted before the `]` of an array that ends at `end`, after a
 /// comma unless the array is `empty`.
 fn append(end: usize, empty: bool, item: String) -> Option<Edit> {
-    Some(Edit {
-        at: end.checked_sub(1)?,
-        remove: 0,
-        insert: if empty { item } else { format!(",{item}") },
-    })
+    let at = end.checked_sub(1)?;
+    Some(((at, at), if empty { item } else { format!(",{item}") }))
 }
 
 /// Apply non-overlapping edits, last first so earlier offsets hold.
 fn apply(body: &[u8], mut edits: Vec<Edit>) -> Vec<u8> {
-    edits.sort_by_key(|e| std::cmp::Reverse(e.at));
+    edits.sort_by_key(|((at, _), _)| std::cmp::Reverse(*at));
     let mut out = body.to_vec();
-    for e in edits {
-        let end = (e.at + e.remove).min(out.len());
-        out.splice(e.at.min(out.len())..end, e.insert.into_bytes());
+    for ((at, end), insert) in edits {
+        let end = end.min(out.len());
+        out.splice(at.min(out.len())..end, insert.into_bytes());
     }
     out
 }

@@ -31,7 +31,7 @@ impl<'a> Request<'a> {
         }
         match &self.items {
             Items::Text(text) => Some(user_text(text)),
-            Items::List(items) => self.item(0, items.get(0)?.0),
+            Items::List(_) => self.item(0),
         }
     }
 
@@ -62,7 +62,7 @@ impl<'a> Request<'a> {
                 prompts.push(i);
                 continue;
             }
-            let Some(m) = self.item(i, e.0) else { break };
+            let Some(m) = self.item(i) else { break };
             if m.is_prompt() {
                 prompts.push(i);
             } else if m.role == "user"
@@ -75,9 +75,7 @@ impl<'a> Request<'a> {
         if let Some(sys) = self.system {
             out.extend(self.system_message(sys));
         }
-        let read = prompts
-            .into_iter()
-            .filter_map(|i| self.item(i, items.get(i)?.0));
+        let read = prompts.into_iter().filter_map(|i| self.item(i));
         out.extend(read.filter(Message::is_prompt));
         out
     }
@@ -109,24 +107,21 @@ impl<'a> Request<'a> {
         if self.over_budget.get() {
             return false;
         }
-        match scan::count_nodes(self.body, span, self.budget.get()) {
-            Some(n) => {
-                self.budget.set(self.budget.get() - n);
-                true
-            }
-            None => {
-                self.over_budget.set(true);
-                false
-            }
-        }
+        let n = scan::count_nodes(self.body, span, self.budget.get());
+        self.over_budget.set(n.is_none());
+        self.budget.set(self.budget.get() - n.unwrap_or(0));
+        n.is_some()
     }
 
     /// One conversation item, normalised (an unreadable one becomes an
     /// opaque marker, so it still counts and still differs from real ones).
-    pub(super) fn item(&self, index: usize, span: Span) -> Option<Message> {
+    pub(super) fn item(&self, index: usize) -> Option<Message> {
+        let Items::List(items) = &self.items else {
+            return None;
+        };
         let mut m = match self.plain_item(index) {
             Some(m) => m,
-            None => normalize::message(&self.parse(span)?),
+            None => normalize::message(&self.parse(items.get(index)?.0)?),
         };
         self.read_text_actions(index, &mut m);
         Some(m)
@@ -158,10 +153,8 @@ impl<'a> Request<'a> {
     }
 
     pub(super) fn system_message(&self, span: Span) -> Option<Message> {
-        Some(Message {
-            role: "system".to_string(),
-            parts: normalize::content(&self.parse(span)?),
-        })
+        let parts = normalize::content(&self.parse(span)?);
+        Some(Message::new("system", parts))
     }
 
     /// The value at `span` parsed into a tree, once its values are taken
@@ -218,7 +211,7 @@ impl<'a> Request<'a> {
                 }
                 let start = end.saturating_sub(n);
                 for i in start..end {
-                    out.push(self.item(i, items.get(i)?.0)?);
+                    out.push(self.item(i)?);
                 }
             }
         }
@@ -247,10 +240,7 @@ impl Request<'_> {
 
 /// Responses `input` given as one string: a single user message.
 fn user_text(text: &str) -> Message {
-    Message {
-        role: "user".to_string(),
-        parts: text_parts(text),
-    }
+    Message::new("user", text_parts(text))
 }
 
 /// A system or developer message's role.

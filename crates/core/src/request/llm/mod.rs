@@ -39,7 +39,6 @@ pub use recognise::{is_anthropic_path, is_llm_api_path, model_of, parse};
 pub use tools::{CallCache, ModelTurn, ResultAt, ToolCall, ToolHistory};
 
 use scan::{Elements, Refusal, Span};
-use sha2::{Digest, Sha256};
 use std::cell::Cell;
 
 /// Values a request may parse into trees (conversation items that are more
@@ -133,6 +132,11 @@ pub struct Message {
 }
 
 impl Message {
+    fn new(role: &str, parts: Vec<Part>) -> Message {
+        let role = role.to_string();
+        Message { role, parts }
+    }
+
     /// A system or developer prompt.
     pub fn is_prompt(&self) -> bool {
         matches!(self.role.as_str(), "system" | "developer")
@@ -205,10 +209,6 @@ fn role_parts(role: &str, content: Vec<Part>) -> Vec<Part> {
         "tool" | "function" => result_parts(content),
         _ => content,
     }
-}
-
-fn sha256(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Normalisation: the same conversation written with other case, spacing,
 //! call ids or key order gives the same messages.
 
-use super::{result_parts, role_parts, scan, sha256, text_parts, Message, Part};
+use super::{result_parts, role_parts, scan, text_parts, Message, Part};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 /// Text normalised as it is fed, one character at a time.
 struct Normalizer {
@@ -220,25 +221,20 @@ fn str_of<'v>(v: &'v Value, key: &str) -> &'v str {
 /// One conversation item (a chat message, an Anthropic message, or a
 /// Responses input item).
 pub(super) fn message(v: &Value) -> Message {
-    match v.get("type").and_then(Value::as_str) {
-        Some("function_call") | Some("custom_tool_call") => Message {
-            role: "assistant".to_string(),
-            parts: vec![call(v, v.get("arguments").or_else(|| v.get("input")))],
-        },
-        Some("function_call_output") | Some("custom_tool_call_output") => Message {
-            role: "tool".to_string(),
-            parts: result_parts(content(v.get("output").unwrap_or(&Value::Null))),
-        },
-        Some("reasoning") => Message {
-            role: "assistant".to_string(),
-            parts: Vec::new(),
-        },
-        Some(t) if t != "message" => Message {
-            role: String::new(),
-            parts: vec![Part::Other(t.to_string())],
-        },
-        _ => chat_message(v),
-    }
+    let (role, parts) = match v.get("type").and_then(Value::as_str) {
+        Some("function_call" | "custom_tool_call") => {
+            let arguments = v.get("arguments").or_else(|| v.get("input"));
+            ("assistant", vec![call(v, arguments)])
+        }
+        Some("function_call_output" | "custom_tool_call_output") => {
+            let output = v.get("output").unwrap_or(&Value::Null);
+            ("tool", result_parts(content(output)))
+        }
+        Some("reasoning") => ("assistant", Vec::new()),
+        Some(t) if t != "message" => ("", vec![Part::Other(t.to_string())]),
+        _ => return chat_message(v),
+    };
+    Message::new(role, parts)
 }
 
 fn chat_message(v: &Value) -> Message {
@@ -276,7 +272,7 @@ pub(super) fn content(v: &Value) -> Vec<Part> {
 
 /// A media block: the SHA-256 of its URL or data (empty when absent).
 fn media(source: Option<&str>) -> Vec<Part> {
-    vec![Part::Media(sha256(source.unwrap_or("").as_bytes()))]
+    vec![Part::Media(Sha256::digest(source.unwrap_or("")).into())]
 }
 
 fn block(b: &Value) -> Vec<Part> {

@@ -41,8 +41,6 @@ fn read<'a>(body: &'a [u8], path: &str, keep: usize) -> Option<Request<'a>> {
         .filter_map(|k| field(k).and_then(slice))
         .any(|raw| !matches!(raw, b"null" | b"[]" | b"{}"));
     let tool_choice = field("tool_choice");
-    // The output limit (OpenAI Chat's, its older name, the Responses API's;
-    // Anthropic's max_tokens): what a generation may bill at most.
     let output_limit = super::OUTPUT_LIMIT_FIELDS
         .iter()
         .find_map(|k| field(k).and_then(slice))
@@ -120,14 +118,10 @@ pub fn model_of(body: &[u8]) -> Option<String> {
 }
 
 /// Whether a path (query excluded) is one of the LLM APIs loopguard reads:
-/// OpenAI Chat Completions, Completions and Responses, Anthropic Messages.
+/// OpenAI Chat Completions, Completions and Responses, Anthropic Messages
+/// (`/completions` ends Chat Completions' path too).
 pub fn is_llm_api_path(path: &str) -> bool {
-    [
-        "/chat/completions",
-        "/completions",
-        "/responses",
-        "/messages",
-    ]
-    .iter()
-    .any(|end| path.ends_with(end))
+    ["/completions", "/responses", "/messages"]
+        .iter()
+        .any(|end| path.ends_with(end))
 }

@@ -43,7 +43,7 @@ impl Request<'_> {
         let start = end.saturating_sub(n);
         tail.extend((start..end).map(Some));
         let first_is_results = match tail.first() {
-            Some(Some(i)) => items.get(*i).and_then(|e| self.item(*i, e.0))?.is_results(),
+            Some(Some(i)) => self.item(*i)?.is_results(),
             _ => false,
         };
         if end - start < n || !first_is_results {
@@ -54,9 +54,7 @@ impl Request<'_> {
         let mut calls_seen = false;
         while next > 0 && before.len() < MAX_STEP_EXTENSION {
             let i = next - 1;
-            let Some(m) = items.get(i).and_then(|e| self.item(i, e.0)) else {
-                break;
-            };
+            let Some(m) = self.item(i) else { break };
             // Results, then the model's turn that called them.
             let take = if calls_seen {
                 m.is_model_step()
@@ -86,20 +84,17 @@ impl Request<'_> {
         let user = |keys: &scan::Picked| self.word(keys, "role").eq_ignore_ascii_case(b"user");
         (from..to.min(items.len()))
             .filter_map(|i| {
-                let e = items.get(i).filter(|e| e.1.as_ref().is_some_and(user))?;
-                self.item(i, e.0)
-                    .filter(|m| !m.is_results())
-                    .map(|m| (i, m))
+                items.get(i).filter(|e| e.1.as_ref().is_some_and(user))?;
+                self.item(i).filter(|m| !m.is_results()).map(|m| (i, m))
             })
             .collect()
     }
 
     /// The message at a place [`Request::tail_of_steps_at`] gave.
     pub fn message_at(&self, at: Option<usize>) -> Option<Message> {
-        match (at, &self.items) {
-            (None, _) => self.system.and_then(|sys| self.system_message(sys)),
-            (Some(i), Items::List(items)) => items.get(i).and_then(|e| self.item(i, e.0)),
-            (Some(_), Items::Text(_)) => None,
+        match at {
+            None => self.system.and_then(|sys| self.system_message(sys)),
+            Some(i) => self.item(i),
         }
     }
 }
@@ -120,17 +115,10 @@ impl Request<'_> {
                 .and_then(|e| e.1.as_ref())
                 .is_some_and(|keys| self.written_by_model(keys))
         };
-        let mut out = Vec::new();
-        let first_kept = items.kept().next().map_or(items.len(), |(i, _)| i);
-        let mut i = items.len();
-        while i > first_kept && out.len() < k {
-            i -= 1;
-            let continues = self.format == Format::OpenAiResponses && i > 0 && model(i - 1);
-            if model(i) && !continues {
-                out.push(i);
-            }
-        }
-        out
+        let responses = self.format == Format::OpenAiResponses;
+        let starts = |i: &usize| model(*i) && !(responses && *i > 0 && model(*i - 1));
+        let oldest = items.kept().next().map_or(items.len(), |(i, _)| i);
+        (oldest..items.len()).rev().filter(starts).take(k).collect()
     }
 
     /// How many times the conversation's last message, a user's, was sent
@@ -146,12 +134,9 @@ impl Request<'_> {
         let mut last: Option<&[u8]> = None;
         let mut again = 0;
         for (_, (_, keys)) in items.kept().rev() {
-            let Some(keys) = keys.as_ref() else {
+            let Some(keys) = keys.as_ref().filter(|k| self.word(k, "role") == b"user") else {
                 break;
             };
-            if self.word(keys, "role") != b"user" {
-                break;
-            }
             let Some(content) = keys.get("content").and_then(|s| self.body.get(s.0..s.1)) else {
                 break;
             };

@@ -54,10 +54,7 @@ pub fn ask_usage(body: &[u8]) -> AskUsage {
     };
     match body.get(options.0) {
         Some(b'n') if is(body, options, b"null") => {
-            let value = OPTIONS
-                .get(b"\"stream_options\":".len()..)
-                .unwrap_or_default();
-            AskUsage::Asked(splice(body, options, value))
+            AskUsage::Asked(splice(body, options, &[b"{", INCLUDE, b"}"].concat()))
         }
         Some(b'{') => ask_in_options(body, options),
         _ => AskUsage::Unreadable,
@@ -125,11 +122,8 @@ fn is(body: &[u8], span: Span, literal: &[u8]) -> bool {
 
 /// `body` with the bytes of `span` replaced by `with`.
 fn splice(body: &[u8], span: Span, with: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + with.len());
-    out.extend_from_slice(body.get(..span.0).unwrap_or_default());
-    out.extend_from_slice(with);
-    out.extend_from_slice(body.get(span.1..).unwrap_or_default());
-    out
+    let (before, after) = (body.get(..span.0), body.get(span.1..));
+    [before.unwrap_or_default(), with, after.unwrap_or_default()].concat()
 }
 
 #[cfg(test)]

@@ -16,6 +16,11 @@ fn text(s: &str) -> Part {
     Part::Text(s.to_string())
 }
 
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes).into()
+}
+
 /// An OpenAI Chat Completions agent turn: system, user, then the model's
 /// tool call and the tool's answer, `turns` times.
 fn openai_agent(turns: usize, call_id: &str, extra: Value) -> Value {

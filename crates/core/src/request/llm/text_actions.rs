@@ -42,12 +42,7 @@ impl Request<'_> {
         let Items::List(items) = &self.items else {
             return false;
         };
-        let mut j = index;
-        for _ in 0..4 {
-            let Some(prev) = j.checked_sub(1) else {
-                return false;
-            };
-            j = prev;
+        for j in (index.saturating_sub(4)..index).rev() {
             let Some(keys) = items.get(j).and_then(|e| e.1.as_ref()) else {
                 return false;
             };
@@ -82,13 +77,9 @@ impl Request<'_> {
                 && keys.get("tool_calls").is_none()
                 && keys.get("function_call").is_none()
         });
-        match keys
-            .and_then(|k| k.get("content"))
-            .map(|s| self.reply_text(s))
-        {
-            Some(Ok(Some(text))) => actions::read(&text),
-            _ => Vec::new(),
-        }
+        let content = keys.and_then(|k| k.get("content"));
+        let text = content.and_then(|s| self.reply_text(s).ok().flatten());
+        text.map_or_else(Vec::new, |text| actions::read(&text))
     }
 
     /// The text of a model reply's content at `span`, to read for actions:
@@ -115,11 +106,9 @@ impl Request<'_> {
 /// longer than [`super::actions::MAX_TEXT_BYTES`], and showing a marker of
 /// one (a cheap test before decoding it).
 pub(super) fn may_read_actions(raw: &[u8]) -> bool {
-    raw.len() <= super::actions::MAX_TEXT_BYTES && may_hold_action(raw)
-}
-
-/// Whether a content's bytes show a marker of a text action.
-fn may_hold_action(raw: &[u8]) -> bool {
+    if raw.len() > super::actions::MAX_TEXT_BYTES {
+        return false;
+    }
     // Any of "```", "<function=", "<execute", "<solution>", "Action:" or
     // "_": one pass for `_`, one over the bytes that start the others (no
     // searcher is built per call).
@@ -166,7 +155,7 @@ pub(super) fn text_blocks(v: &Value) -> String {
 
 #[cfg(test)]
 mod marker_tests {
-    use super::may_hold_action;
+    use super::may_read_actions;
 
     fn reference(raw: &[u8]) -> bool {
         let has = |n: &[u8]| memchr::memmem::find(raw, n).is_some();
@@ -201,7 +190,7 @@ mod marker_tests {
         #[test]
         fn markers_are_found_as_before(picks in proptest::collection::vec(0usize..PIECES.len(), 0..12)) {
             let raw: String = picks.iter().filter_map(|&i| PIECES.get(i).copied()).collect();
-            proptest::prop_assert_eq!(may_hold_action(raw.as_bytes()), reference(raw.as_bytes()));
+            proptest::prop_assert_eq!(may_read_actions(raw.as_bytes()), reference(raw.as_bytes()));
         }
     }
 }

@@ -68,13 +68,6 @@ pub struct Elements {
 }
 
 impl Elements {
-    pub fn new(keep: usize) -> Elements {
-        Elements {
-            keep,
-            ..Elements::default()
-        }
-    }
-
     fn push(&mut self, e: Element) {
         if let Some(slot) = self.lead.get_mut(self.total) {
             *slot = Some(e);
@@ -154,7 +147,10 @@ fn picked_at(b: &[u8], i: usize) -> Option<(Picked, usize)> {
 /// The array starting at `i`, each object element read for its picked keys
 /// on the way (the first and last `keep` kept), and the offset past it.
 pub fn elements_with_members_at(b: &[u8], i: usize, keep: usize) -> Option<(Elements, usize)> {
-    let mut out = Elements::new(keep);
+    let mut out = Elements {
+        keep,
+        ..Elements::default()
+    };
     let end = each_item(b, i, *b"[]", |i| {
         let (picked, e) = match b.get(i)? {
             b'{' => {

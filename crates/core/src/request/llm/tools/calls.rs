@@ -52,12 +52,11 @@ impl Request<'_> {
     /// `tool_use` blocks in the content. Only names and arguments are
     /// parsed.
     pub(super) fn calls_of(&self, members: &[(&[u8], Span)], kind: &[u8]) -> Vec<(String, String)> {
-        let mut out = Vec::new();
         if matches!(kind, b"function_call" | b"custom_tool_call") {
             let args = scan::get(members, "arguments").or_else(|| scan::get(members, "input"));
-            out.push(self.call(members, args));
-            return out;
+            return vec![self.call(members, args)];
         }
+        let mut out = Vec::new();
         let object = |s: Span| scan::members(self.body, s);
         if let Some(calls) =
             scan::get(members, "tool_calls").and_then(|s| scan::elements(self.body, s))

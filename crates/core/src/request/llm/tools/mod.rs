@@ -142,13 +142,13 @@ impl Request<'_> {
             };
             if !self.written_by_model(keys) {
                 previous_was_model = false;
+                let role = self.word(keys, "role");
                 // What a user wrote; a text action's observation is a
                 // tool's output, not a user's message.
-                if (awaiting.is_empty() || !awaiting_text) && self.word(keys, "role") == b"user" {
+                if (awaiting.is_empty() || !awaiting_text) && role == b"user" {
                     prompt = keys.get("content").map(ResultAt::Value).or(prompt);
                 }
                 if !awaiting.is_empty() {
-                    let role = self.word(keys, "role");
                     if awaiting_text && is_prompt_role(role) {
                         // A harness's reminder between a text action and
                         // its output: the output is still to come.
@@ -206,11 +206,8 @@ impl Request<'_> {
                         "arguments",
                         "input",
                     ];
-                    if held
-                        .iter()
-                        .filter_map(|k| keys.get(k))
-                        .any(|span| !self.afford(span))
-                    {
+                    let mut spans = held.iter().filter_map(|k| keys.get(k));
+                    if spans.any(|span| !self.afford(span)) {
                         return None;
                     }
                     let calls = self.calls_of(&keys.members(), kind).into_iter();
@@ -264,11 +261,8 @@ impl Request<'_> {
         cached(cache, Some(&key), || {
             let text = self.reply_text(span).ok()?.unwrap_or_default();
             let actions = super::actions::read(&text).into_iter();
-            Some(
-                actions
-                    .map(|a| (Rc::from(a.name), Rc::from(a.arguments)))
-                    .collect(),
-            )
+            let calls = actions.map(|a| (a.name.into(), a.arguments.into()));
+            Some(calls.collect())
         })
     }
 }

@@ -8,6 +8,7 @@ use super::ResultAt;
 use crate::request::llm::scan::{self, Span};
 use crate::request::llm::{normalize, Part, Request};
 use serde_json::Value;
+use std::fmt::Write;
 
 impl Request<'_> {
     /// The tool results an item carries, in order: a chat `tool` message's
@@ -130,26 +131,16 @@ fn flatten(parts: &[Part], out: &mut String) {
         if !out.is_empty() {
             out.push(' ');
         }
+        // (Writing to a `String` cannot fail.)
         match p {
             Part::Text(t) => out.push_str(t),
             Part::Media(h) => {
-                out.push_str("<media:");
-                for b in h.iter().take(8) {
-                    out.push_str(&format!("{b:02x}"));
-                }
-                out.push('>');
+                let hex: String = h.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                let _ = write!(out, "<media:{hex}>");
             }
-            Part::ToolCall { name, arguments } => {
-                out.push_str(name);
-                out.push(' ');
-                out.push_str(arguments);
-            }
+            Part::ToolCall { name, arguments } => _ = write!(out, "{name} {arguments}"),
             Part::ToolResult { content, .. } => flatten(content, out),
-            Part::Other(kind) => {
-                out.push('<');
-                out.push_str(kind);
-                out.push('>');
-            }
+            Part::Other(kind) => _ = write!(out, "<{kind}>"),
         }
     }
 }

@@ -44,15 +44,9 @@ impl Volatile {
     /// current time into it every turn is still one task); the user's
     /// words stay as they are (two tickets are two tasks).
     pub fn mask_opening(&self, opening: &mut [Message]) {
-        for m in opening {
-            if m.is_prompt() {
-                mask_parts(
-                    &mut m.parts,
-                    self.classes,
-                    Classes::NONE,
-                    Some(Context::Text),
-                );
-            }
+        for m in opening.iter_mut().filter(|m| m.is_prompt()) {
+            let text = Some(Context::Text);
+            mask_parts(&mut m.parts, self.classes, Classes::NONE, text);
         }
     }
 }

@@ -255,13 +255,10 @@ pub(super) fn time_unit_at(b: &[u8], p: usize) -> bool {
         return !is_alnum(b, p + 3);
     }
     let rest = b.get(p..).unwrap_or_default();
-    if TIME_UNITS_UNSPACED
+    TIME_UNITS_UNSPACED
         .iter()
         .any(|u| rest.starts_with(u.as_bytes()))
-    {
-        return true;
-    }
-    word_of(b, p, TIME_UNITS).is_some()
+        || word_of(b, p, TIME_UNITS).is_some()
 }
 
 /// The end of the word of letters at `p` when it is one of `words` (case
@@ -325,8 +322,7 @@ pub(super) fn clock_time(b: &[u8], i: usize) -> Option<usize> {
         if two_digit_value(b.get(p + 1..q)?)? > 60 {
             return None;
         }
-        p = q;
-        p = fraction_end(b, p);
+        p = fraction_end(b, q);
     }
     ends(b, p)
 }

@@ -166,12 +166,8 @@ pub(super) fn epoch(b: &[u8], i: usize) -> Option<usize> {
     if !in_range {
         return None;
     }
-    ends(
-        b,
-        byte(b, end, b'.')
-            .and_then(|p| digits_end(b, p))
-            .unwrap_or(end),
-    )
+    let fraction = byte(b, end, b'.').and_then(|p| digits_end(b, p));
+    ends(b, fraction.unwrap_or(end))
 }
 
 /// 16 or more hex digits, with both digits and letters.
