@@ -206,18 +206,15 @@ pub fn progressed(later: Turn<'_>, earlier: Turn<'_>, before: Option<Turn<'_>>) 
                     && seen.iter().all(|t| t.words.binary_search(w).is_err())
             })
         });
-    if took_up_prompt {
-        return true;
-    }
-    let deletion = only_removes(answer.shingles(), earlier.answer.shingles());
-    let accumulated = before.is_some_and(|b| {
-        keeps_what_was_introduced(
-            answer.shingles(),
-            earlier.answer.shingles(),
-            b.answer.shingles(),
-        )
-    });
-    deletion || accumulated
+    took_up_prompt
+        || only_removes(answer.shingles(), earlier.answer.shingles())
+        || before.is_some_and(|b| {
+            keeps_what_was_introduced(
+                answer.shingles(),
+                earlier.answer.shingles(),
+                b.answer.shingles(),
+            )
+        })
 }
 
 /// Whether the model's turn `back` turns ago (0: the newest) made progress

@@ -117,11 +117,8 @@ impl Signature {
 
     pub fn to_bytes(&self) -> [u8; SIGNATURE_BYTES] {
         let mut out = [0u8; SIGNATURE_BYTES];
-        let (head, rest) = out.split_at_mut(8);
-        let (anchor, payload) = head.split_at_mut(4);
-        anchor.copy_from_slice(&self.anchor.to_le_bytes());
-        payload.copy_from_slice(&self.payload.to_le_bytes());
-        for (dst, w) in rest.chunks_exact_mut(8).zip(self.bins.iter()) {
+        let head = u64::from(self.anchor) | u64::from(self.payload) << 32;
+        for (dst, w) in out.chunks_exact_mut(8).zip([head].iter().chain(&self.bins)) {
             dst.copy_from_slice(&w.to_le_bytes());
         }
         out

@@ -171,21 +171,17 @@ impl<R: Results> Calls<'_, '_, R> {
             let Some(text) = self.results.result_text(at) else {
                 return Answered::Unreadable;
             };
-            let classes = if full {
-                self.classes
-            } else {
-                noise(self.classes)
-            };
             // Noise classes only: the resource the call asked for, echoed
             // in its result, is what tells two answers apart: the tokens of
             // its arguments as written (even when the policy masks
             // arguments), read as a result is (epochs included: a
             // `"since": 1732370401` echoed back names the window).
             let raw = self.get(i).map_or("", |c| &*c.arguments);
-            let named = if full {
-                Vec::new()
+            let (classes, named) = if full {
+                (self.classes, Vec::new())
             } else {
-                volatile::tokens(raw, classes, Context::ToolResult)
+                let classes = noise(self.classes);
+                (classes, volatile::tokens(raw, classes, Context::ToolResult))
             };
             Answered::Digest(volatile::masked_digest(
                 &text,
@@ -334,10 +330,9 @@ impl<R: Results> Calls<'_, '_, R> {
 
     /// The same tool, the same arguments.
     pub(super) fn same_call(&self, i: usize, j: usize) -> bool {
-        match (self.get(i), self.get(j)) {
-            (Some(a), Some(b)) => a.name == b.name && self.arg(i) == self.arg(j),
-            _ => false,
-        }
+        self.get(i)
+            .zip(self.get(j))
+            .is_some_and(|(a, b)| a.name == b.name && self.arg(i) == self.arg(j))
     }
 }
 
