@@ -81,7 +81,6 @@ impl Lines {
         written.long.iter().any(|l| lines.contains(l))
     }
 
-    /// How many lines it has.
     pub(crate) fn len(&self) -> usize {
         self.exact.len()
     }

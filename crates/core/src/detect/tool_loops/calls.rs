@@ -44,9 +44,7 @@ fn markup_words(text: &str) -> usize {
             Some(end)
                 if end <= 32 && !after.get(..end).unwrap_or("").contains(char::is_whitespace) =>
             {
-                if !after.starts_with('/') {
-                    n += 1;
-                }
+                n += usize::from(!after.starts_with('/'));
                 rest = after.get(end + 1..).unwrap_or("");
             }
             _ => rest = after,
@@ -81,9 +79,10 @@ pub(super) fn trivially_varied(a: &str, b: &str) -> bool {
     all == 0 || 2 * shared >= all
 }
 
-/// The texts in a call's arguments (canonical JSON), one line each: what
-/// an edit writes, shown again in its result.
-fn argument_text(arguments: &str) -> String {
+/// The texts in a call's arguments (canonical JSON), one line each, as
+/// lines masked for `classes`: what an edit writes, shown again in its
+/// result.
+fn argument_lines(arguments: &str, classes: Classes) -> Lines {
     fn collect(v: &serde_json::Value, out: &mut String) {
         match v {
             serde_json::Value::String(s) => {
@@ -100,7 +99,7 @@ fn argument_text(arguments: &str) -> String {
         Ok(v) => collect(&v, &mut out),
         Err(_) => out.push_str(arguments),
     }
-    out
+    Lines::of(&out, classes)
 }
 
 /// What a call was answered, as compared.
@@ -267,7 +266,7 @@ impl<R: Results> Calls<'_, '_, R> {
                         }
                     }
                     if let Some(c) = self.get(j) {
-                        seen.extend(Lines::of(&argument_text(&c.arguments), self.classes).exact());
+                        seen.extend(argument_lines(&c.arguments, self.classes).exact());
                     }
                     Link::Other(news::added(&later, &before, &seen))
                 }
@@ -299,9 +298,7 @@ impl<R: Results> Calls<'_, '_, R> {
     /// once per call).
     fn shows_what_it_wrote(&self, j: usize) -> bool {
         memo(&self.shown, j, || match (self.get(j), self.lines_of(j)) {
-            (Some(c), Some(result)) => {
-                result.shows(&Lines::of(&argument_text(&c.arguments), self.classes))
-            }
+            (Some(c), Some(result)) => result.shows(&argument_lines(&c.arguments, self.classes)),
             _ => false,
         })
     }
