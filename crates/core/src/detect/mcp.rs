@@ -66,7 +66,8 @@ pub fn judge(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
 
 fn identical(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
     let last = history.last().filter(|e| e.call == call && !e.unread)?;
-    let run = repetition::periodic_end(history.len(), 1, |i, j| repeats(history, i, j));
+    let n = history.len();
+    let run = repetition::periodic_end(n, 1, |i, j| both(history, i, j, Entry::repeats));
     let occurrences = u32::try_from(run).unwrap_or(u32::MAX).saturating_add(1);
     let (tier, min) = if last.failed {
         (Tier::Failing, cfg.same_error_min)
@@ -81,19 +82,11 @@ fn cycle(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
         return None;
     }
     let n = history.len();
-    let same_call = |i: usize, j: usize| {
-        history
-            .get(i)
-            .zip(history.get(j))
-            .is_some_and(|(a, b)| a.call == b.call)
-    };
+    let same_call = |i, j| both(history, i, j, |a, b| a.call == b.call);
     for p in [2usize, 3] {
-        let Some(first) = n.checked_sub(p).and_then(|s| history.get(s)) else {
+        let Some(first) = history.get(n.wrapping_sub(p)).filter(|e| e.call == call) else {
             continue;
         };
-        if first.call != call {
-            continue;
-        }
         // One call over and over is identical thrash, not a cycle; and a
         // round of three whose calls repeat with period 1 is neither.
         if repetition::one_call(n, p, same_call) {
@@ -102,7 +95,7 @@ fn cycle(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
         // The end where each call repeats the one a round before it, with
         // the same result: at least one call must have (a round seen once
         // is no evidence yet).
-        let len = repetition::periodic_end(n, p, |i, j| repeats(history, i, j));
+        let len = repetition::periodic_end(n, p, |i, j| both(history, i, j, Entry::repeats));
         if len == p {
             continue;
         }
@@ -115,12 +108,12 @@ fn cycle(cfg: &Mcp, history: &[Entry], call: u64) -> Option<McpVerdict> {
     None
 }
 
-/// Entry `i` repeats entry `j`.
-fn repeats(history: &[Entry], i: usize, j: usize) -> bool {
+/// Whether entries `i` and `j` are both in `history` and `f` holds of them.
+fn both(history: &[Entry], i: usize, j: usize, f: impl Fn(&Entry, &Entry) -> bool) -> bool {
     history
         .get(i)
         .zip(history.get(j))
-        .is_some_and(|(a, b)| a.repeats(b))
+        .is_some_and(|(a, b)| f(a, b))
 }
 
 fn verdict(

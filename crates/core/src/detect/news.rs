@@ -81,7 +81,6 @@ impl Lines {
         written.long.iter().any(|l| lines.contains(l))
     }
 
-    /// How many lines it has.
     pub(crate) fn len(&self) -> usize {
         self.exact.len()
     }
@@ -113,30 +112,24 @@ pub fn read_on(
     let (Some(newest), Some(before)) = (kept.checked_sub(1), kept.checked_sub(2)) else {
         return false;
     };
-    let of = |t: usize| history.calls.iter().filter(move |c| c.turn == t);
+    let calls = &history.calls;
+    let of = |t: usize| calls.iter().filter(move |c| c.turn == t);
     let again = of(newest).next().is_some()
         && of(newest).all(|c| of(before).any(|b| b.name == c.name && b.arguments == c.arguments));
     if !again {
         return false;
     }
     let mut now = HashSet::new();
-    for c in of(newest) {
-        if let Some(text) = c.result.and_then(|at| results.result_raw(at)) {
-            telling_words(&text, classes, &mut now);
-        }
+    for text in of(newest).filter_map(|c| results.result_raw(c.result?)) {
+        telling_words(&text, classes, &mut now);
     }
     if now.len() < READ_ON_WORDS {
         return false;
     }
     // What the agent had seen, newest first, as far as a budget of bytes
     // reaches (a long history of long results costs no more).
-    let first = history
-        .calls
-        .iter()
-        .position(|c| c.turn == newest)
-        .unwrap_or(0);
-    let before = history
-        .calls
+    let first = calls.iter().position(|c| c.turn == newest).unwrap_or(0);
+    let before = calls
         .get(first.saturating_sub(SEEN_CALLS)..first)
         .unwrap_or_default();
     let mut seen = HashSet::new();

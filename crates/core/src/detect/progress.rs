@@ -118,11 +118,10 @@ pub fn read_cached(
     classes: Classes,
     min: usize,
 ) -> Option<Rc<Text>> {
-    let key = cache.zip(
-        results
-            .result_bytes(at)
-            .filter(|b| b.len() <= MAX_CACHED_TEXT),
-    );
+    let raw = results
+        .result_bytes(at)
+        .filter(|b| b.len() <= MAX_CACHED_TEXT);
+    let key = cache.zip(raw);
     if let Some(text) = key.and_then(|(cache, raw)| cache.get(raw, classes, min)) {
         return results.afford_result(at).then_some(text);
     }
@@ -206,18 +205,15 @@ pub fn progressed(later: Turn<'_>, earlier: Turn<'_>, before: Option<Turn<'_>>) 
                     && seen.iter().all(|t| t.words.binary_search(w).is_err())
             })
         });
-    if took_up_prompt {
-        return true;
-    }
-    let deletion = only_removes(answer.shingles(), earlier.answer.shingles());
-    let accumulated = before.is_some_and(|b| {
-        keeps_what_was_introduced(
-            answer.shingles(),
-            earlier.answer.shingles(),
-            b.answer.shingles(),
-        )
-    });
-    deletion || accumulated
+    took_up_prompt
+        || only_removes(answer.shingles(), earlier.answer.shingles())
+        || before.is_some_and(|b| {
+            keeps_what_was_introduced(
+                answer.shingles(),
+                earlier.answer.shingles(),
+                b.answer.shingles(),
+            )
+        })
 }
 
 /// Whether the model's turn `back` turns ago (0: the newest) made progress
@@ -248,15 +244,11 @@ pub fn answer_progressed_at(
     cache: Option<&TextCache>,
     back: usize,
 ) -> bool {
-    let kept = history.turns.len().saturating_sub(back);
-    let turns = history.turns.get(..kept).unwrap_or_default();
-    let mut answers = turns.iter().rev().take(3);
+    let turns = history.turns.iter().rev().skip(back);
+    let mut answers = turns.take(3).take_while(|t| t.calls == 0);
     let (Some(newest), Some(previous)) = (answers.next(), answers.next()) else {
         return false;
     };
-    if newest.calls > 0 || previous.calls > 0 {
-        return false;
-    }
     let read_answer = |t: &crate::request::llm::ModelTurn| {
         t.answer
             .and_then(|at| read_cached(cache, results, at, classes, ANSWER_MIN_CHARS))
@@ -269,7 +261,7 @@ pub fn answer_progressed_at(
     let (Some(later), Some(earlier)) = (read_answer(newest), read_answer(previous)) else {
         return false;
     };
-    let third = answers.next().filter(|t| t.calls == 0);
+    let third = answers.next();
     let before = third.and_then(read_answer);
     let prompts = [
         read_prompt(newest),
@@ -314,15 +306,9 @@ fn keeps_what_was_introduced(later: &[u32], earlier: &[u32], before: &[u32]) -> 
 fn common(a: &[u32], b: &[u32]) -> usize {
     let (mut i, mut j, mut n) = (0, 0, 0usize);
     while let (Some(x), Some(y)) = (a.get(i), b.get(j)) {
-        match x.cmp(y) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                n += 1;
-                i += 1;
-                j += 1;
-            }
-        }
+        n += usize::from(x == y);
+        i += usize::from(x <= y);
+        j += usize::from(y <= x);
     }
     n
 }

@@ -5,8 +5,6 @@
 
 use crate::request::llm::{Request, ResultAt};
 
-/// Where the judge reads tool results and answers: the request itself, or
-/// a stand-in in tests.
 pub trait Results {
     /// The text at `at`, normalised; `None` when it cannot be read (the
     /// request's parsing budget ran out).

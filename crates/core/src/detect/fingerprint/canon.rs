@@ -126,11 +126,7 @@ impl Hashing for Trace {
 }
 
 pub(super) fn truncate(full: &[u8]) -> Fingerprint {
-    let mut out = [0u8; 16];
-    if let Some(head) = full.get(..16) {
-        out.copy_from_slice(head);
-    }
-    Fingerprint(out)
+    Fingerprint(full.first_chunk().copied().unwrap_or_default())
 }
 
 /// Writes framed components: every field is length-prefixed and every
@@ -163,6 +159,11 @@ impl<S: Sink> Canon<S> {
         self.count(b.len());
         self.0.put(b);
     }
+    /// A tag, then a length-prefixed byte string.
+    pub(super) fn tagged(&mut self, t: u8, b: &[u8]) {
+        self.tag(t);
+        self.field(b);
+    }
     /// Note a component under `name` (its value made only when tracing).
     pub(super) fn note<V: Into<String>>(&mut self, name: &str, value: impl FnOnce() -> V) {
         self.0.note(|| Component::new(name, value()));
@@ -175,10 +176,7 @@ impl<S: Sink> Canon<S> {
     pub(super) fn optional(&mut self, v: Option<&[u8]>) {
         match v {
             None => self.tag(TAG_ABSENT),
-            Some(b) => {
-                self.tag(TAG_PRESENT);
-                self.field(b);
-            }
+            Some(b) => self.tagged(TAG_PRESENT, b),
         }
     }
     /// An optional value, noted under `name`.
@@ -254,17 +252,10 @@ fn write_parts<S: Sink>(c: &mut Canon<S>, parts: &[Part]) {
     c.count(parts.len());
     for p in parts {
         match p {
-            Part::Text(t) => {
-                c.tag(1);
-                c.field(t.as_bytes());
-            }
-            Part::Media(h) => {
-                c.tag(2);
-                c.field(h);
-            }
+            Part::Text(t) => c.tagged(1, t.as_bytes()),
+            Part::Media(h) => c.tagged(2, h),
             Part::ToolCall { name, arguments } => {
-                c.tag(3);
-                c.field(name.as_bytes());
+                c.tagged(3, name.as_bytes());
                 c.field(arguments.as_bytes());
             }
             Part::ToolResult { content, is_error } => {
@@ -272,10 +263,7 @@ fn write_parts<S: Sink>(c: &mut Canon<S>, parts: &[Part]) {
                 c.tag(u8::from(*is_error));
                 write_parts(c, content);
             }
-            Part::Other(kind) => {
-                c.tag(5);
-                c.field(kind.as_bytes());
-            }
+            Part::Other(kind) => c.tagged(5, kind.as_bytes()),
         }
     }
 }

@@ -65,9 +65,7 @@ impl Fingerprint {
 
     /// 64 well-mixed bits, for choosing a slot-table bucket.
     pub fn spread(&self) -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.0[..8]);
-        u64::from_le_bytes(b)
+        u64::from_le_bytes(*self.0.first_chunk().unwrap_or(&[0; 8]))
     }
 }
 

@@ -22,11 +22,11 @@ impl<S: Hashing> Pending<S> {
         let Some(req) = parsed else {
             return self.unparsed(body, self.reads_llm_body());
         };
-        let model = req.model.clone();
-        let mut session_shown = None;
-        let mut fallback = false;
-        let mut near = None;
-        let mut repeats = 0;
+        let mut made = Fingerprinted {
+            format: Some(req.format),
+            model: req.model.clone(),
+            ..Fingerprinted::default()
+        };
         let (fingerprint, residue) = match &self.mode {
             PendingMode::LlmTail { tail_messages } => {
                 let mut c = Canon::<S>::new(b"lg/llm_tail/2");
@@ -80,7 +80,7 @@ impl<S: Hashing> Pending<S> {
                 // message bringing something new (a dialogue going on):
                 // each whose tail is near the newest counts as a repeat
                 // (every turn of a loop, every round of a cycle).
-                repeats = 1;
+                made.repeats = 1;
                 // Each message is read and masked once, whatever number of
                 // earlier tails hold it.
                 let mut masked: HashMap<Option<usize>, llm::Message> = HashMap::new();
@@ -90,7 +90,7 @@ impl<S: Hashing> Pending<S> {
                 let mut users: Option<Vec<(usize, llm::Message)>> = None;
                 for (j, end) in starts.iter().copied().enumerate() {
                     // The rest cannot reach the first step: stop reading.
-                    if (repeats as usize) + (starts.len() - j) < *needed {
+                    if (made.repeats as usize) + (starts.len() - j) < *needed {
                         break;
                     }
                     let Some(places) = req.tail_of_steps_at(*tail_messages, end) else {
@@ -126,14 +126,14 @@ impl<S: Hashing> Pending<S> {
                     let exact = progress_at(j + 1);
                     let e = similarity::of_conversation(salt, &earlier, exact);
                     if h.is_near(&e, *threshold) {
-                        repeats += 1;
+                        made.repeats += 1;
                     }
                     later = Some(earlier);
                 }
                 drop(masked);
                 c.note(
                     "earlier turns near the newest, it included (its history)",
-                    || repeats.to_string(),
+                    || made.repeats.to_string(),
                 );
                 h.anchor ^= similarity::position_salt(req.len());
                 if progress {
@@ -150,7 +150,7 @@ impl<S: Hashing> Pending<S> {
                 }
                 c.note("signature anchor", || format!("{:08x}", h.anchor));
                 c.note("signature", || h.hex());
-                near = Some(h);
+                made.near = Some(h);
                 c.finish()
             }
             PendingMode::Session { session } => {
@@ -167,7 +167,7 @@ impl<S: Hashing> Pending<S> {
                             || if req.offers_tools { "yes" } else { "no" },
                         );
                         c.tag(u8::from(req.offers_tools));
-                        session_shown =
+                        made.session =
                             Some(String::from_utf8_lossy(id).chars().take(128).collect());
                     }
                     None => {
@@ -175,26 +175,15 @@ impl<S: Hashing> Pending<S> {
                         // fallback threshold.
                         c.note("session", || "(absent: judged by fallback_threshold)");
                         c.tag(TAG_ABSENT);
-                        fallback = true;
+                        made.fallback = true;
                     }
                 }
                 c.finish()
             }
             PendingMode::Exact => self.exact_with(body),
         };
-        (
-            Fingerprinted {
-                fingerprint,
-                fallback,
-                unparsed: false,
-                format: Some(req.format),
-                model,
-                session: session_shown,
-                near,
-                repeats,
-            },
-            residue,
-        )
+        made.fingerprint = fingerprint;
+        (made, residue)
     }
 
     /// The exact fingerprint of a body an LLM mode could not read (`llm`:

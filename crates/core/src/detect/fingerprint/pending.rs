@@ -193,7 +193,6 @@ impl<S: Hashing> Pending<S> {
         &self.path
     }
 
-    /// Conversation items the policy reads.
     pub fn keep(&self) -> usize {
         self.keep
     }
@@ -202,11 +201,10 @@ impl<S: Hashing> Pending<S> {
     /// mode's progress rule reading the request's history (false without
     /// one to read).
     fn parse_and_complete(self, body: &[u8]) -> (Fingerprinted, S::Residue) {
-        let parsed = if self.reads_llm_body() {
-            llm::parse(body, &self.path, self.keep).ok()
-        } else {
-            None
-        };
+        let parsed = self
+            .reads_llm_body()
+            .then(|| llm::parse(body, &self.path, self.keep).ok())
+            .flatten();
         let near = matches!(self.mode, PendingMode::Near { .. });
         let history = parsed
             .as_ref()

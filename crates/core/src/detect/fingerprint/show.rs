@@ -7,23 +7,20 @@ use sha2::{Digest, Sha256};
 /// hex; long values shortened.
 pub fn show_bytes(b: &[u8]) -> String {
     const MAX: usize = 160;
-    match std::str::from_utf8(b) {
+    let (shown, cut) = match std::str::from_utf8(b) {
         Ok(s) if !s.chars().any(char::is_control) => {
-            if s.chars().count() > MAX {
-                let cut: String = s.chars().take(MAX).collect();
-                format!("{}... ({} bytes)", quoted(&cut), b.len())
-            } else {
-                quoted(s)
-            }
+            let end = s.char_indices().nth(MAX).map_or(s.len(), |(i, _)| i);
+            (quoted(s.get(..end).unwrap_or(s)), end < s.len())
         }
         _ => {
-            let shown: String = b.iter().take(MAX / 2).map(|x| format!("{x:02x}")).collect();
-            if b.len() > MAX / 2 {
-                format!("0x{shown}... ({} bytes)", b.len())
-            } else {
-                format!("0x{shown}")
-            }
+            let hex: String = b.iter().take(MAX / 2).map(|x| format!("{x:02x}")).collect();
+            (format!("0x{hex}"), b.len() > MAX / 2)
         }
+    };
+    if cut {
+        format!("{shown}... ({} bytes)", b.len())
+    } else {
+        shown
     }
 }
 

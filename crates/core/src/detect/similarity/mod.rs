@@ -117,11 +117,8 @@ impl Signature {
 
     pub fn to_bytes(&self) -> [u8; SIGNATURE_BYTES] {
         let mut out = [0u8; SIGNATURE_BYTES];
-        let (head, rest) = out.split_at_mut(8);
-        let (anchor, payload) = head.split_at_mut(4);
-        anchor.copy_from_slice(&self.anchor.to_le_bytes());
-        payload.copy_from_slice(&self.payload.to_le_bytes());
-        for (dst, w) in rest.chunks_exact_mut(8).zip(self.bins.iter()) {
+        let head = u64::from(self.anchor) | u64::from(self.payload) << 32;
+        for (dst, w) in out.chunks_exact_mut(8).zip([head].iter().chain(&self.bins)) {
             dst.copy_from_slice(&w.to_le_bytes());
         }
         out
@@ -219,12 +216,9 @@ pub fn user_brought_news(later: &[Message], earlier: &[Message]) -> bool {
         });
         Some(words.flatten().collect())
     };
-    let Some(news) = last_written(later) else {
+    let Some(news) = last_written(later).filter(|n| n.len() > NEWS_WORDS) else {
         return false;
     };
-    if news.len() <= NEWS_WORDS {
-        return false;
-    }
     let Some(before) = last_written(earlier) else {
         return true;
     };
@@ -258,17 +252,16 @@ pub fn of_conversation(salt: u64, tail: &[Message], exact: bool) -> Signature {
         ..Sketcher::default()
     };
     for (i, m) in tail.iter().enumerate() {
+        let authored = m.is_authored();
         s.salt(salt ^ (i as u64 + 1));
         s.machine_text = false;
-        s.authored = m.is_authored();
+        s.authored = authored;
         s.marker(m.role.as_bytes());
-        s.machine_text = !m.is_authored();
+        s.machine_text = !authored;
         parts(&mut s, &m.parts);
-        if !m.is_authored() {
-            for p in &m.parts {
-                if let Part::Text(t) = p {
-                    s.payload(t);
-                }
+        for p in m.parts.iter().filter(|_| !authored) {
+            if let Part::Text(t) = p {
+                s.payload(t);
             }
         }
     }

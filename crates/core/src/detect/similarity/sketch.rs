@@ -107,11 +107,6 @@ impl Sketcher {
     /// make the tail's payload. A fence's language tag is not a word of
     /// the code (`bash`, `sh`: the same command).
     pub fn payload(&mut self, text: &str) {
-        fn keep_longest(longest: &mut Vec<u64>, words: Vec<u64>) {
-            if words.len() > longest.len() {
-                *longest = words;
-            }
-        }
         let mut longest: Vec<u64> = Vec::new();
         let mut rest = text;
         while let Some(open) = rest.find('`') {
@@ -126,17 +121,20 @@ impl Sketcher {
             if fence == "```" && words.peek().is_some_and(|w| LANGUAGE_TAGS.contains(w)) {
                 words.next();
             }
-            keep_longest(&mut longest, words.map(|w| fnv1a(w.as_bytes())).collect());
+            let words: Vec<u64> = words.map(|w| fnv1a(w.as_bytes())).collect();
+            if words.len() > longest.len() {
+                longest = words;
+            }
             rest = rest
                 .get(body_start + len + fence.len()..)
                 .unwrap_or_default();
         }
         if longest.is_empty() {
             for q in quoted(text) {
-                keep_longest(
-                    &mut longest,
-                    code_words(&q).map(|w| fnv1a(w.as_bytes())).collect(),
-                );
+                let words: Vec<u64> = code_words(&q).map(|w| fnv1a(w.as_bytes())).collect();
+                if words.len() > longest.len() {
+                    longest = words;
+                }
             }
         }
         self.code.extend(longest);
@@ -158,10 +156,9 @@ impl Sketcher {
         let mut mins = self.mins;
         densify(&mut mins);
         let mut bins = [0u64; WORDS];
-        for (i, m) in mins.iter().enumerate() {
-            if let Some(w) = bins.get_mut(i / 32) {
-                *w |= u64::from(m & 3) << (2 * (i % 32));
-            }
+        // Bin `i` at bits `2 * (i % 32)` of word `i / 32`.
+        for (w, ms) in bins.iter_mut().zip(mins.chunks_exact(32)) {
+            *w = ms.iter().rev().fold(0, |w, m| w << 2 | u64::from(m & 3));
         }
         // Too few words to estimate a similarity from (a handful of shared
         // words would dominate): a short tail is near only to the same words.

@@ -147,10 +147,7 @@ pub fn unsegmented(c: char) -> bool {
 pub(super) fn is_list_marker(w: &[u8], after: &[u8]) -> bool {
     is_number(w)
         && w.len() <= 2
-        && std::str::from_utf8(w)
-            .ok()
-            .and_then(|n| n.parse::<u32>().ok())
-            .is_some_and(|n| n <= 20)
+        && w.iter().fold(0, |n, &d| 10 * n + u32::from(d - b'0')) <= 20
         && (after.first() == Some(&b')') || after.starts_with(b". "))
 }
 

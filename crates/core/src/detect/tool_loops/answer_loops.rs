@@ -5,7 +5,7 @@
 use super::ladder::verdict;
 use super::{Results, Tier, ToolVerdict};
 use crate::config::{Classes, ToolLoops};
-use crate::detect::progress;
+use crate::detect::progress::{self, Text};
 pub(super) use crate::detect::similarity::NEWS_WORDS;
 use crate::request::llm::{ResultAt, ToolHistory};
 use std::rc::Rc;
@@ -37,7 +37,7 @@ pub(super) fn answer<R: Results>(
     // (and one more, to see what the oldest of them introduced).
     let wanted = cfg.answer_min as usize + cfg.ladder.len() + 1;
     // (answer, the user's message it answered)
-    let mut answers: Vec<(Rc<progress::Text>, Option<Rc<progress::Text>>)> = Vec::new();
+    let mut answers: Vec<(Rc<Text>, Option<Rc<Text>>)> = Vec::new();
     for t in history.turns.iter().rev().take(wanted) {
         if t.calls > 0 {
             break;
@@ -84,10 +84,7 @@ pub(super) fn answer<R: Results>(
 /// something new: a long message (a pasted output, a report of what the
 /// user did) that is not the one before it again. A complaint ("still
 /// broken", "you keep saying the same thing") brings nothing.
-pub(super) fn brought_news(
-    prompt: Option<&progress::Text>,
-    before: Option<&progress::Text>,
-) -> bool {
+pub(super) fn brought_news(prompt: Option<&Text>, before: Option<&Text>) -> bool {
     prompt.is_some_and(|p| {
         p.text.split_whitespace().count() > NEWS_WORDS
             && !before.is_some_and(|b| progress::similar(p, b))
@@ -109,9 +106,8 @@ pub(super) fn news_before<R: Results>(
             .and_then(|m| m.prompt)
             .and_then(|at| progress::read_cached(texts, results, at, Classes::NONE, 4))
     };
-    let Some(p) = prompt_of(turn) else {
-        return false;
-    };
-    let before = (0..turn).rev().find_map(prompt_of);
-    brought_news(Some(&p), before.as_deref())
+    prompt_of(turn).is_some_and(|p| {
+        let before = (0..turn).rev().find_map(prompt_of);
+        brought_news(Some(&p), before.as_deref())
+    })
 }

@@ -33,6 +33,7 @@ pub(super) fn identical<R: Results>(
     news: &dyn Fn(usize) -> bool,
 ) -> Option<ToolVerdict> {
     let first = recent.first().copied().unwrap_or(0);
+    let turn_of = |i: usize| calls.get(i).map_or(0, |x| x.turn);
     let mut best: Option<(u32, usize)> = None;
     for c in of_turn(calls, recent, newest) {
         let mut n = 1u32;
@@ -44,11 +45,7 @@ pub(super) fn identical<R: Results>(
             // A user told the agent something new in between (a support
             // agent checking a line again after the user changed a
             // setting): a new question, not the same one again.
-            let (from, to) = (
-                calls.get(o).map_or(0, |x| x.turn),
-                calls.get(later).map_or(0, |x| x.turn),
-            );
-            if (from + 1..=to).any(news) {
+            if (turn_of(o) + 1..=turn_of(later)).any(news) {
                 break;
             }
             n += 1;

@@ -44,9 +44,7 @@ fn markup_words(text: &str) -> usize {
             Some(end)
                 if end <= 32 && !after.get(..end).unwrap_or("").contains(char::is_whitespace) =>
             {
-                if !after.starts_with('/') {
-                    n += 1;
-                }
+                n += usize::from(!after.starts_with('/'));
                 rest = after.get(end + 1..).unwrap_or("");
             }
             _ => rest = after,
@@ -81,9 +79,10 @@ pub(super) fn trivially_varied(a: &str, b: &str) -> bool {
     all == 0 || 2 * shared >= all
 }
 
-/// The texts in a call's arguments (canonical JSON), one line each: what
-/// an edit writes, shown again in its result.
-fn argument_text(arguments: &str) -> String {
+/// The texts in a call's arguments (canonical JSON), one line each, as
+/// lines masked for `classes`: what an edit writes, shown again in its
+/// result.
+fn argument_lines(arguments: &str, classes: Classes) -> Lines {
     fn collect(v: &serde_json::Value, out: &mut String) {
         match v {
             serde_json::Value::String(s) => {
@@ -100,7 +99,7 @@ fn argument_text(arguments: &str) -> String {
         Ok(v) => collect(&v, &mut out),
         Err(_) => out.push_str(arguments),
     }
-    out
+    Lines::of(&out, classes)
 }
 
 /// What a call was answered, as compared.
@@ -171,21 +170,17 @@ impl<R: Results> Calls<'_, '_, R> {
             let Some(text) = self.results.result_text(at) else {
                 return Answered::Unreadable;
             };
-            let classes = if full {
-                self.classes
-            } else {
-                noise(self.classes)
-            };
             // Noise classes only: the resource the call asked for, echoed
             // in its result, is what tells two answers apart: the tokens of
             // its arguments as written (even when the policy masks
             // arguments), read as a result is (epochs included: a
             // `"since": 1732370401` echoed back names the window).
             let raw = self.get(i).map_or("", |c| &*c.arguments);
-            let named = if full {
-                Vec::new()
+            let (classes, named) = if full {
+                (self.classes, Vec::new())
             } else {
-                volatile::tokens(raw, classes, Context::ToolResult)
+                let classes = noise(self.classes);
+                (classes, volatile::tokens(raw, classes, Context::ToolResult))
             };
             Answered::Digest(volatile::masked_digest(
                 &text,
@@ -271,7 +266,7 @@ impl<R: Results> Calls<'_, '_, R> {
                         }
                     }
                     if let Some(c) = self.get(j) {
-                        seen.extend(Lines::of(&argument_text(&c.arguments), self.classes).exact());
+                        seen.extend(argument_lines(&c.arguments, self.classes).exact());
                     }
                     Link::Other(news::added(&later, &before, &seen))
                 }
@@ -303,9 +298,7 @@ impl<R: Results> Calls<'_, '_, R> {
     /// once per call).
     fn shows_what_it_wrote(&self, j: usize) -> bool {
         memo(&self.shown, j, || match (self.get(j), self.lines_of(j)) {
-            (Some(c), Some(result)) => {
-                result.shows(&Lines::of(&argument_text(&c.arguments), self.classes))
-            }
+            (Some(c), Some(result)) => result.shows(&argument_lines(&c.arguments, self.classes)),
             _ => false,
         })
     }
@@ -334,10 +327,9 @@ impl<R: Results> Calls<'_, '_, R> {
 
     /// The same tool, the same arguments.
     pub(super) fn same_call(&self, i: usize, j: usize) -> bool {
-        match (self.get(i), self.get(j)) {
-            (Some(a), Some(b)) => a.name == b.name && self.arg(i) == self.arg(j),
-            _ => false,
-        }
+        self.get(i)
+            .zip(self.get(j))
+            .is_some_and(|(a, b)| a.name == b.name && self.arg(i) == self.arg(j))
     }
 }
 

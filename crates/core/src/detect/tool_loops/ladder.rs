@@ -75,11 +75,7 @@ pub fn directive_text(v: &ToolVerdict) -> String {
             let what = match &v.evidence.arguments {
                 Some(args) => {
                     let shown: String = args.chars().take(200).collect();
-                    let cut = if args.chars().count() > 200 {
-                        "..."
-                    } else {
-                        ""
-                    };
+                    let cut = args.chars().nth(200).map_or("", |_| "...");
                     format!("with the same arguments {shown}{cut}")
                 }
                 None => "with varying arguments".to_string(),
@@ -117,16 +113,11 @@ fn cycle_names(joined: &str) -> String {
 /// A tool name reduced to a safe token for headers and logs: at most 64 of
 /// `[A-Za-z0-9_.-]`, anything else replaced by `_`.
 pub fn safe_tool_name(name: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
     let s: String = name
         .chars()
         .take(64)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if safe(c) { c } else { '_' })
         .collect();
     if s.is_empty() {
         "_".to_string()
