@@ -33,6 +33,11 @@ impl NearProbe {
     fn near(&self, other: &Signature) -> bool {
         self.signature.is_near(other, self.threshold)
     }
+
+    /// The times of the entries of `list` near this probe.
+    fn times(self, list: &[(Signature, u64)]) -> impl Iterator<Item = u64> + '_ {
+        list.iter().filter(move |(h, _)| self.near(h)).map(|e| e.1)
+    }
 }
 
 /// A caller's recent near hits.
@@ -64,12 +69,7 @@ impl NearRecord {
     /// Record a hit at `now` and answer the window state of its repeats.
     pub fn record(&mut self, now: u64, q: &WindowQuery, probe: NearProbe) -> WindowState {
         window::push_hit(&mut self.hits, (probe.signature, now), now, q, |e| &mut e.1);
-        let repeats: Vec<u64> = self
-            .hits
-            .iter()
-            .filter(|(h, _)| probe.near(h))
-            .map(|&(_, t)| t)
-            .collect();
+        let repeats: Vec<u64> = probe.times(&self.hits).collect();
         let count = u32::try_from(repeats.len()).unwrap_or(u32::MAX);
 
         // A cooldown from the future (the clock moved back) lasts at most
@@ -79,12 +79,7 @@ impl NearRecord {
             *until = (*until).min(limit);
         }
         self.cooldowns.retain(|&(_, until)| until > now);
-        let running = self
-            .cooldowns
-            .iter()
-            .filter(|(h, _)| probe.near(h))
-            .map(|&(_, until)| until)
-            .max();
+        let running = probe.times(&self.cooldowns).max();
         let cooldown_until = match running {
             Some(until) => until,
             None if q.cooldown_ms > 0 && count >= q.trip_at => {
@@ -160,7 +155,7 @@ impl NearRecord {
                 self.events.last_mut()?
             }
         };
-        window::report(&mut e.last, &mut e.suppressed, true, now, q.event_every_ms)
+        window::report(&mut e.last, &mut e.suppressed, now, q.event_every_ms)
     }
 
     /// When this record stops mattering: its newest hit has left the window

@@ -106,6 +106,7 @@ struct Span {
 /// The entries of a bucket where they are, found by their heads alone (a
 /// truncated tail, entries past [`PER_BUCKET`], or a bucket of another
 /// version, hold none).
+#[derive(Default)]
 struct Spans {
     at: [Span; PER_BUCKET],
     len: usize,
@@ -113,10 +114,7 @@ struct Spans {
 
 impl Spans {
     fn of(bytes: &[u8]) -> Spans {
-        let mut s = Spans {
-            at: [Span::default(); PER_BUCKET],
-            len: 0,
-        };
+        let mut s = Spans::default();
         if bytes.first() != Some(&VERSION) {
             return s;
         }
@@ -331,17 +329,9 @@ impl BudgetTable {
         }
         let (bytes, _) = backend.read(self.bucket(group))?;
         let spans = Spans::of(&bytes);
-        Some(
-            keys.iter()
-                .map(|k| {
-                    spans
-                        .find(*k)
-                        .and_then(|s| entry_at(&bytes, s))
-                        .map(|e| e.slices)
-                        .unwrap_or_default()
-                })
-                .collect(),
-        )
+        let entry = |k: u64| spans.find(k).and_then(|s| entry_at(&bytes, s));
+        let slices = |k: &u64| entry(*k).map(|e| e.slices).unwrap_or_default();
+        Some(keys.iter().map(slices).collect())
     }
 
     /// Add what one response spent, dated `at`, to keys of one group, at
@@ -357,10 +347,8 @@ impl BudgetTable {
         if self.buckets == 0 {
             return Added::Failed;
         }
-        let done = cas(backend, self.bucket(group), None, |b| {
-            added(b, adds, at, now)
-        });
-        match done {
+        let update = |b: &[u8]| added(b, adds, at, now);
+        match cas(backend, self.bucket(group), None, update) {
             Ok((evicted, cas_retries)) => Added::Done {
                 cas_retries,
                 evicted,

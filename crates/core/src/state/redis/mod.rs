@@ -38,10 +38,7 @@ pub struct RedisStore {
 
 impl RedisStore {
     pub fn new(cfg: config::RedisStore, namespace: &str, seed: u64) -> RedisStore {
-        let script = match cfg.topology {
-            RedisTopology::Single => None,
-            RedisTopology::Cluster => Some(Script::shipped()),
-        };
+        let script = (cfg.topology == RedisTopology::Cluster).then(Script::shipped);
         RedisStore {
             cfg,
             namespace: namespace.to_string(),

@@ -38,12 +38,9 @@ pub struct TableLayout {
 }
 
 impl TableLayout {
-    pub fn new(max_tracked_fingerprints: u32) -> Self {
-        let buckets = max_tracked_fingerprints
-            .max(1)
-            .div_ceil(BUCKET_ENTRIES as u32);
+    pub fn new(fingerprints: u32) -> Self {
         TableLayout {
-            buckets,
+            buckets: fingerprints.max(1).div_ceil(BUCKET_ENTRIES as u32),
             mcp: false,
             budget_buckets: 0,
         }
@@ -200,16 +197,14 @@ pub fn record(
         evicted = least.is_some_and(|(live, _)| live);
         i
     });
-    let state = match bucket.entries.get_mut(idx) {
-        Some(entry) => {
-            let state = entry.record.record(now, q, near);
-            entry.last_seen = now;
-            entry.expires_at = entry.record.expires_at(q.window_ms);
-            state
-        }
-        // Unreachable by construction; answer as a first hit.
-        None => WindowState::FIRST,
-    };
+    // `None` is unreachable by construction; answer as a first hit.
+    let entry = bucket.entries.get_mut(idx);
+    let state = entry.map_or(WindowState::FIRST, |entry| {
+        let state = entry.record.record(now, q, near);
+        entry.last_seen = now;
+        entry.expires_at = entry.record.expires_at(q.window_ms);
+        state
+    });
     Recorded {
         state,
         evicted,
@@ -235,10 +230,8 @@ pub fn forgive(
     };
     let forgave = entry.record.forgive(at, near, now, f);
     // The entry may expire sooner now; it never lives longer.
-    (
-        forgave,
-        (forgave == Forgave::Forgiven).then(|| bucket.encode()),
-    )
+    let bytes = (forgave == Forgave::Forgiven).then(|| bucket.encode());
+    (forgave, bytes)
 }
 
 // Encoding (little-endian):
@@ -318,10 +311,7 @@ impl Bucket {
                 record,
             });
         }
-        if !r.0.is_empty() {
-            return None;
-        }
-        Some(Bucket { entries })
+        r.0.is_empty().then_some(Bucket { entries })
     }
 
     pub fn encode(&self) -> Vec<u8> {
