@@ -213,8 +213,7 @@ pub fn append_after<B: BucketBackend>(
 //            (flags: 1 failed, 2 unread, 4 answered)
 fn encode(histories: &[History]) -> Vec<u8> {
     let mut out = Vec::with_capacity(2 + histories.len() * (HEAD + MAX_ENTRIES * ENTRY));
-    out.push(VERSION);
-    out.push(histories.len() as u8);
+    out.extend_from_slice(&[VERSION, histories.len() as u8]);
     for h in histories {
         for n in [h.key, h.owner, h.last_ms, h.last_real_ms] {
             out.extend_from_slice(&n.to_le_bytes());

@@ -58,7 +58,7 @@ pub struct NearRecord {
 }
 
 /// A loop's event state, by the signature of its first reported hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NearEvent {
     pub signature: Signature,
     pub last: u64,
@@ -103,16 +103,10 @@ impl NearRecord {
         }
     }
 
-    /// The attempt recorded at `at` with `signature` was failed by the
+    /// The attempt recorded at `at` with signature `sig` was failed by the
     /// provider: take its hit back, as the window's forgiveness allows.
-    pub fn forgive(
-        &mut self,
-        signature: &Signature,
-        at: u64,
-        now: u64,
-        f: &Forgiveness,
-    ) -> Forgave {
-        let alike = |e: &(Signature, u64)| e.0 == *signature;
+    pub fn forgive(&mut self, sig: &Signature, at: u64, now: u64, f: &Forgiveness) -> Forgave {
+        let alike = |e: &(Signature, u64)| e.0 == *sig;
         let (hits, forgiven) = (&mut self.hits, &mut self.forgiven);
         window::forgive(hits, forgiven, |e| &mut e.1, alike, at, now, f)
     }
@@ -149,8 +143,7 @@ impl NearRecord {
                 }
                 self.events.push(NearEvent {
                     signature: probe.signature,
-                    last: 0,
-                    suppressed: 0,
+                    ..NearEvent::default()
                 });
                 self.events.last_mut()?
             }
@@ -161,12 +154,9 @@ impl NearRecord {
     /// When this record stops mattering: its newest hit has left the window
     /// and its cooldowns are over.
     pub fn expires_at(&self, window_ms: u64) -> u64 {
-        let newest = self
-            .hits
-            .last()
-            .map_or(0, |(_, t)| t.saturating_add(window_ms));
+        let newest = self.hits.last().map(|h| h.1.saturating_add(window_ms));
         let cooldown = self.cooldowns.iter().map(|&(_, u)| u).max().unwrap_or(0);
-        newest.max(cooldown)
+        newest.unwrap_or(0).max(cooldown)
     }
 }
 

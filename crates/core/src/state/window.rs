@@ -24,7 +24,7 @@ pub struct WindowQuery {
 }
 
 /// The answer of a store after recording a hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WindowState {
     /// Identical hits inside the window, this one included (capped at the
     /// record's capacity).

@@ -154,16 +154,10 @@ fn entry_at(bytes: &[u8], s: Span) -> Option<Entry> {
     if u64::from(n) > SLICES {
         return None;
     }
-    let mut spent = Vec::new();
-    if n > 0 {
-        let base = c.varint()?;
-        spent.reserve(usize::from(n) + 1);
-        for _ in 0..n {
-            let slice = base.checked_add(c.varint()?)?;
-            let amount = c.varint()?;
-            spent.push((slice, amount));
-        }
-    }
+    // Each slice: its offset from the oldest (`base`), and its amount.
+    let base = if n > 0 { c.varint()? } else { 0 };
+    let slice = |c: &mut Reader| Some((base.checked_add(c.varint()?)?, c.varint()?));
+    let spent = c.list(n.into(), slice)?;
     c.0.is_empty().then_some(Entry {
         key: s.key,
         cap,

@@ -206,16 +206,13 @@ impl Ledger {
                 return ledger;
             }
             match backend.write(REGISTRY, &(taken + 1).to_le_bytes(), version) {
-                CasWrite::Written => {
-                    // A worker that created the registry late may have
-                    // reset it: join again unless the count still holds.
-                    if registered(backend) > taken {
-                        ledger.slot = Some(taken);
-                        return ledger;
-                    }
-                    continue;
+                // A worker that created the registry late may have reset
+                // it: join again unless the count still holds.
+                CasWrite::Written if registered(backend) > taken => {
+                    ledger.slot = Some(taken);
+                    return ledger;
                 }
-                CasWrite::Conflict => continue,
+                CasWrite::Written | CasWrite::Conflict => continue,
                 CasWrite::Failed => return ledger,
             }
         }

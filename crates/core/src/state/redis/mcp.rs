@@ -22,10 +22,7 @@ use serde_json::Value;
 /// server answered was added, under one hash tag (one Redis Cluster
 /// shard). They hold digests and the plugin name only.
 pub fn mcp_keys(namespace: &str, key: u64) -> [String; 2] {
-    [
-        format!("lg:{namespace}:{{m{key:016x}}}:h"),
-        format!("lg:{namespace}:{{m{key:016x}}}:r"),
-    ]
+    ["h", "r"].map(|name| format!("lg:{namespace}:{{m{key:016x}}}:{name}"))
 }
 
 /// An entry as the store keeps it.

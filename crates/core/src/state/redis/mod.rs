@@ -102,9 +102,7 @@ impl RedisStore {
         match status.and_then(|status| parse_reply(status, &reply.body)) {
             Ok(state) => StoreAnswer::Ready(StoreReceipt {
                 state,
-                evicted: false,
-                added: false,
-                cas_retries: 0,
+                ..StoreReceipt::default()
             }),
             Err(failure) => StoreAnswer::Failed(failure),
         }

@@ -114,11 +114,7 @@ pub(super) fn error_text(result: &Value) -> Option<&str> {
 pub fn is_noscript(status: Option<&str>, body: &[u8]) -> bool {
     status.is_some_and(|s| s.starts_with('2'))
         && memchr::memmem::find(body, b"NOSCRIPT").is_some()
-        && result(body)
-            .ok()
-            .as_ref()
-            .and_then(error_text)
-            .is_some_and(|t| t.starts_with("NOSCRIPT"))
+        && result(body).is_ok_and(|r| error_text(&r).is_some_and(|t| t.starts_with("NOSCRIPT")))
 }
 
 /// Read webdis's answer to a hit: `[count, until_allowed_ms,

@@ -254,19 +254,13 @@ const KIND_NEAR: u8 = 1;
 
 impl Bucket {
     pub fn decode(bytes: &[u8]) -> Option<Bucket> {
-        let mut r = Reader(bytes);
         if bytes.is_empty() {
             return Some(Bucket::default());
         }
-        if r.u8()? != FORMAT_VERSION {
-            return None;
-        }
-        let n = r.u8()? as usize;
-        if n > BUCKET_ENTRIES {
-            return None;
-        }
-        let mut entries = Vec::with_capacity(n);
-        for _ in 0..n {
+        let mut r = Reader(bytes);
+        r.u8().filter(|&v| v == FORMAT_VERSION)?;
+        let n = Some(usize::from(r.u8()?)).filter(|&n| n <= BUCKET_ENTRIES)?;
+        let entries = r.list(n, |r| {
             let kind = r.u8()?;
             let fingerprint = Fingerprint(r.take(16)?.try_into().ok()?);
             let last_seen = r.u64()?;
@@ -304,13 +298,13 @@ impl Bucket {
                 }
                 _ => return None,
             };
-            entries.push(Entry {
+            Some(Entry {
                 fingerprint,
                 last_seen,
                 expires_at,
                 record,
-            });
-        }
+            })
+        })?;
         r.0.is_empty().then_some(Bucket { entries })
     }
 
@@ -335,8 +329,7 @@ impl Bucket {
             })
             .sum::<usize>();
         let mut out = Vec::with_capacity(size);
-        out.push(FORMAT_VERSION);
-        out.push(self.entries.len() as u8);
+        out.extend_from_slice(&[FORMAT_VERSION, self.entries.len() as u8]);
         for e in &self.entries {
             let (kind, last_event, suppressed) = match &e.record {
                 Record::Hits(r) => (KIND_HITS, r.last_event, r.suppressed),
