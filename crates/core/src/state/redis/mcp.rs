@@ -54,8 +54,7 @@ pub fn mcp_call(
         now_ms.min(super::budget::MAX_AMOUNT).to_string(),
     ];
     if let Some(e) = entry {
-        args.push(encode_entry(e));
-        args.push(flags(e).to_string());
+        args.extend([encode_entry(e), flags(e).to_string()]);
     }
     Call {
         entry: Lua::Mcp,

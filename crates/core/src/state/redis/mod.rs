@@ -157,17 +157,13 @@ pub fn hit_call(namespace: &str, hit: &Hit, nonce: &str) -> Call {
         q.event_every_ms.to_string(),
         nonce.to_string(),
     ];
-    let entry = match &hit.near {
-        None => Entry::Hit,
-        Some(p) => {
-            args.push(p.signature.hex());
-            args.push(p.threshold.min_matches.to_string());
-            Entry::Near
-        }
-    };
+    if let Some(p) = &hit.near {
+        args.extend([p.signature.hex(), p.threshold.min_matches.to_string()]);
+    }
+    let near = hit.near.is_some();
     Call {
-        entry,
-        keys: keys(namespace, &hit.key, hit.near.is_some()).to_vec(),
+        entry: if near { Entry::Near } else { Entry::Hit },
+        keys: keys(namespace, &hit.key, near).to_vec(),
         args,
     }
 }
