@@ -9,10 +9,7 @@ pub struct Reader<'a>(pub &'a [u8]);
 
 impl<'a> Reader<'a> {
     pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
+        let (head, rest) = self.0.split_at_checked(n)?;
         self.0 = rest;
         Some(head)
     }
@@ -30,12 +27,8 @@ impl<'a> Reader<'a> {
     }
     /// A LEB128 varint of a `u64` (`None`: cut short, or too large).
     pub fn varint(&mut self) -> Option<u64> {
-        let b = self.u8()?;
-        if b < 0x80 {
-            return Some(u64::from(b));
-        }
-        let mut v = u64::from(b & 0x7f);
-        for shift in (7..64).step_by(7) {
+        let mut v = 0;
+        for shift in (0..64).step_by(7) {
             let b = self.u8()?;
             let low = u64::from(b & 0x7f);
             if shift == 63 && low > 1 {

@@ -72,13 +72,12 @@ impl HistoryId {
     /// The history `key` of `owner`, in the region seeded with `seed`
     /// ([`region_seed`]).
     pub fn new(key: u64, owner: u64, seed: u64) -> HistoryId {
-        // splitmix64's finaliser: every bit of the key and the seed moves
-        // the bucket.
-        let x = mix(key ^ seed);
         HistoryId {
             key,
             owner,
-            bucket: BASE + (x % u64::from(REGION)) as u32,
+            // splitmix64's finaliser: every bit of the key and the seed
+            // moves the bucket.
+            bucket: BASE + (mix(key ^ seed) % u64::from(REGION)) as u32,
         }
     }
 }
@@ -87,11 +86,9 @@ impl HistoryId {
 /// worker stored first, else `fresh` (random), stored now. `0` when the
 /// backend cannot be read (bucket choice is then unkeyed, still bounded).
 pub fn region_seed<B: BucketBackend>(backend: &mut B, fresh: u64) -> u64 {
-    let seed = cas(backend, SEED, None, |bytes| {
-        match bytes.get(..8).and_then(|b| b.try_into().ok()) {
-            Some(seed) => (u64::from_le_bytes(seed), None),
-            None => (fresh, Some(fresh.to_le_bytes().to_vec())),
-        }
+    let seed = cas(backend, SEED, None, |bytes| match Reader(bytes).u64() {
+        Some(seed) => (seed, None),
+        None => (fresh, Some(fresh.to_le_bytes().to_vec())),
     });
     seed.map_or(0, |(seed, _)| seed)
 }
@@ -184,8 +181,7 @@ pub fn append_after<B: BucketBackend>(
             key: id.key,
             owner: id.owner,
             last_ms: now,
-            last_real_ms: 0,
-            entries: Vec::new(),
+            ..History::default()
         };
         let i = found.unwrap_or_else(|| {
             let (i, least) = place(&mut histories, PER_BUCKET, fresh, |h| {
@@ -217,8 +213,7 @@ pub fn append_after<B: BucketBackend>(
 //            (flags: 1 failed, 2 unread, 4 answered)
 fn encode(histories: &[History]) -> Vec<u8> {
     let mut out = Vec::with_capacity(2 + histories.len() * (HEAD + MAX_ENTRIES * ENTRY));
-    out.push(VERSION);
-    out.push(histories.len() as u8);
+    out.extend_from_slice(&[VERSION, histories.len() as u8]);
     for h in histories {
         for n in [h.key, h.owner, h.last_ms, h.last_real_ms] {
             out.extend_from_slice(&n.to_le_bytes());

@@ -33,6 +33,11 @@ impl NearProbe {
     fn near(&self, other: &Signature) -> bool {
         self.signature.is_near(other, self.threshold)
     }
+
+    /// The times of the entries of `list` near this probe.
+    fn times(self, list: &[(Signature, u64)]) -> impl Iterator<Item = u64> + '_ {
+        list.iter().filter(move |(h, _)| self.near(h)).map(|e| e.1)
+    }
 }
 
 /// A caller's recent near hits.
@@ -53,7 +58,7 @@ pub struct NearRecord {
 }
 
 /// A loop's event state, by the signature of its first reported hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NearEvent {
     pub signature: Signature,
     pub last: u64,
@@ -64,12 +69,7 @@ impl NearRecord {
     /// Record a hit at `now` and answer the window state of its repeats.
     pub fn record(&mut self, now: u64, q: &WindowQuery, probe: NearProbe) -> WindowState {
         window::push_hit(&mut self.hits, (probe.signature, now), now, q, |e| &mut e.1);
-        let repeats: Vec<u64> = self
-            .hits
-            .iter()
-            .filter(|(h, _)| probe.near(h))
-            .map(|&(_, t)| t)
-            .collect();
+        let repeats: Vec<u64> = probe.times(&self.hits).collect();
         let count = u32::try_from(repeats.len()).unwrap_or(u32::MAX);
 
         // A cooldown from the future (the clock moved back) lasts at most
@@ -79,12 +79,7 @@ impl NearRecord {
             *until = (*until).min(limit);
         }
         self.cooldowns.retain(|&(_, until)| until > now);
-        let running = self
-            .cooldowns
-            .iter()
-            .filter(|(h, _)| probe.near(h))
-            .map(|&(_, until)| until)
-            .max();
+        let running = probe.times(&self.cooldowns).max();
         let cooldown_until = match running {
             Some(until) => until,
             None if q.cooldown_ms > 0 && count >= q.trip_at => {
@@ -108,16 +103,10 @@ impl NearRecord {
         }
     }
 
-    /// The attempt recorded at `at` with `signature` was failed by the
+    /// The attempt recorded at `at` with signature `sig` was failed by the
     /// provider: take its hit back, as the window's forgiveness allows.
-    pub fn forgive(
-        &mut self,
-        signature: &Signature,
-        at: u64,
-        now: u64,
-        f: &Forgiveness,
-    ) -> Forgave {
-        let alike = |e: &(Signature, u64)| e.0 == *signature;
+    pub fn forgive(&mut self, sig: &Signature, at: u64, now: u64, f: &Forgiveness) -> Forgave {
+        let alike = |e: &(Signature, u64)| e.0 == *sig;
         let (hits, forgiven) = (&mut self.hits, &mut self.forgiven);
         window::forgive(hits, forgiven, |e| &mut e.1, alike, at, now, f)
     }
@@ -154,24 +143,20 @@ impl NearRecord {
                 }
                 self.events.push(NearEvent {
                     signature: probe.signature,
-                    last: 0,
-                    suppressed: 0,
+                    ..NearEvent::default()
                 });
                 self.events.last_mut()?
             }
         };
-        window::report(&mut e.last, &mut e.suppressed, true, now, q.event_every_ms)
+        window::report(&mut e.last, &mut e.suppressed, now, q.event_every_ms)
     }
 
     /// When this record stops mattering: its newest hit has left the window
     /// and its cooldowns are over.
     pub fn expires_at(&self, window_ms: u64) -> u64 {
-        let newest = self
-            .hits
-            .last()
-            .map_or(0, |(_, t)| t.saturating_add(window_ms));
+        let newest = self.hits.last().map(|h| h.1.saturating_add(window_ms));
         let cooldown = self.cooldowns.iter().map(|&(_, u)| u).max().unwrap_or(0);
-        newest.max(cooldown)
+        newest.unwrap_or(0).max(cooldown)
     }
 }
 

@@ -122,7 +122,7 @@ pub enum StoreAnswer {
     Failed(StoreFailure),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct StoreReceipt {
     pub state: WindowState,
     /// A live fingerprint was evicted to make room for this one.

@@ -24,7 +24,7 @@ pub struct WindowQuery {
 }
 
 /// The answer of a store after recording a hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct WindowState {
     /// Identical hits inside the window, this one included (capped at the
     /// record's capacity).
@@ -80,13 +80,10 @@ impl HitRecord {
         }
         let cooldown_remaining_ms = self.cooldown_until.saturating_sub(now);
         let detected = count >= q.detect_at || cooldown_remaining_ms > 0;
-        let event = report(
-            &mut self.last_event,
-            &mut self.suppressed,
-            detected,
-            now,
-            q.event_every_ms,
-        );
+        let (last, suppressed) = (&mut self.last_event, &mut self.suppressed);
+        let event = detected
+            .then(|| report(last, suppressed, now, q.event_every_ms))
+            .flatten();
         WindowState {
             count,
             until_allowed_ms: until_allowed(&self.hits, now, q.window_ms, q.trip_at),
@@ -98,15 +95,8 @@ impl HitRecord {
     /// The attempt recorded at `at` was failed by the provider: take its
     /// hit back, as the window's forgiveness allows.
     pub fn forgive(&mut self, at: u64, now: u64, f: &Forgiveness) -> Forgave {
-        forgive(
-            &mut self.hits,
-            &mut self.forgiven,
-            |t| t,
-            |_| true,
-            at,
-            now,
-            f,
-        )
+        let (hits, forgiven) = (&mut self.hits, &mut self.forgiven);
+        forgive(hits, forgiven, |t| t, |_| true, at, now, f)
     }
 
     /// When this record stops mattering: its newest hit has left the window
@@ -181,16 +171,8 @@ pub const MAX_FORGIVEN: usize = 16;
 /// (answering how many were not reported since the last one), or counted
 /// as suppressed. `last_event` (0: never) and `suppressed` are the
 /// record's.
-pub fn report(
-    last_event: &mut u64,
-    suppressed: &mut u32,
-    detected: bool,
-    now: u64,
-    every_ms: u64,
-) -> Option<u32> {
-    if !detected {
-        None
-    } else if *last_event == 0 || now.saturating_sub((*last_event).min(now)) >= every_ms {
+pub fn report(last_event: &mut u64, suppressed: &mut u32, now: u64, every_ms: u64) -> Option<u32> {
+    if *last_event == 0 || now.saturating_sub((*last_event).min(now)) >= every_ms {
         *last_event = now;
         Some(std::mem::take(suppressed))
     } else {

@@ -72,12 +72,8 @@ impl Slices {
             return 0;
         }
         let first = Self::first_in(now, slice_ms);
-        let mut inside: Vec<(u64, u64)> = self
-            .spent
-            .iter()
-            .copied()
-            .filter(|(i, _)| *i >= first)
-            .collect();
+        let mut inside = self.spent.clone();
+        inside.retain(|(i, _)| *i >= first);
         inside.sort_unstable();
         for (i, n) in inside {
             left = left.saturating_sub(n);

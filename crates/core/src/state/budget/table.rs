@@ -106,6 +106,7 @@ struct Span {
 /// The entries of a bucket where they are, found by their heads alone (a
 /// truncated tail, entries past [`PER_BUCKET`], or a bucket of another
 /// version, hold none).
+#[derive(Default)]
 struct Spans {
     at: [Span; PER_BUCKET],
     len: usize,
@@ -113,10 +114,7 @@ struct Spans {
 
 impl Spans {
     fn of(bytes: &[u8]) -> Spans {
-        let mut s = Spans {
-            at: [Span::default(); PER_BUCKET],
-            len: 0,
-        };
+        let mut s = Spans::default();
         if bytes.first() != Some(&VERSION) {
             return s;
         }
@@ -156,16 +154,10 @@ fn entry_at(bytes: &[u8], s: Span) -> Option<Entry> {
     if u64::from(n) > SLICES {
         return None;
     }
-    let mut spent = Vec::new();
-    if n > 0 {
-        let base = c.varint()?;
-        spent.reserve(usize::from(n) + 1);
-        for _ in 0..n {
-            let slice = base.checked_add(c.varint()?)?;
-            let amount = c.varint()?;
-            spent.push((slice, amount));
-        }
-    }
+    // Each slice: its offset from the oldest (`base`), and its amount.
+    let base = if n > 0 { c.varint()? } else { 0 };
+    let slice = |c: &mut Reader| Some((base.checked_add(c.varint()?)?, c.varint()?));
+    let spent = c.list(n.into(), slice)?;
     c.0.is_empty().then_some(Entry {
         key: s.key,
         cap,
@@ -331,17 +323,9 @@ impl BudgetTable {
         }
         let (bytes, _) = backend.read(self.bucket(group))?;
         let spans = Spans::of(&bytes);
-        Some(
-            keys.iter()
-                .map(|k| {
-                    spans
-                        .find(*k)
-                        .and_then(|s| entry_at(&bytes, s))
-                        .map(|e| e.slices)
-                        .unwrap_or_default()
-                })
-                .collect(),
-        )
+        let entry = |k: u64| spans.find(k).and_then(|s| entry_at(&bytes, s));
+        let slices = |k: &u64| entry(*k).map(|e| e.slices).unwrap_or_default();
+        Some(keys.iter().map(slices).collect())
     }
 
     /// Add what one response spent, dated `at`, to keys of one group, at
@@ -357,10 +341,8 @@ impl BudgetTable {
         if self.buckets == 0 {
             return Added::Failed;
         }
-        let done = cas(backend, self.bucket(group), None, |b| {
-            added(b, adds, at, now)
-        });
-        match done {
+        let update = |b: &[u8]| added(b, adds, at, now);
+        match cas(backend, self.bucket(group), None, update) {
             Ok((evicted, cas_retries)) => Added::Done {
                 cas_retries,
                 evicted,

@@ -175,10 +175,7 @@ fn find(bytes: &[u8], key: u64, now_ms: u64) -> Option<Entry> {
 }
 
 fn count_of(bytes: &[u8]) -> u32 {
-    bytes
-        .get(..4)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u32::from_le_bytes)
+    Reader(bytes).u32().unwrap_or(0)
 }
 
 /// Regions taken so far (0 if the registry cannot be read).
@@ -209,16 +206,13 @@ impl Ledger {
                 return ledger;
             }
             match backend.write(REGISTRY, &(taken + 1).to_le_bytes(), version) {
-                CasWrite::Written => {
-                    // A worker that created the registry late may have
-                    // reset it: join again unless the count still holds.
-                    if registered(backend) > taken {
-                        ledger.slot = Some(taken);
-                        return ledger;
-                    }
-                    continue;
+                // A worker that created the registry late may have reset
+                // it: join again unless the count still holds.
+                CasWrite::Written if registered(backend) > taken => {
+                    ledger.slot = Some(taken);
+                    return ledger;
                 }
-                CasWrite::Conflict => continue,
+                CasWrite::Written | CasWrite::Conflict => continue,
                 CasWrite::Failed => return ledger,
             }
         }
@@ -261,12 +255,7 @@ impl Ledger {
 
     /// This worker's own part of loop `key`'s spending (no host call), if
     /// it has one.
-    pub fn own<B: BucketBackend>(
-        &mut self,
-        backend: &mut B,
-        key: u64,
-        now_ms: u64,
-    ) -> Option<Spend> {
+    pub fn own<B: BucketBackend>(&self, backend: &mut B, key: u64, now_ms: u64) -> Option<Spend> {
         let base = self.slot.map_or(BUCKETS.start, region);
         self.part(backend, base, key, now_ms).map(|e| e.spend)
     }
@@ -289,19 +278,14 @@ impl Ledger {
     /// Loop `key`'s spending so far, over every worker (`None`: nothing
     /// recorded, or idle for longer than [`IDLE_MS`]): the totals summed,
     /// the newest response's usage from the worker that served it last.
-    pub fn spend<B: BucketBackend>(
-        &mut self,
-        backend: &mut B,
-        key: u64,
-        now_ms: u64,
-    ) -> Option<Spend> {
+    pub fn spend<B: BucketBackend>(&self, backend: &mut B, key: u64, now: u64) -> Option<Spend> {
         // This worker's own part is read even if the registry is not.
         let workers = registered(backend)
             .max(self.slot.map_or(0, |w| w + 1))
             .min(MAX_WORKERS);
         let regions = std::iter::once(BUCKETS.start).chain((0..workers).map(region));
         let parts: Vec<Entry> = regions
-            .filter_map(|base| self.part(backend, base, key, now_ms))
+            .filter_map(|base| self.part(backend, base, key, now))
             .collect();
         let newest = parts.iter().max_by_key(|e| e.at_ms)?.spend;
         let mut total = Spend {

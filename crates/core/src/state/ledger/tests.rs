@@ -204,7 +204,7 @@ fn workers_publish_their_own_parts_and_a_reading_merges_them() {
     assert_eq!(one.spend(&mut b, 7, 2_500), Some(want));
     assert_eq!(two.spend(&mut b, 7, 2_500), Some(want));
     // A worker that came later (or a VM that restarted) reads the same.
-    let mut three = Ledger::join(&mut b);
+    let three = Ledger::join(&mut b);
     assert_eq!(three.spend(&mut b, 7, 2_500), Some(want));
     assert_eq!(three.spend(&mut b, 9, 2_500), None);
 }

@@ -12,7 +12,7 @@
 //! An entry is `<call>:<result>:<content>:<flags>` in hex digits: digests
 //! only, as in the local table ([`crate::state::mcp_sessions`]).
 
-use super::{Call, Entry as Lua, RedisStore};
+use super::{wire::reply, Call, Entry as Lua, RedisStore};
 use crate::detect::mcp::Entry;
 use crate::state::mcp_sessions::{entry, flags, Recent, MAX_ENTRIES};
 use crate::state::store::StoreFailure;
@@ -22,10 +22,7 @@ use serde_json::Value;
 /// server answered was added, under one hash tag (one Redis Cluster
 /// shard). They hold digests and the plugin name only.
 pub fn mcp_keys(namespace: &str, key: u64) -> [String; 2] {
-    [
-        format!("lg:{namespace}:{{m{key:016x}}}:h"),
-        format!("lg:{namespace}:{{m{key:016x}}}:r"),
-    ]
+    ["h", "r"].map(|name| format!("lg:{namespace}:{{m{key:016x}}}:{name}"))
 }
 
 /// An entry as the store keeps it.
@@ -36,17 +33,11 @@ pub fn encode_entry(e: &Entry) -> String {
 /// An entry the store kept (`None`: not one loopguard wrote).
 pub fn decode_entry(s: &str) -> Option<Entry> {
     let mut parts = s.split(':').map(|p| u64::from_str_radix(p, 16).ok());
-    let (call, result, content, flags) = (
-        parts.next()??,
-        parts.next()??,
-        parts.next()??,
-        parts.next()??,
-    );
+    let mut next = || parts.next().flatten();
+    let (call, result, content, flags) = (next()?, next()?, next()?, next()?);
     let flags = u8::try_from(flags).ok().filter(|&f| f <= 7)?;
-    parts
-        .next()
-        .is_none()
-        .then(|| entry(call, result, content, flags))
+    let whole = parts.next().is_none();
+    whole.then(|| entry(call, result, content, flags))
 }
 
 /// The call reading history `key` (`entry: None`), or adding `entry` to
@@ -63,8 +54,7 @@ pub fn mcp_call(
         now_ms.min(super::budget::MAX_AMOUNT).to_string(),
     ];
     if let Some(e) = entry {
-        args.push(encode_entry(e));
-        args.push(flags(e).to_string());
+        args.extend([encode_entry(e), flags(e).to_string()]);
     }
     Call {
         entry: Lua::Mcp,
@@ -87,14 +77,12 @@ impl RedisStore {
 pub fn parse_history(status: Option<&str>, body: &[u8]) -> Result<Recent, StoreFailure> {
     let items = super::wire::result_list(status.ok_or_else(super::no_answer)?, body)?;
     let mut items = items.iter();
-    let last_real_ms = items.next().and_then(Value::as_u64).ok_or_else(|| {
-        StoreFailure::Reply("the history's first element is not a time".to_string())
-    })?;
+    let first = items.next().and_then(Value::as_u64);
+    let last_real_ms = first.ok_or_else(|| reply("the history's first element is not a time"))?;
     let mut entries = items
         .map(|v| {
-            v.as_str().and_then(decode_entry).ok_or_else(|| {
-                StoreFailure::Reply("a history entry is not one loopguard wrote".to_string())
-            })
+            let e = v.as_str().and_then(decode_entry);
+            e.ok_or_else(|| reply("a history entry is not one loopguard wrote"))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let extra = entries.len().saturating_sub(MAX_ENTRIES);
@@ -111,7 +99,7 @@ pub fn parse_added(status: Option<&str>, body: &[u8]) -> Result<(), StoreFailure
     let status = status.ok_or_else(super::no_answer)?;
     match super::wire::result_value(status, body)?.as_i64() {
         Some(1) => Ok(()),
-        _ => Err(StoreFailure::Reply("the add's result is not 1".to_string())),
+        _ => Err(reply("the add's result is not 1")),
     }
 }
 

@@ -38,10 +38,7 @@ pub struct RedisStore {
 
 impl RedisStore {
     pub fn new(cfg: config::RedisStore, namespace: &str, seed: u64) -> RedisStore {
-        let script = match cfg.topology {
-            RedisTopology::Single => None,
-            RedisTopology::Cluster => Some(Script::shipped()),
-        };
+        let script = (cfg.topology == RedisTopology::Cluster).then(Script::shipped);
         RedisStore {
             cfg,
             namespace: namespace.to_string(),
@@ -105,9 +102,7 @@ impl RedisStore {
         match status.and_then(|status| parse_reply(status, &reply.body)) {
             Ok(state) => StoreAnswer::Ready(StoreReceipt {
                 state,
-                evicted: false,
-                added: false,
-                cas_retries: 0,
+                ..StoreReceipt::default()
             }),
             Err(failure) => StoreAnswer::Failed(failure),
         }
@@ -162,17 +157,13 @@ pub fn hit_call(namespace: &str, hit: &Hit, nonce: &str) -> Call {
         q.event_every_ms.to_string(),
         nonce.to_string(),
     ];
-    let entry = match &hit.near {
-        None => Entry::Hit,
-        Some(p) => {
-            args.push(p.signature.hex());
-            args.push(p.threshold.min_matches.to_string());
-            Entry::Near
-        }
-    };
+    if let Some(p) = &hit.near {
+        args.extend([p.signature.hex(), p.threshold.min_matches.to_string()]);
+    }
+    let near = hit.near.is_some();
     Call {
-        entry,
-        keys: keys(namespace, &hit.key, hit.near.is_some()).to_vec(),
+        entry: if near { Entry::Near } else { Entry::Hit },
+        keys: keys(namespace, &hit.key, near).to_vec(),
         args,
     }
 }

@@ -46,14 +46,11 @@ impl Script {
             if let Some(rest) = trimmed.strip_prefix("redis.register_function(") {
                 let (name, function) = registration(rest)
                     .ok_or_else(|| format!("line {}: cannot read {trimmed:?}", i + 1))?;
-                source.push_str("-- ");
-                source.push_str(trimmed);
-                source.push('\n');
+                source.push_str(&format!("-- {trimmed}\n"));
                 entries.push((name, function));
                 continue;
             }
-            source.push_str(line);
-            source.push('\n');
+            source.push_str(&format!("{line}\n"));
         }
         if entries.is_empty() {
             return Err("the library registers no function".to_string());
@@ -73,10 +70,8 @@ impl Script {
              end\n\
              return entry(KEYS, {unpack(ARGV, 2)})\n",
         );
-        Ok(Script::from_source(
-            source,
-            entries.into_iter().map(|(name, _)| name).collect(),
-        ))
+        let names = entries.into_iter().map(|(name, _)| name).collect();
+        Ok(Script::from_source(source, names))
     }
 
     fn from_source(source: String, entries: Vec<String>) -> Script {

@@ -55,17 +55,14 @@ impl Call {
             Invoke::Cached(s) => format!("EVALSHA/{}/{n}", s.sha1),
             Invoke::Full(s) => format!("EVAL/{}/{n}", encode_arg(&s.source)),
         };
-        for key in &self.keys {
+        // A script's entry point is an argument after the keys (a plain
+        // name: encoding leaves it as it is).
+        let named = (!matches!(invoke, Invoke::Function)).then_some(entry);
+        let keys = self.keys.iter().map(String::as_str);
+        let args = self.args.iter().map(String::as_str);
+        for part in keys.chain(named).chain(args) {
             out.push('/');
-            out.push_str(&encode_arg(key));
-        }
-        if !matches!(invoke, Invoke::Function) {
-            out.push('/');
-            out.push_str(entry);
-        }
-        for arg in &self.args {
-            out.push('/');
-            out.push_str(&encode_arg(arg));
+            out.push_str(&encode_arg(part));
         }
         out
     }
@@ -90,17 +87,19 @@ pub fn encode_arg(arg: &str) -> String {
 /// The command's result in webdis's answer `{"<COMMAND>": <result>}`
 /// (`FCALL`, `EVALSHA` or `EVAL`).
 pub(super) fn result(body: &[u8]) -> Result<Value, StoreFailure> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|_| StoreFailure::Reply("the answer is not JSON".to_string()))?;
+    let v: Value = serde_json::from_slice(body).map_err(|_| reply("the answer is not JSON"))?;
     let Value::Object(map) = v else {
-        return Err(StoreFailure::Reply(
-            "the answer is not an object".to_string(),
-        ));
+        return Err(reply("the answer is not an object"));
     };
     map.into_iter()
         .find(|(k, _)| matches!(k.as_str(), "FCALL" | "EVALSHA" | "EVAL"))
         .map(|(_, v)| v)
-        .ok_or_else(|| StoreFailure::Reply("the answer has no FCALL or EVAL result".to_string()))
+        .ok_or_else(|| reply("the answer has no FCALL or EVAL result"))
+}
+
+/// An unusable answer, saying why.
+pub(super) fn reply(why: &str) -> StoreFailure {
+    StoreFailure::Reply(why.to_string())
 }
 
 /// Redis's error text when the result is one (`[false, "<text>"]`).
@@ -115,11 +114,7 @@ pub(super) fn error_text(result: &Value) -> Option<&str> {
 pub fn is_noscript(status: Option<&str>, body: &[u8]) -> bool {
     status.is_some_and(|s| s.starts_with('2'))
         && memchr::memmem::find(body, b"NOSCRIPT").is_some()
-        && result(body)
-            .ok()
-            .as_ref()
-            .and_then(error_text)
-            .is_some_and(|t| t.starts_with("NOSCRIPT"))
+        && result(body).is_ok_and(|r| error_text(&r).is_some_and(|t| t.starts_with("NOSCRIPT")))
 }
 
 /// Read webdis's answer to a hit: `[count, until_allowed_ms,
@@ -165,7 +160,7 @@ pub(super) fn result_value(status: &str, body: &[u8]) -> Result<Value, StoreFail
 pub(super) fn result_list(status: &str, body: &[u8]) -> Result<Vec<Value>, StoreFailure> {
     match result_value(status, body)? {
         Value::Array(items) => Ok(items),
-        _ => Err(StoreFailure::Reply("the result is not a list".to_string())),
+        _ => Err(reply("the result is not a list")),
     }
 }
 
@@ -179,8 +174,6 @@ pub fn parse_take_back(status: &str, body: &[u8]) -> Result<Forgave, StoreFailur
         Some(1) => Ok(Forgave::Forgiven),
         Some(0) => Ok(Forgave::OverBudget),
         Some(-1) => Ok(Forgave::NotFound),
-        _ => Err(StoreFailure::Reply(
-            "the take-back's result is not 1, 0 or -1".to_string(),
-        )),
+        _ => Err(reply("the take-back's result is not 1, 0 or -1")),
     }
 }

@@ -38,12 +38,9 @@ pub struct TableLayout {
 }
 
 impl TableLayout {
-    pub fn new(max_tracked_fingerprints: u32) -> Self {
-        let buckets = max_tracked_fingerprints
-            .max(1)
-            .div_ceil(BUCKET_ENTRIES as u32);
+    pub fn new(fingerprints: u32) -> Self {
         TableLayout {
-            buckets,
+            buckets: fingerprints.max(1).div_ceil(BUCKET_ENTRIES as u32),
             mcp: false,
             budget_buckets: 0,
         }
@@ -217,16 +214,14 @@ pub fn record(
         evicted = least.is_some_and(|(live, _)| live);
         i
     });
-    let state = match bucket.entries.get_mut(idx) {
-        Some(entry) => {
-            let state = entry.record.record(now, q, near);
-            entry.last_seen = now;
-            entry.expires_at = entry.record.expires_at(q.window_ms);
-            state
-        }
-        // Unreachable by construction; answer as a first hit.
-        None => WindowState::FIRST,
-    };
+    // `None` is unreachable by construction; answer as a first hit.
+    let entry = bucket.entries.get_mut(idx);
+    let state = entry.map_or(WindowState::FIRST, |entry| {
+        let state = entry.record.record(now, q, near);
+        entry.last_seen = now;
+        entry.expires_at = entry.record.expires_at(q.window_ms);
+        state
+    });
     Recorded {
         state,
         evicted,
@@ -252,10 +247,8 @@ pub fn forgive(
     };
     let forgave = entry.record.forgive(at, near, now, f);
     // The entry may expire sooner now; it never lives longer.
-    (
-        forgave,
-        (forgave == Forgave::Forgiven).then(|| bucket.encode()),
-    )
+    let bytes = (forgave == Forgave::Forgiven).then(|| bucket.encode());
+    (forgave, bytes)
 }
 
 // Encoding (little-endian):
@@ -278,19 +271,13 @@ const KIND_NEAR: u8 = 1;
 
 impl Bucket {
     pub fn decode(bytes: &[u8]) -> Option<Bucket> {
-        let mut r = Reader(bytes);
         if bytes.is_empty() {
             return Some(Bucket::default());
         }
-        if r.u8()? != FORMAT_VERSION {
-            return None;
-        }
-        let n = r.u8()? as usize;
-        if n > BUCKET_ENTRIES {
-            return None;
-        }
-        let mut entries = Vec::with_capacity(n);
-        for _ in 0..n {
+        let mut r = Reader(bytes);
+        r.u8().filter(|&v| v == FORMAT_VERSION)?;
+        let n = Some(usize::from(r.u8()?)).filter(|&n| n <= BUCKET_ENTRIES)?;
+        let entries = r.list(n, |r| {
             let kind = r.u8()?;
             let fingerprint = Fingerprint(r.take(16)?.try_into().ok()?);
             let last_seen = r.u64()?;
@@ -328,17 +315,14 @@ impl Bucket {
                 }
                 _ => return None,
             };
-            entries.push(Entry {
+            Some(Entry {
                 fingerprint,
                 last_seen,
                 expires_at,
                 record,
-            });
-        }
-        if !r.0.is_empty() {
-            return None;
-        }
-        Some(Bucket { entries })
+            })
+        })?;
+        r.0.is_empty().then_some(Bucket { entries })
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -362,8 +346,7 @@ impl Bucket {
             })
             .sum::<usize>();
         let mut out = Vec::with_capacity(size);
-        out.push(FORMAT_VERSION);
-        out.push(self.entries.len() as u8);
+        out.extend_from_slice(&[FORMAT_VERSION, self.entries.len() as u8]);
         for e in &self.entries {
             let (kind, last_event, suppressed) = match &e.record {
                 Record::Hits(r) => (KIND_HITS, r.last_event, r.suppressed),
