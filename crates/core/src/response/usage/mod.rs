@@ -333,11 +333,6 @@ impl UsageReader {
         self.found
     }
 
-    /// The usage read so far.
-    pub fn usage(&self) -> Option<Usage> {
-        self.found
-    }
-
     /// Whether the usage read so far is what the response reports: a
     /// JSON body's usage object was read (it comes after the content), or
     /// a stream's closing event passed (when events are counted).
