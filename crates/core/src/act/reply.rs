@@ -303,10 +303,7 @@ pub fn response_headers(d: &Decision) -> Headers {
 
 /// The line a shadow-mode decision logs for each would-be action.
 pub fn shadow_line(d: &Decision) -> Option<String> {
-    if !d.shadow {
-        return None;
-    }
-    let n = d.verdict.notice()?;
+    let n = d.verdict.notice().filter(|_| d.shadow)?;
     let action = d.verdict.action()?.as_str();
     let mut fields = vec![
         ("fingerprint", n.fingerprint.to_string()),

@@ -178,19 +178,15 @@ impl ResultReader {
         let Some(memo) = &self.memo else {
             return digest(c, self.classes);
         };
-        let key = c.key();
-        if let Some(d) = memo
-            .try_borrow()
-            .ok()
-            .and_then(|m| m.get(key, self.classes))
-        {
-            return d;
-        }
-        let d = digest(c, self.classes);
-        if let Ok(mut m) = memo.try_borrow_mut() {
-            m.put(key, self.classes, d);
-        }
-        d
+        let (key, classes) = (c.key(), self.classes);
+        let known = memo.try_borrow().ok().and_then(|m| m.get(key, classes));
+        known.unwrap_or_else(|| {
+            let d = digest(c, classes);
+            if let Ok(mut m) = memo.try_borrow_mut() {
+                m.put(key, classes, d);
+            }
+            d
+        })
     }
 
     /// Whether the reader wants more of the body.
@@ -324,11 +320,8 @@ impl ResultReader {
         if !s.data {
             return Event::None;
         }
-        if s.first {
-            s.first = false;
-            if b == b' ' {
-                return Event::None;
-            }
+        if std::mem::take(&mut s.first) && b == b' ' {
+            return Event::None;
         }
         self.json.byte(b)
     }
