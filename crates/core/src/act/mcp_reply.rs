@@ -75,8 +75,7 @@ fn instead(v: &McpVerdict) -> &'static str {
 
 /// The text of the note added to a real result.
 pub fn note_text(cfg: &Mcp, tool: &str, v: &McpVerdict) -> String {
-    let next = cfg.ladder.iter().find(|s| s.answers());
-    let warning = match next {
+    let warning = match cfg.ladder.iter().find(|s| s.answers()) {
         Some(McpStep::Block) => " Further identical calls will be blocked.",
         Some(McpStep::Error | McpStep::Reject) => {
             " Further identical calls will be refused with an error."

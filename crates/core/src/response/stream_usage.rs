@@ -82,10 +82,7 @@ impl StripUsage {
         } else {
             self.held.extend_from_slice(tail);
         }
-        if !carried && !changed && self.held.is_empty() {
-            return None;
-        }
-        Some(out)
+        (carried || changed || !self.held.is_empty()).then_some(out)
     }
 }
 

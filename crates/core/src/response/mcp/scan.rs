@@ -268,20 +268,18 @@ impl Scanner {
             }
             return Event::None;
         }
-        let mut ended = Event::None;
         if self.scalar {
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.') {
                 self.copy(b);
                 return Event::None;
             }
             self.scalar = false;
-            ended = self.value_ends(self.stack.len());
-            if ended == Event::MessageEnds {
-                // A bare top-level scalar is no message of ours.
-                return ended;
+            // A bare top-level scalar is no message of ours.
+            if self.value_ends(self.stack.len()) == Event::MessageEnds {
+                return Event::MessageEnds;
             }
         }
-        let event = match b {
+        match b {
             b'{' | b'[' => {
                 if self.stack.len() >= MAX_DEPTH {
                     return self.broken();
@@ -348,11 +346,6 @@ impl Scanner {
                 Event::None
             }
             _ => self.broken(),
-        };
-        if ended != Event::None {
-            ended
-        } else {
-            event
         }
     }
 }

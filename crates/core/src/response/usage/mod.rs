@@ -306,12 +306,10 @@ impl UsageReader {
                     .iter()
                     .any(|m| memchr::memmem::find(chunk, m).is_some());
         }
+        // gzip's magic bytes where text should start.
+        self.compressed |=
+            self.consumed == 0 && self.kept.is_empty() && chunk.starts_with(&[0x1f, 0x8b]);
         if self.compressed {
-            return;
-        }
-        if self.consumed == 0 && self.kept.is_empty() && chunk.starts_with(&[0x1f, 0x8b]) {
-            // gzip's magic bytes where text should start.
-            self.compressed = true;
             return;
         }
         match self.framing {
