@@ -224,11 +224,9 @@ impl ResultReader {
             match event {
                 Event::None => {}
                 Event::ContentEnds => {
-                    if let Some(note) = &self.note {
-                        let content = self.json.field(Field::Content);
-                        if content.map(|c| self.digest(c)) == Some(note.expected_content) {
-                            let comma = content.is_some_and(|c| c.items > 0);
-                            fed.insert = Some((at, note.block(comma)));
+                    if let (Some(note), Some(c)) = (&self.note, self.json.field(Field::Content)) {
+                        if self.digest(c) == note.expected_content {
+                            fed.insert = Some((at, note.block(c.items > 0)));
                         }
                     }
                 }

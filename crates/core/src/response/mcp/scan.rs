@@ -184,11 +184,10 @@ impl Scanner {
     /// The member a value starting at `depth` is, if it is one we copy.
     fn field_at(&self, depth: usize) -> Option<Field> {
         let parent = |i: usize| self.stack.get(i).filter(|f| f.object).map(|f| f.key);
-        match (depth, parent(0)?, parent(1)) {
-            (1, Field::Error, _) => Some(Field::Error),
-            (2, Field::Result, Some(f @ (Field::Content | Field::IsError | Field::Structured))) => {
-                Some(f)
-            }
+        match (depth, parent(0)?) {
+            (1, Field::Error) => Some(Field::Error),
+            (2, Field::Result) => parent(1)
+                .filter(|f| matches!(f, Field::Content | Field::IsError | Field::Structured)),
             _ => None,
         }
     }
