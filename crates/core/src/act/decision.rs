@@ -161,17 +161,16 @@ pub fn decide(
         near: matches!(d.similarity, Similarity::Near { .. }),
         turns,
     };
-    let step = ladder.step_at(state.count);
-    let in_cooldown = state.cooldown_remaining_ms > 0;
-    let verdict = match step {
-        _ if in_cooldown => Verdict::Reject(Rejection {
+    let reject = |retry_after_ms: u64| {
+        Verdict::Reject(Rejection {
             notice: notice(),
-            retry_after_ms: state
-                .cooldown_remaining_ms
-                .max(state.until_allowed_ms)
-                .max(1),
+            retry_after_ms: retry_after_ms.max(1),
             cooldown_seconds: d.cooldown_seconds,
-        }),
+        })
+    };
+    let in_cooldown = state.cooldown_remaining_ms > 0;
+    let verdict = match ladder.step_at(state.count) {
+        _ if in_cooldown => reject(state.cooldown_remaining_ms.max(state.until_allowed_ms)),
         None => Verdict::Allow,
         Some(s) => match s.action {
             Action::Warn => Verdict::Warn(notice()),
@@ -180,13 +179,9 @@ pub fn decide(
                 delay_ms: (u64::from(state.count) * ladder.throttle_step_ms)
                     .min(ladder.throttle_max_delay_ms),
             },
-            Action::Reject => Verdict::Reject(Rejection {
-                notice: notice(),
-                // The triggering hit itself is in the window, so this is
-                // > 0; keep it so even if a store rounds.
-                retry_after_ms: state.until_allowed_ms.max(1),
-                cooldown_seconds: d.cooldown_seconds,
-            }),
+            // The triggering hit itself is in the window, so this is > 0;
+            // kept so even if a store rounds.
+            Action::Reject => reject(state.until_allowed_ms),
         },
     };
     Decision {

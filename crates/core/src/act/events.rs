@@ -155,9 +155,7 @@ pub fn alert_headers(w: &Webhook, a: &Alert) -> Vec<(&'static str, String)> {
         ("content-type", "application/json".to_string()),
         ("user-agent", "loopguard".to_string()),
     ];
-    if let Some(sig) = &a.signature {
-        h.push(("x-loopguard-signature", sig.clone()));
-    }
+    h.extend(a.signature.clone().map(|s| ("x-loopguard-signature", s)));
     h
 }
 
@@ -165,13 +163,8 @@ pub fn alert_headers(w: &Webhook, a: &Alert) -> Vec<(&'static str, String)> {
 pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
     const BLOCK: usize = 64;
     let mut k = [0u8; BLOCK];
-    let digest;
-    let key = if key.len() > BLOCK {
-        digest = Sha256::digest(key);
-        digest.as_slice()
-    } else {
-        key
-    };
+    let digest = (key.len() > BLOCK).then(|| Sha256::digest(key));
+    let key = digest.as_deref().unwrap_or(key);
     k.iter_mut().zip(key).for_each(|(slot, byte)| *slot = *byte);
     let mut inner = Sha256::new();
     inner.update(k.map(|b| b ^ 0x36));

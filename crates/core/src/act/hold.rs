@@ -134,12 +134,11 @@ impl HeaderHold {
         self.misses = self
             .misses
             .saturating_add(u32::try_from(streams.len()).unwrap_or(u32::MAX));
-        let mut turned_off = false;
-        if self.probe == Probe::Unconfirmed && self.misses >= MISSES_TO_STOP {
+        let turned_off = self.probe == Probe::Unconfirmed && self.misses >= MISSES_TO_STOP;
+        if turned_off {
             self.probe = Probe::Unsupported {
                 until_ms: now_ms.saturating_add(REPROBE_MS),
             };
-            turned_off = true;
             // Nothing else is held from now on.
             streams.extend(self.watch.take_due(u64::MAX));
         }

@@ -47,25 +47,21 @@ fn ordinal(n: u32) -> String {
 
 /// What was repeated, in words.
 fn what(tool: &str, v: &McpVerdict) -> String {
-    let tool = safe_tool_name(tool);
-    let before = v.occurrences.saturating_sub(1);
-    match v.tier {
-        Tier::Identical | Tier::Pattern | Tier::Answer | Tier::Turn => format!(
-            "this is the {} call in a row of the tool `{tool}` with these exact arguments, and the previous {before} all returned the same result",
-            ordinal(v.occurrences)
+    let (tool, n, period) = (safe_tool_name(tool), v.occurrences, v.evidence.period);
+    let outcome = match v.tier {
+        Tier::Cycle => return format!(
+            "the same {period} calls (`{tool}` and {} other{}) have been repeated in turn, {n} rounds now, and each returned the same result every round",
+            period.saturating_sub(1),
+            if period > 2 { "s" } else { "" },
         ),
-        Tier::Failing => format!(
-            "this is the {} call in a row of the tool `{tool}` with these exact arguments, and the previous {before} all failed the same way",
-            ordinal(v.occurrences)
-        ),
-        Tier::Cycle => format!(
-            "the same {} calls (`{tool}` and {} other{}) have been repeated in turn, {} rounds now, and each returned the same result every round",
-            v.evidence.period,
-            v.evidence.period.saturating_sub(1),
-            if v.evidence.period > 2 { "s" } else { "" },
-            v.occurrences
-        ),
-    }
+        Tier::Failing => "failed the same way",
+        Tier::Identical | Tier::Pattern | Tier::Answer | Tier::Turn => "returned the same result",
+    };
+    format!(
+        "this is the {} call in a row of the tool `{tool}` with these exact arguments, and the previous {} all {outcome}",
+        ordinal(n),
+        n.saturating_sub(1)
+    )
 }
 
 /// What to do instead.
@@ -79,8 +75,7 @@ fn instead(v: &McpVerdict) -> &'static str {
 
 /// The text of the note added to a real result.
 pub fn note_text(cfg: &Mcp, tool: &str, v: &McpVerdict) -> String {
-    let next = cfg.ladder.iter().find(|s| s.answers());
-    let warning = match next {
+    let warning = match cfg.ladder.iter().find(|s| s.answers()) {
         Some(McpStep::Block) => " Further identical calls will be blocked.",
         Some(McpStep::Error | McpStep::Reject) => {
             " Further identical calls will be refused with an error."

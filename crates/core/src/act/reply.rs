@@ -54,21 +54,17 @@ pub enum Code {
 }
 
 impl Code {
-    pub fn as_str(self) -> &'static str {
+    /// The `code`, OpenAI's error `type` and Anthropic's.
+    fn names(self) -> (&'static str, &'static str, &'static str) {
         match self {
-            Code::RepeatedRequest => "recursive_loop_detected",
-            Code::ToolLoop => "tool_loop_detected",
-            Code::BudgetExceeded => "budget_exceeded",
-            Code::ModelUnpriced => "model_unpriced",
-        }
-    }
-
-    /// OpenAI's error `type` and Anthropic's.
-    fn error_types(self) -> (&'static str, &'static str) {
-        match self {
-            Code::RepeatedRequest | Code::ToolLoop => ("loop_detected", "rate_limit_error"),
-            Code::BudgetExceeded => ("budget_exceeded", "rate_limit_error"),
-            Code::ModelUnpriced => ("permission_denied", "permission_error"),
+            Code::RepeatedRequest => (
+                "recursive_loop_detected",
+                "loop_detected",
+                "rate_limit_error",
+            ),
+            Code::ToolLoop => ("tool_loop_detected", "loop_detected", "rate_limit_error"),
+            Code::BudgetExceeded => ("budget_exceeded", "budget_exceeded", "rate_limit_error"),
+            Code::ModelUnpriced => ("model_unpriced", "permission_denied", "permission_error"),
         }
     }
 }
@@ -119,64 +115,55 @@ pub fn retry_after_seconds(ms: u64) -> u64 {
 /// both SDKs from retrying on their own (each blind retry would be one more
 /// hit of the loop). The MCP shapes put them under `_meta.loopguard` or
 /// the error's `data.loopguard`.
-pub fn refuse(shape: Shape, r: Refusal) -> LocalReply {
-    let Refusal {
-        policy_id,
-        status,
-        message,
-        mut details,
-        retry_after_ms,
-        header,
-    } = r;
+pub fn refuse(shape: Shape, mut r: Refusal) -> LocalReply {
     let mut headers = vec![("content-type", "application/json".to_string())];
     let body = match shape {
         Shape::Api(api, code) => {
-            if let Some(ms) = retry_after_ms {
+            if let Some(ms) = r.retry_after_ms {
                 headers.push(("retry-after", retry_after_seconds(ms).to_string()));
                 headers.push(("retry-after-ms", ms.to_string()));
             }
             headers.push(("x-should-retry", "false".to_string()));
-            let (openai_type, anthropic_type) = code.error_types();
-            let code = code.as_str();
+            let (code, openai_type, anthropic_type) = code.names();
             match api {
                 Api::OpenAi => {
                     let mut error = json!({
-                        "message": message, "type": openai_type, "code": code, "param": null,
+                        "message": r.message, "type": openai_type, "code": code, "param": null,
                     });
-                    if let (Some(e), Value::Object(d)) = (error.as_object_mut(), details) {
+                    if let (Some(e), Value::Object(d)) = (error.as_object_mut(), r.details) {
                         e.extend(d);
                     }
                     json!({ "error": error })
                 }
                 Api::Anthropic => {
-                    insert(&mut details, "code", json!(code));
+                    insert(&mut r.details, "code", json!(code));
                     json!({
                         "type": "error",
-                        "error": {"type": anthropic_type, "message": message},
-                        "loopguard": details,
+                        "error": {"type": anthropic_type, "message": r.message},
+                        "loopguard": r.details,
                     })
                 }
             }
         }
         Shape::McpResult(id) => json!({"jsonrpc": "2.0", "id": id, "result": {
-            "content": [{"type": "text", "text": message}],
+            "content": [{"type": "text", "text": r.message}],
             "isError": true,
             "resultType": "complete",
-            "_meta": {"loopguard": details},
+            "_meta": {"loopguard": r.details},
         }}),
         Shape::McpError(id, error_code) => json!({"jsonrpc": "2.0", "id": id, "error": {
             "code": error_code,
-            "message": message,
-            "data": {"loopguard": details},
+            "message": r.message,
+            "data": {"loopguard": r.details},
         }}),
     };
-    headers.push(("x-loopguard-policy", policy_id.to_string()));
-    headers.extend(header);
-    if let (Shape::McpResult(_) | Shape::McpError(..), Some(ms)) = (shape, retry_after_ms) {
+    headers.push(("x-loopguard-policy", r.policy_id.to_string()));
+    headers.extend(r.header);
+    if let (Shape::McpResult(_) | Shape::McpError(..), Some(ms)) = (shape, r.retry_after_ms) {
         headers.push(("retry-after", retry_after_seconds(ms).to_string()));
     }
     LocalReply {
-        status,
+        status: r.status,
         headers,
         body: body.to_string(),
     }
@@ -316,10 +303,7 @@ pub fn response_headers(d: &Decision) -> Headers {
 
 /// The line a shadow-mode decision logs for each would-be action.
 pub fn shadow_line(d: &Decision) -> Option<String> {
-    if !d.shadow {
-        return None;
-    }
-    let n = d.verdict.notice()?;
+    let n = d.verdict.notice().filter(|_| d.shadow)?;
     let action = d.verdict.action()?.as_str();
     let mut fields = vec![
         ("fingerprint", n.fingerprint.to_string()),

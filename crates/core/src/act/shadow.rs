@@ -6,12 +6,8 @@ use crate::detect::verdict::{StepName, Verdict};
 
 /// The shadow line of a step not taken.
 pub fn line(step: &str, guard: Option<&str>, policy_id: &str, fields: &[(&str, String)]) -> String {
-    let mut out = format!("shadow: would_{step} ");
-    if let Some(g) = guard {
-        out.push_str(g);
-        out.push(' ');
-    }
-    out.push_str(&format!("policy=\"{policy_id}\""));
+    let guard = guard.map(|g| format!("{g} ")).unwrap_or_default();
+    let mut out = format!("shadow: would_{step} {guard}policy=\"{policy_id}\"");
     for (name, value) in fields {
         out.push_str(&format!(" {name}={value}"));
     }

@@ -82,10 +82,7 @@ impl StripUsage {
         } else {
             self.held.extend_from_slice(tail);
         }
-        if !carried && !changed && self.held.is_empty() {
-            return None;
-        }
-        Some(out)
+        (carried || changed || !self.held.is_empty()).then_some(out)
     }
 }
 
@@ -175,10 +172,7 @@ fn data_value(line: &[u8]) -> Option<Span> {
 /// The edit a chunk's JSON needs: its `"usage":null` member removed, or
 /// dropped when it is the usage-only chunk.
 fn edit_of_json(json: &[u8]) -> Option<Edit> {
-    let doc = document(json)?;
-    if json.get(doc.0) != Some(&b'{') {
-        return None;
-    }
+    let doc = document(json).filter(|d| json.get(d.0) == Some(&b'{'))?;
     let m = members(json, doc)?;
     let choices = get(&m, "choices")?;
     let at = m.iter().position(|(k, _)| *k == b"usage")?;

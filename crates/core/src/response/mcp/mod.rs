@@ -22,6 +22,7 @@ use crate::request::llm::scan as structure;
 use crate::request::llm::volatile::{self, Context};
 use crate::request::Fnv;
 use scan::{Captured, Event, Field, Scanner};
+use serde_json::Value;
 
 /// Bytes of one response read at most (an event stream that never ends is
 /// left alone after this many).
@@ -30,8 +31,9 @@ pub const MAX_SCANNED: usize = 16 * 1024 * 1024;
 const MAX_FIELD_NAME: usize = 8;
 
 /// How the response body frames its JSON-RPC messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Framing {
+    #[default]
     Json,
     Sse,
 }
@@ -143,7 +145,7 @@ impl DigestMemo {
 pub type SharedMemo = std::rc::Rc<std::cell::RefCell<DigestMemo>>;
 
 /// The reader of one response.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ResultReader {
     framing: Framing,
     classes: Classes,
@@ -161,11 +163,7 @@ impl ResultReader {
             framing,
             classes,
             note,
-            memo: None,
-            json: Scanner::default(),
-            sse: Sse::default(),
-            scanned: 0,
-            done: false,
+            ..ResultReader::default()
         }
     }
 
@@ -180,19 +178,15 @@ impl ResultReader {
         let Some(memo) = &self.memo else {
             return digest(c, self.classes);
         };
-        let key = c.key();
-        if let Some(d) = memo
-            .try_borrow()
-            .ok()
-            .and_then(|m| m.get(key, self.classes))
-        {
-            return d;
-        }
-        let d = digest(c, self.classes);
-        if let Ok(mut m) = memo.try_borrow_mut() {
-            m.put(key, self.classes, d);
-        }
-        d
+        let (key, classes) = (c.key(), self.classes);
+        let known = memo.try_borrow().ok().and_then(|m| m.get(key, classes));
+        known.unwrap_or_else(|| {
+            let d = digest(c, classes);
+            if let Ok(mut m) = memo.try_borrow_mut() {
+                m.put(key, classes, d);
+            }
+            d
+        })
     }
 
     /// Whether the reader wants more of the body.
@@ -230,11 +224,9 @@ impl ResultReader {
             match event {
                 Event::None => {}
                 Event::ContentEnds => {
-                    if let Some(note) = &self.note {
-                        let content = self.json.field(Field::Content);
-                        if content.map(|c| self.digest(c)) == Some(note.expected_content) {
-                            let comma = content.is_some_and(|c| c.items > 0);
-                            fed.insert = Some((at, note.block(comma)));
+                    if let (Some(note), Some(c)) = (&self.note, self.json.field(Field::Content)) {
+                        if self.digest(c) == note.expected_content {
+                            fed.insert = Some((at, note.block(c.items > 0)));
                         }
                     }
                 }
@@ -326,11 +318,8 @@ impl ResultReader {
         if !s.data {
             return Event::None;
         }
-        if s.first {
-            s.first = false;
-            if b == b' ' {
-                return Event::None;
-            }
+        if std::mem::take(&mut s.first) && b == b' ' {
+            return Event::None;
         }
         self.json.byte(b)
     }
@@ -379,32 +368,26 @@ pub fn has_only_content(e: &crate::detect::mcp::Entry) -> bool {
 /// A JSON-RPC error's digest: its code and message (masked), not its
 /// `data` (a server's details, a trace, a time).
 fn error_digest(c: &Captured, classes: Classes) -> u64 {
-    let v = c
-        .whole
-        .then(|| serde_json::from_slice::<serde_json::Value>(&c.bytes));
-    let Some(Ok(v)) = v else {
+    let Some(Ok(v)) = c.whole.then(|| serde_json::from_slice::<Value>(&c.bytes)) else {
         return c.raw;
     };
     let essence = serde_json::json!({"code": v.get("code"), "message": v.get("message")});
-    volatile::masked_digest(
-        &canonical_json(&essence),
-        classes,
-        Context::ToolResult,
-        &|_| false,
-    )
+    masked(&canonical_json(&essence), classes)
 }
 
 /// A member's digest: its canonical JSON with the volatile classes masked
 /// as in a tool result, or (too long to copy) its bytes as written.
 pub fn digest(c: &Captured, classes: Classes) -> u64 {
-    if c.whole {
-        // Canonical straight from the bytes (the structural scanner the
-        // request readers use): no value tree.
-        if let Some(canonical) = structure::canonical(&c.bytes, (0, c.bytes.len())) {
-            return volatile::masked_digest(&canonical, classes, Context::ToolResult, &|_| false);
-        }
-    }
-    c.raw
+    // Canonical straight from the bytes (the structural scanner the
+    // request readers use): no value tree.
+    let canonical = c
+        .whole
+        .then(|| structure::canonical(&c.bytes, (0, c.bytes.len())));
+    canonical.flatten().map_or(c.raw, |s| masked(&s, classes))
+}
+
+fn masked(canonical: &str, classes: Classes) -> u64 {
+    volatile::masked_digest(canonical, classes, Context::ToolResult, &|_| false)
 }
 
 #[cfg(test)]

@@ -15,17 +15,11 @@ pub const MAX_CAPTURE: usize = 64 * 1024;
 /// The longest object key compared (longer keys are none of ours).
 const MAX_KEY: usize = 24;
 
-/// The members of a message the reader copies out.
+/// The member names the reader knows: `result` and `error` at the top,
+/// and the members it copies out (`error`, and `content`, `isError` and
+/// `structuredContent` in `result`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Field {
-    Content,
-    IsError,
-    Structured,
-    Error,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Key {
     Other,
     Result,
     Error,
@@ -34,14 +28,16 @@ enum Key {
     Structured,
 }
 
-fn key_of(b: &[u8]) -> Key {
+/// The member a key names (`long`: longer than [`MAX_KEY`], or escaped).
+fn key_of(b: &[u8], long: bool) -> Field {
     match b {
-        b"result" => Key::Result,
-        b"error" => Key::Error,
-        b"content" => Key::Content,
-        b"isError" => Key::IsError,
-        b"structuredContent" => Key::Structured,
-        _ => Key::Other,
+        _ if long => Field::Other,
+        b"result" => Field::Result,
+        b"error" => Field::Error,
+        b"content" => Field::Content,
+        b"isError" => Field::IsError,
+        b"structuredContent" => Field::Structured,
+        _ => Field::Other,
     }
 }
 
@@ -49,7 +45,7 @@ fn key_of(b: &[u8]) -> Key {
 struct Frame {
     object: bool,
     /// The key of the member being read (objects).
-    key: Key,
+    key: Field,
     /// An object waits for a key (after `{` or `,`).
     expect_key: bool,
 }
@@ -189,13 +185,9 @@ impl Scanner {
     fn field_at(&self, depth: usize) -> Option<Field> {
         let parent = |i: usize| self.stack.get(i).filter(|f| f.object).map(|f| f.key);
         match (depth, parent(0)?) {
-            (1, Key::Error) => Some(Field::Error),
-            (2, Key::Result) => match parent(1)? {
-                Key::Content => Some(Field::Content),
-                Key::IsError => Some(Field::IsError),
-                Key::Structured => Some(Field::Structured),
-                _ => None,
-            },
+            (1, Field::Error) => Some(Field::Error),
+            (2, Field::Result) => parent(1)
+                .filter(|f| matches!(f, Field::Content | Field::IsError | Field::Structured)),
             _ => None,
         }
     }
@@ -203,7 +195,7 @@ impl Scanner {
     fn value_starts(&mut self) {
         let depth = self.stack.len();
         if depth == 1 {
-            if let Some(Key::Result | Key::Error) = self.stack.first().map(|f| f.key) {
+            if let Some(Field::Result | Field::Error) = self.stack.first().map(|f| f.key) {
                 self.is_response = true;
             }
         }
@@ -265,13 +257,8 @@ impl Scanner {
                 if !is_key {
                     return self.value_ends(self.stack.len());
                 }
-                let key = if self.key_long {
-                    Key::Other
-                } else {
-                    key_of(&self.key)
-                };
                 if let Some(f) = self.stack.last_mut() {
-                    f.key = key;
+                    f.key = key_of(&self.key, self.key_long);
                 }
             } else if is_key && self.key.len() < MAX_KEY {
                 self.key.push(b);
@@ -280,20 +267,18 @@ impl Scanner {
             }
             return Event::None;
         }
-        let mut ended = Event::None;
         if self.scalar {
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'+' | b'.') {
                 self.copy(b);
                 return Event::None;
             }
             self.scalar = false;
-            ended = self.value_ends(self.stack.len());
-            if ended == Event::MessageEnds {
-                // A bare top-level scalar is no message of ours.
-                return ended;
+            // A bare top-level scalar is no message of ours.
+            if self.value_ends(self.stack.len()) == Event::MessageEnds {
+                return Event::MessageEnds;
             }
         }
-        let event = match b {
+        match b {
             b'{' | b'[' => {
                 if self.stack.len() >= MAX_DEPTH {
                     return self.broken();
@@ -302,7 +287,7 @@ impl Scanner {
                 self.copy(b);
                 self.stack.push(Frame {
                     object: b == b'{',
-                    key: Key::Other,
+                    key: Field::Other,
                     expect_key: b == b'{',
                 });
                 Event::None
@@ -347,7 +332,7 @@ impl Scanner {
                         f.expect_key = false;
                     } else if b == b',' && f.object {
                         f.expect_key = true;
-                        f.key = Key::Other;
+                        f.key = Field::Other;
                     }
                 }
                 self.copy(b);
@@ -360,11 +345,6 @@ impl Scanner {
                 Event::None
             }
             _ => self.broken(),
-        };
-        if ended != Event::None {
-            ended
-        } else {
-            event
         }
     }
 }

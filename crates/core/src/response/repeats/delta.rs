@@ -19,10 +19,7 @@ use std::borrow::Cow;
 /// deltas, reasoning and thinking, `[DONE]`, `ping`, `message_start`...),
 /// an empty delta, or data that is not such JSON.
 pub fn output_delta(data: &[u8]) -> Option<Cow<'_, str>> {
-    let obj = data.trim_ascii();
-    if obj.first() != Some(&b'{') {
-        return None;
-    }
+    let obj = Some(data.trim_ascii()).filter(|o| o.first() == Some(&b'{'))?;
     let text = if find(obj, b"\"type\"").is_some() {
         if let Some(at) = find(obj, b"\"content_block_delta\"") {
             // Anthropic: only text deltas (not thinking or tool input).
@@ -86,13 +83,10 @@ fn string_after_key<'a>(s: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     let mut from = 0;
     while let Some(at) = s.get(from..).and_then(|r| find(r, key)) {
         from += at + key.len();
-        let Some(start) = after_colon(s, from) else {
+        // Not a string: null, a number, an array (logprobs' `content`)...
+        let Some(start) = after_colon(s, from).filter(|&i| s.get(i) == Some(&b'"')) else {
             continue;
         };
-        if s.get(start) != Some(&b'"') {
-            // null, a number, an array (logprobs' `content`)...
-            continue;
-        }
         return s.get(start..skip_string(s, start)?);
     }
     None
@@ -127,24 +121,17 @@ fn unescape(raw: &[u8]) -> Option<Cow<'_, str>> {
             b'r' => '\r',
             b't' => '\t',
             b'u' => {
-                let unit = hex4(rest.get(..4)?)?;
+                let unit = hex4(rest)?;
                 rest = rest.get(4..)?;
-                if (0xD800..0xDC00).contains(&unit) {
-                    let low = rest
-                        .strip_prefix(b"\\u")
-                        .and_then(|r| hex4(r.get(..4)?))
-                        .filter(|low| (0xDC00..0xE000).contains(low));
-                    match low {
-                        Some(low) => {
-                            rest = rest.get(6..)?;
-                            char::from_u32(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00))
-                                .unwrap_or('\u{FFFD}')
-                        }
-                        None => '\u{FFFD}',
+                let low = rest.strip_prefix(b"\\u").and_then(hex4);
+                let code = match low.filter(|low| (0xDC00..0xE000).contains(low)) {
+                    Some(low) if (0xD800..0xDC00).contains(&unit) => {
+                        rest = rest.get(6..)?;
+                        0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
                     }
-                } else {
-                    char::from_u32(unit).unwrap_or('\u{FFFD}')
-                }
+                    _ => unit,
+                };
+                char::from_u32(code).unwrap_or('\u{FFFD}')
             }
             _ => return None,
         });
@@ -152,11 +139,9 @@ fn unescape(raw: &[u8]) -> Option<Cow<'_, str>> {
     Some(Cow::Owned(out))
 }
 
-/// Four hex digits' value.
+/// The value of the four hex digits `b` starts with.
 fn hex4(b: &[u8]) -> Option<u32> {
-    if b.len() != 4 {
-        return None;
-    }
-    b.iter()
+    b.get(..4)?
+        .iter()
         .try_fold(0u32, |n, &c| Some(n * 16 + char::from(c).to_digit(16)?))
 }

@@ -89,7 +89,8 @@ struct Segment {
     hash: u64,
     /// Chars of normalised text, plus one for the break.
     chars: usize,
-    /// The letters used, one bit each (see [`letter_bit`]).
+    /// The letters used: `a`-`z` case-folded on bits 0-25, any other
+    /// letter (accented, Greek, CJK...) hashed onto bits 26-63.
     letters: u64,
 }
 
@@ -104,7 +105,7 @@ enum Marker {
 }
 
 /// Watches one streamed response's output text for degenerate repetition.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct RepeatWatch {
     settings: RepeatSettings,
     /// The last segments, oldest overwritten first (`pushed` says where).
@@ -148,9 +149,7 @@ impl RepeatWatch {
             ring: vec![Segment::default(); settings.history],
             runs: vec![0; settings.max_period],
             settings,
-            pushed: 0,
-            seg: Reading::default(),
-            reported: false,
+            ..RepeatWatch::default()
         }
     }
 
@@ -179,10 +178,8 @@ impl RepeatWatch {
             let (found, len) = if b.is_ascii() {
                 (self.ascii(b), 1)
             } else {
-                match text.get(i..).and_then(|t| t.chars().next()) {
-                    Some(c) => (self.char(c), c.len_utf8()),
-                    None => (None, 1),
-                }
+                let c = text.get(i..).and_then(|t| t.chars().next());
+                c.map_or((None, 1), |c| (self.char(c), c.len_utf8()))
             };
             i += len;
             if let Some(found) = found {
@@ -197,25 +194,37 @@ impl RepeatWatch {
     fn ascii(&mut self, b: u8) -> Option<Repeated> {
         match b {
             b'\n' => return self.finish(),
-            b' ' | b'\t' | b'\r' | 0x0b | 0x0c => {
-                if self.seg.sentence_end {
-                    return self.finish();
-                }
-                self.seg.space = self.seg.bytes > 0;
-                return None;
-            }
+            b' ' | b'\t' | b'\r' | 0x0b | 0x0c => return self.space(),
             _ => {}
         }
+        let found = self.before(1);
+        self.add_ascii(b);
+        self.seg.sentence_end = matches!(b, b'.' | b'!' | b'?');
+        found
+    }
+
+    /// Whitespace: it ends a sentence's segment, or else one space goes in
+    /// before the segment's next char.
+    fn space(&mut self) -> Option<Repeated> {
+        if self.seg.sentence_end {
+            return self.finish();
+        }
+        self.seg.space = self.seg.bytes > 0;
+        None
+    }
+
+    /// Before a char of `len` bytes that is not whitespace: the segment is
+    /// finished if the char would make it too long, and a pending space
+    /// goes in.
+    fn before(&mut self, len: usize) -> Option<Repeated> {
         let mut found = None;
-        if self.seg.bytes + usize::from(self.seg.space) + 1 > self.settings.max_segment_bytes {
+        if self.seg.bytes + usize::from(self.seg.space) + len > self.settings.max_segment_bytes {
             found = self.finish();
         }
         if self.seg.space {
             self.add_ascii(b' ');
             self.seg.space = false;
         }
-        self.add_ascii(b);
-        self.seg.sentence_end = matches!(b, b'.' | b'!' | b'?');
         found
     }
 
@@ -234,6 +243,7 @@ impl RepeatWatch {
     }
 
     /// Whether it has reported.
+    #[cfg(test)]
     pub fn reported(&self) -> bool {
         self.reported
     }
@@ -247,48 +257,27 @@ impl RepeatWatch {
             + self.runs.capacity() * std::mem::size_of::<u64>()
     }
 
-    /// One char of output; `Some` if the segment it finishes makes the
-    /// output degenerate.
+    /// One char of output that is not ASCII (ASCII goes to
+    /// [`Self::ascii`]); `Some` if the segment it finishes makes the output
+    /// degenerate.
     fn char(&mut self, c: char) -> Option<Repeated> {
-        if c == '\n' {
-            return self.finish();
-        }
         if c.is_whitespace() {
-            if self.seg.sentence_end {
-                return self.finish();
-            }
-            self.seg.space = self.seg.bytes > 0;
-            return None;
+            return self.space();
         }
-        let mut found = None;
-        if self.seg.bytes + usize::from(self.seg.space) + c.len_utf8()
-            > self.settings.max_segment_bytes
-        {
-            found = self.finish();
+        let mut found = self.before(c.len_utf8());
+        self.seg.hash.write(c.encode_utf8(&mut [0u8; 4]).as_bytes());
+        self.seg.bytes += c.len_utf8();
+        self.seg.chars += 1;
+        if c.is_alphabetic() {
+            // Any letter but `a`-`z`, hashed onto bits 26-63.
+            self.seg.letters |= 1 << (26 + u32::from(c) % 38);
         }
-        if self.seg.space {
-            self.add(' ');
-            self.seg.space = false;
-        }
-        self.add(c);
-        self.seg.sentence_end = matches!(c, '.' | '!' | '?');
+        self.seg.marker = Marker::Text;
+        self.seg.sentence_end = false;
         if found.is_none() && matches!(c, '。' | '！' | '？') {
             found = self.finish();
         }
         found
-    }
-
-    /// Add a char to the segment being read.
-    fn add(&mut self, c: char) {
-        self.seg.hash.write(c.encode_utf8(&mut [0u8; 4]).as_bytes());
-        self.seg.bytes += c.len_utf8();
-        self.seg.chars += 1;
-        self.seg.letters |= letter_bit(c);
-        self.seg.marker = match (self.seg.marker, c) {
-            (Marker::Empty | Marker::Digits, '0'..='9') => Marker::Digits,
-            (Marker::Digits, '.') => Marker::DigitsDot,
-            _ => Marker::Text,
-        };
     }
 
     /// End the segment being read: remember it (unless it is blank or a
@@ -367,18 +356,6 @@ impl RepeatWatch {
     /// repeated (that repetition is judged under its own period).
     fn primitive(&self, p: usize) -> bool {
         !(1..p).any(|d| p.is_multiple_of(d) && (0..p - d).all(|i| self.back(i) == self.back(i + d)))
-    }
-}
-
-/// A letter's bit: `a`-`z` case-folded on bits 0-25, any other letter
-/// (accented, Greek, CJK...) hashed onto bits 26-63; 0 for a non-letter.
-fn letter_bit(c: char) -> u64 {
-    if c.is_ascii_alphabetic() {
-        1 << (u32::from(c.to_ascii_lowercase()) - u32::from('a'))
-    } else if c.is_alphabetic() {
-        1 << (26 + u32::from(c) % 38)
-    } else {
-        0
     }
 }
 

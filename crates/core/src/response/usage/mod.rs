@@ -82,8 +82,7 @@ impl Usage {
                 cost_microusd,
             });
         }
-        let input = n(v, "input_tokens");
-        let output = n(v, "output_tokens");
+        let (input, output) = (n(v, "input_tokens"), n(v, "output_tokens"));
         if input.is_none() && output.is_none() {
             return None;
         }
@@ -307,12 +306,10 @@ impl UsageReader {
                     .iter()
                     .any(|m| memchr::memmem::find(chunk, m).is_some());
         }
+        // gzip's magic bytes where text should start.
+        self.compressed |=
+            self.consumed == 0 && self.kept.is_empty() && chunk.starts_with(&[0x1f, 0x8b]);
         if self.compressed {
-            return;
-        }
-        if self.consumed == 0 && self.kept.is_empty() && chunk.starts_with(&[0x1f, 0x8b]) {
-            // gzip's magic bytes where text should start.
-            self.compressed = true;
             return;
         }
         match self.framing {
@@ -330,11 +327,6 @@ impl UsageReader {
         if self.framing == Framing::EventStream {
             self.end_line();
         }
-        self.found
-    }
-
-    /// The usage read so far.
-    pub fn usage(&self) -> Option<Usage> {
         self.found
     }
 
@@ -461,18 +453,14 @@ impl UsageReader {
                     let carried = self.kept.len();
                     let mut window = std::mem::take(&mut self.kept);
                     window.extend_from_slice(rest);
-                    match find_key(&window) {
-                        Some(at) => {
-                            self.scan = Scan::Colon;
-                            // Continue right after the key in this chunk.
-                            i += (at + KEY.len()).saturating_sub(carried);
-                        }
-                        None => {
-                            let keep = window.len().min(KEY.len() - 1);
-                            self.kept = window.split_off(window.len() - keep);
-                            return;
-                        }
-                    }
+                    let Some(at) = find_key(&window) else {
+                        let keep = window.len().min(KEY.len() - 1);
+                        self.kept = window.split_off(window.len() - keep);
+                        return;
+                    };
+                    self.scan = Scan::Colon;
+                    // Continue right after the key in this chunk.
+                    i += (at + KEY.len()).saturating_sub(carried);
                 }
                 Scan::Colon | Scan::Open => {
                     let b = chunk.get(i).copied().unwrap_or(b' ');
@@ -538,13 +526,10 @@ fn usage_of(object: &[u8]) -> Option<Usage> {
 fn usage_object(text: &[u8], mut from: usize) -> Option<(&[u8], usize)> {
     while let Some(at) = text.get(from..).and_then(find_key) {
         from += at + KEY.len();
-        let Some(i) = after_colon(text, from) else {
+        // Not an object: `"usage": null` (OpenAI's chunks before the last).
+        let Some(i) = after_colon(text, from).filter(|&i| text.get(i) == Some(&b'{')) else {
             continue;
         };
-        if text.get(i) != Some(&b'{') {
-            // `"usage": null` (OpenAI's chunks before the last).
-            continue;
-        }
         let Some(len) = text.get(i..).and_then(object_len) else {
             continue;
         };
