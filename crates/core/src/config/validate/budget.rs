@@ -35,14 +35,10 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
     let mut limits: Vec<BudgetLimit> = Vec::with_capacity(list.len());
     for (i, Obj(raw)) in list.into_iter().enumerate() {
         let l = limit(ctx, i, raw)?;
-        if limits.iter().any(|o| o.name == l.name) {
-            return Err(ctx.err(
-                &format!("limits[{i}].name"),
-                format!(
-                    "\"{}\" is used by more than one cap; names must be unique",
-                    l.name
-                ),
-            ));
+        let name = &l.name;
+        if limits.iter().any(|o| o.name == *name) {
+            let reason = format!("\"{name}\" is used by more than one cap; names must be unique");
+            return Err(ctx.err(&format!("limits[{i}].name"), reason));
         }
         limits.push(l);
     }
@@ -159,8 +155,10 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
                 ))
             }
             None => {
-                let reason = format!("must be a number of dollars above 0, at most 1000000 (got {shown})");
-                return Err(at.err("usd", reason));
+                return Err(at.err(
+                    "usd",
+                    format!("must be a number of dollars above 0, at most 1000000 (got {shown})"),
+                ))
             }
         }
     } else if raw.tokens.is_some() {
