@@ -33,11 +33,9 @@ pub fn show(v: &Value) -> String {
 }
 
 pub(super) fn shorten(s: &str) -> String {
-    if s.chars().count() > 40 {
-        let cut: String = s.chars().take(40).collect();
-        format!("{cut}...")
-    } else {
-        s.to_string()
+    match s.char_indices().nth(40) {
+        Some((cut, _)) => format!("{}...", s.get(..cut).unwrap_or(s)),
+        None => s.to_string(),
     }
 }
 
@@ -68,12 +66,8 @@ fn render(segs: &[Seg], empty: &str) -> String {
     let mut out = String::new();
     for s in segs {
         match s {
-            Seg::Key(k) => {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(k);
-            }
+            Seg::Key(k) if out.is_empty() => out.push_str(k),
+            Seg::Key(k) => out.push_str(&format!(".{k}")),
             Seg::Index(i) => out.push_str(&format!("[{i}]")),
         }
     }
@@ -102,12 +96,8 @@ pub fn valid_id(id: &str) -> bool {
 fn place(root: &Value, segs: &[Seg]) -> (Option<String>, String) {
     if let [Seg::Key(p), Seg::Index(i), Seg::Key(spec), rest @ ..] = segs {
         if p == "policies" && spec == "spec" {
-            let id = root
-                .get("policies")
-                .and_then(|l| l.get(i))
-                .and_then(|p| p.get("id"))
-                .and_then(Value::as_str)
-                .filter(|id| valid_id(id));
+            let id = root.pointer(&format!("/policies/{i}/id"));
+            let id = id.and_then(Value::as_str).filter(|id| valid_id(id));
             if let Some(id) = id {
                 return (Some(id.to_string()), render(rest, "spec"));
             }

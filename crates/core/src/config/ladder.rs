@@ -9,13 +9,12 @@
 /// step (the last rung, in order, whose start it has reached); `None`
 /// below them all.
 pub fn climb<S: Copy>(rungs: impl IntoIterator<Item = (u64, S)>, measure: u64) -> Option<(u32, S)> {
-    let mut reached = None;
-    for (i, (at, step)) in rungs.into_iter().enumerate() {
-        if measure >= at {
-            reached = Some((u32::try_from(i + 1).unwrap_or(u32::MAX), step));
-        }
-    }
-    reached
+    let reached = rungs
+        .into_iter()
+        .enumerate()
+        .filter(|(_, (at, _))| measure >= *at);
+    let (i, (_, step)) = reached.last()?;
+    Some((u32::try_from(i + 1).unwrap_or(u32::MAX), step))
 }
 
 /// [`climb`] of consecutive steps: step `k` (from 0) applies from

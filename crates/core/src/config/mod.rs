@@ -496,12 +496,10 @@ impl Ladder<'_> {
     /// the last step's count, and when the last step throttles (its delay
     /// grows with the count), the count that reaches the cap.
     pub fn hits_to_keep(&self) -> u32 {
-        let last = self.steps.last().map_or(2, |s| s.at);
-        let throttle = match self.steps.last() {
-            Some(s) if s.action == Action::Throttle => self.throttle_hits_to_cap(),
-            _ => 0,
-        };
-        let need = u64::from(last).max(throttle);
+        let last = self.steps.last();
+        let throttle = last.filter(|s| s.action == Action::Throttle);
+        let throttle = throttle.map_or(0, |_| self.throttle_hits_to_cap());
+        let need = u64::from(last.map_or(2, |s| s.at)).max(throttle);
         u32::try_from(need)
             .unwrap_or(MAX_HITS_PER_FINGERPRINT)
             .min(MAX_HITS_PER_FINGERPRINT)
@@ -574,10 +572,7 @@ pub const SCHEMA_ID: &str =
 pub fn normalize_host(raw: &str) -> String {
     let lower = raw.trim().to_ascii_lowercase();
     let without_port = if lower.starts_with('[') {
-        match lower.find(']') {
-            Some(end) => &lower[..=end],
-            None => lower.as_str(),
-        }
+        lower.find(']').map_or(lower.as_str(), |end| &lower[..=end])
     } else if lower.bytes().filter(|&b| b == b':').count() == 1 {
         lower.split(':').next().unwrap_or("")
     } else {

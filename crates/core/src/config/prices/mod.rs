@@ -83,18 +83,10 @@ impl Prices {
     /// neither prices it.
     pub fn price_of(&self, model: &str) -> Option<Priced> {
         if let Some(m) = self.lookup(model).and_then(|i| self.models.get(i)) {
-            return Some(Priced {
-                rate: m.rate(),
-                source: PriceSource::Configured,
-                resolved: m.model.clone(),
-            });
+            return Some(Priced::new(m.rate(), PriceSource::Configured, &m.model));
         }
         let row = table_row(model)?;
-        Some(Priced {
-            rate: row.rate(),
-            source: PriceSource::Table,
-            resolved: row.name.to_string(),
-        })
+        Some(Priced::new(row.rate(), PriceSource::Table, row.name))
     }
 
     /// For a model nobody prices: the highest price known for its provider
@@ -115,11 +107,7 @@ impl Prices {
                 .filter(|m| provider_of(&m.model) == Some(provider))
                 .map(ModelPrice::rate);
             if let Some(rate) = rows.chain(configured).reduce(Rate::max) {
-                return Priced {
-                    rate,
-                    source: PriceSource::ProviderMax,
-                    resolved: provider.to_string(),
-                };
+                return Priced::new(rate, PriceSource::ProviderMax, provider);
             }
         }
         let rate = table::TABLE
@@ -128,11 +116,7 @@ impl Prices {
             .map(Row::rate)
             .chain(self.models.iter().map(ModelPrice::rate))
             .fold(Rate::default(), Rate::max);
-        Priced {
-            rate,
-            source: PriceSource::TableMax,
-            resolved: TABLE_MAX.to_string(),
-        }
+        Priced::new(rate, PriceSource::TableMax, TABLE_MAX)
     }
 }
 
@@ -218,6 +202,17 @@ pub struct Priced {
     /// The name it resolved to (configured or table row), or the provider
     /// for a max ([`TABLE_MAX`] for the highest of all).
     pub resolved: String,
+}
+
+impl Priced {
+    fn new(rate: Rate, source: PriceSource, resolved: &str) -> Priced {
+        let resolved = resolved.to_string();
+        Priced {
+            rate,
+            source,
+            resolved,
+        }
+    }
 }
 
 /// Who makes a model, as the table and [`provider_of`] name it.

@@ -114,20 +114,14 @@ fn normalize(s: &str) -> (&str, Option<&str>) {
         n = head;
         tag = Some(t);
     }
-    let mut vendor = false;
-    if let Some((first, rest)) = n.split_once('.') {
-        if is_one_of(first, REGIONS) {
-            if let Some((v, model)) = rest.split_once('.') {
-                if is_one_of(v, VENDORS) {
-                    n = model;
-                    vendor = true;
-                }
-            }
-        } else if is_one_of(first, VENDORS) {
-            n = rest;
-            vendor = true;
-        }
-    }
+    // `region.vendor.model` or `vendor.model` (no region is a vendor).
+    let split = match n.split_once('.') {
+        Some((region, rest)) if is_one_of(region, REGIONS) => rest.split_once('.'),
+        split => split,
+    };
+    let model = split.filter(|(v, _)| is_one_of(v, VENDORS)).map(|(_, m)| m);
+    let vendor = model.is_some();
+    n = model.unwrap_or(n);
     // Bedrock's version: `-v1:0`, `-1:0`, `:0`.
     match n.rsplit_once(':') {
         Some((head, num)) if all_digits(num) => {
@@ -210,7 +204,7 @@ pub fn family(model: &str) -> Option<Provider> {
     }
     FAMILIES
         .iter()
-        .find(|(prefix, _)| starts_with_ci(n, prefix))
+        .find(|(prefix, _)| strip_prefix_ci(n, prefix).is_some())
         .map(|(_, provider)| *provider)
 }
 
@@ -273,15 +267,7 @@ fn is_one_of(s: &str, list: &[&str]) -> bool {
     list.iter().any(|x| x.eq_ignore_ascii_case(s))
 }
 
-fn starts_with_ci(s: &str, prefix: &str) -> bool {
-    s.get(..prefix.len())
-        .is_some_and(|h| h.eq_ignore_ascii_case(prefix))
-}
-
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    if starts_with_ci(s, prefix) {
-        s.get(prefix.len()..)
-    } else {
-        None
-    }
+    let (head, tail) = s.split_at_checked(prefix.len())?;
+    head.eq_ignore_ascii_case(prefix).then_some(tail)
 }

@@ -35,46 +35,34 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
     let mut limits: Vec<BudgetLimit> = Vec::with_capacity(list.len());
     for (i, Obj(raw)) in list.into_iter().enumerate() {
         let l = limit(ctx, i, raw)?;
-        if limits.iter().any(|o| o.name == l.name) {
-            return Err(ctx.err(
-                &format!("limits[{i}].name"),
-                format!(
-                    "\"{}\" is used by more than one cap; names must be unique",
-                    l.name
-                ),
-            ));
+        let name = &l.name;
+        if limits.iter().any(|o| o.name == *name) {
+            let reason = format!("\"{name}\" is used by more than one cap; names must be unique");
+            return Err(ctx.err(&format!("limits[{i}].name"), reason));
         }
         limits.push(l);
     }
     let warn_at_permille = match b.warn_at {
         None => 800,
-        Some(v) => match v.as_f64() {
-            Some(f) if (0.0..1.0).contains(&f) => {
-                // Kept in thousandths: a value that rounds to 1 would never
-                // warn, one that rounds to 0 always off.
-                let permille = (f * 1000.0).round() as u32;
-                if permille >= 1000 || (f > 0.0 && permille == 0) {
-                    return Err(ctx.err(
-                        "warn_at",
-                        format!(
-                            "{} rounds to {} (warn_at is kept in thousandths), which would switch the warning off; use at most 0.999, and 0 for no warning",
-                            show(&v),
-                            if permille == 0 { "0" } else { "1" }
-                        ),
-                    ));
-                }
-                permille
-            }
-            _ => {
+        Some(v) => {
+            let shown = show(&v);
+            let Some(f) = v.as_f64().filter(|f| (0.0..1.0).contains(f)) else {
+                let reason =
+                    format!("must be a number from 0 (no warning) to below 1 (got {shown})");
+                return Err(ctx.err("warn_at", reason));
+            };
+            // Kept in thousandths: a value that rounds to 1 would never
+            // warn, one that rounds to 0 always off.
+            let permille = (f * 1000.0).round() as u32;
+            if permille >= 1000 || (f > 0.0 && permille == 0) {
+                let to = if permille == 0 { "0" } else { "1" };
                 return Err(ctx.err(
                     "warn_at",
-                    format!(
-                        "must be a number from 0 (no warning) to below 1 (got {})",
-                        show(&v)
-                    ),
-                ))
+                    format!("{shown} rounds to {to} (warn_at is kept in thousandths), which would switch the warning off; use at most 0.999, and 0 for no warning"),
+                ));
             }
-        },
+            permille
+        }
     };
     let session = sources(ctx, "session", b.session, || {
         vec![SessionSource::Header("x-session-id".to_string())]
@@ -91,9 +79,12 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
             "applies only to a dollar cap (a limit with usd); remove it or add one",
         ));
     }
-    let max_tracked_keys = ctx
-        .int("max_tracked_keys", &b.max_tracked_keys, 64, 1_048_576)?
-        .unwrap_or(8192);
+    let max_tracked_keys = ctx.int_or(
+        "max_tracked_keys",
+        &b.max_tracked_keys,
+        64..=1_048_576,
+        8192,
+    )?;
     Ok(Budget {
         limits,
         action: b.action.unwrap_or(BudgetAction::Reject),
@@ -107,27 +98,12 @@ pub(super) fn budget(ctx: &Ctx, b: RawBudget) -> Result<Budget, ConfigError> {
 
 fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, ConfigError> {
     let at = &ctx.within(&format!("limits[{i}]"));
-    let name = match raw.name {
-        None => return Err(at.err("name", "is required")),
-        Some(n)
-            if !n.is_empty()
-                && n.len() <= 32
-                && n.bytes().all(|b| {
-                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_'
-                }) =>
-        {
-            n
-        }
-        Some(n) => {
-            return Err(at.err(
-                "name",
-                format!(
-                    "must match [a-z0-9_-]{{1,32}} (got {})",
-                    serde_json::Value::from(n)
-                ),
-            ))
-        }
-    };
+    let name = raw.name.ok_or_else(|| at.err("name", "is required"))?;
+    let ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_';
+    if name.is_empty() || name.len() > 32 || !name.bytes().all(ok) {
+        let got = serde_json::Value::from(name);
+        return Err(at.err("name", format!("must match [a-z0-9_-]{{1,32}} (got {got})")));
+    }
     if RESERVED.contains(&name.as_str()) {
         return Err(at.err(
             "name",
@@ -163,38 +139,33 @@ fn limit(ctx: &Ctx, i: usize, raw: RawBudgetLimit) -> Result<BudgetLimit, Config
         return Err(at.err("tokens_of", "applies only to a tokens cap"));
     }
     let cap = if let Some(v) = raw.usd {
-        match v.as_f64() {
-            // Kept in micro-dollars: a cap that rounds to nothing would
-            // refuse every request.
-            Some(f) if f > 0.0 && f <= MAX_USD && (f * 1e6).round() >= 1.0 => {
-                Cap::MicroUsd((f * 1e6).round() as u64)
-            }
-            Some(f) if f > 0.0 && f <= MAX_USD => {
+        // Kept in micro-dollars: a cap that rounds to nothing would
+        // refuse every request.
+        let micro = v
+            .as_f64()
+            .filter(|f| *f > 0.0 && *f <= MAX_USD)
+            .map(|f| (f * 1e6).round());
+        let shown = show(&v);
+        match micro {
+            Some(m) if m >= 1.0 => Cap::MicroUsd(m as u64),
+            Some(_) => {
                 return Err(at.err(
                     "usd",
-                    format!(
-                        "{} rounds to $0 (caps are kept in micro-dollars): the smallest cap is 0.000001",
-                        show(&v)
-                    ),
+                    format!("{shown} rounds to $0 (caps are kept in micro-dollars): the smallest cap is 0.000001"),
                 ))
             }
-            _ => {
+            None => {
                 return Err(at.err(
                     "usd",
-                    format!(
-                        "must be a number of dollars above 0, at most 1000000 (got {})",
-                        show(&v)
-                    ),
+                    format!("must be a number of dollars above 0, at most 1000000 (got {shown})"),
                 ))
             }
         }
     } else if raw.tokens.is_some() {
-        let n = at
-            .int("tokens", &raw.tokens, 1, 1_000_000_000_000)?
-            .unwrap_or(1);
+        let n = at.int_or("tokens", &raw.tokens, 1..=1_000_000_000_000, 1)?;
         Cap::Tokens(n, raw.tokens_of.unwrap_or(TokensOf::All))
     } else {
-        Cap::Calls(at.int("calls", &raw.calls, 1, 1_000_000_000)?.unwrap_or(1))
+        Cap::Calls(at.int_or("calls", &raw.calls, 1..=1_000_000_000, 1)?)
     };
     Ok(BudgetLimit {
         name,

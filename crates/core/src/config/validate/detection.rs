@@ -32,30 +32,16 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
             ));
         }
     }
-    let throttle_step_ms = ctx
-        .int(
-            "throttle_step_ms",
-            &d.throttle_step_ms,
-            1,
-            MAX_THROTTLE_DELAY_MS,
-        )?
-        .unwrap_or(100);
-    let throttle_max_delay_ms = ctx
-        .int(
-            "throttle_max_delay_ms",
-            &d.throttle_max_delay_ms,
-            1,
-            MAX_THROTTLE_DELAY_MS,
-        )?
-        .unwrap_or(10_000);
-    let cooldown_seconds = ctx
-        .int(
-            "cooldown_seconds",
-            &d.cooldown_seconds,
-            0,
-            MAX_WINDOW_SECONDS,
-        )?
-        .unwrap_or(0);
+    let max_ms = MAX_THROTTLE_DELAY_MS;
+    let throttle_step_ms = ctx.int_or("throttle_step_ms", &d.throttle_step_ms, 1..=max_ms, 100)?;
+    let throttle_max_delay_ms = ctx.int_or(
+        "throttle_max_delay_ms",
+        &d.throttle_max_delay_ms,
+        1..=max_ms,
+        10_000,
+    )?;
+    let max_s = MAX_WINDOW_SECONDS;
+    let cooldown_seconds = ctx.int_or("cooldown_seconds", &d.cooldown_seconds, 0..=max_s, 0)?;
     let similarity_name = d.similarity.unwrap_or(SimilarityName::Exact);
     let tail_messages: Option<u32> = ctx.int("tail_messages", &d.tail_messages, 1, 64)?;
     let max_hits = u64::from(MAX_HITS_PER_FINGERPRINT);
@@ -67,30 +53,25 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
             // filter and in Redis.
             Some(((x * 1000.0).round() as u32).clamp(1, 1000))
         }
-        Some(Fraction::Number(x)) => {
-            return Err(ctx.err(
-                "near_similarity",
-                format!("must be above 0 and at most 1 (got {x})"),
-            ))
-        }
-        Some(Fraction::NotNumber(s)) => {
-            return Err(ctx.err(
-                "near_similarity",
-                format!(
-                    "must be a number above 0 and at most 1 (got {})",
-                    shorten(s)
-                ),
-            ))
+        Some(wrong) => {
+            let reason = match wrong {
+                Fraction::Number(x) => format!("must be above 0 and at most 1 (got {x})"),
+                Fraction::NotNumber(s) => {
+                    format!(
+                        "must be a number above 0 and at most 1 (got {})",
+                        shorten(s)
+                    )
+                }
+            };
+            return Err(ctx.err("near_similarity", reason));
         }
     };
-    let forgive_failed_attempts = ctx
-        .int(
-            "forgive_failed_attempts",
-            &d.forgive_failed_attempts,
-            0,
-            MAX_FORGIVEN.into(),
-        )?
-        .unwrap_or(DEFAULT_FORGIVEN);
+    let forgive_failed_attempts = ctx.int_or(
+        "forgive_failed_attempts",
+        &d.forgive_failed_attempts,
+        0..=MAX_FORGIVEN.into(),
+        DEFAULT_FORGIVEN,
+    )?;
     let near_history: Option<u32> = ctx.int("near_history", &d.near_history, 1, max_hits)?;
     if tail_messages.is_some() && !similarity_name.reads_tail() {
         return Err(ctx.err(
@@ -98,20 +79,16 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
             "applies only to similarity \"llm_tail\" or \"near\"",
         ));
     }
-    for (name, given) in [
-        ("near_similarity", near_similarity.is_some()),
-        ("near_history", near_history.is_some()),
+    let (near, session) = (SimilarityName::Near, SimilarityName::Session);
+    for (name, given, only) in [
+        ("near_similarity", near_similarity.is_some(), near),
+        ("near_history", near_history.is_some(), near),
+        ("session_header", d.session_header.is_some(), session),
+        ("fallback_threshold", fallback_threshold.is_some(), session),
     ] {
-        if given && similarity_name != SimilarityName::Near {
-            return Err(ctx.err(name, "applies only to similarity \"near\""));
-        }
-    }
-    for (name, given) in [
-        ("session_header", d.session_header.is_some()),
-        ("fallback_threshold", fallback_threshold.is_some()),
-    ] {
-        if given && similarity_name != SimilarityName::Session {
-            return Err(ctx.err(name, "applies only to similarity \"session\""));
+        if given && similarity_name != only {
+            let only = if only == near { "near" } else { "session" };
+            return Err(ctx.err(name, format!("applies only to similarity \"{only}\"")));
         }
     }
     if let Some(h) = &d.session_header {
@@ -163,22 +140,18 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         }
         SimilarityName::LlmTail => Similarity::LlmTail { tail_messages },
         SimilarityName::Session => {
-            let fallback = match fallback_threshold {
-                Some(fb) if fb < threshold => {
-                    return Err(ctx.err(
-                        "fallback_threshold",
-                        format!("must be >= the threshold ({fb} < {threshold})"),
-                    ))
-                }
-                Some(fb) => fb,
-                None => (threshold * 5).min(MAX_HITS_PER_FINGERPRINT),
-            };
+            // The default (at most 1024, as the threshold) is never below it.
+            let fb = fallback_threshold.unwrap_or((threshold * 5).min(MAX_HITS_PER_FINGERPRINT));
+            if fb < threshold {
+                let reason = format!("must be >= the threshold ({fb} < {threshold})");
+                return Err(ctx.err("fallback_threshold", reason));
+            }
             Similarity::Session {
                 header: d
                     .session_header
                     .unwrap_or_else(|| "x-session-id".to_string())
                     .to_ascii_lowercase(),
-                fallback_steps: scale_steps(&steps, fallback),
+                fallback_steps: scale_steps(&steps, fb),
             }
         }
         SimilarityName::Exact => Similarity::Exact,
@@ -192,32 +165,24 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
         similarity,
         forgive_failed_attempts,
     };
-    let throttles = detection.steps.iter().any(|s| s.action == Action::Throttle);
-    if throttles && detection.throttle_max_delay_ms < detection.throttle_step_ms {
+    let throttles = |s: &Step| s.action == Action::Throttle;
+    if detection.steps.iter().any(throttles) && throttle_max_delay_ms < throttle_step_ms {
         return Err(ctx.err(
             "throttle_max_delay_ms",
-            format!(
-                "must be >= throttle_step_ms ({} < {})",
-                detection.throttle_max_delay_ms, detection.throttle_step_ms
-            ),
+            format!("must be >= throttle_step_ms ({throttle_max_delay_ms} < {throttle_step_ms})"),
         ));
     }
-    let last_throttles = detection
-        .steps
-        .last()
-        .is_some_and(|s| s.action == Action::Throttle);
     let ladder = detection.ladder(false);
     let to_cap = ladder.throttle_hits_to_cap();
-    if last_throttles && to_cap > max_hits {
+    if detection.steps.last().is_some_and(throttles) && to_cap > max_hits {
         return Err(ctx.err(
             "throttle_max_delay_ms",
             format!(
-                "needs {to_cap} identical hits to reach its cap at {} ms per hit, more than the {MAX_HITS_PER_FINGERPRINT} a fingerprint keeps; raise throttle_step_ms or lower the cap",
-                detection.throttle_step_ms
+                "needs {to_cap} identical hits to reach its cap at {throttle_step_ms} ms per hit, more than the {MAX_HITS_PER_FINGERPRINT} a fingerprint keeps; raise throttle_step_ms or lower the cap",
             ),
         ));
     }
-    if detection.cooldown_seconds > 0 && ladder.reject_at().is_none() {
+    if cooldown_seconds > 0 && ladder.reject_at().is_none() {
         return Err(ctx.err(
             "cooldown_seconds",
             "needs a reject action (the cooldown starts at the first reject)",
@@ -245,14 +210,9 @@ fn escalation(ctx: &Ctx, list: Vec<Obj<RawStep>>) -> Result<Vec<Step>, ConfigErr
         let Some(action) = item.action else {
             return Err(ctx.err("action", "is required"));
         };
-        if let Some(prev) = steps.last().filter(|prev| at <= prev.at) {
-            return Err(ctx.err(
-                "at",
-                format!(
-                    "must be greater than the previous step's ({at} <= {})",
-                    prev.at
-                ),
-            ));
+        if let Some(prev) = steps.last().map(|p| p.at).filter(|prev| at <= *prev) {
+            let reason = format!("must be greater than the previous step's ({at} <= {prev})");
+            return Err(ctx.err("at", reason));
         }
         steps.push(Step { at, action });
     }

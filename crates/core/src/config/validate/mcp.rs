@@ -30,19 +30,15 @@ pub(super) fn mcp(
     let ladder = match ctx.non_empty("ladder", &m.ladder)? {
         None => vec![McpStep::Note, McpStep::Block],
         Some(list) => {
-            let mut steps: Vec<McpStep> = Vec::with_capacity(list.len());
-            for &step in list {
-                let out_of_order = steps.last().is_some_and(|prev| *prev >= step);
-                let both_stops = step == McpStep::Reject && steps.contains(&McpStep::Error);
-                if out_of_order || both_stops {
-                    return Err(ctx.err(
-                        "ladder",
-                        "must list its steps in the order note, block, then error or reject (not both), each at most once",
-                    ));
-                }
-                steps.push(step);
+            // In order, both stops would be error then reject.
+            let both_stops = list.contains(&McpStep::Error) && list.contains(&McpStep::Reject);
+            if both_stops || !list.is_sorted_by(|a, b| a < b) {
+                return Err(ctx.err(
+                    "ladder",
+                    "must list its steps in the order note, block, then error or reject (not both), each at most once",
+                ));
             }
-            steps
+            list.to_vec()
         }
     };
     let error_code = m.error_code.unwrap_or(DEFAULT_ERROR_CODE);
@@ -58,12 +54,17 @@ pub(super) fn mcp(
         return Err(ctx.err("error_code", "needs an \"error\" step in the ladder"));
     }
     let key = m.key.unwrap_or(McpKey::Session);
-    let window_s: u64 = ctx
-        .int("window_seconds", &m.window_seconds, 1, MAX_WINDOW_SECONDS)?
-        .unwrap_or(600);
-    let recheck_s: u64 = ctx
-        .int("recheck_seconds", &m.recheck_seconds, 1, MAX_WINDOW_SECONDS)?
-        .unwrap_or(60);
+    let max_s = MAX_WINDOW_SECONDS;
+    let window_s: u64 = ctx.int_or("window_seconds", &m.window_seconds, 1..=max_s, 600)?;
+    let recheck_s: u64 = ctx.int_or("recheck_seconds", &m.recheck_seconds, 1..=max_s, 60)?;
+    // A result's durations and counts of attempts are what a poll watches
+    // change ("running, 35 s" then "65 s"): unless the policy lists its
+    // classes, they are kept in MCP results.
+    let noise = crate::config::volatile::Class::NoiseNumbers;
+    let result_classes = volatile.classes.iter();
+    let result_classes = result_classes
+        .filter(|c| classes_listed || *c != noise)
+        .collect();
     if !enabled {
         return Ok(None);
     }
@@ -77,18 +78,7 @@ pub(super) fn mcp(
         key,
         window_ms: window_s * 1000,
         recheck_ms: recheck_s * 1000,
-        // A result's durations and counts of attempts are what a poll
-        // watches change ("running, 35 s" then "65 s"): unless the policy
-        // lists its classes, they are kept in MCP results.
-        result_classes: if classes_listed {
-            volatile.classes
-        } else {
-            volatile
-                .classes
-                .iter()
-                .filter(|c| *c != crate::config::volatile::Class::NoiseNumbers)
-                .collect()
-        },
+        result_classes,
         arguments_mask: volatile.argument_classes(),
     }))
 }

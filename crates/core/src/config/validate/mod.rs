@@ -8,6 +8,7 @@ use super::{
     AccessLog, Classes, Config, Mode, Policy, StoreConfig, Volatile, MAX_BODY_BYTES, MAX_POLICIES,
     MAX_TRACKED_FINGERPRINTS,
 };
+use std::ops::RangeInclusive;
 
 mod budget;
 mod detection;
@@ -34,6 +35,14 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// The top of policy `id`.
+    fn policy(id: &str) -> Ctx {
+        Ctx {
+            policy: Some(id.to_string()),
+            section: String::new(),
+        }
+    }
+
     /// The same policy, naming fields inside `section`.
     fn within(&self, section: &str) -> Ctx {
         Ctx {
@@ -58,28 +67,38 @@ impl Ctx {
         min: u64,
         max: u64,
     ) -> Result<Option<T>, ConfigError> {
-        match v {
-            None => Ok(None),
-            Some(Int::Whole(n)) if *n < min => {
-                Err(self.err(field, format!("must be >= {min} (got {n})")))
-            }
+        let reason = match v {
+            None => return Ok(None),
+            Some(Int::Whole(n)) if *n < min => format!("must be >= {min} (got {n})"),
             Some(Int::Whole(n)) => match T::try_from(*n) {
-                Ok(t) if *n <= max => Ok(Some(t)),
-                _ => Err(self.err(field, format!("must be <= {max} (got {n})"))),
+                Ok(t) if *n <= max => return Ok(Some(t)),
+                _ => format!("must be <= {max} (got {n})"),
             },
-            Some(Int::OutOfRange(s)) => Err(self.err(field, format!("must be <= {max} (got {s})"))),
-            Some(Int::Fraction(s)) => Err(self.err(
-                field,
-                format!("must be a whole number from {min} to {max} (got {s})"),
-            )),
-            Some(Int::NotNumber(s)) => Err(self.err(
-                field,
+            Some(Int::OutOfRange(s)) => format!("must be <= {max} (got {s})"),
+            Some(Int::Fraction(s)) => {
+                format!("must be a whole number from {min} to {max} (got {s})")
+            }
+            Some(Int::NotNumber(s)) => {
                 format!(
                     "must be an integer from {min} to {max} (got {})",
                     shorten(s)
-                ),
-            )),
-        }
+                )
+            }
+        };
+        Err(self.err(field, reason))
+    }
+
+    /// [`Ctx::int`], or `default` when not given.
+    fn int_or<T: TryFrom<u64>>(
+        &self,
+        field: &str,
+        v: &Option<Int>,
+        range: RangeInclusive<u64>,
+        default: T,
+    ) -> Result<T, ConfigError> {
+        Ok(self
+            .int(field, v, *range.start(), *range.end())?
+            .unwrap_or(default))
     }
 
     /// A count from 2 to `max` where 0 switches `what` off (1 would make
@@ -130,32 +149,25 @@ impl TryFrom<RawConfig> for Config {
 
     fn try_from(raw: RawConfig) -> Result<Config, ConfigError> {
         let top = Ctx::default();
-        let max_tracked_fingerprints = top
-            .int(
-                "max_tracked_fingerprints",
-                &raw.max_tracked_fingerprints,
-                1,
-                MAX_TRACKED_FINGERPRINTS,
-            )?
-            .unwrap_or(65_536);
+        let max_tracked_fingerprints = top.int_or(
+            "max_tracked_fingerprints",
+            &raw.max_tracked_fingerprints,
+            1..=MAX_TRACKED_FINGERPRINTS,
+            65_536,
+        )?;
         let max_body_bytes = top
             .int("max_body_bytes", &raw.max_body_bytes, 1, MAX_BODY_BYTES)?
             .unwrap_or(1_048_576);
         let shadow_all = raw.shadow.unwrap_or(false);
-        let jwt_payload_in_metadata = match raw.jwt_payload_in_metadata {
-            None => "jwt_payload".to_string(),
-            Some(k) if k.is_empty() => {
-                return Err(top.err("jwt_payload_in_metadata", "must not be empty"))
-            }
-            Some(k) => k,
-        };
+        let jwt_payload_in_metadata = raw.jwt_payload_in_metadata.unwrap_or("jwt_payload".into());
+        if jwt_payload_in_metadata.is_empty() {
+            return Err(top.err("jwt_payload_in_metadata", "must not be empty"));
+        }
         let store = raw
             .store
             .map_or(Ok(StoreConfig::Local), |Obj(s)| store(&top, s))?;
-        let webhook = match raw.alerts.and_then(|Obj(a)| a.webhook) {
-            None => None,
-            Some(Obj(w)) => Some(webhook(&top, w)?),
-        };
+        let hook = raw.alerts.and_then(|Obj(a)| a.webhook);
+        let webhook = hook.map(|Obj(w)| webhook(&top, w)).transpose()?;
         let prices = prices(&top, raw.prices)?;
         let list = raw
             .policies
@@ -168,11 +180,8 @@ impl TryFrom<RawConfig> for Config {
         for (i, Obj(item)) in list.into_iter().enumerate() {
             let mut p = policy(item, i)?;
             if policies.iter().any(|q| q.id == p.id) {
-                return Err(ConfigError {
-                    policy: Some(p.id.clone()),
-                    field: "id".to_string(),
-                    reason: "is used by more than one policy; ids must be unique".to_string(),
-                });
+                let reason = "is used by more than one policy; ids must be unique";
+                return Err(Ctx::policy(&p.id).err("id", reason));
             }
             if shadow_all {
                 p.mode = Mode::Shadow;
@@ -195,24 +204,17 @@ impl TryFrom<RawConfig> for Config {
 }
 
 fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
-    let anon = Ctx::default();
+    let (anon, field) = (Ctx::default(), format!("policies[{index}].id"));
     let id = match raw.id {
-        None => return Err(anon.err(&format!("policies[{index}].id"), "is required")),
+        None => return Err(anon.err(&field, "is required")),
         Some(id) if valid_id(&id) => id,
         Some(other) => {
-            return Err(anon.err(
-                &format!("policies[{index}].id"),
-                format!(
-                    "must match [A-Za-z0-9_-]{{1,64}} (got {})",
-                    serde_json::Value::from(other)
-                ),
-            ))
+            let got = serde_json::Value::from(other);
+            let reason = format!("must match [A-Za-z0-9_-]{{1,64}} (got {got})");
+            return Err(anon.err(&field, reason));
         }
     };
-    let ctx = Ctx {
-        policy: Some(id.clone()),
-        ..Ctx::default()
-    };
+    let ctx = Ctx::policy(&id);
     let Some(Obj(spec)) = raw.spec else {
         return Err(ctx.err("spec", "is required"));
     };
@@ -244,10 +246,7 @@ fn policy(raw: RawPolicy, index: usize) -> Result<Policy, ConfigError> {
         .loop_detection
         .as_ref()
         .is_some_and(|Obj(d)| d.similarity.is_some_and(SimilarityName::reads_tail));
-    let classes_listed = spec
-        .volatile
-        .as_ref()
-        .is_some_and(|Obj(v)| v.classes.is_some());
+    let classes_listed = matches!(&spec.volatile, Some(Obj(v)) if v.classes.is_some());
     let volatile = match spec.volatile {
         None => Volatile::default_on(),
         Some(_) if !reads_text && !has_tool_loops && !has_mcp => {

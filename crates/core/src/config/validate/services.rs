@@ -35,9 +35,7 @@ pub(super) fn store(ctx: &Ctx, s: RawStore) -> Result<StoreConfig, ConfigError> 
                 return Err(ctx.err("authority", "must not be empty"));
             }
             let path = absolute(ctx, "path", s.path.unwrap_or_else(|| "/".to_string()))?;
-            let timeout_ms = ctx
-                .int("timeout_ms", &s.timeout_ms, 1, 5_000)?
-                .unwrap_or(25);
+            let timeout_ms = ctx.int_or("timeout_ms", &s.timeout_ms, 1..=5_000, 25)?;
             Ok(StoreConfig::RedisWebdis(RedisStore {
                 topology: s.topology.unwrap_or_default(),
                 cluster,
@@ -62,29 +60,22 @@ pub(super) fn webhook(ctx: &Ctx, w: RawWebhook) -> Result<Webhook, ConfigError> 
     let cluster = required("cluster", w.cluster)?;
     let authority = required("authority", w.authority)?;
     let path = absolute(ctx, "path", w.path.unwrap_or_else(|| "/".to_string()))?;
-    let timeout_ms = ctx
-        .int("timeout_ms", &w.timeout_ms, 1, 60_000)?
-        .unwrap_or(2_000);
-    let hmac_secret_env = match w.hmac_secret_env {
-        None => None,
-        Some(name)
-            if !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
-        {
-            Some(name)
-        }
-        Some(other) => {
-            return Err(ctx.err(
-                "hmac_secret_env",
-                format!("must be an environment variable name (got \"{other}\")"),
-            ))
-        }
-    };
+    let timeout_ms = ctx.int_or("timeout_ms", &w.timeout_ms, 1..=60_000, 2_000)?;
+    let env_name = |n: &&String| n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if let Some(other) = w
+        .hmac_secret_env
+        .as_ref()
+        .filter(|n| n.is_empty() || !env_name(n))
+    {
+        let reason = format!("must be an environment variable name (got \"{other}\")");
+        return Err(ctx.err("hmac_secret_env", reason));
+    }
     Ok(Webhook {
         cluster,
         authority,
         path,
         timeout_ms,
-        hmac_secret_env,
+        hmac_secret_env: w.hmac_secret_env,
     })
 }
 

@@ -12,9 +12,7 @@ pub(super) fn tool_loops(
     let ctx = &ctx.within("tool_loops");
     let enabled = t.enabled.ok_or_else(|| ctx.err("enabled", "is required"))?;
     let last_calls = ctx.int("last_calls", &t.last_calls, 1, 64)?.unwrap_or(6);
-    let identical_min = ctx
-        .int("identical_min", &t.identical_min, 2, 64)?
-        .unwrap_or(3);
+    let identical_min = ctx.int_or("identical_min", &t.identical_min, 2..=64, 3)?;
     let pattern_min = ctx.int("pattern_min", &t.pattern_min, 2, 64)?.unwrap_or(4);
     for (name, min) in [
         ("identical_min", identical_min),
@@ -33,18 +31,12 @@ pub(super) fn tool_loops(
         .unwrap_or_default();
     let ladder = match ctx.non_empty("ladder", &t.ladder)? {
         None => vec![ToolStep::Nudge, ToolStep::Directive, ToolStep::Reject],
-        Some(list) => {
-            let mut steps: Vec<ToolStep> = Vec::with_capacity(list.len());
-            for &step in list {
-                if steps.last().is_some_and(|prev| *prev >= step) {
-                    return Err(ctx.err(
-                        "ladder",
-                        "must list its steps in the order nudge, directive, reject, each at most once",
-                    ));
-                }
-                steps.push(step);
-            }
-            steps
+        Some(list) if list.is_sorted_by(|a, b| a < b) => list.to_vec(),
+        Some(_) => {
+            return Err(ctx.err(
+                "ladder",
+                "must list its steps in the order nudge, directive, reject, each at most once",
+            ))
         }
     };
     let cycle_min = ctx.off_or_from_2("cycle_min", &t.cycle_min, 16, "cycle detection")?;
