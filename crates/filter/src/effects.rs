@@ -144,7 +144,7 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
         Effect::Resume(stream) => {
             // A stream whose client left is gone: nothing to resume.
             if abi::set_effective_context(stream).is_ok() {
-                if let Err(e) = abi::resume(abi::STREAM_HTTP_REQUEST) {
+                if let Err(e) = abi::resume(false) {
                     log::debug!("stream {stream} could not resume (host status {})", e.0);
                 }
             }

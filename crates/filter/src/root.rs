@@ -161,10 +161,7 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
     let bytes = abi::buffer(abi::BUFFER_PLUGIN_CONFIGURATION, size)
         .map_err(|e| format!("cannot read the plugin configuration (host status {})", e.0))?;
     let config = Config::parse(&bytes).map_err(|e| e.to_string())?;
-    let raw_name = abi::property(&["plugin_name"])
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let raw_name = abi::property(&["plugin_name"]).unwrap_or_default();
     let namespace = plugin_namespace(&raw_name);
     let engine = Engine::new(
         config,

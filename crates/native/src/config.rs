@@ -74,7 +74,7 @@ impl Relay {
         };
         let mut refused = Vec::new();
         for (worker, token, call) in queued {
-            match abi::config_callout(self.config as ConfigPtr, &call) {
+            match abi::callout(self.config as ConfigPtr, true, &call) {
                 Ok(id) => {
                     if let Ok(mut f) = self.in_flight.lock() {
                         f.insert(id, (worker, token));

@@ -160,7 +160,6 @@ fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
                 );
             }
         }
-        Effect::Resume(stream) => worker.resume(stream),
         Effect::ArmTick => worker.arm_tick(Some(at.stream)),
         other => main_thread(worker, other),
     }
@@ -196,7 +195,7 @@ fn main_thread(worker: &Worker, effect: Effect) {
 /// Send a store call on behalf of a stream: its token, or why Envoy
 /// refused it.
 pub fn dispatch(filter: FilterPtr, call: &StoreCall) -> Result<u32, String> {
-    let id = abi::stream_callout(filter, call).map_err(|why| {
+    let id = abi::callout(filter, false, call).map_err(|why| {
         format!(
             "Envoy refused the call ({why}): is \"{}\" a cluster in the bootstrap?",
             call.cluster

@@ -54,17 +54,13 @@ fn clock() -> &'static Clock {
     })
 }
 
-fn run() {
+/// The clock thread (it ends only if a lock is poisoned).
+fn run() -> Option<()> {
     let c = clock();
     loop {
-        let Ok(mut drivers) = c.drivers.lock() else {
-            return;
-        };
+        let mut drivers = c.drivers.lock().ok()?;
         while drivers.is_empty() {
-            drivers = match c.wake.wait(drivers) {
-                Ok(d) => d,
-                Err(_) => return,
-            };
+            drivers = c.wake.wait(drivers).ok()?;
         }
         for (worker, d) in drivers.iter() {
             // SAFETY: a registered scheduler lives until it is removed
