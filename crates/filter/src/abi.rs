@@ -272,13 +272,11 @@ pub fn send_local_response(
     })
 }
 
-/// Record a value into a histogram.
 pub fn record(metric_id: u32, value: u64) -> HostResult<()> {
     // SAFETY: plain values.
     status(unsafe { proxy_record_metric(metric_id, value) })
 }
 
-/// Define a metric with Envoy.
 pub fn define_metric(kind: Kind, name: &str) -> HostResult<u32> {
     let kind = match kind {
         Kind::Counter => METRIC_COUNTER,

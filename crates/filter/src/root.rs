@@ -120,10 +120,8 @@ impl RootContext for Root {
             return false;
         }
         match configure(plugin_configuration_size, self.id) {
-            Ok(plugin) => {
-                if let Ok(engine) = plugin.engine.try_borrow() {
-                    log::info!("{}", engine.summary());
-                }
+            Ok(mut plugin) => {
+                log::info!("{}", plugin.engine.get_mut().summary());
                 self.plugin = Some(Rc::new(plugin));
                 true
             }

@@ -46,9 +46,16 @@ impl Host for NativeHost<'_> {
         true
     }
 
+    /// On behalf of the stream at hand: its token, or why Envoy refused it.
     fn send_call(&mut self, call: &StoreCall) -> Result<u32, String> {
         let f = self.at.filter.ok_or("no stream to send the call for")?;
-        dispatch(f, call)
+        let id = abi::callout(f, false, call).map_err(|why| {
+            format!(
+                "Envoy refused the call ({why}): is \"{}\" a cluster in the bootstrap?",
+                call.cluster
+            )
+        })?;
+        u32::try_from(id).map_err(|_| format!("callout id {id} out of range"))
     }
 
     fn send_root_call(&mut self, call: StoreCall) -> Result<u32, String> {
@@ -190,16 +197,4 @@ fn main_thread(worker: &Worker, effect: Effect) {
         // are the driver's.
         _ => {}
     }
-}
-
-/// Send a store call on behalf of a stream: its token, or why Envoy
-/// refused it.
-pub fn dispatch(filter: FilterPtr, call: &StoreCall) -> Result<u32, String> {
-    let id = abi::callout(filter, false, call).map_err(|why| {
-        format!(
-            "Envoy refused the call ({why}): is \"{}\" a cluster in the bootstrap?",
-            call.cluster
-        )
-    })?;
-    u32::try_from(id).map_err(|_| format!("callout id {id} out of range"))
 }
