@@ -117,10 +117,7 @@ fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
             if !(abi::drain_body(f, Body::ReceivedResponse, old_len)
                 && abi::append_body(f, Body::ReceivedResponse, &body))
             {
-                abi::log(
-                    abi::LogLevel::Warn,
-                    "loopguard: could not add to the response body",
-                );
+                warn("loopguard: could not add to the response body");
             }
         }
         Effect::SetFilterState(name, value) => {
@@ -149,10 +146,7 @@ fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
                     && abi::append_body(f, Body::BufferedRequest, &body)
             };
             if !replaced {
-                abi::log(
-                    abi::LogLevel::Warn,
-                    "loopguard: could not replace the request body",
-                );
+                warn("loopguard: could not replace the request body");
             } else if set_length
                 && !abi::set_header(
                     f,
@@ -161,15 +155,17 @@ fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
                     &body.len().to_string(),
                 )
             {
-                abi::log(
-                    abi::LogLevel::Warn,
-                    "loopguard: the body changed but its content-length could not be set",
-                );
+                warn("loopguard: the body changed but its content-length could not be set");
             }
         }
         Effect::ArmTick => worker.arm_tick(Some(at.stream)),
         other => main_thread(worker, other),
     }
+}
+
+/// A change to the stream that Envoy refused (the request goes on).
+fn warn(message: &str) {
+    abi::log(abi::LogLevel::Warn, message);
 }
 
 /// The effects that need no stream (any thread).
