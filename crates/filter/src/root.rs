@@ -7,15 +7,13 @@ use crate::effects::WasmHost;
 use crate::http::Stream;
 use crate::metrics::Metrics;
 use crate::shared_store::{self, SharedData};
-use loopguard_core::host::{plugin_namespace, random_seed, Config, Effects, Engine, Request, Step};
+use loopguard_core::host::{
+    plugin_namespace, random_seed, Config, Effects, Engine, Request, Step, TICK_MS,
+};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-
-/// How often the tick runs while something waits: the precision of
-/// throttle delays.
-pub const TICK_MS: u32 = 5;
 
 /// One configured plugin instance: the core's engine and what the host
 /// needs to carry out its effects. Held by the root context and shared

@@ -4,7 +4,9 @@
 
 use crate::abi::{self, Body, FilterPtr, HeaderMap};
 use crate::worker::{Locked, Worker};
-use loopguard_core::host::{Effect, Host, Level, LocalReply, Request, Step, StoreCall};
+use loopguard_core::host::{
+    refused_call, Effect, Host, Level, LocalReply, Request, Step, StoreCall,
+};
 
 /// Where the effects apply: a stream's event on its worker thread (the
 /// stream and the hook it is in), or the main thread (the default; no
@@ -49,12 +51,7 @@ impl Host for NativeHost<'_> {
     /// On behalf of the stream at hand: its token, or why Envoy refused it.
     fn send_call(&mut self, call: &StoreCall) -> Result<u32, String> {
         let f = self.at.filter.ok_or("no stream to send the call for")?;
-        let id = abi::callout(f, false, call).map_err(|why| {
-            format!(
-                "Envoy refused the call ({why}): is \"{}\" a cluster in the bootstrap?",
-                call.cluster
-            )
-        })?;
+        let id = abi::callout(f, false, call).map_err(|why| refused_call(why, &call.cluster))?;
         u32::try_from(id).map_err(|_| format!("callout id {id} out of range"))
     }
 

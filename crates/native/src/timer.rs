@@ -7,13 +7,11 @@
 //! worker wants ticks.
 
 use crate::abi::{self, SchedulerPtr};
+use loopguard_core::host::TICK_MS;
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-/// How often the tick runs while something waits: the precision of
-/// throttle delays (as in the Wasm host).
-pub const TICK_MS: u64 = 5;
 /// The event id of a tick.
 pub const TICK_EVENT: u64 = 1;
 
@@ -72,7 +70,7 @@ fn run() -> Option<()> {
             }
         }
         drop(drivers);
-        std::thread::sleep(Duration::from_millis(TICK_MS));
+        std::thread::sleep(Duration::from_millis(TICK_MS.into()));
     }
 }
 
