@@ -22,6 +22,16 @@ pub use crate::state::store::{
 /// read by `loopguard check --envoy`.
 pub const NATIVE_ABI_MARK_PREFIX: &str = "loopguard-dynamic-module-abi=";
 
+/// How often a host ticks the engine while something waits: the precision
+/// of throttle delays (the same in both hosts).
+pub const TICK_MS: u32 = 5;
+
+/// Why a store call was not sent: Envoy refused it (`why`), the same text
+/// from both hosts.
+pub fn refused_call(why: impl std::fmt::Display, cluster: &str) -> String {
+    format!("Envoy refused the call ({why}): is \"{cluster}\" a cluster in the bootstrap?")
+}
+
 /// 64 random bits for the engine: the standard library's hash keys (from
 /// the OS natively, from WASI's random source in a Wasm VM), with the time
 /// `now_ms` reads.

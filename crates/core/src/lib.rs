@@ -29,11 +29,3 @@ pub mod metrics;
 pub mod request;
 pub mod response;
 pub mod state;
-
-/// A source of wall-clock time in milliseconds since the Unix epoch.
-///
-/// Envoy's clock is shared by every worker thread, so timestamps written by
-/// one worker are comparable with those read by another.
-pub trait Clock {
-    fn now_ms(&self) -> u64;
-}

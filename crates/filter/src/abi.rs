@@ -22,8 +22,6 @@ pub type HostResult<T> = Result<T, HostError>;
 pub const MAP_REQUEST_HEADERS: u32 = 0;
 pub const MAP_RESPONSE_HEADERS: u32 = 2;
 const MAP_HTTP_CALL_RESPONSE_HEADERS: u32 = 6;
-pub const STREAM_HTTP_REQUEST: u32 = 0;
-pub const STREAM_HTTP_RESPONSE: u32 = 1;
 const METRIC_GAUGE: u32 = 1;
 const METRIC_HISTOGRAM: u32 = 2;
 pub const BUFFER_REQUEST_BODY: u32 = 0;
@@ -172,8 +170,6 @@ pub fn header_block(map: u32) -> Option<HeaderBlock> {
 pub fn http_call_reply(num_headers: usize, body_size: usize) -> CallReply {
     let status = (num_headers > 0).then(|| {
         map_value(MAP_HTTP_CALL_RESPONSE_HEADERS, ":status")
-            .ok()
-            .flatten()
             .map(|v| String::from_utf8_lossy(&v).into_owned())
             .unwrap_or_default()
     });
@@ -183,16 +179,17 @@ pub fn http_call_reply(num_headers: usize, body_size: usize) -> CallReply {
 
 /// The response's `:status` (in the response headers phase).
 pub fn response_status() -> Option<Vec<u8>> {
-    map_value(MAP_RESPONSE_HEADERS, ":status").ok().flatten()
+    map_value(MAP_RESPONSE_HEADERS, ":status")
 }
 
-fn map_value(map: u32, name: &str) -> HostResult<Option<Vec<u8>>> {
+/// A header's value (`None`: not found, or the host refused).
+fn map_value(map: u32, name: &str) -> Option<Vec<u8>> {
     let mut data = null_mut();
     let mut size = 0;
     // SAFETY: out-pointers are valid; the returned buffer is ours.
     let code =
         unsafe { proxy_get_header_map_value(map, name.as_ptr(), name.len(), &mut data, &mut size) };
-    unsafe { returned(code, data, size) }
+    unsafe { returned(code, data, size) }.ok().flatten()
 }
 
 /// `len` bytes of a buffer from its start: the buffered request body, the
@@ -210,8 +207,9 @@ pub fn buffer(kind: u32, len: usize) -> HostResult<Vec<u8>> {
     Ok(unsafe { returned(code, data, size) }?.unwrap_or_default())
 }
 
-/// An Envoy attribute (`["source", "address"]`, `["plugin_name"]`, ...).
-pub fn property(path: &[&str]) -> HostResult<Option<Vec<u8>>> {
+/// An Envoy attribute (`["source", "address"]`, `["plugin_name"]`, ...);
+/// `None`: no value, or the host refused.
+pub fn property(path: &[&str]) -> Option<Vec<u8>> {
     let serialized = path.join("\0");
     let mut data = null_mut();
     let mut size = 0;
@@ -220,7 +218,10 @@ pub fn property(path: &[&str]) -> HostResult<Option<Vec<u8>>> {
         unsafe { proxy_get_property(serialized.as_ptr(), serialized.len(), &mut data, &mut size) };
     // A property the host has no value for comes back as no buffer.
     let found = !data.is_null();
-    Ok(unsafe { returned(code, data, size) }?.filter(|_| found))
+    unsafe { returned(code, data, size) }
+        .ok()
+        .flatten()
+        .filter(|_| found)
 }
 
 /// A shared-data value and its CAS version; `None` if the key is missing.
@@ -271,13 +272,11 @@ pub fn send_local_response(
     })
 }
 
-/// Record a value into a histogram.
 pub fn record(metric_id: u32, value: u64) -> HostResult<()> {
     // SAFETY: plain values.
     status(unsafe { proxy_record_metric(metric_id, value) })
 }
 
-/// Define a metric with Envoy.
 pub fn define_metric(kind: Kind, name: &str) -> HostResult<u32> {
     let kind = match kind {
         Kind::Counter => METRIC_COUNTER,
@@ -331,10 +330,11 @@ pub fn set_effective_context(context_id: u32) -> HostResult<()> {
     status(unsafe { proxy_set_effective_context(context_id) })
 }
 
-/// Continue the paused request or response of the effective context.
-pub fn resume(stream: u32) -> HostResult<()> {
+/// Continue the paused request or, with `response`, response of the
+/// effective context (stream types HttpRequest = 0, HttpResponse = 1).
+pub fn resume(response: bool) -> HostResult<()> {
     // SAFETY: plain value.
-    status(unsafe { proxy_continue_stream(stream) })
+    status(unsafe { proxy_continue_stream(u32::from(response)) })
 }
 
 /// The root context's tick period (0 stops the tick).

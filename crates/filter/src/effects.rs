@@ -3,7 +3,7 @@
 
 use crate::abi::{self, MAP_REQUEST_HEADERS, MAP_RESPONSE_HEADERS};
 use crate::root::Plugin;
-use loopguard_core::host::{Effect, Effects, Host, Level, StoreCall};
+use loopguard_core::host::{refused_call, Effect, Effects, Host, Level, StoreCall};
 use std::time::Duration;
 
 /// The Wasm module as the engine's [`Host`] for one event, in the context
@@ -63,12 +63,7 @@ impl Host for WasmHost<'_> {
             vec![],
             Duration::from_millis(call.timeout_ms),
         )
-        .map_err(|status| {
-            format!(
-                "Envoy refused the call ({status:?}): is \"{}\" a cluster in the bootstrap?",
-                call.cluster
-            )
-        });
+        .map_err(|status| refused_call(format_args!("{status:?}"), &call.cluster));
         let _ = abi::set_effective_context(self.home);
         sent
     }
@@ -144,7 +139,7 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
         Effect::Resume(stream) => {
             // A stream whose client left is gone: nothing to resume.
             if abi::set_effective_context(stream).is_ok() {
-                if let Err(e) = abi::resume(abi::STREAM_HTTP_REQUEST) {
+                if let Err(e) = abi::resume(false) {
                     log::debug!("stream {stream} could not resume (host status {})", e.0);
                 }
             }

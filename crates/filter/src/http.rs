@@ -76,8 +76,6 @@ impl RequestFacts for HostFacts<'_> {
             payload_key,
             claim,
         ])
-        .ok()
-        .flatten()
     }
 
     fn route_name(&self) -> Option<String> {
@@ -95,8 +93,15 @@ impl RequestFacts for HostFacts<'_> {
     }
 }
 
+/// The buffered request body's first `len` bytes, if the core wants them.
+fn request_body(wanted: bool, len: usize) -> Option<Vec<u8>> {
+    wanted
+        .then(|| abi::buffer(abi::BUFFER_REQUEST_BODY, len).ok())
+        .flatten()
+}
+
 fn property_string(path: &[&str]) -> Option<String> {
-    let raw = abi::property(path).ok().flatten()?;
+    let raw = abi::property(path)?;
     String::from_utf8(raw).ok().filter(|s| !s.is_empty())
 }
 
@@ -114,12 +119,7 @@ impl Context for Stream {
         // The response's end waits for a store call, or the request does.
         let response = self.req.response_held();
         if self.run(|e, r, out| e.on_store_reply(r, token, &reply, now, out)) == Step::Continue {
-            let stream = if response {
-                abi::STREAM_HTTP_RESPONSE
-            } else {
-                abi::STREAM_HTTP_REQUEST
-            };
-            if let Err(e) = abi::resume(stream) {
+            if let Err(e) = abi::resume(response) {
                 log::debug!(
                     "stream could not resume after the store answered (host status {})",
                     e.0
@@ -153,11 +153,7 @@ impl HttpContext for Stream {
     }
 
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        let body = if self.req.wants_body(body_size, end_of_stream) {
-            abi::buffer(abi::BUFFER_REQUEST_BODY, body_size).ok()
-        } else {
-            None
-        };
+        let body = request_body(self.req.wants_body(body_size, end_of_stream), body_size);
         let now = abi::now_ms();
         action(
             self.run(|e, r, out| e.on_body(r, body_size, end_of_stream, body.as_deref(), now, out)),
@@ -165,11 +161,7 @@ impl HttpContext for Stream {
     }
 
     fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
-        let body = if self.req.wants_body_at_trailers() {
-            abi::buffer(abi::BUFFER_REQUEST_BODY, self.req.body_len()).ok()
-        } else {
-            None
-        };
+        let body = request_body(self.req.wants_body_at_trailers(), self.req.body_len());
         let now = abi::now_ms();
         action(self.run(|e, r, out| e.on_trailers(r, body.as_deref(), now, out)))
     }

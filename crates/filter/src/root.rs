@@ -7,15 +7,13 @@ use crate::effects::WasmHost;
 use crate::http::Stream;
 use crate::metrics::Metrics;
 use crate::shared_store::{self, SharedData};
-use loopguard_core::host::{plugin_namespace, random_seed, Config, Effects, Engine, Request, Step};
+use loopguard_core::host::{
+    plugin_namespace, random_seed, Config, Effects, Engine, Request, Step, TICK_MS,
+};
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, LogLevel};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-
-/// How often the tick runs while something waits: the precision of
-/// throttle delays.
-pub const TICK_MS: u32 = 5;
 
 /// One configured plugin instance: the core's engine and what the host
 /// needs to carry out its effects. Held by the root context and shared
@@ -120,10 +118,8 @@ impl RootContext for Root {
             return false;
         }
         match configure(plugin_configuration_size, self.id) {
-            Ok(plugin) => {
-                if let Ok(engine) = plugin.engine.try_borrow() {
-                    log::info!("{}", engine.summary());
-                }
+            Ok(mut plugin) => {
+                log::info!("{}", plugin.engine.get_mut().summary());
                 self.plugin = Some(Rc::new(plugin));
                 true
             }
@@ -161,10 +157,7 @@ fn configure(size: usize, root_id: u32) -> Result<Plugin, String> {
     let bytes = abi::buffer(abi::BUFFER_PLUGIN_CONFIGURATION, size)
         .map_err(|e| format!("cannot read the plugin configuration (host status {})", e.0))?;
     let config = Config::parse(&bytes).map_err(|e| e.to_string())?;
-    let raw_name = abi::property(&["plugin_name"])
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let raw_name = abi::property(&["plugin_name"]).unwrap_or_default();
     let namespace = plugin_namespace(&raw_name);
     let engine = Engine::new(
         config,

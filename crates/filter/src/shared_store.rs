@@ -25,13 +25,11 @@ impl SharedData {
 
 impl BucketBackend for SharedData {
     fn read(&mut self, bucket: u32) -> Option<(Vec<u8>, u32)> {
-        match abi::shared_get(self.key(bucket)) {
-            Ok(Some(found)) => Some(found),
-            // Created at configure time; if it is gone anyway, an
-            // unconditional first write recreates it.
-            Ok(None) => Some((Vec::new(), 0)),
-            Err(_) => None,
-        }
+        // Created at configure time; if it is gone anyway (empty, version
+        // 0), an unconditional first write recreates it.
+        abi::shared_get(self.key(bucket))
+            .ok()
+            .map(Option::unwrap_or_default)
     }
 
     fn write(&mut self, bucket: u32, bytes: &[u8], version: u32) -> CasWrite {

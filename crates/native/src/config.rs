@@ -74,7 +74,7 @@ impl Relay {
         };
         let mut refused = Vec::new();
         for (worker, token, call) in queued {
-            match abi::config_callout(self.config as ConfigPtr, &call) {
+            match abi::callout(self.config as ConfigPtr, true, &call) {
                 Ok(id) => {
                     if let Ok(mut f) = self.in_flight.lock() {
                         f.insert(id, (worker, token));
@@ -151,7 +151,6 @@ impl FilterConfig {
         }
     }
 
-    /// The ids of this configuration's workers.
     pub fn worker_ids(&self) -> Vec<u64> {
         self.workers
             .lock()
@@ -177,22 +176,15 @@ impl FilterConfig {
         }
     }
 
-    /// On the main thread: a relayed call's answer, to its worker's engine.
-    pub fn answered(&self, callout: u64, reply: CallReply) {
-        let found = self
-            .relay
-            .in_flight
-            .lock()
-            .ok()
-            .and_then(|mut f| f.remove(&callout));
-        let Some((worker, token)) = found else {
-            return;
-        };
-        if let Some(w) = self.worker(worker) {
-            let now = now_ms();
-            w.on_main(now, |e, out| {
-                e.on_root_reply(token, reply.status.as_deref(), &reply.body, now, out)
-            });
-        }
+    /// On the main thread: a relayed call's answer, to its worker's engine
+    /// (`None`: the call or its worker is unknown or gone).
+    pub fn answered(&self, callout: u64, reply: CallReply) -> Option<()> {
+        let (worker, token) = self.relay.in_flight.lock().ok()?.remove(&callout)?;
+        let w = self.worker(worker)?;
+        let now = now_ms();
+        w.on_main(now, |e, out| {
+            e.on_root_reply(token, reply.status.as_deref(), &reply.body, now, out)
+        });
+        Some(())
     }
 }

@@ -4,7 +4,9 @@
 
 use crate::abi::{self, Body, FilterPtr, HeaderMap};
 use crate::worker::{Locked, Worker};
-use loopguard_core::host::{Effect, Host, Level, LocalReply, Request, Step, StoreCall};
+use loopguard_core::host::{
+    refused_call, Effect, Host, Level, LocalReply, Request, Step, StoreCall,
+};
 
 /// Where the effects apply: a stream's event on its worker thread (the
 /// stream and the hook it is in), or the main thread (the default; no
@@ -46,9 +48,11 @@ impl Host for NativeHost<'_> {
         true
     }
 
+    /// On behalf of the stream at hand: its token, or why Envoy refused it.
     fn send_call(&mut self, call: &StoreCall) -> Result<u32, String> {
         let f = self.at.filter.ok_or("no stream to send the call for")?;
-        dispatch(f, call)
+        let id = abi::callout(f, false, call).map_err(|why| refused_call(why, &call.cluster))?;
+        u32::try_from(id).map_err(|_| format!("callout id {id} out of range"))
     }
 
     fn send_root_call(&mut self, call: StoreCall) -> Result<u32, String> {
@@ -110,10 +114,7 @@ fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
             if !(abi::drain_body(f, Body::ReceivedResponse, old_len)
                 && abi::append_body(f, Body::ReceivedResponse, &body))
             {
-                abi::log(
-                    abi::LogLevel::Warn,
-                    "loopguard: could not add to the response body",
-                );
+                warn("loopguard: could not add to the response body");
             }
         }
         Effect::SetFilterState(name, value) => {
@@ -142,10 +143,7 @@ fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
                     && abi::append_body(f, Body::BufferedRequest, &body)
             };
             if !replaced {
-                abi::log(
-                    abi::LogLevel::Warn,
-                    "loopguard: could not replace the request body",
-                );
+                warn("loopguard: could not replace the request body");
             } else if set_length
                 && !abi::set_header(
                     f,
@@ -154,16 +152,17 @@ fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
                     &body.len().to_string(),
                 )
             {
-                abi::log(
-                    abi::LogLevel::Warn,
-                    "loopguard: the body changed but its content-length could not be set",
-                );
+                warn("loopguard: the body changed but its content-length could not be set");
             }
         }
-        Effect::Resume(stream) => worker.resume(stream),
         Effect::ArmTick => worker.arm_tick(Some(at.stream)),
         other => main_thread(worker, other),
     }
+}
+
+/// A change to the stream that Envoy refused (the request goes on).
+fn warn(message: &str) {
+    abi::log(abi::LogLevel::Warn, message);
 }
 
 /// The effects that need no stream (any thread).
@@ -191,16 +190,4 @@ fn main_thread(worker: &Worker, effect: Effect) {
         // are the driver's.
         _ => {}
     }
-}
-
-/// Send a store call on behalf of a stream: its token, or why Envoy
-/// refused it.
-pub fn dispatch(filter: FilterPtr, call: &StoreCall) -> Result<u32, String> {
-    let id = abi::stream_callout(filter, call).map_err(|why| {
-        format!(
-            "Envoy refused the call ({why}): is \"{}\" a cluster in the bootstrap?",
-            call.cluster
-        )
-    })?;
-    u32::try_from(id).map_err(|_| format!("callout id {id} out of range"))
 }

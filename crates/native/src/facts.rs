@@ -4,8 +4,6 @@
 use crate::abi::{self, Attribute, FilterPtr, Metadata};
 use loopguard_core::host::{HeaderBlock, RequestFacts};
 
-/// Request facts: headers from the block read once, the rest answered from
-/// Envoy on demand.
 pub struct Facts<'a> {
     pub filter: FilterPtr,
     pub headers: &'a HeaderBlock,

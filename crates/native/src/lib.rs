@@ -7,7 +7,7 @@
 //! - `config`: one filter configuration (main thread): validation, metrics,
 //!   the relay for calls that belong to no stream.
 //! - `worker`: one configuration's engine on one worker thread, its live
-//!   streams and its tick; `locked`: the engine behind its lock.
+//!   streams and its tick, and the engine behind its lock.
 //! - `stream`: one HTTP stream: request facts in, the core's effects out;
 //!   `facts`: what the core asks about a request; `reentry`: Envoy calling
 //!   back inside a stream's event.
@@ -26,7 +26,6 @@ mod facts;
 #[cfg(feature = "fault-injection")]
 mod faults;
 mod hooks;
-mod locked;
 mod memory_store;
 mod metrics;
 mod reentry;

@@ -33,20 +33,12 @@ impl Cell {
 /// One plugin's table: the fingerprint buckets `0..layout.buckets` by
 /// index, and the other regions the core addresses by bucket number (the
 /// loops' spending ledger, MCP call histories), each bounded by the core.
-#[derive(Default)]
 pub struct Table {
     dense: Vec<Mutex<Cell>>,
     sparse: RwLock<HashMap<u32, Arc<Mutex<Cell>>>>,
 }
 
 impl Table {
-    fn with_buckets(n: u32) -> Table {
-        Table {
-            dense: (0..n).map(|_| Mutex::new(Cell::default())).collect(),
-            sparse: RwLock::new(HashMap::new()),
-        }
-    }
-
     /// Run `f` on a bucket's cell; `None` when a lock is poisoned (a panic
     /// while it was held) and the cell cannot be trusted.
     fn with_cell<T>(&self, bucket: u32, f: impl FnOnce(&mut Cell) -> T) -> Option<T> {
@@ -113,7 +105,14 @@ pub fn open(plugin: &str, layout: TableLayout) -> Result<Memory, String> {
         .map_err(|_| format!("the table registry is unusable (a panic held it): {name}"))?;
     let table = tables
         .entry(name)
-        .or_insert_with(|| Arc::new(Table::with_buckets(layout.buckets)))
+        .or_insert_with(|| {
+            Arc::new(Table {
+                dense: (0..layout.buckets)
+                    .map(|_| Mutex::new(Cell::default()))
+                    .collect(),
+                sparse: RwLock::new(HashMap::new()),
+            })
+        })
         .clone();
     Ok(Memory { table })
 }

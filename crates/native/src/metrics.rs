@@ -6,7 +6,7 @@
 //! labelled counters, whose stat names are the family's name followed by
 //! `.label.value` pairs: the same names the Wasm module writes.
 
-use crate::abi::{self, ConfigPtr, MetricOp};
+use crate::abi::{self, ConfigPtr};
 use loopguard_core::host::{named, Kind, MetricId, Registry};
 use std::collections::HashMap;
 
@@ -56,18 +56,13 @@ impl Metrics {
         let Some(Some((id, k))) = self.ids.get(m.0 as usize).filter(|_| n != 0) else {
             return;
         };
-        let op = if n < 0 {
-            MetricOp::Decrement
-        } else {
-            MetricOp::Increment
-        };
-        abi::metric(self.ptr(), op, *k, *id, &[], n.unsigned_abs());
+        abi::metric(self.ptr(), *k, *id, &[], n < 0, n.unsigned_abs());
     }
 
     /// Record a histogram value.
     pub fn record(&self, m: MetricId, value: u64) {
         if let Some(Some((id, k))) = self.ids.get(m.0 as usize) {
-            abi::metric(self.ptr(), MetricOp::Record, *k, *id, &[], value);
+            abi::metric(self.ptr(), *k, *id, &[], false, value);
         }
     }
 
@@ -84,10 +79,10 @@ impl Metrics {
         if let Some(Some(id)) = self.families.get(family) {
             abi::metric(
                 self.ptr(),
-                MetricOp::Increment,
                 Kind::Counter,
                 *id,
                 &values,
+                false,
                 n.unsigned_abs(),
             );
         }

@@ -7,13 +7,11 @@
 //! worker wants ticks.
 
 use crate::abi::{self, SchedulerPtr};
+use loopguard_core::host::TICK_MS;
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-/// How often the tick runs while something waits: the precision of
-/// throttle delays (as in the Wasm host).
-pub const TICK_MS: u64 = 5;
 /// The event id of a tick.
 pub const TICK_EVENT: u64 = 1;
 
@@ -54,17 +52,13 @@ fn clock() -> &'static Clock {
     })
 }
 
-fn run() {
+/// The clock thread (it ends only if a lock is poisoned).
+fn run() -> Option<()> {
     let c = clock();
     loop {
-        let Ok(mut drivers) = c.drivers.lock() else {
-            return;
-        };
+        let mut drivers = c.drivers.lock().ok()?;
         while drivers.is_empty() {
-            drivers = match c.wake.wait(drivers) {
-                Ok(d) => d,
-                Err(_) => return,
-            };
+            drivers = c.wake.wait(drivers).ok()?;
         }
         for (worker, d) in drivers.iter() {
             // SAFETY: a registered scheduler lives until it is removed
@@ -76,7 +70,7 @@ fn run() {
             }
         }
         drop(drivers);
-        std::thread::sleep(Duration::from_millis(TICK_MS));
+        std::thread::sleep(Duration::from_millis(TICK_MS.into()));
     }
 }
 

@@ -14,7 +14,6 @@
 use crate::abi::{self, FilterPtr, SchedulerPtr};
 use crate::config::FilterConfig;
 use crate::effects::{settle, At};
-pub use crate::locked::Locked;
 use crate::memory_store::{self, Memory};
 use crate::timer;
 use loopguard_core::host::{random_seed, Config, Effects, Engine, Step};
@@ -54,6 +53,21 @@ impl Drop for Worker {
         timer::stop(self.id);
     }
 }
+
+/// The engine and the effects buffer its events fill, behind the worker's
+/// lock.
+pub struct Locked {
+    pub engine: Engine<Memory>,
+    pub out: Effects,
+}
+
+// SAFETY: the engine and every `Request` it has made share reference
+// counts that are not atomic (`Rc`). All of them are only touched while
+// this lock is held: the engine through the lock, and a stream's request
+// only inside its worker's events (which hold the lock) and dropped under
+// it (`Worker::close_stream`). The lock orders every access, so moving
+// the engine between the worker thread and the main thread is sound.
+unsafe impl Send for Locked {}
 
 static NEXT_WORKER: AtomicU64 = AtomicU64::new(1);
 
@@ -194,7 +208,6 @@ impl Worker {
         }
     }
 
-    /// Whether the engine wants ticks.
     pub fn ticking(&self) -> bool {
         self.tick_armed.load(Ordering::Acquire)
     }

@@ -47,13 +47,11 @@ pub fn received_buffered_request_body(filter: FilterPtr) -> bool {
     unsafe { envoy_dynamic_module_callback_http_received_buffered_request_body(filter) }
 }
 
-/// Drop the first `n` bytes of a body.
 pub fn drain_body(filter: FilterPtr, body: Body, n: usize) -> bool {
     // SAFETY: no pointers kept.
     unsafe { envoy_dynamic_module_callback_http_drain_body(filter, body as u32, n) }
 }
 
-/// Append bytes to a body.
 pub fn append_body(filter: FilterPtr, body: Body, data: &[u8]) -> bool {
     // SAFETY: the buffer is read during the call only.
     unsafe {

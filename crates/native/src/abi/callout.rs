@@ -4,7 +4,7 @@
 use super::headers::module_headers;
 use super::{
     envoy_dynamic_module_callback_http_filter_config_http_callout,
-    envoy_dynamic_module_callback_http_filter_http_callout, ConfigPtr, FilterPtr, ModuleBuffer,
+    envoy_dynamic_module_callback_http_filter_http_callout, FilterPtr, ModuleBuffer,
     CALLOUT_INIT_SUCCESS,
 };
 use loopguard_core::host::StoreCall;
@@ -21,10 +21,11 @@ fn refused(code: u32) -> String {
     }
 }
 
-/// Send `call` through an Envoy cluster on behalf of a stream (`filter`)
-/// or, with `from_config`, of the configuration (`config`): the call's id,
-/// or why Envoy refused it.
-fn callout(owner: FilterPtr, from_config: bool, call: &StoreCall) -> Result<u64, String> {
+/// Send `call` through an Envoy cluster on behalf of a stream (`owner` is
+/// its filter; answered to the stream, on its worker) or, with
+/// `from_config`, of the configuration (`owner` is its `ConfigPtr`; main
+/// thread, answered there): the call's id, or why Envoy refused it.
+pub fn callout(owner: FilterPtr, from_config: bool, call: &StoreCall) -> Result<u64, String> {
     let send = if from_config {
         envoy_dynamic_module_callback_http_filter_config_http_callout
     } else {
@@ -49,14 +50,4 @@ fn callout(owner: FilterPtr, from_config: bool, call: &StoreCall) -> Result<u64,
     } else {
         Err(refused(code))
     }
-}
-
-/// Send a call on behalf of a stream (answered to the stream, on its worker).
-pub fn stream_callout(filter: FilterPtr, call: &StoreCall) -> Result<u64, String> {
-    callout(filter, false, call)
-}
-
-/// Send a call on behalf of the configuration (main thread; answered there).
-pub fn config_callout(config: ConfigPtr, call: &StoreCall) -> Result<u64, String> {
-    callout(config, true, call)
 }

@@ -43,29 +43,21 @@ pub fn define_metric(config: ConfigPtr, kind: Kind, name: &str, labels: &[&str])
     (code == METRICS_SUCCESS).then_some(id)
 }
 
-/// What to do to a metric.
-#[derive(Clone, Copy)]
-pub enum MetricOp {
-    Increment,
-    Decrement,
-    Record,
-}
-
-/// Change a metric (any thread: Envoy's stats are atomic). `labels` are
-/// the values of a labelled metric's labels, in order (empty otherwise).
+/// Change a metric (any thread: Envoy's stats are atomic): add `value` to
+/// a counter or gauge (with `down`, take it from a gauge), or record it
+/// into a histogram. `labels` are the values of a labelled metric's
+/// labels, in order (empty otherwise).
 pub fn metric(
     config: ConfigPtr,
-    op: MetricOp,
     kind: Kind,
     id: usize,
     labels: &[&str],
+    down: bool,
     value: u64,
 ) -> bool {
-    let change = match (kind, op) {
+    let change = match (kind, down) {
         (Kind::Counter, _) => envoy_dynamic_module_callback_http_filter_config_increment_counter,
-        (Kind::Gauge, MetricOp::Decrement) => {
-            envoy_dynamic_module_callback_http_filter_config_decrement_gauge
-        }
+        (Kind::Gauge, true) => envoy_dynamic_module_callback_http_filter_config_decrement_gauge,
         (Kind::Gauge, _) => envoy_dynamic_module_callback_http_filter_config_increment_gauge,
         (Kind::Histogram, _) => {
             envoy_dynamic_module_callback_http_filter_config_record_histogram_value
