@@ -76,7 +76,7 @@ pub(super) fn budget_lints(r: &mut Report, loc: &str, cfg: &Config) {
 /// The policy's `header:` session sources, with their place in
 /// `budget.session`, when a cap counts per session.
 fn session_headers(p: &Policy) -> Vec<(usize, &str)> {
-    let Some(b) = p.budget.as_ref().filter(|b| b.has_session()) else {
+    let Some(b) = p.budget.as_ref().filter(|b| b.has_per(BudgetPer::Session)) else {
         return Vec::new();
     };
     b.session
@@ -92,7 +92,7 @@ fn session_headers(p: &Policy) -> Vec<(usize, &str)> {
 fn has_caller_cap(p: &Policy) -> bool {
     p.budget
         .as_ref()
-        .is_some_and(|b| b.limits.iter().any(|l| l.per == BudgetPer::Caller))
+        .is_some_and(|b| b.has_per(BudgetPer::Caller))
 }
 
 /// What an Envoy configuration does to one request header, as loopguard

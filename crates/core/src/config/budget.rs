@@ -31,20 +31,10 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// Whether a limit counts per session (then the request's session id
-    /// is read).
-    pub fn has_session(&self) -> bool {
-        self.limits.iter().any(|l| l.per == BudgetPer::Session)
-    }
-
-    /// Whether a limit counts per end user.
-    pub fn has_user(&self) -> bool {
-        self.limits.iter().any(|l| l.per == BudgetPer::User)
-    }
-
-    /// Whether a limit counts per conversation.
-    pub fn has_conversation(&self) -> bool {
-        self.limits.iter().any(|l| l.per == BudgetPer::Conversation)
+    /// Whether a limit counts `per` this (for a session or user, the
+    /// request's id of it is then read).
+    pub fn has_per(&self, per: BudgetPer) -> bool {
+        self.limits.iter().any(|l| l.per == per)
     }
 
     /// Whether a limit counts tokens or dollars (a response's usage

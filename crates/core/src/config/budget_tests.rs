@@ -34,7 +34,7 @@ fn defaults_and_units() {
     assert_eq!(b.limits[1].cap, Cap::Tokens(2_000_000, TokensOf::All));
     assert_eq!(b.limits[2].cap, Cap::Calls(200));
     assert_eq!(b.limits[2].per, BudgetPer::Conversation);
-    assert!(b.has_session() && b.has_conversation() && b.has_usd());
+    assert!(b.has_per(BudgetPer::Session) && b.has_per(BudgetPer::Conversation) && b.has_usd());
     // A policy with only a budget is a policy.
     assert!(cfg.policies[0].is_active());
     let cfg = Config::from_value(&budget(json!({
@@ -203,7 +203,7 @@ fn users_windows_and_unpriced_models_are_configured() {
             "unpriced": "reject", "warn_at": 0.999}}}]}))
     .unwrap();
     let b = cfg.policies[0].budget.as_ref().unwrap();
-    assert!(b.has_user());
+    assert!(b.has_per(BudgetPer::User));
     assert_eq!(b.limits[0].per, BudgetPer::User);
     assert_eq!(b.limits[0].window_ms, 2_678_400_000);
     assert_eq!(b.limits[1].cap, Cap::MicroUsd(1));

@@ -126,12 +126,7 @@ pub const TABLE_MAX: &str = "all models";
 impl ModelPrice {
     /// Its prices as a [`Rate`].
     pub fn rate(&self) -> Rate {
-        Rate {
-            input: self.input,
-            output: self.output,
-            cached_input: self.cached_input,
-            cache_write: self.cache_write,
-        }
+        Rate::new(self.input, self.output, self.cached_input, self.cache_write)
     }
 }
 
@@ -145,6 +140,15 @@ pub struct Rate {
 }
 
 impl Rate {
+    pub const fn new(input: u64, output: u64, cached_input: u64, cache_write: u64) -> Rate {
+        Rate {
+            input,
+            output,
+            cached_input,
+            cache_write,
+        }
+    }
+
     /// What `usage` cost at this rate, in micro-dollars: cached reads and
     /// cache writes (bounded by the input) at their own prices, the rest
     /// of the input at the input price.
@@ -308,12 +312,7 @@ impl Row {
     }
 
     pub fn rate(&self) -> Rate {
-        Rate {
-            input: self.input,
-            output: self.output,
-            cached_input: self.cached_input,
-            cache_write: self.cache_write,
-        }
+        Rate::new(self.input, self.output, self.cached_input, self.cache_write)
     }
 }
 

@@ -71,7 +71,7 @@ impl<S: Hashing> Pending<S> {
                     note_message(&mut c.0, m, "opening", i);
                 }
                 drop(task);
-                let Some(mut tail) = req.tail_of_steps(*tail_messages) else {
+                let Some(mut tail) = req.tail_of_steps_before(*tail_messages, usize::MAX) else {
                     return self.unparsed(body, true);
                 };
                 self.volatile.mask_messages(&mut tail);

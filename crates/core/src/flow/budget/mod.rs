@@ -21,6 +21,7 @@ use crate::detect::fingerprint::Fingerprinted;
 use crate::request::{llm, RequestFacts};
 use crate::state::redis::budget::BudgetKey;
 use crate::state::store::{BucketBackend, Hit};
+use BudgetPer::{Conversation, Session, User};
 
 /// A request under a policy with a budget.
 #[derive(Debug, Default)]
@@ -251,8 +252,8 @@ impl<B: BucketBackend> Engine<B> {
             has.then(|| header_id(sources, facts, jwt, |v| id_hash(kind, caller, v)))
                 .flatten()
         };
-        let header_session = id(b.has_session(), &b.session, SESSION);
-        let header_user = id(b.has_user(), &b.user, USER);
+        let header_session = id(b.has_per(Session), &b.session, SESSION);
+        let header_user = id(b.has_per(User), &b.user, USER);
         r.budget = Some(Box::new(BudgetReq {
             policy,
             header_session,
@@ -296,10 +297,10 @@ impl<B: BucketBackend> Engine<B> {
             has.then(|| id_with_body(sources, found, body, |v| id_hash(kind, caller, v)))
                 .flatten()
         };
-        let session = id(b.has_session(), &b.session, req.header_session, SESSION);
-        let user = id(b.has_user(), &b.user, req.header_user, USER);
+        let session = id(b.has_per(Session), &b.session, req.header_session, SESSION);
+        let user = id(b.has_per(User), &b.user, req.header_user, USER);
         let conversation = parsed
-            .filter(|_| b.has_conversation())
+            .filter(|_| b.has_per(Conversation))
             .and_then(|q| q.first_raw())
             .map(|first| usage::conversation_key(caller, first));
         set_keys(req, p, b, caller, [session, user, conversation]);
@@ -354,9 +355,9 @@ fn set_keys(
     for (i, l) in b.limits.iter().enumerate() {
         let base = match l.per {
             BudgetPer::Caller => Some(caller),
-            BudgetPer::Session => session,
-            BudgetPer::User => user,
-            BudgetPer::Conversation => conversation,
+            Session => session,
+            User => user,
+            Conversation => conversation,
         };
         if let Some(tag) = base {
             req.keys.push(KeyOf {

@@ -2,7 +2,7 @@
 //! to each guard the policy has (MCP, tool loops, budgets, repeats).
 
 use crate::act::events;
-use crate::config::Similarity;
+use crate::config::{budget::BudgetPer::Conversation, Similarity};
 use crate::detect::{progress, tool_loops};
 use crate::flow::{count, count_opt, usage, Effect, Effects, Engine, Level, Request, State, Step};
 use crate::metrics::SkipReason;
@@ -110,7 +110,7 @@ impl<B: BucketBackend> Engine<B> {
         }
         // Parse the body once, for the fingerprint and the tool-loop judge,
         // keeping only the conversation items the policy reads.
-        let conversation_budget = p.budget.as_ref().is_some_and(|b| b.has_conversation());
+        let conversation_budget = p.budget.as_ref().is_some_and(|b| b.has_per(Conversation));
         let parsed = (pending.reads_llm_body() || p.tool_loops.is_some() || conversation_budget)
             .then(|| llm::parse(body, pending.path(), pending.keep()));
         let mut refused = match parsed {

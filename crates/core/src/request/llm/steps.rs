@@ -12,13 +12,9 @@ impl Request<'_> {
     /// agent's parallel calls come back one result a message, so the last
     /// 3 messages can hold results with none of their calls, and two fan-
     /// outs to different services would look alike), at most
-    /// [`MAX_STEP_EXTENSION`] messages more. Near mode compares such tails.
-    pub fn tail_of_steps(&self, n: usize) -> Option<Vec<Message>> {
-        self.tail_of_steps_before(n, usize::MAX)
-    }
-
-    /// [`Request::tail_of_steps`] of the conversation as it was before item
-    /// `end`.
+    /// [`MAX_STEP_EXTENSION`] messages more, of the conversation as it was
+    /// before item `end` (`usize::MAX`: all of it). Near mode compares such
+    /// tails.
     pub fn tail_of_steps_before(&self, n: usize, end: usize) -> Option<Vec<Message>> {
         let Items::List(_) = &self.items else {
             return self.tail_before(n, end);
