@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     // Keep a few items or all of them, as policies do.
     let keep = if sel & 0x80 == 0 { usize::from(sel % 8) } else { usize::MAX };
     let Ok(req) = llm::parse(body, path, keep) else { return };
-    let _ = req.tail(usize::from(sel % 8));
+    let _ = req.tail_before(usize::from(sel % 8), usize::MAX);
     let _ = req.first_message();
     let plain = req.tool_history(None);
     let mut cache = CallCache::default();

@@ -57,10 +57,8 @@ pub(super) fn detection(ctx: &Ctx, d: RawDetection) -> Result<Option<Detection>,
             let reason = match wrong {
                 Fraction::Number(x) => format!("must be above 0 and at most 1 (got {x})"),
                 Fraction::NotNumber(s) => {
-                    format!(
-                        "must be a number above 0 and at most 1 (got {})",
-                        shorten(s)
-                    )
+                    let s = shorten(s);
+                    format!("must be a number above 0 and at most 1 (got {s})")
                 }
             };
             return Err(ctx.err("near_similarity", reason));

@@ -79,10 +79,8 @@ impl Ctx {
                 format!("must be a whole number from {min} to {max} (got {s})")
             }
             Some(Int::NotNumber(s)) => {
-                format!(
-                    "must be an integer from {min} to {max} (got {})",
-                    shorten(s)
-                )
+                let s = shorten(s);
+                format!("must be an integer from {min} to {max} (got {s})")
             }
         };
         Err(self.err(field, reason))

@@ -33,7 +33,7 @@ impl<S: Hashing> Pending<S> {
                 c.named("policy", self.policy_id.as_bytes());
                 c.identity(&self.identity);
                 c.named_optional("model", req.model.as_deref().map(str::as_bytes));
-                let Some(mut tail) = req.tail(*tail_messages) else {
+                let Some(mut tail) = req.tail_before(*tail_messages, usize::MAX) else {
                     return self.unparsed(body, true);
                 };
                 self.volatile.mask_messages(&mut tail);

@@ -183,16 +183,11 @@ impl<'a> Request<'a> {
         self.body.get(span.0..span.1)
     }
 
-    /// The last `n` messages, normalised, oldest first (messages that
-    /// carry nothing comparable, like reasoning, still count). `None` when
-    /// one of them cannot be read (not JSON inside, invalid UTF-8): the
-    /// request is then not treated as an LLM call.
-    pub fn tail(&self, n: usize) -> Option<Vec<Message>> {
-        self.tail_before(n, usize::MAX)
-    }
-
-    /// [`Request::tail`] of the conversation as it was before item `end`
-    /// (the request sent then): its last `n` messages before `end`.
+    /// The last `n` messages before item `end` (the request sent then;
+    /// `usize::MAX`: the whole conversation), normalised, oldest first
+    /// (messages that carry nothing comparable, like reasoning, still
+    /// count). `None` when one of them cannot be read (not JSON inside,
+    /// invalid UTF-8): the request is then not treated as an LLM call.
     pub fn tail_before(&self, n: usize, end: usize) -> Option<Vec<Message>> {
         let mut out = Vec::with_capacity(n.min(self.len()));
         match &self.items {

@@ -65,14 +65,6 @@ pub fn normalize_json_str(raw: &[u8]) -> Option<String> {
         let (&e, after) = after.split_first()?;
         rest = after;
         let c = match e {
-            b'"' => '"',
-            b'\\' => '\\',
-            b'/' => '/',
-            b'b' => '\u{8}',
-            b'f' => '\u{c}',
-            b'n' => '\n',
-            b'r' => '\r',
-            b't' => '\t',
             b'u' => {
                 let (unit, after) = hex4(rest)?;
                 rest = after;
@@ -89,7 +81,7 @@ pub fn normalize_json_str(raw: &[u8]) -> Option<String> {
                     char::from_u32(unit)?
                 }
             }
-            _ => return None,
+            _ => scan::short_escape(e)?,
         };
         n.push(c);
     }

@@ -6,6 +6,18 @@ fn parse<'a>(body: &'a [u8], path: &str) -> Option<Request<'a>> {
     super::parse(body, path, usize::MAX).ok()
 }
 
+impl Request<'_> {
+    /// The whole conversation's tail.
+    pub(super) fn tail(&self, n: usize) -> Option<Vec<Message>> {
+        self.tail_before(n, usize::MAX)
+    }
+
+    /// The whole conversation's tail of steps.
+    pub(super) fn tail_of_steps(&self, n: usize) -> Option<Vec<Message>> {
+        self.tail_of_steps_before(n, usize::MAX)
+    }
+}
+
 fn tail_of(body: &Value, path: &str, n: usize) -> Vec<Message> {
     let bytes = body.to_string().into_bytes();
     let req = parse(&bytes, path).expect("recognised");

@@ -18,13 +18,6 @@ fn parse_all<'a>(body: &'a [u8], path: &str) -> Request<'a> {
     super::parse(body, path, usize::MAX).expect("recognised")
 }
 
-impl Request<'_> {
-    /// The whole conversation's tail of steps.
-    fn tail_of_steps(&self, n: usize) -> Option<Vec<Message>> {
-        self.tail_of_steps_before(n, usize::MAX)
-    }
-}
-
 fn text(s: &str) -> Part {
     Part::Text(s.to_string())
 }

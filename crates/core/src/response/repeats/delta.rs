@@ -3,7 +3,7 @@
 //! substring searches. A quote inside a JSON string is escaped, so an
 //! unescaped `"key"` followed by `:` is a key wherever it appears.
 
-use crate::request::llm::scan::{after_colon, skip_string};
+use crate::request::llm::scan::{after_colon, short_escape, skip_string};
 use std::borrow::Cow;
 
 /// The output text delta of one event's data (the bytes after `data:`, as
@@ -112,14 +112,6 @@ fn unescape(raw: &[u8]) -> Option<Cow<'_, str>> {
         };
         rest = after;
         out.push(match escape {
-            b'"' => '"',
-            b'\\' => '\\',
-            b'/' => '/',
-            b'b' => '\u{8}',
-            b'f' => '\u{c}',
-            b'n' => '\n',
-            b'r' => '\r',
-            b't' => '\t',
             b'u' => {
                 let unit = hex4(rest)?;
                 rest = rest.get(4..)?;
@@ -133,7 +125,7 @@ fn unescape(raw: &[u8]) -> Option<Cow<'_, str>> {
                 };
                 char::from_u32(code).unwrap_or('\u{FFFD}')
             }
-            _ => return None,
+            _ => short_escape(escape)?,
         });
     }
     Some(Cow::Owned(out))

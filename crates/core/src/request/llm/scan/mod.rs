@@ -53,6 +53,21 @@ pub fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
+/// The character a JSON string's escape `\e` stands for, but for `\u`.
+pub fn short_escape(e: u8) -> Option<char> {
+    Some(match e {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        _ => return None,
+    })
+}
+
 /// Past the string starting at `i` (which must be a `"`).
 pub fn skip_string(b: &[u8], i: usize) -> Option<usize> {
     if b.get(i) != Some(&b'"') {
