@@ -3,7 +3,7 @@
 //! whose history it joins) and what the filter then does.
 
 use super::RequestFile;
-use loopguard_core::config::{Mcp, McpKey, Policy};
+use loopguard_core::config::{Mcp, McpKey, Policy, StepName};
 use loopguard_core::detect::mcp as mcp_judge;
 use loopguard_core::request::llm::volatile;
 use loopguard_core::request::mcp;

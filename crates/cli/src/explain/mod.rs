@@ -5,7 +5,7 @@
 
 pub use super::request_file::{read_request, RequestFile};
 use loopguard_core::act::{decision, events};
-use loopguard_core::config::{Config, PathMatch, Similarity};
+use loopguard_core::config::{Config, PathMatch, Similarity, StepName};
 use loopguard_core::detect::fingerprint;
 use loopguard_core::detect::tool_loops;
 use loopguard_core::request::llm;

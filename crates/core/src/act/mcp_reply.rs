@@ -14,7 +14,7 @@
 //! - **reject**: HTTP 429 with the same JSON-RPC error as its body.
 
 use super::reply::{refuse, LocalReply, Refusal, Shape};
-use crate::config::{Mcp, McpStep};
+use crate::config::{Mcp, McpStep, StepName};
 use crate::detect::mcp::{McpVerdict, Tier};
 use crate::detect::tool_loops::safe_tool_name;
 use serde_json::json;

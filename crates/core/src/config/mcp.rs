@@ -59,8 +59,8 @@ pub enum McpStep {
     Reject,
 }
 
-impl McpStep {
-    pub fn as_str(self) -> &'static str {
+impl super::StepName for McpStep {
+    fn as_str(self) -> &'static str {
         match self {
             McpStep::Note => "note",
             McpStep::Block => "block",
@@ -68,7 +68,9 @@ impl McpStep {
             McpStep::Reject => "reject",
         }
     }
+}
 
+impl McpStep {
     /// Whether the step answers instead of the server.
     pub fn answers(self) -> bool {
         self != McpStep::Note

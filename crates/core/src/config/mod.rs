@@ -256,8 +256,13 @@ pub enum ToolStep {
     Reject,
 }
 
-impl ToolStep {
-    pub fn as_str(self) -> &'static str {
+/// A guard's step, as events, metrics and shadow lines name it.
+pub trait StepName: Copy {
+    fn as_str(self) -> &'static str;
+}
+
+impl StepName for ToolStep {
+    fn as_str(self) -> &'static str {
         match self {
             ToolStep::Nudge => "nudge",
             ToolStep::Directive => "directive",

@@ -4,24 +4,8 @@
 //! ([`crate::config::ladder`]), and the guard's own evidence (the tool
 //! and its arguments; the result an MCP loop keeps getting).
 
-use crate::config::{ladder, McpStep, ToolStep};
-
-/// A guard's step, as events, metrics and shadow lines name it.
-pub trait StepName: Copy {
-    fn as_str(self) -> &'static str;
-}
-
-impl StepName for ToolStep {
-    fn as_str(self) -> &'static str {
-        ToolStep::as_str(self)
-    }
-}
-
-impl StepName for McpStep {
-    fn as_str(self) -> &'static str {
-        McpStep::as_str(self)
-    }
-}
+use crate::config::ladder;
+pub use crate::config::StepName;
 
 /// What kind of repetition a loop is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -20,7 +20,7 @@ use super::{count_opt, policy_with, usage, Effect, Effects, Engine, Level, Reque
 use crate::act::reply::LocalReply;
 use crate::act::shadow::verdict_line;
 use crate::act::{events, mcp_reply};
-use crate::config::{Mcp, McpKey, McpStep, Mode, OnStoreError, Policy};
+use crate::config::{Mcp, McpKey, McpStep, Mode, OnStoreError, Policy, StepName};
 use crate::detect::mcp::{self as judge, Entry, McpVerdict};
 use crate::metrics::mcp::{self as m, McpUnjudged};
 use crate::request::mcp::{self as read, Head, Message, ToolCall};

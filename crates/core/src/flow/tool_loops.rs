@@ -6,7 +6,7 @@
 
 use super::{count_opt, Effect, Effects, Engine, Level, Request, Step};
 use crate::act::{events, reply};
-use crate::config::{Mode, Policy, ToolStep};
+use crate::config::{Mode, Policy, StepName, ToolStep};
 use crate::detect::fingerprint::{self, Pending};
 use crate::detect::tool_loops::{self, ToolVerdict};
 use crate::metrics::WouldBe;

@@ -1,7 +1,7 @@
 //! The MCP counters: defined by the host when first counted (their label
 //! values are bounded: policy ids, tiers, steps, reasons).
 
-use crate::config::McpStep;
+use crate::config::{McpStep, StepName};
 use crate::detect::mcp::Tier;
 
 /// Why an MCP request or result was passed on without being judged.

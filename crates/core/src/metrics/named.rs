@@ -53,7 +53,7 @@ pub fn split(name: &str) -> Option<(usize, Vec<&str>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::McpStep;
+    use crate::config::{McpStep, StepName};
     use crate::detect::mcp::Tier;
     use crate::metrics::budget as b;
     use crate::metrics::mcp::{self as m, McpUnjudged};

@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::StepName;
 use serde_json::json;
 
 #[test]
