@@ -126,11 +126,8 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
                 &reply.headers,
                 reply.body.as_bytes(),
             ) {
-                log::warn!(
-                    "could not send the {} (host status {}); request passed",
-                    reply.status,
-                    e.0
-                );
+                let (status, host) = (reply.status, e.0);
+                log::warn!("could not send the {status} (host status {host}); request passed");
                 return false;
             }
         }

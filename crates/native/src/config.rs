@@ -68,12 +68,9 @@ impl Relay {
     /// On the main thread: send what the workers queued; the calls Envoy
     /// refuses, as (worker, token) with no answer.
     fn flush(&self) -> Vec<(u64, u32)> {
-        let queued = match self.outbox.lock() {
-            Ok(mut out) => std::mem::take(&mut *out),
-            Err(_) => return Vec::new(),
-        };
+        let queued = self.outbox.lock().map(|mut o| std::mem::take(&mut *o));
         let mut refused = Vec::new();
-        for (worker, token, call) in queued {
+        for (worker, token, call) in queued.unwrap_or_default() {
             match abi::callout(self.config as ConfigPtr, true, &call) {
                 Ok(id) => {
                     if let Ok(mut f) = self.in_flight.lock() {
@@ -81,13 +78,10 @@ impl Relay {
                     }
                 }
                 Err(why) => {
-                    abi::log(
-                        abi::LogLevel::Debug,
-                        &format!(
-                            "loopguard: Envoy refused a call to cluster \"{}\" ({why})",
-                            call.cluster
-                        ),
-                    );
+                    let cluster = &call.cluster;
+                    let line =
+                        format!("loopguard: Envoy refused a call to cluster \"{cluster}\" ({why})");
+                    abi::log(abi::LogLevel::Debug, &line);
                     refused.push((worker, token));
                 }
             }

@@ -121,10 +121,8 @@ pub extern "C" fn envoy_dynamic_module_on_http_filter_config_new(
                     Box::into_raw(Box::new(Arc::new(c))) as ConfigModule
                 }
                 Err(message) => {
-                    abi::log(
-                        LogLevel::Error,
-                        &format!("loopguard: invalid configuration: {message}"),
-                    );
+                    let line = format!("loopguard: invalid configuration: {message}");
+                    abi::log(LogLevel::Error, &line);
                     std::ptr::null()
                 }
             }
