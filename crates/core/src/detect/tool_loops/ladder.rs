@@ -31,45 +31,40 @@ pub(super) fn verdict(
 
 /// The note a nudge appends to the conversation.
 pub fn nudge_text(v: &ToolVerdict) -> String {
+    let (tool, n) = (&v.evidence.tool, v.occurrences);
     match v.tier {
         Tier::Identical | Tier::Failing => format!(
-            "Note from the API gateway: you have called the tool `{}` {} times with the same arguments in your recent steps, and repeating it will not give a different result. Try a different approach or a different tool.",
-            v.evidence.tool, v.occurrences
+            "Note from the API gateway: you have called the tool `{tool}` {n} times with the same arguments in your recent steps, and repeating it will not give a different result. Try a different approach or a different tool."
         ),
         Tier::Pattern => format!(
-            "Note from the API gateway: you have called the tool `{}` {} times in your recent steps with varying arguments without making progress. Try a different approach or a different tool.",
-            v.evidence.tool, v.occurrences
+            "Note from the API gateway: you have called the tool `{tool}` {n} times in your recent steps with varying arguments without making progress. Try a different approach or a different tool."
         ),
         Tier::Cycle => format!(
-            "Note from the API gateway: you have repeated the same sequence of tool calls ({}) {} times, with the same results each time. Try a different approach or a different tool.",
-            cycle_names(&v.evidence.tool), v.occurrences
+            "Note from the API gateway: you have repeated the same sequence of tool calls ({}) {n} times, with the same results each time. Try a different approach or a different tool.",
+            cycle_names(tool)
         ),
         Tier::Answer => format!(
-            "Note from the API gateway: your last {} answers say essentially the same thing, and the conversation has not moved on. Do not repeat that answer: try a fundamentally different approach, or say plainly what you cannot do.",
-            v.occurrences
+            "Note from the API gateway: your last {n} answers say essentially the same thing, and the conversation has not moved on. Do not repeat that answer: try a fundamentally different approach, or say plainly what you cannot do."
         ),
         Tier::Turn => format!(
-            "Note from the API gateway: you have written the same reply and called `{}` the same way {} times in a row, whatever it returned. Read what the last results say, then change your approach.",
-            v.evidence.tool, v.occurrences
+            "Note from the API gateway: you have written the same reply and called `{tool}` the same way {n} times in a row, whatever it returned. Read what the last results say, then change your approach."
         ),
     }
 }
 
 /// The firmer message of a directive.
 pub fn directive_text(v: &ToolVerdict) -> String {
+    let (tool, n) = (&v.evidence.tool, v.occurrences);
     match v.tier {
         Tier::Answer => format!(
-            "Instruction from the API gateway: stop repeating your answer. You have given essentially the same answer {} times in a row without resolving the problem. Do not give it again. Take a different approach, ask the user a clarifying question, or explain what you cannot do.",
-            v.occurrences
+            "Instruction from the API gateway: stop repeating your answer. You have given essentially the same answer {n} times in a row without resolving the problem. Do not give it again. Take a different approach, ask the user a clarifying question, or explain what you cannot do."
         ),
         Tier::Turn => format!(
-            "Instruction from the API gateway: stop repeating this step. You have written the same reply and called `{}` the same way {} times in a row. Do not call it again this way. Say what you learned from its results, or take a different approach.",
-            v.evidence.tool, v.occurrences
+            "Instruction from the API gateway: stop repeating this step. You have written the same reply and called `{tool}` the same way {n} times in a row. Do not call it again this way. Say what you learned from its results, or take a different approach."
         ),
         Tier::Cycle => format!(
-            "Instruction from the API gateway: stop repeating the tool calls {}. You have gone through them {} times with the same results. Do not call them again in this order. Answer with the information you already have, or ask the user for what you need.",
-            cycle_names(&v.evidence.tool),
-            v.occurrences
+            "Instruction from the API gateway: stop repeating the tool calls {}. You have gone through them {n} times with the same results. Do not call them again in this order. Answer with the information you already have, or ask the user for what you need.",
+            cycle_names(tool)
         ),
         Tier::Identical | Tier::Failing | Tier::Pattern => {
             let what = match &v.evidence.arguments {
@@ -81,8 +76,7 @@ pub fn directive_text(v: &ToolVerdict) -> String {
                 None => "with varying arguments".to_string(),
             };
             format!(
-                "Instruction from the API gateway: stop calling the tool `{}`. You have called it {} times {what} without progress. Do not call it again. Answer with the information you already have, or ask the user for what you need.",
-                v.evidence.tool, v.occurrences
+                "Instruction from the API gateway: stop calling the tool `{tool}`. You have called it {n} times {what} without progress. Do not call it again. Answer with the information you already have, or ask the user for what you need."
             )
         }
     }

@@ -6,7 +6,7 @@
 //! end of the conversation (and at `tool_choice`), so every earlier byte
 //! stays identical and provider prompt caches keyed on the prefix still hit.
 
-use super::{scan, scan::Span, Format, Items, Request};
+use super::{scan, scan::Span, Format, Request};
 
 impl Request<'_> {
     /// The body with `note` appended as the conversation's last word, in
@@ -49,20 +49,14 @@ impl Request<'_> {
     /// Insert one item at the end of the conversation array.
     fn append_item(&self, item: &str) -> Option<Edit> {
         let (_, end) = self.array?;
-        let Items::List(l) = &self.items else {
-            return None;
-        };
-        append(end, l.is_empty(), item.to_string())
+        append(end, self.list()?.is_empty(), item.to_string())
     }
 
     /// A text block at the end of the final user turn, or a new user turn
     /// if the conversation ends with the assistant.
     fn anthropic_note(&self, text: &str) -> Option<Edit> {
         let block = format!("{{\"type\":\"text\",\"text\":{text}}}");
-        let last = match &self.items {
-            Items::List(l) => l.last(),
-            Items::Text(_) => None,
-        };
+        let last = self.list().and_then(|l| l.last());
         let Some(last) = last else {
             return self.append_item(&format!("{{\"role\":\"user\",\"content\":[{block}]}}"));
         };

@@ -113,12 +113,18 @@ impl<'a> Request<'a> {
         n.is_some()
     }
 
+    /// The conversation's items (`None`: it is one string).
+    pub(super) fn list(&self) -> Option<&scan::Elements> {
+        match &self.items {
+            Items::List(items) => Some(items),
+            Items::Text(_) => None,
+        }
+    }
+
     /// One conversation item, normalised (an unreadable one becomes an
     /// opaque marker, so it still counts and still differs from real ones).
     pub(super) fn item(&self, index: usize) -> Option<Message> {
-        let Items::List(items) = &self.items else {
-            return None;
-        };
+        let items = self.list()?;
         let mut m = match self.plain_item(index) {
             Some(m) => m,
             None => normalize::message(&self.parse(items.get(index)?.0)?),
@@ -131,9 +137,7 @@ impl<'a> Request<'a> {
     /// that do not matter, like `name` or `tool_call_id`), read straight
     /// from the bytes; `None` sends anything richer to the full parser.
     pub(super) fn plain_item(&self, index: usize) -> Option<Message> {
-        let Items::List(items) = &self.items else {
-            return None;
-        };
+        let items = self.list()?;
         let keys = items.get(index)?.1.as_ref()?;
         let rich = ["type", "tool_calls", "function_call", "arguments", "input"];
         if keys.others || rich.iter().any(|k| keys.get(k).is_some()) {

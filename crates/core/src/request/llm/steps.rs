@@ -28,9 +28,7 @@ impl Request<'_> {
     /// (a caller comparing several tails reads each message once). `None`
     /// when the conversation is one string, or a message cannot be read.
     pub fn tail_of_steps_at(&self, n: usize, end: usize) -> Option<Vec<Option<usize>>> {
-        let Items::List(items) = &self.items else {
-            return None;
-        };
+        let items = self.list()?;
         let end = end.min(items.len());
         let mut tail: Vec<Option<usize>> = Vec::with_capacity(n + 1);
         if n > end && self.system.is_some() {
