@@ -88,10 +88,12 @@ impl<B: BucketBackend> Engine<B> {
         // (a body-less one, or another API's, costs no response-path work).
         // Under a budget every request is read: each is a call, whatever
         // its body.
-        let llm_call = pending.reads_llm_body()
-            || policy.tool_loops.is_some()
-            || request::llm::is_llm_api_path(path);
-        if policy.mcp.is_none() && (policy.budget.is_some() || (!end_of_stream && llm_call)) {
+        let llm_call = || {
+            pending.reads_llm_body()
+                || policy.tool_loops.is_some()
+                || request::llm::is_llm_api_path(path)
+        };
+        if policy.mcp.is_none() && (policy.budget.is_some() || (!end_of_stream && llm_call())) {
             r.usage_for = Some(UsageFor {
                 policy: index,
                 ..UsageFor::default()
