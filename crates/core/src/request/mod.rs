@@ -229,9 +229,11 @@ pub fn sorted_query_pairs(query: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
 /// Every value of one query parameter, decoded as [`sorted_query_pairs`]
 /// decodes them, sorted.
 pub fn query_values(query: &str, name: &str) -> Vec<Vec<u8>> {
-    let pairs = sorted_query_pairs(query).into_iter();
-    let named = pairs.filter(|(k, _)| k == name.as_bytes());
-    named.map(|(_, v)| v).collect()
+    // Only the named parameter's values are decoded (and sorted).
+    let named = query_segments(query).filter(|(k, _)| percent_decode(k) == name.as_bytes());
+    let mut values: Vec<Vec<u8>> = named.map(|(_, v)| percent_decode(v)).collect();
+    values.sort();
+    values
 }
 
 fn percent_decode(s: &str) -> Vec<u8> {

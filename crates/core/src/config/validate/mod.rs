@@ -153,9 +153,12 @@ impl TryFrom<RawConfig> for Config {
             1..=MAX_TRACKED_FINGERPRINTS,
             65_536,
         )?;
-        let max_body_bytes = top
-            .int("max_body_bytes", &raw.max_body_bytes, 1, MAX_BODY_BYTES)?
-            .unwrap_or(1_048_576);
+        let max_body_bytes = top.int_or(
+            "max_body_bytes",
+            &raw.max_body_bytes,
+            1..=MAX_BODY_BYTES,
+            1_048_576,
+        )?;
         let shadow_all = raw.shadow.unwrap_or(false);
         let jwt_payload_in_metadata = raw.jwt_payload_in_metadata.unwrap_or("jwt_payload".into());
         if jwt_payload_in_metadata.is_empty() {

@@ -11,9 +11,9 @@ pub(super) fn tool_loops(
 ) -> Result<Option<ToolLoops>, ConfigError> {
     let ctx = &ctx.within("tool_loops");
     let enabled = t.enabled.ok_or_else(|| ctx.err("enabled", "is required"))?;
-    let last_calls = ctx.int("last_calls", &t.last_calls, 1, 64)?.unwrap_or(6);
+    let last_calls = ctx.int_or("last_calls", &t.last_calls, 1..=64, 6)?;
     let identical_min = ctx.int_or("identical_min", &t.identical_min, 2..=64, 3)?;
-    let pattern_min = ctx.int("pattern_min", &t.pattern_min, 2, 64)?.unwrap_or(4);
+    let pattern_min = ctx.int_or("pattern_min", &t.pattern_min, 2..=64, 4)?;
     for (name, min) in [
         ("identical_min", identical_min),
         ("pattern_min", pattern_min),

@@ -259,9 +259,11 @@ pub fn of_conversation(salt: u64, tail: &[Message], exact: bool) -> Signature {
         s.marker(m.role.as_bytes());
         s.machine_text = !authored;
         parts(&mut s, &m.parts);
-        for p in m.parts.iter().filter(|_| !authored) {
-            if let Part::Text(t) = p {
-                s.payload(t);
+        if !authored {
+            for p in &m.parts {
+                if let Part::Text(t) = p {
+                    s.payload(t);
+                }
             }
         }
     }

@@ -326,14 +326,17 @@ impl Scanner {
                 self.copy(b);
                 Event::None
             }
-            b':' | b',' => {
+            b':' => {
                 if let Some(f) = self.stack.last_mut() {
-                    if b == b':' {
-                        f.expect_key = false;
-                    } else if b == b',' && f.object {
-                        f.expect_key = true;
-                        f.key = Field::Other;
-                    }
+                    f.expect_key = false;
+                }
+                self.copy(b);
+                Event::None
+            }
+            b',' => {
+                if let Some(f) = self.stack.last_mut().filter(|f| f.object) {
+                    f.expect_key = true;
+                    f.key = Field::Other;
                 }
                 self.copy(b);
                 Event::None

@@ -115,9 +115,11 @@ fn unescape(raw: &[u8]) -> Option<Cow<'_, str>> {
             b'u' => {
                 let unit = hex4(rest)?;
                 rest = rest.get(4..)?;
-                let low = rest.strip_prefix(b"\\u").and_then(hex4);
-                let code = match low.filter(|low| (0xDC00..0xE000).contains(low)) {
-                    Some(low) if (0xD800..0xDC00).contains(&unit) => {
+                // A low surrogate is looked for only after a high one.
+                let high = (0xD800..0xDC00).contains(&unit);
+                let low = high.then(|| rest.strip_prefix(b"\\u").and_then(hex4));
+                let code = match low.flatten().filter(|low| (0xDC00..0xE000).contains(low)) {
+                    Some(low) => {
                         rest = rest.get(6..)?;
                         0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
                     }

@@ -190,7 +190,7 @@ impl RepeatWatch {
         None
     }
 
-    /// One ASCII byte of output: [`Self::char`] without decoding.
+    /// One ASCII byte of output ([`Self::char`] takes the others).
     fn ascii(&mut self, b: u8) -> Option<Repeated> {
         match b {
             b'\n' => return self.finish(),
