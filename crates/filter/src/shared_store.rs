@@ -18,7 +18,9 @@ impl SharedData {
     fn key(&mut self, bucket: u32) -> &str {
         self.key.clear();
         self.key.push_str(&self.prefix);
-        TableLayout::push_bucket(&mut self.key, bucket);
+        // Not `write!`: core::fmt costs hundreds of instructions in Wasm,
+        // on every read and write of a request.
+        self.key.push_str(itoa::Buffer::new().format(bucket));
         &self.key
     }
 }

@@ -142,11 +142,15 @@ fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
                 abi::drain_body(f, Body::BufferedRequest, buffered)
                     && abi::append_body(f, Body::BufferedRequest, &body)
             };
-            let length = body.len().to_string();
             if !replaced {
                 warn("loopguard: could not replace the request body");
             } else if set_length
-                && !abi::set_header(f, HeaderMap::Request, "content-length", &length)
+                && !abi::set_header(
+                    f,
+                    HeaderMap::Request,
+                    "content-length",
+                    &body.len().to_string(),
+                )
             {
                 warn("loopguard: the body changed but its content-length could not be set");
             }

@@ -135,11 +135,12 @@ impl NearRecord {
         let e = match nearest {
             Some(i) => self.events.get_mut(i)?,
             None => {
-                let full = self.events.len() >= MAX_EVENTS;
-                let events = self.events.iter().enumerate().filter(|_| full);
-                let oldest = events.min_by_key(|(_, e)| (e.last.min(now), e.signature.hex()));
-                if let Some((oldest, _)) = oldest {
-                    self.events.remove(oldest);
+                if self.events.len() >= MAX_EVENTS {
+                    let events = self.events.iter().enumerate();
+                    let oldest = events.min_by_key(|(_, e)| (e.last.min(now), e.signature.hex()));
+                    if let Some((oldest, _)) = oldest {
+                        self.events.remove(oldest);
+                    }
                 }
                 self.events.push(NearEvent {
                     signature: probe.signature,

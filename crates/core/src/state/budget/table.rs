@@ -157,7 +157,9 @@ fn entry_at(bytes: &[u8], s: Span) -> Option<Entry> {
     // Each slice: its offset from the oldest (`base`), and its amount.
     let base = if n > 0 { c.varint()? } else { 0 };
     let slice = |c: &mut Reader| Some((base.checked_add(c.varint()?)?, c.varint()?));
-    let spent = c.list(n.into(), slice)?;
+    let mut spent = c.list(n.into(), slice)?;
+    // Room for the slice an add usually pushes.
+    spent.reserve(1);
     c.0.is_empty().then_some(Entry {
         key: s.key,
         cap,

@@ -55,14 +55,19 @@ impl Call {
             Invoke::Cached(s) => format!("EVALSHA/{}/{n}", s.sha1),
             Invoke::Full(s) => format!("EVAL/{}/{n}", encode_arg(&s.source)),
         };
-        // A script's entry point is an argument after the keys (a plain
-        // name: encoding leaves it as it is).
-        let named = (!matches!(invoke, Invoke::Function)).then_some(entry);
-        let keys = self.keys.iter().map(String::as_str);
-        let args = self.args.iter().map(String::as_str);
-        for part in keys.chain(named).chain(args) {
+        for key in &self.keys {
             out.push('/');
-            out.push_str(&encode_arg(part));
+            out.push_str(&encode_arg(key));
+        }
+        // A script's entry point is an argument after the keys (a plain
+        // name, written as it is).
+        if !matches!(invoke, Invoke::Function) {
+            out.push('/');
+            out.push_str(entry);
+        }
+        for arg in &self.args {
+            out.push('/');
+            out.push_str(&encode_arg(arg));
         }
         out
     }

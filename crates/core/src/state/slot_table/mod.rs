@@ -68,23 +68,6 @@ impl TableLayout {
             .chain(budget)
     }
 
-    /// Append `bucket`'s decimal name to a key (a Wasm host's shared-data
-    /// key ends in it). By hand: `core::fmt` costs hundreds of
-    /// instructions in Wasm, on every read and write of a request.
-    pub fn push_bucket(key: &mut String, bucket: u32) {
-        let mut digits = [0u8; 10];
-        let (mut n, mut len) = (bucket, 0);
-        for d in digits.iter_mut().rev() {
-            *d = b'0' + (n % 10) as u8;
-            (n, len) = (n / 10, len + 1);
-            if n == 0 {
-                break;
-            }
-        }
-        let used = digits.iter().skip(digits.len() - len);
-        key.extend(used.map(|&d| char::from(d)));
-    }
-
     /// Entries the table can hold.
     pub fn capacity(&self) -> u64 {
         u64::from(self.buckets) * BUCKET_ENTRIES as u64
