@@ -39,12 +39,13 @@ impl<'a> WasmHost<'a> {
 impl Host for WasmHost<'_> {
     fn apply(&mut self, effect: Effect) -> bool {
         match effect {
-            Effect::LocalReply(..) | Effect::Resume(_) => {
-                self.kept.push(effect);
-                true
-            }
-            other => apply(self.plugin, other, self.home),
+            // Every event counts: straight to the metric (nothing moved or
+            // dropped).
+            Effect::Count(id, n) => self.plugin.metrics.count(id, n),
+            Effect::LocalReply(..) | Effect::Resume(_) => self.kept.push(effect),
+            other => return apply(self.plugin, other, self.home),
         }
+        true
     }
 
     fn send_call(&mut self, call: &StoreCall) -> Result<u32, String> {

@@ -38,12 +38,17 @@ pub struct NativeHost<'a> {
 
 impl Host for NativeHost<'_> {
     fn apply(&mut self, effect: Effect) -> bool {
-        match (effect, self.at.filter) {
-            (Effect::LocalReply(reply, details), Some(_)) => {
+        match effect {
+            // Every event counts: straight to the metric (nothing moved or
+            // dropped).
+            Effect::Count(id, n) => self.worker.config.metrics.count(id, n),
+            Effect::LocalReply(reply, details) if self.at.filter.is_some() => {
                 self.reply = Some((reply, details));
             }
-            (effect, Some(f)) => on_stream(self.worker, self.at, f, effect),
-            (effect, None) => main_thread(self.worker, effect),
+            effect => match self.at.filter {
+                Some(f) => on_stream(self.worker, self.at, f, effect),
+                None => main_thread(self.worker, &effect),
+            },
         }
         true
     }
@@ -156,7 +161,7 @@ fn on_stream(worker: &Worker, at: At, f: FilterPtr, effect: Effect) {
             }
         }
         Effect::ArmTick => worker.arm_tick(Some(at.stream)),
-        other => main_thread(worker, other),
+        other => main_thread(worker, &other),
     }
 }
 
@@ -166,15 +171,15 @@ fn warn(message: &str) {
 }
 
 /// The effects that need no stream (any thread).
-fn main_thread(worker: &Worker, effect: Effect) {
-    match effect {
+fn main_thread(worker: &Worker, effect: &Effect) {
+    match *effect {
         Effect::Resume(stream) => worker.resume(stream),
         Effect::ArmTick => worker.arm_tick(None),
         Effect::StopTick => worker.stop_tick(),
         Effect::Count(id, n) => worker.config.metrics.count(id, n),
-        Effect::CountNamed(name, n) => worker.config.metrics.count_named(&name, n),
+        Effect::CountNamed(ref name, n) => worker.config.metrics.count_named(name, n),
         Effect::Record(id, value) => worker.config.metrics.record(id, value),
-        Effect::Log(level, message) => {
+        Effect::Log(level, ref message) => {
             let level = match level {
                 Level::Debug => abi::LogLevel::Debug,
                 Level::Info => abi::LogLevel::Info,
@@ -182,7 +187,7 @@ fn main_thread(worker: &Worker, effect: Effect) {
                 Level::Error => abi::LogLevel::Error,
             };
             if abi::log_enabled(level) {
-                abi::log(level, &message);
+                abi::log(level, message);
             }
         }
         // A stream's own effects, with no stream at hand: nothing to

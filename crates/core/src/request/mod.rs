@@ -279,7 +279,7 @@ pub fn bearer_token(authorization: &[u8]) -> Option<&[u8]> {
 /// `api-key` (Azure OpenAI).
 pub fn api_key(facts: &dyn RequestFacts) -> Option<Vec<u8>> {
     if let Some(auth) = facts.header("authorization") {
-        let key = bearer_token(&auth).unwrap_or(auth.trim_ascii());
+        let key = bearer_token(&auth).unwrap_or_else(|| auth.trim_ascii());
         if !key.is_empty() {
             return Some(key.to_vec());
         }

@@ -280,21 +280,29 @@ impl<B: BucketBackend> SlotStore<B> {
     /// Record a hit in the table, retrying lost races.
     pub fn record(&mut self, hit: &Hit) -> StoreAnswer {
         let bucket = self.layout.bucket_of(&hit.key);
-        let (near, q) = (hit.near.as_ref(), &hit.query);
-        let recorded = cas(&mut self.backend, bucket, None, |old| {
-            let mut rec = slot_table::record(old, &hit.key, hit.now_ms, q, near);
-            let bytes = std::mem::take(&mut rec.bucket);
-            (rec, Some(bytes))
-        });
-        match recorded {
-            Ok((rec, cas_retries)) => StoreAnswer::Ready(StoreReceipt {
-                state: rec.state,
-                evicted: rec.evicted,
-                added: rec.added,
-                cas_retries,
-            }),
-            Err(failure) => StoreAnswer::Failed(failure),
+        // The CAS loop written out, not `cas` with a closure: every
+        // request's hit comes here, and the record need not travel back.
+        for cas_retries in 0..MAX_CAS_ATTEMPTS {
+            let Some((old, version)) = self.backend.read(bucket) else {
+                return StoreAnswer::Failed(StoreFailure::Backend);
+            };
+            let (near, q) = (hit.near.as_ref(), &hit.query);
+            let rec = slot_table::record(&old, &hit.key, hit.now_ms, q, near);
+            match self.backend.write(bucket, &rec.bucket, version) {
+                CasWrite::Written => {
+                    let (state, evicted, added) = (rec.state, rec.evicted, rec.added);
+                    return StoreAnswer::Ready(StoreReceipt {
+                        state,
+                        evicted,
+                        added,
+                        cas_retries,
+                    });
+                }
+                CasWrite::Conflict => {}
+                CasWrite::Failed => return StoreAnswer::Failed(StoreFailure::Backend),
+            }
         }
+        StoreAnswer::Failed(StoreFailure::Contention)
     }
 
     /// Take a hit back (the provider failed its attempt), retrying lost
