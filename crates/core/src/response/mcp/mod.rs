@@ -205,15 +205,20 @@ impl ResultReader {
             // Inside a string value, the plain bytes up to its next quote
             // or escape (or, in an event stream, line end) go at once.
             let run = self.plain_run(chunk.get(i..).unwrap_or_default());
-            self.scanned += run.max(1);
-            if self.scanned > MAX_SCANNED {
-                return self.finish(fed, Seen::Unreadable);
-            }
             if run > 0 {
+                self.scanned += run;
+                if self.scanned > MAX_SCANNED {
+                    return self.finish(fed, Seen::Unreadable);
+                }
                 self.json
                     .string_run(chunk.get(i..i + run).unwrap_or_default());
                 i += run;
                 continue;
+            }
+            // Counted apart from a run's: one byte, on the hot path.
+            self.scanned += 1;
+            if self.scanned > MAX_SCANNED {
+                return self.finish(fed, Seen::Unreadable);
             }
             let at = i;
             i += 1;
