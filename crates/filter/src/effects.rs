@@ -39,9 +39,12 @@ impl<'a> WasmHost<'a> {
 impl Host for WasmHost<'_> {
     fn apply(&mut self, effect: Effect) -> bool {
         match effect {
-            // Every event counts: straight to the metric (nothing moved or
-            // dropped).
-            Effect::Count(id, n) => self.plugin.metrics.count(id, n),
+            // Every event counts: straight to the metric. A count owns
+            // nothing, so the enum's drop glue (a call) is skipped.
+            Effect::Count(id, n) => {
+                self.plugin.metrics.count(id, n);
+                std::mem::forget(effect);
+            }
             Effect::LocalReply(..) | Effect::Resume(_) => self.kept.push(effect),
             other => return apply(self.plugin, other, self.home),
         }

@@ -39,9 +39,12 @@ pub struct NativeHost<'a> {
 impl Host for NativeHost<'_> {
     fn apply(&mut self, effect: Effect) -> bool {
         match effect {
-            // Every event counts: straight to the metric (nothing moved or
-            // dropped).
-            Effect::Count(id, n) => self.worker.config.metrics.count(id, n),
+            // Every event counts: straight to the metric. A count owns
+            // nothing, so the enum's drop glue (a call) is skipped.
+            Effect::Count(id, n) => {
+                self.worker.config.metrics.count(id, n);
+                std::mem::forget(effect);
+            }
             Effect::LocalReply(reply, details) if self.at.filter.is_some() => {
                 self.reply = Some((reply, details));
             }
