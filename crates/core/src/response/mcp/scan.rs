@@ -212,6 +212,7 @@ impl Scanner {
             }
             self.capture = Some((field, depth));
             self.buf = Captured {
+                bytes: Vec::with_capacity(64), // its first bytes, not a grow each
                 whole: true,
                 raw: Fnv::default().0,
                 ..Captured::default()
