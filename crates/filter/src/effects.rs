@@ -135,8 +135,8 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
                 return false;
             }
         }
-        // Sent by the driver.
-        Effect::SendStoreCall(_) | Effect::SendFromRoot { .. } => {}
+        // Sent by the driver; counts applied by `WasmHost::apply`.
+        Effect::SendStoreCall(_) | Effect::SendFromRoot { .. } | Effect::Count(..) => {}
         Effect::Resume(stream) => {
             // A stream whose client left is gone: nothing to resume.
             if abi::set_effective_context(stream).is_ok() {
@@ -148,7 +148,6 @@ fn apply(plugin: &Plugin, effect: Effect, home: u32) -> bool {
         }
         Effect::ArmTick => plugin.arm_tick(),
         Effect::StopTick => plugin.disarm_tick(),
-        Effect::Count(id, n) => plugin.metrics.count(id, n),
         Effect::CountNamed(name, n) => plugin.metrics.count_named(name, n),
         Effect::Record(id, value) => plugin.metrics.record(id, value),
         Effect::Log(level, message) => match level {

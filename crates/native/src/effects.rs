@@ -179,7 +179,6 @@ fn main_thread(worker: &Worker, effect: &Effect) {
         Effect::Resume(stream) => worker.resume(stream),
         Effect::ArmTick => worker.arm_tick(None),
         Effect::StopTick => worker.stop_tick(),
-        Effect::Count(id, n) => worker.config.metrics.count(id, n),
         Effect::CountNamed(ref name, n) => worker.config.metrics.count_named(name, n),
         Effect::Record(id, value) => worker.config.metrics.record(id, value),
         Effect::Log(level, ref message) => {
@@ -195,7 +194,7 @@ fn main_thread(worker: &Worker, effect: &Effect) {
         }
         // A stream's own effects, with no stream at hand: nothing to
         // apply them to (the engine makes none outside a stream); calls
-        // are the driver's.
+        // are the driver's, counts `NativeHost::apply`'s.
         _ => {}
     }
 }

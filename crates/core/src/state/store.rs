@@ -286,15 +286,13 @@ impl<B: BucketBackend> SlotStore<B> {
             let Some((old, version)) = self.backend.read(bucket) else {
                 return StoreAnswer::Failed(StoreFailure::Backend);
             };
-            let (near, q) = (hit.near.as_ref(), &hit.query);
-            let rec = slot_table::record(&old, &hit.key, hit.now_ms, q, near);
+            let rec = slot_table::record(&old, &hit.key, hit.now_ms, &hit.query, hit.near.as_ref());
             match self.backend.write(bucket, &rec.bucket, version) {
                 CasWrite::Written => {
-                    let (state, evicted, added) = (rec.state, rec.evicted, rec.added);
                     return StoreAnswer::Ready(StoreReceipt {
-                        state,
-                        evicted,
-                        added,
+                        state: rec.state,
+                        evicted: rec.evicted,
+                        added: rec.added,
                         cas_retries,
                     });
                 }
